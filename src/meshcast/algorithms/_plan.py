@@ -1,0 +1,252 @@
+"""The vocabulary of schedules: what an algorithm is given (Plan) and what it yields (Round, steps).
+
+Theory of operation
+-------------------
+An algorithm is a generator ``def name(plan: Plan) -> Iterator[Round]``. It
+never performs I/O. Each yielded :class:`Round` is carried out completely by
+whoever runs the schedule (the executor on real channels and arenas, or the
+simulator with all ranks in one process) before the generator is resumed, so
+a generator may read data that an earlier round delivered (e.g. split sizes
+published by a peer) to decide what comes next.
+
+A round is carried out in this order:
+
+1. every ``Send``/``Recv`` in ``round.comms`` is posted at once (so a ring in
+   which every rank "sends first" cannot deadlock) and all are waited for;
+2. every step in ``round.then`` runs, in order. Local steps (``Reduce``,
+   ``Copy``) and arena steps (``Put``, ``Get``, ``ReduceSlots``, ``Signal``,
+   ``Wait``) may be mixed freely; a ``Wait`` blocks until its condition holds.
+
+Buffers are flat 1-D NumPy arrays (views into the user's data, the plan's
+output, or scratch from ``plan.scratch``). A ``Send`` transmits ``buf``'s bytes;
+the matching ``Recv`` on the peer must name a buffer of the same length.
+Comm steps between two ranks within one round are matched in posting order:
+the k-th ``Send`` to peer p matches the k-th ``Recv`` from this rank on p.
+
+The arena (shared-slot algorithms)
+----------------------------------
+When ``plan.slot_bytes > 0`` all ranks of the group share one arena: rank r
+owns a *slot* of ``plan.slot_bytes`` bytes that every rank can read and only r
+writes, and a *signal word*. Signal words hold ``(seq, phase)`` pairs that only
+grow: ``Signal(phase)`` sets my word to ``(current seq, phase)``; ``Wait(ranks,
+phase)`` returns when every listed rank's word is ``>= (current seq, phase)``.
+
+Rule 1: before the first round of a shared-slot schedule runs, the executor
+guarantees that every rank of the group has entered this collective, i.e. has
+finished reading every slot for the previous one (the fingerprint exchange
+does this). So phase numbers start at 1 in every schedule.
+
+Rule 2: a rank must not overwrite a region of its slot that a peer may still
+read; the schedule must ``Wait`` for the peers' phase that says they are done
+(e.g. double-buffer by chunk parity and wait for phase ``k-1``).
+
+Rule 3: data written by ``Put`` before a ``Signal`` is visible to any rank
+that has seen that signal (the executor provides the ordering).
+
+Offsets are in bytes within a slot; ``Put``/``Get``/``ReduceSlots`` move
+``buf.nbytes`` bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import numpy as np
+
+# --------------------------------------------------------------------- steps
+
+
+@dataclass(frozen=True, eq=False)
+class Send:
+    """Send ``buf``'s bytes to group rank ``peer``."""
+
+    peer: int
+    buf: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class Recv:
+    """Receive exactly ``buf.nbytes`` bytes from group rank ``peer`` into ``buf``."""
+
+    peer: int
+    buf: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class Reduce:
+    """``dst = op(dst, src)`` element-wise with the plan's op (local)."""
+
+    dst: np.ndarray
+    src: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class Copy:
+    """``dst[:] = src`` (local)."""
+
+    dst: np.ndarray
+    src: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class Put:
+    """Copy ``src`` into my own arena slot at byte ``offset``."""
+
+    offset: int
+    src: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class Get:
+    """Copy ``dst.nbytes`` bytes from ``peer``'s slot at byte ``offset`` into ``dst``."""
+
+    peer: int
+    offset: int
+    dst: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class ReduceSlots:
+    """``dst = op(slot[ranks[0]], slot[ranks[1]], ...)`` read at byte ``offset``.
+
+    Operands are combined left to right in the order given, so every rank that
+    reduces the same region with the same ``ranks`` gets bitwise the same
+    result. ``dst`` is overwritten (it may be a view of the caller's data).
+    """
+
+    dst: np.ndarray
+    ranks: tuple[int, ...]
+    offset: int
+
+
+@dataclass(frozen=True, eq=False)
+class Signal:
+    """Publish ``(seq, phase)`` in my signal word (after all my earlier Puts)."""
+
+    phase: int
+
+
+@dataclass(frozen=True, eq=False)
+class Wait:
+    """Block until every rank in ``ranks`` has signalled at least ``phase`` in this seq."""
+
+    ranks: tuple[int, ...]
+    phase: int
+
+
+CommStep = Union[Send, Recv]
+LocalStep = Union[Reduce, Copy, Put, Get, ReduceSlots, Signal, Wait]
+
+
+@dataclass(frozen=True, eq=False)
+class Round:
+    """Comm steps posted together, then local/arena steps run in order."""
+
+    comms: tuple[CommStep, ...] = ()
+    then: tuple[LocalStep, ...] = ()
+
+    def __init__(self, *comms: CommStep, then: Sequence[LocalStep] = ()) -> None:
+        object.__setattr__(self, "comms", tuple(comms))
+        object.__setattr__(self, "then", tuple(then))
+
+
+# ---------------------------------------------------------------------- plan
+
+
+@dataclass
+class Plan:
+    """Everything a schedule may know about one call on one rank.
+
+    Attributes:
+        coll: collective name (``"all_reduce"``, ``"broadcast"``, ...).
+        rank, size: this rank and the group size (group-local).
+        dtype: element dtype of the buffers (already the working dtype).
+        op: reduce op (a ``meshcast.ops.ReduceOp``) or None.
+        root: group-local root for rooted collectives, else -1.
+        input: flat input (see the per-collective layout below) or None.
+        output: flat output or None.
+        counts: per-rank element counts where they may differ between ranks
+            (gather, all_gather, scatter, reduce_scatter); for all_to_all the
+            counts this rank *sends* to each peer.
+        recv_counts: all_to_all only: counts this rank receives from each peer.
+        slot_bytes: bytes of each rank's arena slot (0 when there is no arena).
+        segment_bytes: preferred size of one piece in flight for pipelining.
+        scratch: ``scratch(n)`` returns a fresh flat array of ``n`` elements of
+            ``dtype`` (contents undefined).
+
+    Buffer layout per collective (all flat, ``count`` = ``len`` of the data):
+
+    ==================  =========================================  ==================================
+    collective          input                                      output
+    ==================  =========================================  ==================================
+    broadcast           None                                       the data (root: source; others: dest)
+    reduce              my contribution (not modified)             root: result; others None
+    all_reduce          my contribution (may alias output)         result
+    gather              my piece (``counts[rank]`` long)            root: pieces of all ranks in rank order
+    all_gather          my piece                                   pieces of all ranks in rank order
+    scatter             root: pieces for all ranks, rank order     my piece (``counts[rank]`` long)
+    reduce_scatter      pieces for all ranks (``sum(counts)``)       my reduced piece
+    all_to_all          pieces to each peer (``counts``)            pieces from each peer (``recv_counts``)
+    barrier             None                                       None
+    ==================  =========================================  ==================================
+    """
+
+    coll: str
+    rank: int
+    size: int
+    dtype: np.dtype
+    op: Any = None
+    root: int = -1
+    input: np.ndarray | None = None
+    output: np.ndarray | None = None
+    counts: tuple[int, ...] | None = None
+    recv_counts: tuple[int, ...] | None = None
+    slot_bytes: int = 0
+    segment_bytes: int = 1 << 20
+    scratch: Callable[[int], np.ndarray] = field(default=None, repr=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.scratch is None:
+            dtype = self.dtype
+            self.scratch = lambda n: np.empty(n, dtype=dtype)
+
+    @property
+    def count(self) -> int:
+        """Elements of the per-rank data for equal-size collectives."""
+        if self.coll in ("broadcast", "all_reduce"):
+            return 0 if self.output is None else len(self.output)
+        if self.coll == "reduce":
+            return 0 if self.input is None else len(self.input)
+        return 0
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    def displs(self, counts: Sequence[int] | None = None) -> list[int]:
+        """Element offsets (exclusive prefix sums) of ``counts`` (default ``self.counts``)."""
+        out, total = [], 0
+        for c in counts if counts is not None else (self.counts or ()):
+            out.append(total)
+            total += c
+        return out
+
+
+Schedule = Iterator[Round]
+
+
+def split_even(n: int, parts: int) -> list[tuple[int, int]]:
+    """Split ``n`` elements into ``parts`` contiguous (start, length) ranges.
+
+    The first ``n % parts`` ranges are one element longer; ranges may be empty
+    when ``n < parts``.
+    """
+    base, extra = divmod(n, parts)
+    out, start = [], 0
+    for i in range(parts):
+        length = base + (1 if i < extra else 0)
+        out.append((start, length))
+        start += length
+    return out
