@@ -1,0 +1,866 @@
+"""The front door: torch.distributed's functions, validated, then handed to the group.
+
+Each function here does only this: resolve the group, check every argument
+(raising ``InvalidUsage`` that names the function, the argument and the
+rank, before anything is sent), translate global ranks to group ranks, turn
+arrays and tensors into flat buffers, call the ProcessGroup, and either
+return the ``Work`` (``async_op=True``) or wait for it. Ranks in arguments
+(``src``, ``dst``) are global ranks, as in torch; ``group_src``/``group_dst``
+take group ranks.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import _world, config, ops
+from .buffers import Buffer, as_buffer
+from .errors import InvalidUsage, MismatchError, usage
+from .group import ProcessGroup
+from .ops import ReduceOp
+from .work import Work, completed
+
+
+class _NonGroupMember:
+    """The value ``new_group`` returns on ranks that are not in the new group."""
+
+    def __repr__(self) -> str:
+        return "GroupMember.NON_GROUP_MEMBER"
+
+
+class GroupMember:
+    """torch-compatible sentinels: ``WORLD`` is the default group, ``NON_GROUP_MEMBER`` what
+    ``new_group`` returns to ranks outside the group."""
+
+    WORLD: ProcessGroup | None = None
+    NON_GROUP_MEMBER = _NonGroupMember()
+
+
+class group:  # noqa: N801 - torch spells it dist.group.WORLD
+    """``meshcast.group.WORLD`` is the default group once initialized."""
+
+    WORLD: ProcessGroup | None = None
+
+
+GroupLike = Any  # ProcessGroup | None | _NonGroupMember
+
+_MEMBERS = {"meshcast", "shm", "gloo", "cpu", "auto"}
+
+
+# ----------------------------------------------------------------- helpers
+
+
+def _world_or_raise(caller: str) -> _world.World:
+    w = _world.current
+    if w is None:
+        raise InvalidUsage(f"{caller}: the default process group is not initialized; call "
+                           f"meshcast.init_process_group() first")
+    return w
+
+
+def _resolve(group_: GroupLike, caller: str) -> ProcessGroup | None:
+    """The group to use, or None when this rank is not a member (the call is then a no-op)."""
+    w = _world_or_raise(caller)
+    if group_ is None or group_ is GroupMember.WORLD:
+        return w.default_group
+    if group_ is GroupMember.NON_GROUP_MEMBER:
+        return None
+    if not isinstance(group_, ProcessGroup):
+        raise usage(caller, f"'group' must be a ProcessGroup from new_group() or None, got "
+                            f"{type(group_).__name__}", w.rank)
+    if group_ not in w.groups:
+        raise usage(caller, f"'group' {group_.group_name} was destroyed or belongs to another "
+                            f"initialization", w.rank)
+    return group_
+
+
+def _rank() -> int | None:
+    w = _world.current
+    return None if w is None else w.rank
+
+
+def _check_async(async_op: Any, caller: str) -> bool:
+    if not isinstance(async_op, bool):
+        raise usage(caller, f"'async_op' must be a bool, got {type(async_op).__name__}", _rank())
+    return async_op
+
+
+def _check_algorithm(algorithm: str | None, coll: str, caller: str) -> str | None:
+    if algorithm is None:
+        return None
+    from .algorithms import _registry
+
+    names = _registry.names(coll)
+    if algorithm not in names:
+        raise usage(caller, f"unknown algorithm {algorithm!r} for {coll}; choose one of "
+                            f"{sorted(names)}", _rank())
+    return algorithm
+
+
+def _op(op: Any, dtype_name: str, caller: str) -> ReduceOp:
+    try:
+        coerced = ReduceOp.coerce(op)
+    except (ValueError, TypeError, KeyError):
+        raise usage(caller, f"'op' must be a meshcast.ReduceOp, got {op!r}", _rank()) from None
+    dtype: Any = "bfloat16" if dtype_name == "bfloat16" else np.dtype(dtype_name)
+    return ops.validate(coerced, dtype, caller=caller, rank=_rank())
+
+
+def _root(pg: ProcessGroup, global_root: int | None, group_root: int | None, *, name: str,
+          caller: str) -> int:
+    """Group rank of the root given either as a global rank or as a group rank."""
+    me = _rank()
+    if global_root is not None and group_root is not None:
+        raise usage(caller, f"pass either '{name}' or 'group_{name}', not both", me)
+    if group_root is not None:
+        if not isinstance(group_root, (int, np.integer)) or not 0 <= group_root < pg.size():
+            raise usage(caller, f"'group_{name}'={group_root!r} is not a rank of a group of "
+                                f"size {pg.size()}", me)
+        return int(group_root)
+    if global_root is None:
+        global_root = pg.global_rank(0) if name in ("src", "dst") and pg.size() else 0
+    if not isinstance(global_root, (int, np.integer)) or isinstance(global_root, bool):
+        raise usage(caller, f"'{name}' must be an int rank, got {type(global_root).__name__}", me)
+    try:
+        return pg.group_rank(int(global_root))
+    except ValueError:
+        raise usage(caller, f"'{name}'={global_root} is not a rank of {pg.group_name} "
+                            f"(its ranks: {pg.global_ranks})", me) from None
+
+
+def _finish(work: Work, async_op: bool) -> Work | None:
+    if async_op:
+        return work
+    work.wait()
+    return None
+
+
+def _same_dtype(bufs: Sequence[Buffer], ref: str, what: str, caller: str) -> None:
+    for i, b in enumerate(bufs):
+        if b.dtype_name != ref:
+            raise usage(caller, f"{what}[{i}] has dtype {b.dtype_name} but the input has "
+                                f"{ref}; all must match", _rank())
+
+
+def _list(value: Any, name: str, caller: str, length: int) -> list[Any]:
+    if not isinstance(value, (list, tuple)):
+        raise usage(caller, f"'{name}' must be a list of {length} arrays/tensors, got "
+                            f"{type(value).__name__}", _rank())
+    if len(value) != length:
+        raise usage(caller, f"'{name}' must hold {length} arrays/tensors (one per rank of the "
+                            f"group), got {len(value)}", _rank())
+    return list(value)
+
+
+def _scatter_back(flat: np.ndarray, bufs: Sequence[Buffer]) -> None:
+    """Copy consecutive pieces of ``flat`` into ``bufs`` (then write them back)."""
+    off = 0
+    for b in bufs:
+        n = b.count
+        if b.flat.base is not flat:
+            b.flat[...] = flat[off:off + n]
+        b.finish()
+        off += n
+
+
+def _concat(bufs: Sequence[Buffer], dtype: np.dtype) -> np.ndarray:
+    if not bufs:
+        return np.empty(0, dtype)
+    return np.concatenate([b.flat for b in bufs]) if len(bufs) > 1 else bufs[0].flat
+
+
+# ---------------------------------------------------------- initialization
+
+
+def _timeout_seconds(timeout: Any) -> float:
+    if timeout is None:
+        return float(config.get("MESHCAST_TIMEOUT"))
+    if isinstance(timeout, datetime.timedelta):
+        return timeout.total_seconds()
+    if isinstance(timeout, (int, float)) and timeout > 0:
+        return float(timeout)
+    raise usage("init_process_group", f"'timeout' must be a positive number of seconds or a "
+                                      f"datetime.timedelta, got {timeout!r}")
+
+
+def init_process_group(
+    backend: str | None = None,
+    init_method: str | None = None,
+    timeout: float | datetime.timedelta | None = None,
+    world_size: int = -1,
+    rank: int = -1,
+    store: Any = None,
+    group_name: str = "",
+    pg_options: Any = None,
+    device_id: Any = None,
+) -> None:
+    """Initialize the default process group: meet every rank and set up the engine.
+
+    Args:
+        backend (str, optional): ``"meshcast"`` (default; also ``"shm"``,
+            ``"cpu"``, ``"auto"``). ``"gloo"`` is accepted so that ported CPU
+            programs run unchanged: it means meshcast's engine. ``"nccl"``
+            (GPU only) and ``"mpi"`` are refused with an explanation.
+        init_method (str, optional): ``"env://"`` (default), ``"tcp://host:port"``
+            or ``"file:///path"``. Under ``meshcast run``, torchrun, mpiexec
+            (Open MPI, MPICH, Intel MPI), Cray PALS or srun nothing is needed.
+        timeout (float or timedelta, optional): deadline for bring-up and for
+            every later operation (default ``MESHCAST_TIMEOUT``, 300 s).
+        world_size (int): number of ranks (-1: from the environment).
+        rank (int): this process's rank (-1: from the environment).
+        store (Store, optional): a ready key-value store (then ``rank`` and
+            ``world_size`` are required); exclusive with ``init_method``.
+        group_name, pg_options, device_id: accepted for torch compatibility; unused.
+
+    Raises:
+        InvalidUsage: bad arguments, or the default group is already initialized.
+        RendezvousError: the ranks could not meet (names the missing ones).
+        ShmError: shared memory could not be set up.
+    """
+    caller = "init_process_group"
+    if _world.current is not None:
+        raise InvalidUsage(f"{caller}: the default process group is already initialized; "
+                           f"call destroy_process_group() first")
+    name = (backend or "meshcast").lower()
+    if name == "nccl":
+        raise usage(caller, "backend 'nccl' needs GPUs; meshcast moves CPU data. Use "
+                            "backend='meshcast' (or 'gloo', which meshcast treats as its own)")
+    if name not in _MEMBERS:
+        raise usage(caller, f"unknown backend {backend!r}; meshcast runs as 'meshcast' "
+                            f"(aliases: {', '.join(sorted(_MEMBERS - {'meshcast'}))})")
+    seconds = _timeout_seconds(timeout)
+    if store is not None:
+        if init_method is not None:
+            raise usage(caller, "pass either 'store' or 'init_method', not both")
+        if rank < 0 or world_size <= 0:
+            raise usage(caller, "with 'store', both 'rank' and 'world_size' must be given")
+    else:
+        from .rendezvous import rendezvous
+
+        store, rank, world_size = rendezvous(init_method or "env://", rank=rank,
+                                             world_size=world_size, timeout=seconds)
+    if not 0 <= rank < world_size:
+        raise usage(caller, f"'rank'={rank} must be in [0, world_size={world_size})")
+    world = _world.bring_up(store, rank, world_size, seconds, "meshcast")
+    _world.current = world
+    GroupMember.WORLD = world.default_group
+    group.WORLD = world.default_group
+
+
+def destroy_process_group(group: GroupLike = None) -> None:
+    """Tear down a group, or everything when ``group`` is None.
+
+    After the default group is destroyed, ``init_process_group`` may be called again.
+    """
+    w = _world.current
+    if w is None:
+        return
+    if group is None or group is w.default_group:
+        for g in w.groups:
+            g.engine.drain(timeout=w.timeout)
+        w.close()
+        _world.current = None
+        GroupMember.WORLD = None
+        globals()["group"].WORLD = None
+        return
+    if isinstance(group, ProcessGroup) and group in w.groups:
+        group.engine.drain(timeout=w.timeout)
+        group.shutdown()
+        w.groups.remove(group)
+
+
+def is_initialized() -> bool:
+    """True once ``init_process_group`` succeeded (and until the group is destroyed)."""
+    return _world.current is not None
+
+
+def is_available() -> bool:
+    """meshcast is always available."""
+    return True
+
+
+def get_backend(group: GroupLike = None) -> str:
+    """The backend name of ``group`` (always ``"meshcast"``)."""
+    _resolve(group, "get_backend")
+    return "meshcast"
+
+
+def get_rank(group: GroupLike = None) -> int:
+    """This process's rank in ``group`` (default: world); -1 if it is not a member."""
+    pg = _resolve(group, "get_rank")
+    return -1 if pg is None else pg.rank()
+
+
+def get_world_size(group: GroupLike = None) -> int:
+    """Number of ranks in ``group`` (default: world); -1 if this rank is not a member."""
+    pg = _resolve(group, "get_world_size")
+    return -1 if pg is None else pg.size()
+
+
+def get_global_rank(group: ProcessGroup, group_rank: int) -> int:
+    """Global rank of ``group_rank`` in ``group``."""
+    pg = _resolve(group, "get_global_rank")
+    if pg is None or not 0 <= group_rank < pg.size():
+        raise usage("get_global_rank", f"'group_rank'={group_rank} is not in the group", _rank())
+    return pg.global_rank(group_rank)
+
+
+def get_group_rank(group: ProcessGroup, global_rank: int) -> int:
+    """Rank of ``global_rank`` within ``group``."""
+    pg = _resolve(group, "get_group_rank")
+    try:
+        return pg.group_rank(global_rank) if pg is not None else -1
+    except ValueError:
+        raise usage("get_group_rank", f"rank {global_rank} is not in {pg.group_name}",
+                    _rank()) from None
+
+
+def get_process_group_ranks(group: ProcessGroup) -> list[int]:
+    """Global ranks of the members of ``group``, in group-rank order."""
+    pg = _resolve(group, "get_process_group_ranks")
+    return [] if pg is None else list(pg.global_ranks)
+
+
+def new_group(ranks: Sequence[int] | None = None, timeout: Any = None, backend: str | None = None,
+              pg_options: Any = None, use_local_synchronization: bool = False,
+              group_desc: str | None = None) -> ProcessGroup | _NonGroupMember:
+    """Create a group of a subset of the ranks. Every rank must call it, in the same order.
+
+    Args:
+        ranks (list[int], optional): global ranks of the members (default: all).
+            The order given is the group-rank order.
+        timeout: accepted for torch compatibility; the world's timeout applies.
+
+    Returns:
+        the new ``ProcessGroup`` on members; ``GroupMember.NON_GROUP_MEMBER`` on
+        other ranks (collectives called with it are no-ops, get_rank gives -1).
+
+    Raises:
+        InvalidUsage: duplicate or out-of-range ranks.
+    """
+    caller = "new_group"
+    w = _world_or_raise(caller)
+    if ranks is None:
+        ranks = list(range(w.size))
+    ranks = list(ranks)
+    for r in ranks:
+        if not isinstance(r, (int, np.integer)) or not 0 <= r < w.size:
+            raise usage(caller, f"'ranks' holds {r!r}, not a rank of a world of {w.size}", w.rank)
+    if len(set(ranks)) != len(ranks):
+        raise usage(caller, f"'ranks' holds duplicates: {ranks}", w.rank)
+    gid = w.next_group_id
+    w.next_group_id += 1
+    if w.rank not in ranks:
+        return GroupMember.NON_GROUP_MEMBER
+    name = group_desc or f"group{gid}{ranks}"
+    return w.make_group(gid, [int(r) for r in ranks], name)
+
+
+# ------------------------------------------------------------- collectives
+
+
+def barrier(group: GroupLike = None, async_op: bool = False, device_ids: Any = None,
+            *, algorithm: str | None = None) -> Work | None:
+    """Block until every rank of ``group`` entered the barrier.
+
+    Raises:
+        CommTimeout / PeerGoneError: a rank never arrived or exited.
+    """
+    caller = "barrier"
+    pg = _resolve(group, caller)
+    async_op = _check_async(async_op, caller)
+    if pg is None:
+        return None
+    algorithm = _check_algorithm(algorithm, "barrier", caller)
+    return _finish(pg.barrier(algorithm=algorithm, async_op=async_op), async_op)
+
+
+def broadcast(tensor: Any, src: int | None = None, group: GroupLike = None,
+              async_op: bool = False, group_src: int | None = None, *,
+              algorithm: str | None = None) -> Work | None:
+    """Copy ``tensor`` from rank ``src`` to every rank of ``group``, in place.
+
+    Args:
+        tensor (numpy.ndarray or torch.Tensor): data to send on ``src``, to
+            receive into elsewhere. Same shape and dtype on every rank.
+        src (int): global rank that sends (default: the group's first rank).
+        group (ProcessGroup, optional): the default group if None.
+        async_op (bool): return a ``Work`` instead of waiting.
+        group_src (int, optional): ``src`` as a group rank instead.
+        algorithm (str, optional): meshcast extension, e.g. ``"tree"``.
+
+    Returns:
+        ``Work`` if ``async_op`` else None.
+
+    Raises:
+        InvalidUsage: bad argument (before anything is sent).
+        MismatchError: ranks disagree on the call (count, dtype, root...).
+        CommTimeout / PeerGoneError: a rank did not take part in time / exited.
+    """
+    caller = "broadcast"
+    pg = _resolve(group, caller)
+    async_op = _check_async(async_op, caller)
+    if pg is None:
+        return None
+    root = _root(pg, src, group_src, name="src", caller=caller)
+    buf = as_buffer(tensor, name="tensor", caller=caller, rank=_rank())
+    algorithm = _check_algorithm(algorithm, "broadcast", caller)
+    return _finish(pg.broadcast(buf, root, algorithm=algorithm, async_op=async_op), async_op)
+
+
+def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: GroupLike = None,
+               async_op: bool = False, *, algorithm: str | None = None) -> Work | None:
+    """Reduce ``tensor`` over all ranks of ``group``; every rank gets the result in place.
+
+    Args:
+        tensor (numpy.ndarray or torch.Tensor): input and output.
+        op (ReduceOp): SUM (default), AVG, PRODUCT, MIN, MAX, BAND, BOR or BXOR.
+            float16/bfloat16 accumulate in float32. AVG on integers truncates
+            toward zero; bitwise ops take integers and bool only.
+        group (ProcessGroup, optional): the default group if None.
+        async_op (bool): return a ``Work`` instead of waiting.
+        algorithm (str, optional): meshcast extension, e.g. ``"ring"``.
+
+    Returns:
+        ``Work`` if ``async_op`` else None.
+
+    Raises:
+        InvalidUsage: bad argument or unsupported (dtype, op) pair (before anything is sent).
+        MismatchError: ranks disagree on the call.
+        CommTimeout / PeerGoneError: a rank did not take part in time / exited.
+    """
+    caller = "all_reduce"
+    pg = _resolve(group, caller)
+    async_op = _check_async(async_op, caller)
+    if pg is None:
+        return None
+    buf = as_buffer(tensor, name="tensor", caller=caller, rank=_rank())
+    rop = _op(op, buf.dtype_name, caller)
+    algorithm = _check_algorithm(algorithm, "all_reduce", caller)
+    return _finish(pg.all_reduce(buf, rop, algorithm=algorithm, async_op=async_op), async_op)
+
+
+def reduce(tensor: Any, dst: int | None = None, op: Any = ReduceOp.SUM, group: GroupLike = None,
+           async_op: bool = False, group_dst: int | None = None, *,
+           algorithm: str | None = None) -> Work | None:
+    """Reduce ``tensor`` over all ranks into rank ``dst`` (in place there; others unchanged).
+
+    Args and raises as :func:`all_reduce`, plus ``dst`` (global rank of the
+    root) or ``group_dst`` (its group rank).
+    """
+    caller = "reduce"
+    pg = _resolve(group, caller)
+    async_op = _check_async(async_op, caller)
+    if pg is None:
+        return None
+    root = _root(pg, dst, group_dst, name="dst", caller=caller)
+    buf = as_buffer(tensor, name="tensor", caller=caller, rank=_rank())
+    rop = _op(op, buf.dtype_name, caller)
+    algorithm = _check_algorithm(algorithm, "reduce", caller)
+    return _finish(pg.reduce(buf, rop, root, algorithm=algorithm, async_op=async_op), async_op)
+
+
+def all_gather(tensor_list: list[Any], tensor: Any, group: GroupLike = None,
+               async_op: bool = False, *, algorithm: str | None = None) -> Work | None:
+    """Gather ``tensor`` from every rank into ``tensor_list`` on every rank.
+
+    Unlike Gloo, pieces may differ in size between ranks: ``tensor_list[r]``
+    must have rank r's number of elements (same list on every rank).
+
+    Raises:
+        InvalidUsage: wrong list length, dtype or size (before anything is sent).
+        MismatchError: ranks disagree on the call.
+    """
+    caller = "all_gather"
+    pg = _resolve(group, caller)
+    async_op = _check_async(async_op, caller)
+    if pg is None:
+        return None
+    inp = as_buffer(tensor, name="tensor", caller=caller, rank=_rank(), writable=False)
+    outs = [as_buffer(t, name=f"tensor_list[{i}]", caller=caller, rank=_rank())
+            for i, t in enumerate(_list(tensor_list, "tensor_list", caller, pg.size()))]
+    _same_dtype(outs, inp.dtype_name, "tensor_list", caller)
+    if outs[pg.rank()].count != inp.count:
+        raise usage(caller, f"tensor_list[{pg.rank()}] holds {outs[pg.rank()].count} elements "
+                            f"but 'tensor' holds {inp.count}", _rank())
+    counts = [b.count for b in outs]
+    flat = np.empty(sum(counts), inp.flat.dtype)
+    algorithm = _check_algorithm(algorithm, "all_gather", caller)
+    work = pg.all_gather(flat, inp.flat, counts, inp.dtype_name,
+                         lambda: _scatter_back(flat, outs), algorithm=algorithm,
+                         async_op=async_op)
+    return _finish(work, async_op)
+
+
+def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: GroupLike = None,
+                           async_op: bool = False, *, algorithm: str | None = None
+                           ) -> Work | None:
+    """Gather ``input_tensor`` from every rank, concatenated in rank order, into ``output_tensor``.
+
+    ``output_tensor`` holds ``world_size`` times the input's elements (shape
+    ``(ws*N, ...)`` or ``(ws, N, ...)``).
+    """
+    caller = "all_gather_into_tensor"
+    pg = _resolve(group, caller)
+    async_op = _check_async(async_op, caller)
+    if pg is None:
+        return None
+    inp = as_buffer(input_tensor, name="input_tensor", caller=caller, rank=_rank(),
+                    writable=False)
+    out = as_buffer(output_tensor, name="output_tensor", caller=caller, rank=_rank())
+    _same_dtype([out], inp.dtype_name, "output_tensor", caller)
+    if out.count != inp.count * pg.size():
+        raise usage(caller, f"'output_tensor' holds {out.count} elements; it must hold "
+                            f"world_size ({pg.size()}) x {inp.count}", _rank())
+    algorithm = _check_algorithm(algorithm, "all_gather", caller)
+    work = pg.all_gather(out.flat, inp.flat, [inp.count] * pg.size(), inp.dtype_name,
+                         out.finish, algorithm=algorithm, async_op=async_op)
+    return _finish(work, async_op)
+
+
+def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = None,
+           group: GroupLike = None, async_op: bool = False, group_dst: int | None = None, *,
+           algorithm: str | None = None) -> Work | None:
+    """Gather ``tensor`` from every rank into ``gather_list`` on rank ``dst``.
+
+    ``gather_list`` is required on ``dst`` (one array per rank; sizes may
+    differ between ranks) and must be None or empty elsewhere.
+    """
+    caller = "gather"
+    pg = _resolve(group, caller)
+    async_op = _check_async(async_op, caller)
+    if pg is None:
+        return None
+    root = _root(pg, dst, group_dst, name="dst", caller=caller)
+    inp = as_buffer(tensor, name="tensor", caller=caller, rank=_rank(), writable=False)
+    out_flat, outs = None, []
+    if pg.rank() == root:
+        outs = [as_buffer(t, name=f"gather_list[{i}]", caller=caller, rank=_rank())
+                for i, t in enumerate(_list(gather_list, "gather_list", caller, pg.size()))]
+        _same_dtype(outs, inp.dtype_name, "gather_list", caller)
+        if outs[root].count != inp.count:
+            raise usage(caller, f"gather_list[{root}] holds {outs[root].count} elements but "
+                                f"'tensor' holds {inp.count}", _rank())
+        out_flat = np.empty(sum(b.count for b in outs), inp.flat.dtype)
+    elif gather_list:
+        raise usage(caller, "'gather_list' must be None or empty on ranks other than dst",
+                    _rank())
+    expected = [b.count for b in outs] if outs else None
+    algorithm = _check_algorithm(algorithm, "gather", caller)
+
+    def finish() -> None:
+        if out_flat is not None:
+            _scatter_back(out_flat, outs)
+
+    work = pg.gather(out_flat, inp.flat, root, inp.dtype_name, finish, algorithm=algorithm,
+                     async_op=async_op, expected_counts=expected)
+    return _finish(work, async_op)
+
+
+def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None = None,
+            group: GroupLike = None, async_op: bool = False, group_src: int | None = None, *,
+            algorithm: str | None = None) -> Work | None:
+    """Send ``scatter_list[r]`` from rank ``src`` into ``tensor`` on each rank r."""
+    caller = "scatter"
+    pg = _resolve(group, caller)
+    async_op = _check_async(async_op, caller)
+    if pg is None:
+        return None
+    root = _root(pg, src, group_src, name="src", caller=caller)
+    out = as_buffer(tensor, name="tensor", caller=caller, rank=_rank())
+    in_flat, expected = None, None
+    if pg.rank() == root:
+        ins = [as_buffer(t, name=f"scatter_list[{i}]", caller=caller, rank=_rank(),
+                         writable=False)
+               for i, t in enumerate(_list(scatter_list, "scatter_list", caller, pg.size()))]
+        _same_dtype(ins, out.dtype_name, "scatter_list", caller)
+        if ins[root].count != out.count:
+            raise usage(caller, f"scatter_list[{root}] holds {ins[root].count} elements but "
+                                f"'tensor' holds {out.count}", _rank())
+        in_flat = _concat(ins, out.flat.dtype)
+        expected = [b.count for b in ins]
+    elif scatter_list:
+        raise usage(caller, "'scatter_list' must be None or empty on ranks other than src",
+                    _rank())
+    algorithm = _check_algorithm(algorithm, "scatter", caller)
+    work = pg.scatter(out.flat, in_flat, root, out.dtype_name, out.finish, algorithm=algorithm,
+                      async_op=async_op, expected_counts=expected)
+    return _finish(work, async_op)
+
+
+def reduce_scatter(output: Any, input_list: list[Any], op: Any = ReduceOp.SUM,
+                   group: GroupLike = None, async_op: bool = False, *,
+                   algorithm: str | None = None) -> Work | None:
+    """Reduce ``input_list[r]`` over all ranks into ``output`` on rank r.
+
+    Pieces may differ in size (``input_list[r]`` has rank r's output size;
+    the same sizes on every rank).
+    """
+    caller = "reduce_scatter"
+    pg = _resolve(group, caller)
+    async_op = _check_async(async_op, caller)
+    if pg is None:
+        return None
+    out = as_buffer(output, name="output", caller=caller, rank=_rank())
+    ins = [as_buffer(t, name=f"input_list[{i}]", caller=caller, rank=_rank(), writable=False)
+           for i, t in enumerate(_list(input_list, "input_list", caller, pg.size()))]
+    _same_dtype(ins, out.dtype_name, "input_list", caller)
+    if ins[pg.rank()].count != out.count:
+        raise usage(caller, f"input_list[{pg.rank()}] holds {ins[pg.rank()].count} elements "
+                            f"but 'output' holds {out.count}", _rank())
+    rop = _op(op, out.dtype_name, caller)
+    algorithm = _check_algorithm(algorithm, "reduce_scatter", caller)
+    in_flat = _concat(ins, out.flat.dtype)
+    work = pg.reduce_scatter(out, in_flat, [b.count for b in ins], rop, lambda: None,
+                             algorithm=algorithm, async_op=async_op)
+    return _finish(work, async_op)
+
+
+def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM,  # noqa: A002
+                          group: GroupLike = None, async_op: bool = False, *,
+                          algorithm: str | None = None) -> Work | None:
+    """Reduce ``input`` (``world_size`` equal pieces) over all ranks; rank r gets piece r."""
+    caller = "reduce_scatter_tensor"
+    pg = _resolve(group, caller)
+    async_op = _check_async(async_op, caller)
+    if pg is None:
+        return None
+    out = as_buffer(output, name="output", caller=caller, rank=_rank())
+    inp = as_buffer(input, name="input", caller=caller, rank=_rank(), writable=False)
+    _same_dtype([inp], out.dtype_name, "input", caller)
+    if inp.count != out.count * pg.size():
+        raise usage(caller, f"'input' holds {inp.count} elements; it must hold world_size "
+                            f"({pg.size()}) x {out.count}", _rank())
+    rop = _op(op, out.dtype_name, caller)
+    algorithm = _check_algorithm(algorithm, "reduce_scatter", caller)
+    work = pg.reduce_scatter(out, inp.flat, [out.count] * pg.size(), rop, lambda: None,
+                             algorithm=algorithm, async_op=async_op)
+    return _finish(work, async_op)
+
+
+def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any],
+               group: GroupLike = None, async_op: bool = False, *,
+               algorithm: str | None = None) -> Work | None:
+    """Send ``input_tensor_list[r]`` to rank r; receive rank r's piece into ``output_tensor_list[r]``."""
+    caller = "all_to_all"
+    pg = _resolve(group, caller)
+    async_op = _check_async(async_op, caller)
+    if pg is None:
+        return None
+    n = pg.size()
+    ins = [as_buffer(t, name=f"input_tensor_list[{i}]", caller=caller, rank=_rank(),
+                     writable=False)
+           for i, t in enumerate(_list(input_tensor_list, "input_tensor_list", caller, n))]
+    outs = [as_buffer(t, name=f"output_tensor_list[{i}]", caller=caller, rank=_rank())
+            for i, t in enumerate(_list(output_tensor_list, "output_tensor_list", caller, n))]
+    dtn = ins[0].dtype_name
+    _same_dtype(ins, dtn, "input_tensor_list", caller)
+    _same_dtype(outs, dtn, "output_tensor_list", caller)
+    out_flat = np.empty(sum(b.count for b in outs), ins[0].flat.dtype)
+    algorithm = _check_algorithm(algorithm, "all_to_all", caller)
+    work = pg.all_to_all(out_flat, _concat(ins, ins[0].flat.dtype), [b.count for b in ins],
+                         [b.count for b in outs], dtn, lambda: _scatter_back(out_flat, outs),
+                         algorithm=algorithm, async_op=async_op)
+    return _finish(work, async_op)
+
+
+def _splits(sizes: Any, buf: Buffer, n: int, name: str, caller: str) -> list[int]:
+    """Element counts per rank for all_to_all_single's split sizes (rows of dim 0)."""
+    rows = buf.shape[0] if buf.shape else 1
+    row = buf.count // rows if rows else 0
+    if sizes is None or len(sizes) == 0:
+        if rows % n:
+            raise usage(caller, f"'{name}' has {rows} rows along dim 0, not divisible by the "
+                                f"group size {n}; pass split sizes", _rank())
+        return [rows // n * row] * n
+    sizes = list(sizes)
+    if len(sizes) != n or any(not isinstance(s, (int, np.integer)) or s < 0 for s in sizes):
+        raise usage(caller, f"split sizes for '{name}' must be {n} non-negative ints, got "
+                            f"{sizes}", _rank())
+    if sum(sizes) != rows:
+        raise usage(caller, f"split sizes for '{name}' add up to {sum(sizes)} but it has "
+                            f"{rows} rows along dim 0", _rank())
+    return [int(s) * row for s in sizes]
+
+
+def all_to_all_single(output: Any, input: Any, output_split_sizes: Sequence[int] | None = None,  # noqa: A002
+                      input_split_sizes: Sequence[int] | None = None, group: GroupLike = None,
+                      async_op: bool = False, *, algorithm: str | None = None) -> Work | None:
+    """Split ``input`` along dim 0, send piece r to rank r, concatenate what arrives into ``output``.
+
+    Args:
+        output_split_sizes / input_split_sizes (list[int], optional): rows of
+            dim 0 received from / sent to each rank; equal splits if omitted.
+    """
+    caller = "all_to_all_single"
+    pg = _resolve(group, caller)
+    async_op = _check_async(async_op, caller)
+    if pg is None:
+        return None
+    out = as_buffer(output, name="output", caller=caller, rank=_rank())
+    inp = as_buffer(input, name="input", caller=caller, rank=_rank(), writable=False)
+    _same_dtype([out], inp.dtype_name, "output", caller)
+    send = _splits(input_split_sizes, inp, pg.size(), "input", caller)
+    recv = _splits(output_split_sizes, out, pg.size(), "output", caller)
+    algorithm = _check_algorithm(algorithm, "all_to_all", caller)
+    work = pg.all_to_all(out.flat, inp.flat, send, recv, inp.dtype_name, out.finish,
+                         algorithm=algorithm, async_op=async_op)
+    return _finish(work, async_op)
+
+
+# ---------------------------------------------------------- point to point
+
+
+def _peer(pg: ProcessGroup, peer: int | None, group_peer: int | None, name: str,
+          caller: str) -> int:
+    if peer is None and group_peer is None:
+        raise usage(caller, f"'{name}' is required", _rank())
+    r = _root(pg, peer, group_peer, name=name, caller=caller)
+    if r == pg.rank():
+        raise usage(caller, f"'{name}' is this rank itself ({pg.global_rank(r)}); a rank "
+                            f"cannot send to or receive from itself", _rank())
+    return r
+
+
+def _tag(tag: Any, caller: str) -> int:
+    if not isinstance(tag, (int, np.integer)) or isinstance(tag, bool) or \
+            not -(1 << 62) <= tag < (1 << 62):
+        raise usage(caller, f"'tag' must be an int, got {tag!r}", _rank())
+    return int(tag)
+
+
+def isend(tensor: Any, dst: int | None = None, group: GroupLike = None, tag: int = 0,
+          group_dst: int | None = None) -> Work | None:
+    """Send ``tensor`` to rank ``dst`` without waiting; returns a ``Work``.
+
+    The data must stay unchanged until the Work completes. Messages between
+    two ranks with the same tag arrive in the order they were sent.
+    """
+    caller = "isend"
+    pg = _resolve(group, caller)
+    if pg is None:
+        return None
+    peer = _peer(pg, dst, group_dst, "dst", caller)
+    t = _tag(tag, caller)
+    buf = as_buffer(tensor, name="tensor", caller=caller, rank=_rank(), writable=False)
+    return pg.isend(buf.flat, peer, t)
+
+
+def irecv(tensor: Any, src: int | None = None, group: GroupLike = None, tag: int = 0,
+          group_src: int | None = None) -> Work | None:
+    """Receive into ``tensor`` from rank ``src`` (None: any rank) without waiting.
+
+    The returned Work's ``source_rank`` (and ``_source_rank()``) tell the sender.
+    """
+    caller = "irecv"
+    pg = _resolve(group, caller)
+    if pg is None:
+        return None
+    peer = None if src is None and group_src is None else _peer(pg, src, group_src, "src",
+                                                                caller)
+    t = _tag(tag, caller)
+    buf = as_buffer(tensor, name="tensor", caller=caller, rank=_rank())
+    return pg.irecv(buf, peer, t)
+
+
+def send(tensor: Any, dst: int | None = None, group: GroupLike = None, tag: int = 0,
+         group_dst: int | None = None) -> None:
+    """Send ``tensor`` to rank ``dst``; returns once the data is handed over.
+
+    Raises:
+        InvalidUsage: bad argument. PeerGoneError / CommTimeout: the receiver
+        exited or did not take the data in time.
+    """
+    work = isend(tensor, dst, group, tag, group_dst)
+    if work is not None:
+        work.wait()
+
+
+def recv(tensor: Any, src: int | None = None, group: GroupLike = None, tag: int = 0,
+         group_src: int | None = None) -> int:
+    """Receive into ``tensor`` from rank ``src`` (None: any rank); returns the sender's rank.
+
+    Raises:
+        InvalidUsage: bad argument. MismatchError: the message's size differs
+        from ``tensor``'s. PeerGoneError / CommTimeout: the sender exited or
+        did not send in time.
+    """
+    work = irecv(tensor, src, group, tag, group_src)
+    if work is None:
+        return -1
+    work.wait()
+    return work.source_rank if work.source_rank is not None else -1
+
+
+class P2POp:
+    """One send or receive for :func:`batch_isend_irecv`.
+
+    Args:
+        op: ``meshcast.isend`` or ``meshcast.irecv`` (torch's ``dist.isend`` works too).
+        tensor: the data.
+        peer: global rank of the other side (or ``group_peer``).
+        group: the group (default: world). tag: message tag.
+    """
+
+    def __init__(self, op: Any, tensor: Any, peer: int | None = None, group: GroupLike = None,
+                 tag: int = 0, group_peer: int | None = None) -> None:
+        name = getattr(op, "__name__", "")
+        if name not in ("isend", "irecv"):
+            raise usage("P2POp", f"'op' must be isend or irecv, got {op!r}", _rank())
+        self.op = op
+        self.kind = name
+        self.tensor = tensor
+        self.peer = peer
+        self.group = group
+        self.tag = tag
+        self.group_peer = group_peer
+
+
+def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
+    """Post every send and receive in ``p2p_op_list`` at once; returns their Works.
+
+    Sends and receives make progress independently, so a batch in which
+    every rank sends to one neighbour and receives from another cannot deadlock.
+    All ops are validated before any is posted.
+    """
+    caller = "batch_isend_irecv"
+    if not isinstance(p2p_op_list, (list, tuple)) or not all(
+            isinstance(p, P2POp) for p in p2p_op_list):
+        raise usage(caller, "'p2p_op_list' must be a list of P2POp", _rank())
+    prepared = []
+    for p in p2p_op_list:
+        pg = _resolve(p.group, caller)
+        if pg is None:
+            continue
+        name = "dst" if p.kind == "isend" else "src"
+        peer = _peer(pg, p.peer, p.group_peer, name, caller)
+        t = _tag(p.tag, caller)
+        buf = as_buffer(p.tensor, name="tensor", caller=caller, rank=_rank(),
+                        writable=p.kind == "irecv")
+        prepared.append((pg, p.kind, buf, peer, t))
+    works = []
+    for pg, kind, buf, peer, t in prepared:
+        works.append(pg.isend(buf.flat, peer, t) if kind == "isend" else pg.irecv(buf, peer, t))
+    return works
+
+
+# ------------------------------------------------------------------ misc
+
+
+def launch_env() -> Any:
+    """What launched this process: ``meshcast run``, torchrun, mpiexec, srun... (a LaunchEnv)."""
+    from .rendezvous.env import detect_launch_env
+
+    return detect_launch_env()
+
+
+def _unused(*_: Any) -> None:  # keep linters quiet about optional imports
+    return None
+
+
+_unused(os, MismatchError, completed)

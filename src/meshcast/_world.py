@@ -1,0 +1,150 @@
+"""Process-global state in one object: the world's store, transport, default group and subgroups.
+
+Bring-up (``bring_up``) is Gloo's full-mesh idea on one host: every rank
+publishes who it is (host id, pid) in the store, waits for all the others,
+then the host's first rank creates the node segment for point-to-point and
+group rank 0 of each group creates the group's arena; the others attach, and
+a store barrier confirms every rank mapped them before the creator drops the
+descriptor (after which nothing is left to leak).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import _sync, config
+from .errors import CommTimeout, RendezvousError, TransportError
+from .group import ProcessGroup
+from .transport.arena import Arena
+from .transport.segment import Segment
+from .transport.shm import ShmTransport
+
+
+def host_id() -> str:
+    """Identifies this machine (and this boot of it): ranks with equal ids share memory."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = "?"
+    return f"{socket.gethostname()}/{boot}"
+
+
+def store_barrier(store: Any, key: str, n: int, timeout: float, what: str) -> None:
+    """Return once ``n`` callers reached ``key`` (one ``add`` each, one ``wait``)."""
+    if store.add(key, 1) == n:
+        store.set(key + "/done", b"1")
+    try:
+        store.wait([key + "/done"], timeout)
+    except CommTimeout:
+        raise CommTimeout(f"{what}: not every rank arrived within {timeout:.0f}s") from None
+
+
+@dataclass
+class World:
+    """Everything ``init_process_group`` sets up for this process."""
+
+    rank: int
+    size: int
+    store: Any
+    timeout: float
+    backend: str
+    liveness: _sync.Liveness
+    transport: ShmTransport
+    node_segment: Segment
+    default_group: ProcessGroup | None = None
+    groups: list[ProcessGroup] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+    next_group_id: int = 1
+
+    def make_group(self, group_id: int, ranks: Sequence[int], name: str) -> ProcessGroup:
+        """Collective over ``ranks`` (every member calls it): map the arena, build the group."""
+        n = len(ranks)
+        me = ranks.index(self.rank)
+        slot = config.get("MESHCAST_SLOT_BYTES")
+        key = f"meshcast/group/{group_id}"
+        if n == 1:
+            segment = Segment.create(f"g{group_id}-r{self.rank}", Arena.size(1, 0))
+            segment.seal()
+            slot = 0
+        elif me == 0:
+            segment = Segment.create(f"g{group_id}", Arena.size(n, slot))
+            self.store.set(f"{key}/arena", segment.locator)
+        else:
+            segment = Segment.attach(self.store.get(f"{key}/arena").decode())
+        if n > 1:
+            try:
+                store_barrier(self.store, f"{key}/attached", n, self.timeout,
+                              f"new_group {name}: attaching the arena")
+            finally:
+                if me == 0:
+                    segment.seal()
+        self.segments.append(segment)
+        arena = Arena(segment, me, n, slot, ranks, self.liveness, name)
+        group = ProcessGroup(group_id=group_id, name=name, global_ranks=ranks, rank=me,
+                             transport=self.transport, arena=arena, timeout=self.timeout,
+                             liveness=self.liveness)
+        self.groups.append(group)
+        return group
+
+    def close(self) -> None:
+        for group in self.groups:
+            group.shutdown()
+        self.transport.close()
+        for segment in self.segments:
+            segment.close()
+        self.node_segment.close()
+        closer = getattr(self.store, "close", None)
+        if closer is not None:
+            try:
+                closer()
+            except Exception:  # noqa: BLE001 - teardown must not mask the real outcome
+                pass
+
+
+def bring_up(store: Any, rank: int, size: int, timeout: float, backend: str) -> World:
+    """Meet every rank through ``store`` and set up the shared-memory engine."""
+    me = {"host": host_id(), "pid": os.getpid()}
+    store.set(f"meshcast/peer/{rank}", json.dumps(me))
+    keys = [f"meshcast/peer/{r}" for r in range(size)]
+    try:
+        store.wait(keys, timeout)
+    except CommTimeout:
+        missing = [r for r, k in enumerate(keys) if not store.check([k])]
+        raise RendezvousError(
+            f"init_process_group: rank(s) {missing} of {size} did not arrive within "
+            f"{timeout:.0f}s (rank {rank} waited)") from None
+    peers = [json.loads(store.get(k)) for k in keys]
+    hosts = sorted({p["host"] for p in peers})
+    if len(hosts) > 1:
+        raise TransportError(
+            f"init_process_group: the ranks run on {len(hosts)} hosts; this version of meshcast "
+            f"has only the shared-memory engine (one host). The TCP engine is not available yet.")
+    pids = {r: p["pid"] for r, p in enumerate(peers)}
+    liveness = _sync.Liveness(pids)
+    ranks = list(range(size))
+    ring = config.get("MESHCAST_RING_BYTES")
+    if rank == 0:
+        segment = Segment.create("node", ShmTransport.segment_size(size, ring))
+        store.set("meshcast/node", segment.locator)
+    else:
+        segment = Segment.attach(store.get("meshcast/node").decode())
+    try:
+        store_barrier(store, "meshcast/node/attached", size, timeout,
+                      "init_process_group: attaching shared memory")
+    finally:
+        if rank == 0:
+            segment.seal()
+    transport = ShmTransport(segment, ranks, rank, ring, liveness)
+    world = World(rank=rank, size=size, store=store, timeout=timeout, backend=backend,
+                  liveness=liveness, transport=transport, node_segment=segment)
+    world.default_group = world.make_group(0, ranks, "WORLD")
+    return world
+
+
+current: World | None = None

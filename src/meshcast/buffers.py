@@ -1,0 +1,180 @@
+"""Adapts NumPy arrays and PyTorch CPU tensors to flat, contiguous NumPy views, and writes results back.
+
+A :class:`Buffer` gives the engine ``flat``: a 1-D C-contiguous array sharing
+memory with the user's object whenever it can (contiguous arrays, contiguous
+CPU tensors, including bfloat16 tensors seen as uint16). Otherwise ``flat`` is
+a staging copy and :meth:`Buffer.finish` copies the result back into the
+user's object; torch tensors are written under ``no_grad`` with ``copy_``.
+
+bfloat16 is carried as its raw 16-bit pattern (``np.uint16``) with
+``dtype_name == "bfloat16"``; reductions convert it to float32 and back with
+round-to-nearest-even (:func:`bf16_to_f32`, :func:`f32_to_bf16`).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from .errors import usage
+
+SUPPORTED = (
+    "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+    "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+)
+
+
+def _torch() -> Any:
+    return sys.modules.get("torch")
+
+
+def is_tensor(obj: Any) -> bool:
+    torch = _torch()
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+class Buffer:
+    """A user array or tensor seen as a flat contiguous NumPy array.
+
+    Attributes:
+        flat: 1-D contiguous array holding the data (element dtype ``storage``).
+        dtype_name: logical dtype name ("float32", "bfloat16", ...).
+        shape: the user's shape.
+        source: the user's object.
+    """
+
+    __slots__ = ("flat", "dtype_name", "shape", "source", "_staged")
+
+    def __init__(self, flat: np.ndarray, dtype_name: str, shape: tuple[int, ...], source: Any,
+                 staged: bool) -> None:
+        self.flat = flat
+        self.dtype_name = dtype_name
+        self.shape = shape
+        self.source = source
+        self._staged = staged
+
+    @property
+    def count(self) -> int:
+        return self.flat.size
+
+    @property
+    def nbytes(self) -> int:
+        return self.flat.nbytes
+
+    def finish(self) -> None:
+        """Copy a staged result back into the user's object (no-op when not staged)."""
+        if not self._staged:
+            return
+        src = self.source
+        if is_tensor(src):
+            torch = _torch()
+            data = self.flat.reshape(self.shape)
+            if self.dtype_name == "bfloat16":
+                staged = torch.from_numpy(data.view(np.int16)).view(torch.bfloat16)
+            else:
+                staged = torch.from_numpy(data)
+            with torch.no_grad():
+                src.copy_(staged)
+        else:
+            np.copyto(src, self.flat.reshape(self.shape), casting="unsafe")
+
+
+def _dtype_name(dt: np.dtype) -> str:
+    if dt.name == "bfloat16":  # ml_dtypes
+        return "bfloat16"
+    return dt.name
+
+
+def as_buffer(obj: Any, *, name: str, caller: str, rank: int | None,
+              writable: bool = True) -> Buffer:
+    """Wrap ``obj`` (numpy.ndarray or CPU torch.Tensor) as a :class:`Buffer`.
+
+    Args:
+        obj: the user's array or tensor.
+        name: the argument's name, for error messages.
+        caller: the public function being called, for error messages.
+        rank: the calling rank, for error messages.
+        writable: the call writes into ``obj``.
+
+    Raises:
+        InvalidUsage: ``obj`` is not an array/tensor, lives off the CPU, has an
+            unsupported dtype, or is read-only while the call writes into it.
+    """
+    if is_tensor(obj):
+        return _from_tensor(obj, name=name, caller=caller, rank=rank)
+    if not isinstance(obj, np.ndarray):
+        raise usage(caller, f"'{name}' must be a NumPy array or a CPU torch.Tensor, "
+                            f"got {type(obj).__name__}", rank)
+    dtn = _dtype_name(obj.dtype)
+    if dtn not in SUPPORTED:
+        raise usage(caller, f"'{name}' has unsupported dtype {obj.dtype}; supported: "
+                            f"{', '.join(SUPPORTED)}", rank)
+    if not obj.dtype.isnative:
+        raise usage(caller, f"'{name}' has non-native byte order {obj.dtype.str}; "
+                            f"convert it with .astype('{obj.dtype.newbyteorder('=').str}')", rank)
+    if writable and not obj.flags.writeable:
+        raise usage(caller, f"'{name}' is read-only but {caller} writes its result into it", rank)
+    storage = np.dtype(np.uint16) if dtn == "bfloat16" else obj.dtype
+    if obj.flags.c_contiguous:
+        flat = obj.reshape(-1).view(storage)
+        return Buffer(flat, dtn, obj.shape, obj, staged=False)
+    flat = np.ascontiguousarray(obj).reshape(-1).view(storage)
+    return Buffer(flat, dtn, obj.shape, obj, staged=writable)
+
+
+def _from_tensor(t: Any, *, name: str, caller: str, rank: int | None) -> Buffer:
+    torch = _torch()
+    if t.device.type != "cpu":
+        raise usage(caller, f"'{name}' is on device {t.device}; meshcast moves CPU tensors "
+                            f"only", rank)
+    if t.is_sparse or t.layout != torch.strided:
+        raise usage(caller, f"'{name}' must be a dense (strided) tensor, got layout "
+                            f"{t.layout}", rank)
+    dtn = str(t.dtype).removeprefix("torch.")
+    if dtn not in SUPPORTED:
+        raise usage(caller, f"'{name}' has unsupported dtype {t.dtype}", rank)
+    shape = tuple(t.shape)
+    d = t.detach()
+    staged = not d.is_contiguous()
+    if staged:
+        d = d.contiguous()
+    if dtn == "bfloat16":
+        flat = d.view(torch.int16).numpy().reshape(-1).view(np.uint16)
+    else:
+        if d.is_conj():
+            d = d.resolve_conj()
+            staged = True
+        flat = d.numpy().reshape(-1)
+    return Buffer(flat, dtn, shape, t, staged=staged)
+
+
+def working_copy(flat: np.ndarray, dtype_name: str, work_dtype: np.dtype) -> np.ndarray:
+    """Return ``flat`` converted to ``work_dtype`` (float32 for bf16/fp16 reductions)."""
+    if dtype_name == "bfloat16":
+        return bf16_to_f32(flat)
+    return flat.astype(work_dtype)
+
+
+def store_back(dst: np.ndarray, work: np.ndarray, dtype_name: str) -> None:
+    """Write a working (upcast) result into ``dst`` in the user's dtype."""
+    if dtype_name == "bfloat16":
+        dst[...] = f32_to_bf16(work)
+    else:
+        np.copyto(dst, work, casting="unsafe")
+
+
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns (uint16) -> float32 values (exact)."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16(values: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns with round-to-nearest-even; NaN stays NaN."""
+    u = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(values)
+    if nan.any():
+        rounded[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
+    return rounded

@@ -1,0 +1,122 @@
+"""Runs a group's collectives one at a time, in call order, inline or on a worker thread.
+
+Theory of operation
+-------------------
+Collectives of one group must execute in the order the program called them
+(every rank matches them by sequence number). A synchronous call that finds
+the group idle runs inline in the caller's thread: no thread hop, lowest
+latency. Anything else (``async_op=True``, or a synchronous call issued while
+async work is still queued) goes into the group's FIFO, which a worker thread
+drains. NumPy releases the GIL in its copy and reduce loops and the waits
+block in the kernel, so async collectives really overlap with the caller's
+computation.
+
+A failed collective *poisons* the group: later submissions fail at once with
+GroupAbortedError naming the first failure (as Gloo and NCCL do: a
+communicator that saw a broken link or a mismatch cannot be trusted).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .errors import GroupAbortedError
+from .work import Work
+
+Job = Callable[[], Any]
+
+
+class Engine:
+    """The FIFO of one group."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._cv = threading.Condition()
+        self._queue: collections.deque[tuple[Job, Work]] = collections.deque()
+        self._running = False
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.failure: BaseException | None = None
+
+    def submit(self, job: Job, work: Work, *, inline: bool) -> Work:
+        """Queue ``job``; run it in this thread if ``inline`` and the group is idle."""
+        with self._cv:
+            if self.failure is not None:
+                work._complete(error=GroupAbortedError(
+                    f"{self.name} is unusable after an earlier failure: {self.failure}"))
+                return work
+            if self._closed:
+                work._complete(error=GroupAbortedError(f"{self.name} was destroyed"))
+                return work
+            if inline and not self._running and not self._queue:
+                self._running = True
+                run_here = True
+            else:
+                self._queue.append((job, work))
+                self._ensure_worker()
+                self._cv.notify_all()
+                run_here = False
+        if run_here:
+            try:
+                self._run(job, work)
+            finally:
+                with self._cv:
+                    self._running = False
+                    self._cv.notify_all()
+        return work
+
+    def _run(self, job: Job, work: Work) -> None:
+        try:
+            result = job()
+        except BaseException as exc:  # noqa: BLE001 - every failure goes to the Work
+            with self._cv:
+                if self.failure is None:
+                    self.failure = exc
+            work._complete(error=exc)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            work._complete(result)
+
+    def _ensure_worker(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._loop, name=f"meshcast-{self.name}",
+                                            daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while (self._running or not self._queue) and not self._closed:
+                    self._cv.wait()
+                if self._closed and not self._queue:
+                    return
+                job, work = self._queue.popleft()
+                if self.failure is not None:
+                    work._complete(error=GroupAbortedError(
+                        f"{self.name} is unusable after an earlier failure: {self.failure}"))
+                    continue
+                self._running = True
+            try:
+                self._run(job, work)
+            finally:
+                with self._cv:
+                    self._running = False
+                    self._cv.notify_all()
+
+    def drain(self, timeout: float | None = None) -> None:
+        """Wait until every queued job finished."""
+        with self._cv:
+            self._cv.wait_for(lambda: not self._queue and not self._running, timeout)
+
+    def close(self) -> None:
+        """Refuse new work; queued work fails with GroupAbortedError."""
+        with self._cv:
+            self._closed = True
+            pending, self._queue = list(self._queue), collections.deque()
+            self._cv.notify_all()
+        for _, work in pending:
+            work._complete(error=GroupAbortedError(f"{self.name} was destroyed"))

@@ -1,0 +1,394 @@
+"""``ProcessGroup``: a set of ranks, their arena and FIFO, and one method per collective.
+
+A ProcessGroup is the backend in torch's sense. It receives already
+validated, flattened buffers from the front door (_api.py), and for each
+call it: assigns the next sequence number, builds the fingerprint and the
+Plan, picks an algorithm (algorithms/_select.py), and submits a job to its
+:class:`~meshcast.engine.Engine`. The job enters the collective on the arena
+(fingerprint exchange), runs the schedule with the executor, then finishes
+(AVG division, float16/bfloat16 down-conversion, write-back of staged
+buffers). Ranks here are group ranks; the global <-> group mapping is
+:attr:`global_ranks`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import _sync, config, ops
+from ._fingerprint import Fingerprint, counts_hash
+from .algorithms import _execute
+from .algorithms._plan import Plan
+from .buffers import Buffer, store_back, working_copy
+from .engine import Engine
+from .errors import GroupAbortedError, MismatchError, usage
+from .transport.arena import Arena
+from .transport.shm import KIND_COLL, KIND_P2P, Handle, ShmTransport
+from .work import Work
+
+_TAG_ROUNDS = 20
+
+
+def _select(plan: Plan, algorithm: str | None) -> Any:
+    from .algorithms import _select as selector
+
+    return selector.select(plan, algorithm, config.get("MESHCAST_ALGO"))
+
+
+class _CollHandle:
+    """A transport handle whose wait also notices that another rank aborted the call."""
+
+    __slots__ = ("handle", "arena")
+
+    def __init__(self, handle: Handle, arena: Arena) -> None:
+        self.handle, self.arena = handle, arena
+
+    def wait(self, deadline: float) -> None:
+        self.handle.wait(deadline, self.arena.check_abort)
+
+
+class _Ctx:
+    """Executor context for one call (see algorithms/_execute.ExecContext)."""
+
+    __slots__ = ("group", "seq", "op", "deadline", "arena", "what")
+
+    def __init__(self, group: ProcessGroup, seq: int, op: Any, deadline: float, what: str
+                 ) -> None:
+        self.group, self.seq, self.op, self.deadline = group, seq, op, deadline
+        self.arena = group.arena
+        self.what = what
+
+    def _tag(self, round_index: int) -> int:
+        return (self.seq << _TAG_ROUNDS) | round_index
+
+    def isend(self, peer: int, buf: np.ndarray, round_index: int) -> _CollHandle:
+        g = self.group
+        return _CollHandle(g.transport.isend(g.global_ranks[peer], g.group_id, KIND_COLL,
+                                             self._tag(round_index), buf, self.what), self.arena)
+
+    def irecv(self, peer: int, buf: np.ndarray, round_index: int) -> _CollHandle:
+        g = self.group
+        return _CollHandle(g.transport.irecv(g.global_ranks[peer], g.group_id, KIND_COLL,
+                                             self._tag(round_index), buf, self.what), self.arena)
+
+
+class P2PWork(Work):
+    """Work of a point-to-point operation: completes when the transport handle does."""
+
+    def __init__(self, describe: str, handle: Handle, deadline: float,
+                 finish: Callable[[], None] | None = None) -> None:
+        super().__init__(describe)
+        self._handle = handle
+        self._deadline = deadline
+        self._finish = finish
+
+    def _settle(self) -> None:
+        if self._done.is_set() or not self._handle.test():
+            return
+        err = self._handle.error
+        if err is None and self._finish is not None:
+            self._finish()
+        self.source_rank = self._handle.source
+        self._complete(error=err)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if timeout is not None and hasattr(timeout, "total_seconds"):
+            timeout = timeout.total_seconds()
+        deadline = self._deadline if timeout is None else min(self._deadline,
+                                                              time.monotonic() + timeout)
+        if not self._done.is_set():
+            try:
+                self._handle.wait(deadline)
+            except BaseException as exc:
+                if self._handle.test() or time.monotonic() >= self._deadline:
+                    self._complete(error=exc)
+                raise
+            self._settle()
+        return super().wait(0)
+
+    def is_completed(self) -> bool:
+        self._settle()
+        return self._done.is_set()
+
+    def is_success(self) -> bool:
+        self._settle()
+        return super().is_success()
+
+    def exception(self) -> BaseException | None:
+        self._settle()
+        return super().exception()
+
+
+class ProcessGroup:
+    """A group of ranks that run collectives together.
+
+    Use :func:`meshcast.new_group` to make one; the default group is made by
+    :func:`meshcast.init_process_group`. ``rank()``/``size()`` are group-local.
+    """
+
+    def __init__(self, *, group_id: int, name: str, global_ranks: Sequence[int], rank: int,
+                 transport: ShmTransport, arena: Arena, timeout: float,
+                 liveness: _sync.Liveness) -> None:
+        self.group_id = group_id
+        self.group_name = name
+        self.global_ranks = list(global_ranks)
+        self._rank = rank
+        self._size = len(self.global_ranks)
+        self._group_rank_of = {g: i for i, g in enumerate(self.global_ranks)}
+        self.transport = transport
+        self.arena = arena
+        self.timeout = timeout
+        self.liveness = liveness
+        self.engine = Engine(name)
+        self._seq = itertools.count(1)
+        self.last_algorithm: str | None = None
+
+    # ------------------------------------------------------------------- ranks
+
+    def rank(self) -> int:
+        """This process's rank within the group."""
+        return self._rank
+
+    def size(self) -> int:
+        """Number of ranks in the group."""
+        return self._size
+
+    def group_rank(self, global_rank: int) -> int:
+        """Group rank of ``global_rank`` (raises ValueError if it is not a member)."""
+        try:
+            return self._group_rank_of[global_rank]
+        except KeyError:
+            raise ValueError(f"rank {global_rank} is not in {self.group_name}") from None
+
+    def global_rank(self, group_rank: int) -> int:
+        """Global rank of group rank ``group_rank``."""
+        return self.global_ranks[group_rank]
+
+    def __repr__(self) -> str:
+        return f"<ProcessGroup {self.group_name} rank {self._rank}/{self._size}>"
+
+    # ------------------------------------------------------------- machinery
+
+    def _deadline(self) -> float:
+        return time.monotonic() + self.timeout
+
+    def _submit(self, kind: str, fp: Fingerprint, make_plan: Callable[[list[int]], Plan],
+                finish: Callable[[Plan], None], *, algorithm: str | None, async_op: bool,
+                per_rank_counts: bool = False) -> Work:
+        what = f"{kind} #{fp.seq} on {self.group_name} (rank {self.global_ranks[self._rank]})"
+        work = Work(what)
+
+        def job() -> None:
+            deadline = self._deadline()
+            # A mismatch found here is found by every rank itself: no abort needed.
+            counts = self.arena.enter(fp, what, deadline, per_rank_counts=per_rank_counts)
+            try:
+                plan = make_plan(counts)
+                entry = _select(plan, algorithm)
+                self.last_algorithm = f"{kind}/{entry.name}"
+                ctx = _Ctx(self, fp.seq, plan.op, deadline, f"{what} [{entry.name}]")
+                _execute.execute(entry.fn(plan), ctx)
+            except (GroupAbortedError, MismatchError) as exc:
+                # Peers that are still waiting must fail the same way, not time out.
+                self.arena.abort(str(exc), mismatch=isinstance(exc, MismatchError))
+                raise
+            except BaseException as exc:
+                self.arena.abort(f"rank {self.global_ranks[self._rank]} failed in {what}: {exc}")
+                raise
+            finish(plan)
+
+        return self.engine.submit(job, work, inline=not async_op)
+
+    def _plan(self, kind: str, dtype: np.dtype, **kw: Any) -> Plan:
+        return Plan(coll=kind, rank=self._rank, size=self._size, dtype=dtype,
+                    slot_bytes=self.arena.slot_bytes if self._size > 1 else 0, **kw)
+
+    @staticmethod
+    def _working(buf_flat: np.ndarray, dtype_name: str, op: Any
+                 ) -> tuple[np.ndarray, bool]:
+        """The array the reduction runs on (float32 for float16/bfloat16)."""
+        if dtype_name in ("float16", "bfloat16"):
+            work_dtype = ops.working_dtype(np.dtype(np.float16), op)
+            if dtype_name == "bfloat16" or work_dtype != buf_flat.dtype:
+                return working_copy(buf_flat, dtype_name, work_dtype), True
+        return buf_flat, False
+
+    def _next(self, kind: str, **fields: Any) -> Fingerprint:
+        return Fingerprint(next(self._seq), kind, **fields)
+
+    # ------------------------------------------------------------ collectives
+
+    def barrier(self, *, algorithm: str | None = None, async_op: bool = False) -> Work:
+        fp = self._next("barrier")
+        return self._submit("barrier", fp, lambda c: self._plan("barrier", np.dtype(np.uint8)),
+                            lambda p: None, algorithm=algorithm, async_op=async_op)
+
+    def broadcast(self, buf: Buffer, root: int, *, algorithm: str | None = None,
+                  async_op: bool = False) -> Work:
+        fp = self._next("broadcast", dtype=buf.dtype_name, root=root, count=buf.count)
+        return self._submit(
+            "broadcast", fp,
+            lambda c: self._plan("broadcast", buf.flat.dtype, root=root, output=buf.flat),
+            lambda p: buf.finish(), algorithm=algorithm, async_op=async_op)
+
+    def all_reduce(self, buf: Buffer, op: ops.ReduceOp, *, algorithm: str | None = None,
+                   async_op: bool = False) -> Work:
+        fp = self._next("all_reduce", dtype=buf.dtype_name, op=op.name, count=buf.count)
+        work_arr, upcast = self._working(buf.flat, buf.dtype_name, op)
+        sched_op = ops.ReduceOp.SUM if op == ops.ReduceOp.AVG else op
+
+        def finish(plan: Plan) -> None:
+            if op == ops.ReduceOp.AVG:
+                ops.finish_average(work_arr, self._size)
+            if upcast:
+                store_back(buf.flat, work_arr, buf.dtype_name)
+            buf.finish()
+
+        return self._submit(
+            "all_reduce", fp,
+            lambda c: self._plan("all_reduce", work_arr.dtype, op=sched_op, input=work_arr,
+                                 output=work_arr),
+            finish, algorithm=algorithm, async_op=async_op)
+
+    def reduce(self, buf: Buffer, op: ops.ReduceOp, root: int, *, algorithm: str | None = None,
+               async_op: bool = False) -> Work:
+        fp = self._next("reduce", dtype=buf.dtype_name, op=op.name, root=root, count=buf.count)
+        work_arr, _ = self._working(buf.flat, buf.dtype_name, op)
+        out = np.empty_like(work_arr) if self._rank == root else None
+        sched_op = ops.ReduceOp.SUM if op == ops.ReduceOp.AVG else op
+
+        def finish(plan: Plan) -> None:
+            if out is None:
+                return
+            if op == ops.ReduceOp.AVG:
+                ops.finish_average(out, self._size)
+            store_back(buf.flat, out, buf.dtype_name)
+            buf.finish()
+
+        return self._submit(
+            "reduce", fp,
+            lambda c: self._plan("reduce", work_arr.dtype, op=sched_op, root=root,
+                                 input=work_arr, output=out),
+            finish, algorithm=algorithm, async_op=async_op)
+
+    def all_gather(self, out_flat: np.ndarray, in_flat: np.ndarray, counts: Sequence[int],
+                   dtype_name: str, finish: Callable[[], None], *,
+                   algorithm: str | None = None, async_op: bool = False) -> Work:
+        counts = tuple(int(c) for c in counts)
+        fp = self._next("all_gather", dtype=dtype_name, count=in_flat.size,
+                        extra=counts_hash(counts))
+        return self._submit(
+            "all_gather", fp,
+            lambda c: self._plan("all_gather", in_flat.dtype, input=in_flat, output=out_flat,
+                                 counts=counts),
+            lambda p: finish(), algorithm=algorithm, async_op=async_op, per_rank_counts=True)
+
+    def _counts_agree(self, kind: str, counts: list[int], expected: Sequence[int] | None
+                      ) -> tuple[int, ...]:
+        """The root's list sizes must match what each rank actually passes."""
+        if expected is not None and list(expected) != list(counts):
+            bad = [r for r, (a, b) in enumerate(zip(expected, counts)) if a != b]
+            raise MismatchError(
+                f"{kind} on {self.group_name}: the root's list expects "
+                + ", ".join(f"{expected[r]} elements from rank {self.global_ranks[r]} "
+                            f"(it passed {counts[r]})" for r in bad))
+        return tuple(counts)
+
+    def gather(self, out_flat: np.ndarray | None, in_flat: np.ndarray, root: int,
+               dtype_name: str, finish: Callable[[], None], *, algorithm: str | None = None,
+               async_op: bool = False, expected_counts: Sequence[int] | None = None) -> Work:
+        fp = self._next("gather", dtype=dtype_name, root=root, count=in_flat.size)
+        return self._submit(
+            "gather", fp,
+            lambda c: self._plan("gather", in_flat.dtype, root=root, input=in_flat,
+                                 output=out_flat,
+                                 counts=self._counts_agree("gather", c, expected_counts)),
+            lambda p: finish(), algorithm=algorithm, async_op=async_op, per_rank_counts=True)
+
+    def scatter(self, out_flat: np.ndarray, in_flat: np.ndarray | None, root: int,
+                dtype_name: str, finish: Callable[[], None], *, algorithm: str | None = None,
+                async_op: bool = False, expected_counts: Sequence[int] | None = None) -> Work:
+        fp = self._next("scatter", dtype=dtype_name, root=root, count=out_flat.size)
+        return self._submit(
+            "scatter", fp,
+            lambda c: self._plan("scatter", out_flat.dtype, root=root, input=in_flat,
+                                 output=out_flat,
+                                 counts=self._counts_agree("scatter", c, expected_counts)),
+            lambda p: finish(), algorithm=algorithm, async_op=async_op, per_rank_counts=True)
+
+    def reduce_scatter(self, out_buf: Buffer, in_flat: np.ndarray, counts: Sequence[int],
+                       op: ops.ReduceOp, finish: Callable[[], None], *,
+                       algorithm: str | None = None, async_op: bool = False) -> Work:
+        counts = tuple(int(c) for c in counts)
+        fp = self._next("reduce_scatter", dtype=out_buf.dtype_name, op=op.name,
+                        count=out_buf.count, extra=counts_hash(counts))
+        in_work, _ = self._working(in_flat, out_buf.dtype_name, op)
+        out_work, upcast = self._working(out_buf.flat, out_buf.dtype_name, op)
+        sched_op = ops.ReduceOp.SUM if op == ops.ReduceOp.AVG else op
+
+        def done(plan: Plan) -> None:
+            if op == ops.ReduceOp.AVG:
+                ops.finish_average(out_work, self._size)
+            if upcast:
+                store_back(out_buf.flat, out_work, out_buf.dtype_name)
+            out_buf.finish()
+            finish()
+
+        return self._submit(
+            "reduce_scatter", fp,
+            lambda c: self._plan("reduce_scatter", in_work.dtype, op=sched_op, input=in_work,
+                                 output=out_work, counts=counts),
+            done, algorithm=algorithm, async_op=async_op, per_rank_counts=True)
+
+    def all_to_all(self, out_flat: np.ndarray, in_flat: np.ndarray, send_counts: Sequence[int],
+                   recv_counts: Sequence[int], dtype_name: str, finish: Callable[[], None], *,
+                   algorithm: str | None = None, async_op: bool = False) -> Work:
+        fp = self._next("all_to_all", dtype=dtype_name, count=in_flat.size)
+        send = tuple(int(c) for c in send_counts)
+        recv = tuple(int(c) for c in recv_counts)
+        return self._submit(
+            "all_to_all", fp,
+            lambda c: self._plan("all_to_all", in_flat.dtype, input=in_flat, output=out_flat,
+                                 counts=send, recv_counts=recv),
+            lambda p: finish(), algorithm=algorithm, async_op=async_op, per_rank_counts=True)
+
+    # ---------------------------------------------------------- point to point
+
+    def isend(self, flat: np.ndarray, dst: int, tag: int) -> Work:
+        """Post a send to group rank ``dst``; returns at once."""
+        what = f"send to rank {self.global_ranks[dst]} (tag {tag}) on {self.group_name}"
+        deadline = self._deadline()
+        handle = self.transport.isend(self.global_ranks[dst], self.group_id, KIND_P2P, tag,
+                                      flat, what)
+        return P2PWork(what, handle, deadline)
+
+    def irecv(self, buf: Buffer, src: int | None, tag: int) -> Work:
+        """Post a receive from group rank ``src`` (None: any rank); returns at once."""
+        peer = None if src is None else self.global_ranks[src]
+        who = "any rank" if peer is None else f"rank {peer}"
+        what = f"recv from {who} (tag {tag}) on {self.group_name}"
+        deadline = self._deadline()
+        handle = self.transport.irecv(peer, self.group_id, KIND_P2P, tag, buf.flat, what)
+        return P2PWork(what, handle, deadline, finish=buf.finish)
+
+    # ---------------------------------------------------------------- teardown
+
+    def shutdown(self) -> None:
+        """Refuse new work and release the arena mapping."""
+        self.engine.close()
+
+
+def check_root(root: int, group: ProcessGroup, *, name: str, caller: str, rank: int) -> int:
+    """Translate a global root rank to a group rank, or raise InvalidUsage."""
+    if not isinstance(root, (int, np.integer)) or isinstance(root, bool):
+        raise usage(caller, f"'{name}' must be an int rank, got {type(root).__name__}", rank)
+    try:
+        return group.group_rank(int(root))
+    except ValueError:
+        raise usage(caller, f"'{name}'={root} is not a rank of {group.group_name} "
+                            f"(ranks {group.global_ranks})", rank) from None

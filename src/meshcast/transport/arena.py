@@ -1,0 +1,230 @@
+"""A group's shared arena on one host: signal words, fingerprints, an abort flag and data slots.
+
+Theory of operation
+-------------------
+Layout (every field on its own 64-byte line so writers never share a line)::
+
+    line 0          abort word (u32), then the abort message (up to 960 bytes)
+    rank lines      per rank r: signal word (u64) at +0, "sleeping on" word (u32) at +8
+    fingerprints    per rank r, two 64-byte entries, indexed by seq parity
+    slots           per rank r, ``slot_bytes`` bytes, page aligned
+
+Rule 1: rank r is the only writer of its signal word, its sleeping word, its
+fingerprints and its slot. Anyone may set the abort word.
+
+Rule 2: a signal word holds ``(seq << 24) | phase`` and only grows. Entering
+collective ``seq`` (phase 0) means "I finished reading every slot for
+``seq - 1``", which is why a schedule's first phase is 1 and why slots can be
+reused without further handshakes (see algorithms/_plan.py).
+
+Rule 3: fingerprints are double-buffered by seq parity: a rank can be at most
+one collective ahead of the slowest rank that still reads its fingerprint,
+because entering ``seq + 1`` requires everyone to have entered ``seq``.
+
+Waiting uses meshcast._sync.wait_until with a futex on the low 32 bits of the
+peer's signal word; a waiter publishes which rank it sleeps on so a signaller
+only makes the wake syscall when someone sleeps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from .. import _sync
+from .._fingerprint import SIZE as FP_SIZE
+from .._fingerprint import Fingerprint, compare
+from ..errors import CommTimeout, GroupAbortedError, MeshcastError, MismatchError
+from .segment import Segment
+
+_LINE = 64
+_PAGE = 4096
+_PHASE_BITS = 24
+_MSG_BYTES = 960
+_COUNT = 16  # byte offset of the count field in a packed fingerprint
+
+
+def _align(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+class Arena:
+    """The shared control block and slots of one group on one host.
+
+    Args:
+        segment: mapped segment of at least ``Arena.size(n, slot_bytes)`` bytes.
+        rank: this process's group rank; ``n`` the group size.
+        global_ranks: global rank of each group rank (for messages and liveness).
+        liveness: pid table for noticing dead peers.
+        name: the group's name, for messages.
+    """
+
+    @staticmethod
+    def layout(n: int, slot_bytes: int) -> tuple[int, int, int, int]:
+        ranks_off = 16 * _LINE
+        fp_off = ranks_off + n * _LINE
+        slots_off = _align(fp_off + 2 * n * _LINE, _PAGE)
+        total = slots_off + n * _align(slot_bytes, _PAGE)
+        return ranks_off, fp_off, slots_off, total
+
+    @classmethod
+    def size(cls, n: int, slot_bytes: int) -> int:
+        return cls.layout(n, slot_bytes)[3]
+
+    def __init__(self, segment: Segment, rank: int, n: int, slot_bytes: int,
+                 global_ranks: Sequence[int], liveness: _sync.Liveness, name: str) -> None:
+        self.segment = segment
+        self.rank = rank
+        self.n = n
+        self.slot_bytes = slot_bytes
+        self.global_ranks = list(global_ranks)
+        self.liveness = liveness
+        self.name = name
+        ranks_off, fp_off, slots_off, _ = self.layout(n, slot_bytes)
+        self._abort = segment.view(0, 4, np.uint32)
+        self._abort_msg = segment.view(_LINE, _MSG_BYTES)
+        lines = segment.view(ranks_off, n * _LINE, np.uint64).reshape(n, _LINE // 8)
+        self._words = lines[:, 0]
+        self._sleeping = lines[:, 1]  # low half of the second u64: the u32 at +8
+        self._word_addr = [segment.address + ranks_off + r * _LINE for r in range(n)]
+        self._fp_off = fp_off
+        stride = _align(slot_bytes, _PAGE)
+        self.slots = [segment.view(slots_off + r * stride, slot_bytes) for r in range(n)]
+        self.seq = 0
+        self.deadline = float("inf")
+        self.what = name
+
+    # ------------------------------------------------------------------ signals
+
+    def _value(self, phase: int) -> int:
+        return (self.seq << _PHASE_BITS) | phase
+
+    def signal(self, phase: int) -> None:
+        """Publish ``(current seq, phase)``; wakes ranks sleeping on this rank."""
+        self._words[self.rank] = self._value(phase)
+        _sync.fence()
+        if (self._sleeping == self.rank + 1).any():
+            _sync.futex_wake(self._word_addr[self.rank])
+
+    def wait(self, ranks: Sequence[int], phase: int) -> None:
+        """Block until every rank in ``ranks`` signalled ``phase`` or later in this seq."""
+        target = self._value(phase)
+        words = self._words
+        for r in ranks:
+            if words[r] >= target:
+                continue
+            self._wait_one(r, target, ranks, phase)
+
+    def _wait_one(self, r: int, target: int, ranks: Sequence[int], phase: int) -> None:
+        words = self._words
+        addr = self._word_addr[r]
+
+        def block(timeout: float) -> None:
+            seen = int(words[r])
+            self._sleeping[self.rank] = r + 1
+            _sync.fence()
+            if int(words[r]) == seen and not self._abort[0]:
+                _sync.futex_wait(addr, seen & 0xFFFFFFFF, timeout)
+            self._sleeping[self.rank] = 0
+
+        try:
+            _sync.wait_until(
+                lambda: words[r] >= target,
+                deadline=self.deadline,
+                describe=lambda: f"{self.what} (phase {phase})",
+                pending=lambda: [self.global_ranks[q] for q in ranks if words[q] < target],
+                liveness=self.liveness,
+                block=block,
+                check_abort=self.check_abort,
+            )
+        except (CommTimeout, MeshcastError) as exc:
+            if not isinstance(exc, (GroupAbortedError, MismatchError)):
+                self.abort(f"rank {self.global_ranks[self.rank]}: {exc}")
+            raise
+
+    # ---------------------------------------------------------- entry and abort
+
+    def enter(self, fp: Fingerprint, what: str, deadline: float, *,
+              per_rank_counts: bool = False) -> list[int]:
+        """Start collective ``fp.seq``: publish and compare fingerprints (phase 0).
+
+        Args:
+            fp: this rank's fingerprint of the call.
+            what: text naming the call, for messages.
+            deadline: absolute deadline of the whole call.
+            per_rank_counts: ranks may legitimately pass different ``count``
+                values (gather, scatter, uneven all_gather...); compare
+                everything but the count.
+
+        Returns:
+            every rank's ``count`` field, in group-rank order (so a root learns
+            the others' piece sizes with no extra message).
+
+        Raises:
+            MismatchError: ranks called different collectives / shapes / ops / roots.
+            CommTimeout, PeerGoneError: a rank never arrived.
+            GroupAbortedError: another rank aborted the group.
+        """
+        self.check_abort()
+        self.seq = fp.seq
+        self.deadline = deadline
+        self.what = what
+        parity = fp.seq & 1
+        off = self._fp_off + (self.rank * 2 + parity) * _LINE
+        raw = self.segment.bytes
+        raw[off:off + FP_SIZE] = np.frombuffer(fp.pack(), np.uint8)
+        if self.n == 1:
+            self._words[0] = self._value(0)
+            return [fp.count]
+        self.signal(0)
+        self.wait(range(self.n), 0)
+        base = self._fp_off + parity * _LINE
+        table = raw[base:base + self.n * 2 * _LINE].reshape(self.n, 2 * _LINE)[:, :FP_SIZE]
+        counts = table[:, _COUNT:_COUNT + 8].copy().view(np.uint64).reshape(-1)
+        mine = table[self.rank]
+        if per_rank_counts:
+            same = ((table[:, :_COUNT] == mine[:_COUNT]).all()
+                    and (table[:, _COUNT + 8:] == mine[_COUNT + 8:]).all())
+        else:
+            same = (table == mine).all()
+        if not same:
+            fps = [Fingerprint.unpack(table[r].tobytes()) for r in range(self.n)]
+            if per_rank_counts:
+                fps = [dataclasses.replace(f, count=0) for f in fps]
+            compare(fps, self.global_ranks, self.name)
+        return [int(c) for c in counts]
+
+    def abort(self, message: str, *, mismatch: bool = False) -> None:
+        """Mark the group failed for every rank (first message wins) and wake all sleepers.
+
+        With ``mismatch`` the other ranks raise MismatchError with the same
+        message; otherwise GroupAbortedError.
+        """
+        if not self._abort[0]:
+            data = message.encode()[:_MSG_BYTES - 1]
+            self._abort_msg[:len(data)] = np.frombuffer(data, np.uint8)
+            self._abort_msg[len(data)] = 0
+            self._abort[0] = 2 if mismatch else 1
+        _sync.fence()
+        for addr in self._word_addr:
+            _sync.futex_wake(addr)
+
+    def aborted(self) -> str | None:
+        if not self._abort[0]:
+            return None
+        raw = self._abort_msg.tobytes()
+        return raw[:raw.index(0)].decode(errors="replace") if 0 in raw else raw.decode()
+
+    def check_abort(self) -> None:
+        """Raise GroupAbortedError if any rank aborted the group."""
+        code = self._abort[0]
+        if code == 2:
+            raise MismatchError(self.aborted() or "ranks disagree")
+        if code:
+            raise GroupAbortedError(f"{self.name} was aborted: {self.aborted()}")
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()

@@ -1,0 +1,458 @@
+"""Point-to-point over shared memory: one SPSC byte ring per directed pair, one progress thread.
+
+Theory of operation
+-------------------
+All ranks on a host share one *node segment*: a doorbell line per rank and a
+ring of ``MESHCAST_RING_BYTES`` for every ordered pair (sender, receiver).
+A message is a 32-byte header (group id, kind, tag, payload length) followed
+by the payload, streamed through the ring in as many pieces as it takes, so
+a message may be far larger than the ring.
+
+Each process runs one progress thread that owns all ring I/O:
+
+* it streams posted sends into the outgoing rings as space frees up;
+* it drains every incoming ring eagerly: a message that matches a posted
+  receive lands straight in the receiver's buffer; one that does not is kept
+  as an *unexpected* message (a private copy) until a receive claims it.
+
+Draining eagerly is what keeps two ranks that ``isend`` large messages to
+each other at the same time from deadlocking: neither depends on the other
+posting its receive first. Matching follows MPI: receives are matched in the
+order they were posted, messages in the order they arrived, and messages
+between one pair with one (group, kind, tag) never overtake each other.
+
+Rule 1: only the progress thread reads or writes ring heads, tails and data;
+user threads only post operations (under ``self._lock``) and ring the
+process's own doorbell.
+
+Rule 2: the producer of a ring writes data, then ``head`` (stores in order,
+see meshcast._sync), then bumps the consumer's doorbell; the consumer reads
+``head``, then data, then writes ``tail`` and bumps the producer's doorbell.
+Doorbells are 32-bit futex words; a bump from two processes at once may lose
+an increment, which is harmless because the sleeper only cares that the value
+differs from the one it saw.
+"""
+
+from __future__ import annotations
+
+import collections
+import struct
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from .. import _sync
+from ..errors import GroupAbortedError, MismatchError, PeerGoneError, TransportError
+from .segment import Segment
+
+KIND_P2P = 0  # user send/recv: tags are the user's
+KIND_COLL = 1  # schedules run by the executor: tags are (seq << 20) | round
+
+_HEADER = struct.Struct("<IIqQQ")  # group, kind, tag, nbytes, reserved
+_LINE = 64
+_RING_HEADER = 128  # head u64 at +0, tail u64 at +64: separate cache lines
+
+
+class Handle:
+    """A posted send or receive. Complete it with :meth:`wait`; poll with :meth:`test`."""
+
+    __slots__ = ("event", "error", "source", "nbytes", "describe", "peer", "_transport")
+
+    def __init__(self, transport: ShmTransport, peer: int | None, describe: str) -> None:
+        self.event = threading.Event()
+        self.error: BaseException | None = None
+        self.source: int | None = peer
+        self.peer = peer
+        self.nbytes = 0
+        self.describe = describe
+        self._transport = transport
+
+    def _finish(self, error: BaseException | None = None) -> None:
+        self.error = error
+        self.event.set()
+
+    def test(self) -> bool:
+        """True once the operation finished (successfully or not)."""
+        return self.event.is_set()
+
+    def wait(self, deadline: float, check_abort: Callable[[], None] | None = None) -> None:
+        """Block until done or until ``time.monotonic()`` passes ``deadline``.
+
+        ``check_abort`` (from a group's arena) raises if another rank aborted
+        the collective this operation belongs to.
+
+        Raises:
+            CommTimeout: the deadline passed; names the peer not heard from.
+            PeerGoneError: the peer exited while this was pending.
+            MismatchError: the message did not fit the posted buffer.
+        """
+        if not self.event.is_set():
+            peer = self.peer
+            _sync.wait_until(
+                self.event.is_set,
+                deadline=deadline,
+                describe=lambda: self.describe,
+                pending=lambda: () if peer is None or self.event.is_set() else (peer,),
+                liveness=self._transport.liveness,
+                block=lambda t: self.event.wait(t),
+                check_abort=check_abort,
+            )
+        if self.error is not None:
+            raise self.error
+
+
+class _SendOp:
+    __slots__ = ("header", "data", "sent", "handle", "header_sent")
+
+    def __init__(self, header: bytes, data: np.ndarray, handle: Handle) -> None:
+        self.header = header
+        self.data = data
+        self.sent = 0
+        self.header_sent = False
+        self.handle = handle
+
+
+class _RecvOp:
+    __slots__ = ("group", "kind", "tag", "src", "dest", "handle")
+
+    def __init__(self, group: int, kind: int, tag: int, src: int | None, dest: np.ndarray,
+                 handle: Handle) -> None:
+        self.group, self.kind, self.tag, self.src = group, kind, tag, src
+        self.dest = dest
+        self.handle = handle
+
+    def matches(self, group: int, kind: int, tag: int, src: int) -> bool:
+        return (self.group == group and self.kind == kind and self.tag == tag
+                and (self.src is None or self.src == src))
+
+
+class _Incoming:
+    """A message being drained from one ring."""
+
+    __slots__ = ("group", "kind", "tag", "src", "nbytes", "dest", "got", "recv", "error")
+
+    def __init__(self, group: int, kind: int, tag: int, src: int, nbytes: int) -> None:
+        self.group, self.kind, self.tag, self.src, self.nbytes = group, kind, tag, src, nbytes
+        self.dest: np.ndarray | None = None
+        self.got = 0
+        self.recv: _RecvOp | None = None
+        self.error: BaseException | None = None
+
+
+class ShmTransport:
+    """Rank-addressed, tag-matched point-to-point between the ranks of one host.
+
+    Args:
+        segment: the node segment (created by the host's first rank, attached by the rest).
+        ranks: global ranks on this host, in local order.
+        me: this process's global rank.
+        ring_bytes: data bytes of each directed ring.
+        liveness: pid table used to notice dead peers.
+    """
+
+    name = "shm"
+
+    @staticmethod
+    def segment_size(nlocal: int, ring_bytes: int) -> int:
+        return nlocal * _LINE + nlocal * nlocal * (_RING_HEADER + ring_bytes)
+
+    def __init__(self, segment: Segment, ranks: list[int], me: int, ring_bytes: int,
+                 liveness: _sync.Liveness) -> None:
+        self.segment = segment
+        self.ranks = list(ranks)
+        self.local = {g: i for i, g in enumerate(ranks)}
+        self.me = me
+        self.li = self.local[me]
+        self.n = len(ranks)
+        self.ring_bytes = ring_bytes
+        self.liveness = liveness
+        n = self.n
+        words = segment.view(0, n * _LINE, np.uint32).reshape(n, _LINE // 4)
+        self._doorbell = words[:, 0]
+        self._sleeping = words[:, 2]
+        self._bell_addr = [segment.address + i * _LINE for i in range(n)]
+        base = n * _LINE
+        stride = _RING_HEADER + ring_bytes
+
+        def ring(src: int, dst: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            off = base + (src * n + dst) * stride
+            return (segment.view(off, 8, np.uint64), segment.view(off + 64, 8, np.uint64),
+                    segment.view(off + _RING_HEADER, ring_bytes))
+
+        # Outgoing rings (me -> peer) and incoming rings (peer -> me), by local index.
+        self._out = {j: ring(self.li, j) for j in range(n) if j != self.li}
+        self._in = {j: ring(j, self.li) for j in range(n) if j != self.li}
+        self._lock = threading.Lock()
+        self._sendq: dict[int, collections.deque[_SendOp]] = {j: collections.deque() for j in self._out}
+        self._incoming: dict[int, _Incoming | None] = {j: None for j in self._in}
+        self._posted: list[_RecvOp] = []
+        self._unexpected: list[_Incoming] = []
+        self._closed: BaseException | None = None
+        self._gone: set[int] = set()
+        self._thread = threading.Thread(target=self._run, name=f"meshcast-shm-progress-{me}",
+                                        daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ posting
+
+    def isend(self, peer: int, group: int, kind: int, tag: int, data: np.ndarray,
+              describe: str) -> Handle:
+        """Post a send of ``data`` (a contiguous array) to global rank ``peer``."""
+        handle = Handle(self, peer, describe)
+        if peer == self.me:
+            raise TransportError(f"{describe}: a rank cannot send to itself over shm")
+        raw = data.reshape(-1).view(np.uint8)
+        op = _SendOp(_HEADER.pack(group, kind, tag, raw.nbytes, 0), raw, handle)
+        handle.nbytes = raw.nbytes
+        with self._lock:
+            self._check_open(peer, describe)
+            self._sendq[self.local[peer]].append(op)
+        self._ring_bell(self.li)
+        return handle
+
+    def irecv(self, peer: int | None, group: int, kind: int, tag: int, dest: np.ndarray,
+              describe: str) -> Handle:
+        """Post a receive into ``dest`` from global rank ``peer`` (None: any rank)."""
+        handle = Handle(self, peer, describe)
+        raw = dest.reshape(-1).view(np.uint8)
+        recv = _RecvOp(group, kind, tag, peer, raw, handle)
+        with self._lock:
+            self._check_open(peer, describe)
+            for msg in self._unexpected:
+                if recv.matches(msg.group, msg.kind, msg.tag, msg.src) and msg.recv is None:
+                    self._claim(msg, recv)
+                    break
+            else:
+                self._posted.append(recv)
+        self._ring_bell(self.li)
+        return handle
+
+    def _check_open(self, peer: int | None, describe: str) -> None:
+        if self._closed is not None:
+            raise GroupAbortedError(f"{describe}: {self._closed}")
+        if peer is not None and peer in self._gone:
+            raise PeerGoneError(f"{describe}: rank {peer} has exited", peer=peer)
+
+    def _claim(self, msg: _Incoming, recv: _RecvOp) -> None:
+        """Hand an unexpected message to a receive (copying it now if it is complete)."""
+        recv.handle.source = msg.src
+        if msg.nbytes != recv.dest.nbytes:
+            self._unexpected.remove(msg)
+            recv.handle._finish(self._size_error(recv, msg))
+            return
+        msg.recv = recv
+        if msg.got == msg.nbytes:
+            self._unexpected.remove(msg)
+            if msg.nbytes:
+                recv.dest[:] = msg.dest
+            recv.handle._finish()
+
+    @staticmethod
+    def _size_error(recv: _RecvOp, msg: _Incoming) -> MismatchError:
+        return MismatchError(
+            f"{recv.handle.describe}: rank {msg.src} sent {msg.nbytes} bytes but the receive "
+            f"buffer holds {recv.dest.nbytes} bytes (tag {msg.tag})"
+        )
+
+    # ----------------------------------------------------------------- progress
+
+    def _ring_bell(self, li: int) -> None:
+        self._doorbell[li] = (int(self._doorbell[li]) + 1) & 0xFFFFFFFF
+        _sync.fence()
+        if self._sleeping[li]:
+            _sync.futex_wake(self._bell_addr[li])
+
+    def _run(self) -> None:
+        s = _sync.spec()
+        next_live = time.monotonic() + s.liveness_s
+        my_bell = self._bell_addr[self.li]
+        while self._closed is None:
+            seen = int(self._doorbell[self.li])
+            with self._lock:
+                if self._closed is not None:
+                    break
+                progressed = self._pass()
+                busy = self._busy()
+            if progressed:
+                continue
+            now = time.monotonic()
+            if busy and now >= next_live:
+                next_live = now + s.liveness_s
+                self._check_peers()
+            # Nothing moved: spin a little, then sleep on the doorbell.
+            spin_until = now + s.spin_s
+            while time.monotonic() < spin_until and int(self._doorbell[self.li]) == seen:
+                pass
+            if int(self._doorbell[self.li]) != seen:
+                continue
+            self._sleeping[self.li] = 1
+            _sync.fence()
+            if int(self._doorbell[self.li]) == seen and self._closed is None:
+                _sync.futex_wait(my_bell, seen, s.liveness_s if busy else 1.0)
+            self._sleeping[self.li] = 0
+
+    def _busy(self) -> bool:
+        return bool(self._posted or any(self._sendq.values())
+                    or any(m is not None for m in self._incoming.values()))
+
+    def _pass(self) -> bool:
+        progressed = False
+        for j, queue in self._sendq.items():
+            while queue:
+                moved, done = self._push(j, queue[0])
+                progressed |= moved
+                if not done:
+                    break
+                queue.popleft().handle._finish()
+        for j in self._in:
+            while self._pull(j):
+                progressed = True
+        return progressed
+
+    def _push(self, j: int, op: _SendOp) -> tuple[bool, bool]:
+        head_v, tail_v, data = self._out[j]
+        head, tail = int(head_v[0]), int(tail_v[0])
+        free = self.ring_bytes - (head - tail)
+        moved = 0
+        if not op.header_sent:
+            if free < _HEADER.size:
+                return False, False
+            self._write(data, head, np.frombuffer(op.header, np.uint8))
+            head += _HEADER.size
+            free -= _HEADER.size
+            moved += _HEADER.size
+            op.header_sent = True
+        n = min(free, op.data.nbytes - op.sent)
+        if n > 0:
+            self._write(data, head, op.data[op.sent:op.sent + n])
+            op.sent += n
+            head += n
+            moved += n
+        if moved:
+            head_v[0] = head  # after the data: the consumer trusts bytes below head
+            self._ring_bell(j)
+        return moved > 0, op.sent == op.data.nbytes
+
+    def _write(self, ring: np.ndarray, pos: int, src: np.ndarray) -> None:
+        start = pos % self.ring_bytes
+        first = min(src.nbytes, self.ring_bytes - start)
+        ring[start:start + first] = src[:first]
+        if first < src.nbytes:
+            ring[: src.nbytes - first] = src[first:]
+
+    def _read(self, ring: np.ndarray, pos: int, dst: np.ndarray) -> None:
+        start = pos % self.ring_bytes
+        first = min(dst.nbytes, self.ring_bytes - start)
+        dst[:first] = ring[start:start + first]
+        if first < dst.nbytes:
+            dst[first:] = ring[: dst.nbytes - first]
+
+    def _pull(self, j: int) -> bool:
+        head_v, tail_v, data = self._in[j]
+        head, tail = int(head_v[0]), int(tail_v[0])
+        avail = head - tail
+        if avail <= 0:
+            return False
+        msg = self._incoming[j]
+        if msg is None:
+            if avail < _HEADER.size:
+                return False
+            raw = np.empty(_HEADER.size, np.uint8)
+            self._read(data, tail, raw)
+            tail += _HEADER.size
+            avail -= _HEADER.size
+            group, kind, tag, nbytes, _ = _HEADER.unpack(raw.tobytes())
+            msg = _Incoming(group, kind, tag, self.ranks[j], nbytes)
+            self._match(msg)
+            self._incoming[j] = msg
+        n = min(avail, msg.nbytes - msg.got)
+        if n > 0:
+            if msg.dest is not None:
+                self._read(data, tail, msg.dest[msg.got:msg.got + n])
+            msg.got += n  # (a message with no destination is being discarded)
+            tail += n
+        tail_v[0] = tail
+        self._ring_bell(j)
+        if msg.got == msg.nbytes:
+            self._incoming[j] = None
+            self._complete(msg)
+        return True
+
+    def _match(self, msg: _Incoming) -> None:
+        for recv in self._posted:
+            if recv.matches(msg.group, msg.kind, msg.tag, msg.src):
+                self._posted.remove(recv)
+                recv.handle.source = msg.src
+                if recv.dest.nbytes != msg.nbytes:
+                    msg.error = self._size_error(recv, msg)
+                    recv.handle._finish(msg.error)
+                    msg.dest = None  # discard the payload
+                    return
+                msg.recv = recv
+                msg.dest = recv.dest
+                return
+        msg.dest = np.empty(msg.nbytes, np.uint8)
+        self._unexpected.append(msg)
+
+    def _complete(self, msg: _Incoming) -> None:
+        if msg.error is not None:
+            return
+        recv = msg.recv
+        if recv is None:
+            return  # unexpected, still waiting for its receive
+        if msg in self._unexpected:  # claimed while still streaming
+            self._unexpected.remove(msg)
+            if msg.nbytes:
+                recv.dest[:] = msg.dest
+        recv.handle._finish()
+
+    def _check_peers(self) -> None:
+        waiting = {self.ranks[j] for j, q in self._sendq.items() if q}
+        waiting |= {r.src for r in self._posted if r.src is not None}
+        waiting |= {self.ranks[j] for j, m in self._incoming.items() if m is not None}
+        for peer in waiting - self._gone:
+            pid = self.liveness.pids.get(peer)
+            if pid is not None and not _sync.pid_alive(pid):
+                self._peer_gone(peer)
+
+    def _peer_gone(self, peer: int) -> None:
+        self._gone.add(peer)
+        j = self.local[peer]
+
+        def error(what: str) -> PeerGoneError:
+            return PeerGoneError(f"{what}: rank {peer} exited", peer=peer)
+
+        for op in self._sendq[j]:
+            op.handle._finish(error(op.handle.describe))
+        self._sendq[j].clear()
+        for recv in [r for r in self._posted if r.src == peer]:
+            self._posted.remove(recv)
+            recv.handle._finish(error(recv.handle.describe))
+        msg = self._incoming[j]
+        if msg is not None and msg.recv is not None:
+            msg.recv.handle._finish(error(msg.recv.handle.describe))
+        self._incoming[j] = None
+
+    # ------------------------------------------------------------------ closing
+
+    def fail_all(self, reason: BaseException, on_ops: Callable[[], None] | None = None) -> None:
+        """Fail every pending operation with ``reason`` and stop the progress thread."""
+        with self._lock:
+            if self._closed is None:
+                self._closed = reason
+            for q in self._sendq.values():
+                for op in q:
+                    op.handle._finish(reason)
+                q.clear()
+            for recv in self._posted:
+                recv.handle._finish(reason)
+            self._posted.clear()
+        self._ring_bell(self.li)
+
+    def close(self) -> None:
+        """Stop the progress thread; pending operations fail with GroupAbortedError."""
+        self.fail_all(GroupAbortedError("the process group was destroyed"))
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)

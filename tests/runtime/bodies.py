@@ -1,0 +1,248 @@
+"""Module-level rank bodies for spawned worlds (spawned functions must be importable)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+
+import meshcast as dist
+
+
+def ring_pass(count: int, dtype: str = "float32", tag: int = 0) -> list:
+    """Each rank sends to the next and receives from the previous, with batch_isend_irecv."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    if n == 1:
+        return []
+    out = np.arange(count, dtype=dtype) + r
+    into = np.zeros(count, dtype=dtype)
+    ops = [dist.P2POp(dist.isend, out, (r + 1) % n, tag=tag),
+           dist.P2POp(dist.irecv, into, (r - 1) % n, tag=tag)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    expected = np.arange(count, dtype=dtype) + (r - 1) % n
+    np.testing.assert_array_equal(into, expected)
+    return [into.nbytes]
+
+
+def chain(count: int) -> float:
+    """Rank 0 sends down a chain of blocking send/recv; each rank adds its rank."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    x = np.zeros(count, np.float64)
+    if r > 0:
+        src = dist.recv(x, r - 1)
+        assert src == r - 1
+    x += r
+    if r < n - 1:
+        dist.send(x, r + 1)
+    return float(x[0]) if count else 0.0
+
+
+def any_source() -> list[int]:
+    """Every rank sends its rank to rank 0, which receives from anyone."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    if r == 0:
+        senders = []
+        for _ in range(n - 1):
+            x = np.zeros(1, np.int64)
+            src = dist.recv(x)
+            assert x[0] == src * 10, (x, src)
+            senders.append(src)
+        return sorted(senders)
+    dist.send(np.array([r * 10], np.int64), 0)
+    return []
+
+
+def tags_out_of_order() -> None:
+    """Rank 0 sends tags 1, 2, 3; rank 1 receives them as 3, 1, 2."""
+    r = dist.get_rank()
+    if r == 0:
+        for t in (1, 2, 3):
+            dist.send(np.full(4, t, np.int32), 1, tag=t)
+    elif r == 1:
+        for t in (3, 1, 2):
+            x = np.zeros(4, np.int32)
+            dist.recv(x, 0, tag=t)
+            assert (x == t).all(), (t, x)
+
+
+def big_exchange(nbytes: int) -> None:
+    """Two ranks isend large messages to each other at once, then receive."""
+    r = dist.get_rank()
+    peer = 1 - r
+    out = np.full(nbytes, r + 1, np.uint8)
+    into = np.zeros(nbytes, np.uint8)
+    s = dist.isend(out, peer)
+    time.sleep(0.05)  # both sends are in flight before either receive is posted
+    q = dist.irecv(into, peer)
+    s.wait()
+    q.wait()
+    assert (into == peer + 1).all()
+
+
+def recv_from_dying_peer() -> str:
+    """Rank 1 SIGKILLs itself; rank 0 must fail fast naming rank 1."""
+    r = dist.get_rank()
+    if r == 1:
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGKILL)
+    x = np.zeros(8)
+    t0 = time.monotonic()
+    try:
+        dist.recv(x, 1)
+    except dist.PeerGoneError as exc:
+        return f"{time.monotonic() - t0:.2f}|{exc}"
+    raise AssertionError("recv from a dead rank returned")
+
+
+def recv_timeout() -> str:
+    r = dist.get_rank()
+    if r == 0:
+        try:
+            dist.recv(np.zeros(2), 1, tag=7)
+        except dist.CommTimeout as exc:
+            return str(exc)
+        raise AssertionError("no timeout")
+    time.sleep(2.5)
+    return ""
+
+
+def work_api() -> None:
+    r = dist.get_rank()
+    x = np.zeros(3, np.float32)
+    if r == 0:
+        w = dist.irecv(x, 1, tag=5)
+        assert not w.is_completed()
+        try:
+            w.wait(timeout=0.05)
+        except dist.CommTimeout:
+            pass
+        else:
+            raise AssertionError("wait(timeout) should have expired")
+        dist.send(np.ones(1, np.int8), 1, tag=9)  # tell rank 1 to go
+        w.wait()
+        assert w.is_completed() and w.is_success() and w.exception() is None
+        assert w.source_rank == 1 and w._source_rank() == 1
+        assert (x == 7).all()
+    else:
+        dist.recv(np.zeros(1, np.int8), 0, tag=9)
+        w = dist.isend(np.full(3, 7, np.float32), 0, tag=5)
+        w.wait()
+        assert w.is_completed()
+
+
+def noncontiguous_recv() -> None:
+    r = dist.get_rank()
+    if r == 0:
+        dist.send(np.arange(6, dtype=np.int64), 1)
+    else:
+        base = np.zeros((3, 4), np.int64)
+        view = base[:, ::2]  # 3x2, not contiguous
+        dist.recv(view, 0)
+        np.testing.assert_array_equal(view, np.arange(6).reshape(3, 2))
+        assert (base[:, 1::2] == 0).all()
+
+
+def torch_p2p() -> None:
+    import torch
+
+    r = dist.get_rank()
+    if r == 0:
+        dist.send(torch.arange(5, dtype=torch.bfloat16), 1)
+        dist.send(torch.arange(4, dtype=torch.float32).reshape(2, 2).t(), 1)
+    else:
+        a = torch.zeros(5, dtype=torch.bfloat16)
+        dist.recv(a, 0)
+        assert torch.equal(a, torch.arange(5, dtype=torch.bfloat16))
+        b = torch.zeros(2, 2).t()
+        dist.recv(b, 0)
+        assert torch.equal(b, torch.arange(4, dtype=torch.float32).reshape(2, 2).t())
+
+
+def bad_arguments() -> list[str]:
+    r = dist.get_rank()
+    msgs = []
+    cases = [
+        lambda: dist.send(np.zeros(2), r),
+        lambda: dist.send(np.zeros(2), 99),
+        lambda: dist.send([1, 2], (r + 1) % 2),
+        lambda: dist.send(np.zeros(2), (r + 1) % 2, tag="x"),
+        lambda: dist.recv(np.zeros(2, dtype=object), (r + 1) % 2),
+        lambda: dist.broadcast(np.zeros(2), src=5),
+        lambda: dist.recv(np.zeros(2), (r + 1) % 2, group="world"),
+    ]
+    for case in cases:
+        try:
+            case()
+        except dist.InvalidUsage as exc:
+            msgs.append(str(exc))
+        else:
+            raise AssertionError("no error")
+    dist.barrier()
+    return msgs
+
+
+def subgroups() -> dict:
+    r, n = dist.get_rank(), dist.get_world_size()
+    evens = dist.new_group([q for q in range(n) if q % 2 == 0])
+    odds = dist.new_group([q for q in range(n) if q % 2 == 1])
+    mine = evens if r % 2 == 0 else odds
+    other = odds if r % 2 == 0 else evens
+    assert other is dist.GroupMember.NON_GROUP_MEMBER
+    assert dist.get_rank(other) == -1 and dist.get_world_size(other) == -1
+    assert dist.broadcast(np.zeros(1), group=other) is None  # non-member: no-op
+    x = np.array([float(r)])
+    root = dist.get_global_rank(mine, 0)
+    dist.broadcast(x, src=root, group=mine)
+    assert x[0] == root
+    dist.barrier(group=mine)
+    # p2p inside a subgroup uses global ranks; group ranks via group_dst
+    if dist.get_world_size(mine) > 1:
+        gr = dist.get_rank(mine)
+        if gr == 0:
+            dist.send(np.array([42.0]), group_dst=1, group=mine)
+        elif gr == 1:
+            y = np.zeros(1)
+            assert dist.recv(y, group_src=0, group=mine) == dist.get_global_rank(mine, 0)
+            assert y[0] == 42.0
+    dist.barrier()
+    return {"group_rank": dist.get_rank(mine), "group_size": dist.get_world_size(mine),
+            "ranks": dist.get_process_group_ranks(mine)}
+
+
+def async_overlap() -> float:
+    """A large async broadcast must not block the caller."""
+    r = dist.get_rank()
+    x = np.full(4 << 20, r, np.float32)
+    t0 = time.monotonic()
+    w = dist.broadcast(x, src=0, async_op=True)
+    posted = time.monotonic() - t0
+    w.wait()
+    assert (x == 0).all()
+    return posted
+
+
+def ordering_async_then_sync() -> None:
+    """Async ops followed by a sync op on one group complete in call order."""
+    r = dist.get_rank()
+    a = np.full(1000, r, np.int64)
+    b = np.full(10, r + 100, np.int64)
+    w = dist.broadcast(a, src=0, async_op=True)
+    dist.broadcast(b, src=1)
+    assert w.is_completed()
+    assert (a == 0).all() and (b == 101).all()
+
+
+def hold_segments_then(mode: str) -> None:
+    """Set up the engine, then end normally, by exception, or by SIGKILL (rank 1)."""
+    r = dist.get_rank()
+    x = np.ones(1 << 16)
+    dist.broadcast(x, src=0)
+    if mode == "raise" and r == 1:
+        raise RuntimeError("deliberate failure")
+    if mode == "kill" and r == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "kill":
+        time.sleep(0.5)

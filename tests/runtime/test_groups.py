@@ -1,0 +1,28 @@
+"""Process groups, barrier, broadcast, async work and call-order guarantees."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshcast.testing.world import spawn_world
+
+from . import bodies
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.mark.parametrize("n", [1, 3, 4])
+def test_subgroups_and_non_members(n):
+    out = spawn_world(bodies.subgroups, n, timeout=60)
+    for r, info in enumerate(out):
+        mine = [q for q in range(n) if q % 2 == r % 2]
+        assert info == {"group_rank": mine.index(r), "group_size": len(mine), "ranks": mine}
+
+
+def test_async_op_returns_at_once():
+    posted = spawn_world(bodies.async_overlap, 2, timeout=60)
+    assert max(posted) < 0.05
+
+
+def test_operations_on_a_group_run_in_call_order():
+    spawn_world(bodies.ordering_async_then_sync, 3, timeout=60)

@@ -1,0 +1,89 @@
+"""Point-to-point on the shared-memory engine, real processes, real results."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from meshcast.testing.world import spawn_world
+
+from . import bodies
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 8])
+def test_ring_pass_every_world_size(n):
+    spawn_world(bodies.ring_pass, n, timeout=60, count=1000)
+
+
+@pytest.mark.parametrize("n", [2, 5])
+def test_chain_of_blocking_send_recv(n):
+    out = spawn_world(bodies.chain, n, timeout=60, count=17)
+    assert out == [float(sum(range(r + 1))) for r in range(n)]
+
+
+def test_zero_bytes():
+    spawn_world(bodies.ring_pass, 3, timeout=60, count=0)
+
+
+def test_message_far_larger_than_ring():
+    # 64 KiB rings, 3 MiB messages: streamed through the ring in ~50 pieces.
+    spawn_world(bodies.ring_pass, 3, timeout=60, count=3 << 18,
+                env={"MESHCAST_RING_BYTES": "64K"})
+
+
+def test_any_source_returns_sender():
+    out = spawn_world(bodies.any_source, 4, timeout=60)
+    assert out[0] == [1, 2, 3]
+
+
+def test_tags_match_out_of_order():
+    spawn_world(bodies.tags_out_of_order, 2, timeout=60)
+
+
+def test_simultaneous_large_isend_does_not_deadlock():
+    spawn_world(bodies.big_exchange, 2, timeout=60, nbytes=16 << 20,
+                env={"MESHCAST_RING_BYTES": "256K"})
+
+
+def test_peer_sigkill_raises_within_two_seconds_naming_it():
+    out = spawn_world(bodies.recv_from_dying_peer, 2, timeout=60, expect_failure=True)
+    status, text = out[0]
+    assert status == "ok", text
+    elapsed, message = text.split("|", 1)
+    assert float(elapsed) < 2.5
+    assert "rank 1" in message
+
+
+def test_recv_timeout_names_op_and_rank():
+    out = spawn_world(bodies.recv_timeout, 2, timeout=60, op_timeout=1.0)
+    assert "recv from rank 1" in out[0] and "tag 7" in out[0]
+    assert "rank(s) [1]" in out[0]
+
+
+def test_work_wait_is_completed_exception():
+    spawn_world(bodies.work_api, 2, timeout=60)
+
+
+def test_noncontiguous_receive_written_back():
+    spawn_world(bodies.noncontiguous_recv, 2, timeout=60)
+
+
+def test_torch_tensors_p2p():
+    pytest.importorskip("torch")
+    spawn_world(bodies.torch_p2p, 2, timeout=60)
+
+
+def test_bad_arguments_raise_before_sending_and_name_rank():
+    out = spawn_world(bodies.bad_arguments, 2, timeout=60)
+    for r, msgs in enumerate(out):
+        assert all(f"(rank {r})" in m for m in msgs), msgs
+        assert "send: 'dst' is this rank itself" in msgs[0]
+        assert re.search(r"'dst'=99 is not a rank", msgs[1])
+        assert "'tensor' must be a NumPy array or a CPU torch.Tensor" in msgs[2]
+        assert "'tag' must be an int" in msgs[3]
+        assert "unsupported dtype object" in msgs[4]
+        assert "'src'=5 is not a rank" in msgs[5]
+        assert "'group' must be a ProcessGroup" in msgs[6]
