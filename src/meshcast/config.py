@@ -54,6 +54,8 @@ KNOBS: dict[str, Knob] = {
              "Seconds between checks that the peers being waited on are still alive."),
         Knob("MESHCAST_RUN_ID", str, "",
              "Identifier of the job; set by `meshcast run`, used to name segments."),
+        Knob("MESHCAST_STORE_HOSTED", _bool, False,
+             "Set to 1 by `meshcast run`: the launcher hosts the store, every rank is a client."),
         Knob("MESHCAST_ERROR_FILE", str, "",
              "Where a worker started by `meshcast run` writes its traceback on failure."),
         Knob("MESHCAST_TRACE", str, "",
