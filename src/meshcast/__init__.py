@@ -46,7 +46,15 @@ from ._api import (
     scatter,
     send,
 )
-from ._spawn import spawn
+from ._objects import (
+    all_gather_object,
+    broadcast_object_list,
+    gather_object,
+    recv_object_list,
+    scatter_object_list,
+    send_object_list,
+)
+from ._spawn import ProcessContext, ProcessExitedError, ProcessRaisedError, SpawnError, spawn
 from .errors import (
     AuthenticationError,
     CommTimeout,
@@ -66,6 +74,16 @@ from .work import Work
 __version__ = "0.1.0"
 
 __all__ = [
+    "ProcessContext",
+    "ProcessExitedError",
+    "ProcessRaisedError",
+    "SpawnError",
+    "send_object_list",
+    "scatter_object_list",
+    "recv_object_list",
+    "gather_object",
+    "broadcast_object_list",
+    "all_gather_object",
     "AuthenticationError",
     "CommTimeout",
     "GroupAbortedError",

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .errors import GroupAbortedError
+from .errors import GroupAbortedError, InvalidUsage
 from .work import Work
 
 Job = Callable[[], Any]
@@ -72,9 +72,12 @@ class Engine:
         try:
             result = job()
         except BaseException as exc:  # noqa: BLE001 - every failure goes to the Work
-            with self._cv:
-                if self.failure is None:
-                    self.failure = exc
+            # Bad usage is refused by every rank alike before any data moves: the
+            # group stays healthy. Anything else leaves it in an unknown state.
+            if not isinstance(exc, InvalidUsage):
+                with self._cv:
+                    if self.failure is None:
+                        self.failure = exc
             work._complete(error=exc)
             if not isinstance(exc, Exception):
                 raise

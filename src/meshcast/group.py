@@ -189,8 +189,14 @@ class ProcessGroup:
             counts = self.arena.enter(fp, what, deadline, per_rank_counts=per_rank_counts)
             try:
                 plan = make_plan(counts)
-                entry = _select(plan, algorithm)
-                self.last_algorithm = f"{kind}/{entry.name}"
+            except MismatchError as exc:  # only the root can see it: tell the others
+                self.arena.abort(str(exc), mismatch=True)
+                raise
+            # supports() is rank-invariant and sees the same counts everywhere, so a
+            # forced algorithm that cannot run is refused on every rank alike.
+            entry = _select(plan, algorithm)
+            self.last_algorithm = f"{kind}/{entry.name}"
+            try:
                 ctx = _Ctx(self, fp.seq, plan.op, deadline, f"{what} [{entry.name}]")
                 _execute.execute(entry.fn(plan), ctx)
             except (GroupAbortedError, MismatchError) as exc:

@@ -1,0 +1,178 @@
+"""The algorithm registry: every schedule with its name, family, contract and description.
+
+Algorithms register themselves with :func:`register` when their collective
+module is imported; ``meshcast.algorithms/__init__.py`` imports them all, and
+Python runs that before this module, so lookups always see every algorithm. The selector,
+the simulator, the parametrised tests, the bench and the CLI listing find
+them here, so adding an algorithm is one decorated generator.
+
+Rules for ``supports(plan)``: it must give the same answer on every rank of a
+call (it may look at ``size``, ``root``, ``dtype``, ``op``, the shared
+``counts``, ``slot_bytes`` and ``segment_bytes``, never at buffer addresses),
+because ranks choose their schedule independently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from ._plan import Plan, Round
+
+ScheduleFn = Callable[[Plan], Iterator[Round]]
+FAMILIES = ("p2p", "arena")
+
+COLLECTIVES = (
+    "broadcast",
+    "reduce",
+    "all_reduce",
+    "gather",
+    "all_gather",
+    "scatter",
+    "reduce_scatter",
+    "all_to_all",
+    "barrier",
+)
+
+
+def _always(plan: Plan) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class AlgorithmEntry:
+    """One registered schedule.
+
+    Attributes:
+        coll: collective (``"all_reduce"``).
+        name: short snake name (``"ring"``); ``qualname`` is ``"all_reduce/ring"``.
+        fn: the generator function ``fn(plan) -> Iterator[Round]``.
+        description: one line for listings.
+        requires: human wording of what ``supports`` checks, shown when a forced
+            algorithm cannot run ("a commutative op", "equal split counts").
+        supports: ``supports(plan) -> bool``; rank-invariant (see module doc).
+        family: ``"p2p"`` (tag-matched channels, any transport) or ``"arena"``
+            (shared slots; only when ``plan.slot_bytes > 0``).
+    """
+
+    coll: str
+    name: str
+    fn: ScheduleFn
+    description: str
+    requires: str
+    supports: Callable[[Plan], bool]
+    family: str
+
+    @property
+    def qualname(self) -> str:
+        return f"{self.coll}/{self.name}"
+
+    def why_not(self, plan: Plan) -> str | None:
+        """None if this algorithm can run ``plan``, else the reason in words."""
+        if self.family == "arena" and plan.slot_bytes <= 0:
+            return "it needs a shared-memory arena (all ranks of the group on one host)"
+        if not self.supports(plan):
+            return f"it requires {self.requires}" if self.requires else "it does not support this call"
+        return None
+
+    def __call__(self, plan: Plan) -> Iterator[Round]:
+        return self.fn(plan)
+
+
+_REGISTRY: dict[str, dict[str, AlgorithmEntry]] = {}
+
+
+def register(
+    coll: str,
+    name: str,
+    *,
+    description: str,
+    supports: Callable[[Plan], bool] | None = None,
+    requires: str = "",
+    family: str = "p2p",
+) -> Callable[[ScheduleFn], ScheduleFn]:
+    """Decorator: register ``fn`` as algorithm ``name`` of collective ``coll``.
+
+    Args:
+        coll: one of :data:`COLLECTIVES`.
+        name: short snake name, unique within ``coll``.
+        description: one line for ``meshcast`` listings.
+        supports: ``supports(plan) -> bool`` (rank-invariant); default: always.
+        requires: what ``supports`` checks, in words.
+        family: ``"p2p"`` or ``"arena"``.
+
+    Returns:
+        The undecorated function (so modules can call and compose schedules).
+    """
+    if coll not in COLLECTIVES:
+        raise ValueError(f"unknown collective {coll!r}; expected one of {COLLECTIVES}")
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; expected one of {FAMILIES}")
+
+    def deco(fn: ScheduleFn) -> ScheduleFn:
+        table = _REGISTRY.setdefault(coll, {})
+        if name in table and table[name].fn is not fn:
+            raise ValueError(f"algorithm {coll}/{name} is registered twice")
+        table[name] = AlgorithmEntry(
+            coll=coll,
+            name=name,
+            fn=fn,
+            description=description,
+            requires=requires,
+            supports=supports or _always,
+            family=family,
+        )
+        return fn
+
+    return deco
+
+
+def get(coll: str, name: str) -> AlgorithmEntry:
+    """The entry for ``coll``/``name``.
+
+    Raises:
+        KeyError: with a message listing the valid names.
+    """
+    table = _REGISTRY.get(coll)
+    if table is None:
+        raise KeyError(f"unknown collective {coll!r}; expected one of {', '.join(COLLECTIVES)}")
+    if name not in table:
+        raise KeyError(f"unknown algorithm {coll}/{name}; valid: {', '.join(sorted(table))}")
+    return table[name]
+
+
+def names(coll: str, family: str | None = None) -> list[str]:
+    """Names registered for ``coll`` (optionally only one family), in registration order."""
+    return [
+        e.name for e in _REGISTRY.get(coll, {}).values() if family is None or e.family == family
+    ]
+
+
+def entries(coll: str | None = None) -> list[AlgorithmEntry]:
+    """Every entry (of one collective, or all), collectives in :data:`COLLECTIVES` order."""
+    colls = [coll] if coll is not None else list(COLLECTIVES)
+    return [e for c in colls for e in _REGISTRY.get(c, {}).values()]
+
+
+def listing(coll: str | None = None) -> str:
+    """A plain-text table of the registry for the CLI (``meshcast algorithms``)."""
+    rows = [("algorithm", "family", "requires", "description")]
+    for e in entries(coll):
+        rows.append((e.qualname, e.family, e.requires or "-", e.description))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = []
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3])
+    return "\n".join(lines)
+
+
+__all__ = [
+    "COLLECTIVES",
+    "FAMILIES",
+    "AlgorithmEntry",
+    "entries",
+    "get",
+    "listing",
+    "names",
+    "register",
+]

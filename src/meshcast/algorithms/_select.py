@@ -1,0 +1,298 @@
+"""Which algorithm runs a call: explicit ``algorithm=`` > ``MESHCAST_ALGO`` > the decision table.
+
+Theory of operation
+-------------------
+Every rank of a call selects on its own, so selection must be a function of
+what all ranks share: the collective, group size, dtype, op, root, the
+shared ``counts``, the message size (:func:`message_bytes`) and whether the
+group has an arena (``plan.slot_bytes``). Buffer addresses and per-rank
+split sizes never enter it. (all_to_all is the exception that proves the
+rule: its split sizes are per rank, so no byte range may pick its algorithm.)
+
+Order of precedence:
+
+1. ``explicit`` (the ``algorithm=`` keyword): must name a registered
+   algorithm of the collective that supports the call, else
+   :class:`~meshcast.errors.InvalidUsage` says which names exist or why it
+   cannot run.
+2. ``tune`` (the ``MESHCAST_ALGO`` string), grammar::
+
+       tune    := entry (";" entry)*
+       entry   := [coll ":"] choice ("," choice)*
+       choice  := name ["@" lo "-" hi]       half-open byte range [lo, hi)
+       lo, hi  := integer with optional K, M, G suffix (binary) | "inf"
+
+   e.g. ``all_reduce:recursive_doubling@0-64K,ring@64K-inf;broadcast:tree``.
+   An entry without ``coll:`` applies to every collective that has an
+   algorithm of that name; entries naming the collective win over it. The
+   first choice whose range holds the message size and that supports the
+   call is taken; if none does, the table decides (an environment variable
+   applies to every call and must not break the ones it does not fit).
+3. the decision table :data:`TABLE`: with an arena, the arena algorithm if
+   it supports the call; otherwise the first rule whose size and byte limits
+   hold and whose algorithm supports the call.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..config import parse_size
+from ..errors import usage
+from . import _registry
+from ._common import piece_counts
+from ._plan import Plan
+from ._registry import AlgorithmEntry
+
+INF = math.inf
+KiB = 1 << 10
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Use ``name`` when ``size <= max_size`` and ``message_bytes < max_bytes``."""
+
+    name: str
+    max_bytes: float = INF
+    max_size: float = INF
+
+
+# The p2p half of the decision table, per collective, first match wins.
+# Thresholds are placeholders from the textbook cost models (latency-bound
+# algorithms below ~16 KiB, bandwidth-optimal ones above; trees forward data
+# ceil(log2 P) times, so they stop paying off for large messages). They are to
+# be replaced by recorded `meshcast bench` runs, with the run (machine,
+# transport, date) noted here, as Open MPI's tuned tables are.
+TABLE: dict[str, tuple[Rule, ...]] = {
+    "broadcast": (Rule("direct", max_size=2), Rule("tree", max_bytes=256 * KiB), Rule("ring")),
+    "reduce": (Rule("tree", max_bytes=64 * KiB), Rule("ring")),
+    "all_reduce": (
+        Rule("recursive_doubling", max_size=2),
+        Rule("recursive_doubling", max_bytes=16 * KiB),
+        Rule("ring"),
+    ),
+    "gather": (Rule("direct", max_size=4), Rule("tree", max_bytes=256 * KiB), Rule("direct")),
+    "scatter": (Rule("direct", max_size=4), Rule("tree", max_bytes=256 * KiB), Rule("direct")),
+    "all_gather": (Rule("recursive_doubling", max_bytes=16 * KiB), Rule("ring")),
+    "reduce_scatter": (Rule("recursive_halving", max_bytes=16 * KiB), Rule("ring")),
+    # by size only: split sizes differ between ranks (see module doc); bruck
+    # needs equal splits, which only the caller can promise, so only on request
+    "all_to_all": (Rule("direct", max_size=8), Rule("pairwise")),
+    "barrier": (Rule("dissemination"),),
+}
+
+ARENA_FIRST = "arena"  # the arena algorithm's name in every collective
+
+
+def message_bytes(plan: Plan) -> int | None:
+    """The call's size in bytes as every rank sees it, or None for all_to_all.
+
+    broadcast/all_reduce: the buffer; reduce: the contribution;
+    gather/all_gather/scatter/reduce_scatter: all pieces together; barrier: 0.
+    """
+    coll = plan.coll
+    if coll in ("broadcast", "all_reduce"):
+        return plan.count * plan.itemsize
+    if coll == "reduce":
+        return (0 if plan.input is None else len(plan.input)) * plan.itemsize
+    if coll in ("gather", "all_gather", "scatter", "reduce_scatter"):
+        return sum(piece_counts(plan)) * plan.itemsize
+    if coll == "barrier":
+        return 0
+    return None
+
+
+# ----------------------------------------------------------------- tuning
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One ``name[@lo-hi]`` of a tune entry."""
+
+    name: str
+    lo: float = 0
+    hi: float = INF
+
+    @property
+    def ranged(self) -> bool:
+        return self.lo > 0 or self.hi != INF
+
+    def holds(self, nbytes: int | None) -> bool:
+        if nbytes is None:
+            return not self.ranged
+        return self.lo <= nbytes < self.hi
+
+
+def _size(text: str, tune: str) -> float:
+    text = text.strip()
+    if text.lower() in ("inf", "max"):
+        return INF
+    try:
+        value = parse_size(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise usage("MESHCAST_ALGO", f"{text!r} is not a byte size in {tune!r}")
+    return value
+
+
+@lru_cache(maxsize=32)
+def parse_tune(tune: str) -> dict[str, tuple[Choice, ...]]:
+    """Parse a ``MESHCAST_ALGO`` string into ``{coll or "*": choices}``.
+
+    Raises:
+        InvalidUsage: bad syntax, an unknown collective or algorithm name, an
+            empty or reversed range, or a byte range on all_to_all.
+    """
+    table: dict[str, list[Choice]] = {}
+    for entry in tune.split(";"):
+        entry = entry.strip()
+        if not entry:
+            continue
+        coll, sep, rest = entry.partition(":")
+        if not sep:
+            coll, rest = "*", entry
+        coll = coll.strip()
+        if coll != "*" and coll not in _registry.COLLECTIVES:
+            valid = ", ".join(_registry.COLLECTIVES)
+            raise usage("MESHCAST_ALGO", f"unknown collective {coll!r} in {tune!r}; valid: {valid}")
+        for part in rest.split(","):
+            part = part.strip()
+            if not part:
+                raise usage("MESHCAST_ALGO", f"empty algorithm name in {tune!r}")
+            name, _, span = part.partition("@")
+            name = name.strip()
+            choice = Choice(name)
+            if span:
+                lo, dash, hi = span.partition("-")
+                if not dash:
+                    raise usage("MESHCAST_ALGO", f"range {span!r} must look like lo-hi in {tune!r}")
+                choice = Choice(name, _size(lo, tune), _size(hi, tune))
+                if choice.lo >= choice.hi:
+                    raise usage("MESHCAST_ALGO", f"empty range {span!r} in {tune!r}")
+            _check_name(coll, choice, tune)
+            table.setdefault(coll, []).append(choice)
+    return {coll: tuple(choices) for coll, choices in table.items()}
+
+
+def _check_name(coll: str, choice: Choice, tune: str) -> None:
+    if coll == "*":
+        if not any(choice.name in _registry.names(c) for c in _registry.COLLECTIVES):
+            known = sorted({e.name for e in _registry.entries()})
+            raise usage(
+                "MESHCAST_ALGO", f"no collective has an algorithm {choice.name!r} ({tune!r}); "
+                f"known names: {', '.join(known)}",
+            )
+        return
+    valid = _registry.names(coll)
+    if choice.name not in valid:
+        raise usage(
+            "MESHCAST_ALGO",
+            f"unknown algorithm {coll}/{choice.name} in {tune!r}; valid: {', '.join(valid)}",
+        )
+    if coll == "all_to_all" and choice.ranged:
+        raise usage(
+            "MESHCAST_ALGO",
+            "all_to_all split sizes differ between ranks, so a byte range cannot pick its "
+            f"algorithm consistently; drop '@{choice.lo:g}-{choice.hi:g}' from {tune!r}",
+        )
+
+
+def _from_tune(plan: Plan, tune: str) -> AlgorithmEntry | None:
+    table = parse_tune(tune)
+    nbytes = message_bytes(plan)
+    for key in (plan.coll, "*"):
+        for choice in table.get(key, ()):
+            if choice.name not in _registry.names(plan.coll) or not choice.holds(nbytes):
+                continue
+            entry = _registry.get(plan.coll, choice.name)
+            if entry.why_not(plan) is None:
+                return entry
+    return None
+
+
+# ------------------------------------------------------------------ table
+
+
+def decide(plan: Plan) -> AlgorithmEntry:
+    """The decision table's choice for ``plan`` (see :data:`TABLE`)."""
+    coll = plan.coll
+    if plan.slot_bytes > 0 and ARENA_FIRST in _registry.names(coll):
+        entry = _registry.get(coll, ARENA_FIRST)
+        if entry.why_not(plan) is None:
+            return entry
+    nbytes = message_bytes(plan)
+    for rule in TABLE.get(coll, ()):
+        if plan.size > rule.max_size or (nbytes is not None and nbytes >= rule.max_bytes):
+            continue
+        entry = _registry.get(coll, rule.name)
+        if entry.why_not(plan) is None:
+            return entry
+    for entry in _registry.entries(coll):  # the table is exhausted: anything that can run
+        if entry.why_not(plan) is None:
+            return entry
+    raise usage(coll, f"no algorithm supports this call ({_describe(plan)})", plan.rank)
+
+
+def _describe(plan: Plan) -> str:
+    parts = [f"size={plan.size}", f"dtype={plan.dtype}"]
+    nbytes = message_bytes(plan)
+    if nbytes is not None:
+        parts.append(f"bytes={nbytes}")
+    if plan.op is not None:
+        parts.append(f"op={plan.op!r}")
+    if plan.root >= 0:
+        parts.append(f"root={plan.root}")
+    parts.append(f"slot_bytes={plan.slot_bytes}")
+    return ", ".join(parts)
+
+
+# ----------------------------------------------------------------- select
+
+
+def select(plan: Plan, explicit: str | None = None, tune: str = "") -> AlgorithmEntry:
+    """Pick the algorithm that runs ``plan``.
+
+    Args:
+        plan: the call (any rank's plan gives the same answer).
+        explicit: the caller's ``algorithm=`` (``"ring"`` or ``"all_reduce/ring"``), or None.
+        tune: the ``MESHCAST_ALGO`` string ("" for none).
+
+    Returns:
+        The registry entry to run.
+
+    Raises:
+        InvalidUsage: ``explicit`` names no algorithm of this collective (the
+            message lists the valid ones) or cannot run this call (the message
+            says why); ``tune`` is malformed.
+    """
+    coll = plan.coll
+    if explicit:
+        name = explicit.strip()
+        if "/" in name:
+            prefix, _, name = name.partition("/")
+            if prefix != coll:
+                raise usage(coll, f"algorithm {explicit!r} belongs to {prefix!r}, not {coll!r}", plan.rank)
+        valid = _registry.names(coll)
+        if name not in valid:
+            raise usage(
+                coll, f"unknown algorithm {name!r}; valid: {', '.join(valid)}", plan.rank
+            )
+        entry = _registry.get(coll, name)
+        why = entry.why_not(plan)
+        if why is not None:
+            raise usage(
+                coll, f"algorithm {entry.qualname!r} cannot run this call: {why} "
+                f"({_describe(plan)})", plan.rank,
+            )
+        return entry
+    if tune and tune.strip():
+        entry = _from_tune(plan, tune)
+        if entry is not None:
+            return entry
+    return decide(plan)
+
+
+__all__ = ["TABLE", "Choice", "Rule", "decide", "message_bytes", "parse_tune", "select"]

@@ -1,0 +1,194 @@
+"""all_gather: every rank's ``output`` gets all ranks' ``input``, in rank order.
+
+Layout: ``plan.input`` is my piece (``counts[rank]`` elements; it may be the
+view of my own place in the output: in place); ``plan.output`` holds
+``sum(counts)`` elements, piece ``q`` at ``displs[q]``. Counts may differ
+between ranks and may be 0; every rank knows all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from .. import topology
+from ._common import copy_steps, displs, others, piece_counts, slot_elems
+from ._plan import Get, LocalStep, Plan, Put, Recv, Round, Send, Signal, Wait
+from ._registry import register
+
+
+@register(
+    "all_gather",
+    "ring",
+    description="P-1 rounds around a ring, each forwarding the piece received last (bandwidth-optimal)",
+)
+def ring(plan: Plan) -> Iterator[Round]:
+    """Ring all-gather.
+
+    Steps: ``P-1`` rounds; in round ``s`` rank ``r`` sends piece ``(r-s) % P``
+    to ``r+1`` and receives piece ``(r-s-1) % P`` from ``r-1``, straight into
+    the output. Round 0 sends from the input and copies it into place.
+
+    Bytes sent per rank: ``S - counts[(r+1) % P]`` (``S (P-1)/P`` for equal counts).
+
+    Requires: nothing; uneven and zero counts allowed.
+    """
+    p, r = plan.size, plan.rank
+    counts = piece_counts(plan)
+    d = displs(counts)
+    out, x = plan.output, plan.input
+    if p == 1:
+        yield Round(then=copy_steps(out, x))
+        return
+    pieces = [out[d[q] : d[q + 1]] for q in range(p)]
+    left, right = topology.ring_neighbours(r, p)
+    for s in range(p - 1):
+        send_i, recv_i = (r - s) % p, (r - s - 1) % p
+        comms: list[Send | Recv] = []
+        if counts[send_i]:
+            comms.append(Send(right, x if s == 0 else pieces[send_i]))
+        if counts[recv_i]:
+            comms.append(Recv(left, pieces[recv_i]))
+        then = copy_steps(pieces[r], x) if s == 0 else []
+        yield Round(*comms, then=then)
+
+
+@register(
+    "all_gather",
+    "recursive_doubling",
+    description="log2(P) exchanges of doubling blocks; non-powers of two fold first (latency-optimal)",
+)
+def recursive_doubling(plan: Plan) -> Iterator[Round]:
+    """Recursive-doubling all-gather with the non-power-of-two fold.
+
+    Steps: one first round (the fold: even ranks below ``2 rem`` send their
+    piece to the odd rank above; everyone copies its piece into place),
+    ``log2(pof2)`` rounds in which new rank ``i`` swaps its block of new ranks
+    ``[i & ~(2**k - 1), +2**k)`` with new rank ``i ^ 2**k``, and, when
+    ``rem > 0``, an unfold round in which the odd ranks send everything but
+    their partner's piece back. A block of new ranks is a contiguous range of
+    absolute ranks (``topology.unfold_range``), so every message is one
+    contiguous view of the output.
+
+    Bytes sent per rank: ``S - counts[rank]`` (fold pairs: ``+ S``).
+
+    Requires: nothing; uneven and zero counts allowed.
+
+    Example (P=3: pof2 2, rem 1): round 0: 0 -> 1 (piece 0); round 1: 1 and
+    2 swap pieces [0, 2) and [2, 3); round 2: 1 -> 0 (piece 1 and piece 2).
+    """
+    p, r = plan.size, plan.rank
+    counts = piece_counts(plan)
+    d = displs(counts)
+    out, x = plan.output, plan.input
+    if p == 1:
+        yield Round(then=copy_steps(out, x))
+        return
+    f = topology.fold(r, p)
+    place = copy_steps(out[d[r] : d[r + 1]], x)
+    steps = topology.ceil_log2(f.pof2)
+    if not f.active:
+        yield Round(*([Send(f.partner, x)] if counts[r] else []), then=place)
+        for _ in range(steps):
+            yield Round()
+        runs = [(0, d[r]), (d[r + 1], d[p])]  # everything but my own piece
+        yield Round(*(Recv(f.partner, out[a:b]) for a, b in runs if b > a))
+        return
+    if f.partner >= 0:
+        fold_in = out[d[f.partner] : d[f.partner + 1]]
+        yield Round(*([Recv(f.partner, fold_in)] if len(fold_in) else []), then=place)
+    else:
+        yield Round(then=place)
+
+    def span(lo: int, hi: int) -> tuple[int, int]:
+        a, b = topology.unfold_range(lo, hi, p)
+        return d[a], d[b]
+
+    for k, partner in enumerate(topology.doubling_partners(f.newrank, f.pof2)):
+        mine = span(*topology.doubling_block(f.newrank, k))
+        theirs = span(*topology.doubling_block(partner, k))
+        peer = topology.unfold_rank(partner, p)
+        comms: list[Send | Recv] = []
+        if mine[1] > mine[0]:
+            comms.append(Send(peer, out[mine[0] : mine[1]]))
+        if theirs[1] > theirs[0]:
+            comms.append(Recv(peer, out[theirs[0] : theirs[1]]))
+        yield Round(*comms)
+    if f.partner >= 0:
+        runs = [(0, d[f.partner]), (d[f.partner + 1], d[p])]
+        yield Round(*(Send(f.partner, out[a:b]) for a, b in runs if b > a))
+
+
+@register(
+    "all_gather",
+    "direct",
+    description="every rank sends its piece to every other rank in one round",
+)
+def direct(plan: Plan) -> Iterator[Round]:
+    """Direct all-gather.
+
+    Steps: 1 round with ``P-1`` sends and ``P-1`` receives per rank.
+
+    Bytes sent per rank: ``(P-1) counts[rank]``.
+
+    Requires: nothing; uneven and zero counts allowed.
+    """
+    p, r = plan.size, plan.rank
+    counts = piece_counts(plan)
+    d = displs(counts)
+    out, x = plan.output, plan.input
+    comms: list[Send | Recv] = []
+    if counts[r]:
+        comms += [Send(q, x) for q in others(r, p)]
+    comms += [Recv(q, out[d[q] : d[q + 1]]) for q in others(r, p) if counts[q]]
+    yield Round(*comms, then=copy_steps(out[d[r] : d[r + 1]], x))
+
+
+@register(
+    "all_gather",
+    "arena",
+    description="ranks publish chunks of their piece in their slot, everyone copies all of them out",
+    family="arena",
+    supports=lambda plan: slot_elems(plan, 2) >= 1,
+    requires="a slot of at least 2 elements",
+)
+def arena(plan: Plan) -> Iterator[Round]:
+    """Shared-slot all-gather.
+
+    Slot layout: two buffers of ``c`` elements; chunk ``k`` of my piece goes
+    to buffer ``k % 2``.
+
+    Steps: ``K = ceil(max(counts) / c)`` rounds on every rank; in round
+    ``k``: ``Put`` my chunk ``k`` (if I have one), signal ``k+1``, wait for
+    every other rank's ``k+1``, ``Get`` their chunks ``k``. One signal per
+    chunk is enough for Rule 2: my chunk ``k+2`` overwrites chunk ``k`` only
+    after I waited for everyone's ``k+2``, which they signal after reading
+    chunk ``k``.
+
+    Bytes sent per rank: ``counts[rank]`` into my slot, ``S - counts[rank]`` copied out.
+
+    Requires: an arena; a slot of at least 2 elements.
+    """
+    p, r = plan.size, plan.rank
+    counts = piece_counts(plan)
+    d = displs(counts)
+    out, x = plan.output, plan.input
+    if p == 1:
+        yield Round(then=copy_steps(out, x))
+        return
+    c = slot_elems(plan, 2)
+    isz = plan.itemsize
+    rest = others(r, p)
+    nchunks = topology.ceil_div(max(counts, default=0), c)
+    for k in range(nchunks):
+        offset = (k % 2) * c * isz
+        lo = k * c
+        steps: list[LocalStep] = []
+        if lo < counts[r]:
+            steps.append(Put(offset, x[lo : min(counts[r], lo + c)]))
+        steps += [Signal(k + 1), Wait(rest, k + 1)]
+        for q in rest:
+            if lo < counts[q]:
+                steps.append(Get(q, offset, out[d[q] + lo : d[q] + min(counts[q], lo + c)]))
+        if k == 0:
+            steps += copy_steps(out[d[r] : d[r + 1]], x)
+        yield Round(then=steps)
