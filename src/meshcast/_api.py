@@ -12,7 +12,6 @@ take group ranks.
 from __future__ import annotations
 
 import datetime
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,10 +19,10 @@ import numpy as np
 
 from . import _world, config, ops
 from .buffers import Buffer, as_buffer
-from .errors import InvalidUsage, MismatchError, usage
+from .errors import InvalidUsage, usage
 from .group import ProcessGroup
 from .ops import ReduceOp
-from .work import Work, completed
+from .work import Work
 
 
 class _NonGroupMember:
@@ -858,9 +857,3 @@ def launch_env() -> Any:
 
     return detect_launch_env()
 
-
-def _unused(*_: Any) -> None:  # keep linters quiet about optional imports
-    return None
-
-
-_unused(os, MismatchError, completed)

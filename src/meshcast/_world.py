@@ -62,24 +62,34 @@ class World:
     segments: list[Segment] = field(default_factory=list)
     next_group_id: int = 1
 
-    def make_group(self, group_id: int, ranks: Sequence[int], name: str) -> ProcessGroup:
-        """Collective over ``ranks`` (every member calls it): map the arena, build the group."""
+    def make_group(self, group_id: int, ranks: Sequence[int], name: str,
+                   store: Any = None) -> ProcessGroup:
+        """Collective over ``ranks`` (every member calls it): map the arena, build the group.
+
+        Args:
+            group_id: the same number on every member (keys and wire ids use it).
+            ranks: global ranks of the members, in group-rank order.
+            name: for messages.
+            store: where members meet (default: the world's store); the torch
+                backend passes the per-group store torch gives it.
+        """
         n = len(ranks)
         me = ranks.index(self.rank)
         slot = config.get("MESHCAST_SLOT_BYTES")
         key = f"meshcast/group/{group_id}"
+        store = self.store if store is None else store
         if n == 1:
             segment = Segment.create(f"g{group_id}-r{self.rank}", Arena.size(1, 0))
             segment.seal()
             slot = 0
         elif me == 0:
             segment = Segment.create(f"g{group_id}", Arena.size(n, slot))
-            self.store.set(f"{key}/arena", segment.locator)
+            store.set(f"{key}/arena", segment.locator)
         else:
-            segment = Segment.attach(self.store.get(f"{key}/arena").decode())
+            segment = Segment.attach(store.get(f"{key}/arena").decode())
         if n > 1:
             try:
-                store_barrier(self.store, f"{key}/attached", n, self.timeout,
+                store_barrier(store, f"{key}/attached", n, self.timeout,
                               f"new_group {name}: attaching the arena")
             finally:
                 if me == 0:

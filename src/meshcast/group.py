@@ -179,19 +179,16 @@ class ProcessGroup:
 
     def _submit(self, kind: str, fp: Fingerprint, make_plan: Callable[[list[int]], Plan],
                 finish: Callable[[Plan], None], *, algorithm: str | None, async_op: bool,
-                per_rank_counts: bool = False) -> Work:
+                per_rank_counts: bool = False, root_layout: int = -1) -> Work:
         what = f"{kind} #{fp.seq} on {self.group_name} (rank {self.global_ranks[self._rank]})"
         work = Work(what)
 
         def job() -> None:
             deadline = self._deadline()
             # A mismatch found here is found by every rank itself: no abort needed.
-            counts = self.arena.enter(fp, what, deadline, per_rank_counts=per_rank_counts)
-            try:
-                plan = make_plan(counts)
-            except MismatchError as exc:  # only the root can see it: tell the others
-                self.arena.abort(str(exc), mismatch=True)
-                raise
+            counts = self.arena.enter(fp, what, deadline, per_rank_counts=per_rank_counts,
+                                      root_layout=root_layout)
+            plan = make_plan(counts)
             # supports() is rank-invariant and sees the same counts everywhere, so a
             # forced algorithm that cannot run is refused on every rank alike.
             entry = _select(plan, algorithm)
@@ -294,38 +291,29 @@ class ProcessGroup:
                                  counts=counts),
             lambda p: finish(), algorithm=algorithm, async_op=async_op, per_rank_counts=True)
 
-    def _counts_agree(self, kind: str, counts: list[int], expected: Sequence[int] | None
-                      ) -> tuple[int, ...]:
-        """The root's list sizes must match what each rank actually passes."""
-        if expected is not None and list(expected) != list(counts):
-            bad = [r for r, (a, b) in enumerate(zip(expected, counts)) if a != b]
-            raise MismatchError(
-                f"{kind} on {self.group_name}: the root's list expects "
-                + ", ".join(f"{expected[r]} elements from rank {self.global_ranks[r]} "
-                            f"(it passed {counts[r]})" for r in bad))
-        return tuple(counts)
-
     def gather(self, out_flat: np.ndarray | None, in_flat: np.ndarray, root: int,
                dtype_name: str, finish: Callable[[], None], *, algorithm: str | None = None,
                async_op: bool = False, expected_counts: Sequence[int] | None = None) -> Work:
-        fp = self._next("gather", dtype=dtype_name, root=root, count=in_flat.size)
+        fp = self._next("gather", dtype=dtype_name, root=root, count=in_flat.size,
+                        extra=counts_hash(expected_counts))
         return self._submit(
             "gather", fp,
             lambda c: self._plan("gather", in_flat.dtype, root=root, input=in_flat,
-                                 output=out_flat,
-                                 counts=self._counts_agree("gather", c, expected_counts)),
-            lambda p: finish(), algorithm=algorithm, async_op=async_op, per_rank_counts=True)
+                                 output=out_flat, counts=tuple(c)),
+            lambda p: finish(), algorithm=algorithm, async_op=async_op, per_rank_counts=True,
+            root_layout=root)
 
     def scatter(self, out_flat: np.ndarray, in_flat: np.ndarray | None, root: int,
                 dtype_name: str, finish: Callable[[], None], *, algorithm: str | None = None,
                 async_op: bool = False, expected_counts: Sequence[int] | None = None) -> Work:
-        fp = self._next("scatter", dtype=dtype_name, root=root, count=out_flat.size)
+        fp = self._next("scatter", dtype=dtype_name, root=root, count=out_flat.size,
+                        extra=counts_hash(expected_counts))
         return self._submit(
             "scatter", fp,
             lambda c: self._plan("scatter", out_flat.dtype, root=root, input=in_flat,
-                                 output=out_flat,
-                                 counts=self._counts_agree("scatter", c, expected_counts)),
-            lambda p: finish(), algorithm=algorithm, async_op=async_op, per_rank_counts=True)
+                                 output=out_flat, counts=tuple(c)),
+            lambda p: finish(), algorithm=algorithm, async_op=async_op, per_rank_counts=True,
+            root_layout=root)
 
     def reduce_scatter(self, out_buf: Buffer, in_flat: np.ndarray, counts: Sequence[int],
                        op: ops.ReduceOp, finish: Callable[[], None], *,

@@ -36,7 +36,7 @@ import numpy as np
 
 from .. import _sync
 from .._fingerprint import SIZE as FP_SIZE
-from .._fingerprint import Fingerprint, compare
+from .._fingerprint import Fingerprint, compare, counts_hash
 from ..errors import CommTimeout, GroupAbortedError, MeshcastError, MismatchError
 from .segment import Segment
 
@@ -148,7 +148,7 @@ class Arena:
     # ---------------------------------------------------------- entry and abort
 
     def enter(self, fp: Fingerprint, what: str, deadline: float, *,
-              per_rank_counts: bool = False) -> list[int]:
+              per_rank_counts: bool = False, root_layout: int = -1) -> list[int]:
         """Start collective ``fp.seq``: publish and compare fingerprints (phase 0).
 
         Args:
@@ -158,6 +158,10 @@ class Arena:
             per_rank_counts: ranks may legitimately pass different ``count``
                 values (gather, scatter, uneven all_gather...); compare
                 everything but the count.
+            root_layout: for gather/scatter, the root's group rank: only the
+                root knows the list sizes, so it publishes their digest in
+                ``extra`` and every rank checks it against the counts the ranks
+                actually passed (the same verdict and message on every rank).
 
         Returns:
             every rank's ``count`` field, in group-rank order (so a root learns
@@ -185,17 +189,28 @@ class Arena:
         table = raw[base:base + self.n * 2 * _LINE].reshape(self.n, 2 * _LINE)[:, :FP_SIZE]
         counts = table[:, _COUNT:_COUNT + 8].copy().view(np.uint64).reshape(-1)
         mine = table[self.rank]
+        end = _COUNT + 8 if root_layout >= 0 else FP_SIZE  # extra is the root's alone
         if per_rank_counts:
             same = ((table[:, :_COUNT] == mine[:_COUNT]).all()
-                    and (table[:, _COUNT + 8:] == mine[_COUNT + 8:]).all())
+                    and (table[:, _COUNT + 8:end] == mine[_COUNT + 8:end]).all())
         else:
             same = (table == mine).all()
         if not same:
             fps = [Fingerprint.unpack(table[r].tobytes()) for r in range(self.n)]
             if per_rank_counts:
                 fps = [dataclasses.replace(f, count=0) for f in fps]
+            if root_layout >= 0:
+                fps = [dataclasses.replace(f, extra=0) for f in fps]
             compare(fps, self.global_ranks, self.name)
-        return [int(c) for c in counts]
+        result = [int(c) for c in counts]
+        if root_layout >= 0:
+            expected = int(table[root_layout, _COUNT + 8:_COUNT + 16].copy().view(np.uint64)[0])
+            if expected and expected != counts_hash(result):
+                raise MismatchError(
+                    f"collective #{fp.seq} on {self.name}: the list sizes on the root (rank "
+                    f"{self.global_ranks[root_layout]}) do not match what the ranks passed "
+                    f"(element counts by rank: {result})")
+        return result
 
     def abort(self, message: str, *, mismatch: bool = False) -> None:
         """Mark the group failed for every rank (first message wins) and wake all sleepers.
