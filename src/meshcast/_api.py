@@ -262,6 +262,7 @@ def destroy_process_group(group: GroupLike = None) -> None:
     if group is None or group is w.default_group:
         for g in w.groups:
             g.engine.drain(timeout=w.timeout)
+        w.exit_barrier()
         w.close()
         _world.current = None
         GroupMember.WORLD = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -101,6 +102,33 @@ class World:
                              liveness=self.liveness)
         self.groups.append(group)
         return group
+
+    def exit_barrier(self) -> None:
+        """Keep a rank-hosted store alive until every other rank has left (or died).
+
+        In the tutorial style (``MASTER_ADDR`` set by hand, or the MPI bulletin
+        file) rank 0's process hosts the store; if it left first, a slower rank
+        still talking to the store would fail (pytorch#67204). Ranks that exit
+        without ``destroy_process_group`` are waited for until they die.
+        """
+        try:
+            self.store.set(f"meshcast/exit/{self.rank}", b"1")
+        except Exception:  # noqa: BLE001 - the store may already be gone
+            return
+        if getattr(self.store, "server", None) is None:
+            return
+        deadline = time.monotonic() + self.timeout
+        pending = [r for r in range(self.size) if r != self.rank]
+        while pending and time.monotonic() < deadline:
+            r = pending[0]
+            try:
+                self.store.wait([f"meshcast/exit/{r}"], 0.1)
+            except CommTimeout:
+                if _sync.pid_alive(self.liveness.pids.get(r, -1)):
+                    continue
+            except Exception:  # noqa: BLE001 - a broken store cannot be waited on
+                return
+            pending.pop(0)
 
     def close(self) -> None:
         for group in self.groups:

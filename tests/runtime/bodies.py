@@ -246,3 +246,32 @@ def hold_segments_then(mode: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if mode == "kill":
         time.sleep(0.5)
+
+
+def collective_with_dying_peer(algorithm: str | None) -> str:
+    """Rank 2 SIGKILLs itself; the others are in an all_reduce waiting on it."""
+    r = dist.get_rank()
+    x = np.ones(1 << 12)
+    dist.all_reduce(x, algorithm=algorithm)  # everyone is up and running
+    if r == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(x, algorithm=algorithm)
+    except (dist.PeerGoneError, dist.GroupAbortedError) as exc:
+        return f"{time.monotonic() - t0:.2f}|{type(exc).__name__}: {exc}"
+    raise AssertionError("all_reduce with a dead rank returned")
+
+
+def collective_timeout() -> str:
+    """Rank 1 is late to the all_reduce (alive but busy): rank 0 times out naming it."""
+    r = dist.get_rank()
+    x = np.ones(4)
+    if r == 1:
+        time.sleep(3.0)
+        return ""
+    try:
+        dist.all_reduce(x)
+    except dist.CommTimeout as exc:
+        return str(exc)
+    raise AssertionError("no timeout")
