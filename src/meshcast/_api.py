@@ -101,13 +101,23 @@ def _check_algorithm(algorithm: str | None, coll: str, caller: str) -> str | Non
     return algorithm
 
 
+_VALID_OPS: dict[tuple[Any, str], ReduceOp] = {}
+
+
 def _op(op: Any, dtype_name: str, caller: str) -> ReduceOp:
+    try:
+        return _VALID_OPS[(op, dtype_name)]  # hot path: a pair already validated
+    except (KeyError, TypeError):
+        pass
     try:
         coerced = ReduceOp.coerce(op)
     except (ValueError, TypeError, KeyError):
         raise usage(caller, f"'op' must be a meshcast.ReduceOp, got {op!r}", _rank()) from None
     dtype: Any = "bfloat16" if dtype_name == "bfloat16" else np.dtype(dtype_name)
-    return ops.validate(coerced, dtype, caller=caller, rank=_rank())
+    member = ops.validate(coerced, dtype, caller=caller, rank=_rank())
+    if isinstance(op, ReduceOp):
+        _VALID_OPS[(op, dtype_name)] = member
+    return member
 
 
 def _root(pg: ProcessGroup, global_root: int | None, group_root: int | None, *, name: str,
@@ -132,8 +142,9 @@ def _root(pg: ProcessGroup, global_root: int | None, group_root: int | None, *, 
                             f"(its ranks: {pg.global_ranks})", me) from None
 
 
-def _finish(work: Work, async_op: bool) -> Work | None:
-    if async_op:
+def _finish(work: Work | None, async_op: bool) -> Work | None:
+    """The group already waited for synchronous calls (and returned None for them)."""
+    if async_op or work is None:
         return work
     work.wait()
     return None

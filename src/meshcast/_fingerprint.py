@@ -30,6 +30,21 @@ ROOTED = ("broadcast", "reduce", "gather", "scatter")
 REDUCING = ("reduce", "all_reduce", "reduce_scatter")
 
 _STRUCT = struct.Struct("<QBBBBiQQ")
+_KIND_CODE = {k: i for i, k in enumerate(KINDS)}
+_DTYPE_CODE = {k: i for i, k in enumerate(DTYPES)}
+_OP_CODE = {k: i for i, k in enumerate(OPS)}
+
+
+def path_digest(algorithm: str | None, oneshot: bool) -> int:
+    """One byte that differs when ranks would run a call differently (0: the default path).
+
+    A forced ``algorithm=`` on one rank but not another, or a rank taking the
+    one-shot path while another does not, would otherwise exchange data in
+    incompatible layouts; with this byte in the fingerprint it is a MismatchError.
+    """
+    if algorithm is None and not oneshot:
+        return 0
+    return (zlib.crc32(f"{algorithm}|{oneshot}".encode()) % 255) + 1
 SIZE = _STRUCT.size
 
 
@@ -49,15 +64,16 @@ class Fingerprint:
     root: int = -1
     count: int = 0
     extra: int = 0
+    path: int = 0  # digest of how the call runs (forced algorithm, one-shot or not)
 
     def pack(self) -> bytes:
-        return _STRUCT.pack(self.seq, KINDS.index(self.kind), DTYPES.index(self.dtype),
-                            OPS.index(self.op), 0, self.root, self.count, self.extra)
+        return _STRUCT.pack(self.seq, _KIND_CODE[self.kind], _DTYPE_CODE[self.dtype],
+                            _OP_CODE[self.op], self.path, self.root, self.count, self.extra)
 
     @classmethod
     def unpack(cls, raw: bytes) -> Fingerprint:
-        seq, kind, dtype, op, _, root, count, extra = _STRUCT.unpack(raw)
-        return cls(seq, KINDS[kind], DTYPES[dtype], OPS[op], root, count, extra)
+        seq, kind, dtype, op, path, root, count, extra = _STRUCT.unpack(raw)
+        return cls(seq, KINDS[kind], DTYPES[dtype], OPS[op], root, count, extra, path)
 
     def describe(self) -> str:
         """``all_reduce(dtype=float32, count=4, op=SUM)`` style text."""
@@ -70,6 +86,8 @@ class Fingerprint:
             parts.append(f"root={self.root}")
         if self.extra:
             parts.append(f"layout#{self.extra:08x}")
+        if self.path:
+            parts.append(f"path#{self.path:02x}")
         return f"{self.kind}({', '.join(parts)})"
 
 

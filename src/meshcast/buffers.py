@@ -81,10 +81,15 @@ class Buffer:
             np.copyto(src, self.flat.reshape(self.shape), casting="unsafe")
 
 
+_NAMES: dict[np.dtype, str] = {}
+
+
 def _dtype_name(dt: np.dtype) -> str:
-    if dt.name == "bfloat16":  # ml_dtypes
-        return "bfloat16"
-    return dt.name
+    # numpy builds dtype.name anew on every access (~1 us); this runs on every call.
+    name = _NAMES.get(dt)
+    if name is None:
+        name = _NAMES[dt] = dt.name
+    return name
 
 
 def as_buffer(obj: Any, *, name: str, caller: str, rank: int | None,

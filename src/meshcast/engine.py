@@ -68,6 +68,35 @@ class Engine:
                     self._cv.notify_all()
         return work
 
+    def call(self, job: Job, describe: str) -> Any:
+        """Run ``job`` synchronously, in call order, and return its result or raise.
+
+        The common case (the group is idle) runs inline without creating a Work;
+        otherwise the job queues behind the async work and this thread waits.
+        """
+        with self._cv:
+            idle = (not self._running and not self._queue and self.failure is None
+                    and not self._closed)
+            if idle:
+                self._running = True
+        if not idle:
+            work = self.submit(job, Work(describe), inline=False)
+            work.wait()
+            return work._result
+        try:
+            return job()
+        except BaseException as exc:
+            if not isinstance(exc, InvalidUsage):
+                with self._cv:
+                    if self.failure is None:
+                        self.failure = exc
+            raise
+        finally:
+            with self._cv:
+                self._running = False
+                if self._queue:
+                    self._cv.notify_all()
+
     def _run(self, job: Job, work: Work) -> None:
         try:
             result = job()

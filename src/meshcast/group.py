@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 
 from . import _sync, config, ops
-from ._fingerprint import Fingerprint, counts_hash
+from ._fingerprint import Fingerprint, counts_hash, path_digest
 from .algorithms import _execute
 from .algorithms._plan import Plan
 from .buffers import Buffer, store_back, working_copy
 from .engine import Engine
-from .errors import GroupAbortedError, MismatchError, usage
+from .errors import GroupAbortedError, InvalidUsage, MismatchError, usage
 from .transport.arena import Arena
 from .transport.shm import KIND_COLL, KIND_P2P, Handle, ShmTransport
 from .work import Work
@@ -177,11 +177,20 @@ class ProcessGroup:
     def _deadline(self) -> float:
         return time.monotonic() + self.timeout
 
+    def _what(self, kind: str, seq: int) -> str:
+        return f"{kind} #{seq} on {self.group_name} (rank {self.global_ranks[self._rank]})"
+
+    def _run(self, what: str, job: Callable[[], None], async_op: bool) -> Work | None:
+        """Run ``job`` in call order: return a Work (async) or wait for it and return None."""
+        if async_op:
+            return self.engine.submit(job, Work(what), inline=False)
+        self.engine.call(job, what)
+        return None
+
     def _submit(self, kind: str, fp: Fingerprint, make_plan: Callable[[list[int]], Plan],
                 finish: Callable[[Plan], None], *, algorithm: str | None, async_op: bool,
-                per_rank_counts: bool = False, root_layout: int = -1) -> Work:
-        what = f"{kind} #{fp.seq} on {self.group_name} (rank {self.global_ranks[self._rank]})"
-        work = Work(what)
+                per_rank_counts: bool = False, root_layout: int = -1) -> Work | None:
+        what = self._what(kind, fp.seq)
 
         def job() -> None:
             deadline = self._deadline()
@@ -191,7 +200,15 @@ class ProcessGroup:
             plan = make_plan(counts)
             # supports() is rank-invariant and sees the same counts everywhere, so a
             # forced algorithm that cannot run is refused on every rank alike.
-            entry = _select(plan, algorithm)
+            try:
+                entry = _select(plan, algorithm)
+            except InvalidUsage as exc:
+                if kind == "all_to_all" and "bruck" in (algorithm or ""):
+                    # The one algorithm whose supports() sees per-rank data (bruck needs
+                    # equal splits on every rank): another rank may have accepted it
+                    # and be waiting for us, so it must not wait in vain.
+                    self.arena.abort(str(exc))
+                raise
             self.last_algorithm = f"{kind}/{entry.name}"
             try:
                 ctx = _Ctx(self, fp.seq, plan.op, deadline, f"{what} [{entry.name}]")
@@ -205,7 +222,12 @@ class ProcessGroup:
                 raise
             finish(plan)
 
-        return self.engine.submit(job, work, inline=not async_op)
+        return self._run(what, job, async_op)
+
+    def _oneshot(self, nbytes: int, algorithm: str | None) -> bool:
+        """Whether a call of ``nbytes`` takes the one-shot path (same verdict on every rank:
+        it depends only on the group and on fields the fingerprint compares)."""
+        return algorithm is None and 1 < self._size and nbytes <= self.arena.small_bytes
 
     def _plan(self, kind: str, dtype: np.dtype, **kw: Any) -> Plan:
         return Plan(coll=kind, rank=self._rank, size=self._size, dtype=dtype,
@@ -221,37 +243,79 @@ class ProcessGroup:
                 return working_copy(buf_flat, dtype_name, work_dtype), True
         return buf_flat, False
 
-    def _next(self, kind: str, **fields: Any) -> Fingerprint:
-        return Fingerprint(next(self._seq), kind, **fields)
+    def _next(self, kind: str, algorithm: str | None, oneshot: bool = False,
+              **fields: Any) -> Fingerprint:
+        return Fingerprint(next(self._seq), kind, path=path_digest(algorithm, oneshot), **fields)
 
     # ------------------------------------------------------------ collectives
 
-    def barrier(self, *, algorithm: str | None = None, async_op: bool = False) -> Work:
-        fp = self._next("barrier")
+    def barrier(self, *, algorithm: str | None = None, async_op: bool = False
+                ) -> Work | None:
+        if self._oneshot(0, algorithm):
+            # Entering the call already proves every rank arrived: that is a barrier.
+            fp = self._next("barrier", algorithm, True)
+            what = self._what("barrier", fp.seq)
+
+            def job() -> None:
+                self.last_algorithm = "barrier/oneshot"
+                self.arena.oneshot(fp, None, what, self._deadline())
+
+            return self._run(what, job, async_op)
+        fp = self._next("barrier", algorithm)
         return self._submit("barrier", fp, lambda c: self._plan("barrier", np.dtype(np.uint8)),
                             lambda p: None, algorithm=algorithm, async_op=async_op)
 
     def broadcast(self, buf: Buffer, root: int, *, algorithm: str | None = None,
-                  async_op: bool = False) -> Work:
-        fp = self._next("broadcast", dtype=buf.dtype_name, root=root, count=buf.count)
+                  async_op: bool = False) -> Work | None:
+        if self._oneshot(buf.nbytes, algorithm):
+            fp = self._next("broadcast", algorithm, True, dtype=buf.dtype_name, root=root,
+                            count=buf.count)
+            what = self._what("broadcast", fp.seq)
+            data = buf.flat.reshape(-1).view(np.uint8)
+
+            def job() -> None:
+                self.last_algorithm = "broadcast/oneshot"
+                regions = self.arena.oneshot(fp, data if self._rank == root else None, what,
+                                             self._deadline())
+                if self._rank != root:
+                    data[:] = regions[root][:data.nbytes]
+                    buf.finish()
+
+            return self._run(what, job, async_op)
+        fp = self._next("broadcast", algorithm, dtype=buf.dtype_name, root=root, count=buf.count)
         return self._submit(
             "broadcast", fp,
             lambda c: self._plan("broadcast", buf.flat.dtype, root=root, output=buf.flat),
             lambda p: buf.finish(), algorithm=algorithm, async_op=async_op)
 
     def all_reduce(self, buf: Buffer, op: ops.ReduceOp, *, algorithm: str | None = None,
-                   async_op: bool = False) -> Work:
-        fp = self._next("all_reduce", dtype=buf.dtype_name, op=op.name, count=buf.count)
+                   async_op: bool = False) -> Work | None:
         work_arr, upcast = self._working(buf.flat, buf.dtype_name, op)
-        sched_op = ops.ReduceOp.SUM if op == ops.ReduceOp.AVG else op
+        sched_op = ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op
 
-        def finish(plan: Plan) -> None:
-            if op == ops.ReduceOp.AVG:
+        def finish(plan: Plan | None) -> None:
+            if op is ops.ReduceOp.AVG:
                 ops.finish_average(work_arr, self._size)
             if upcast:
                 store_back(buf.flat, work_arr, buf.dtype_name)
             buf.finish()
 
+        if self._oneshot(work_arr.nbytes, algorithm):
+            fp = self._next("all_reduce", algorithm, True, dtype=buf.dtype_name, op=op.name,
+                            count=buf.count)
+            what = self._what("all_reduce", fp.seq)
+            nbytes, dtype = work_arr.nbytes, work_arr.dtype
+
+            def job() -> None:
+                self.last_algorithm = "all_reduce/oneshot"
+                regions = self.arena.oneshot(fp, work_arr.view(np.uint8), what, self._deadline())
+                # Every rank reduces all inputs in rank order: bitwise identical results.
+                ops.reduce_many(sched_op, work_arr, [r[:nbytes].view(dtype) for r in regions])
+                finish(None)
+
+            return self._run(what, job, async_op)
+        fp = self._next("all_reduce", algorithm, dtype=buf.dtype_name, op=op.name,
+                        count=buf.count)
         return self._submit(
             "all_reduce", fp,
             lambda c: self._plan("all_reduce", work_arr.dtype, op=sched_op, input=work_arr,
@@ -260,7 +324,8 @@ class ProcessGroup:
 
     def reduce(self, buf: Buffer, op: ops.ReduceOp, root: int, *, algorithm: str | None = None,
                async_op: bool = False) -> Work:
-        fp = self._next("reduce", dtype=buf.dtype_name, op=op.name, root=root, count=buf.count)
+        fp = self._next("reduce", algorithm, dtype=buf.dtype_name, op=op.name, root=root,
+                        count=buf.count)
         work_arr, _ = self._working(buf.flat, buf.dtype_name, op)
         out = np.empty_like(work_arr) if self._rank == root else None
         sched_op = ops.ReduceOp.SUM if op == ops.ReduceOp.AVG else op
@@ -283,7 +348,7 @@ class ProcessGroup:
                    dtype_name: str, finish: Callable[[], None], *,
                    algorithm: str | None = None, async_op: bool = False) -> Work:
         counts = tuple(int(c) for c in counts)
-        fp = self._next("all_gather", dtype=dtype_name, count=in_flat.size,
+        fp = self._next("all_gather", algorithm, dtype=dtype_name, count=in_flat.size,
                         extra=counts_hash(counts))
         return self._submit(
             "all_gather", fp,
@@ -294,7 +359,7 @@ class ProcessGroup:
     def gather(self, out_flat: np.ndarray | None, in_flat: np.ndarray, root: int,
                dtype_name: str, finish: Callable[[], None], *, algorithm: str | None = None,
                async_op: bool = False, expected_counts: Sequence[int] | None = None) -> Work:
-        fp = self._next("gather", dtype=dtype_name, root=root, count=in_flat.size,
+        fp = self._next("gather", algorithm, dtype=dtype_name, root=root, count=in_flat.size,
                         extra=counts_hash(expected_counts))
         return self._submit(
             "gather", fp,
@@ -306,7 +371,7 @@ class ProcessGroup:
     def scatter(self, out_flat: np.ndarray, in_flat: np.ndarray | None, root: int,
                 dtype_name: str, finish: Callable[[], None], *, algorithm: str | None = None,
                 async_op: bool = False, expected_counts: Sequence[int] | None = None) -> Work:
-        fp = self._next("scatter", dtype=dtype_name, root=root, count=out_flat.size,
+        fp = self._next("scatter", algorithm, dtype=dtype_name, root=root, count=out_flat.size,
                         extra=counts_hash(expected_counts))
         return self._submit(
             "scatter", fp,
@@ -319,7 +384,7 @@ class ProcessGroup:
                        op: ops.ReduceOp, finish: Callable[[], None], *,
                        algorithm: str | None = None, async_op: bool = False) -> Work:
         counts = tuple(int(c) for c in counts)
-        fp = self._next("reduce_scatter", dtype=out_buf.dtype_name, op=op.name,
+        fp = self._next("reduce_scatter", algorithm, dtype=out_buf.dtype_name, op=op.name,
                         count=out_buf.count, extra=counts_hash(counts))
         in_work, _ = self._working(in_flat, out_buf.dtype_name, op)
         out_work, upcast = self._working(out_buf.flat, out_buf.dtype_name, op)
@@ -342,7 +407,7 @@ class ProcessGroup:
     def all_to_all(self, out_flat: np.ndarray, in_flat: np.ndarray, send_counts: Sequence[int],
                    recv_counts: Sequence[int], dtype_name: str, finish: Callable[[], None], *,
                    algorithm: str | None = None, async_op: bool = False) -> Work:
-        fp = self._next("all_to_all", dtype=dtype_name, count=in_flat.size)
+        fp = self._next("all_to_all", algorithm, dtype=dtype_name, count=in_flat.size)
         send = tuple(int(c) for c in send_counts)
         recv = tuple(int(c) for c in recv_counts)
         return self._submit(

@@ -40,7 +40,7 @@ def is_pow2(n: int) -> bool:
 
 def ceil_log2(n: int) -> int:
     """Smallest ``k`` with ``2**k >= n`` (0 for ``n <= 1``)."""
-    return max(0, (n - 1).bit_length())
+    return 0 if n <= 1 else (n - 1).bit_length()
 
 
 def pow2_floor(n: int) -> int:
@@ -124,7 +124,7 @@ def binomial_parent(v: int) -> int:
 
 
 def binomial_children(v: int, size: int) -> list[int]:
-    """Relative children of ``v``, largest subtree first (the order a broadcast serves them)."""
+    """Relative children of ``v``, farthest first (the order a broadcast serves them)."""
     span = 1 << ceil_log2(size) if v == 0 else lowbit(v)
     out = []
     mask = span >> 1

@@ -32,6 +32,8 @@ def mismatch(kind: str) -> str | None:
         call = lambda: dist.all_reduce(y)  # noqa: E731
     elif kind == "op":
         call = lambda: dist.all_reduce(x, op=ReduceOp.SUM if r == 0 else ReduceOp.MAX)  # noqa: E731
+    elif kind == "path":  # one rank forces an algorithm, the other takes the default path
+        call = lambda: dist.all_reduce(x, algorithm="ring" if r == 0 else None)  # noqa: E731
     elif kind == "root":
         call = lambda: dist.broadcast(x, src=0 if r == 0 else 1)  # noqa: E731
     elif kind == "gather_sizes":  # only the root can see this one

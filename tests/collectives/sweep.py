@@ -60,7 +60,7 @@ def sweep(counts=(0, 1, 7, 300), dtype_counts=(5,), colls=None) -> dict:
         done[c] = done.get(c, 0) + 1
 
     for coll in colls:
-        for algo in _registry.names(coll):
+        for algo in [None, *_registry.names(coll)]:  # None: the default path (one-shot when small)
             # Every dtype x op pair at a small count; float32 (or the op's dtype) at every count.
             cases = []
             if coll in ("all_reduce", "reduce", "reduce_scatter"):
@@ -141,6 +141,8 @@ def _run_one(coll, algo, dt, op, count, root, n, r, case) -> bool:
     elif coll == "all_to_all":
         # uneven splits: rank s sends (s + q) % 3 + count elements to rank q
         send = [[(s + q) % 3 + count for q in range(n)] for s in range(n)]
+        if algo == "bruck":  # bruck needs equal splits on every rank
+            send = [[count] * n for _ in range(n)]
         ins = [ref.rank_input(s, sum(send[s]), dt, seed=3) for s in range(n)]
         recv = [send[s][r] for s in range(n)]
         inp = ins[r]

@@ -16,6 +16,7 @@ MISMATCH_TEXT = {
     "dtype": ["dtype=float32", "dtype=float64"],
     "op": ["op=SUM", "op=MAX"],
     "root": ["root=0", "root=1"],
+    "path": ["path#"],
     "gather_sizes": ["do not match what the ranks passed", "[3, 5, 3]"],
 }
 

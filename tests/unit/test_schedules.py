@@ -86,9 +86,17 @@ def check(
         for r in range(size)
     ]
     plans = make_plans(
-        coll, size, data, dtype=dt, op=op if coll in REDUCING else None, root=root,
-        counts=counts, send_counts=send, in_place=in_place,
-        slot_bytes=slot_bytes, segment_bytes=segment_bytes,
+        coll,
+        size,
+        data,
+        dtype=dt,
+        op=op if coll in REDUCING else None,
+        root=root,
+        counts=counts,
+        send_counts=send,
+        in_place=in_place,
+        slot_bytes=slot_bytes,
+        segment_bytes=segment_bytes,
     )
     why = entry.why_not(plans[0])
     if why is not None:
@@ -97,7 +105,9 @@ def check(
     before = [None if p.input is None else p.input.copy() for p in plans]
     result = simulate(coll, entry.name, plans, order=order, seed=seed)
     want = _expected(coll, data, op, root, counts, send)
-    label = f"{entry.qualname} size={size} count={count} root={root} op={op!r} dtype={dt} order={order}"
+    label = (
+        f"{entry.qualname} size={size} count={count} root={root} op={op!r} dtype={dt} order={order}"
+    )
     for r, plan in enumerate(plans):
         if want[r] is None:
             continue
@@ -165,7 +175,9 @@ def test_sizes_1_to_17_and_small_counts(entry):
             check(entry, size, count, root=root, require=entry.name != "bruck")
 
 
-@pytest.mark.parametrize("entry", [e for e in ALL if e.coll in ROOTED], ids=ids([e for e in ALL if e.coll in ROOTED]))
+@pytest.mark.parametrize(
+    "entry", [e for e in ALL if e.coll in ROOTED], ids=ids([e for e in ALL if e.coll in ROOTED])
+)
 def test_every_root(entry):
     for size in range(1, 18):
         count = size + 1
@@ -228,7 +240,11 @@ def test_in_place(entry):
             check(entry, size, count, root=root, counts=counts, in_place=True)
 
 
-SEGMENTED = [registry.get("broadcast", "ring"), registry.get("reduce", "direct"), registry.get("all_reduce", "direct")]
+SEGMENTED = [
+    registry.get("broadcast", "ring"),
+    registry.get("reduce", "direct"),
+    registry.get("all_reduce", "direct"),
+]
 
 
 @pytest.mark.parametrize("entry", SEGMENTED, ids=ids(SEGMENTED))
@@ -247,10 +263,22 @@ def test_arena_small_slots_chunk_and_double_buffer(entry):
             for count in (0, 1, 5, 50, 120):
                 for segment_bytes in (8, 1 << 20):
                     seed = size * 1000 + slot_bytes + count
-                    counts = [(q * 7 + count) % 13 for q in range(size)] if entry.coll in PIECES else None
+                    counts = (
+                        [(q * 7 + count) % 13 for q in range(size)]
+                        if entry.coll in PIECES
+                        else None
+                    )
                     res = check(
-                        entry, size, count, root=size - 1, counts=counts, slot_bytes=slot_bytes,
-                        segment_bytes=segment_bytes, order="random", seed=seed, require=False,
+                        entry,
+                        size,
+                        count,
+                        root=size - 1,
+                        counts=counts,
+                        slot_bytes=slot_bytes,
+                        segment_bytes=segment_bytes,
+                        order="random",
+                        seed=seed,
+                        require=False,
                     )
                     if res is not None:
                         ran += 1
@@ -269,18 +297,29 @@ def test_any_interleaving(entry):
     for size in (2, 3, 5, 8):
         for order, seed in ORDERS:
             slot = 160 if entry.family == "arena" else None
-            res = check(entry, size, 23, root=1, order=order, seed=seed, slot_bytes=slot, require=False)
+            res = check(
+                entry, size, 23, root=1, order=order, seed=seed, slot_bytes=slot, require=False
+            )
             if res is None:  # the slot is too small for this size: use a bigger one
                 check(entry, size, 23, root=1, order=order, seed=seed, slot_bytes=1 << 12)
 
 
-@pytest.mark.parametrize("entry", [e for e in ALL if e.coll == "all_reduce"], ids=ids([e for e in ALL if e.coll == "all_reduce"]))
+@pytest.mark.parametrize(
+    "entry",
+    [e for e in ALL if e.coll == "all_reduce"],
+    ids=ids([e for e in ALL if e.coll == "all_reduce"]),
+)
 def test_all_reduce_is_bitwise_identical_on_every_rank(entry):
     # data on which float sums round differently in different orders
     for size in (2, 3, 5, 6, 9):
         rng = np.random.default_rng(size)
-        data = [rng.standard_normal(41).astype(np.float32) * 10.0 ** rng.integers(-3, 4) for _ in range(size)]
-        plans = make_plans("all_reduce", size, data, op="sum", slot_bytes=200 if entry.family == "arena" else 0)
+        data = [
+            rng.standard_normal(41).astype(np.float32) * 10.0 ** rng.integers(-3, 4)
+            for _ in range(size)
+        ]
+        plans = make_plans(
+            "all_reduce", size, data, op="sum", slot_bytes=200 if entry.family == "arena" else 0
+        )
         simulate("all_reduce", entry.name, plans, order="random", seed=size)
         for plan in plans[1:]:
             assert plans[0].output.tobytes() == plan.output.tobytes(), entry.qualname
@@ -304,13 +343,26 @@ def test_random_calls(entry, size, count, data):
     counts = send = None
     if data.draw(st.booleans()) and entry.name != "bruck":
         counts = data.draw(st.lists(st.integers(0, 9), min_size=size, max_size=size))
-        send = [data.draw(st.lists(st.integers(0, 5), min_size=size, max_size=size)) for _ in range(size)]
+        send = [
+            data.draw(st.lists(st.integers(0, 5), min_size=size, max_size=size))
+            for _ in range(size)
+        ]
     slot = data.draw(st.sampled_from([64, 128, 512, 1 << 16])) if entry.family == "arena" else 0
     order = data.draw(st.sampled_from(["lockstep", "greedy", "reverse", "random"]))
     check(
-        entry, size, count, root=root, op=op, dtype=dtype, counts=counts, send=send,
-        slot_bytes=slot, segment_bytes=data.draw(st.sampled_from([8, 1 << 20])),
-        order=order, seed=count, require=entry.family == "p2p" and entry.name != "bruck",
+        entry,
+        size,
+        count,
+        root=root,
+        op=op,
+        dtype=dtype,
+        counts=counts,
+        send=send,
+        slot_bytes=slot,
+        segment_bytes=data.draw(st.sampled_from([8, 1 << 20])),
+        order=order,
+        seed=count,
+        require=entry.family == "p2p" and entry.name != "bruck",
     )
 
 
@@ -390,7 +442,9 @@ def test_sim_reports_unequal_message_sizes():
         n = 2 if plan.rank == 0 else 3
         yield Round(Send(1 - plan.rank, plan.input[:n]), Recv(1 - plan.rank, plan.output[:n]))
 
-    with pytest.raises(MatchError, match="rank 1 sends \\[12\\] bytes to rank 0, which receives \\[8\\]"):
+    with pytest.raises(
+        MatchError, match="rank 1 sends \\[12\\] bytes to rank 0, which receives \\[8\\]"
+    ):
         run(bad, _plans())
 
 

@@ -72,7 +72,9 @@ class AlgorithmEntry:
         if self.family == "arena" and plan.slot_bytes <= 0:
             return "it needs a shared-memory arena (all ranks of the group on one host)"
         if not self.supports(plan):
-            return f"it requires {self.requires}" if self.requires else "it does not support this call"
+            return (
+                f"it requires {self.requires}" if self.requires else "it does not support this call"
+            )
         return None
 
     def __call__(self, plan: Plan) -> Iterator[Round]:

@@ -182,7 +182,8 @@ def _check_name(coll: str, choice: Choice, tune: str) -> None:
         if not any(choice.name in _registry.names(c) for c in _registry.COLLECTIVES):
             known = sorted({e.name for e in _registry.entries()})
             raise usage(
-                "MESHCAST_ALGO", f"no collective has an algorithm {choice.name!r} ({tune!r}); "
+                "MESHCAST_ALGO",
+                f"no collective has an algorithm {choice.name!r} ({tune!r}); "
                 f"known names: {', '.join(known)}",
             )
         return
@@ -274,18 +275,19 @@ def select(plan: Plan, explicit: str | None = None, tune: str = "") -> Algorithm
         if "/" in name:
             prefix, _, name = name.partition("/")
             if prefix != coll:
-                raise usage(coll, f"algorithm {explicit!r} belongs to {prefix!r}, not {coll!r}", plan.rank)
+                raise usage(
+                    coll, f"algorithm {explicit!r} belongs to {prefix!r}, not {coll!r}", plan.rank
+                )
         valid = _registry.names(coll)
         if name not in valid:
-            raise usage(
-                coll, f"unknown algorithm {name!r}; valid: {', '.join(valid)}", plan.rank
-            )
+            raise usage(coll, f"unknown algorithm {name!r}; valid: {', '.join(valid)}", plan.rank)
         entry = _registry.get(coll, name)
         why = entry.why_not(plan)
         if why is not None:
             raise usage(
-                coll, f"algorithm {entry.qualname!r} cannot run this call: {why} "
-                f"({_describe(plan)})", plan.rank,
+                coll,
+                f"algorithm {entry.qualname!r} cannot run this call: {why} ({_describe(plan)})",
+                plan.rank,
             )
         return entry
     if tune and tune.strip():

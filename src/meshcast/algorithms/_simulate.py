@@ -10,10 +10,11 @@ rank moves next (``order``); with ``order="random"`` a rank may run as far
 ahead as its waits allow, so a schedule that relies on luck produces wrong
 data or a race report instead of passing by accident.
 
-Rules the simulator enforces (each violation raises a :class:`ScheduleError`
-naming the ranks and the round):
+What the simulator enforces (each violation raises a :class:`ScheduleError`
+naming the ranks and the round; "Rule n" in messages refers to ``_plan``'s
+arena rules):
 
-Rule 1 (matching): round ``i`` of rank ``a`` pairs with round ``i`` of rank
+Matching: round ``i`` of rank ``a`` pairs with round ``i`` of rank
 ``b``; the k-th ``Send`` from ``a`` to ``b`` matches the k-th ``Recv`` from
 ``a`` on ``b``, with equal byte lengths. A rank that has nothing to do in a
 round must still yield it (an empty ``Round()``), because the executor tags
@@ -22,12 +23,12 @@ Sends are *rendezvous* (a send completes when its receive is posted), the
 strictest transport behaviour, so a schedule that passes here also runs on
 buffered transports.
 
-Rule 2 (buffers): within one round no ``Recv`` buffer may overlap any other
+Buffers: within one round no ``Recv`` buffer may overlap any other
 comm buffer of that rank (the transport writes it while the others are read
 or written); ``Copy``/``Reduce`` operands must be the same dtype and length
 and must not partially overlap; sends to oneself are errors.
 
-Rule 3 (arena): a slot of ``plan.slot_bytes`` per rank, filled with garbage
+Arena: a slot of ``plan.slot_bytes`` per rank, filled with garbage
 at the start; signal words only grow; ``Put``/``Get``/``ReduceSlots`` stay
 inside the slot. With ``check_races`` every arena access is checked with
 vector clocks: a ``Wait`` synchronises with the *earliest* signal that
@@ -320,7 +321,7 @@ class _Simulator:
                 self.fail(ScheduleError, st, f"{type(step).__name__} is not a comm step")
             if not 0 <= step.peer < self.p or step.peer == st.rank:
                 self.fail(ScheduleError, st, f"{type(step).__name__} to invalid peer {step.peer}")
-            _raw(step.buf, lambda: f"{self.where(st)}: {type(step).__name__}")
+            _raw(step.buf, lambda step=step: f"{self.where(st)}: {type(step).__name__}")
             sends, recvs = by_peer.setdefault(step.peer, ([], []))
             (sends if isinstance(step, Send) else recvs).append(step)
         for step in st.rnd.then:
@@ -335,8 +336,10 @@ class _Simulator:
             other = self.ranks[q]
             if other.stage == _COMMS and other.idx == st.idx:
                 self.pair(st, other)
-            elif other.stage == _DONE or other.idx > st.idx or (
-                other.idx == st.idx and other.stage != _COMMS
+            elif (
+                other.stage == _DONE
+                or other.idx > st.idx
+                or (other.idx == st.idx and other.stage != _COMMS)
             ):
                 state = "has finished" if other.stage == _DONE else f"is past round {st.idx}"
                 self.fail(
@@ -352,7 +355,11 @@ class _Simulator:
             if other is st or other.stage != _COMMS or st.rank not in other.pending:
                 continue
             if other.idx < idx or finished or (other.idx == idx and other.rank not in st.by_peer):
-                what = "has finished" if finished else f"round {idx} has no comm with rank {other.rank}"
+                what = (
+                    "has finished"
+                    if finished
+                    else f"round {idx} has no comm with rank {other.rank}"
+                )
                 raise MatchError(
                     f"{self.where(other)}: {self.describe(other.by_peer[st.rank])} rank "
                     f"{st.rank} has no partner: rank {st.rank} {what}"
@@ -443,8 +450,10 @@ class _Simulator:
         elif isinstance(step, Signal):
             if step.phase < 1 or step.phase < st.phase:
                 self.fail(
-                    ScheduleError, st, f"Signal({step.phase}) after phase {st.phase}: "
-                    "phases start at 1 and never go down"
+                    ScheduleError,
+                    st,
+                    f"Signal({step.phase}) after phase {st.phase}: "
+                    "phases start at 1 and never go down",
                 )
             self.tick(st, "signal", phase=step.phase)
             self.need_arena(st, "Signal")
@@ -467,7 +476,8 @@ class _Simulator:
     def check_operands(self, st: _Rank, dst: np.ndarray, src: np.ndarray, what: str) -> None:
         if dst.dtype != src.dtype or dst.shape != src.shape:
             self.fail(
-                ScheduleError, st,
+                ScheduleError,
+                st,
                 f"{what}: dst {dst.dtype}[{dst.size}] and src {src.dtype}[{src.size}] differ",
             )
         if _overlap(dst, src) and _span(dst) != _span(src):
@@ -483,7 +493,8 @@ class _Simulator:
             self.fail(ScheduleError, st, f"{what} from invalid rank {owner}")
         if offset < 0 or offset + n > self.slot_bytes:
             self.fail(
-                ScheduleError, st,
+                ScheduleError,
+                st,
                 f"{what} of {n} bytes at offset {offset} is outside the {self.slot_bytes}-byte slot",
             )
         slot = self.slots[owner]
@@ -572,7 +583,9 @@ class _Simulator:
                     budget -= 1
                     units += 1
                     if units > max_units:
-                        raise ScheduleError(f"{self.label}: more than {max_units} steps; runaway schedule?")
+                        raise ScheduleError(
+                            f"{self.label}: more than {max_units} steps; runaway schedule?"
+                        )
             if not moved:
                 raise DeadlockError(self.deadlock_report())
 
@@ -585,14 +598,20 @@ class _Simulator:
                 peers = []
                 for q in sorted(st.pending):
                     other = self.ranks[q]
-                    where = "finished" if other.stage == _DONE else f"at round {other.idx} ({other.stage})"
+                    where = (
+                        "finished"
+                        if other.stage == _DONE
+                        else f"at round {other.idx} ({other.stage})"
+                    )
                     peers.append(f"{self.describe(st.by_peer[q])} rank {q} (rank {q} is {where})")
                 lines.append(f"  rank {st.rank} round {st.idx}: waiting for " + "; ".join(peers))
             else:
                 assert st.rnd is not None
                 step = st.rnd.then[st.pc]
                 assert isinstance(step, Wait)
-                have = {q: self.ranks[q].phase for q in step.ranks if self.ranks[q].phase < step.phase}
+                have = {
+                    q: self.ranks[q].phase for q in step.ranks if self.ranks[q].phase < step.phase
+                }
                 lines.append(
                     f"  rank {st.rank} round {st.idx} step {st.pc}: Wait(ranks={tuple(step.ranks)}, "
                     f"phase={step.phase}); still below: {have}"
@@ -638,7 +657,9 @@ def run(
     plans = list(plans)
     for r, plan in enumerate(plans):
         if plan.rank != r or plan.size != len(plans):
-            raise ValueError(f"plans[{r}] has rank {plan.rank} size {plan.size}; expected {r}, {len(plans)}")
+            raise ValueError(
+                f"plans[{r}] has rank {plan.rank} size {plan.size}; expected {r}, {len(plans)}"
+            )
         if plan.slot_bytes != plans[0].slot_bytes:
             raise ValueError("every plan of one call must have the same slot_bytes")
     sim = _Simulator([fn(plan) for plan in plans], plans, label, check_races)
@@ -700,8 +721,18 @@ def make_plans(
 
     def plan(r: int, x: np.ndarray | None, out: np.ndarray | None, **kw: Any) -> Plan:
         return Plan(
-            coll, r, size, dt, op=op, root=root, input=x, output=out,
-            slot_bytes=slot_bytes, segment_bytes=segment_bytes, scratch=scratch, **kw,
+            coll,
+            r,
+            size,
+            dt,
+            op=op,
+            root=root,
+            input=x,
+            output=out,
+            slot_bytes=slot_bytes,
+            segment_bytes=segment_bytes,
+            scratch=scratch,
+            **kw,
         )
 
     def data(r: int) -> np.ndarray:

@@ -17,22 +17,17 @@ from .. import ops, topology
 from ._common import copy_steps, others, same_memory, segment_elems
 from ._plan import (
     Copy,
-    Get,
     LocalStep,
     Plan,
-    Put,
     Recv,
     Reduce,
-    ReduceSlots,
     Round,
     Send,
-    Signal,
-    Wait,
     split_even,
 )
 from ._registry import register
 from .broadcast import binomial_broadcast
-from .reduce import arena_layout, binomial_reduce, has_children
+from .reduce import arena_layout, arena_sections, binomial_reduce, has_children
 
 
 def _commutative(plan: Plan) -> bool:
@@ -79,7 +74,9 @@ def ring(plan: Plan) -> Iterator[Round]:
         return
     out, x, p, r = plan.output, plan.input, plan.size, plan.rank
     chunks = [out[s : s + n] for s, n in split_even(len(out), p)]
-    tmp = plan.scratch(len(chunks[0]))  # reused every round: a round's recv completes before its reduce
+    tmp = plan.scratch(
+        len(chunks[0])
+    )  # reused every round: a round's recv completes before its reduce
     left, right = topology.ring_neighbours(r, p)
     first = [x[s : s + n] for s, n in split_even(len(out), p)]
     for s in range(p - 1):
@@ -235,58 +232,42 @@ def direct(plan: Plan) -> Iterator[Round]:
     requires="a slot of at least 4 elements",
 )
 def arena(plan: Plan) -> Iterator[Round]:
-    """Shared-slot all-reduce (the single-host fast path).
+    """Shared-slot all-reduce (the single-host fast path), pipelined over chunks.
 
-    Slot layout: two buffers (chunk parity), each ``[input c | share s]``,
-    ``s = ceil(c/P)``, ``c`` as large as the slot and ``plan.segment_bytes``
-    allow (see ``reduce.arena_layout``).
+    Slot layout: two buffers (chunk parity ``b = k % 2``), each
+    ``[input c | share s]`` with ``s = ceil(c/P)`` and ``c`` as large as the slot
+    and ``plan.segment_bytes`` allow (``reduce.arena_layout``). Shares of a
+    chunk are ``split_even(chunk, P)``.
 
-    Steps per chunk ``k`` (buffer ``b = k % 2``, shares ``split_even(chunk, P)``):
+    Steps: a first round ``Put``s chunk 0 into input region 0 and signals 1.
+    Then round ``k`` (``k = 0..K``, ``K`` chunks) on every rank:
 
-    1. ``Put`` my chunk into input region ``b``; signal ``2k+1``;
-       wait for all ``2k+1``.
-    2. ``ReduceSlots`` my share over all ranks in rank order straight into my
-       output, ``Put`` it into share region ``b``; signal ``2k+2``; wait for
-       all ``2k+2``.
-    3. ``Get`` every other rank's share into my output.
+    1. wait for every other rank's ``k+1`` (chunk ``k`` published, share
+       ``k-1`` reduced);
+    2. ``Get`` every other rank's share of chunk ``k-1`` into my output;
+    3. ``ReduceSlots`` my share of chunk ``k`` over all ranks in rank order
+       straight into my output and ``Put`` it into share region ``k % 2``;
+    4. ``Put`` chunk ``k+1`` into input region ``(k+1) % 2``; signal ``k+2``.
 
-    Rule 2 needs no extra wait thanks to the two buffers: input region ``b``
-    is rewritten for chunk ``k+2`` after everyone's ``2k+4`` (they reduced
-    chunk ``k`` before signalling ``2k+2``), share region ``b`` after
-    everyone's ``2k+5`` (signalled after their Gets of chunk ``k``). Every
-    share is reduced once, so all ranks end bitwise identical.
+    One signal and one wait per chunk, and the copy-in of chunk ``k+1``
+    overlaps the other ranks' reduction of chunk ``k``. Rule 2 holds because
+    of the two buffers: input region ``(k+1) % 2`` last held chunk ``k-1``,
+    which everyone reduced before signalling ``k+1``; share region ``k % 2``
+    last held share ``k-2``, which everyone copied out before signalling
+    ``k+1``, and round ``k`` starts by waiting for all ``k+1``. Every share
+    is reduced once, so all ranks end bitwise identical.
 
     Bytes sent per rank: ``S`` into the slot, ``S/P`` reduced from ``P`` slots,
     ``S/P`` back into the slot, ``S (P-1)/P`` copied out.
 
     Requires: an arena; a slot of at least 4 elements.
 
-    Example (P=4, one chunk of 10): shares 3, 3, 2, 2 elements; rank 2
-    reduces elements 6-7 from slots 0, 1, 2, 3 in that order.
+    Example (P=4, one chunk of 10): shares of 3, 3, 2, 2 elements; rank 2
+    reduces elements 6-7 from slots 0, 1, 2, 3 in that order in round 0 and
+    copies elements 0-5 and 8-9 from slots 0, 1, 3 in round 1.
     """
     trivial = _trivial(plan)
     if trivial is not None:
         yield from trivial
         return
-    out, x, p, r = plan.output, plan.input, plan.size, plan.rank
-    c, s = arena_layout(plan)
-    isz = plan.itemsize
-    everyone = tuple(range(p))
-    rest = others(r, p)
-    for k, (start, length) in enumerate(topology.chunks(len(out), c)):
-        base = (k % 2) * (c + s) * isz
-        share_off = base + c * isz
-        shares = split_even(length, p)
-        my_start, my_len = shares[r]
-        mine = out[start + my_start : start + my_start + my_len]
-        # the Put reads x's chunk before the reduction below rewrites it (in place)
-        steps: list[LocalStep] = [Put(base, x[start : start + length]), Signal(2 * k + 1)]
-        steps.append(Wait(rest, 2 * k + 1))
-        if my_len:
-            steps += [ReduceSlots(mine, everyone, base + my_start * isz), Put(share_off, mine)]
-        steps += [Signal(2 * k + 2), Wait(rest, 2 * k + 2)]
-        for q in rest:
-            q_start, q_len = shares[q]
-            if q_len:
-                steps.append(Get(q, share_off, out[start + q_start : start + q_start + q_len]))
-        yield Round(then=steps)
+    yield from arena_sections(plan, plan.input, plan.output, everyone_gets=True)

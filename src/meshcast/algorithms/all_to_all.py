@@ -149,7 +149,9 @@ def bruck(plan: Plan) -> Iterator[Round]:
         for a, b in blocks[k]:
             n = (b - a) * c
             view = tmp[a * c : b * c]
-            steps.append(Copy(pack[at : at + n], view) if into_pack else Copy(view, pack[at : at + n]))
+            steps.append(
+                Copy(pack[at : at + n], view) if into_pack else Copy(view, pack[at : at + n])
+            )
             at += n
         return steps
 
@@ -165,7 +167,10 @@ def bruck(plan: Plan) -> Iterator[Round]:
         if k + 1 < levels:
             then += packing(k + 1, True)
         else:  # block i came from rank (r - i) % p
-            then += [Copy(out[((r - i) % p) * c : ((r - i) % p + 1) * c], tmp[i * c : (i + 1) * c]) for i in range(p)]
+            then += [
+                Copy(out[((r - i) % p) * c : ((r - i) % p + 1) * c], tmp[i * c : (i + 1) * c])
+                for i in range(p)
+            ]
         yield Round(Send(to, send_pack[:n]), Recv(frm, recv_pack[:n]), then=then)
 
 
@@ -251,12 +256,12 @@ def arena(plan: Plan) -> Iterator[Round]:
 
     def readers(t: int) -> tuple[int, ...]:
         """Peers whose piece overlaps my chunk ``t``."""
-        out = []
+        found = []
         for q in rest:
             a, b = topology.intersect(t * c, (t + 1) * c, offs[q], offs[q] + sc[q])
             if b > a:
-                out.append(q)
-        return tuple(out)
+                found.append(q)
+        return tuple(found)
 
     their_k = np.zeros(p, dtype=np.int64)
     my_off = np.zeros(p, dtype=np.int64)  # where my piece starts in each peer's stream

@@ -147,7 +147,9 @@ def direct(plan: Plan) -> Iterator[Round]:
         operands = [tmp[q * width : q * width + length] for q in range(p)]
         then: list[LocalStep] = []
         if in_place and r != 0:
-            then.append(Copy(operands[r], x[start : start + length]))  # saved before out is rewritten
+            then.append(
+                Copy(operands[r], x[start : start + length])
+            )  # saved before out is rewritten
         else:
             operands[r] = x[start : start + length]
         dst = out[start : start + length]
@@ -245,60 +247,77 @@ def arena_layout(plan: Plan) -> tuple[int, int]:
     requires="a slot of at least 4 elements",
 )
 def arena(plan: Plan) -> Iterator[Round]:
-    """Shared-slot reduce: parallel reduction of shares, gathered by the root.
+    """Shared-slot reduce: every rank reduces 1/P of each chunk, the root collects the shares.
 
-    Slot layout: two buffers (chunk parity), each ``[input c | share s]``
-    (see :func:`arena_layout`).
+    Slot layout: as all_reduce/arena, two buffers of ``[input c | share s]``.
 
-    Steps per chunk ``k`` (buffer ``b = k % 2``): ``Put`` my chunk into
-    input region ``b``, signal ``2k+1``, wait for everyone's ``2k+1``;
-    ``ReduceSlots`` my share (``split_even(chunk, P)[rank]``) over all ranks in
-    rank order (the root straight into its output, others into scratch and
-    then ``Put`` into share region ``b``); signal ``2k+2``. The root waits for
-    everyone's ``2k+2`` and ``Get``s their shares. Rule 2 holds without
-    extra waits: a rank rewrites input region ``b`` (chunk ``k+2``) only
-    after everyone's ``2k+3`` (signalled after their reduction of chunk
-    ``k``) and share region ``b`` only after everyone's ``2k+5`` (the root
-    signals it after its Gets of chunk ``k``).
+    Steps: as all_reduce/arena (round ``k`` waits for all ``k+1``, reduces
+    share ``k`` in rank order, publishes it with chunk ``k+1`` and signals
+    ``k+2``), except that only the root ``Get``s the shares, and non-roots
+    reduce theirs into scratch and skip the last round. Rule 2 holds as
+    there: a share region is rewritten after the root's ``k+1``, which it
+    signals after its Gets of share ``k-2``.
 
-    Bytes sent per rank: ``S`` copied into the slot, ``S/P`` reduced from ``P``
-    slots, ``S/P`` copied back into the slot; the root copies out ``S (P-1)/P``.
+    Bytes sent per rank: ``S`` into the slot, ``S/P`` reduced from ``P`` slots
+    and put back; the root copies out ``S (P-1)/P``.
 
     Requires: an arena; a slot of at least 4 elements.
     """
     x = plan.input
-    p, r, root = plan.size, plan.rank, plan.root
     if x is None or len(x) == 0:
         return
-    if p == 1:
+    if plan.size == 1:
         yield Round(then=copy_steps(plan.output, x))
         return
+    out = plan.output if plan.rank == plan.root else None
+    yield from arena_sections(plan, x, out, everyone_gets=False)
+
+
+def arena_sections(
+    plan: Plan, x: np.ndarray, mine_into: np.ndarray | None, *, everyone_gets: bool
+) -> Iterator[Round]:
+    """The rounds of all_reduce/arena and reduce/arena (see all_reduce.arena's docstring).
+
+    ``mine_into`` is where my reduced shares go (my output; scratch-backed
+    when None: a non-root of reduce); ``everyone_gets`` says whether every
+    rank copies the others' shares out (all_reduce) or only the root (reduce).
+    """
+    p, r, root = plan.size, plan.rank, plan.root
     c, s = arena_layout(plan)
     isz = plan.itemsize
     everyone = tuple(range(p))
     rest = others(r, p)
-    tmp = plan.scratch(s) if r != root else None
-    for k, (start, length) in enumerate(topology.chunks(len(x), c)):
-        base = (k % 2) * (c + s) * isz
-        share_off = base + c * isz
-        shares = split_even(length, p)
-        my_start, my_len = shares[r]
-        steps: list[LocalStep] = [Put(base, x[start : start + length]), Signal(2 * k + 1)]
-        steps.append(Wait(rest, 2 * k + 1))
-        if my_len:
-            if r == root:
-                dst = plan.output[start + my_start : start + my_start + my_len]
-            else:
-                dst = tmp[:my_len]
-            steps.append(ReduceSlots(dst, everyone, base + my_start * isz))
-            if r != root:
-                steps.append(Put(share_off, dst))
-        steps.append(Signal(2 * k + 2))
-        if r == root:
-            steps.append(Wait(rest, 2 * k + 2))
-            for q in rest:
-                q_start, q_len = shares[q]
-                if q_len:
-                    dst = plan.output[start + q_start : start + q_start + q_len]
-                    steps.append(Get(q, share_off, dst))
+    parts = topology.chunks(len(x), c)
+    getter = everyone_gets or r == root
+    tmp = plan.scratch(s) if mine_into is None else None
+
+    def in_off(k: int) -> int:
+        return (k % 2) * (c + s) * isz
+
+    def shares(k: int) -> list[tuple[int, int]]:
+        start, length = parts[k]
+        return [(start + a, n) for a, n in split_even(length, p)]
+
+    start, length = parts[0]
+    yield Round(then=[Put(in_off(0), x[start : start + length]), Signal(1)])
+    for k in range(len(parts) + 1):
+        if k == len(parts) and not getter:
+            return  # nothing left to read; nobody waits for more from me
+        steps: list[LocalStep] = [Wait(rest, k + 1)]
+        if k >= 1 and getter:
+            for q, (a, n) in enumerate(shares(k - 1)):
+                if q != r and n:
+                    steps.append(Get(q, in_off(k - 1) + c * isz, mine_into[a : a + n]))
+        if k < len(parts):
+            a, n = shares(k)[r]
+            if n:
+                dst = tmp[:n] if mine_into is None else mine_into[a : a + n]
+                offset = in_off(k) + (a - parts[k][0]) * isz
+                steps.append(ReduceSlots(dst, everyone, offset))
+                if everyone_gets or r != root:  # nobody reads the root's share of a reduce
+                    steps.append(Put(in_off(k) + c * isz, dst))
+            if k + 1 < len(parts):
+                start, length = parts[k + 1]
+                steps.append(Put(in_off(k + 1), x[start : start + length]))
+            steps.append(Signal(k + 2))
         yield Round(then=steps)

@@ -150,7 +150,10 @@ def arena(plan: Plan) -> Iterator[Round]:
     if r != root:
         for k, (start, length) in enumerate(topology.chunks(counts[r], c)):
             offset = ((k % 2) * p + r) * c * isz
-            steps: list[LocalStep] = [Wait((root,), k + 1), Get(root, offset, out[start : start + length])]
+            steps: list[LocalStep] = [
+                Wait((root,), k + 1),
+                Get(root, offset, out[start : start + length]),
+            ]
             if k + 2 < nchunks[r]:
                 steps.append(Signal(k + 1))
             yield Round(then=steps)

@@ -115,7 +115,9 @@ def scatter(
     return _pieces(flat, counts if counts is not None else _even_counts(len(flat), size))
 
 
-def reduce_scatter(inputs: Arrays, op: Any, counts: Sequence[int] | None = None) -> list[np.ndarray]:
+def reduce_scatter(
+    inputs: Arrays, op: Any, counts: Sequence[int] | None = None
+) -> list[np.ndarray]:
     """Rank ``q`` gets piece ``q`` of ``op`` over all (flat, equally long) inputs."""
     res = reduced(inputs, op)
     size = len(inputs)

@@ -45,6 +45,7 @@ _PAGE = 4096
 _PHASE_BITS = 24
 _MSG_BYTES = 960
 _COUNT = 16  # byte offset of the count field in a packed fingerprint
+SMALL_BYTES = 16 << 10  # per rank and parity: calls up to this size take the one-shot path
 
 
 def _align(n: int, a: int) -> int:
@@ -63,16 +64,18 @@ class Arena:
     """
 
     @staticmethod
-    def layout(n: int, slot_bytes: int) -> tuple[int, int, int, int]:
+    def layout(n: int, slot_bytes: int) -> tuple[int, int, int, int, int]:
         ranks_off = 16 * _LINE
         fp_off = ranks_off + n * _LINE
-        slots_off = _align(fp_off + 2 * n * _LINE, _PAGE)
+        small_off = _align(fp_off + 2 * n * _LINE, _PAGE)
+        small_bytes = SMALL_BYTES if slot_bytes else 0
+        slots_off = small_off + n * 2 * small_bytes
         total = slots_off + n * _align(slot_bytes, _PAGE)
-        return ranks_off, fp_off, slots_off, total
+        return ranks_off, fp_off, small_off, slots_off, total
 
     @classmethod
     def size(cls, n: int, slot_bytes: int) -> int:
-        return cls.layout(n, slot_bytes)[3]
+        return cls.layout(n, slot_bytes)[4]
 
     def __init__(self, segment: Segment, rank: int, n: int, slot_bytes: int,
                  global_ranks: Sequence[int], liveness: _sync.Liveness, name: str) -> None:
@@ -83,7 +86,7 @@ class Arena:
         self.global_ranks = list(global_ranks)
         self.liveness = liveness
         self.name = name
-        ranks_off, fp_off, slots_off, _ = self.layout(n, slot_bytes)
+        ranks_off, fp_off, small_off, slots_off, _ = self.layout(n, slot_bytes)
         self._abort = segment.view(0, 4, np.uint32)
         self._abort_msg = segment.view(_LINE, _MSG_BYTES)
         lines = segment.view(ranks_off, n * _LINE, np.uint64).reshape(n, _LINE // 8)
@@ -93,6 +96,12 @@ class Arena:
         self._fp_off = fp_off
         stride = _align(slot_bytes, _PAGE)
         self.slots = [segment.view(slots_off + r * stride, slot_bytes) for r in range(n)]
+        # One-shot regions for tiny calls, two per rank (by seq parity; see oneshot()).
+        self.small_bytes = SMALL_BYTES if slot_bytes else 0
+        self.small = [[segment.view(small_off + (r * 2 + p) * self.small_bytes, self.small_bytes)
+                       for p in (0, 1)] for r in range(n)]
+        self._fp_tables = [segment.view(fp_off + p * _LINE, n * 2 * _LINE)
+                           .reshape(n, 2 * _LINE)[:, :FP_SIZE] for p in (0, 1)]
         self.seq = 0
         self.deadline = float("inf")
         self.what = name
@@ -176,18 +185,52 @@ class Arena:
         self.seq = fp.seq
         self.deadline = deadline
         self.what = what
-        parity = fp.seq & 1
-        off = self._fp_off + (self.rank * 2 + parity) * _LINE
-        raw = self.segment.bytes
-        raw[off:off + FP_SIZE] = np.frombuffer(fp.pack(), np.uint8)
+        table = self._publish(fp)
         if self.n == 1:
             self._words[0] = self._value(0)
             return [fp.count]
         self.signal(0)
         self.wait(range(self.n), 0)
-        base = self._fp_off + parity * _LINE
-        table = raw[base:base + self.n * 2 * _LINE].reshape(self.n, 2 * _LINE)[:, :FP_SIZE]
-        counts = table[:, _COUNT:_COUNT + 8].copy().view(np.uint64).reshape(-1)
+        return self._compare(table, fp.seq, per_rank_counts, root_layout)
+
+    def oneshot(self, fp: Fingerprint, data: np.ndarray | None, what: str, deadline: float
+                ) -> list[np.ndarray]:
+        """A whole tiny collective in one signal: fingerprint + data, signal, wait, compare.
+
+        Every rank writes its fingerprint and its ``data`` bytes (up to
+        ``small_bytes``) into its one-shot region of parity ``seq & 1``, signals
+        ``(seq, 1)`` and waits for everyone's. Having seen ``(seq, 1)`` from all
+        ranks means they all finished ``seq - 1``, so when this rank reuses a
+        region of the same parity at ``seq + 2`` nobody still reads it.
+
+        Returns:
+            every rank's region of this parity (read them before returning
+            from the collective).
+
+        Raises:
+            the same errors as :meth:`enter`.
+        """
+        self.check_abort()
+        self.seq = fp.seq
+        self.deadline = deadline
+        self.what = what
+        table = self._publish(fp)
+        parity = fp.seq & 1
+        if data is not None and data.nbytes:
+            self.small[self.rank][parity][:data.nbytes] = data
+        self.signal(1)
+        if self.n > 1:
+            self.wait(range(self.n), 1)
+            self._compare(table, fp.seq, False, -1)
+        return [self.small[r][parity] for r in range(self.n)]
+
+    def _publish(self, fp: Fingerprint) -> np.ndarray:
+        table = self._fp_tables[fp.seq & 1]
+        table[self.rank] = np.frombuffer(fp.pack(), np.uint8)
+        return table
+
+    def _compare(self, table: np.ndarray, seq: int, per_rank_counts: bool, root_layout: int
+                 ) -> list[int]:
         mine = table[self.rank]
         end = _COUNT + 8 if root_layout >= 0 else FP_SIZE  # extra is the root's alone
         if per_rank_counts:
@@ -201,13 +244,21 @@ class Arena:
                 fps = [dataclasses.replace(f, count=0) for f in fps]
             if root_layout >= 0:
                 fps = [dataclasses.replace(f, extra=0) for f in fps]
-            compare(fps, self.global_ranks, self.name)
-        result = [int(c) for c in counts]
+            try:
+                compare(fps, self.global_ranks, self.name)
+            except MismatchError as exc:
+                # Usually every rank finds this itself; the abort also reaches a rank
+                # that took another path (e.g. the one-shot one) and waits for more.
+                self.abort(str(exc), mismatch=True)
+                raise
+        if not per_rank_counts and root_layout < 0:
+            return []
+        result = [int(c) for c in table[:, _COUNT:_COUNT + 8].copy().view(np.uint64).reshape(-1)]
         if root_layout >= 0:
             expected = int(table[root_layout, _COUNT + 8:_COUNT + 16].copy().view(np.uint64)[0])
             if expected and expected != counts_hash(result):
                 raise MismatchError(
-                    f"collective #{fp.seq} on {self.name}: the list sizes on the root (rank "
+                    f"collective #{seq} on {self.name}: the list sizes on the root (rank "
                     f"{self.global_ranks[root_layout]}) do not match what the ranks passed "
                     f"(element counts by rank: {result})")
         return result
