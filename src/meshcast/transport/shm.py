@@ -90,8 +90,18 @@ class Handle:
         """
         if not self.event.is_set():
             peer = self.peer
+            event, poll = self.event, self._transport.poll
+
+            def ready() -> bool:
+                # The waiting thread drives progress itself (as MPI_Wait does): no
+                # hand-off to the progress thread and back on the fast path.
+                if event.is_set():
+                    return True
+                poll()
+                return event.is_set()
+
             _sync.wait_until(
-                self.event.is_set,
+                ready,
                 deadline=deadline,
                 describe=lambda: self.describe,
                 pending=lambda: () if peer is None or self.event.is_set() else (peer,),
@@ -209,7 +219,10 @@ class ShmTransport:
         with self._lock:
             self._check_open(peer, describe)
             self._sendq[self.local[peer]].append(op)
-        self._ring_bell(self.li)
+            self._pass()  # small messages usually go out right here
+            pending = not handle.event.is_set()
+        if pending:
+            self._ring_bell(self.li)  # the progress thread finishes it meanwhile
         return handle
 
     def irecv(self, peer: int | None, group: int, kind: int, tag: int, dest: np.ndarray,
@@ -226,7 +239,10 @@ class ShmTransport:
                     break
             else:
                 self._posted.append(recv)
-        self._ring_bell(self.li)
+            self._pass()
+            pending = not handle.event.is_set()
+        if pending:
+            self._ring_bell(self.li)
         return handle
 
     def _check_open(self, peer: int | None, describe: str) -> None:
@@ -258,6 +274,15 @@ class ShmTransport:
 
     # ----------------------------------------------------------------- progress
 
+    def poll(self) -> bool:
+        """One progress pass from the calling thread, unless another thread is in one."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            return self._closed is None and self._pass()
+        finally:
+            self._lock.release()
+
     def _ring_bell(self, li: int) -> None:
         self._doorbell[li] = (int(self._doorbell[li]) + 1) & 0xFFFFFFFF
         _sync.fence()
@@ -275,18 +300,15 @@ class ShmTransport:
                     break
                 progressed = self._pass()
                 busy = self._busy()
+                now = time.monotonic()
+                if not progressed and busy and now >= next_live:
+                    next_live = now + s.liveness_s
+                    self._check_peers()
             if progressed:
                 continue
-            now = time.monotonic()
-            if busy and now >= next_live:
-                next_live = now + s.liveness_s
-                self._check_peers()
-            # Nothing moved: spin a little, then sleep on the doorbell.
-            spin_until = now + s.spin_s
-            while time.monotonic() < spin_until and int(self._doorbell[self.li]) == seen:
-                pass
-            if int(self._doorbell[self.li]) != seen:
-                continue
+            # Nothing moved: sleep on the doorbell at once. No spinning here: a
+            # spinning thread would hold the GIL that a waiting user thread (which
+            # drives progress itself, see Handle.wait) needs.
             self._sleeping[self.li] = 1
             _sync.fence()
             if int(self._doorbell[self.li]) == seen and self._closed is None:
@@ -415,6 +437,8 @@ class ShmTransport:
         for peer in waiting - self._gone:
             pid = self.liveness.pids.get(peer)
             if pid is not None and not _sync.pid_alive(pid):
+                while self._pass():  # what it sent before it died is still in the ring
+                    pass
                 self._peer_gone(peer)
 
     def _peer_gone(self, peer: int) -> None:
