@@ -3,7 +3,9 @@
 Run it with:  meshcast run -n 4 examples/tour.py
 
 Each step prints a small table made on rank 0 (the other ranks send it their
-data with ``gather``, so the printout itself is a collective too).
+data with ``gather``, so the printout itself is a collective too). The
+collectives of picklable Python objects (broadcast_object_list, ...) have
+their own tour: examples/objects.py.
 """
 
 import numpy as np
@@ -61,6 +63,13 @@ def main():
     dist.all_gather(out, x)
     show("after (concatenated list)", np.concatenate(out))
 
+    step("all_gather_into_tensor(out, x): the same, into one array of size*len(x)")
+    x = np.array([rank * 10, rank * 10 + 1])
+    out = np.zeros(2 * size, dtype=x.dtype)
+    show("before (x)", x)
+    dist.all_gather_into_tensor(out, x)
+    show("after", out)
+
     step("gather(x, gather_list, dst=0): rank 0 collects every piece")
     x = np.array([rank + 0.5])
     got = [np.zeros(1) for _ in range(size)] if rank == 0 else None
@@ -82,12 +91,26 @@ def main():
     dist.reduce_scatter(x, inputs)
     show("after", x)
 
+    step("reduce_scatter_tensor(out, inp): the same with the pieces in one array")
+    inp = np.arange(2 * size) * (rank + 1)
+    x = np.zeros(2, dtype=inp.dtype)
+    show("before (each rank's input)", inp)
+    dist.reduce_scatter_tensor(x, inp)
+    show("after (rank r holds the sum of elements 2r, 2r+1)", x)
+
     step("all_to_all_single(out, inp): piece r of my input goes to rank r")
     inp = np.arange(size) + rank * size
     out = np.zeros(size, dtype=inp.dtype)
     show("before", inp)
     dist.all_to_all_single(out, inp)
     show("after (a transpose)", out)
+
+    step("all_to_all(out_list, in_list): in_list[r] goes to rank r, out_list[r] comes from it")
+    ins = [np.full(2, rank * 10 + r) for r in range(size)]
+    outs = [np.zeros(2, dtype=ins[0].dtype) for _ in range(size)]
+    show("before (in_list, concatenated)", np.concatenate(ins))
+    dist.all_to_all(outs, ins)
+    show("after (out_list, concatenated)", np.concatenate(outs))
 
     step("send / recv: a ring, each rank passes its rank to the next")
     nxt, prv = (rank + 1) % size, (rank - 1) % size
