@@ -13,6 +13,7 @@ buffers). Ranks here are group ranks; the global <-> group mapping is
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from collections.abc import Callable, Sequence
@@ -324,13 +325,11 @@ class ProcessGroup:
 
     def reduce(self, buf: Buffer, op: ops.ReduceOp, root: int, *, algorithm: str | None = None,
                async_op: bool = False) -> Work:
-        fp = self._next("reduce", algorithm, dtype=buf.dtype_name, op=op.name, root=root,
-                        count=buf.count)
         work_arr, _ = self._working(buf.flat, buf.dtype_name, op)
         out = np.empty_like(work_arr) if self._rank == root else None
         sched_op = ops.ReduceOp.SUM if op == ops.ReduceOp.AVG else op
 
-        def finish(plan: Plan) -> None:
+        def finish(plan: Plan | None) -> None:
             if out is None:
                 return
             if op == ops.ReduceOp.AVG:
@@ -338,6 +337,22 @@ class ProcessGroup:
             store_back(buf.flat, out, buf.dtype_name)
             buf.finish()
 
+        if self._oneshot(work_arr.nbytes, algorithm):
+            fp = self._next("reduce", algorithm, True, dtype=buf.dtype_name, op=op.name,
+                            root=root, count=buf.count)
+            what = self._what("reduce", fp.seq)
+            nbytes, dtype = work_arr.nbytes, work_arr.dtype
+
+            def job() -> None:
+                self.last_algorithm = "reduce/oneshot"
+                regions = self.arena.oneshot(fp, work_arr.view(np.uint8), what, self._deadline())
+                if out is not None:
+                    ops.reduce_many(sched_op, out, [r[:nbytes].view(dtype) for r in regions])
+                finish(None)
+
+            return self._run(what, job, async_op)
+        fp = self._next("reduce", algorithm, dtype=buf.dtype_name, op=op.name, root=root,
+                        count=buf.count)
         return self._submit(
             "reduce", fp,
             lambda c: self._plan("reduce", work_arr.dtype, op=sched_op, root=root,
@@ -348,6 +363,25 @@ class ProcessGroup:
                    dtype_name: str, finish: Callable[[], None], *,
                    algorithm: str | None = None, async_op: bool = False) -> Work:
         counts = tuple(int(c) for c in counts)
+        itemsize = in_flat.dtype.itemsize
+        if self._oneshot(max(counts, default=0) * itemsize, algorithm):
+            fp = self._next("all_gather", algorithm, True, dtype=dtype_name,
+                            count=in_flat.size, extra=counts_hash(counts))
+            what = self._what("all_gather", fp.seq)
+            out_bytes = out_flat.reshape(-1).view(np.uint8)
+
+            def job() -> None:
+                self.last_algorithm = "all_gather/oneshot"
+                regions = self.arena.oneshot(fp, in_flat.reshape(-1).view(np.uint8), what,
+                                             self._deadline(), per_rank_counts=True)
+                off = 0
+                for region, c in zip(regions, counts):
+                    nb = c * itemsize
+                    out_bytes[off:off + nb] = region[:nb]
+                    off += nb
+                finish()
+
+            return self._run(what, job, async_op)
         fp = self._next("all_gather", algorithm, dtype=dtype_name, count=in_flat.size,
                         extra=counts_hash(counts))
         return self._submit(
@@ -390,7 +424,7 @@ class ProcessGroup:
         out_work, upcast = self._working(out_buf.flat, out_buf.dtype_name, op)
         sched_op = ops.ReduceOp.SUM if op == ops.ReduceOp.AVG else op
 
-        def done(plan: Plan) -> None:
+        def done(plan: Plan | None) -> None:
             if op == ops.ReduceOp.AVG:
                 ops.finish_average(out_work, self._size)
             if upcast:
@@ -398,6 +432,21 @@ class ProcessGroup:
             out_buf.finish()
             finish()
 
+        if self._oneshot(in_work.nbytes, algorithm):
+            fp = dataclasses.replace(fp, path=path_digest(None, True))
+            what = self._what("reduce_scatter", fp.seq)
+            start = sum(counts[:self._rank]) * in_work.dtype.itemsize
+            nbytes, dtype = out_work.nbytes, in_work.dtype
+
+            def job() -> None:
+                self.last_algorithm = "reduce_scatter/oneshot"
+                regions = self.arena.oneshot(fp, in_work.view(np.uint8), what, self._deadline(),
+                                             per_rank_counts=True)
+                ops.reduce_many(sched_op, out_work,
+                                [r[start:start + nbytes].view(dtype) for r in regions])
+                done(None)
+
+            return self._run(what, job, async_op)
         return self._submit(
             "reduce_scatter", fp,
             lambda c: self._plan("reduce_scatter", in_work.dtype, op=sched_op, input=in_work,

@@ -159,7 +159,9 @@ def _rank_and_size(scheme: str, query: dict[str, str], rank: int, world_size: in
         rank = _first(_query_int(query, "rank", scheme), env_rank)
     if world_size < 0:
         world_size = _first(_query_int(query, "world_size", scheme), env_size)
-    hint = ("environment variable {env} is not set (and no {arg}= argument was given)"
+    hint = ("environment variable {env} is not set (and no {arg}= argument was given); "
+            "start the script with a launcher, e.g. `meshcast run -n 4 script.py` (torchrun, "
+            "mpiexec and srun work too), or pass rank= and world_size="
             if scheme == "env://" else "{arg} is missing: pass {arg}= or add ?{arg}= to the URL")
     if rank is None or rank < 0:
         raise RendezvousError(f"{scheme}: " + hint.format(env="RANK", arg="rank"))

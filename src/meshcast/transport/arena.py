@@ -193,8 +193,8 @@ class Arena:
         self.wait(range(self.n), 0)
         return self._compare(table, fp.seq, per_rank_counts, root_layout)
 
-    def oneshot(self, fp: Fingerprint, data: np.ndarray | None, what: str, deadline: float
-                ) -> list[np.ndarray]:
+    def oneshot(self, fp: Fingerprint, data: np.ndarray | None, what: str, deadline: float,
+                per_rank_counts: bool = False) -> list[np.ndarray]:
         """A whole tiny collective in one signal: fingerprint + data, signal, wait, compare.
 
         Every rank writes its fingerprint and its ``data`` bytes (up to
@@ -221,7 +221,7 @@ class Arena:
         self.signal(1)
         if self.n > 1:
             self.wait(range(self.n), 1)
-            self._compare(table, fp.seq, False, -1)
+            self._compare(table, fp.seq, per_rank_counts, -1)
         return [self.small[r][parity] for r in range(self.n)]
 
     def _publish(self, fp: Fingerprint) -> np.ndarray:
