@@ -11,6 +11,7 @@ import argparse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .bench import cli as bench_cli
 from .run import cli as run_cli
 
 
@@ -33,6 +34,7 @@ class Subcommand:
 
 SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("run", run_cli.HELP, run_cli.add_arguments, run_cli.handle),
+    Subcommand("bench", bench_cli.HELP, bench_cli.add_arguments, bench_cli.handle),
 )
 
 

@@ -1,0 +1,252 @@
+"""The size sweep every library runs, identically: warm-up, timed loop, check, one record per call.
+
+Theory of operation
+-------------------
+A library takes part through a :class:`Comm` adapter (``meshcast_worker``,
+``gloo_worker``, ``mpi_worker``): rank, size, barrier, a scalar all-reduce
+for the timing and the error count, and ``prepare(call)``, which turns one
+call (collective, send and receive views, root, reduce op, placement) into a
+zero-argument function that runs it. Everything else is here, shared, so the
+figures of different libraries differ only by the library:
+
+* Buffers: one send and one receive buffer of the largest size, touched once
+  at the start (no page faults in a timed loop). As in nccl-tests, iteration
+  ``k`` uses the window at offset ``window x (k mod steps)``, so a size
+  smaller than the buffers is not served from cache just because the same
+  bytes were sent a moment ago (``--no-rotate`` turns this off).
+* Per size and placement: ``warmup`` calls, a barrier, ``iters`` timed calls;
+  each rank's mean is combined over ranks (max by default, see ``average``).
+* Check: after the timed loop the data are written afresh, one call is made
+  and every rank counts the elements that differ from the closed-form result
+  (:mod:`.collectives`); the counts are summed over ranks (``#wrong``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from .collectives import COLLECTIVES, Collective, Counts, count_wrong, fill_inputs
+
+PLACEMENTS = ("out-of-place", "in-place")
+
+#: ``-a``: how the per-rank mean times are combined (nccl-tests: 0 rank0, 1 avg, 2 min, 3 max).
+AVERAGES = ("rank0", "avg", "min", "max")
+
+#: Marks the lines of a worker's stdout that carry records (anything else is passed through).
+RECORD_PREFIX = "@meshcast-bench "
+
+
+class Unsupported(Exception):
+    """The library has no form of this call (e.g. an out-of-place all_reduce in torch's API)."""
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What to run: the same value goes to every library's workers (as JSON).
+
+    Attributes:
+        ops: collectives, in order (names of :data:`.collectives.COLLECTIVES`).
+        sizes: message sizes in bytes (nccl-tests' ``size`` before rounding to counts).
+        dtype: NumPy dtype name.
+        redop: reduce op for the collectives that reduce.
+        root: root rank for the rooted collectives.
+        warmup: untimed calls per size and placement.
+        iters: timed calls per size and placement.
+        check: run the data check (``#wrong``).
+        average: how per-rank times are combined, one of :data:`AVERAGES`.
+        algorithms: forced meshcast algorithm per collective (other libraries ignore it).
+        rotate: shift the buffers every iteration as nccl-tests does.
+        placements: which of :data:`PLACEMENTS` to run.
+    """
+
+    ops: tuple[str, ...]
+    sizes: tuple[int, ...]
+    dtype: str = "float32"
+    redop: str = "sum"
+    root: int = 0
+    warmup: int = 5
+    iters: int = 20
+    check: bool = True
+    average: str = "max"
+    algorithms: dict[str, str] = field(default_factory=dict)
+    rotate: bool = True
+    placements: tuple[str, ...] = PLACEMENTS
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> SweepSpec:
+        raw = json.loads(text)
+        for key in ("ops", "sizes", "placements"):
+            raw[key] = tuple(raw[key])
+        return cls(**raw)
+
+    def units(self) -> int:
+        """Records one library emits for the whole sweep (for progress bars)."""
+        return len(self.ops) * len(self.sizes) * len(self.placements)
+
+
+@dataclass
+class Call:
+    """One collective call as ``Comm.prepare`` sees it.
+
+    ``send`` and ``recv`` are this iteration's views (in place, ``send`` lies
+    inside ``recv``'s buffer at nccl-tests' offset; ``base`` is the whole
+    in-place window, which MPI's ``MPI_IN_PLACE`` forms need).
+    """
+
+    op: str
+    send: np.ndarray
+    recv: np.ndarray
+    base: np.ndarray
+    counts: Counts
+    root: int
+    redop: str
+    inplace: bool
+    algorithm: str | None
+
+
+@dataclass
+class Prepared:
+    """``run()`` makes the call; ``result`` is where its result lands (checked afterwards)."""
+
+    run: Callable[[], Any]
+    result: np.ndarray
+
+
+class Comm(Protocol):
+    """What a library provides to the sweep (see the module docstring)."""
+
+    library: str
+    rank: int
+    size: int
+
+    def barrier(self) -> None: ...
+
+    def allreduce_scalar(self, value: float, how: str) -> float:
+        """Combine one number over ranks: ``how`` in ``sum``, ``max``, ``min``, ``avg``, ``rank0``."""
+        ...
+
+    def prepare(self, call: Call) -> Prepared:
+        """Build the call; raise :class:`Unsupported` if the library has no such form."""
+        ...
+
+    def algorithm(self) -> str:
+        """Name of the algorithm the last call used (``""`` when the library does not say)."""
+        ...
+
+
+def record(spec: SweepSpec, coll: Collective, size: int, counts: Counts, n: int,
+           placement: str, library: str, seconds: float | None, wrong: int | None,
+           algorithm: str = "", note: str = "") -> dict[str, Any]:
+    """One result row (also one JSON line of ``--json``); ``seconds`` None means N/A."""
+    typesize = np.dtype(spec.dtype).itemsize
+    algbw = busbw = None
+    if seconds is not None:
+        algbw, busbw = coll.bandwidth(counts.param, typesize, seconds, n)
+    return {
+        "kind": "result", "library": library, "op": coll.name, "nranks": n,
+        "size": counts.window * typesize, "count": counts.param, "type": spec.dtype,
+        "redop": spec.redop if coll.reduces else "none",
+        "root": spec.root if coll.rooted else -1, "placement": placement,
+        "time_us": None if seconds is None else seconds * 1e6,
+        "algbw": algbw, "busbw": busbw, "wrong": wrong, "algorithm": algorithm,
+        "requested_size": size, "note": note,
+    }
+
+
+def _views(coll: Collective, counts: Counts, send_buf: np.ndarray, recv_buf: np.ndarray,
+           shift: int, rank: int, inplace: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(send, recv, base) views of one iteration at element offset ``shift``."""
+    if not inplace:
+        recv = recv_buf[shift:shift + counts.recv]
+        return send_buf[shift:shift + counts.send], recv, recv
+    base = recv_buf[shift:shift + counts.window]
+    s0 = counts.send_inplace_offset * rank
+    r0 = counts.recv_inplace_offset * rank
+    return base[s0:s0 + counts.send], base[r0:r0 + counts.recv], base
+
+
+def run_sweep(comm: Comm, spec: SweepSpec) -> Iterator[dict[str, Any]]:
+    """Run the whole sweep on ``comm``; yields one record per (op, size, placement) on every rank.
+
+    Every rank takes the same path (the records are identical after the
+    over-rank reductions), so a caller prints them on rank 0 only.
+    """
+    n = comm.size
+    dtype = np.dtype(spec.dtype)
+    maxcount = max(spec.sizes) // dtype.itemsize if spec.sizes else 0
+    # Every send/recv count of every collective is <= count = size // typesize.
+    send_buf = np.ones(maxcount, dtype)
+    recv_buf = np.ones(maxcount, dtype)
+    for op in spec.ops:
+        coll = COLLECTIVES[op]
+        root = spec.root if coll.rooted else -1
+        for size in spec.sizes:
+            counts = coll.counts(size // dtype.itemsize, dtype.itemsize, n)
+            for placement in spec.placements:
+                inplace = placement == "in-place"
+                yield _one(comm, spec, coll, size, counts, send_buf, recv_buf, root, inplace)
+
+
+def _one(comm: Comm, spec: SweepSpec, coll: Collective, size: int, counts: Counts,
+         send_buf: np.ndarray, recv_buf: np.ndarray, root: int, inplace: bool
+         ) -> dict[str, Any]:
+    n, rank = comm.size, comm.rank
+    placement = "in-place" if inplace else "out-of-place"
+    window = counts.window
+    steps = max(1, send_buf.size // window) if window and spec.rotate else 1
+    if inplace and not coll.inplace:
+        return record(spec, coll, size, counts, n, placement, comm.library, None, None,
+                      note="no in-place form (nccl-tests does not check one either)")
+    prepared: list[Prepared] = []
+    try:
+        for k in range(min(steps, max(1, spec.iters))):
+            send, recv, base = _views(coll, counts, send_buf, recv_buf, window * k, rank, inplace)
+            prepared.append(comm.prepare(Call(coll.name, send, recv, base, counts, root,
+                                              spec.redop, inplace,
+                                              spec.algorithms.get(coll.name))))
+    except Unsupported as exc:
+        return record(spec, coll, size, counts, n, placement, comm.library, None, None,
+                      note=str(exc))
+    for k in range(spec.warmup):
+        prepared[k % len(prepared)].run()
+    comm.barrier()
+    t0 = time.perf_counter()
+    for k in range(spec.iters):
+        prepared[k % len(prepared)].run()
+    mean = (time.perf_counter() - t0) / max(1, spec.iters)
+    algorithm = comm.algorithm()  # before the scalar all-reduce below replaces it
+    seconds = comm.allreduce_scalar(mean, spec.average)
+    wrong: int | None = None
+    if spec.check:
+        first = prepared[0]
+        send, recv, _ = _views(coll, counts, send_buf, recv_buf, 0, rank, inplace)
+        fill_inputs(coll.name, rank, n, root, counts, spec.redop, send, recv, inplace)
+        comm.barrier()  # nobody's data may be rewritten while a peer still reads it
+        first.run()
+        mine = count_wrong(coll.name, rank, n, root, counts, spec.redop, first.result)
+        wrong = int(comm.allreduce_scalar(float(mine), "sum"))
+        comm.barrier()
+    return record(spec, coll, size, counts, n, placement, comm.library, seconds, wrong,
+                  algorithm=algorithm)
+
+
+def emit(rec: dict[str, Any]) -> None:
+    """Print one record for the parent process (workers call this on rank 0)."""
+    print(RECORD_PREFIX + json.dumps(rec), flush=True)
+
+
+def parse_line(line: str) -> dict[str, Any] | None:
+    """The record on a worker's stdout line, or None for any other line."""
+    if not line.startswith(RECORD_PREFIX):
+        return None
+    return json.loads(line[len(RECORD_PREFIX):])
