@@ -10,6 +10,7 @@ of an uneven all_gather, for example).
 
 from __future__ import annotations
 
+import functools
 import struct
 import zlib
 from collections.abc import Sequence
@@ -35,6 +36,7 @@ _DTYPE_CODE = {k: i for i, k in enumerate(DTYPES)}
 _OP_CODE = {k: i for i, k in enumerate(OPS)}
 
 
+@functools.lru_cache(maxsize=256)
 def path_digest(algorithm: str | None, oneshot: bool) -> int:
     """One byte that differs when ranks would run a call differently (0: the default path).
 
