@@ -18,9 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from . import _sync, config
 from .errors import CommTimeout, RendezvousError, TransportError
 from .group import ProcessGroup
+from .transport import cma
 from .transport.arena import Arena
 from .transport.segment import Segment
 from .transport.shm import ShmTransport
@@ -147,7 +150,9 @@ class World:
 
 def bring_up(store: Any, rank: int, size: int, timeout: float, backend: str) -> World:
     """Meet every rank through ``store`` and set up the shared-memory engine."""
-    me = {"host": host_id(), "pid": os.getpid()}
+    probe = np.frombuffer(os.urandom(16), np.uint8).copy()  # read by a peer to test CMA
+    me = {"host": host_id(), "pid": os.getpid(),
+          "probe": [probe.ctypes.data, probe.tobytes().hex()]}
     store.set(f"meshcast/peer/{rank}", json.dumps(me))
     keys = [f"meshcast/peer/{r}" for r in range(size)]
     try:
@@ -172,17 +177,36 @@ def bring_up(store: Any, rank: int, size: int, timeout: float, backend: str) -> 
         store.set("meshcast/node", segment.locator)
     else:
         segment = Segment.attach(store.get("meshcast/node").decode())
+    cma_ok = size > 1 and cma.probe(peers[(rank + 1) % size]["pid"],
+                                    *_probe_args(peers[(rank + 1) % size]))
+    store.set(f"meshcast/cma/{rank}", b"1" if cma_ok else b"0")
     try:
         store_barrier(store, "meshcast/node/attached", size, timeout,
                       "init_process_group: attaching shared memory")
     finally:
         if rank == 0:
             segment.seal()
-    transport = ShmTransport(segment, ranks, rank, ring, liveness)
+    transport = ShmTransport(segment, ranks, rank, ring, liveness,
+                             cma_min_bytes=_agree_on_cma(store, rank, size, peers, timeout))
+    del probe  # every rank has probed (the node barrier above came after the probes)
     world = World(rank=rank, size=size, store=store, timeout=timeout, backend=backend,
                   liveness=liveness, transport=transport, node_segment=segment)
     world.default_group = world.make_group(0, ranks, "WORLD")
     return world
+
+
+def _probe_args(peer: dict) -> tuple[int, bytes]:
+    address, hexed = peer["probe"]
+    return int(address), bytes.fromhex(hexed)
+
+
+def _agree_on_cma(store: Any, rank: int, size: int, peers: list[dict], timeout: float) -> int:
+    """Single-copy p2p only if every rank could read its neighbour's memory (else 0: off)."""
+    threshold = config.get("MESHCAST_CMA_BYTES")
+    if size == 1 or threshold <= 0:
+        return 0
+    votes = [store.get(f"meshcast/cma/{r}") for r in range(size)]
+    return threshold if all(v == b"1" for v in votes) else 0
 
 
 current: World | None = None

@@ -49,6 +49,9 @@ KNOBS: dict[str, Knob] = {
              "Bytes of each rank's slot in a group's shared arena."),
         Knob("MESHCAST_RING_BYTES", _size, 1 << 20,
              "Bytes of each directed point-to-point ring in shared memory."),
+        Knob("MESHCAST_CMA_BYTES", _size, 256 << 10,
+             "Point-to-point messages of at least this size are copied once, straight from "
+             "the sender's memory (process_vm_readv); 0 turns it off."),
         Knob("MESHCAST_SPIN_US", float, 50.0,
              "Microseconds a waiter spins before it starts yielding, then blocking."),
         Knob("MESHCAST_LIVENESS_S", float, 0.25,

@@ -275,3 +275,22 @@ def collective_timeout() -> str:
     except dist.CommTimeout as exc:
         return str(exc)
     raise AssertionError("no timeout")
+
+
+def size_mismatch() -> str:
+    """Rank 0 sends 8 KiB; rank 1 posts a 4 KiB receive: an error on rank 1, no hang on 0."""
+    r = dist.get_rank()
+    if r == 0:
+        dist.send(np.zeros(8192, np.uint8), 1)
+        dist.send(np.ones(4, np.uint8), 1, tag=1)  # the link still works afterwards
+        return ""
+    try:
+        dist.recv(np.zeros(4096, np.uint8), 0)
+    except dist.MismatchError as exc:
+        text = str(exc)
+    else:
+        raise AssertionError("no error")
+    y = np.zeros(4, np.uint8)
+    dist.recv(y, 0, tag=1)
+    assert (y == 1).all()
+    return text

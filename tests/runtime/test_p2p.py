@@ -28,14 +28,17 @@ def test_zero_bytes():
     spawn_world(bodies.ring_pass, 3, timeout=60, count=0)
 
 
-def test_message_far_larger_than_ring():
-    # 64 KiB rings, 3 MiB messages: streamed through the ring in ~50 pieces.
+@pytest.mark.parametrize("cma", ["0", "256K"], ids=["ring", "single-copy"])
+def test_message_far_larger_than_ring(cma):
+    # 64 KiB rings, 3 MiB messages: streamed through the ring in ~50 pieces, or
+    # copied once straight from the sender's memory.
     spawn_world(bodies.ring_pass, 3, timeout=60, count=3 << 18,
-                env={"MESHCAST_RING_BYTES": "64K"})
+                env={"MESHCAST_RING_BYTES": "64K", "MESHCAST_CMA_BYTES": cma})
 
 
-def test_any_source_returns_sender():
-    out = spawn_world(bodies.any_source, 4, timeout=60)
+@pytest.mark.parametrize("cma", ["0", "1"], ids=["ring", "single-copy"])
+def test_any_source_returns_sender(cma):
+    out = spawn_world(bodies.any_source, 4, timeout=60, env={"MESHCAST_CMA_BYTES": cma})
     assert out[0] == [1, 2, 3]
 
 
@@ -43,9 +46,15 @@ def test_tags_match_out_of_order():
     spawn_world(bodies.tags_out_of_order, 2, timeout=60)
 
 
-def test_simultaneous_large_isend_does_not_deadlock():
+@pytest.mark.parametrize("cma", ["0", "256K"], ids=["ring", "single-copy"])
+def test_simultaneous_large_isend_does_not_deadlock(cma):
     spawn_world(bodies.big_exchange, 2, timeout=60, nbytes=16 << 20,
-                env={"MESHCAST_RING_BYTES": "256K"})
+                env={"MESHCAST_RING_BYTES": "256K", "MESHCAST_CMA_BYTES": cma})
+
+
+def test_single_copy_size_mismatch_is_an_error_not_a_hang():
+    out = spawn_world(bodies.size_mismatch, 2, timeout=60, env={"MESHCAST_CMA_BYTES": "1K"})
+    assert "sent 8192 bytes but the receive buffer holds 4096 bytes" in out[1]
 
 
 def test_peer_sigkill_raises_within_two_seconds_naming_it():

@@ -36,6 +36,7 @@ differs from the one it saw.
 from __future__ import annotations
 
 import collections
+import itertools
 import struct
 import threading
 import time
@@ -45,10 +46,14 @@ import numpy as np
 
 from .. import _sync
 from ..errors import GroupAbortedError, MismatchError, PeerGoneError, TransportError
+from . import cma
 from .segment import Segment
 
 KIND_P2P = 0  # user send/recv: tags are the user's
 KIND_COLL = 1  # schedules run by the executor: tags are (seq << 20) | round
+_KIND_FIN = 2  # "I copied your message": completes a single-copy (CMA) send; tag = send id
+_MODE_CMA = 1  # header's reserved field: the payload is (address, send id), not the data
+_CMA = struct.Struct("<QQ")
 
 _HEADER = struct.Struct("<IIqQQ")  # group, kind, tag, nbytes, reserved
 _LINE = 64
@@ -114,14 +119,16 @@ class Handle:
 
 
 class _SendOp:
-    __slots__ = ("header", "data", "sent", "handle", "header_sent")
+    __slots__ = ("header", "data", "sent", "handle", "header_sent", "done_when_pushed")
 
-    def __init__(self, header: bytes, data: np.ndarray, handle: Handle) -> None:
+    def __init__(self, header: bytes, data: np.ndarray, handle: Handle | None,
+                 done_when_pushed: bool = True) -> None:
         self.header = header
         self.data = data
         self.sent = 0
         self.header_sent = False
         self.handle = handle
+        self.done_when_pushed = done_when_pushed
 
 
 class _RecvOp:
@@ -141,7 +148,8 @@ class _RecvOp:
 class _Incoming:
     """A message being drained from one ring."""
 
-    __slots__ = ("group", "kind", "tag", "src", "nbytes", "dest", "got", "recv", "error")
+    __slots__ = ("group", "kind", "tag", "src", "nbytes", "dest", "got", "recv", "error",
+                 "cma")
 
     def __init__(self, group: int, kind: int, tag: int, src: int, nbytes: int) -> None:
         self.group, self.kind, self.tag, self.src, self.nbytes = group, kind, tag, src, nbytes
@@ -149,6 +157,7 @@ class _Incoming:
         self.got = 0
         self.recv: _RecvOp | None = None
         self.error: BaseException | None = None
+        self.cma: tuple[int, int] | None = None  # (address in the sender, send id)
 
 
 class ShmTransport:
@@ -169,7 +178,7 @@ class ShmTransport:
         return nlocal * _LINE + nlocal * nlocal * (_RING_HEADER + ring_bytes)
 
     def __init__(self, segment: Segment, ranks: list[int], me: int, ring_bytes: int,
-                 liveness: _sync.Liveness) -> None:
+                 liveness: _sync.Liveness, cma_min_bytes: int = 0) -> None:
         self.segment = segment
         self.ranks = list(ranks)
         self.local = {g: i for i, g in enumerate(ranks)}
@@ -199,6 +208,10 @@ class ShmTransport:
         self._incoming: dict[int, _Incoming | None] = {j: None for j in self._in}
         self._posted: list[_RecvOp] = []
         self._unexpected: list[_Incoming] = []
+        # Messages of at least this many bytes go single-copy (0: never; see cma.py).
+        self.cma_min_bytes = cma_min_bytes
+        self._cma_sends: dict[int, tuple[int, Handle]] = {}  # send id -> (peer, handle)
+        self._cma_ids = itertools.count(1)
         self._closed: BaseException | None = None
         self._gone: set[int] = set()
         self._thread = threading.Thread(target=self._run, name=f"meshcast-shm-progress-{me}",
@@ -214,10 +227,20 @@ class ShmTransport:
         if peer == self.me:
             raise TransportError(f"{describe}: a rank cannot send to itself over shm")
         raw = data.reshape(-1).view(np.uint8)
-        op = _SendOp(_HEADER.pack(group, kind, tag, raw.nbytes, 0), raw, handle)
         handle.nbytes = raw.nbytes
         with self._lock:
             self._check_open(peer, describe)
+            if self.cma_min_bytes and raw.nbytes >= self.cma_min_bytes:
+                # Only the address travels; the receiver copies straight out of our
+                # memory and answers with a FIN, which completes this send.
+                send_id = next(self._cma_ids)
+                self._cma_sends[send_id] = (peer, handle)
+                op = _SendOp(_HEADER.pack(group, kind, tag, raw.nbytes, _MODE_CMA),
+                             np.frombuffer(_CMA.pack(raw.ctypes.data, send_id), np.uint8),
+                             handle, done_when_pushed=False)
+                op.handle = None
+            else:
+                op = _SendOp(_HEADER.pack(group, kind, tag, raw.nbytes, 0), raw, handle)
             self._sendq[self.local[peer]].append(op)
             self._pass()  # small messages usually go out right here
             pending = not handle.event.is_set()
@@ -256,9 +279,15 @@ class ShmTransport:
         recv.handle.source = msg.src
         if msg.nbytes != recv.dest.nbytes:
             self._unexpected.remove(msg)
+            if msg.cma is not None:
+                self._cma_finish(msg)
             recv.handle._finish(self._size_error(recv, msg))
             return
         msg.recv = recv
+        if msg.cma is not None:
+            self._unexpected.remove(msg)
+            self._cma_copy(msg, recv)
+            return
         if msg.got == msg.nbytes:
             self._unexpected.remove(msg)
             if msg.nbytes:
@@ -316,7 +345,7 @@ class ShmTransport:
             self._sleeping[self.li] = 0
 
     def _busy(self) -> bool:
-        return bool(self._posted or any(self._sendq.values())
+        return bool(self._posted or self._cma_sends or any(self._sendq.values())
                     or any(m is not None for m in self._incoming.values()))
 
     def _pass(self) -> bool:
@@ -327,7 +356,9 @@ class ShmTransport:
                 progressed |= moved
                 if not done:
                     break
-                queue.popleft().handle._finish()
+                done = queue.popleft()
+                if done.handle is not None:
+                    done.handle._finish()
         for j in self._in:
             while self._pull(j):
                 progressed = True
@@ -381,11 +412,29 @@ class ShmTransport:
         if msg is None:
             if avail < _HEADER.size:
                 return False
-            raw = np.empty(_HEADER.size, np.uint8)
-            self._read(data, tail, raw)
+            raw = np.empty(_HEADER.size + _CMA.size, np.uint8)
+            self._read(data, tail, raw[:_HEADER.size])
+            group, kind, tag, nbytes, mode = _HEADER.unpack(raw[:_HEADER.size].tobytes())
+            if kind == _KIND_FIN:
+                tail += _HEADER.size
+                tail_v[0] = tail
+                self._ring_bell(j)
+                _, handle = self._cma_sends.pop(tag)
+                handle._finish()
+                return True
+            if mode == _MODE_CMA:
+                if avail < _HEADER.size + _CMA.size:
+                    return False  # the sender writes header and address together
+                self._read(data, tail + _HEADER.size, raw[_HEADER.size:])
+                tail += _HEADER.size + _CMA.size
+                tail_v[0] = tail
+                self._ring_bell(j)
+                msg = _Incoming(group, kind, tag, self.ranks[j], nbytes)
+                msg.cma = _CMA.unpack(raw[_HEADER.size:].tobytes())
+                self._match(msg)
+                return True
             tail += _HEADER.size
             avail -= _HEADER.size
-            group, kind, tag, nbytes, _ = _HEADER.unpack(raw.tobytes())
             msg = _Incoming(group, kind, tag, self.ranks[j], nbytes)
             self._match(msg)
             self._incoming[j] = msg
@@ -411,12 +460,38 @@ class ShmTransport:
                     msg.error = self._size_error(recv, msg)
                     recv.handle._finish(msg.error)
                     msg.dest = None  # discard the payload
+                    if msg.cma is not None:
+                        self._cma_finish(msg)
                     return
                 msg.recv = recv
                 msg.dest = recv.dest
+                if msg.cma is not None:
+                    self._cma_copy(msg, recv)
                 return
-        msg.dest = np.empty(msg.nbytes, np.uint8)
+        if msg.cma is None:
+            msg.dest = np.empty(msg.nbytes, np.uint8)
+        else:
+            msg.got = msg.nbytes  # nothing to stream: complete until a receive claims it
         self._unexpected.append(msg)
+
+    def _cma_copy(self, msg: _Incoming, recv: _RecvOp) -> None:
+        """Copy a single-copy message straight from the sender into ``recv``, then FIN it."""
+        assert msg.cma is not None
+        error: BaseException | None = None
+        if msg.nbytes:
+            try:
+                cma.read(self.liveness.pids[msg.src], msg.cma[0], recv.dest)
+            except OSError as exc:
+                error = PeerGoneError(f"{recv.handle.describe}: could not copy from rank "
+                                      f"{msg.src}: {exc}", peer=msg.src)
+        self._cma_finish(msg)
+        recv.handle._finish(error)
+
+    def _cma_finish(self, msg: _Incoming) -> None:
+        assert msg.cma is not None
+        header = _HEADER.pack(0, _KIND_FIN, msg.cma[1], 0, 0)
+        self._sendq[self.local[msg.src]].append(
+            _SendOp(header, np.empty(0, np.uint8), None))
 
     def _complete(self, msg: _Incoming) -> None:
         if msg.error is not None:
@@ -434,6 +509,7 @@ class ShmTransport:
         waiting = {self.ranks[j] for j, q in self._sendq.items() if q}
         waiting |= {r.src for r in self._posted if r.src is not None}
         waiting |= {self.ranks[j] for j, m in self._incoming.items() if m is not None}
+        waiting |= {peer for peer, _ in self._cma_sends.values()}
         for peer in waiting - self._gone:
             pid = self.liveness.pids.get(peer)
             if pid is not None and not _sync.pid_alive(pid):
@@ -449,8 +525,13 @@ class ShmTransport:
             return PeerGoneError(f"{what}: rank {peer} exited", peer=peer)
 
         for op in self._sendq[j]:
-            op.handle._finish(error(op.handle.describe))
+            if op.handle is not None:
+                op.handle._finish(error(op.handle.describe))
         self._sendq[j].clear()
+        for send_id, (dst, handle) in list(self._cma_sends.items()):
+            if dst == peer:
+                del self._cma_sends[send_id]
+                handle._finish(error(handle.describe))
         for recv in [r for r in self._posted if r.src == peer]:
             self._posted.remove(recv)
             recv.handle._finish(error(recv.handle.describe))
@@ -468,8 +549,12 @@ class ShmTransport:
                 self._closed = reason
             for q in self._sendq.values():
                 for op in q:
-                    op.handle._finish(reason)
+                    if op.handle is not None:
+                        op.handle._finish(reason)
                 q.clear()
+            for _, handle in self._cma_sends.values():
+                handle._finish(reason)
+            self._cma_sends.clear()
             for recv in self._posted:
                 recv.handle._finish(reason)
             self._posted.clear()
