@@ -1,0 +1,188 @@
+"""``init_process_group("meshcast")``: every torch.distributed feature on CPU, on meshcast's engine.
+
+Each world runs many checks (see torch_bodies.py) so the suite stays within
+the 2-core budget; DDP and FSDP2 are compared with the same run on gloo.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the torch backend tests need torch installed")
+
+import torch_bodies as bodies  # noqa: E402 - after the importorskip
+from torch_world import run_world  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "torch_distributed"
+SIZES = [2, 3, 4]
+
+
+def test_import_torch_registers_the_backend():
+    """The torch.backends entry point makes the name known after a plain ``import torch``."""
+    code = ("import torch, torch.distributed as dist; "
+            "print('MESHCAST' in dist.Backend._plugins, dist.Backend.MESHCAST)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert out.stdout.split() == ["True", "meshcast"], out.stderr
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("n", SIZES)
+def test_every_collective_and_p2p(n):
+    assert run_world(bodies.collectives, n, timeout=80) == [{"ok": True}] * n
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("n", SIZES)
+def test_groups_objects_and_meshcast_api(n):
+    assert run_world(bodies.groups_and_objects, n, timeout=80) == [{"ok": True}] * n
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("n", SIZES)
+def test_device_mesh_dtensor_funcol(n):
+    assert run_world(bodies.mesh_dtensor, n, timeout=80) == [{"ok": True}] * n
+
+
+def _max_diff(a, b):
+    return max((abs(x - y) for pa, pb in zip(a, b) for x, y in zip(pa, pb)), default=0.0)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n", SIZES)
+def test_ddp_matches_gloo(n):
+    gloo = run_world(bodies.ddp_train, n, backend="gloo", timeout=100)
+    mesh = run_world(bodies.ddp_train, n, timeout=100)
+    for config in gloo[0]:
+        for r in range(n):
+            assert mesh[r][config] == mesh[0][config], f"{config}: replicas differ"
+            # fp16 compression rounds the gradients, so summation order shows more.
+            tol = 1e-4 if config == "hook_fp16" else 1e-6
+            diff = _max_diff(mesh[r][config], gloo[r][config])
+            assert diff <= tol, f"{config} rank {r}: differs from gloo by {diff}"
+            if n == 2 and config != "hook_fp16":
+                # Two ranks add in the same order on both backends: bitwise equal.
+                assert mesh[r][config] == gloo[r][config], config
+
+
+@pytest.mark.timeout(90)
+def test_fsdp2_fully_shard_matches_gloo():
+    gloo = run_world(bodies.fsdp2_train, 2, backend="gloo", timeout=80)
+    mesh = run_world(bodies.fsdp2_train, 2, timeout=80)
+    assert mesh == gloo
+
+
+@pytest.mark.timeout(60)
+def test_mismatch_is_a_dist_backend_error_on_every_rank():
+    out = run_world(bodies.mismatch, 2, timeout=50)
+    assert out[0] == out[1]
+    assert "ranks disagree" in out[0] and "count=3" in out[0] and "count=4" in out[0]
+
+
+@pytest.mark.timeout(60)
+def test_async_failure_reaches_wait_exception_and_future():
+    out = run_world(bodies.async_error, 2, timeout=50)
+    assert all("float32" in o and "float64" in o for o in out), out
+
+
+@pytest.mark.timeout(60)
+def test_dead_peer_is_named_quickly():
+    out = run_world(bodies.dead_peer, 3, timeout=50, op_timeout=30, expect_failure=True)
+    assert out[1][0] == "error"
+    for status, text in (out[0], out[2]):
+        assert status == "ok", text
+        seconds = float(text.split("s ", 1)[0])
+        assert seconds < 10 and "rank 1" in text and "exited" in text, text
+
+
+@pytest.mark.timeout(60)
+def test_timeout_names_the_missing_rank():
+    out = run_world(bodies.timeout, 2, timeout=50, op_timeout=2)
+    assert "timed out" in out[0] and "[1]" in out[0], out[0]
+
+
+@pytest.mark.timeout(60)
+def test_meshcast_subgroup_under_a_gloo_default_group():
+    assert run_world(bodies.subgroup_under_gloo, 3, backend="gloo", timeout=50) == [True] * 3
+
+
+# ----------------------------------------------------------------- examples
+
+TUTORIAL = ["broadcast", "all_reduce", "scatter", "gather", "async_all_reduce", "send_recv",
+            "gradient_averaging", "param_broadcast", "distributed_validation",
+            "model_parallel", "ddp_train"]
+
+
+def _launch(launcher: str, script: Path, *args: str, n: int = 4) -> str:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    if launcher == "torchrun":
+        torchrun = shutil.which("torchrun")
+        cmd = ([torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"])
+        # --tee: each rank's lines come through whole (plain stdout interleaves them)
+        cmd += ["--nproc-per-node", str(n), "--standalone", "--tee", "3"]
+    else:
+        cmd = [sys.executable, "-m", "meshcast", "run", "-n", str(n)]
+    proc = subprocess.run([*cmd, str(script), *args], capture_output=True, text=True,
+                          timeout=100, env=env, cwd=ROOT)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    # meshcast run prefixes lines with "[rank r]: ", torchrun --tee with "[default<r>]:".
+    return "\n".join(re.sub(r"^\[(rank |default)\d+\]:? ?", "", line)
+                     for line in out.splitlines())
+
+
+def _values(out: str, pattern: str) -> dict[int, str]:
+    return {int(r): v for r, v in re.findall(pattern, out)}
+
+
+def _check_tutorial_output(out: str, n: int) -> None:
+    for r in range(n):
+        assert f"rank {r}: after broadcast [0.0, 1.0, 2.0, 3.0]" in out
+        total = float(n * (n + 1) // 2)
+        assert f"rank {r}: after all_reduce [{total}, {total}, {total}]" in out
+        assert f"rank {r}: received [{10.0 * r}, {10.0 * r}]" in out
+        assert re.search(rf"rank {r}: local work \d+, all_reduce done: True, result "
+                         rf"{float(sum(range(n)))}", out)
+        assert f"rank {r}: future value doubled [{2.0 * n}, {2.0 * n}]" in out
+        assert f"rank {r}: has data 1.0" in out
+        left = (r - 1) % n
+        assert f"rank {r}: received {float(left)} from rank {left}" in out
+    gathered = [[float(r), float(r * r)] for r in range(n)]
+    assert f"rank 0: gathered {gathered}" in out
+    for pattern in (r"rank (\d): replica checksum (\S+)",
+                    r"rank (\d): after broadcast checksum (\S+)",
+                    r"rank (\d): accuracy (\S+) =",
+                    r"rank (\d): parameter checksum (\S+)"):
+        values = _values(out, pattern)
+        assert sorted(values) == list(range(n)) and len(set(values.values())) == 1, (
+            pattern, values)
+    before = _values(out, r"rank (\d): before broadcast checksum (\S+)")
+    assert len(set(before.values())) == n  # the replicas did start different
+    correct = sum(int(c) for c in re.findall(r"rank \d: (\d+) of \d+ correct", out))
+    assert _values(out, r"rank (\d): accuracy (\d+)/100")[0] == str(correct)
+    for r in range(1, n, 2):
+        losses = [float(x) for x in re.findall(rf"rank {r}: step \d loss (\S+)", out)]
+        assert len(losses) == 4 and losses[-1] < losses[0], losses
+    losses = [float(x) for x in re.findall(r"epoch \d: mean loss (\S+)", out)]
+    assert len(losses) == 5 and losses[-1] < losses[0], losses
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("launcher", "n"), [("torchrun", 4), ("meshcast-run", 3)])
+def test_tutorial_examples(launcher, n):
+    out = _launch(launcher, ROOT / "tests" / "torch" / "run_examples.py", *TUTORIAL, n=n)
+    _check_tutorial_output(out, n)
+
+
+@pytest.mark.timeout(120)
+def test_example_script_runs_standalone():
+    out = _launch("meshcast-run", EXAMPLES / "gather.py", n=2)
+    assert "rank 0: gathered [[0.0, 0.0], [1.0, 1.0]]" in out
