@@ -77,6 +77,8 @@ class Buffer:
                 staged = torch.from_numpy(data)
             with torch.no_grad():
                 src.copy_(staged)
+        elif self.dtype_name == "bfloat16":  # ml_dtypes: copy the bit patterns, not values
+            np.copyto(src.view(np.uint16), self.flat.reshape(self.shape))
         else:
             np.copyto(src, self.flat.reshape(self.shape), casting="unsafe")
 

@@ -265,3 +265,22 @@ def objects() -> None:
             assert dist.recv_object_list(box) == 0
             assert box == [1, "two", {3: 4}]
     dist.barrier()
+
+
+def numpy_bfloat16() -> None:
+    """NumPy bfloat16 (ml_dtypes): reductions accumulate in float32, layouts written back."""
+    import ml_dtypes
+
+    bf16 = ml_dtypes.bfloat16
+    r, n = dist.get_rank(), dist.get_world_size()
+    x = np.array([256.0 if r == 0 else 1.0, r], dtype=bf16)
+    dist.all_reduce(x)
+    assert x[0] == bf16(256.0 + n - 1) and x[1] == bf16(n * (n - 1) / 2), x
+    base = np.zeros((3, 4), dtype=bf16)
+    view = base[:, ::2]
+    view[...] = r + 1
+    dist.all_reduce(view, op=ReduceOp.MAX)
+    assert (base[:, ::2] == bf16(n)).all() and (base[:, 1::2] == 0).all()
+    y = np.full(5, r, dtype=bf16)
+    dist.broadcast(y, src=n - 1)
+    assert (y == bf16(n - 1)).all()

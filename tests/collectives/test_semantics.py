@@ -88,3 +88,9 @@ def test_overlapping_subgroups_and_non_members():
 @pytest.mark.parametrize("n", [1, 2, 4])
 def test_object_collectives(n):
     spawn_world(bodies.objects, n, timeout=60)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_numpy_bfloat16_through_ml_dtypes(n):
+    pytest.importorskip("ml_dtypes")
+    spawn_world(bodies.numpy_bfloat16, n, timeout=60)
