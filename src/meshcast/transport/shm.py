@@ -97,6 +97,8 @@ class Handle:
             peer = self.peer
             event, poll = self.event, self._transport.poll
 
+            transport = self._transport
+
             def ready() -> bool:
                 # The waiting thread drives progress itself (as MPI_Wait does): no
                 # hand-off to the progress thread and back on the fast path.
@@ -105,15 +107,27 @@ class Handle:
                 poll()
                 return event.is_set()
 
-            _sync.wait_until(
-                ready,
-                deadline=deadline,
-                describe=lambda: self.describe,
-                pending=lambda: () if peer is None or self.event.is_set() else (peer,),
-                liveness=self._transport.liveness,
-                block=lambda t: self.event.wait(t),
-                check_abort=check_abort,
-            )
+            def block(timeout: float) -> None:
+                # Long wait: let the progress thread take over, and be woken by it.
+                transport.end_poll()
+                try:
+                    event.wait(timeout)
+                finally:
+                    transport.begin_poll()
+
+            transport.begin_poll()
+            try:
+                _sync.wait_until(
+                    ready,
+                    deadline=deadline,
+                    describe=lambda: self.describe,
+                    pending=lambda: () if peer is None or self.event.is_set() else (peer,),
+                    liveness=transport.liveness,
+                    block=block,
+                    check_abort=check_abort,
+                )
+            finally:
+                transport.end_poll()
         if self.error is not None:
             raise self.error
 
@@ -195,15 +209,20 @@ class ShmTransport:
         base = n * _LINE
         stride = _RING_HEADER + ring_bytes
 
-        def ring(src: int, dst: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        def ring(src: int, dst: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
             off = base + (src * n + dst) * stride
+            # head and "producer waits for space" on the producer's line, tail on the consumer's
             return (segment.view(off, 8, np.uint64), segment.view(off + 64, 8, np.uint64),
-                    segment.view(off + _RING_HEADER, ring_bytes))
+                    segment.view(off + _RING_HEADER, ring_bytes),
+                    segment.view(off + 8, 8, np.uint64))
 
         # Outgoing rings (me -> peer) and incoming rings (peer -> me), by local index.
         self._out = {j: ring(self.li, j) for j in range(n) if j != self.li}
         self._in = {j: ring(j, self.li) for j in range(n) if j != self.li}
         self._lock = threading.Lock()
+        self._flag_lock = threading.Lock()  # guards _pollers, _asleep and our _sleeping word
+        self._pollers = 0
+        self._asleep = False
         self._sendq: dict[int, collections.deque[_SendOp]] = {j: collections.deque() for j in self._out}
         self._incoming: dict[int, _Incoming | None] = {j: None for j in self._in}
         self._posted: list[_RecvOp] = []
@@ -300,6 +319,33 @@ class ShmTransport:
 
     # ----------------------------------------------------------------- progress
 
+    # Rule 4: a consumer rings the producer's doorbell after freeing ring space only
+    # when the producer has flagged that it waits for space (it sets the flag, then
+    # fences and re-reads the tail; the consumer writes the tail, fences, reads the
+    # flag), so a steady stream of small messages wakes nobody on the way back.
+    #
+    # Rule 3: peers wake our progress thread (futex on our doorbell) only while
+    # ``_sleeping[li]`` is 1, i.e. while it sleeps and no user thread of ours is
+    # polling. A wake-up costs ~20 us of thread hand-off per message, and a thread
+    # that is polling sees the data anyway. Flipping the flag back on is followed
+    # by a fence and one more pass, so a message whose sender saw the flag off is
+    # never left for the progress thread to find late.
+
+    def begin_poll(self) -> None:
+        """A user thread starts polling (Handle.wait): peers need not wake our progress thread."""
+        with self._flag_lock:
+            self._pollers += 1
+            self._sleeping[self.li] = 0
+
+    def end_poll(self) -> None:
+        """A user thread stops polling: re-arm wake-ups if the progress thread sleeps."""
+        with self._flag_lock:
+            self._pollers -= 1
+            if self._pollers == 0 and self._asleep:
+                self._sleeping[self.li] = 1
+        _sync.fence()
+        self.poll()
+
     def poll(self) -> bool:
         """One progress pass from the calling thread, unless another thread is in one."""
         if not self._lock.acquire(blocking=False):
@@ -335,11 +381,16 @@ class ShmTransport:
             # Nothing moved: sleep on the doorbell at once. No spinning here: a
             # spinning thread would hold the GIL that a waiting user thread (which
             # drives progress itself, see Handle.wait) needs.
-            self._sleeping[self.li] = 1
+            with self._flag_lock:
+                self._asleep = True
+                if self._pollers == 0:
+                    self._sleeping[self.li] = 1
             _sync.fence()
             if int(self._doorbell[self.li]) == seen and self._closed is None:
                 _sync.futex_wait(my_bell, seen, s.liveness_s if busy else 1.0)
-            self._sleeping[self.li] = 0
+            with self._flag_lock:
+                self._asleep = False
+                self._sleeping[self.li] = 0
 
     def _busy(self) -> bool:
         return bool(self._posted or self._cma_sends or any(self._sendq.values())
@@ -362,7 +413,9 @@ class ShmTransport:
         return progressed
 
     def _push(self, j: int, op: _SendOp) -> tuple[bool, bool]:
-        head_v, tail_v, data = self._out[j]
+        head_v, tail_v, data, waiting_v = self._out[j]
+        if waiting_v[0]:
+            waiting_v[0] = 0
         head, tail = int(head_v[0]), int(tail_v[0])
         free = self.ring_bytes - (head - tail)
         moved = 0
@@ -383,7 +436,22 @@ class ShmTransport:
         if moved:
             head_v[0] = head  # after the data: the consumer trusts bytes below head
             self._ring_bell(j)
-        return moved > 0, op.sent == op.data.nbytes
+        done = op.header_sent and op.sent == op.data.nbytes
+        if not done:
+            # Ring full: ask the consumer to ring our doorbell when it frees space
+            # (Rule 4), then look once more in case it freed some meanwhile.
+            waiting_v[0] = 1
+            _sync.fence()
+            if int(tail_v[0]) != tail:
+                more, done = self._push(j, op)
+                return moved > 0 or more, done
+        return moved > 0, done
+
+    def _space_freed(self, j: int, waiting_v: np.ndarray) -> None:
+        """After consuming: wake the producer only if it waits for space (Rule 4)."""
+        _sync.fence()
+        if waiting_v[0]:
+            self._ring_bell(j)
 
     def _write(self, ring: np.ndarray, pos: int, src: np.ndarray) -> None:
         start = pos % self.ring_bytes
@@ -400,7 +468,7 @@ class ShmTransport:
             dst[first:] = ring[: dst.nbytes - first]
 
     def _pull(self, j: int) -> bool:
-        head_v, tail_v, data = self._in[j]
+        head_v, tail_v, data, waiting_v = self._in[j]
         head, tail = int(head_v[0]), int(tail_v[0])
         avail = head - tail
         if avail <= 0:
@@ -415,7 +483,7 @@ class ShmTransport:
             if kind == _KIND_FIN:
                 tail += _HEADER.size
                 tail_v[0] = tail
-                self._ring_bell(j)
+                self._space_freed(j, waiting_v)
                 _, handle = self._cma_sends.pop(tag)
                 handle._finish()
                 return True
@@ -425,7 +493,7 @@ class ShmTransport:
                 self._read(data, tail + _HEADER.size, raw[_HEADER.size:])
                 tail += _HEADER.size + _CMA.size
                 tail_v[0] = tail
-                self._ring_bell(j)
+                self._space_freed(j, waiting_v)
                 msg = _Incoming(group, kind, tag, self.ranks[j], nbytes)
                 msg.cma = _CMA.unpack(raw[_HEADER.size:].tobytes())
                 self._match(msg)
@@ -442,7 +510,7 @@ class ShmTransport:
             msg.got += n  # (a message with no destination is being discarded)
             tail += n
         tail_v[0] = tail
-        self._ring_bell(j)
+        self._space_freed(j, waiting_v)
         if msg.got == msg.nbytes:
             self._incoming[j] = None
             self._complete(msg)
