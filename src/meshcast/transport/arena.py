@@ -45,7 +45,7 @@ _PAGE = 4096
 _PHASE_BITS = 24
 _MSG_BYTES = 960
 _COUNT = 16  # byte offset of the count field in a packed fingerprint
-SMALL_BYTES = 16 << 10  # per rank and parity: calls up to this size take the one-shot path
+SMALL_BYTES = 1 << 20  # per rank and parity: the largest one-shot contribution
 
 
 def _align(n: int, a: int) -> int:
