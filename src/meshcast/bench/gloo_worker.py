@@ -29,9 +29,8 @@ class GlooComm:
     library = "gloo"
 
     def __init__(self, args: argparse.Namespace) -> None:
-        import torch.distributed as dist
-
         import torch
+        import torch.distributed as dist
 
         if not dist.is_gloo_available():
             raise RuntimeError("this torch build has no Gloo backend")
