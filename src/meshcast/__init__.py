@@ -46,6 +46,7 @@ from ._api import (
     scatter,
     send,
 )
+from ._memory import empty, is_symmetric, zeros
 from ._objects import (
     all_gather_object,
     broadcast_object_list,
@@ -108,6 +109,7 @@ __all__ = [
     "batch_isend_irecv",
     "broadcast",
     "destroy_process_group",
+    "empty",
     "gather",
     "get_backend",
     "get_global_rank",
@@ -120,6 +122,7 @@ __all__ = [
     "irecv",
     "is_available",
     "is_initialized",
+    "is_symmetric",
     "isend",
     "launch_env",
     "new_group",
@@ -130,4 +133,5 @@ __all__ = [
     "scatter",
     "send",
     "spawn",
+    "zeros",
 ]

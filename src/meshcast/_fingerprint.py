@@ -36,6 +36,15 @@ _DTYPE_CODE = {k: i for i, k in enumerate(DTYPES)}
 _OP_CODE = {k: i for i, k in enumerate(OPS)}
 
 
+SYMMETRIC_PATH = 255  # path byte of a call on a symmetric buffer (its region is in ``extra``)
+
+
+def symmetric_extra(index: int, offset: int) -> int:
+    """``extra`` of a call on symmetric allocation ``index`` at byte ``offset``: exact, so
+    two ranks passing different regions always disagree."""
+    return ((index + 1) << 40) | offset
+
+
 @functools.lru_cache(maxsize=256)
 def path_digest(algorithm: str | None, oneshot: bool) -> int:
     """One byte that differs when ranks would run a call differently (0: the default path).
@@ -46,7 +55,9 @@ def path_digest(algorithm: str | None, oneshot: bool) -> int:
     """
     if algorithm is None and not oneshot:
         return 0
-    return (zlib.crc32(f"{algorithm}|{oneshot}".encode()) % 255) + 1
+    return (zlib.crc32(f"{algorithm}|{oneshot}".encode()) % 254) + 1
+
+
 SIZE = _STRUCT.size
 
 
@@ -86,9 +97,15 @@ class Fingerprint:
             parts.append(f"op={self.op}")
         if self.kind in ROOTED:
             parts.append(f"root={self.root}")
+        if self.path == SYMMETRIC_PATH:
+            index, offset = (self.extra >> 40) - 1, self.extra & ((1 << 40) - 1)
+            parts.append(f"symmetric buffer #{index} at byte {offset}")
+            return f"{self.kind}({', '.join(parts)})"
         if self.extra:
             parts.append(f"layout#{self.extra:08x}")
-        if self.path:
+        if self.path == path_digest(None, True):
+            parts.append("one-shot path")
+        elif self.path:
             parts.append(f"path#{self.path:02x}")
         return f"{self.kind}({', '.join(parts)})"
 

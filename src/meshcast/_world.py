@@ -102,7 +102,7 @@ class World:
         arena = Arena(segment, me, n, slot, ranks, self.liveness, name)
         group = ProcessGroup(group_id=group_id, name=name, global_ranks=ranks, rank=me,
                              transport=self.transport, arena=arena, timeout=self.timeout,
-                             liveness=self.liveness)
+                             liveness=self.liveness, store=store)
         self.groups.append(group)
         return group
 

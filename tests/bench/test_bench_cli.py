@@ -225,6 +225,20 @@ def test_plot_and_results_page(smoke: tuple[str, dict, list[dict], str], tmp_pat
     assert len(again) == len(results)
 
 
+def test_symmetric_buffers_run_in_place_and_are_checked(tmp_path: Path) -> None:
+    proc, lines = _bench(tmp_path, "--op", "all_reduce,broadcast", "-b", "256K", "-e", "2M",
+                         "-f", "8", "--symmetric", "--compare", "meshcast")
+    results = [r for r in lines[1:] if r["time_us"] is not None]
+    assert {r["library"] for r in results} == {"meshcast-symmetric", "meshcast"}
+    assert all(r["wrong"] == 0 for r in results), [r for r in results if r["wrong"]]
+    sym = {(r["op"], r["size"]): r["algorithm"] for r in results
+           if r["library"] == "meshcast-symmetric"}
+    assert sym[("all_reduce", 256 << 10)] == "all_reduce/symmetric"
+    assert sym[("broadcast", 2 << 20)] == "broadcast/symmetric"
+    assert "ratio = meshcast-symmetric busbw / peer busbw" in proc.stdout
+    assert "--symmetric" in lines[0]["command"]
+
+
 @pytest.mark.skipif(bool(unavailable("gloo")), reason="torch is not installed")
 def test_gloo_peer_runs() -> None:
     if _peer() == "gloo":

@@ -27,6 +27,8 @@ def parse_args(argv: Sequence[str] | None, library: str) -> argparse.Namespace:
     p.add_argument("--rank", type=int, default=-1)
     p.add_argument("--world-size", type=int, default=-1)
     p.add_argument("--init", default="", help="rendezvous (file path or URL)")
+    p.add_argument("--symmetric", action="store_true",
+                   help="meshcast only: buffers from meshcast.empty (symmetric memory)")
     return p.parse_args(argv)
 
 
@@ -46,7 +48,7 @@ def run(argv: Sequence[str] | None, library: str,
         spec = SweepSpec.from_json(args.spec)
         comm = connect(args)
         if comm.rank == 0:
-            emit(_meta(library, comm.size, versions()))
+            emit(_meta(comm.library, comm.size, versions()))
         for rec in run_sweep(comm, spec):
             if comm.rank == 0:
                 emit(rec)

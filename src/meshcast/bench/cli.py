@@ -98,6 +98,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--algo", default="", metavar="SPEC",
                    help="force meshcast algorithms: a name ('ring', for every selected op "
                         "that has it) or 'all_reduce:ring,broadcast:tree'")
+    g.add_argument("--symmetric", action="store_true",
+                   help="allocate meshcast's buffers with meshcast.empty (symmetric memory: "
+                        "all_reduce and broadcast run in place); reported as "
+                        "meshcast-symmetric, and --compare may then add plain meshcast")
     g.add_argument("--placement", default="both", choices=("both",) + PLACEMENTS,
                    help="out-of-place, in-place or both (default both)")
     g.add_argument("--no-rotate", action="store_true",
@@ -241,15 +245,16 @@ def spec_from_args(ns: argparse.Namespace) -> tuple[SweepSpec, list[str]]:
     return spec, notes
 
 
-def _libraries(text: str) -> list[str]:
+def _libraries(text: str, symmetric: bool = False) -> list[str]:
     from .peers import LIBRARIES
 
-    names = ["meshcast"]
+    names = ["meshcast-symmetric" if symmetric else "meshcast"]
     for name in (t.strip() for t in text.split(",")):
         if not name or name in names:
             continue
         if name not in LIBRARIES:
-            raise UsageError(f"--compare: unknown peer {name!r}; choose from gloo, mpi")
+            raise UsageError(f"--compare: unknown peer {name!r}; choose from "
+                             f"{', '.join(LIBRARIES)}")
         names.append(name)
     return names
 
@@ -268,6 +273,8 @@ def command_line(ns: argparse.Namespace, spec: SweepSpec) -> str:
         parts.append(f"--placement {ns.placement}")
     if ns.no_rotate:
         parts.append("--no-rotate")
+    if ns.symmetric:
+        parts.append("--symmetric")
     if ns.compare:
         parts.append(f"--compare {ns.compare}")
     if ns.rounds > 1:
@@ -292,7 +299,7 @@ def handle(ns: argparse.Namespace) -> int:
         return _list_algorithms()
     try:
         spec, notes = spec_from_args(ns)
-        libraries = _libraries(ns.compare)
+        libraries = _libraries(ns.compare, ns.symmetric)
     except UsageError as exc:
         print(f"meshcast bench: error: {exc}", file=sys.stderr)
         return 2
@@ -380,7 +387,7 @@ def run(ns: argparse.Namespace, spec: SweepSpec, libraries: list[str], notes: li
 
         for path in page.write_report(ns.report, meta, records, spec, ran or libraries):
             print(f"# wrote {path}", file=out)
-    meshcast_failed = any(r.library == "meshcast" and (r.error or not r.records) for r in runs)
+    meshcast_failed = any(r.library.startswith("meshcast") and (r.error or not r.records) for r in runs)
     return 1 if total_wrong or meshcast_failed else 0
 
 

@@ -4,7 +4,10 @@ The calls are the ones a user writes (``all_reduce(x)``,
 ``all_gather_into_tensor(out, x)``, ...), so their front-door cost is part of
 the figure; ``algorithm=`` is passed only when ``--algo`` forces one. torch's
 API has a single buffer for all_reduce, broadcast and reduce, so those run
-in place only (the out-of-place column is N/A, as it is for Gloo).
+in place only (the out-of-place column is N/A, as it is for Gloo). With
+``--symmetric`` (library ``meshcast-symmetric``) the send and receive buffers
+come from ``meshcast.empty``, so the calls that can run in place on
+symmetric memory do.
 """
 
 from __future__ import annotations
@@ -32,9 +35,20 @@ class MeshcastComm:
         dist.init_process_group(init_method=f"file://{args.init}", rank=args.rank,
                                 world_size=args.world_size)
         self.dist = dist
+        self.symmetric = bool(args.symmetric)
+        if self.symmetric:
+            self.library = "meshcast-symmetric"
         self.rank = dist.get_rank()
         self.size = dist.get_world_size()
         self._last_op = ""
+
+    def allocate(self, count: int, dtype: np.dtype) -> np.ndarray:
+        """The sweep's buffers: symmetric ones with ``--symmetric``, else plain arrays."""
+        if self.symmetric:
+            buf = self.dist.empty(count, dtype)
+            buf[...] = 1
+            return buf
+        return np.ones(count, dtype)
 
     def barrier(self) -> None:
         self.dist.barrier()

@@ -32,7 +32,8 @@ from typing import IO, Any
 
 from .sweep import SweepSpec, parse_line
 
-LIBRARIES = ("meshcast", "gloo", "mpi")
+#: "meshcast-symmetric" is meshcast with its buffers from ``meshcast.empty`` (symmetric memory).
+LIBRARIES = ("meshcast", "meshcast-symmetric", "gloo", "mpi")
 
 _EXCEPTION = re.compile(r"^[\w.]+(Error|Exception|Usage|Timeout)\b.*:")
 
@@ -46,7 +47,7 @@ class LibraryRun:
     """What one library's sweep produced.
 
     Attributes:
-        library: ``"meshcast"``, ``"gloo"`` or ``"mpi"``.
+        library: one of :data:`LIBRARIES`.
         records: the result records, in sweep order.
         meta: the worker's ``meta`` record (versions), if it got that far.
         error: why the run stopped early ("" if it completed).
@@ -64,7 +65,7 @@ class LibraryRun:
 
 def unavailable(library: str) -> str:
     """Why ``library`` cannot run on this machine, or "" if it can."""
-    if library == "meshcast":
+    if library in ("meshcast", "meshcast-symmetric"):
         return ""
     if library == "gloo":
         if importlib.util.find_spec("torch") is None:
@@ -85,13 +86,14 @@ def _mpiexec() -> str | None:
 
 def _commands(library: str, spec: SweepSpec, n: int, tmp: str) -> list[list[str]]:
     """One argv per process to start."""
-    module = f"meshcast.bench.{library}_worker"
+    module = f"meshcast.bench.{library.split('-')[0]}_worker"
     if library == "mpi":
         return [[_mpiexec() or "mpiexec", "-n", str(n), sys.executable, "-m", module,
                  "--spec", spec.to_json()]]
     store = os.path.join(tmp, "store")
+    extra = ["--symmetric"] if library == "meshcast-symmetric" else []
     return [[sys.executable, "-m", module, "--spec", spec.to_json(), "--rank", str(r),
-             "--world-size", str(n), "--init", store] for r in range(n)]
+             "--world-size", str(n), "--init", store, *extra] for r in range(n)]
 
 
 def _environment(library: str, n: int) -> dict[str, str]:

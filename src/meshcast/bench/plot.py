@@ -21,7 +21,8 @@ from .report import compare_placement, human_bytes
 Record = dict[str, Any]
 Series = dict[str, list[tuple[int, float, float]]]  # library -> [(size, busbw, time_us)]
 
-COLORS = {"meshcast": "#1f6fb4", "gloo": "#e8710a", "mpi": "#2a9d3c"}
+COLORS = {"meshcast": "#1f6fb4", "meshcast-symmetric": "#17becf", "gloo": "#e8710a",
+          "mpi": "#2a9d3c"}
 _EXTRA = ("#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 
 

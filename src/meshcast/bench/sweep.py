@@ -185,8 +185,9 @@ def run_sweep(comm: Comm, spec: SweepSpec) -> Iterator[dict[str, Any]]:
     dtype = np.dtype(spec.dtype)
     maxcount = max(spec.sizes) // dtype.itemsize if spec.sizes else 0
     # Every send/recv count of every collective is <= count = size // typesize.
-    send_buf = np.ones(maxcount, dtype)
-    recv_buf = np.ones(maxcount, dtype)
+    allocate = getattr(comm, "allocate", None)  # a library may place its buffers itself
+    send_buf = allocate(maxcount, dtype) if allocate else np.ones(maxcount, dtype)
+    recv_buf = allocate(maxcount, dtype) if allocate else np.ones(maxcount, dtype)
     for op in spec.ops:
         coll = COLLECTIVES[op]
         root = spec.root if coll.rooted else -1

@@ -47,6 +47,13 @@ def _fallocate(fd: int, size: int, where: str) -> None:
             raise ShmError(f"could not size a shared-memory segment in {where}: {exc}") from None
 
 
+def _map(fd: int, size: int, populate: bool) -> mmap.mmap:
+    flags = mmap.MAP_SHARED
+    if populate:
+        flags |= getattr(mmap, "MAP_POPULATE", 0)
+    return mmap.mmap(fd, size, flags=flags)
+
+
 class Segment:
     """A mapped shared-memory segment.
 
@@ -68,8 +75,12 @@ class Segment:
         del anchor  # keep no ctypes export alive: it would pin the mapping
 
     @classmethod
-    def create(cls, name: str, size: int) -> Segment:
-        """Create and map a zero-filled segment of ``size`` bytes."""
+    def create(cls, name: str, size: int, populate: bool = False) -> Segment:
+        """Create and map a zero-filled segment of ``size`` bytes.
+
+        ``populate`` maps every page up front (MAP_POPULATE), so that touching a
+        page for the first time inside a timed collective costs no page fault.
+        """
         size = max(size, mmap.PAGESIZE)
         shm_dir = config.get("MESHCAST_SHM_DIR")
         if not shm_dir and hasattr(os, "memfd_create"):
@@ -77,7 +88,7 @@ class Segment:
             try:
                 os.ftruncate(fd, size)
                 _fallocate(fd, size, "memory (memfd)")
-                mm = mmap.mmap(fd, size)
+                mm = _map(fd, size, populate)
             except BaseException:
                 os.close(fd)
                 raise
@@ -101,7 +112,7 @@ class Segment:
         try:
             os.ftruncate(fd, size)
             _fallocate(fd, size, shm_dir)
-            mm = mmap.mmap(fd, size)
+            mm = _map(fd, size, populate)
         except BaseException:
             os.close(fd)
             os.unlink(path)
@@ -109,8 +120,9 @@ class Segment:
         return cls(mm, size, fd, path, f"path:{path}:{size}")
 
     @classmethod
-    def attach(cls, locator: str) -> Segment:
-        """Map the segment a peer created and published as ``locator``."""
+    def attach(cls, locator: str, populate: bool = False) -> Segment:
+        """Map the segment a peer created and published as ``locator`` (``populate``: as in
+        :meth:`create`)."""
         kind, _, rest = locator.partition(":")
         if kind == "fd":
             pid, fd_text, size_text = rest.split(":")
@@ -125,7 +137,7 @@ class Segment:
         except OSError as exc:
             raise ShmError(f"could not attach shared memory {source}: {exc}") from None
         try:
-            mm = mmap.mmap(fd, size)
+            mm = _map(fd, size, populate)
         finally:
             os.close(fd)
         return cls(mm, size, None, None, locator)

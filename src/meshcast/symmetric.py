@@ -1,0 +1,180 @@
+"""Symmetric buffers: arrays that live in shared memory from the start, at the same place on every rank.
+
+``meshcast.empty(shape, dtype)`` is collective over a group: every member
+gets an array of that shape, and every member can also see every other
+member's array (the symmetric-memory idea of NVSHMEM, torch's
+SymmetricMemory and MPI_Alloc_mem, applied to CPUs). Collectives on such
+arrays skip the copy into the arena and back out: an all_reduce reads each
+peer's data where it lies, reduces its 1/P share, and writes that share
+straight into every rank's array.
+
+Theory of operation
+-------------------
+Each allocation is one memfd segment holding the P arrays side by side
+(page aligned), created by group rank 0 and attached by the others through
+the group's store, like an arena (transport/segment.py: nothing is ever left
+in /dev/shm). The group keeps every allocation mapped until it is destroyed.
+
+A collective takes the symmetric path only when every rank passes the same
+region (same allocation, same offset): the region is part of the call's
+fingerprint, so a rank that passes a plain array while another passes a
+symmetric one gets a MismatchError instead of a torn result.
+
+Synchronisation, for a call with sequence number ``s`` (arena signal words,
+transport/arena.py): entering ``(s, 0)`` publishes "my input is in my part";
+during the call rank r writes only the bytes of its share, in every part;
+``(s, 1)`` publishes "my share is written everywhere and I read nothing
+more". A rank returns once it saw ``(s, 1)`` from everyone, so when its
+caller writes the array again nobody still reads or writes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import ops
+from .transport.segment import Segment
+
+_PAGE = 4096
+_LINE = 64
+# Elements reduced per step: the P operands and the result of one chunk stay
+# in L2 (2 MiB per core here) between the reduce and the copies out.
+CHUNK_BYTES = 256 << 10
+
+
+@dataclass
+class Allocation:
+    """One symmetric allocation of a group: P equal parts of one segment."""
+
+    index: int  # allocation number within the group (the same on every rank)
+    segment: Segment
+    part_bytes: int  # bytes of each rank's part (page aligned)
+    size: int  # group size
+    rank: int  # my group rank
+
+    def part(self, r: int) -> np.ndarray:
+        return self.segment.bytes[r * self.part_bytes:(r + 1) * self.part_bytes]
+
+    @property
+    def my_range(self) -> tuple[int, int]:
+        start = self.segment.address + self.rank * self.part_bytes
+        return start, start + self.part_bytes
+
+
+@dataclass(frozen=True)
+class Region:
+    """Where a contiguous buffer lies in a symmetric allocation (the same on every rank)."""
+
+    alloc: Allocation
+    offset: int  # bytes from the start of each part
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return self.alloc.index, self.offset
+
+    def views(self, nbytes: int, dtype: np.dtype) -> list[np.ndarray]:
+        """Every rank's copy of the region, in group-rank order."""
+        return [self.alloc.part(r)[self.offset:self.offset + nbytes].view(dtype)
+                for r in range(self.alloc.size)]
+
+
+class SymmetricHeap:
+    """A group's symmetric allocations, and the lookup collectives use to recognise them."""
+
+    def __init__(self, group_rank: int, size: int) -> None:
+        self.rank = group_rank
+        self.size = size
+        self.allocations: list[Allocation] = []
+
+    def allocate(self, nbytes: int, store: Any, key: str, barrier: Any) -> Allocation:
+        """Collective over the group: map a new allocation with a part of ``nbytes`` per rank.
+
+        ``barrier(name)`` must return once every member called it with ``name``.
+        """
+        part = max(_PAGE, (nbytes + _PAGE - 1) // _PAGE * _PAGE)
+        index = len(self.allocations)
+        name = f"{key}/sym{index}"
+        if self.size == 1:
+            segment = Segment.create(f"sym{index}", part)
+            segment.seal()
+        else:
+            if self.rank == 0:
+                segment = Segment.create(f"sym{index}", part * self.size, populate=True)
+                store.set(f"{name}/segment", segment.locator)
+            else:
+                segment = Segment.attach(store.get(f"{name}/segment").decode(), populate=True)
+            try:
+                barrier(f"{name}/attached")
+            finally:
+                if self.rank == 0:
+                    segment.seal()
+        alloc = Allocation(index, segment, part, self.size, self.rank if self.size > 1 else 0)
+        self.allocations.append(alloc)
+        return alloc
+
+    def find(self, flat: np.ndarray) -> Region | None:
+        """The region ``flat`` occupies, if it lies entirely in my part of an allocation."""
+        if not self.allocations or flat.nbytes == 0 or not flat.flags.c_contiguous:
+            return None
+        address = flat.ctypes.data
+        for alloc in self.allocations:
+            start, end = alloc.my_range
+            if start <= address and address + flat.nbytes <= end:
+                return Region(alloc, address - start)
+        return None
+
+    def close(self) -> None:
+        for alloc in self.allocations:
+            alloc.segment.close()
+        self.allocations.clear()
+
+
+def share(count: int, itemsize: int, rank: int, size: int) -> tuple[int, int]:
+    """Element range ``[lo, hi)`` rank ``rank`` reduces: 1/size of ``count``, in whole
+    cache lines so that two ranks never write the same line."""
+    unit = max(1, _LINE // itemsize)
+    blocks = -(-count // unit)
+    lo = min(count, blocks * rank // size * unit)
+    hi = min(count, blocks * (rank + 1) // size * unit)
+    return lo, hi
+
+
+def all_reduce_share(parts: Sequence[np.ndarray], rank: int, op: ops.ReduceOp,
+                     average: bool) -> None:
+    """Reduce my share of every rank's part and write the result into all parts.
+
+    Args:
+        parts: every rank's 1-D array, in group-rank order (same dtype, size).
+        rank: my group rank (decides the share).
+        op: the reduction; operands are combined in rank order, so the result is
+            the same bits whichever rank computes it.
+        average: divide the sum by the group size (ReduceOp.AVG).
+    """
+    n = len(parts)
+    count = parts[0].size
+    lo, hi = share(count, parts[0].dtype.itemsize, rank, n)
+    if hi <= lo:
+        return
+    step = max(1, CHUNK_BYTES // parts[0].dtype.itemsize)
+    # Reducing into my own part saves one copy, but only ranks 0 and 1 may: the
+    # first kernel call reads parts 0 and 1 together, later ones read the others.
+    tmp = None if rank <= 1 else np.empty(min(step, hi - lo), parts[0].dtype)
+    for c0 in range(lo, hi, step):
+        c1 = min(c0 + step, hi)
+        dst = parts[rank][c0:c1] if tmp is None else tmp[:c1 - c0]
+        ops.reduce_many(op, dst, [p[c0:c1] for p in parts])
+        if average:
+            ops.finish_average(dst, n)
+        for r, p in enumerate(parts):
+            if r != rank or tmp is not None:
+                p[c0:c1] = dst
+
+
+def shape_of(shape: int | Sequence[int]) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)):
+        return (int(shape),)
+    return tuple(int(d) for d in shape)

@@ -1,0 +1,170 @@
+"""Rank bodies for symmetric-buffer tests (module level: spawned processes import them)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import meshcast as dist
+from meshcast import ReduceOp
+from meshcast.errors import InvalidUsage
+from meshcast.testing import reference
+
+DTYPES = ("bool", "int8", "uint8", "int32", "int64", "float16", "float32", "float64",
+          "complex64", "complex128")
+
+
+def _valid(op: ReduceOp, dtype: np.dtype) -> bool:
+    try:
+        dist.ops.validate(op, dtype, caller="test")
+    except InvalidUsage:
+        return False
+    return True
+
+
+def all_reduce_and_broadcast(counts: list[int]) -> list[str]:
+    """Every dtype x valid op x count through the symmetric path; every root for broadcast.
+
+    Returns the algorithm names seen (to prove the symmetric path ran)."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    pg.SYMMETRIC_MIN_BYTES = 0  # small counts too: share boundaries, count < world size
+    pg._oneshot = lambda nbytes, algorithm: False  # broadcast too
+    seen = set()
+    for name in DTYPES:
+        dtype = np.dtype(name)
+        for count in counts:
+            buf = dist.empty(count, dtype)
+            assert dist.is_symmetric(buf) == (count > 0)
+            for op in ReduceOp:
+                if not _valid(op, dtype):
+                    continue
+                inputs = [reference.rank_input(q, count, dtype, seed=count) for q in range(n)]
+                buf[:] = inputs[r]
+                dist.all_reduce(buf, op=op)
+                expected = reference.all_reduce(inputs, op)[r]
+                assert buf.tobytes() == expected.tobytes(), (name, count, op, buf, expected)
+                seen.add(pg.last_algorithm)
+            for root in range(n):
+                buf[:] = reference.rank_input(root, count, dtype, seed=7) if r == root else 0
+                dist.broadcast(buf, src=root)
+                assert buf.tobytes() == reference.rank_input(root, count, dtype, 7).tobytes()
+                seen.add(pg.last_algorithm)
+    return sorted(a for a in seen if a)
+
+
+def shapes_slices_and_async() -> None:
+    r, n = dist.get_rank(), dist.get_world_size()
+    total = n * (n - 1) // 2
+    m = dist.zeros((3, 40, 5), np.float64)
+    assert m.shape == (3, 40, 5) and (m == 0).all()  # new allocations start zeroed
+    m[...] = r
+    dist.all_reduce(m[1])  # a contiguous slice: the same region on every rank
+    assert (m[1] == total).all() and (m[0] == r).all() and (m[2] == r).all()
+    works = [dist.all_reduce(m[k], async_op=True) for k in (0, 2)]
+    for w in works:
+        w.wait()
+    assert (m == total).all()
+    col = m[:, :, 0]  # not contiguous: staged, the ordinary path, still correct
+    col[...] = r
+    dist.all_reduce(col)
+    assert (m[:, :, 0] == total).all()
+    avg = dist.empty(1000, np.float32)
+    avg[:] = r + 1
+    dist.all_reduce(avg, op=ReduceOp.AVG)
+    assert np.allclose(avg, (n + 1) / 2)
+    # bitwise identical on every rank for an order-dependent float sum
+    f = dist.empty(100_000, np.float32)
+    f[:] = np.random.default_rng(r).standard_normal(f.size)
+    dist.all_reduce(f)
+    g = [np.zeros_like(f) for _ in range(n)]
+    dist.all_gather(g, f)
+    assert all(x.tobytes() == f.tobytes() for x in g)
+    # other collectives accept symmetric arrays (they just take their ordinary path)
+    out = dist.empty(n * 4, np.int32)
+    dist.all_gather_into_tensor(out, np.full(4, r, np.int32))
+    assert (out.reshape(n, 4) == np.arange(n)[:, None]).all()
+
+
+def subgroup(ranks: list[int]) -> bool:
+    """Symmetric memory on a subgroup; non-members get an InvalidUsage."""
+    sub = dist.new_group(ranks)
+    r = dist.get_rank()
+    if r not in ranks:
+        try:
+            dist.empty(4, group=sub)
+        except InvalidUsage as exc:
+            assert "not a member" in str(exc)
+            return False
+        raise AssertionError("a non-member allocated")
+    x = dist.empty(300_000, np.int64, group=sub)
+    x[:] = r
+    dist.all_reduce(x, group=sub)
+    assert (x == sum(ranks)).all()
+    assert sub.last_algorithm == "all_reduce/symmetric"
+    return True
+
+
+def mixed_buffers(kind: str) -> str | None:
+    """Ranks disagree about the buffer: plain vs symmetric, or different offsets."""
+    r = dist.get_rank()
+    sym = dist.empty(200_000, np.float32)
+    if kind == "plain":
+        x = np.zeros(100_000, np.float32) if r == 0 else sym[:100_000]
+    else:
+        x = sym[r * 1024:r * 1024 + 100_000]
+    try:
+        dist.all_reduce(x)
+    except dist.MismatchError as exc:
+        return str(exc)
+    return None
+
+
+def size_mismatch() -> str | None:
+    r = dist.get_rank()
+    try:
+        dist.empty(10 + r, np.float32)
+    except dist.MismatchError as exc:
+        return str(exc)
+    return None
+
+
+def bad_arguments() -> list[str]:
+    out = []
+    for shape, dtype in (((-1,), np.float32), ("abc", np.float32), ((2,), object),
+                         ((2,), "no-such-dtype")):
+        try:
+            dist.empty(shape, dtype)
+        except InvalidUsage as exc:
+            out.append(str(exc))
+    return out
+
+
+def torch_tensors() -> None:
+    import torch
+
+    r, n = dist.get_rank(), dist.get_world_size()
+    t = dist.empty((4, 50_000), torch.float32)
+    assert isinstance(t, torch.Tensor) and t.shape == (4, 50_000)
+    assert dist.is_symmetric(t)
+    t.fill_(r + 1)
+    dist.all_reduce(t)
+    assert dist.group.WORLD.last_algorithm == "all_reduce/symmetric"
+    assert bool((t == n * (n + 1) / 2).all())
+    b = dist.empty(10, torch.bfloat16)
+    b.fill_(r + 1)
+    dist.all_reduce(b)  # bfloat16 accumulates in float32: the ordinary path
+    assert bool((b == n * (n + 1) / 2).all())
+
+
+def hammer(rounds: int) -> None:
+    """Back-to-back calls where each rank rewrites its array right after returning:
+    a rank still reading or writing a peer's part would corrupt the next call."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    x = dist.empty(70_000, np.int64)
+    for k in range(rounds):
+        x[:] = r + k
+        dist.all_reduce(x)
+        assert (x == n * k + n * (n - 1) // 2).all(), (k, x[:4])
+        x[:] = k if r == k % n else -1
+        dist.broadcast(x, src=k % n)
+        assert (x == k).all()
