@@ -413,6 +413,12 @@ def broadcast(tensor: Any, src: int | None = None, group: GroupLike = None,
         MismatchError: ranks disagree on the call (count, dtype, root...).
         CommTimeout / PeerGoneError: a rank did not take part in time / exited.
     """
+    if (type(tensor) is np.ndarray and type(src) is int and async_op is False
+            and algorithm is None and group_src is None):
+        w = _world.current  # tiny calls: see all_reduce
+        pg = (w.default_group if group is None else group) if w is not None else None
+        if type(pg) is ProcessGroup and pg in w.groups and pg.broadcast_small(tensor, src):
+            return None
     caller = "broadcast"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)
@@ -445,6 +451,13 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: GroupLike = None,
         MismatchError: ranks disagree on the call.
         CommTimeout / PeerGoneError: a rank did not take part in time / exited.
     """
+    if type(tensor) is np.ndarray and async_op is False and algorithm is None:
+        # Tiny calls on NumPy arrays skip the general checks when the group has seen
+        # this (dtype, shape, op) before: ProcessGroup.all_reduce_small decides.
+        w = _world.current
+        pg = (w.default_group if group is None else group) if w is not None else None
+        if type(pg) is ProcessGroup and pg in w.groups and pg.all_reduce_small(tensor, op):
+            return None
     caller = "all_reduce"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)

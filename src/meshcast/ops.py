@@ -176,6 +176,13 @@ def working_dtype(dtype: DTypeLike, op: ReduceOp | None) -> np.dtype:
     return dtype
 
 
+#: NumPy dtypes whose reductions run in the data's own dtype, whatever the op.
+FAST_DTYPES = frozenset((
+    "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+    "float32", "float64", "complex64", "complex128",
+))
+
+
 # ------------------------------------------------------------------ kernels
 
 Kernel = Callable[..., Any]  # a binary ufunc called as kernel(a, b, out=dst)

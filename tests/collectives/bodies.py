@@ -284,3 +284,59 @@ def numpy_bfloat16() -> None:
     y = np.full(5, r, dtype=bf16)
     dist.broadcast(y, src=n - 1)
     assert (y == bf16(n - 1)).all()
+
+
+def tiny_call_paths() -> None:
+    """The cached tiny-call lane (ProcessGroup.all_reduce_small / broadcast_small) and the
+    general path agree, keep call order, and refuse bad input the same way."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    total = n * (n - 1) // 2
+    for k in range(3):  # rank 0: the tiny lane; others: staged (non-contiguous) buffers
+        base = np.zeros(8, np.int64)
+        x = base[:4] if r == 0 else base[::2]
+        x[:] = r + k
+        dist.all_reduce(x)
+        assert (x == total + n * k).all(), x
+        y = base[:4] if r != 0 else base[::2]
+        y[:] = r
+        dist.broadcast(y, src=n - 1)
+        assert (y == n - 1).all(), y
+    assert pg._small_plans, "the tiny lane never ran"
+    # Call order: a tiny synchronous call queues behind pending async work.
+    big = np.full(300_000, r, np.float64)
+    tiny = np.full(3, r, np.float64)
+    work = dist.all_reduce(big, async_op=True)
+    dist.all_reduce(tiny)
+    work.wait()
+    assert (big == total).all() and (tiny == total).all()
+    # A cached (dtype, shape) does not skip validation of a new op or argument.
+    f = np.ones(4, np.float32)
+    dist.all_reduce(f)
+    for call, text in ((lambda: dist.all_reduce(f, op=ReduceOp.BAND), "BAND"),
+                       (lambda: dist.all_reduce(f, op=[1]), "'op'"),
+                       (lambda: dist.broadcast(f, src=True), "'src'"),
+                       (lambda: dist.broadcast(f, src=n + 3), "'src'"),
+                       (lambda: dist.all_reduce(_read_only(f)), "read-only")):
+        try:
+            call()
+        except dist.InvalidUsage as exc:
+            assert text in str(exc) and f"(rank {r})" in str(exc), exc
+        else:
+            raise AssertionError(f"no error for {text}")
+    # AVG, MIN, bool and 0-d through the lane, against NumPy
+    a = np.array([float(r), -r - 1.0])
+    dist.all_reduce(a, op=ReduceOp.AVG)
+    assert (a == [total / n, -(total + n) / n]).all(), a
+    m = np.array(r, np.int32)
+    dist.all_reduce(m, op=ReduceOp.MIN)
+    assert m == 0
+    b = np.array([r == 0, False])
+    dist.all_reduce(b, op=ReduceOp.BOR)
+    assert b.tolist() == [True, False]
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    v = a.view()
+    v.flags.writeable = False
+    return v

@@ -94,3 +94,8 @@ def test_object_collectives(n):
 def test_numpy_bfloat16_through_ml_dtypes(n):
     pytest.importorskip("ml_dtypes")
     spawn_world(bodies.numpy_bfloat16, n, timeout=60)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_tiny_call_lane_agrees_with_the_general_path(n):
+    spawn_world(bodies.tiny_call_paths, n, timeout=90)
