@@ -578,6 +578,23 @@ class ProcessGroup:
                    algorithm: str | None = None, async_op: bool = False) -> Work:
         counts = tuple(int(c) for c in counts)
         itemsize = in_flat.dtype.itemsize
+        region = None
+        if len(set(counts)) == 1:
+            region = self._region(out_flat, algorithm, self.SYMMETRIC_MIN_BYTES)
+        if region is not None:
+            # Each rank writes its piece straight into every rank's output: one copy
+            # per piece and destination, nothing staged.
+            fp = self._symmetric_fp("all_gather", region, dtype=dtype_name, count=in_flat.size)
+            parts = region.views(out_flat.nbytes, out_flat.dtype)
+            lo = self._rank * counts[0]
+
+            def scatter_piece() -> None:
+                self.last_algorithm = "all_gather/symmetric"
+                for part in parts:
+                    part[lo:lo + counts[0]] = in_flat
+
+            return self._run_symmetric(self._what("all_gather", fp.seq), fp, scatter_piece,
+                                       True, async_op)
         if self._oneshot(max(counts, default=0) * itemsize, algorithm):
             fp = self._next("all_gather", algorithm, True, dtype=dtype_name,
                             count=in_flat.size, extra=counts_hash(counts))
@@ -632,11 +649,41 @@ class ProcessGroup:
                        op: ops.ReduceOp, finish: Callable[[], None], *,
                        algorithm: str | None = None, async_op: bool = False) -> Work:
         counts = tuple(int(c) for c in counts)
-        fp = self._next("reduce_scatter", algorithm, dtype=out_buf.dtype_name, op=op.name,
-                        count=out_buf.count, extra=counts_hash(counts))
-        in_work, _ = self._working(in_flat, out_buf.dtype_name, op)
+        in_work, in_upcast = self._working(in_flat, out_buf.dtype_name, op)
         out_work, upcast = self._working(out_buf.flat, out_buf.dtype_name, op)
         sched_op = ops.ReduceOp.SUM if op == ops.ReduceOp.AVG else op
+        region = None
+        if len(set(counts)) == 1 and not in_upcast:
+            region = self._region(in_work, algorithm, self.SYMMETRIC_MIN_BYTES)
+        if region is not None:
+            # Each rank reduces its piece straight from every rank's input.
+            fp = self._symmetric_fp("reduce_scatter", region, dtype=out_buf.dtype_name,
+                                    op=op.name, count=out_buf.count)
+            c = counts[0]
+            lo = self._rank * c
+            srcs = [p[lo:lo + c] for p in region.views(in_work.nbytes, in_work.dtype)]
+
+            def reduce_piece() -> None:
+                self.last_algorithm = "reduce_scatter/symmetric"
+                mine = srcs[self._rank]
+                if self._rank > 1 and np.shares_memory(out_work, mine):
+                    # reduce_many may not write into a later operand: go through a copy
+                    tmp = np.empty_like(out_work)
+                    ops.reduce_many(sched_op, tmp, srcs)
+                    out_work[:] = tmp
+                else:
+                    ops.reduce_many(sched_op, out_work, srcs)
+                if op == ops.ReduceOp.AVG:
+                    ops.finish_average(out_work, self._size)
+                if upcast:
+                    store_back(out_buf.flat, out_work, out_buf.dtype_name)
+                out_buf.finish()
+                finish()
+
+            return self._run_symmetric(self._what("reduce_scatter", fp.seq), fp, reduce_piece,
+                                       True, async_op)
+        fp = self._next("reduce_scatter", algorithm, dtype=out_buf.dtype_name, op=op.name,
+                        count=out_buf.count, extra=counts_hash(counts))
 
         def done(plan: Plan | None) -> None:
             if op == ops.ReduceOp.AVG:

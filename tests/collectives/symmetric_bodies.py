@@ -168,3 +168,39 @@ def hammer(rounds: int) -> None:
         x[:] = k if r == k % n else -1
         dist.broadcast(x, src=k % n)
         assert (x == k).all()
+
+
+def gather_and_scatter_reduce(counts: list[int]) -> list[str]:
+    """all_gather_into_tensor into a symmetric output and reduce_scatter_tensor from a
+    symmetric input, out of place and in place, against NumPy."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    pg.SYMMETRIC_MIN_BYTES = 0
+    seen = set()
+    for name in ("int32", "float32", "float64", "complex64", "bool"):
+        dtype = np.dtype(name)
+        for c in counts:
+            inputs = [reference.rank_input(q, c, dtype, seed=c) for q in range(n)]
+            out = dist.empty(n * c, dtype)
+            dist.all_gather_into_tensor(out, inputs[r])
+            assert out.tobytes() == np.concatenate(inputs).tobytes(), (name, c)
+            seen.add(pg.last_algorithm)
+            out[:] = 0
+            out[r * c:(r + 1) * c] = inputs[r]
+            dist.all_gather_into_tensor(out, out[r * c:(r + 1) * c])  # in place
+            assert out.tobytes() == np.concatenate(inputs).tobytes(), (name, c)
+            full = [reference.rank_input(q, n * c, dtype, seed=c + 1) for q in range(n)]
+            src = dist.empty(n * c, dtype)
+            for op in (ReduceOp.SUM, ReduceOp.MAX, ReduceOp.AVG, ReduceOp.BXOR):
+                if not _valid(op, dtype):
+                    continue
+                expected = reference.all_reduce(full, op)[r][r * c:(r + 1) * c]
+                src[:] = full[r]
+                got = np.zeros(c, dtype)
+                dist.reduce_scatter_tensor(got, src, op=op)
+                assert got.tobytes() == expected.tobytes(), (name, c, op)
+                seen.add(pg.last_algorithm)
+                src[:] = full[r]
+                dist.reduce_scatter_tensor(src[r * c:(r + 1) * c], src, op=op)  # in place
+                assert src[r * c:(r + 1) * c].tobytes() == expected.tobytes(), (name, c, op)
+    return sorted(a for a in seen if a)

@@ -62,3 +62,10 @@ def test_bad_arguments_raise_before_anything_is_allocated():
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 def test_torch_dtypes_give_tensors_on_the_same_memory():
     spawn_world(bodies.torch_tensors, 2, timeout=90)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_all_gather_and_reduce_scatter_on_symmetric_buffers(n):
+    out = spawn_world(bodies.gather_and_scatter_reduce, n, timeout=120,
+                      counts=[0, 1, 5, 1000, 40_000])
+    assert {"all_gather/symmetric", "reduce_scatter/symmetric"} <= set(out[0]), out[0]
