@@ -277,11 +277,12 @@ class ProcessGroup:
               **fields: Any) -> Fingerprint:
         return Fingerprint(next(self._seq), kind, path=path_digest(algorithm, oneshot), **fields)
 
-    # Below this size the one-shot path (one synchronisation and a copy in) beats the
-    # symmetric all_reduce (two synchronisations, no copies). `meshcast bench
-    # --symmetric --compare meshcast`, 2 ranks: 20.6 vs 15.5 us at 32 KiB, 26.6 vs
-    # 28.0 us at 128 KiB. A broadcast saves less (one copy), so it goes symmetric
-    # only where the one-shot path ends.
+    # Where the one-shot path runs (one synchronisation, a copy in), it beats the
+    # symmetric all_reduce and broadcast (two synchronisations, no copies): in
+    # benchmarks/symmetric, 2 ranks, 42.8 vs 27.8 us at 128 KiB and 74.6 vs 65.0 us at
+    # 512 KiB; from 2 MiB on the symmetric path wins (172 vs 310 us). So those two go
+    # symmetric only where the one-shot path ends. all_gather / reduce_scatter, whose
+    # symmetric forms save a copy of every piece, do from this size on:
     SYMMETRIC_MIN_BYTES = 64 << 10
 
     def _region(self, flat: np.ndarray, algorithm: str | None,
@@ -338,7 +339,7 @@ class ProcessGroup:
                   async_op: bool = False) -> Work | None:
         region = None
         if not self._oneshot(buf.nbytes, algorithm):
-            region = self._region(buf.flat, algorithm, self.SYMMETRIC_MIN_BYTES)
+            region = self._region(buf.flat, algorithm, 0)
         if region is not None:
             # Every rank copies straight from the root's part; only the root must wait
             # for the readers before its caller may change the data.
@@ -426,8 +427,9 @@ class ProcessGroup:
                 store_back(buf.flat, work_arr, buf.dtype_name)
             buf.finish()
 
-        region = None if upcast else self._region(work_arr, algorithm,
-                                                  self.SYMMETRIC_MIN_BYTES)
+        region = None
+        if not upcast and not self._oneshot(work_arr.nbytes, algorithm):
+            region = self._region(work_arr, algorithm, 0)
         if region is not None:
             fp = self._symmetric_fp("all_reduce", region, dtype=buf.dtype_name, op=op.name,
                                     count=buf.count)
@@ -520,11 +522,10 @@ class ProcessGroup:
 
     def _all_reduce_plan(self, arr: np.ndarray, op: Any) -> tuple | bool:
         dtype = arr.dtype
-        # float16 needs a float32 working copy, and symmetric arrays from
-        # SYMMETRIC_MIN_BYTES on go their own way: leave those to all_reduce().
+        # float16 needs a float32 working copy: leave it to all_reduce(). (Symmetric
+        # arrays take the one-shot path too at the sizes that qualify here.)
         if (dtype.name not in ops.FAST_DTYPES or not dtype.isnative
-                or not self._oneshot(arr.nbytes, None)
-                or arr.nbytes >= self.SYMMETRIC_MIN_BYTES):
+                or not self._oneshot(arr.nbytes, None)):
             return False
         try:
             op = ops.validate(op, dtype, caller="all_reduce")

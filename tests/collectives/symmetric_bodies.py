@@ -107,11 +107,11 @@ def subgroup(ranks: list[int]) -> bool:
 def mixed_buffers(kind: str) -> str | None:
     """Ranks disagree about the buffer: plain vs symmetric, or different offsets."""
     r = dist.get_rank()
-    sym = dist.empty(200_000, np.float32)
+    sym = dist.empty(800_000, np.float32)  # calls past the one-shot sizes
     if kind == "plain":
-        x = np.zeros(100_000, np.float32) if r == 0 else sym[:100_000]
+        x = np.zeros(400_000, np.float32) if r == 0 else sym[:400_000]
     else:
-        x = sym[r * 1024:r * 1024 + 100_000]
+        x = sym[r * 1024:r * 1024 + 400_000]
     try:
         dist.all_reduce(x)
     except dist.MismatchError as exc:
@@ -143,8 +143,8 @@ def torch_tensors() -> None:
     import torch
 
     r, n = dist.get_rank(), dist.get_world_size()
-    t = dist.empty((4, 50_000), torch.float32)
-    assert isinstance(t, torch.Tensor) and t.shape == (4, 50_000)
+    t = dist.empty((4, 100_000), torch.float32)  # past the one-shot sizes
+    assert isinstance(t, torch.Tensor) and t.shape == (4, 100_000)
     assert dist.is_symmetric(t)
     t.fill_(r + 1)
     dist.all_reduce(t)
@@ -160,7 +160,7 @@ def hammer(rounds: int) -> None:
     """Back-to-back calls where each rank rewrites its array right after returning:
     a rank still reading or writing a peer's part would corrupt the next call."""
     r, n = dist.get_rank(), dist.get_world_size()
-    x = dist.empty(70_000, np.int64)
+    x = dist.empty(300_000, np.int64)  # past the one-shot sizes
     for k in range(rounds):
         x[:] = r + k
         dist.all_reduce(x)

@@ -100,6 +100,13 @@ EXPECTED_AT_4 = {
         "step   0  loss 0.8012", "step  39  loss 0.0172",
         "FSDP pattern OK",
     ],
+    "symmetric_buffers.py": [
+        "5 parameters, 543498 gradients (2.07 MiB float32), 4 ranks",
+        "is_symmetric(bucket): True; is_symmetric(np.zeros(4)): False",
+        "b2[:4] before", "b2[:4] after (the same on every rank)",
+        "algorithm: all_reduce/symmetric",
+        "symmetric buffers OK",
+    ],
     "hybrid_groups.py": [
         "4 ranks = 2 nodes x 2 ranks per node",
         "node group 1:  ranks [2, 3]", "cross group 1: ranks [1, 3]",
