@@ -131,6 +131,21 @@ class WaitSpec:
         self.yield_s = 0.002
         self.liveness_s = config.get("MESHCAST_LIVENESS_S")
 
+    def share_cores(self, local_ranks: int) -> None:
+        """Stop spinning when this host runs more ranks than this process may use cores.
+
+        A spinning waiter then holds the very core the rank it waits for needs:
+        at 4 ranks on 2 cores an 8-byte all_reduce took 73 us with the default
+        50 us spin and 25 us without. An explicit MESHCAST_SPIN_US still wins.
+        """
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cores = os.cpu_count() or 1
+        configured = config.get("MESHCAST_SPIN_US") * 1e-6
+        explicit = bool(os.environ.get("MESHCAST_SPIN_US"))
+        self.spin_s = 0.0 if local_ranks > cores and not explicit else configured
+
 
 _spec: WaitSpec | None = None
 

@@ -170,6 +170,7 @@ def bring_up(store: Any, rank: int, size: int, timeout: float, backend: str) -> 
             f"has only the shared-memory engine (one host). The TCP engine is not available yet.")
     pids = {r: p["pid"] for r, p in enumerate(peers)}
     liveness = _sync.Liveness(pids)
+    _sync.spec().share_cores(len(pids))
     ranks = list(range(size))
     ring = config.get("MESHCAST_RING_BYTES")
     if rank == 0:

@@ -53,7 +53,8 @@ KNOBS: dict[str, Knob] = {
              "Point-to-point messages of at least this size are copied once, straight from "
              "the sender's memory (process_vm_readv); 0 turns it off."),
         Knob("MESHCAST_SPIN_US", float, 50.0,
-             "Microseconds a waiter spins before it starts yielding, then blocking."),
+             "Microseconds a waiter spins before it starts yielding, then blocking (when "
+             "unset and a host runs more ranks than cores, waiters do not spin)."),
         Knob("MESHCAST_LIVENESS_S", float, 0.25,
              "Seconds between checks that the peers being waited on are still alive."),
         Knob("MESHCAST_RUN_ID", str, "",
