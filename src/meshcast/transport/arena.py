@@ -105,6 +105,7 @@ class Arena:
         # Plain memoryviews of the same memory for the tiny-call path (packed_oneshot):
         # item access on them costs a fraction of a NumPy scalar access.
         self._mv = memoryview(segment.bytes)
+        self._abort_word = memoryview(segment.bytes[0:4]).cast("I")
         self._qwords = memoryview(segment.bytes[ranks_off:ranks_off + n * _LINE]).cast("Q")
         self._fp_at = [[fp_off + p * _LINE + r * 2 * _LINE for r in range(n)] for p in (0, 1)]
         self.seq = 0
@@ -240,7 +241,7 @@ class Arena:
         Returns:
             the parity whose one-shot regions hold every rank's data.
         """
-        if self._abort[0]:
+        if self._abort_word[0]:
             self.check_abort()
         self.seq = seq
         self.deadline = deadline
