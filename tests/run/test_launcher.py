@@ -46,11 +46,19 @@ def meshcast_run(*argv: str | Path, timeout: float = 40, env: dict | None = None
                           env=env or launcher_env(), cwd=cwd)
 
 
+def _default_interrupts() -> None:
+    # A test suite started in the background (`cmd &` without job control) inherits
+    # SIGINT/SIGQUIT ignored, and the launcher rightly leaves ignored signals alone
+    # (nohup). These tests mean a launcher started from a terminal.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def start_launcher(*argv: str | Path, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "meshcast.run", *map(str, argv)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-        env=env or launcher_env(),
+        env=env or launcher_env(), preexec_fn=_default_interrupts,
     )
 
 
