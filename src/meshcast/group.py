@@ -107,7 +107,7 @@ class P2PWork(Work):
         self._finish = finish
 
     def _settle(self) -> None:
-        if self._done.is_set() or not self._handle.test():
+        if self._finished or not self._handle.test():
             return
         err = self._handle.error
         if err is None and self._finish is not None:
@@ -120,7 +120,7 @@ class P2PWork(Work):
             timeout = timeout.total_seconds()
         deadline = self._deadline if timeout is None else min(self._deadline,
                                                               time.monotonic() + timeout)
-        if not self._done.is_set():
+        if not self._finished:
             try:
                 self._handle.wait(deadline)
             except BaseException as exc:
@@ -132,7 +132,7 @@ class P2PWork(Work):
 
     def is_completed(self) -> bool:
         self._settle()
-        return self._done.is_set()
+        return self._finished
 
     def is_success(self) -> bool:
         self._settle()

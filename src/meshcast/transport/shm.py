@@ -60,13 +60,19 @@ _LINE = 64
 _RING_HEADER = 128  # head u64 at +0, tail u64 at +64: separate cache lines
 
 
+_EVENT_LOCK = threading.Lock()
+
+
 class Handle:
     """A posted send or receive. Complete it with :meth:`wait`; poll with :meth:`test`."""
 
-    __slots__ = ("event", "error", "source", "nbytes", "describe", "peer", "_transport")
+    __slots__ = ("done", "_event", "error", "source", "nbytes", "describe", "peer", "_transport")
 
     def __init__(self, transport: ShmTransport, peer: int | None, describe: str) -> None:
-        self.event = threading.Event()
+        # The Event is made only by a thread that blocks on this handle: most finish
+        # while their waiter polls, and an Event costs a Condition and two locks.
+        self.done = False
+        self._event: threading.Event | None = None
         self.error: BaseException | None = None
         self.source: int | None = peer
         self.peer = peer
@@ -76,11 +82,25 @@ class Handle:
 
     def _finish(self, error: BaseException | None = None) -> None:
         self.error = error
-        self.event.set()
+        # done before the event is read, and a blocker stores its event before it
+        # reads done (both under the GIL): one of the two always sees the other.
+        self.done = True
+        event = self._event
+        if event is not None:
+            event.set()
 
     def test(self) -> bool:
         """True once the operation finished (successfully or not)."""
-        return self.event.is_set()
+        return self.done
+
+    def _block(self, timeout: float) -> None:
+        """Sleep until finished or ``timeout`` seconds passed."""
+        with _EVENT_LOCK:
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        if not self.done:
+            event.wait(timeout)
 
     def wait(self, deadline: float, check_abort: Callable[[], None] | None = None) -> None:
         """Block until done or until ``time.monotonic()`` passes ``deadline``.
@@ -93,25 +113,25 @@ class Handle:
             PeerGoneError: the peer exited while this was pending.
             MismatchError: the message did not fit the posted buffer.
         """
-        if not self.event.is_set():
+        if not self.done:
             peer = self.peer
-            event, poll = self.event, self._transport.poll
+            poll = self._transport.poll
 
             transport = self._transport
 
             def ready() -> bool:
                 # The waiting thread drives progress itself (as MPI_Wait does): no
                 # hand-off to the progress thread and back on the fast path.
-                if event.is_set():
+                if self.done:
                     return True
                 poll()
-                return event.is_set()
+                return self.done
 
             def block(timeout: float) -> None:
                 # Long wait: let the progress thread take over, and be woken by it.
                 transport.end_poll()
                 try:
-                    event.wait(timeout)
+                    self._block(timeout)
                 finally:
                     transport.begin_poll()
 
@@ -121,7 +141,7 @@ class Handle:
                     ready,
                     deadline=deadline,
                     describe=lambda: self.describe,
-                    pending=lambda: () if peer is None or self.event.is_set() else (peer,),
+                    pending=lambda: () if peer is None or self.done else (peer,),
                     liveness=transport.liveness,
                     block=block,
                     check_abort=check_abort,
