@@ -222,19 +222,23 @@ class ShmTransport:
         self.ring_bytes = ring_bytes
         self.liveness = liveness
         n = self.n
-        words = segment.view(0, n * _LINE, np.uint32).reshape(n, _LINE // 4)
-        self._doorbell = words[:, 0]
-        self._sleeping = words[:, 2]
+        # Per local rank, on its own line: doorbell (u32 at +0) and sleeping flag (+8).
+        # Plain memoryviews: an item access costs a fraction of a NumPy scalar's,
+        # and these words are read on every progress pass.
+        self._words = memoryview(segment.view(0, n * _LINE)).cast("I")
+        self._bell_at = [i * (_LINE // 4) for i in range(n)]
+        self._sleep_at = [i * (_LINE // 4) + 2 for i in range(n)]
         self._bell_addr = [segment.address + i * _LINE for i in range(n)]
         base = n * _LINE
         stride = _RING_HEADER + ring_bytes
 
-        def ring(src: int, dst: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        def ring(src: int, dst: int) -> tuple[memoryview, memoryview, np.ndarray, memoryview]:
             off = base + (src * n + dst) * stride
             # head and "producer waits for space" on the producer's line, tail on the consumer's
-            return (segment.view(off, 8, np.uint64), segment.view(off + 64, 8, np.uint64),
+            return (memoryview(segment.view(off, 8)).cast("Q"),
+                    memoryview(segment.view(off + 64, 8)).cast("Q"),
                     segment.view(off + _RING_HEADER, ring_bytes),
-                    segment.view(off + 8, 8, np.uint64))
+                    memoryview(segment.view(off + 8, 8)).cast("Q"))
 
         # Outgoing rings (me -> peer) and incoming rings (peer -> me), by local index.
         self._out = {j: ring(self.li, j) for j in range(n) if j != self.li}
@@ -355,14 +359,14 @@ class ShmTransport:
         """A user thread starts polling (Handle.wait): peers need not wake our progress thread."""
         with self._flag_lock:
             self._pollers += 1
-            self._sleeping[self.li] = 0
+            self._words[self._sleep_at[self.li]] = 0
 
     def end_poll(self) -> None:
         """A user thread stops polling: re-arm wake-ups if the progress thread sleeps."""
         with self._flag_lock:
             self._pollers -= 1
             if self._pollers == 0 and self._asleep:
-                self._sleeping[self.li] = 1
+                self._words[self._sleep_at[self.li]] = 1
         _sync.fence()
         self.poll()
 
@@ -376,9 +380,9 @@ class ShmTransport:
             self._lock.release()
 
     def _ring_bell(self, li: int) -> None:
-        self._doorbell[li] = (int(self._doorbell[li]) + 1) & 0xFFFFFFFF
+        self._words[self._bell_at[li]] = (int(self._words[self._bell_at[li]]) + 1) & 0xFFFFFFFF
         _sync.fence()
-        if self._sleeping[li]:
+        if self._words[self._sleep_at[li]]:
             _sync.futex_wake(self._bell_addr[li])
 
     def _run(self) -> None:
@@ -386,7 +390,7 @@ class ShmTransport:
         next_live = time.monotonic() + s.liveness_s
         my_bell = self._bell_addr[self.li]
         while self._closed is None:
-            seen = int(self._doorbell[self.li])
+            seen = int(self._words[self._bell_at[self.li]])
             with self._lock:
                 if self._closed is not None:
                     break
@@ -404,13 +408,13 @@ class ShmTransport:
             with self._flag_lock:
                 self._asleep = True
                 if self._pollers == 0:
-                    self._sleeping[self.li] = 1
+                    self._words[self._sleep_at[self.li]] = 1
             _sync.fence()
-            if int(self._doorbell[self.li]) == seen and self._closed is None:
+            if int(self._words[self._bell_at[self.li]]) == seen and self._closed is None:
                 _sync.futex_wait(my_bell, seen, s.liveness_s if busy else 1.0)
             with self._flag_lock:
                 self._asleep = False
-                self._sleeping[self.li] = 0
+                self._words[self._sleep_at[self.li]] = 0
 
     def _busy(self) -> bool:
         return bool(self._posted or self._cma_sends or any(self._sendq.values())
@@ -467,7 +471,7 @@ class ShmTransport:
                 return moved > 0 or more, done
         return moved > 0, done
 
-    def _space_freed(self, j: int, waiting_v: np.ndarray) -> None:
+    def _space_freed(self, j: int, waiting_v: memoryview) -> None:
         """After consuming: wake the producer only if it waits for space (Rule 4)."""
         _sync.fence()
         if waiting_v[0]:
@@ -487,6 +491,15 @@ class ShmTransport:
         if first < dst.nbytes:
             dst[first:] = ring[: dst.nbytes - first]
 
+    def _unpack(self, fmt: struct.Struct, ring: np.ndarray, pos: int) -> tuple:
+        """``fmt``'s fields at ring position ``pos`` (which may wrap around the end)."""
+        start = pos % self.ring_bytes
+        if start + fmt.size <= self.ring_bytes:
+            return fmt.unpack_from(ring, start)
+        raw = np.empty(fmt.size, np.uint8)
+        self._read(ring, pos, raw)
+        return fmt.unpack(raw.tobytes())
+
     def _pull(self, j: int) -> bool:
         head_v, tail_v, data, waiting_v = self._in[j]
         head, tail = int(head_v[0]), int(tail_v[0])
@@ -497,9 +510,7 @@ class ShmTransport:
         if msg is None:
             if avail < _HEADER.size:
                 return False
-            raw = np.empty(_HEADER.size + _CMA.size, np.uint8)
-            self._read(data, tail, raw[:_HEADER.size])
-            group, kind, tag, nbytes, mode = _HEADER.unpack(raw[:_HEADER.size].tobytes())
+            group, kind, tag, nbytes, mode = self._unpack(_HEADER, data, tail)
             if kind == _KIND_FIN:
                 tail += _HEADER.size
                 tail_v[0] = tail
@@ -510,12 +521,12 @@ class ShmTransport:
             if mode == _MODE_CMA:
                 if avail < _HEADER.size + _CMA.size:
                     return False  # the sender writes header and address together
-                self._read(data, tail + _HEADER.size, raw[_HEADER.size:])
+                cma_fields = self._unpack(_CMA, data, tail + _HEADER.size)
                 tail += _HEADER.size + _CMA.size
                 tail_v[0] = tail
                 self._space_freed(j, waiting_v)
                 msg = _Incoming(group, kind, tag, self.ranks[j], nbytes)
-                msg.cma = _CMA.unpack(raw[_HEADER.size:].tobytes())
+                msg.cma = cma_fields
                 self._match(msg)
                 return True
             tail += _HEADER.size
