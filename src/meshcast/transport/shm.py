@@ -90,7 +90,9 @@ class Handle:
             event.set()
 
     def test(self) -> bool:
-        """True once the operation finished (successfully or not)."""
+        """True once the operation finished (successfully or not); drives progress once."""
+        if not self.done:
+            self._transport.poll()
         return self.done
 
     def _block(self, timeout: float) -> None:
