@@ -653,6 +653,15 @@ class ProcessGroup:
         in_work, in_upcast = self._working(in_flat, out_buf.dtype_name, op)
         out_work, upcast = self._working(out_buf.flat, out_buf.dtype_name, op)
         sched_op = ops.ReduceOp.SUM if op == ops.ReduceOp.AVG else op
+
+        def done(plan: Plan | None) -> None:
+            if op == ops.ReduceOp.AVG:
+                ops.finish_average(out_work, self._size)
+            if upcast:
+                store_back(out_buf.flat, out_work, out_buf.dtype_name)
+            out_buf.finish()
+            finish()
+
         region = None
         if len(set(counts)) == 1 and not in_upcast:
             region = self._region(in_work, algorithm, self.SYMMETRIC_MIN_BYTES)
@@ -674,25 +683,12 @@ class ProcessGroup:
                     out_work[:] = tmp
                 else:
                     ops.reduce_many(sched_op, out_work, srcs)
-                if op == ops.ReduceOp.AVG:
-                    ops.finish_average(out_work, self._size)
-                if upcast:
-                    store_back(out_buf.flat, out_work, out_buf.dtype_name)
-                out_buf.finish()
-                finish()
+                done(None)
 
             return self._run_symmetric(self._what("reduce_scatter", fp.seq), fp, reduce_piece,
                                        True, async_op)
         fp = self._next("reduce_scatter", algorithm, dtype=out_buf.dtype_name, op=op.name,
                         count=out_buf.count, extra=counts_hash(counts))
-
-        def done(plan: Plan | None) -> None:
-            if op == ops.ReduceOp.AVG:
-                ops.finish_average(out_work, self._size)
-            if upcast:
-                store_back(out_buf.flat, out_work, out_buf.dtype_name)
-            out_buf.finish()
-            finish()
 
         if self._oneshot(in_work.nbytes, algorithm):
             fp = dataclasses.replace(fp, path=path_digest(None, True))
