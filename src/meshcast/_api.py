@@ -417,7 +417,7 @@ def broadcast(tensor: Any, src: int | None = None, group: GroupLike = None,
             and algorithm is None and group_src is None):
         w = _world.current  # tiny calls: see all_reduce
         pg = (w.default_group if group is None else group) if w is not None else None
-        if type(pg) is ProcessGroup and pg in w.groups and pg.broadcast_small(tensor, src):
+        if type(pg) is ProcessGroup and pg in w.groups and pg.small.broadcast(tensor, src):
             return None
     caller = "broadcast"
     pg = _resolve(group, caller)
@@ -453,10 +453,10 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: GroupLike = None,
     """
     if type(tensor) is np.ndarray and async_op is False and algorithm is None:
         # Tiny calls on NumPy arrays skip the general checks when the group has seen
-        # this (dtype, shape, op) before: ProcessGroup.all_reduce_small decides.
+        # this (dtype, shape, op) before: meshcast.small_calls decides.
         w = _world.current
         pg = (w.default_group if group is None else group) if w is not None else None
-        if type(pg) is ProcessGroup and pg in w.groups and pg.all_reduce_small(tensor, op):
+        if type(pg) is ProcessGroup and pg in w.groups and pg.small.all_reduce(tensor, op):
             return None
     caller = "all_reduce"
     pg = _resolve(group, caller)
@@ -529,6 +529,13 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: GroupLi
     ``output_tensor`` holds ``world_size`` times the input's elements (shape
     ``(ws*N, ...)`` or ``(ws, N, ...)``).
     """
+    if (type(output_tensor) is np.ndarray and type(input_tensor) is np.ndarray
+            and async_op is False and algorithm is None):
+        w = _world.current  # tiny calls: see all_reduce
+        pg = (w.default_group if group is None else group) if w is not None else None
+        if (type(pg) is ProcessGroup and pg in w.groups
+                and pg.small.all_gather(output_tensor, input_tensor)):
+            return None
     caller = "all_gather_into_tensor"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)
@@ -649,6 +656,13 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM,  # no
                           group: GroupLike = None, async_op: bool = False, *,
                           algorithm: str | None = None) -> Work | None:
     """Reduce ``input`` (``world_size`` equal pieces) over all ranks; rank r gets piece r."""
+    if (type(output) is np.ndarray and type(input) is np.ndarray and async_op is False
+            and algorithm is None):
+        w = _world.current  # tiny calls: see all_reduce
+        pg = (w.default_group if group is None else group) if w is not None else None
+        if (type(pg) is ProcessGroup and pg in w.groups
+                and pg.small.reduce_scatter(output, input, op)):
+            return None
     caller = "reduce_scatter_tensor"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)

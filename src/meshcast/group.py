@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import struct
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,6 +28,7 @@ from .algorithms._plan import Plan
 from .buffers import Buffer, store_back, working_copy
 from .engine import Engine
 from .errors import GroupAbortedError, InvalidUsage, MismatchError, usage
+from .small_calls import SmallCalls
 from .transport.arena import Arena
 from .transport.shm import KIND_COLL, KIND_P2P, Handle, ShmTransport
 from .work import Work
@@ -77,23 +77,6 @@ class _Ctx:
         g = self.group
         return _CollHandle(g.transport.irecv(g.global_ranks[peer], g.group_id, KIND_COLL,
                                              self._tag(round_index), buf, self.what), self.arena)
-
-
-class _What:
-    """Names a call for messages, formatted only when one is needed (tiny calls are
-    too fast to spend a microsecond on a string nobody reads)."""
-
-    __slots__ = ("group", "kind", "seq")
-
-    def __init__(self, group: ProcessGroup, kind: str, seq: int) -> None:
-        self.group, self.kind, self.seq = group, kind, seq
-
-    def __str__(self) -> str:
-        return self.group._what(self.kind, self.seq)
-
-
-_SEQ = struct.Struct("<Q")  # the fingerprint's first field (see _fingerprint._STRUCT)
-_SMALL_PLANS_MAX = 64
 
 
 class P2PWork(Work):
@@ -168,7 +151,7 @@ class ProcessGroup:
         self.last_algorithm: str | None = None
         self.store = store  # where members meet (symmetric allocations use it)
         self.symmetric = symmetric.SymmetricHeap(rank, self._size)
-        self._small_plans: dict[tuple, tuple | bool] = {}
+        self.small = SmallCalls(self)  # the cached lane for tiny synchronous calls
 
     # ------------------------------------------------------------------- ranks
 
@@ -375,46 +358,6 @@ class ProcessGroup:
             lambda c: self._plan("broadcast", buf.flat.dtype, root=root, output=buf.flat),
             lambda p: buf.finish(), algorithm=algorithm, async_op=async_op)
 
-    def broadcast_small(self, arr: np.ndarray, src: int) -> bool:
-        """A synchronous tiny broadcast from global rank ``src``: the one-shot path of
-        :meth:`broadcast` with its per-shape work cached (see :meth:`all_reduce_small`).
-
-        Returns:
-            False, having done nothing, when the call does not qualify.
-        """
-        plan = self._small_plan_for(("broadcast", arr.dtype, arr.shape, src),
-                                    self._broadcast_plan, arr, src)
-        if not plan or not arr.flags.c_contiguous or not arr.flags.writeable:
-            return False
-        tail, views, root = plan
-        seq = next(self._seq)
-        what = _What(self, "broadcast", seq)
-        arena = self.arena
-        me = self._rank
-
-        def job() -> None:
-            regions = views[seq & 1]
-            if me == root:
-                regions[me][...] = arr
-            arena.packed_oneshot(seq, _SEQ.pack(seq) + tail, what,
-                                 time.monotonic() + self.timeout)
-            if me != root:
-                arr[...] = regions[root]
-
-        self.engine.call(job, what)
-        self.last_algorithm = "broadcast/oneshot"
-        return True
-
-    def _broadcast_plan(self, arr: np.ndarray, src: int) -> tuple | bool:
-        dtype = arr.dtype
-        root = self._group_rank_of.get(src)
-        if (root is None or not (dtype.name in ops.FAST_DTYPES or dtype.name == "float16")
-                or not dtype.isnative or not self._oneshot(arr.nbytes, None)):
-            return False
-        fp = Fingerprint(0, "broadcast", dtype.name, root=root, count=arr.size,
-                         path=path_digest(None, True))
-        return fp.pack()[_SEQ.size:], self._small_views(arr), root
-
     def all_reduce(self, buf: Buffer, op: ops.ReduceOp, *, algorithm: str | None = None,
                    async_op: bool = False) -> Work | None:
         work_arr, upcast = self._working(buf.flat, buf.dtype_name, op)
@@ -463,80 +406,6 @@ class ProcessGroup:
             lambda c: self._plan("all_reduce", work_arr.dtype, op=sched_op, input=work_arr,
                                  output=work_arr),
             finish, algorithm=algorithm, async_op=async_op)
-
-    def all_reduce_small(self, arr: np.ndarray, op: Any) -> bool:
-        """A synchronous tiny all_reduce on a NumPy array with nothing general in the way.
-
-        Runs exactly the one-shot path of :meth:`all_reduce` (same fingerprint,
-        same operand order, so ranks may mix both), with its per-shape work
-        (packed fingerprint tail, views of the one-shot regions, the kernel)
-        computed once and cached.
-
-        Returns:
-            False, having done nothing, when the call does not qualify (the
-            caller then takes the general path); True once it ran.
-        """
-        plan = self._small_plan_for(("all_reduce", arr.dtype, arr.shape, op),
-                                    self._all_reduce_plan, arr, op)
-        if not plan or not arr.flags.c_contiguous or not arr.flags.writeable:
-            return False
-        tail, views, kernel, average = plan
-        seq = next(self._seq)
-        what = _What(self, "all_reduce", seq)
-        arena = self.arena
-
-        def job() -> None:
-            regions = views[seq & 1]
-            regions[self._rank][...] = arr
-            arena.packed_oneshot(seq, _SEQ.pack(seq) + tail, what,
-                                 time.monotonic() + self.timeout)
-            # Every rank reduces all inputs in rank order: bitwise identical results.
-            kernel(regions[0], regions[1], out=arr)
-            for region in regions[2:]:
-                kernel(arr, region, out=arr)
-            if average:
-                ops.finish_average(arr, self._size)
-
-        self.engine.call(job, what)
-        self.last_algorithm = "all_reduce/oneshot"
-        return True
-
-    def _small_plan_for(self, key: tuple, build: Callable[..., tuple | bool], *args: Any
-                        ) -> tuple | bool:
-        """The cached per-(call, dtype, shape, ...) work of a tiny call; False: not tiny."""
-        try:
-            plan = self._small_plans.get(key)
-        except TypeError:  # an unhashable argument: the general path explains what is wrong
-            return False
-        if plan is None:
-            plan = build(*args)
-            if len(self._small_plans) >= _SMALL_PLANS_MAX:
-                self._small_plans.clear()
-            self._small_plans[key] = plan
-        return plan
-
-    def _small_views(self, arr: np.ndarray) -> list[list[np.ndarray]]:
-        """Per parity, every rank's one-shot region seen as an array like ``arr``."""
-        return [[self.arena.small[r][p][:arr.nbytes].view(arr.dtype).reshape(arr.shape)
-                 for r in range(self._size)] for p in (0, 1)]
-
-    def _all_reduce_plan(self, arr: np.ndarray, op: Any) -> tuple | bool:
-        dtype = arr.dtype
-        # float16 needs a float32 working copy: leave it to all_reduce(). (Symmetric
-        # arrays take the one-shot path too at the sizes that qualify here.)
-        if (dtype.name not in ops.FAST_DTYPES or not dtype.isnative
-                or not self._oneshot(arr.nbytes, None)):
-            return False
-        try:
-            op = ops.validate(op, dtype, caller="all_reduce")
-        except InvalidUsage:  # the general path raises it, naming the rank
-            return False
-        fp = Fingerprint(0, "all_reduce", dtype.name, op.name, count=arr.size,
-                         path=path_digest(None, True))
-        tail = fp.pack()[_SEQ.size:]
-        views = self._small_views(arr)
-        sched_op = ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op
-        return tail, views, ops.kernel(sched_op, dtype), op is ops.ReduceOp.AVG
 
     def reduce(self, buf: Buffer, op: ops.ReduceOp, root: int, *, algorithm: str | None = None,
                async_op: bool = False) -> Work:

@@ -287,8 +287,8 @@ def numpy_bfloat16() -> None:
 
 
 def tiny_call_paths() -> None:
-    """The cached tiny-call lane (ProcessGroup.all_reduce_small / broadcast_small) and the
-    general path agree, keep call order, and refuse bad input the same way."""
+    """The cached tiny-call lane (meshcast.small_calls) and the general path agree, keep
+    call order, and refuse bad input the same way."""
     r, n = dist.get_rank(), dist.get_world_size()
     pg = dist.group.WORLD
     total = n * (n - 1) // 2
@@ -302,7 +302,29 @@ def tiny_call_paths() -> None:
         y[:] = r
         dist.broadcast(y, src=n - 1)
         assert (y == n - 1).all(), y
-    assert pg._small_plans, "the tiny lane never ran"
+    # all_gather_into_tensor / reduce_scatter_tensor: rank 0 on the lane, the others
+    # with non-contiguous (staged) inputs on the general path; then in place.
+    for k in range(3):
+        src = np.zeros((3, 2), np.int32)
+        src[:, 0] = r + k
+        inp = src[:, 0] if r != 0 else src[:, 0].copy()
+        out = np.zeros(3 * n, np.int32)
+        dist.all_gather_into_tensor(out, inp)
+        assert (out.reshape(n, 3) == (np.arange(n) + k)[:, None]).all(), out
+        full = np.arange(2 * n, dtype=np.float64) * (r + 1)
+        strided = np.zeros(4 * n)
+        strided[::2] = full
+        piece = np.zeros(2)
+        dist.reduce_scatter_tensor(piece, full if r == 0 else strided[::2],
+                                   op=ReduceOp.AVG if k == 1 else ReduceOp.SUM)
+        expected = np.arange(2 * r, 2 * r + 2) * (n * (n + 1) / 2)
+        assert np.allclose(piece, expected / (n if k == 1 else 1)), (k, piece)
+        whole = np.zeros(4 * n, np.int64)
+        whole[4 * r:4 * r + 4] = r + 10
+        dist.all_gather_into_tensor(whole, whole[4 * r:4 * r + 4])  # in place
+        assert (whole.reshape(n, 4) == (np.arange(n) + 10)[:, None]).all()
+    assert {key[0] for key in pg.small.plans} >= {"all_reduce", "broadcast", "all_gather",
+                                                  "reduce_scatter"}, pg.small.plans.keys()
     # Call order: a tiny synchronous call queues behind pending async work.
     big = np.full(300_000, r, np.float64)
     tiny = np.full(3, r, np.float64)
@@ -317,7 +339,13 @@ def tiny_call_paths() -> None:
                        (lambda: dist.all_reduce(f, op=[1]), "'op'"),
                        (lambda: dist.broadcast(f, src=True), "'src'"),
                        (lambda: dist.broadcast(f, src=n + 3), "'src'"),
-                       (lambda: dist.all_reduce(_read_only(f)), "read-only")):
+                       (lambda: dist.all_reduce(_read_only(f)), "read-only"),
+                       (lambda: dist.reduce_scatter_tensor(np.zeros(1, np.float32),
+                                                           np.ones(n, np.float32),
+                                                           op=ReduceOp.BXOR), "BXOR"),
+                       (lambda: dist.all_gather_into_tensor(np.zeros(n + 1, np.float32),
+                                                            np.ones(1, np.float32)),
+                        "'output_tensor' holds")):
         try:
             call()
         except dist.InvalidUsage as exc:

@@ -1,0 +1,250 @@
+"""The lane for tiny synchronous calls on NumPy arrays: the one-shot protocol with no general machinery.
+
+A collective of a few bytes costs what Python spends around it: argument
+checks, Fingerprint objects, message strings, NumPy scalar accesses (about
+13 us for an 8-byte all_reduce through the general path). For the calls a
+program repeats (same group, dtype, shape and op or root), this lane caches
+what the general path recomputes every time: the packed fingerprint tail,
+views of the arena's one-shot regions shaped like the arrays, the reduction
+kernel. Then a call is: copy in, :meth:`Arena.packed_oneshot`, copy or
+reduce out.
+
+Rule: the lane runs exactly the one-shot path of the ProcessGroup method it
+stands for (same fingerprint bytes, same data layout, same operand order),
+so one rank may take the lane while another takes the general path. A call
+the lane cannot take (torch tensors, non-contiguous or read-only arrays,
+float16/bfloat16 reductions, sizes outside the one-shot range, symmetric
+buffers large enough for their own path, an op invalid for the dtype) makes
+its method return False having done nothing, and the front door falls back
+to the general path, which validates and raises as usual.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import ops
+from ._fingerprint import Fingerprint, counts_hash, path_digest
+from .errors import InvalidUsage
+
+if TYPE_CHECKING:
+    from .group import ProcessGroup
+
+_SEQ = struct.Struct("<Q")  # the fingerprint's first field (see _fingerprint._STRUCT)
+_PLANS_MAX = 64
+_MOVE_DTYPES = ops.FAST_DTYPES | {"float16"}  # dtypes moved without any conversion
+
+
+class _What:
+    """Names a call for messages, formatted only when one is needed."""
+
+    __slots__ = ("group", "kind", "seq")
+
+    def __init__(self, group: ProcessGroup, kind: str, seq: int) -> None:
+        self.group, self.kind, self.seq = group, kind, seq
+
+    def __str__(self) -> str:
+        return self.group._what(self.kind, self.seq)
+
+
+class SmallCalls:
+    """A group's tiny-call lane (one per :class:`~meshcast.group.ProcessGroup`)."""
+
+    def __init__(self, group: ProcessGroup) -> None:
+        self.group = group
+        self.plans: dict[tuple, tuple | bool] = {}
+
+    # ------------------------------------------------------------------ calls
+
+    def all_reduce(self, arr: np.ndarray, op: Any) -> bool:
+        """:meth:`ProcessGroup.all_reduce` on ``arr`` in place; False if it does not qualify."""
+        plan = self._plan(("all_reduce", arr.dtype, arr.shape, op), self._all_reduce_plan,
+                          arr, op)
+        if not plan or not _writable(arr):
+            return False
+        tail, views, kernel, average = plan
+        n = self.group.size()
+
+        def reduce(parity: int) -> None:
+            regions = views[parity]
+            # Every rank reduces all inputs in rank order: bitwise identical results.
+            kernel(regions[0], regions[1], out=arr)
+            for region in regions[2:]:
+                kernel(arr, region, out=arr)
+            if average:
+                ops.finish_average(arr, n)
+
+        self._run("all_reduce", tail, views, arr, reduce)
+        return True
+
+    def broadcast(self, arr: np.ndarray, src: int) -> bool:
+        """:meth:`ProcessGroup.broadcast` of ``arr`` from global rank ``src``."""
+        plan = self._plan(("broadcast", arr.dtype, arr.shape, src), self._broadcast_plan,
+                          arr, src)
+        if not plan or not _writable(arr):
+            return False
+        tail, views, root = plan
+        me = self.group.rank()
+
+        def copy_out(parity: int) -> None:
+            if me != root:
+                arr[...] = views[parity][root]
+
+        self._run("broadcast", tail, views, arr if me == root else None, copy_out)
+        return True
+
+    def all_gather(self, out: np.ndarray, inp: np.ndarray) -> bool:
+        """:meth:`ProcessGroup.all_gather` of ``inp`` into ``out`` (all_gather_into_tensor)."""
+        plan = self._plan(("all_gather", inp.dtype, inp.shape, out.dtype, out.shape),
+                          self._all_gather_plan, out, inp)
+        if not plan or not _writable(out) or not inp.flags.c_contiguous:
+            return False
+        tail, views = plan
+        flat_out = out.reshape(-1)
+
+        def concatenate(parity: int) -> None:
+            np.concatenate(views[parity], out=flat_out)
+
+        self._run("all_gather", tail, views, inp.reshape(-1), concatenate)
+        return True
+
+    def reduce_scatter(self, out: np.ndarray, inp: np.ndarray, op: Any) -> bool:
+        """:meth:`ProcessGroup.reduce_scatter` of ``inp`` into ``out`` (reduce_scatter_tensor)."""
+        plan = self._plan(("reduce_scatter", inp.dtype, inp.shape, out.dtype, out.shape, op),
+                          self._reduce_scatter_plan, out, inp, op)
+        if not plan or not _writable(out) or not inp.flags.c_contiguous:
+            return False
+        tail, views, pieces, kernel, average = plan
+        flat_out = out.reshape(-1)
+        n = self.group.size()
+
+        def reduce(parity: int) -> None:
+            mine = pieces[parity]
+            kernel(mine[0], mine[1], out=flat_out)
+            for piece in mine[2:]:
+                kernel(flat_out, piece, out=flat_out)
+            if average:
+                ops.finish_average(flat_out, n)
+
+        self._run("reduce_scatter", tail, views, inp.reshape(-1), reduce)
+        return True
+
+    # -------------------------------------------------------------- machinery
+
+    def _run(self, kind: str, tail: bytes, views: list[list[np.ndarray]],
+             data: np.ndarray | None, use: Callable[[int], None]) -> None:
+        """One call: my ``data`` into my region, one signal, then ``use(parity)`` reads the
+        regions of that parity."""
+        group = self.group
+        seq = next(group._seq)
+        what = _What(group, kind, seq)
+        arena = group.arena
+        me = group.rank()
+
+        def job() -> None:
+            parity = seq & 1
+            if data is not None:
+                views[parity][me][...] = data
+            arena.packed_oneshot(seq, _SEQ.pack(seq) + tail, what,
+                                 time.monotonic() + group.timeout)
+            use(parity)
+
+        group.engine.call(job, what)
+        group.last_algorithm = f"{kind}/oneshot"
+
+    def _plan(self, key: tuple, build: Callable[..., tuple | bool], *args: Any
+              ) -> tuple | bool:
+        """The cached work of a tiny call, built on first use; False: not tiny."""
+        try:
+            plan = self.plans.get(key)
+        except TypeError:  # an unhashable argument: the general path explains what is wrong
+            return False
+        if plan is None:
+            plan = build(*args)
+            if len(self.plans) >= _PLANS_MAX:
+                self.plans.clear()
+            self.plans[key] = plan
+        return plan
+
+    def _views(self, like: np.ndarray) -> list[list[np.ndarray]]:
+        """Per parity, every rank's one-shot region seen as an array like ``like``."""
+        small = self.group.arena.small
+        return [[small[r][p][:like.nbytes].view(like.dtype).reshape(like.shape)
+                 for r in range(self.group.size())] for p in (0, 1)]
+
+    def _fits(self, nbytes: int) -> bool:
+        return self.group._oneshot(nbytes, None)
+
+    @staticmethod
+    def _tail(kind: str, **fields: Any) -> bytes:
+        fp = Fingerprint(0, kind, path=path_digest(None, True), **fields)
+        return fp.pack()[_SEQ.size:]
+
+    @staticmethod
+    def _valid_op(op: Any, dtype: np.dtype, caller: str) -> ops.ReduceOp | None:
+        try:
+            return ops.validate(op, dtype, caller=caller)
+        except InvalidUsage:  # the general path raises it, naming the rank
+            return None
+
+    # ------------------------------------------------------------------ plans
+
+    def _all_reduce_plan(self, arr: np.ndarray, op: Any) -> tuple | bool:
+        dtype = arr.dtype
+        # float16 needs a float32 working copy. (Symmetric arrays take the one-shot
+        # path too at the sizes that fit it.)
+        if dtype.name not in ops.FAST_DTYPES or not dtype.isnative or not self._fits(arr.nbytes):
+            return False
+        rop = self._valid_op(op, dtype, "all_reduce")
+        if rop is None:
+            return False
+        tail = self._tail("all_reduce", dtype=dtype.name, op=rop.name, count=arr.size)
+        sched_op = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
+        return tail, self._views(arr), ops.kernel(sched_op, dtype), rop is ops.ReduceOp.AVG
+
+    def _broadcast_plan(self, arr: np.ndarray, src: int) -> tuple | bool:
+        dtype = arr.dtype
+        root = self.group._group_rank_of.get(src)
+        if (root is None or dtype.name not in _MOVE_DTYPES or not dtype.isnative
+                or not self._fits(arr.nbytes)):
+            return False
+        tail = self._tail("broadcast", dtype=dtype.name, root=root, count=arr.size)
+        return tail, self._views(arr), root
+
+    def _all_gather_plan(self, out: np.ndarray, inp: np.ndarray) -> tuple | bool:
+        dtype, n = inp.dtype, self.group.size()
+        # An output this large may be symmetric, which has its own path: leave it.
+        if (dtype.name not in _MOVE_DTYPES or not dtype.isnative or out.dtype != dtype
+                or out.size != inp.size * n or not self._fits(inp.nbytes)
+                or out.nbytes >= self.group.SYMMETRIC_MIN_BYTES):
+            return False
+        tail = self._tail("all_gather", dtype=dtype.name, count=inp.size,
+                          extra=counts_hash((inp.size,) * n))
+        return tail, self._views(inp.reshape(-1))
+
+    def _reduce_scatter_plan(self, out: np.ndarray, inp: np.ndarray, op: Any) -> tuple | bool:
+        dtype, n, me = inp.dtype, self.group.size(), self.group.rank()
+        if (dtype.name not in ops.FAST_DTYPES or not dtype.isnative or out.dtype != dtype
+                or inp.size != out.size * n or not self._fits(inp.nbytes)
+                or inp.nbytes >= self.group.SYMMETRIC_MIN_BYTES):
+            return False
+        rop = self._valid_op(op, dtype, "reduce_scatter")
+        if rop is None:
+            return False
+        tail = self._tail("reduce_scatter", dtype=dtype.name, op=rop.name, count=out.size,
+                          extra=counts_hash((out.size,) * n))
+        views = self._views(inp.reshape(-1))
+        c = out.size
+        pieces = [[region[me * c:(me + 1) * c] for region in views[p]] for p in (0, 1)]
+        sched_op = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
+        return tail, views, pieces, ops.kernel(sched_op, dtype), rop is ops.ReduceOp.AVG
+
+
+def _writable(arr: np.ndarray) -> bool:
+    flags = arr.flags
+    return flags.c_contiguous and flags.writeable
