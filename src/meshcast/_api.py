@@ -569,7 +569,7 @@ def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = 
         return None
     root = _root(pg, dst, group_dst, name="dst", caller=caller)
     inp = as_buffer(tensor, name="tensor", caller=caller, rank=_rank(), writable=False)
-    out_flat, outs = None, []
+    outs: list[Buffer] = []
     if pg.rank() == root:
         outs = [as_buffer(t, name=f"gather_list[{i}]", caller=caller, rank=_rank())
                 for i, t in enumerate(_list(gather_list, "gather_list", caller, pg.size()))]
@@ -577,7 +577,6 @@ def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = 
         if outs[root].count != inp.count:
             raise usage(caller, f"gather_list[{root}] holds {outs[root].count} elements but "
                                 f"'tensor' holds {inp.count}", _rank())
-        out_flat = np.empty(sum(b.count for b in outs), inp.flat.dtype)
     elif gather_list:
         raise usage(caller, "'gather_list' must be None or empty on ranks other than dst",
                     _rank())
@@ -585,11 +584,11 @@ def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = 
     algorithm = _check_algorithm(algorithm, "gather", caller)
 
     def finish() -> None:
-        if out_flat is not None:
-            _scatter_back(out_flat, outs)
+        for b in outs:
+            b.finish()
 
-    work = pg.gather(out_flat, inp.flat, root, inp.dtype_name, finish, algorithm=algorithm,
-                     async_op=async_op, expected_counts=expected)
+    work = pg.gather([b.flat for b in outs] or None, inp.flat, root, inp.dtype_name, finish,
+                     algorithm=algorithm, async_op=async_op, expected_counts=expected)
     return _finish(work, async_op)
 
 
@@ -699,6 +698,11 @@ def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any],
     dtn = ins[0].dtype_name
     _same_dtype(ins, dtn, "input_tensor_list", caller)
     _same_dtype(outs, dtn, "output_tensor_list", caller)
+    me = pg.rank()
+    if ins[me].count != outs[me].count:
+        raise usage(caller, f"input_tensor_list[{me}] holds {ins[me].count} elements but "
+                            f"output_tensor_list[{me}] holds {outs[me].count} (this rank's "
+                            f"piece for itself)", _rank())
     out_flat = np.empty(sum(b.count for b in outs), ins[0].flat.dtype)
     algorithm = _check_algorithm(algorithm, "all_to_all", caller)
     work = pg.all_to_all(out_flat, _concat(ins, ins[0].flat.dtype), [b.count for b in ins],
@@ -745,6 +749,11 @@ def all_to_all_single(output: Any, input: Any, output_split_sizes: Sequence[int]
     _same_dtype([out], inp.dtype_name, "output", caller)
     send = _splits(input_split_sizes, inp, pg.size(), "input", caller)
     recv = _splits(output_split_sizes, out, pg.size(), "output", caller)
+    me = pg.rank()
+    if send[me] != recv[me]:
+        raise usage(caller, f"this rank sends {send[me]} elements to itself "
+                            f"(input_split_sizes) but expects {recv[me]} "
+                            f"(output_split_sizes)", _rank())
     algorithm = _check_algorithm(algorithm, "all_to_all", caller)
     work = pg.all_to_all(out.flat, inp.flat, send, recv, inp.dtype_name, out.finish,
                          algorithm=algorithm, async_op=async_op)

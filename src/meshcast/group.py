@@ -29,11 +29,13 @@ from .buffers import Buffer, store_back, working_copy
 from .engine import Engine
 from .errors import GroupAbortedError, InvalidUsage, MismatchError, usage
 from .small_calls import SmallCalls
+from .transport import cma
 from .transport.arena import Arena
 from .transport.shm import KIND_COLL, KIND_P2P, Handle, ShmTransport
 from .work import Work
 
 _TAG_ROUNDS = 20
+TUNED = ""  # the algorithm of a call MESHCAST_ALGO decides (see ProcessGroup._effective)
 
 
 def _select(plan: Plan, algorithm: str | None) -> Any:
@@ -77,6 +79,68 @@ class _Ctx:
         g = self.group
         return _CollHandle(g.transport.irecv(g.global_ranks[peer], g.group_id, KIND_COLL,
                                              self._tag(round_index), buf, self.what), self.arena)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """Per-rank facts of a call that its fingerprint cannot hold (all_to_all's split
+    sizes): ``publish(parity)`` writes them into my one-shot region before the entry,
+    ``check(parity)`` reads every rank's after it and raises the same MismatchError on
+    every rank if they disagree. Runs on every path, forced algorithms included."""
+
+    publish: Callable[[int], None]
+    check: Callable[[int], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Direct:
+    """The one-shot form of a collective whose layout only the entry reveals.
+
+    gather, scatter and all_to_all cannot choose the one-shot path before the
+    call, as the others do: a rank does not know the other ranks' sizes. So
+    each rank whose own contribution is small stages it in its one-shot region
+    (of the call's parity) *before* entering, and after the entry, where every
+    rank learns every rank's count, ``fits(counts)`` decides the same way on
+    every rank whether all of them staged. If so, ``read`` takes what this rank
+    needs straight from the regions and the schedule never runs; if not, the
+    staged bytes are ignored. Regions of parity ``p`` are reused two calls
+    later, when every rank has entered the call in between, i.e. finished this one.
+
+    stage(parity): write my contribution into my region if it is small enough
+        (the same rule ``fits`` applies to every rank's count).
+    fits(counts): whether every rank staged (rank-invariant: counts only).
+    read(counts, regions): copy this rank's result out of every rank's region.
+    """
+
+    stage: Callable[[int], None]
+    fits: Callable[[list[int]], bool]
+    read: Callable[[list[int], list[np.ndarray]], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Single:
+    """The single-copy form of a collective: every rank exposes one buffer of its own
+    (address, bytes, and a word of its choice; see Arena.expose) before entering, and
+    after the entry, if ``fits(counts)`` (rank-invariant), ``body(counts, read)`` copies
+    what this rank needs with ``read(q, dest, offset)``: ``dest.nbytes`` bytes at
+    ``offset`` in rank q's exposed buffer, straight into ``dest`` (one copy, where the
+    arena needs two). Nobody returns before every rank finished reading.
+    """
+
+    expose: tuple[int, int, int]
+    fits: Callable[[list[int]], bool]
+    body: Callable[[list[int], Callable[..., None]], None]
+
+
+def _rotation(me: int, n: int) -> list[int]:
+    """``me, me+1, ..., me-1`` (mod n): readers that start at different ranks spread the load."""
+    return [(me + i) % n for i in range(n)]
+
+
+def _exposing(arr: np.ndarray | None, meta: int = 0) -> tuple[int, int, int]:
+    if arr is None or not arr.nbytes:
+        return (0, 0, meta)
+    return (arr.ctypes.data, arr.nbytes, meta)
 
 
 class P2PWork(Work):
@@ -151,6 +215,10 @@ class ProcessGroup:
         self.last_algorithm: str | None = None
         self.store = store  # where members meet (symmetric allocations use it)
         self.symmetric = symmetric.SymmetricHeap(rank, self._size)
+        # Collectives MESHCAST_ALGO picks for: they skip the fast paths (see _effective).
+        from .algorithms._select import tuned_collectives
+
+        self.tuned = tuned_collectives(config.get("MESHCAST_ALGO"))
         self.small = SmallCalls(self)  # the cached lane for tiny synchronous calls
 
     # ------------------------------------------------------------------- ranks
@@ -182,6 +250,18 @@ class ProcessGroup:
     def _deadline(self) -> float:
         return time.monotonic() + self.timeout
 
+    def _effective(self, kind: str, algorithm: str | None) -> str | None:
+        """``algorithm``, or :data:`TUNED` when MESHCAST_ALGO picks for ``kind``.
+
+        Every fast path runs only when the algorithm is None, so TUNED sends the
+        call to the schedules, where selection reads MESHCAST_ALGO (an empty
+        explicit name defers to it). Its path digest differs from None's, so ranks
+        whose environments disagree get a MismatchError, not a hang.
+        """
+        if algorithm is None and kind in self.tuned:
+            return TUNED
+        return algorithm
+
     def _what(self, kind: str, seq: int) -> str:
         return f"{kind} #{seq} on {self.group_name} (rank {self.global_ranks[self._rank]})"
 
@@ -193,15 +273,46 @@ class ProcessGroup:
         return None
 
     def _submit(self, kind: str, fp: Fingerprint, make_plan: Callable[[list[int]], Plan],
-                finish: Callable[[Plan], None], *, algorithm: str | None, async_op: bool,
-                per_rank_counts: bool = False, root_layout: int = -1) -> Work | None:
+                finish: Callable[[Plan | None], None], *, algorithm: str | None,
+                async_op: bool, per_rank_counts: bool = False, root_layout: int = -1,
+                direct: _Direct | None = None, single: _Single | None = None,
+                layout: _Layout | None = None) -> Work | None:
         what = self._what(kind, fp.seq)
 
         def job() -> None:
             deadline = self._deadline()
+            parity = fp.seq & 1
+            if layout is not None and self._size > 1:
+                layout.publish(parity)
+            use_direct = direct is not None and algorithm is None and self._size > 1
+            if use_direct:
+                direct.stage(parity)
+            use_single = (single is not None and algorithm is None and self._size > 1
+                          and self.transport.cma_min_bytes > 0)
+            if use_single:
+                self.arena.expose(fp.seq, *single.expose)
             # A mismatch found here is found by every rank itself: no abort needed.
             counts = self.arena.enter(fp, what, deadline, per_rank_counts=per_rank_counts,
                                       root_layout=root_layout)
+            if layout is not None and self._size > 1:
+                layout.check(parity)  # every rank sees the same tables: no abort needed
+            if use_direct and direct.fits(counts):
+                # Every rank staged its data before entering and every rank sees the
+                # same counts, so all of them take this branch or none does.
+                self.last_algorithm = f"{kind}/oneshot"
+                try:
+                    direct.read(counts, [s[parity] for s in self.arena.small])
+                except BaseException as exc:
+                    self.arena.abort(f"rank {self.global_ranks[self._rank]} failed in "
+                                     f"{what}: {exc}", mismatch=isinstance(exc, MismatchError))
+                    raise
+                finish(None)
+                return
+            if use_single and single.fits(counts):
+                self.last_algorithm = f"{kind}/cma"
+                self._single_copy(single, counts, what)
+                finish(None)
+                return
             plan = make_plan(counts)
             # supports() is rank-invariant and sees the same counts everywhere, so a
             # forced algorithm that cannot run is refused on every rank alike.
@@ -229,6 +340,40 @@ class ProcessGroup:
 
         return self._run(what, job, async_op)
 
+    def _single_copy(self, single: _Single, counts: list[int], what: str) -> None:
+        """Run ``single.body`` (reads straight from the peers' exposed buffers), then wait
+        until every rank is done reading before anyone may return and reuse its buffer."""
+        arena, seq = self.arena, self.arena.seq
+        pids = [self.liveness.pids[g] for g in self.global_ranks]
+
+        def read(q: int, dest: np.ndarray, offset: int = 0) -> None:
+            address, nbytes, _ = arena.exposed(q, seq)
+            if offset < 0 or offset + dest.nbytes > nbytes:
+                raise MismatchError(
+                    f"{what}: rank {self.global_ranks[self._rank]} needs bytes "
+                    f"{offset}..{offset + dest.nbytes} of rank {self.global_ranks[q]}'s buffer, "
+                    f"which holds {nbytes} (the ranks disagree about the sizes)")
+            if dest.nbytes:
+                cma.read(pids[q], address + offset, dest)
+
+        try:
+            single.body(counts, read)
+        except BaseException as exc:
+            arena.abort(f"rank {self.global_ranks[self._rank]} failed in {what}: {exc}",
+                        mismatch=isinstance(exc, MismatchError))
+            raise
+        arena.signal(1)
+        arena.wait(range(self._size), 1)
+
+    def _single_fits(self, itemsize: int, pieces: int = 1) -> Callable[[list[int]], bool]:
+        """``fits`` of a :class:`_Single` whose counts hold ``pieces`` pieces per rank."""
+        least = self.SINGLE_COPY_MIN_BYTES * pieces
+        return lambda counts: max(counts) * itemsize >= least
+
+    # Where one-shot ends, non-reducing collectives copy each piece once, straight from
+    # the owner's buffer into the reader's (process_vm_readv), if a piece is this large:
+    SINGLE_COPY_MIN_BYTES = 64 << 10
+
     # One-shot while every rank's work (reading all P contributions) stays under
     # this many bytes. Measured with `meshcast bench --iters 100` (best of both,
     # 2 ranks): one-shot 13-31 us vs arena 53-89 us from 16 KiB to 256 KiB, 49 vs
@@ -241,6 +386,11 @@ class ProcessGroup:
         it depends only on the group and on fields the fingerprint compares)."""
         return (algorithm is None and 1 < self._size and nbytes <= self.arena.small_bytes
                 and nbytes * self._size <= self.ONESHOT_WORK_BYTES)
+
+    def _direct_bytes(self, readers: int) -> int:
+        """The largest contribution a rank stages for a :class:`_Direct` call when
+        ``readers`` contributions of that size are read by one rank."""
+        return min(self.arena.small_bytes, self.ONESHOT_WORK_BYTES // readers)
 
     def _plan(self, kind: str, dtype: np.dtype, **kw: Any) -> Plan:
         return Plan(coll=kind, rank=self._rank, size=self._size, dtype=dtype,
@@ -304,6 +454,7 @@ class ProcessGroup:
 
     def barrier(self, *, algorithm: str | None = None, async_op: bool = False
                 ) -> Work | None:
+        algorithm = self._effective("barrier", algorithm)
         if self._oneshot(0, algorithm):
             # Entering the call already proves every rank arrived: that is a barrier.
             fp = self._next("barrier", algorithm, True)
@@ -320,6 +471,7 @@ class ProcessGroup:
 
     def broadcast(self, buf: Buffer, root: int, *, algorithm: str | None = None,
                   async_op: bool = False) -> Work | None:
+        algorithm = self._effective("broadcast", algorithm)
         region = None
         if not self._oneshot(buf.nbytes, algorithm):
             region = self._region(buf.flat, algorithm, 0)
@@ -353,13 +505,23 @@ class ProcessGroup:
 
             return self._run(what, job, async_op)
         fp = self._next("broadcast", algorithm, dtype=buf.dtype_name, root=root, count=buf.count)
+        data = buf.flat.reshape(-1).view(np.uint8)
+
+        def copy_from_root(_: list[int], read: Callable[..., None]) -> None:
+            if self._rank != root:
+                read(root, data)
+
+        # count and dtype are in the fingerprint, so every rank decides alike
+        single = _Single(_exposing(data if self._rank == root else None),
+                         lambda _: data.nbytes >= self.SINGLE_COPY_MIN_BYTES, copy_from_root)
         return self._submit(
             "broadcast", fp,
             lambda c: self._plan("broadcast", buf.flat.dtype, root=root, output=buf.flat),
-            lambda p: buf.finish(), algorithm=algorithm, async_op=async_op)
+            lambda p: buf.finish(), algorithm=algorithm, async_op=async_op, single=single)
 
     def all_reduce(self, buf: Buffer, op: ops.ReduceOp, *, algorithm: str | None = None,
                    async_op: bool = False) -> Work | None:
+        algorithm = self._effective("all_reduce", algorithm)
         work_arr, upcast = self._working(buf.flat, buf.dtype_name, op)
         sched_op = ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op
 
@@ -409,6 +571,7 @@ class ProcessGroup:
 
     def reduce(self, buf: Buffer, op: ops.ReduceOp, root: int, *, algorithm: str | None = None,
                async_op: bool = False) -> Work:
+        algorithm = self._effective("reduce", algorithm)
         work_arr, _ = self._working(buf.flat, buf.dtype_name, op)
         out = np.empty_like(work_arr) if self._rank == root else None
         sched_op = ops.ReduceOp.SUM if op == ops.ReduceOp.AVG else op
@@ -446,6 +609,7 @@ class ProcessGroup:
     def all_gather(self, out_flat: np.ndarray, in_flat: np.ndarray, counts: Sequence[int],
                    dtype_name: str, finish: Callable[[], None], *,
                    algorithm: str | None = None, async_op: bool = False) -> Work:
+        algorithm = self._effective("all_gather", algorithm)
         counts = tuple(int(c) for c in counts)
         itemsize = in_flat.dtype.itemsize
         region = None
@@ -485,39 +649,120 @@ class ProcessGroup:
             return self._run(what, job, async_op)
         fp = self._next("all_gather", algorithm, dtype=dtype_name, count=in_flat.size,
                         extra=counts_hash(counts))
+        mine = in_flat.reshape(-1).view(np.uint8)
+        me, n = self._rank, self._size
+
+        def gather_pieces(_: list[int], read: Callable[..., None]) -> None:
+            out = out_flat.reshape(-1).view(np.uint8)
+            at = [0, *itertools.accumulate(c * itemsize for c in counts)]
+            for q in _rotation(me, n):  # rank q's piece is read by one rank at a time
+                if q == me:
+                    if not np.shares_memory(out[at[q]:at[q + 1]], mine):
+                        out[at[q]:at[q + 1]] = mine
+                else:
+                    read(q, out[at[q]:at[q + 1]])
+
+        single = _Single(_exposing(mine),
+                         lambda _: max(counts) * itemsize >= self.SINGLE_COPY_MIN_BYTES,
+                         gather_pieces)
         return self._submit(
             "all_gather", fp,
             lambda c: self._plan("all_gather", in_flat.dtype, input=in_flat, output=out_flat,
                                  counts=counts),
-            lambda p: finish(), algorithm=algorithm, async_op=async_op, per_rank_counts=True)
+            lambda p: finish(), algorithm=algorithm, async_op=async_op, per_rank_counts=True,
+            single=single)
 
-    def gather(self, out_flat: np.ndarray | None, in_flat: np.ndarray, root: int,
+    def gather(self, out_pieces: Sequence[np.ndarray] | None, in_flat: np.ndarray, root: int,
                dtype_name: str, finish: Callable[[], None], *, algorithm: str | None = None,
                async_op: bool = False, expected_counts: Sequence[int] | None = None) -> Work:
+        """Gather every rank's ``in_flat`` into ``out_pieces`` (one flat array per rank,
+        given on the root only; the one-shot and single-copy paths fill them directly)."""
+        algorithm = self._effective("gather", algorithm)
         fp = self._next("gather", algorithm, dtype=dtype_name, root=root, count=in_flat.size,
                         extra=counts_hash(expected_counts))
+        limit = self._direct_bytes(self._size)
+        isz, me = in_flat.dtype.itemsize, self._rank
+        mine = in_flat.reshape(-1).view(np.uint8)
+        outs = [p.reshape(-1).view(np.uint8) for p in out_pieces] if out_pieces else None
+
+        def stage(parity: int) -> None:
+            if me != root and 0 < mine.nbytes <= limit:
+                self.arena.small[me][parity][:mine.nbytes] = mine
+
+        def read(counts: list[int], regions: list[np.ndarray]) -> None:
+            for q, out in enumerate(outs or ()):
+                out[:] = mine if q == me else regions[q][:out.nbytes]
+
+        def read_pieces(counts: list[int], read_from: Callable[..., None]) -> None:
+            for q, out in enumerate(outs or ()):
+                if q == me:
+                    out[:] = mine
+                else:
+                    read_from(q, out)
+
+        # The schedules gather into one flat array, spread into the pieces afterwards.
+        staging: list[np.ndarray] = []
+
+        def make_plan(counts: list[int]) -> Plan:
+            if out_pieces:
+                staging.append(np.empty(sum(counts), in_flat.dtype))
+            return self._plan("gather", in_flat.dtype, root=root, input=in_flat,
+                              output=staging[0] if staging else None, counts=tuple(counts))
+
+        def done(plan: Plan | None) -> None:
+            if staging and out_pieces:
+                at = 0
+                for piece in out_pieces:
+                    piece[...] = staging[0][at:at + piece.size]
+                    at += piece.size
+            finish()
+
         return self._submit(
-            "gather", fp,
-            lambda c: self._plan("gather", in_flat.dtype, root=root, input=in_flat,
-                                 output=out_flat, counts=tuple(c)),
-            lambda p: finish(), algorithm=algorithm, async_op=async_op, per_rank_counts=True,
-            root_layout=root)
+            "gather", fp, make_plan, done, algorithm=algorithm, async_op=async_op,
+            per_rank_counts=True, root_layout=root,
+            direct=_Direct(stage, lambda counts: max(counts) * isz <= limit, read),
+            single=_Single(_exposing(mine), self._single_fits(isz), read_pieces))
 
     def scatter(self, out_flat: np.ndarray, in_flat: np.ndarray | None, root: int,
                 dtype_name: str, finish: Callable[[], None], *, algorithm: str | None = None,
                 async_op: bool = False, expected_counts: Sequence[int] | None = None) -> Work:
+        algorithm = self._effective("scatter", algorithm)
         fp = self._next("scatter", algorithm, dtype=dtype_name, root=root, count=out_flat.size,
                         extra=counts_hash(expected_counts))
+        limit = self._direct_bytes(1)  # the root's region holds every piece
+        isz, me = out_flat.dtype.itemsize, self._rank
+
+        def stage(parity: int) -> None:
+            if in_flat is not None and in_flat.nbytes <= limit:
+                self.arena.small[me][parity][:in_flat.nbytes] = in_flat.reshape(-1).view(np.uint8)
+
+        def read(counts: list[int], regions: list[np.ndarray]) -> None:
+            lo = sum(counts[:me]) * isz
+            src = (regions[root] if in_flat is None else in_flat.reshape(-1).view(np.uint8))
+            out_flat.reshape(-1).view(np.uint8)[:] = src[lo:lo + counts[me] * isz]
+
+        direct = _Direct(stage, lambda counts: sum(counts) * isz <= limit, read)
+
+        def read_piece(counts: list[int], read_from: Callable[..., None]) -> None:
+            lo = sum(counts[:me]) * isz
+            dest = out_flat.reshape(-1).view(np.uint8)
+            if in_flat is not None:
+                dest[:] = in_flat.reshape(-1).view(np.uint8)[lo:lo + dest.nbytes]
+            else:
+                read_from(root, dest, lo)
+
+        single = _Single(_exposing(in_flat), self._single_fits(isz), read_piece)
         return self._submit(
             "scatter", fp,
             lambda c: self._plan("scatter", out_flat.dtype, root=root, input=in_flat,
                                  output=out_flat, counts=tuple(c)),
             lambda p: finish(), algorithm=algorithm, async_op=async_op, per_rank_counts=True,
-            root_layout=root)
+            root_layout=root, direct=direct, single=single)
 
     def reduce_scatter(self, out_buf: Buffer, in_flat: np.ndarray, counts: Sequence[int],
                        op: ops.ReduceOp, finish: Callable[[], None], *,
                        algorithm: str | None = None, async_op: bool = False) -> Work:
+        algorithm = self._effective("reduce_scatter", algorithm)
         counts = tuple(int(c) for c in counts)
         in_work, in_upcast = self._working(in_flat, out_buf.dtype_name, op)
         out_work, upcast = self._working(out_buf.flat, out_buf.dtype_name, op)
@@ -583,14 +828,67 @@ class ProcessGroup:
     def all_to_all(self, out_flat: np.ndarray, in_flat: np.ndarray, send_counts: Sequence[int],
                    recv_counts: Sequence[int], dtype_name: str, finish: Callable[[], None], *,
                    algorithm: str | None = None, async_op: bool = False) -> Work:
+        algorithm = self._effective("all_to_all", algorithm)
         fp = self._next("all_to_all", algorithm, dtype=dtype_name, count=in_flat.size)
         send = tuple(int(c) for c in send_counts)
         recv = tuple(int(c) for c in recv_counts)
+        n, me, isz = self._size, self._rank, in_flat.dtype.itemsize
+        # Split sizes are per rank and not in the fingerprint, so every rank publishes
+        # its own in a header of its one-shot region before entering: [offset of my
+        # piece for each rank, send counts, receive counts] (int64), then, for the
+        # one-shot path, my input. After the entry every rank checks the whole matrix
+        # (the same verdict and message everywhere) and finds its pieces' offsets.
+        head = (24 * n + 15) // 16 * 16
+        limit = self._direct_bytes(n) - head
+        mine = in_flat.reshape(-1).view(np.uint8)
+        sd = np.concatenate(([0], np.cumsum(send, dtype=np.int64)))
+        rd = np.concatenate(([0], np.cumsum(recv, dtype=np.int64))) * isz
+        header = np.concatenate((sd[:-1], send, recv)).astype(np.int64)
+        offsets: list[int] = []  # where my piece lies in each rank's input (after the check)
+
+        def publish(parity: int) -> None:
+            self.arena.small[me][parity][:head].view(np.int64)[:3 * n] = header
+
+        def check(parity: int) -> None:
+            table = np.stack([self.arena.small[q][parity][:head].view(np.int64)[:3 * n]
+                              for q in range(n)])
+            sends, recvs = table[:, n:2 * n], table[:, 2 * n:]
+            bad = np.argwhere(sends != recvs.T)
+            if len(bad):
+                q, r = (int(v) for v in bad[0])
+                raise MismatchError(
+                    f"all_to_all #{fp.seq} on {self.group_name}: rank {self.global_ranks[q]} "
+                    f"sends {sends[q, r]} elements to rank {self.global_ranks[r]}, which "
+                    f"expects {recvs[r, q]} from it (check the split sizes; "
+                    f"{len(bad)} pair(s) disagree)")
+            offsets[:] = [int(v) * isz for v in table[:, me]]
+
+        def stage(parity: int) -> None:
+            if mine.nbytes <= limit:
+                self.arena.small[me][parity][head:head + mine.nbytes] = mine
+
+        def read(counts: list[int], regions: list[np.ndarray]) -> None:
+            out = out_flat.reshape(-1).view(np.uint8)
+            for q in _rotation(me, n):
+                src, at = (mine, offsets[q]) if q == me else (regions[q], head + offsets[q])
+                out[rd[q]:rd[q + 1]] = src[at:at + rd[q + 1] - rd[q]]
+
+        def read_pieces(counts: list[int], read_from: Callable[..., None]) -> None:
+            out = out_flat.reshape(-1).view(np.uint8)
+            for q in _rotation(me, n):
+                if q == me:
+                    out[rd[q]:rd[q + 1]] = mine[offsets[q]:offsets[q] + rd[q + 1] - rd[q]]
+                else:
+                    read_from(q, out[rd[q]:rd[q + 1]], offsets[q])
+
         return self._submit(
             "all_to_all", fp,
             lambda c: self._plan("all_to_all", in_flat.dtype, input=in_flat, output=out_flat,
                                  counts=send, recv_counts=recv),
-            lambda p: finish(), algorithm=algorithm, async_op=async_op, per_rank_counts=True)
+            lambda p: finish(), algorithm=algorithm, async_op=async_op, per_rank_counts=True,
+            layout=_Layout(publish, check),
+            direct=_Direct(stage, lambda counts: max(counts) * isz <= limit, read),
+            single=_Single(_exposing(mine), self._single_fits(isz, n), read_pieces))
 
     # ---------------------------------------------------------- point to point
 

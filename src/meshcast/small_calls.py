@@ -102,7 +102,7 @@ class SmallCalls:
         """:meth:`ProcessGroup.all_gather` of ``inp`` into ``out`` (all_gather_into_tensor)."""
         plan = self._plan(("all_gather", inp.dtype, inp.shape, out.dtype, out.shape),
                           self._all_gather_plan, out, inp)
-        if not plan or not _writable(out) or not inp.flags.c_contiguous:
+        if not plan or not _writable(out) or not inp.flags.c_contiguous or self._symmetric(out):
             return False
         tail, views = plan
         flat_out = out.reshape(-1)
@@ -117,7 +117,7 @@ class SmallCalls:
         """:meth:`ProcessGroup.reduce_scatter` of ``inp`` into ``out`` (reduce_scatter_tensor)."""
         plan = self._plan(("reduce_scatter", inp.dtype, inp.shape, out.dtype, out.shape, op),
                           self._reduce_scatter_plan, out, inp, op)
-        if not plan or not _writable(out) or not inp.flags.c_contiguous:
+        if not plan or not _writable(out) or not inp.flags.c_contiguous or self._symmetric(inp):
             return False
         tail, views, pieces, kernel, average = plan
         flat_out = out.reshape(-1)
@@ -165,7 +165,8 @@ class SmallCalls:
         except TypeError:  # an unhashable argument: the general path explains what is wrong
             return False
         if plan is None:
-            plan = build(*args)
+            # MESHCAST_ALGO choices are schedules: a collective it names skips the lane.
+            plan = False if key[0] in self.group.tuned else build(*args)
             if len(self.plans) >= _PLANS_MAX:
                 self.plans.clear()
             self.plans[key] = plan
@@ -176,6 +177,13 @@ class SmallCalls:
         small = self.group.arena.small
         return [[small[r][p][:like.nbytes].view(like.dtype).reshape(like.shape)
                  for r in range(self.group.size())] for p in (0, 1)]
+
+    def _symmetric(self, arr: np.ndarray) -> bool:
+        """Whether ``arr`` is large enough for the symmetric path and lies in a symmetric
+        allocation (all_gather's output, reduce_scatter's input): that path is faster."""
+        heap = self.group.symmetric
+        return (bool(heap.allocations) and arr.nbytes >= self.group.SYMMETRIC_MIN_BYTES
+                and heap.find(arr.reshape(-1)) is not None)
 
     def _fits(self, nbytes: int) -> bool:
         return self.group._oneshot(nbytes, None)
@@ -218,10 +226,8 @@ class SmallCalls:
 
     def _all_gather_plan(self, out: np.ndarray, inp: np.ndarray) -> tuple | bool:
         dtype, n = inp.dtype, self.group.size()
-        # An output this large may be symmetric, which has its own path: leave it.
         if (dtype.name not in _MOVE_DTYPES or not dtype.isnative or out.dtype != dtype
-                or out.size != inp.size * n or not self._fits(inp.nbytes)
-                or out.nbytes >= self.group.SYMMETRIC_MIN_BYTES):
+                or out.size != inp.size * n or not self._fits(inp.nbytes)):
             return False
         tail = self._tail("all_gather", dtype=dtype.name, count=inp.size,
                           extra=counts_hash((inp.size,) * n))
@@ -230,8 +236,7 @@ class SmallCalls:
     def _reduce_scatter_plan(self, out: np.ndarray, inp: np.ndarray, op: Any) -> tuple | bool:
         dtype, n, me = inp.dtype, self.group.size(), self.group.rank()
         if (dtype.name not in ops.FAST_DTYPES or not dtype.isnative or out.dtype != dtype
-                or inp.size != out.size * n or not self._fits(inp.nbytes)
-                or inp.nbytes >= self.group.SYMMETRIC_MIN_BYTES):
+                or inp.size != out.size * n or not self._fits(inp.nbytes)):
             return False
         rop = self._valid_op(op, dtype, "reduce_scatter")
         if rop is None:

@@ -46,19 +46,31 @@ def mismatch(kind: str) -> str | None:
     return _catch(call, dist.MeshcastError)
 
 
-def all_to_all_split_mismatch() -> tuple:
-    """Rank 0 sends 2 elements to rank 1, which expects 1."""
+def all_to_all_split_mismatch() -> list[tuple[str, str]]:
+    """Rank 0 sends one element more to rank 1 than rank 1 expects, on every path (the
+    one-shot and single-copy sizes, each forced algorithm), each case in a group of its
+    own (a mismatch leaves its group unusable); then the world still works."""
     r, n = dist.get_rank(), dist.get_world_size()
-    send = [1] * n
-    if r == 0:
-        send[1] = 2
-    recv = [1] * n
-    inp = np.zeros(sum(send), np.float32)
-    out = np.zeros(sum(recv), np.float32)
-    first = _catch(lambda: dist.all_to_all_single(out, inp, recv, send, algorithm="direct"),
-                   dist.MeshcastError)
-    second = _catch(lambda: dist.barrier(), dist.MeshcastError)
-    return first, second
+    results = []
+    for piece in (1, 70_000):
+        for algorithm in (None, "direct", "pairwise", "arena"):
+            group = dist.new_group(list(range(n)))
+            send = [piece] * n
+            if r == 0:
+                send[1] = piece + 1
+            recv = [piece] * n
+            inp = np.zeros(sum(send), np.float32)
+            out = np.zeros(sum(recv), np.float32)
+            def call(out=out, inp=inp, recv=recv, send=send, group=group,
+                     algorithm=algorithm):
+                dist.all_to_all_single(out, inp, recv, send, group=group, algorithm=algorithm)
+
+            error = _catch(call, dist.MeshcastError)
+            results.append((f"{piece}/{algorithm}", error.replace(group.group_name, "G")))
+    x = np.ones(1)
+    dist.all_reduce(x)
+    assert x[0] == n
+    return results
 
 
 def mismatch_then_poisoned() -> str | None:

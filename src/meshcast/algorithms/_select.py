@@ -177,6 +177,22 @@ def parse_tune(tune: str) -> dict[str, tuple[Choice, ...]]:
     return {coll: tuple(choices) for coll, choices in table.items()}
 
 
+def tuned_collectives(tune: str) -> frozenset[str]:
+    """The collectives a ``MESHCAST_ALGO`` string names a choice for.
+
+    The group's fast paths (one-shot, single-copy, symmetric) are not
+    schedules; a collective named here skips them so that the choice applies.
+
+    Raises:
+        InvalidUsage: ``tune`` is malformed (see :func:`parse_tune`).
+    """
+    table = parse_tune(tune) if tune and tune.strip() else {}
+    tuned = {coll for coll in table if coll != "*"}
+    for choice in table.get("*", ()):
+        tuned.update(c for c in _registry.COLLECTIVES if choice.name in _registry.names(c))
+    return frozenset(tuned)
+
+
 def _check_name(coll: str, choice: Choice, tune: str) -> None:
     if coll == "*":
         if not any(choice.name in _registry.names(c) for c in _registry.COLLECTIVES):
@@ -297,4 +313,5 @@ def select(plan: Plan, explicit: str | None = None, tune: str = "") -> Algorithm
     return decide(plan)
 
 
-__all__ = ["TABLE", "Choice", "Rule", "decide", "message_bytes", "parse_tune", "select"]
+__all__ = ["TABLE", "Choice", "Rule", "decide", "message_bytes", "parse_tune", "select",
+           "tuned_collectives"]

@@ -583,21 +583,20 @@ def _make_pg_class() -> type:
             opts = opts if opts is not None else dist.GatherOptions()
             caller, root, g = "gather", opts.rootRank, self._group
             inp = self._buf(tensors[0], "tensor", caller, writable=False)
-            outs, out_flat, expected = [], None, None
+            outs, expected = [], None
             if g.rank() == root:
                 outs = [self._buf(o, f"gather_list[{i}]", caller) for i, o in
                         enumerate(_list(output_lists[0] if output_lists else None,
                                         "gather_list", caller, g.size()))]
                 _same_dtype(outs, inp.dtype_name, "gather_list", caller)
                 expected = [b.count for b in outs]
-                out_flat = np.empty(sum(expected), inp.flat.dtype)
 
             def finish() -> None:
-                if out_flat is not None:
-                    _scatter_back(out_flat, outs)
+                for b in outs:
+                    b.finish()
 
-            work = g.gather(out_flat, inp.flat, root, inp.dtype_name, finish,
-                            async_op=self._async(opts), expected_counts=expected)
+            work = g.gather([b.flat for b in outs] or None, inp.flat, root, inp.dtype_name,
+                            finish, async_op=self._async(opts), expected_counts=expected)
             return self._done([work], output_lists)
 
         @_translated

@@ -29,6 +29,7 @@ only makes the wake syscall when someone sleeps.
 from __future__ import annotations
 
 import dataclasses
+import struct
 import time
 from collections.abc import Sequence
 
@@ -46,6 +47,8 @@ _PHASE_BITS = 24
 _MSG_BYTES = 960
 _COUNT = 16  # byte offset of the count field in a packed fingerprint
 SMALL_BYTES = 1 << 20  # per rank and parity: the largest one-shot contribution
+_EXPOSED = struct.Struct("<QQQ")  # see Arena.expose
+assert FP_SIZE + _EXPOSED.size <= _LINE
 
 
 def _align(n: int, a: int) -> int:
@@ -268,6 +271,21 @@ class Arena:
                 self._compare(self._fp_tables[parity], seq, False, -1)
                 break
         return parity
+
+    def expose(self, seq: int, address: int, nbytes: int, meta: int = 0) -> None:
+        """Tell the peers where call ``seq``'s data lies in this process (for
+        single-copy reads, see cma.py), before entering the call.
+
+        The three words sit in the unused tail of this rank's fingerprint entry of
+        the call's parity, so they follow the fingerprints' Rule 3.
+        """
+        at = self._fp_at[seq & 1][self.rank] + FP_SIZE
+        self._mv[at:at + 24] = _EXPOSED.pack(address, nbytes, meta)
+
+    def exposed(self, r: int, seq: int) -> tuple[int, int, int]:
+        """``(address, nbytes, meta)`` that rank ``r`` exposed for call ``seq``."""
+        at = self._fp_at[seq & 1][r] + FP_SIZE
+        return _EXPOSED.unpack(self._mv[at:at + 24])
 
     def _publish(self, fp: Fingerprint) -> np.ndarray:
         table = self._fp_tables[fp.seq & 1]

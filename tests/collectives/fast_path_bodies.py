@@ -1,0 +1,116 @@
+"""Rank bodies for the group's fast paths: one-shot gather/scatter/all_to_all and the
+single-copy (process_vm_readv) paths of broadcast, all_gather, gather, scatter and
+all_to_all. Each body checks its results against values computed from the rank
+numbers and returns the paths it saw, so a test can prove the path it meant ran."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import meshcast as dist
+
+# A piece this large leaves the one-shot range at every world size tested and reaches
+# the single-copy threshold (64 KiB per piece, per rank for all_to_all): float64.
+LARGE = 140_000
+SMALL = 3
+
+
+def _value(src: int, dst: int, count: int) -> np.ndarray:
+    """What rank ``src`` sends to rank ``dst``: distinct per pair and per element."""
+    return src * 1000.0 + dst + np.arange(count) / (count + 1)
+
+
+def _strided(count: int) -> np.ndarray:
+    """A non-contiguous writable float64 array of ``count`` elements."""
+    return np.zeros(2 * count)[::2]
+
+
+def rooted_and_gathering(base: int) -> list[str]:
+    """gather, scatter, broadcast, all_gather (list, tensor, in place) with uneven pieces
+    (rank r's piece holds ``base + r`` elements) at every root."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    seen: list[str] = []
+    sizes = [base + q for q in range(n)]
+    for root in range(n):
+        # gather into a list whose pieces are not contiguous
+        mine = _value(r, root, sizes[r])
+        outs = [_strided(c) for c in sizes] if r == root else None
+        dist.gather(mine, outs, dst=root)
+        seen.append(pg.last_algorithm)
+        if r == root:
+            for q, got in enumerate(outs):
+                np.testing.assert_array_equal(got, _value(q, root, sizes[q]), f"gather {q}")
+        # scatter
+        ins = [_value(root, q, c) for q, c in enumerate(sizes)] if r == root else None
+        got = np.zeros(sizes[r])
+        dist.scatter(got, ins, src=root)
+        seen.append(pg.last_algorithm)
+        np.testing.assert_array_equal(got, _value(root, r, sizes[r]), "scatter")
+        # broadcast of a non-contiguous array
+        x = _strided(base)
+        if r == root:
+            x[...] = _value(root, 0, base)
+        dist.broadcast(x, src=root)
+        seen.append(pg.last_algorithm)
+        np.testing.assert_array_equal(x, _value(root, 0, base), "broadcast")
+    # all_gather with uneven pieces (list), then equal pieces into a tensor, then in place
+    outs = [np.zeros(c) for c in sizes]
+    dist.all_gather(outs, _value(r, 0, sizes[r]))
+    seen.append(pg.last_algorithm)
+    for q, got in enumerate(outs):
+        np.testing.assert_array_equal(got, _value(q, 0, sizes[q]), f"all_gather {q}")
+    whole = np.zeros((n, base))
+    dist.all_gather_into_tensor(whole, _value(r, 1, base))
+    seen.append(pg.last_algorithm)
+    for q in range(n):
+        np.testing.assert_array_equal(whole[q], _value(q, 1, base), "all_gather_into_tensor")
+    whole = np.zeros((n, base))
+    whole[r] = _value(r, 2, base)
+    dist.all_gather_into_tensor(whole, whole[r])
+    seen.append(pg.last_algorithm)
+    for q in range(n):
+        np.testing.assert_array_equal(whole[q], _value(q, 2, base), "in place")
+    return seen
+
+
+def all_to_alls(base: int) -> list[str]:
+    """all_to_all_single with uneven splits (rank s sends ``base + s + d`` elements to d)
+    and the list form, checked piece by piece."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    seen: list[str] = []
+    send = [base + r + d for d in range(n)]
+    recv = [base + s + r for s in range(n)]
+    inp = np.concatenate([_value(r, d, c) for d, c in enumerate(send)])
+    out = np.zeros(sum(recv))
+    dist.all_to_all_single(out, inp, recv, send)
+    seen.append(pg.last_algorithm)
+    at = 0
+    for s, c in enumerate(recv):
+        np.testing.assert_array_equal(out[at:at + c], _value(s, r, c), f"piece from {s}")
+        at += c
+    outs = [_strided(c) for c in recv]
+    dist.all_to_all(outs, [_value(r, d, c) for d, c in enumerate(send)])
+    seen.append(pg.last_algorithm)
+    for s, got in enumerate(outs):
+        np.testing.assert_array_equal(got, _value(s, r, recv[s]), f"list piece from {s}")
+    return seen
+
+
+def algo_env_picks_schedules() -> list[str]:
+    """Under MESHCAST_ALGO=all_reduce:ring;broadcast:tree even tiny calls run the schedules
+    it names (the one-shot paths are not schedules)."""
+    n = dist.get_world_size()
+    pg = dist.group.WORLD
+    seen = []
+    x = np.ones(4)
+    dist.all_reduce(x)
+    seen.append(pg.last_algorithm)
+    assert (x == n).all(), x
+    dist.broadcast(x, src=0)
+    seen.append(pg.last_algorithm)
+    y = np.zeros(4 * n)
+    dist.all_gather_into_tensor(y, x)  # not named: still the fast path
+    seen.append(pg.last_algorithm)
+    return seen

@@ -1,0 +1,54 @@
+"""The group's fast paths (one-shot and single-copy) on real processes: results, and proof
+that the path under test ran."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshcast.testing.world import WorldFailure, spawn_world
+
+from . import fast_path_bodies as bodies
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _paths(seen: list[str]) -> set[str]:
+    return {name.split("/")[1] for name in seen}
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_one_shot_gather_scatter_all_to_all(n):
+    out = spawn_world(bodies.rooted_and_gathering, n, timeout=120, base=bodies.SMALL)
+    assert {s for s in out[0] if s.split("/")[0] in ("gather", "scatter")} == {
+        "gather/oneshot", "scatter/oneshot"}, out[0]
+    out = spawn_world(bodies.all_to_alls, n, timeout=120, base=bodies.SMALL)
+    assert set(out[0]) == {"all_to_all/oneshot"}, out[0]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_single_copy_paths(n):
+    out = spawn_world(bodies.rooted_and_gathering, n, timeout=180, base=bodies.LARGE)
+    assert _paths(out[0]) == {"cma"}, out[0]
+    out = spawn_world(bodies.all_to_alls, n, timeout=180, base=bodies.LARGE)
+    assert _paths(out[0]) == {"cma"}, out[0]
+
+
+def test_without_single_copy_the_schedules_run():
+    env = {"MESHCAST_CMA_BYTES": "0"}
+    out = spawn_world(bodies.rooted_and_gathering, 3, timeout=180, env=env, base=bodies.LARGE)
+    assert "cma" not in _paths(out[0]), out[0]
+    out = spawn_world(bodies.all_to_alls, 3, timeout=180, env=env, base=bodies.LARGE)
+    assert _paths(out[0]) == {"arena"}, out[0]
+
+
+def test_meshcast_algo_applies_to_tiny_calls():
+    env = {"MESHCAST_ALGO": "all_reduce:ring;broadcast:tree"}
+    out = spawn_world(bodies.algo_env_picks_schedules, 3, timeout=120, env=env)
+    assert out[0] == ["all_reduce/ring", "broadcast/tree", "all_gather/oneshot"], out[0]
+
+
+def test_malformed_meshcast_algo_fails_at_init():
+    with pytest.raises(WorldFailure) as info:
+        spawn_world(bodies.algo_env_picks_schedules, 2, timeout=60,
+                    env={"MESHCAST_ALGO": "all_reduce:teleport"})
+    assert "teleport" in str(info.value) and "MESHCAST_ALGO" in str(info.value)
