@@ -37,6 +37,7 @@ import platform
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from . import config
 from .errors import CommTimeout, PeerGoneError
@@ -106,11 +107,25 @@ def pid_alive(pid: int) -> bool:
     return state not in (b"Z", b"X", b"x")
 
 
+class PeerCheck(Protocol):
+    """What :func:`wait_until` calls every liveness interval: raise if a waited-on rank is gone.
+
+    :class:`Liveness` is the plain one; the shm transport passes its own so that
+    what a dead rank sent before it died is delivered before its waits fail.
+    """
+
+    def check(self, ranks: Iterable[int], what: str) -> None: ...
+
+
 class Liveness:
     """Knows the pid of every global rank on this host and says which are gone."""
 
     def __init__(self, pids: dict[int, int]) -> None:
         self.pids = dict(pids)  # global rank -> pid (only ranks on this host)
+
+    def dead(self, ranks: Iterable[int]) -> list[int]:
+        """The ranks of ``ranks`` whose process is gone (ranks on other hosts never are)."""
+        return [r for r in ranks if (pid := self.pids.get(r)) is not None and not pid_alive(pid)]
 
     def check(self, ranks: Iterable[int], what: str) -> None:
         """Raise PeerGoneError naming the first rank in ``ranks`` whose process is gone."""
@@ -163,7 +178,7 @@ def wait_until(
     deadline: float,
     describe: Callable[[], str],
     pending: Callable[[], Iterable[int]] = tuple,
-    liveness: Liveness | None = None,
+    liveness: PeerCheck | None = None,
     block: Callable[[float], None] | None = None,
     check_abort: Callable[[], None] | None = None,
 ) -> None:
@@ -174,7 +189,8 @@ def wait_until(
         deadline: absolute ``time.monotonic()`` by which ``ready`` must hold.
         describe: builds the "what are we waiting for" text for errors.
         pending: global ranks not yet heard from (for liveness and the timeout message).
-        liveness: checks that those ranks' processes still exist.
+        liveness: checks that those ranks' processes still exist (a :class:`Liveness`
+            or another :class:`PeerCheck`).
         block: ``block(timeout)`` sleeps until something may have changed, at
             most ``timeout`` seconds (a futex wait or an Event wait). Without
             it, the third stage sleeps briefly instead.

@@ -6,6 +6,12 @@ then the host's first rank creates the node segment for point-to-point and
 group rank 0 of each group creates the group's arena; the others attach, and
 a store barrier confirms every rank mapped them before the creator drops the
 descriptor (after which nothing is left to leak).
+
+Once the ranks' pids are known, every store wait goes through
+:func:`wait_for_ranks`, i.e. the one waiting primitive: each key is set by a
+known rank, so a rank that died before setting its key is named within
+``MESHCAST_LIVENESS_S`` (the store alone would report a timeout, naming nobody,
+after the full timeout).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,13 +46,73 @@ def host_id() -> str:
 
 
 def store_barrier(store: Any, key: str, n: int, timeout: float, what: str) -> None:
-    """Return once ``n`` callers reached ``key`` (one ``add`` each, one ``wait``)."""
+    """Return once ``n`` callers reached ``key`` (one ``add`` each, one ``wait``).
+
+    Anonymous callers, so it cannot tell who is missing or check liveness:
+    prefer :func:`rank_barrier` where the members' ranks are known.
+    """
     if store.add(key, 1) == n:
         store.set(key + "/done", b"1")
     try:
         store.wait([key + "/done"], timeout)
     except CommTimeout:
         raise CommTimeout(f"{what}: not every rank arrived within {timeout:.0f}s") from None
+
+
+def wait_for_ranks(store: Any, keys: Mapping[int, str], timeout: float, what: str,
+                   liveness: _sync.PeerCheck | None) -> None:
+    """Return once every key of ``keys`` exists; each is set by the rank it is filed under.
+
+    Args:
+        store: the store the keys live in.
+        keys: global rank -> the key that rank sets when it gets there.
+        timeout: seconds before giving up.
+        what: the operation, for error messages.
+        liveness: checks the processes of the ranks not heard from yet.
+
+    Raises:
+        PeerGoneError: a rank whose key is still missing exited (noticed within
+            ``MESHCAST_LIVENESS_S``; the store alone would wait out ``timeout``).
+        CommTimeout: ``timeout`` passed; names the ranks not heard from.
+    """
+    wanted = list(keys.values())
+    missing = dict(keys)  # ranks not yet seen to arrive; a key, once set, stays
+    arrived = store.check(wanted)
+
+    def ready() -> bool:
+        return arrived
+
+    def block(seconds: float) -> None:
+        # The store's own blocking wait, in slices short enough for the liveness checks.
+        nonlocal arrived
+        try:
+            store.wait(wanted, max(seconds, 0.001))
+        except CommTimeout:
+            return
+        arrived = True
+
+    def pending() -> list[int]:
+        # Only ranks that have not arrived are suspects: one that arrived and then
+        # exited (e.g. finished its job) must not fail the others' wait.
+        for rank, key in list(missing.items()):
+            if store.check([key]):
+                del missing[rank]
+        return list(missing)
+
+    _sync.wait_until(ready, deadline=time.monotonic() + timeout, describe=lambda: what,
+                     pending=pending, liveness=liveness, block=block)
+
+
+def rank_barrier(store: Any, key: str, me: int, ranks: Sequence[int], timeout: float,
+                 what: str, liveness: _sync.PeerCheck | None) -> None:
+    """Return once every global rank of ``ranks`` (``me`` among them) reached ``key``.
+
+    Raises:
+        PeerGoneError: a member that has not arrived exited.
+        CommTimeout: ``timeout`` passed; names the members not heard from.
+    """
+    store.set(f"{key}/{me}", b"1")
+    wait_for_ranks(store, {r: f"{key}/{r}" for r in ranks}, timeout, what, liveness)
 
 
 @dataclass
@@ -90,11 +156,14 @@ class World:
             segment = Segment.create(f"g{group_id}", Arena.size(n, slot))
             store.set(f"{key}/arena", segment.locator)
         else:
+            wait_for_ranks(store, {ranks[0]: f"{key}/arena"}, self.timeout,
+                           f"new_group {name}: waiting for the arena of rank {ranks[0]}",
+                           self.liveness)
             segment = Segment.attach(store.get(f"{key}/arena").decode())
         if n > 1:
             try:
-                store_barrier(store, f"{key}/attached", n, self.timeout,
-                              f"new_group {name}: attaching the arena")
+                rank_barrier(store, f"{key}/attached", self.rank, ranks, self.timeout,
+                             f"new_group {name}: attaching the arena", self.liveness)
             finally:
                 if me == 0:
                     segment.seal()
@@ -177,13 +246,15 @@ def bring_up(store: Any, rank: int, size: int, timeout: float, backend: str) -> 
         segment = Segment.create("node", ShmTransport.segment_size(size, ring))
         store.set("meshcast/node", segment.locator)
     else:
+        wait_for_ranks(store, {0: "meshcast/node"}, timeout,
+                       "init_process_group: waiting for rank 0's shared memory", liveness)
         segment = Segment.attach(store.get("meshcast/node").decode())
     cma_ok = size > 1 and cma.probe(peers[(rank + 1) % size]["pid"],
                                     *_probe_args(peers[(rank + 1) % size]))
     store.set(f"meshcast/cma/{rank}", b"1" if cma_ok else b"0")
     try:
-        store_barrier(store, "meshcast/node/attached", size, timeout,
-                      "init_process_group: attaching shared memory")
+        rank_barrier(store, "meshcast/node/attached", rank, ranks, timeout,
+                     "init_process_group: attaching shared memory", liveness)
     finally:
         if rank == 0:
             segment.seal()

@@ -212,6 +212,9 @@ class ProcessGroup:
         self.liveness = liveness
         self.engine = Engine(name)
         self._seq = itertools.count(1)
+        # Numbers point-to-point calls for error messages ("recv #3 from rank 1 ..."): one
+        # count over sends and receives in call order, as _seq is over collective kinds.
+        self._p2p_seq = itertools.count(1)
         self.last_algorithm: str | None = None
         self.store = store  # where members meet (symmetric allocations use it)
         self.symmetric = symmetric.SymmetricHeap(rank, self._size)
@@ -894,19 +897,25 @@ class ProcessGroup:
 
     def isend(self, flat: np.ndarray, dst: int, tag: int) -> Work:
         """Post a send to group rank ``dst``; returns at once."""
-        what = f"send to rank {self.global_ranks[dst]} (tag {tag}) on {self.group_name}"
+        peer = self.global_ranks[dst]
+        what = f"send #{next(self._p2p_seq)} to rank {peer} (tag {tag}) on {self.group_name}"
         deadline = self._deadline()
-        handle = self.transport.isend(self.global_ranks[dst], self.group_id, KIND_P2P, tag,
-                                      flat, what)
+        handle = self.transport.isend(peer, self.group_id, KIND_P2P, tag, flat, what)
         return P2PWork(what, handle, deadline)
 
     def irecv(self, buf: Buffer, src: int | None, tag: int) -> Work:
-        """Post a receive from group rank ``src`` (None: any rank); returns at once."""
+        """Post a receive from group rank ``src`` (None: any rank); returns at once.
+
+        A receive from any rank fails with PeerGoneError when any other member
+        of the group dies before a message matched it (Gloo's semantics).
+        """
         peer = None if src is None else self.global_ranks[src]
         who = "any rank" if peer is None else f"rank {peer}"
-        what = f"recv from {who} (tag {tag}) on {self.group_name}"
+        what = f"recv #{next(self._p2p_seq)} from {who} (tag {tag}) on {self.group_name}"
         deadline = self._deadline()
-        handle = self.transport.irecv(peer, self.group_id, KIND_P2P, tag, buf.flat, what)
+        # peers: the members that could send a receive from any rank (it waits on them all)
+        handle = self.transport.irecv(peer, self.group_id, KIND_P2P, tag, buf.flat, what,
+                                      peers=self.global_ranks)
         return P2PWork(what, handle, deadline, finish=buf.finish)
 
     # ---------------------------------------------------------------- teardown

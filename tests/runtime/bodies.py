@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -43,16 +44,47 @@ def chain(count: int) -> float:
 def any_source() -> list[int]:
     """Every rank sends its rank to rank 0, which receives from anyone."""
     r, n = dist.get_rank(), dist.get_world_size()
+    senders = []
     if r == 0:
-        senders = []
         for _ in range(n - 1):
             x = np.zeros(1, np.int64)
             src = dist.recv(x)
             assert x[0] == src * 10, (x, src)
             senders.append(src)
-        return sorted(senders)
-    dist.send(np.array([r * 10], np.int64), 0)
-    return []
+    else:
+        dist.send(np.array([r * 10], np.int64), 0)
+    # A sender that exited while rank 0 still waits on a slower one would fail that
+    # receive from any rank (an exited rank is a dead one): stay until all arrived.
+    dist.barrier()
+    return sorted(senders)
+
+
+def any_source_with_dying_peer() -> list:
+    """Rank 2 sends to rank 0 and SIGKILLs itself; rank 1 lives but stays silent.
+
+    Rank 0 receives rank 2's message (sent before it died), then its next
+    receive from any rank must fail naming rank 2, although rank 1 could still send.
+    """
+    r = dist.get_rank()
+    if r == 2:
+        dist.send(np.array([20], np.int64), 0)
+        os.kill(os.getpid(), signal.SIGKILL)
+    if r == 1:
+        dist.recv(np.zeros(1, np.int64), 0, tag=9)  # released by rank 0 at the end
+        return []
+    x = np.zeros(1, np.int64)
+    time.sleep(0.3)  # rank 2 is dead before the first receive is even posted
+    first = dist.recv(x)
+    assert (first, int(x[0])) == (2, 20), (first, x)
+    t0 = time.monotonic()
+    try:
+        dist.recv(x)
+    except dist.PeerGoneError as exc:
+        text = f"{time.monotonic() - t0:.2f}|{exc}"
+    else:
+        raise AssertionError("a receive from any rank ignored a dead peer")
+    dist.send(np.zeros(1, np.int64), 1, tag=9)
+    return [first, text]
 
 
 def tags_out_of_order() -> None:
@@ -97,16 +129,26 @@ def recv_from_dying_peer() -> str:
     raise AssertionError("recv from a dead rank returned")
 
 
-def recv_timeout() -> str:
+def recv_timeout() -> list[str]:
+    """Rank 0's p2p calls #1 and #2 succeed; #3 (from rank 1) and #4 (from anyone) time out."""
     r = dist.get_rank()
     if r == 0:
-        try:
-            dist.recv(np.zeros(2), 1, tag=7)
-        except dist.CommTimeout as exc:
-            return str(exc)
-        raise AssertionError("no timeout")
-    time.sleep(2.5)
-    return ""
+        dist.send(np.ones(2), 1, tag=1)
+        dist.recv(np.zeros(2), 1, tag=2)
+        messages = []
+        for src in (1, None):
+            try:
+                dist.recv(np.zeros(2), src, tag=7)
+            except dist.CommTimeout as exc:
+                messages.append(str(exc))
+            else:
+                raise AssertionError("no timeout")
+        return messages
+    if r == 1:
+        dist.recv(np.zeros(2), 0, tag=1)
+        dist.send(np.ones(2), 0, tag=2)
+    time.sleep(3.5)  # alive but silent through both of rank 0's 1 s timeouts
+    return []
 
 
 def work_api() -> None:
@@ -224,6 +266,75 @@ def async_overlap() -> float:
     return posted
 
 
+def async_all_reduce_completes_alone(count: int) -> dict:
+    """An async all_reduce finishes while the caller sleeps, before anyone waits on it.
+
+    Completion is watched through the Work's future (a done-callback sets an
+    Event), which observes the state without driving progress as wait() or a
+    p2p handle's test() would: only the background engine can finish the call.
+    """
+    r, n = dist.get_rank(), dist.get_world_size()
+    x = np.ones(count, np.float32)
+    dist.all_reduce(x)  # warm-up: arena mapped, pages touched
+    durations = []
+    for _ in range(3):
+        dist.barrier()
+        t0 = time.monotonic()
+        dist.all_reduce(x)
+        durations.append(time.monotonic() - t0)
+    x[:] = r + 1
+    dist.barrier()  # both ranks post at about the same time
+    done = threading.Event()
+    t0 = time.monotonic()
+    w = dist.all_reduce(x, async_op=True)
+    w.get_future().add_done_callback(lambda _: done.set())
+    # The caller sleeps; generous so that a loaded 2-core machine still finishes,
+    # yet the call is never waited on. A lazy engine (work done in wait()) never sets it.
+    budget = max(50 * min(durations), 5.0)
+    while not done.is_set() and time.monotonic() - t0 < budget:
+        time.sleep(0.005)
+    finished_alone = done.is_set()
+    completed_after = time.monotonic() - t0
+    t1 = time.monotonic()
+    w.wait()
+    waited = time.monotonic() - t1
+    assert (x == n * (n + 1) / 2).all(), x[:4]
+    return {"finished_alone": finished_alone, "after": completed_after, "waited": waited,
+            "sync": min(durations)}
+
+
+def memfd_holders(inodes: set[int], pids: list[str] | None = None) -> list[str]:
+    """Which of ``pids`` (default: every process we can see) map or hold open a meshcast
+    memfd whose inode is in ``inodes``."""
+    found = []
+    for pid in pids if pids is not None else [p for p in os.listdir("/proc") if p.isdigit()]:
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                for line in f:
+                    fields = line.split()
+                    if "memfd:meshcast-" in line and int(fields[4]) in inodes:
+                        found.append(f"pid {pid} maps {fields[5]}")
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                path = f"/proc/{pid}/fd/{fd}"
+                if (os.readlink(path).startswith("/memfd:meshcast-")
+                        and os.stat(path).st_ino in inodes):
+                    found.append(f"pid {pid} holds fd {fd}")
+        except OSError:  # exited meanwhile, or not ours to look at
+            continue
+    return found
+
+
+def memfd_segments_then(mode: str) -> dict:
+    """hold_segments_then, reporting first the inodes of the memfd segments this rank maps."""
+    dist.broadcast(np.ones(1 << 16), src=0)
+    with open("/proc/self/maps") as f:
+        inodes = {int(line.split()[4]) for line in f if "memfd:meshcast-" in line}
+    # Positive control for the test's scan after the job: it does see a live holder.
+    seen = memfd_holders(inodes, [str(os.getpid())])
+    hold_segments_then(mode)
+    return {"inodes": sorted(inodes), "seen": seen}
+
+
 def ordering_async_then_sync() -> None:
     """Async ops followed by a sync op on one group complete in call order."""
     r = dist.get_rank()
@@ -294,3 +405,18 @@ def size_mismatch() -> str:
     dist.recv(y, 0, tag=1)
     assert (y == 1).all()
     return text
+
+
+def new_group_with_dead_member(victim: int) -> str:
+    """Rank ``victim`` SIGKILLs itself; the others call new_group over all three ranks."""
+    r = dist.get_rank()
+    dist.barrier()  # everyone is up: the only thing missing later is the victim
+    if r == victim:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.1)  # the victim is gone before anyone starts waiting on it
+    t0 = time.monotonic()
+    try:
+        dist.new_group([0, 1, 2])
+    except dist.PeerGoneError as exc:
+        return f"{time.monotonic() - t0:.2f}|{exc}"
+    raise AssertionError("new_group with a dead member returned")

@@ -26,3 +26,11 @@ def test_async_op_returns_at_once():
 
 def test_operations_on_a_group_run_in_call_order():
     spawn_world(bodies.ordering_async_then_sync, 3, timeout=60)
+
+
+def test_async_all_reduce_completes_while_the_caller_sleeps():
+    # 16 MiB: a few ms per call, long enough that finishing it takes real work.
+    out = spawn_world(bodies.async_all_reduce_completes_alone, 2, timeout=60, count=4 << 20)
+    for r, info in enumerate(out):
+        assert info["finished_alone"], (r, info)
+        assert info["waited"] < 0.05, (r, info)

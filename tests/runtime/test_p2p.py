@@ -63,13 +63,32 @@ def test_peer_sigkill_raises_within_two_seconds_naming_it():
     assert status == "ok", text
     elapsed, message = text.split("|", 1)
     assert float(elapsed) < 2.5
-    assert "rank 1" in message
+    assert "recv #1 from rank 1 (tag 0) on WORLD" in message and "rank 1 exited" in message
 
 
-def test_recv_timeout_names_op_and_rank():
-    out = spawn_world(bodies.recv_timeout, 2, timeout=60, op_timeout=1.0)
-    assert "recv from rank 1" in out[0] and "tag 7" in out[0]
-    assert "rank(s) [1]" in out[0]
+def test_recv_timeout_names_op_seq_and_rank():
+    from_one, from_any = spawn_world(bodies.recv_timeout, 3, timeout=60, op_timeout=1.0)[0]
+    # #3 and #4: rank 0's send #1 and recv #2 on WORLD came first
+    assert "recv #3 from rank 1 (tag 7) on WORLD" in from_one, from_one
+    assert "not heard from rank(s) [1]" in from_one, from_one
+    assert "recv #4 from any rank (tag 7) on WORLD" in from_any, from_any
+    assert "not heard from rank(s) [1, 2]" in from_any, from_any
+
+
+def test_any_source_recv_fails_when_a_peer_dies():
+    # Gloo's semantics: any dead member fails a receive from any rank, even while
+    # another member could still send; what the dead rank sent first still arrives.
+    out = spawn_world(bodies.any_source_with_dying_peer, 3, timeout=60, op_timeout=30,
+                      expect_failure=True)
+    assert out[2][0] == "error"
+    assert out[1] == ("ok", []), out[1]
+    status, value = out[0]
+    assert status == "ok", value
+    first, text = value
+    assert first == 2
+    elapsed, message = text.split("|", 1)
+    assert float(elapsed) < 2.0, text
+    assert "recv #2 from any rank" in message and "rank 2" in message, message
 
 
 def test_work_wait_is_completed_exception():

@@ -31,6 +31,14 @@ see meshcast._sync), then bumps the consumer's doorbell; the consumer reads
 Doorbells are 32-bit futex words; a bump from two processes at once may lose
 an increment, which is harmless because the sleeper only cares that the value
 differs from the one it saw.
+
+Dead peers: a rank whose process is gone fails every operation waiting on it
+(:class:`~meshcast.errors.PeerGoneError` naming it), after its incoming ring is
+drained, so what it sent before it died is still delivered. A receive from any
+rank waits on every rank that could send it (its group's other members) and
+fails as soon as one of them is found dead, as in Gloo (and MPI's ULFM): the
+message it waits for may have been the dead rank's, so finishing it by luck
+from a live rank would hide the failure on some runs and not on others.
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ import itertools
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -66,9 +74,11 @@ _EVENT_LOCK = threading.Lock()
 class Handle:
     """A posted send or receive. Complete it with :meth:`wait`; poll with :meth:`test`."""
 
-    __slots__ = ("done", "_event", "error", "source", "nbytes", "describe", "peer", "_transport")
+    __slots__ = ("done", "_event", "error", "source", "nbytes", "describe", "peer", "peers",
+                 "_transport")
 
-    def __init__(self, transport: ShmTransport, peer: int | None, describe: str) -> None:
+    def __init__(self, transport: ShmTransport, peer: int | None, describe: str,
+                 peers: tuple[int, ...] = ()) -> None:
         # The Event is made only by a thread that blocks on this handle: most finish
         # while their waiter polls, and an Event costs a Condition and two locks.
         self.done = False
@@ -76,6 +86,7 @@ class Handle:
         self.error: BaseException | None = None
         self.source: int | None = peer
         self.peer = peer
+        self.peers = peers  # a receive from any rank: the global ranks that could send it
         self.nbytes = 0
         self.describe = describe
         self._transport = transport
@@ -94,6 +105,32 @@ class Handle:
         if not self.done:
             self._transport.poll()
         return self.done
+
+    def waiting_on(self) -> tuple[int, ...]:
+        """Global ranks this operation still waits on (every candidate sender of an
+        unmatched receive from any rank)."""
+        if self.done:
+            return ()
+        source = self.source  # set by a match, for a receive from any rank
+        return self.peers if source is None else (source,)
+
+    def check(self, ranks: Iterable[int], what: str) -> None:
+        """The liveness check of :meth:`wait` (a :class:`meshcast._sync.PeerCheck`).
+
+        A dead rank among ``ranks`` fails, through the transport, every operation
+        waiting on it, once what it sent before dying has been drained; so this
+        handle either completes from that data or finishes with the error that
+        :meth:`wait` raises.
+
+        Raises:
+            PeerGoneError: this handle still waits on a dead rank (backstop).
+        """
+        dead = self._transport.liveness.dead(ranks)
+        if not dead:
+            return
+        self._transport.reap(dead)
+        if not self.done:
+            raise PeerGoneError(f"{what}: rank {dead[0]} exited", peer=dead[0])
 
     def _block(self, timeout: float) -> None:
         """Sleep until finished or ``timeout`` seconds passed."""
@@ -116,7 +153,6 @@ class Handle:
             MismatchError: the message did not fit the posted buffer.
         """
         if not self.done:
-            peer = self.peer
             poll = self._transport.poll
 
             transport = self._transport
@@ -143,8 +179,8 @@ class Handle:
                     ready,
                     deadline=deadline,
                     describe=lambda: self.describe,
-                    pending=lambda: () if peer is None or self.done else (peer,),
-                    liveness=transport.liveness,
+                    pending=self.waiting_on,
+                    liveness=self,
                     block=block,
                     check_abort=check_abort,
                 )
@@ -293,18 +329,31 @@ class ShmTransport:
         return handle
 
     def irecv(self, peer: int | None, group: int, kind: int, tag: int, dest: np.ndarray,
-              describe: str) -> Handle:
-        """Post a receive into ``dest`` from global rank ``peer`` (None: any rank)."""
-        handle = Handle(self, peer, describe)
+              describe: str, peers: Sequence[int] | None = None) -> Handle:
+        """Post a receive into ``dest`` from global rank ``peer`` (None: any rank).
+
+        ``peers``: for a receive from any rank, the global ranks that could send
+        it (its group's other members; default: every other rank of this host).
+        If one of them is or becomes dead while no message matched, the receive
+        fails with PeerGoneError (see the module docstring).
+        """
+        if peer is None:
+            senders = tuple(r for r in (self.ranks if peers is None else peers) if r != self.me)
+        else:
+            senders = ()
+        handle = Handle(self, peer, describe, senders)
         raw = dest.reshape(-1).view(np.uint8)
         recv = _RecvOp(group, kind, tag, peer, raw, handle)
         with self._lock:
-            self._check_open(peer, describe)
+            self._check_open(None, describe)
             for msg in self._unexpected:
                 if recv.matches(msg.group, msg.kind, msg.tag, msg.src) and msg.recv is None:
                     self._claim(msg, recv)
                     break
             else:
+                # Only now: a message a rank sent before it died is still delivered.
+                for sender in (senders if peer is None else (peer,)):
+                    self._check_open(sender, describe)
                 self._posted.append(recv)
             self._pass()
         # The sender rings our doorbell when the message arrives: no wake-up here.
@@ -605,15 +654,31 @@ class ShmTransport:
 
     def _check_peers(self) -> None:
         waiting = {self.ranks[j] for j, q in self._sendq.items() if q}
-        waiting |= {r.src for r in self._posted if r.src is not None}
+        for r in self._posted:
+            if r.src is None:
+                waiting.update(r.handle.peers)
+            else:
+                waiting.add(r.src)
         waiting |= {self.ranks[j] for j, m in self._incoming.items() if m is not None}
         waiting |= {peer for peer, _ in self._cma_sends.values()}
-        for peer in waiting - self._gone:
-            pid = self.liveness.pids.get(peer)
-            if pid is not None and not _sync.pid_alive(pid):
-                while self._pass():  # what it sent before it died is still in the ring
-                    pass
-                self._peer_gone(peer)
+        self._reap_locked(self.liveness.dead(waiting - self._gone))
+
+    def reap(self, dead: Sequence[int]) -> None:
+        """Fail every operation waiting on one of the ``dead`` ranks (a waiting thread
+        calls this when its liveness check finds them gone)."""
+        if all(peer in self._gone for peer in dead):
+            return
+        with self._lock:
+            self._reap_locked(dead)
+
+    def _reap_locked(self, dead: Sequence[int]) -> None:
+        dead = [peer for peer in dead if peer not in self._gone]
+        if not dead or self._closed is not None:  # closed: fail_all finished everything
+            return
+        while self._pass():  # what they sent before they died is still in the rings
+            pass
+        for peer in dead:
+            self._peer_gone(peer)
 
     def _peer_gone(self, peer: int) -> None:
         self._gone.add(peer)
@@ -630,13 +695,18 @@ class ShmTransport:
             if dst == peer:
                 del self._cma_sends[send_id]
                 handle._finish(error(handle.describe))
-        for recv in [r for r in self._posted if r.src == peer]:
+        for recv in [r for r in self._posted
+                     if r.src == peer or (r.src is None and peer in r.handle.peers)]:
             self._posted.remove(recv)
             recv.handle._finish(error(recv.handle.describe))
         msg = self._incoming[j]
         if msg is not None and msg.recv is not None:
             msg.recv.handle._finish(error(msg.recv.handle.describe))
         self._incoming[j] = None
+        # Its complete messages stay claimable; a partial one or a single-copy one
+        # (whose data is in the dead process) could only hang the receive that claims it.
+        self._unexpected = [m for m in self._unexpected
+                            if m.src != peer or (m.cma is None and m.got == m.nbytes)]
 
     # ------------------------------------------------------------------ closing
 
