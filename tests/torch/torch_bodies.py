@@ -15,8 +15,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+#: Every dtype torch.distributed lets through on CPU. gloo rejects int16 and the
+#: unsigned types wider than 8 bits ("Invalid scalar type"); meshcast carries them.
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
-          torch.int64, torch.uint8, torch.int8, torch.bool, torch.complex64]
+          torch.int64, torch.int16, torch.int8, torch.uint8, torch.uint16, torch.uint32,
+          torch.uint64, torch.bool, torch.complex64, torch.complex128]
 
 
 def _eq(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
@@ -79,7 +82,8 @@ def collectives(rank: int, n: int) -> dict[str, Any]:
             if dtype in (torch.uint8, torch.int8):
                 want = want.to(torch.int64).to(dtype)  # wraps as the integer type does
             _eq(t, want, f"all_reduce {op} {dtype}")
-    for dtype in (torch.int32, torch.int64, torch.uint8):
+    for dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.uint16,
+                  torch.uint32, torch.uint64):
         for op, fn in ((dist.ReduceOp.BAND, np.bitwise_and), (dist.ReduceOp.BOR, np.bitwise_or),
                        (dist.ReduceOp.BXOR, np.bitwise_xor)):
             t = torch.tensor([rank * 3 + 1, 7, rank], dtype=dtype)
@@ -103,10 +107,25 @@ def collectives(rank: int, n: int) -> dict[str, Any]:
     t = torch.ones(4, 4).t()[1:, :]  # a non-contiguous view
     dist.all_reduce(t)
     _eq(t, torch.full((3, 4), float(n)), "all_reduce transposed view")
+    # requires_grad leaves, called in grad mode as DDP-less user code does: the backend
+    # must hide its write from autograd itself (an in-place copy_ into a leaf that
+    # requires grad raises otherwise). The strided leaf goes through a staging copy that
+    # is written back with copy_, sync in this thread and async on meshcast's worker
+    # (grad mode is per thread).
+    assert torch.is_grad_enabled()
     leaf = torch.ones(3, requires_grad=True)
-    with torch.no_grad():
-        dist.all_reduce(leaf)
+    strided = torch.empty_strided((3, 4), (1, 3)).fill_(1.0).requires_grad_()
+    assert strided.is_leaf and not strided.is_contiguous()
+    dist.all_reduce(leaf)
+    dist.all_reduce(strided)
     _eq(leaf.detach(), torch.full((3,), float(n)), "all_reduce requires_grad leaf")
+    _eq(strided.detach(), torch.full((3, 4), float(n)), "all_reduce strided leaf")
+    dist.all_reduce(strided, async_op=True).wait()
+    dist.broadcast(strided, src=n - 1, async_op=True).wait()
+    _eq(strided.detach(), torch.full((3, 4), float(n * n)), "async ops on a strided leaf")
+    assert strided.is_leaf and strided.requires_grad and strided.grad is None
+    (strided * 2).sum().backward()  # autograd still sees an ordinary leaf
+    _eq(strided.grad, torch.full((3, 4), 2.0), "grad of the leaf after the collectives")
     big = torch.ones(1_000_003)
     dist.all_reduce(big)
     _eq(big[:3], torch.full((3,), float(n)), "all_reduce large")
@@ -260,7 +279,131 @@ def collectives(rank: int, n: int) -> dict[str, Any]:
     dist.send(torch.full((3,), float(rank)), dst=nxt)
     rw.wait()
     _eq(nc, torch.full((3,), float(prv)), "irecv into a view")
+
+    _async_forms(rank, n)
+    _backend_methods(rank, n)
     return {"ok": True}
+
+
+def _async_forms(rank: int, n: int) -> None:
+    """``async_op=True`` of the list and rooted collectives: all in flight at once, then wait."""
+    root = n - 1
+    works: list[tuple[str, Any]] = []
+    gather_list = [torch.empty(2) for _ in range(n)] if rank == root else None
+    works.append(("gather", dist.gather(torch.full((2,), float(rank)), gather_list, dst=root,
+                                        async_op=True)))
+    scattered = torch.empty(3, dtype=torch.int64)
+    src = [torch.full((3,), 10 * r, dtype=torch.int64) for r in range(n)]
+    works.append(("scatter", dist.scatter(scattered, src if rank == root else None, src=root,
+                                          async_op=True)))
+    gathered = [torch.empty(r + 1) for r in range(n)]  # uneven, as meshcast allows
+    works.append(("all_gather", dist.all_gather(gathered, torch.full((rank + 1,), float(rank)),
+                                                async_op=True)))
+    reduced = torch.empty(2)
+    works.append(("reduce_scatter", dist.reduce_scatter(
+        reduced, [torch.full((2,), float(rank + r)) for r in range(n)], async_op=True)))
+    a2a = [torch.empty(2) for _ in range(n)]
+    works.append(("all_to_all", dist.all_to_all(
+        a2a, [torch.full((2,), float(rank * 100 + r)) for r in range(n)], async_op=True)))
+    a2a_single = torch.empty(sum(q + 1 for q in range(n)))
+    works.append(("all_to_all_single", dist.all_to_all_single(
+        a2a_single, torch.full((n * (rank + 1),), float(rank)), [q + 1 for q in range(n)],
+        [rank + 1] * n, async_op=True)))
+    # Reverse order: waiting on a later work must not depend on an earlier wait.
+    for name, work in reversed(works):
+        assert isinstance(work, dist.Work), (name, work)
+        assert work.wait() is True, name
+        assert work.is_completed() and work.is_success() and work.exception() is None, name
+    if rank == root:
+        for r in range(n):
+            _eq(gather_list[r], torch.full((2,), float(r)), f"async gather from {r}")
+    _eq(scattered, torch.full((3,), 10 * rank, dtype=torch.int64), "async scatter")
+    for r in range(n):
+        _eq(gathered[r], torch.full((r + 1,), float(r)), f"async all_gather from {r}")
+        _eq(a2a[r], torch.full((2,), float(r * 100 + rank)), f"async all_to_all from {r}")
+    _eq(reduced, torch.full((2,), float(sum(q + rank for q in range(n)))),
+        "async reduce_scatter")
+    _eq(a2a_single, torch.cat([torch.full((q + 1,), float(q)) for q in range(n)]),
+        "async all_to_all_single")
+
+
+def _backend_methods(rank: int, n: int) -> None:
+    """The backend's methods under every name torch may call, on the group object itself.
+
+    torch 2.13's Python layer calls the new names; older releases and parts of
+    the C++ trampoline call the old ones (see the backend's aliases). A
+    Python process group *is* its own backend (``_get_backend`` needs a C++
+    one), so the methods are called on ``dist.group.WORLD``. Some calls leave
+    ``opts`` out: the trampoline never does, but the defaults must work too.
+    """
+    from torch._C._distributed_c10d import AllgatherOptions
+
+    from meshcast.integrations.torch import is_meshcast_group
+
+    pg = dist.group.WORLD
+    assert is_meshcast_group(pg), type(pg)
+    ranks = torch.arange(n).float()
+
+    for name in ("all_gather_single", "_allgather_base"):
+        out = torch.empty(n * 2)
+        getattr(pg, name)(out, torch.full((2,), float(rank)), AllgatherOptions()).wait()
+        _eq(out, ranks.repeat_interleave(2), name)
+        stacked = torch.empty(n, 3)
+        getattr(pg, name)(stacked, torch.full((3,), float(rank))).wait()
+        _eq(stacked, ranks.view(n, 1).expand(n, 3), f"{name} stacked, default opts")
+
+    for name in ("all_gather_single_coalesced", "allgather_into_tensor_coalesced"):
+        outs = [torch.empty(n * 2), torch.empty(n, dtype=torch.int64)]
+        ins = [torch.full((2,), float(rank)), torch.tensor([-rank])]
+        getattr(pg, name)(outs, ins, AllgatherOptions()).wait()
+        _eq(outs[0], ranks.repeat_interleave(2), f"{name}[0]")
+        _eq(outs[1], -torch.arange(n), f"{name}[1]")
+
+    for name in ("reduce_scatter_single", "_reduce_scatter_base"):
+        out = torch.empty(2)
+        opts = dist.ReduceScatterOptions()
+        opts.reduceOp = dist.ReduceOp.MAX
+        getattr(pg, name)(out, torch.arange(2.0 * n) * (rank + 1), opts).wait()
+        _eq(out, torch.tensor([2.0 * rank, 2.0 * rank + 1]) * n, f"{name} MAX")
+        out = torch.empty(3)
+        getattr(pg, name)(out, torch.ones(3 * n)).wait()
+        _eq(out, torch.full((3,), float(n)), f"{name} default opts (SUM)")
+
+    for name in ("reduce_scatter_single_coalesced", "reduce_scatter_tensor_coalesced"):
+        outs = [torch.empty(1), torch.empty(2, dtype=torch.int32)]
+        ins = [torch.arange(float(n)) + rank, torch.ones(2 * n, dtype=torch.int32)]
+        getattr(pg, name)(outs, ins, dist.ReduceScatterOptions()).wait()
+        _eq(outs[0], torch.tensor([float(n * rank + sum(range(n)))]), f"{name}[0]")
+        _eq(outs[1], torch.full((2,), n, dtype=torch.int32), f"{name}[1]")
+
+    for name in ("all_to_all_single", "alltoall_base"):
+        out = torch.empty(n, 2)
+        getattr(pg, name)(out, torch.arange(2.0 * n).view(n, 2) + 100 * rank, [], [],
+                          dist.AllToAllOptions()).wait()
+        _eq(out, torch.stack([torch.tensor([2.0 * rank, 2.0 * rank + 1]) + 100 * r
+                              for r in range(n)]), f"{name} equal splits")
+        out = torch.empty(sum(q + 1 for q in range(n)))
+        getattr(pg, name)(out, torch.full((n * (rank + 1),), float(rank)),
+                          [q + 1 for q in range(n)], [rank + 1] * n).wait()
+        _eq(out, torch.cat([torch.full((q + 1,), float(q)) for q in range(n)]),
+            f"{name} uneven, default opts")
+
+    # Work.source_rank() is the public spelling of _source_rank().
+    if rank == 0:
+        got = sorted(_anysource_sender(pg) for _ in range(n - 1))
+        assert got == list(range(1, n)), got
+    else:
+        pg.send([torch.tensor([float(rank)])], 0, 21).wait()
+    pg.barrier().wait()
+
+
+def _anysource_sender(pg: Any) -> int:
+    """Receive one tensor from any rank with the backend call; return the sender."""
+    t = torch.empty(1)
+    work = pg.recv_anysource([t], 21)
+    work.wait()
+    assert work.source_rank() == work._source_rank() == int(t.item()), (t, work)
+    return work.source_rank()
 
 
 def groups_and_objects(rank: int, n: int) -> dict[str, Any]:
@@ -272,8 +415,9 @@ def groups_and_objects(rank: int, n: int) -> dict[str, Any]:
         t = torch.full((3,), float(rank))
         dist.all_reduce(t, group=g)
         _eq(t, torch.full((3,), float(sum(evens))), "subgroup all_reduce")
-        t = torch.zeros(2)
-        dist.broadcast(t if rank != evens[-1] else torch.ones(2), src=evens[-1], group=g)
+        t = torch.full((2,), float(rank))
+        dist.broadcast(t, src=evens[-1], group=g)
+        _eq(t, torch.full((2,), float(evens[-1])), "subgroup broadcast")
         if len(evens) > 1:
             nxt = evens[(evens.index(rank) + 1) % len(evens)]
             prv = evens[(evens.index(rank) - 1) % len(evens)]
@@ -334,6 +478,8 @@ def groups_and_objects(rank: int, n: int) -> dict[str, Any]:
         dist.monitored_barrier()
     except (ValueError, RuntimeError, NotImplementedError) as exc:
         assert "gloo" in str(exc).lower() or "monitored" in str(exc).lower(), exc
+    else:
+        raise AssertionError("monitored_barrier ran on meshcast; update the README's list")
     dist.destroy_process_group(g) if g != dist.GroupMember.NON_GROUP_MEMBER else None
     return {"ok": True}
 

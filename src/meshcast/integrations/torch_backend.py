@@ -364,6 +364,9 @@ def _make_pg_class() -> type:
     import torch
     import torch.distributed as dist
 
+    # torch.distributed re-exports every options struct but this one (torch 2.13).
+    from torch._C._distributed_c10d import AllgatherOptions
+
     from .._api import _concat, _list, _same_dtype, _scatter_back, _splits
     from ..buffers import as_buffer
     from ..errors import usage
@@ -511,7 +514,7 @@ def _make_pg_class() -> type:
         @_translated
         def allgather(self, output_lists: list[list[Any]], tensors: list[Any],
                       opts: Any = None) -> Any:
-            opts = opts if opts is not None else dist.AllgatherOptions()
+            opts = opts if opts is not None else AllgatherOptions()
             n = self._group.size()
             works = []
             for outputs, t in zip(output_lists, tensors):
@@ -524,7 +527,7 @@ def _make_pg_class() -> type:
         @_translated
         def allgather_coalesced(self, output_lists: list[list[Any]], tensors: list[Any],
                                 opts: Any = None) -> Any:
-            opts = opts if opts is not None else dist.AllgatherOptions()
+            opts = opts if opts is not None else AllgatherOptions()
             caller = "all_gather_coalesced"
             ins = [self._buf(t, f"input_tensor_list[{i}]", caller, writable=False)
                    for i, t in enumerate(tensors)]
@@ -560,7 +563,7 @@ def _make_pg_class() -> type:
         @_translated
         def all_gather_single(self, output: Any, input: Any,  # noqa: A002
                               opts: Any = None) -> Any:
-            opts = opts if opts is not None else dist.AllgatherOptions()
+            opts = opts if opts is not None else AllgatherOptions()
             work = self._gather_single(output, input, "all_gather_into_tensor",
                                        self._async(opts))
             return self._done([work], [output])
@@ -570,7 +573,7 @@ def _make_pg_class() -> type:
         @_translated
         def all_gather_single_coalesced(self, outputs: list[Any], inputs: list[Any],
                                         opts: Any = None) -> Any:
-            opts = opts if opts is not None else dist.AllgatherOptions()
+            opts = opts if opts is not None else AllgatherOptions()
             works = [self._gather_single(o, i, "all_gather_into_tensor_coalesced",
                                          self._async(opts)) for o, i in zip(outputs, inputs)]
             return self._done(works, outputs)
