@@ -127,7 +127,8 @@ def _root(pg: ProcessGroup, global_root: int | None, group_root: int | None, *, 
     if global_root is not None and group_root is not None:
         raise usage(caller, f"pass either '{name}' or 'group_{name}', not both", me)
     if group_root is not None:
-        if not isinstance(group_root, (int, np.integer)) or not 0 <= group_root < pg.size():
+        if (not isinstance(group_root, (int, np.integer)) or isinstance(group_root, bool)
+                or not 0 <= group_root < pg.size()):
             raise usage(caller, f"'group_{name}'={group_root!r} is not a rank of a group of "
                                 f"size {pg.size()}", me)
         return int(group_root)
@@ -150,11 +151,32 @@ def _finish(work: Work | None, async_op: bool) -> Work | None:
     return None
 
 
-def _same_dtype(bufs: Sequence[Buffer], ref: str, what: str, caller: str) -> None:
+def _same_dtype(bufs: Sequence[Buffer], ref: str, what: str, caller: str, *,
+                against: str = "the input") -> None:
+    """Every buffer of list ``what`` has dtype ``ref``, the dtype of argument ``against``.
+
+    (integrations/torch_backend.py calls it too, without ``against``.)
+    """
     for i, b in enumerate(bufs):
         if b.dtype_name != ref:
-            raise usage(caller, f"{what}[{i}] has dtype {b.dtype_name} but the input has "
+            raise usage(caller, f"{what}[{i}] has dtype {b.dtype_name} but {against} has "
                                 f"{ref}; all must match", _rank())
+
+
+def _same_dtype_one(buf: Buffer, ref: str, what: str, caller: str, *, against: str) -> None:
+    """Argument ``what`` (one array, not a list) has dtype ``ref``, that of ``against``."""
+    if buf.dtype_name != ref:
+        raise usage(caller, f"'{what}' has dtype {buf.dtype_name} but {against} has {ref}; "
+                            f"they must match", _rank())
+
+
+def _none_or_empty(value: Any, name: str, root_name: str, caller: str) -> None:
+    """Non-root ranks pass no list (None or an empty list, as torch allows)."""
+    # An array here must not reach a truth test (NumPy refuses one for arrays).
+    if value is None or (isinstance(value, (list, tuple)) and not value):
+        return
+    raise usage(caller, f"'{name}' must be None or empty on ranks other than {root_name}, "
+                        f"got {type(value).__name__}", _rank())
 
 
 def _list(value: Any, name: str, caller: str, length: int) -> list[Any]:
@@ -313,22 +335,52 @@ def get_world_size(group: GroupLike = None) -> int:
     return -1 if pg is None else pg.size()
 
 
+def _member_group(group: GroupLike, caller: str) -> ProcessGroup:
+    """``group`` resolved; a rank outside it has no view of its ranks, so it may not ask."""
+    pg = _resolve(group, caller)
+    if pg is None:
+        raise usage(caller, "'group' is GroupMember.NON_GROUP_MEMBER: this rank is not a "
+                            "member, so it cannot map the group's ranks", _rank())
+    return pg
+
+
+def _int_rank(value: Any, name: str, caller: str) -> int:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+        raise usage(caller, f"'{name}' must be an int rank, got {type(value).__name__}", _rank())
+    return int(value)
+
+
 def get_global_rank(group: ProcessGroup, group_rank: int) -> int:
-    """Global rank of ``group_rank`` in ``group``."""
-    pg = _resolve(group, "get_global_rank")
-    if pg is None or not 0 <= group_rank < pg.size():
-        raise usage("get_global_rank", f"'group_rank'={group_rank} is not in the group", _rank())
+    """Global rank of ``group_rank`` in ``group``.
+
+    Raises:
+        InvalidUsage: ``group_rank`` is not in ``[0, group size)``, or this rank
+            is not a member of ``group``.
+    """
+    caller = "get_global_rank"
+    pg = _member_group(group, caller)
+    group_rank = _int_rank(group_rank, "group_rank", caller)
+    if not 0 <= group_rank < pg.size():
+        raise usage(caller, f"'group_rank'={group_rank} is not a rank of {pg.group_name} "
+                            f"(size {pg.size()})", _rank())
     return pg.global_rank(group_rank)
 
 
 def get_group_rank(group: ProcessGroup, global_rank: int) -> int:
-    """Rank of ``global_rank`` within ``group``."""
-    pg = _resolve(group, "get_group_rank")
+    """Rank of ``global_rank`` within ``group``.
+
+    Raises:
+        InvalidUsage: ``global_rank`` is not a member of ``group``, or this rank
+            is not a member of ``group``.
+    """
+    caller = "get_group_rank"
+    pg = _member_group(group, caller)
+    global_rank = _int_rank(global_rank, "global_rank", caller)
     try:
-        return pg.group_rank(global_rank) if pg is not None else -1
+        return pg.group_rank(global_rank)
     except ValueError:
-        raise usage("get_group_rank", f"rank {global_rank} is not in {pg.group_name}",
-                    _rank()) from None
+        raise usage(caller, f"'global_rank'={global_rank} is not a member of {pg.group_name} "
+                            f"(its ranks: {pg.global_ranks})", _rank()) from None
 
 
 def get_process_group_ranks(group: ProcessGroup) -> list[int]:
@@ -475,7 +527,9 @@ def reduce(tensor: Any, dst: int | None = None, op: Any = ReduceOp.SUM, group: G
     """Reduce ``tensor`` over all ranks into rank ``dst`` (in place there; others unchanged).
 
     Args and raises as :func:`all_reduce`, plus ``dst`` (global rank of the
-    root) or ``group_dst`` (its group rank).
+    root) or ``group_dst`` (its group rank). ``ReduceOp.AVG`` on integers
+    truncates toward zero (the integer sum divided by the group size, e.g.
+    -7 over 2 ranks gives -3), as in :func:`all_reduce`.
     """
     caller = "reduce"
     pg = _resolve(group, caller)
@@ -508,7 +562,7 @@ def all_gather(tensor_list: list[Any], tensor: Any, group: GroupLike = None,
     inp = as_buffer(tensor, name="tensor", caller=caller, rank=_rank(), writable=False)
     outs = [as_buffer(t, name=f"tensor_list[{i}]", caller=caller, rank=_rank())
             for i, t in enumerate(_list(tensor_list, "tensor_list", caller, pg.size()))]
-    _same_dtype(outs, inp.dtype_name, "tensor_list", caller)
+    _same_dtype(outs, inp.dtype_name, "tensor_list", caller, against="'tensor'")
     if outs[pg.rank()].count != inp.count:
         raise usage(caller, f"tensor_list[{pg.rank()}] holds {outs[pg.rank()].count} elements "
                             f"but 'tensor' holds {inp.count}", _rank())
@@ -544,7 +598,7 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: GroupLi
     inp = as_buffer(input_tensor, name="input_tensor", caller=caller, rank=_rank(),
                     writable=False)
     out = as_buffer(output_tensor, name="output_tensor", caller=caller, rank=_rank())
-    _same_dtype([out], inp.dtype_name, "output_tensor", caller)
+    _same_dtype_one(out, inp.dtype_name, "output_tensor", caller, against="'input_tensor'")
     if out.count != inp.count * pg.size():
         raise usage(caller, f"'output_tensor' holds {out.count} elements; it must hold "
                             f"world_size ({pg.size()}) x {inp.count}", _rank())
@@ -573,13 +627,12 @@ def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = 
     if pg.rank() == root:
         outs = [as_buffer(t, name=f"gather_list[{i}]", caller=caller, rank=_rank())
                 for i, t in enumerate(_list(gather_list, "gather_list", caller, pg.size()))]
-        _same_dtype(outs, inp.dtype_name, "gather_list", caller)
+        _same_dtype(outs, inp.dtype_name, "gather_list", caller, against="'tensor'")
         if outs[root].count != inp.count:
             raise usage(caller, f"gather_list[{root}] holds {outs[root].count} elements but "
                                 f"'tensor' holds {inp.count}", _rank())
-    elif gather_list:
-        raise usage(caller, "'gather_list' must be None or empty on ranks other than dst",
-                    _rank())
+    else:
+        _none_or_empty(gather_list, "gather_list", "dst", caller)
     expected = [b.count for b in outs] if outs else None
     algorithm = _check_algorithm(algorithm, "gather", caller)
 
@@ -608,15 +661,14 @@ def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None 
         ins = [as_buffer(t, name=f"scatter_list[{i}]", caller=caller, rank=_rank(),
                          writable=False)
                for i, t in enumerate(_list(scatter_list, "scatter_list", caller, pg.size()))]
-        _same_dtype(ins, out.dtype_name, "scatter_list", caller)
+        _same_dtype(ins, out.dtype_name, "scatter_list", caller, against="'tensor'")
         if ins[root].count != out.count:
             raise usage(caller, f"scatter_list[{root}] holds {ins[root].count} elements but "
                                 f"'tensor' holds {out.count}", _rank())
         in_flat = _concat(ins, out.flat.dtype)
         expected = [b.count for b in ins]
-    elif scatter_list:
-        raise usage(caller, "'scatter_list' must be None or empty on ranks other than src",
-                    _rank())
+    else:
+        _none_or_empty(scatter_list, "scatter_list", "src", caller)
     algorithm = _check_algorithm(algorithm, "scatter", caller)
     work = pg.scatter(out.flat, in_flat, root, out.dtype_name, out.finish, algorithm=algorithm,
                       async_op=async_op, expected_counts=expected)
@@ -629,7 +681,9 @@ def reduce_scatter(output: Any, input_list: list[Any], op: Any = ReduceOp.SUM,
     """Reduce ``input_list[r]`` over all ranks into ``output`` on rank r.
 
     Pieces may differ in size (``input_list[r]`` has rank r's output size;
-    the same sizes on every rank).
+    the same sizes on every rank). ``op`` as in :func:`all_reduce`:
+    ``ReduceOp.AVG`` on integers truncates toward zero (the integer sum
+    divided by the group size, e.g. -7 over 2 ranks gives -3).
     """
     caller = "reduce_scatter"
     pg = _resolve(group, caller)
@@ -639,7 +693,7 @@ def reduce_scatter(output: Any, input_list: list[Any], op: Any = ReduceOp.SUM,
     out = as_buffer(output, name="output", caller=caller, rank=_rank())
     ins = [as_buffer(t, name=f"input_list[{i}]", caller=caller, rank=_rank(), writable=False)
            for i, t in enumerate(_list(input_list, "input_list", caller, pg.size()))]
-    _same_dtype(ins, out.dtype_name, "input_list", caller)
+    _same_dtype(ins, out.dtype_name, "input_list", caller, against="'output'")
     if ins[pg.rank()].count != out.count:
         raise usage(caller, f"input_list[{pg.rank()}] holds {ins[pg.rank()].count} elements "
                             f"but 'output' holds {out.count}", _rank())
@@ -654,7 +708,12 @@ def reduce_scatter(output: Any, input_list: list[Any], op: Any = ReduceOp.SUM,
 def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM,  # noqa: A002
                           group: GroupLike = None, async_op: bool = False, *,
                           algorithm: str | None = None) -> Work | None:
-    """Reduce ``input`` (``world_size`` equal pieces) over all ranks; rank r gets piece r."""
+    """Reduce ``input`` (``world_size`` equal pieces) over all ranks; rank r gets piece r.
+
+    ``op`` as in :func:`all_reduce`: ``ReduceOp.AVG`` on integers truncates
+    toward zero (the integer sum divided by the group size, e.g. -7 over 2
+    ranks gives -3).
+    """
     if (type(output) is np.ndarray and type(input) is np.ndarray and async_op is False
             and algorithm is None):
         w = _world.current  # tiny calls: see all_reduce
@@ -669,7 +728,7 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM,  # no
         return None
     out = as_buffer(output, name="output", caller=caller, rank=_rank())
     inp = as_buffer(input, name="input", caller=caller, rank=_rank(), writable=False)
-    _same_dtype([inp], out.dtype_name, "input", caller)
+    _same_dtype_one(inp, out.dtype_name, "input", caller, against="'output'")
     if inp.count != out.count * pg.size():
         raise usage(caller, f"'input' holds {inp.count} elements; it must hold world_size "
                             f"({pg.size()}) x {out.count}", _rank())
@@ -696,8 +755,8 @@ def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any],
     outs = [as_buffer(t, name=f"output_tensor_list[{i}]", caller=caller, rank=_rank())
             for i, t in enumerate(_list(output_tensor_list, "output_tensor_list", caller, n))]
     dtn = ins[0].dtype_name
-    _same_dtype(ins, dtn, "input_tensor_list", caller)
-    _same_dtype(outs, dtn, "output_tensor_list", caller)
+    _same_dtype(ins, dtn, "input_tensor_list", caller, against="input_tensor_list[0]")
+    _same_dtype(outs, dtn, "output_tensor_list", caller, against="input_tensor_list[0]")
     me = pg.rank()
     if ins[me].count != outs[me].count:
         raise usage(caller, f"input_tensor_list[{me}] holds {ins[me].count} elements but "
@@ -715,13 +774,19 @@ def _splits(sizes: Any, buf: Buffer, n: int, name: str, caller: str) -> list[int
     """Element counts per rank for all_to_all_single's split sizes (rows of dim 0)."""
     rows = buf.shape[0] if buf.shape else 1
     row = buf.count // rows if rows else 0
-    if sizes is None or len(sizes) == 0:
+    if sizes is not None:
+        try:
+            sizes = list(sizes)
+        except TypeError:  # an int, say: refused here rather than by len() below
+            raise usage(caller, f"split sizes for '{name}' must be a list of {n} ints, got "
+                                f"{type(sizes).__name__}", _rank()) from None
+    if not sizes:
         if rows % n:
             raise usage(caller, f"'{name}' has {rows} rows along dim 0, not divisible by the "
                                 f"group size {n}; pass split sizes", _rank())
         return [rows // n * row] * n
-    sizes = list(sizes)
-    if len(sizes) != n or any(not isinstance(s, (int, np.integer)) or s < 0 for s in sizes):
+    if len(sizes) != n or any(not isinstance(s, (int, np.integer)) or isinstance(s, bool)
+                              or s < 0 for s in sizes):
         raise usage(caller, f"split sizes for '{name}' must be {n} non-negative ints, got "
                             f"{sizes}", _rank())
     if sum(sizes) != rows:
@@ -746,7 +811,7 @@ def all_to_all_single(output: Any, input: Any, output_split_sizes: Sequence[int]
         return None
     out = as_buffer(output, name="output", caller=caller, rank=_rank())
     inp = as_buffer(input, name="input", caller=caller, rank=_rank(), writable=False)
-    _same_dtype([out], inp.dtype_name, "output", caller)
+    _same_dtype_one(out, inp.dtype_name, "output", caller, against="'input'")
     send = _splits(input_split_sizes, inp, pg.size(), "input", caller)
     recv = _splits(output_split_sizes, out, pg.size(), "output", caller)
     me = pg.rank()

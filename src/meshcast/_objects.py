@@ -141,6 +141,11 @@ def send_object_list(object_list: list[Any], dst: int | None = None, group: Any 
     """Send the picklable objects in ``object_list`` to rank ``dst``."""
     caller = "send_object_list"
     object_list = _need_list(object_list, "object_list", caller)
+    pg = _api._resolve(group, caller)
+    if pg is None:
+        return
+    # Checked here so that the error names this function, not the send inside it.
+    _api._peer(pg, dst, group_dst, "dst", caller)
     blobs = [_dump(o) for o in object_list]
     sizes = np.array([b.size for b in blobs], np.int64)
     _api.send(sizes, dst, group=group, group_dst=group_dst)
@@ -153,10 +158,16 @@ def recv_object_list(object_list: list[Any], src: int | None = None, group: Any 
     """Receive objects sent with :func:`send_object_list` into ``object_list`` (same length).
 
     Returns:
-        the sender's global rank (``src`` may be None: any rank).
+        the sender's global rank (``src`` may be None: any rank); -1 on a rank
+        outside ``group``.
     """
     caller = "recv_object_list"
     object_list = _need_list(object_list, "object_list", caller)
+    pg = _api._resolve(group, caller)
+    if pg is None:
+        return -1  # as recv: a rank outside the group receives nothing
+    if src is not None or group_src is not None:
+        _api._peer(pg, src, group_src, "src", caller)
     sizes = np.zeros(len(object_list), np.int64)
     sender = _api.recv(sizes, src, group=group, group_src=group_src)
     data = np.empty(int(sizes.sum()), np.uint8)

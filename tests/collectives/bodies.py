@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 import meshcast as dist
@@ -73,6 +76,95 @@ def all_to_all_split_mismatch() -> list[tuple[str, str]]:
     return results
 
 
+# Disagreements that mismatches() makes, each where group rank 0 does one thing and the
+# other ranks another; the algorithm each collective is forced to when ``forced``.
+MISMATCH_KINDS = ("collective", "count", "dtype", "op", "root", "reduce_root", "gather_root",
+                  "scatter_root")
+FORCED = {"broadcast": "tree", "all_reduce": "ring", "reduce": "tree", "gather": "tree",
+          "scatter": "tree"}
+
+
+def _mismatch_call(kind: str, variant: int, count: int, group: dist.ProcessGroup,
+                   forced: bool) -> Callable[[bool], dist.Work | None]:
+    """The call that side ``variant`` of disagreement ``kind`` makes (0: group rank 0's,
+    1: every other rank's), as ``call(async_op)``. Roots are passed as global ranks (of
+    group rank ``variant``), so a subgroup also checks their translation."""
+    me, n = dist.get_rank(group), dist.get_world_size(group)
+    root = dist.get_global_rank(group, variant)
+    x = np.zeros(count, np.float32)
+
+    def algo(coll: str) -> str | None:
+        return FORCED[coll] if forced else None
+
+    def call(async_op: bool) -> dist.Work | None:
+        kw: dict[str, Any] = {"group": group, "async_op": async_op}
+        if kind == "collective":
+            if variant == 0:
+                return dist.broadcast(x, src=root, algorithm=algo("broadcast"), **kw)
+            return dist.all_reduce(x, algorithm=algo("all_reduce"), **kw)
+        if kind == "count":
+            y = np.zeros(count + variant, np.float32)
+            return dist.all_reduce(y, algorithm=algo("all_reduce"), **kw)
+        if kind == "dtype":
+            y = np.zeros(count, (np.float32, np.float64)[variant])
+            return dist.all_reduce(y, algorithm=algo("all_reduce"), **kw)
+        if kind == "op":
+            op = (ReduceOp.SUM, ReduceOp.MAX)[variant]
+            return dist.all_reduce(x, op=op, algorithm=algo("all_reduce"), **kw)
+        if kind == "root":
+            return dist.broadcast(x, src=root, algorithm=algo("broadcast"), **kw)
+        if kind == "reduce_root":
+            return dist.reduce(x, dst=root, algorithm=algo("reduce"), **kw)
+        if kind == "gather_root":  # every rank that believes it is the root passes a list
+            lst = [np.zeros(count, np.float32) for _ in range(n)] if me == variant else None
+            return dist.gather(x, lst, dst=root, algorithm=algo("gather"), **kw)
+        if kind == "scatter_root":
+            lst = [np.zeros(count, np.float32) for _ in range(n)] if me == variant else None
+            return dist.scatter(x, lst, src=root, algorithm=algo("scatter"), **kw)
+        raise ValueError(kind)
+
+    return call
+
+
+def mismatches(count: int, forced: bool = False, members: list[int] | None = None,
+               async_op: bool = False) -> list[tuple[str, str | None, str | None]]:
+    """Every kind of disagreement at ``count`` float32 elements, each in a group of its
+    own over ``members`` (a mismatch leaves its group unusable).
+
+    Per kind, every member first makes group rank 0's call (so all agree), to record
+    the path such a call takes, then group rank 0 makes its call and the others theirs.
+    With ``async_op`` both calls return a Work; the error must come from ``wait()``.
+
+    Returns:
+        ``(kind, path of the agreed call, error text)`` per kind, the group's name in
+        the text replaced by ``G``; ``[]`` on a rank outside ``members``.
+    """
+    results: list[tuple[str, str | None, str | None]] = []
+    for kind in MISMATCH_KINDS:
+        group = dist.new_group(members)
+        if group is dist.GroupMember.NON_GROUP_MEMBER:
+            continue
+        me = dist.get_rank(group)
+        agreed = _mismatch_call(kind, 0, count, group, forced)
+        work = agreed(async_op)
+        if async_op:
+            work.wait()
+        path = group.last_algorithm
+        disagreeing = _mismatch_call(kind, 0 if me == 0 else 1, count, group, forced)
+        if async_op:
+            work = disagreeing(True)  # must not raise: the mismatch shows when it runs
+            assert work is not None
+            error = _catch(work.wait, dist.MeshcastError)
+        else:
+            error = _catch(lambda call=disagreeing: call(False), dist.MeshcastError)
+        results.append((kind, path, error and error.replace(group.group_name, "G")))
+    n = dist.get_world_size()
+    x = np.ones(1)
+    dist.all_reduce(x)  # the world is unharmed
+    assert x[0] == n
+    return results
+
+
 def mismatch_then_poisoned() -> str | None:
     r = dist.get_rank()
     x = np.zeros(2)
@@ -126,6 +218,143 @@ def bad_arguments() -> list[str]:
     y = np.full(3, r + 1.0)
     dist.all_reduce(y)
     assert (y == n * (n + 1) / 2).all()
+    return out
+
+
+def bad_arguments_everywhere() -> dict[str, str | None]:
+    """Bad arguments of the object collectives, point-to-point batches, rank lookups and
+    the list/rooted/all-to-all collectives, each on every rank (needs 2+ ranks).
+
+    Returns:
+        case name -> the InvalidUsage text (None if nothing was raised). The first word
+        of a case name is the function whose name the error must start with.
+    """
+    r, n = dist.get_rank(), dist.get_world_size()
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    f32 = np.zeros(4, np.float32)
+    i32 = np.zeros(4, np.int32)
+    lst = [np.zeros(4, np.float32) for _ in range(n)]
+    stray = np.full(4, -1.0)  # what a send posted despite a bad batch would deliver
+    # groups[q] holds every rank but q: rank r is outside groups[r] and inside the others
+    groups = [dist.new_group([p for p in range(n) if p != q]) for q in range(n)]
+    world = dist.group.WORLD
+    own_piece = [np.zeros(4, np.float32) for _ in range(n)]
+    own_piece[r] = np.zeros(5, np.float32)
+    recv_splits = [1] * n
+    recv_splits[r] = 2
+    cases: dict[str, Callable[[], Any]] = {
+        # object collectives
+        "broadcast_object_list not a list": lambda: dist.broadcast_object_list((1, 2), src=0),
+        "broadcast_object_list src": lambda: dist.broadcast_object_list([1], src=n),
+        "broadcast_object_list src and group_src": lambda: dist.broadcast_object_list(
+            [1], src=0, group_src=0),
+        "all_gather_object not a list": lambda: dist.all_gather_object("ab", 1),
+        "all_gather_object length": lambda: dist.all_gather_object([None] * (n + 1), 1),
+        "gather_object length on dst": lambda: dist.gather_object(1, [None] * (n - 1), dst=r),
+        "gather_object no list on dst": lambda: dist.gather_object(1, None, dst=r),
+        "gather_object dst": lambda: dist.gather_object(1, None, dst=n),
+        "scatter_object_list empty output": lambda: dist.scatter_object_list(
+            [], [1] * n, src=r),
+        "scatter_object_list output not a list": lambda: dist.scatter_object_list(
+            None, [1] * n, src=r),
+        "scatter_object_list input length": lambda: dist.scatter_object_list(
+            [None], [1] * (n + 1), src=r),
+        "scatter_object_list input not a list": lambda: dist.scatter_object_list(
+            [None], "abc", src=r),
+        "send_object_list not a list": lambda: dist.send_object_list("abc", dst=nxt),
+        "send_object_list to itself": lambda: dist.send_object_list([1], dst=r),
+        "send_object_list dst": lambda: dist.send_object_list([1], dst=n),
+        "send_object_list no dst": lambda: dist.send_object_list([1]),
+        "recv_object_list not a list": lambda: dist.recv_object_list("abc", src=prv),
+        "recv_object_list from itself": lambda: dist.recv_object_list([None], src=r),
+        "recv_object_list src": lambda: dist.recv_object_list([None], src=n),
+        # point-to-point batches: all ops are checked before any is posted
+        "P2POp op": lambda: dist.P2POp(print, f32, nxt),
+        "P2POp blocking op": lambda: dist.P2POp(dist.send, f32, nxt),
+        "batch_isend_irecv not a list": lambda: dist.batch_isend_irecv(
+            dist.P2POp(dist.isend, f32, nxt)),
+        "batch_isend_irecv not P2POps": lambda: dist.batch_isend_irecv([dist.isend]),
+        "batch_isend_irecv peer": lambda: dist.batch_isend_irecv(
+            [dist.P2POp(dist.isend, stray, nxt), dist.P2POp(dist.irecv, f32, n)]),
+        "batch_isend_irecv to itself": lambda: dist.batch_isend_irecv(
+            [dist.P2POp(dist.isend, stray, nxt), dist.P2POp(dist.isend, f32, r)]),
+        "batch_isend_irecv tag": lambda: dist.batch_isend_irecv(
+            [dist.P2POp(dist.isend, stray, nxt), dist.P2POp(dist.irecv, f32, prv, tag="x")]),
+        # rank lookups
+        "get_global_rank out of range": lambda: dist.get_global_rank(world, n),
+        "get_global_rank negative": lambda: dist.get_global_rank(world, -1),
+        "get_global_rank not an int": lambda: dist.get_global_rank(world, "0"),
+        "get_global_rank non-member": lambda: dist.get_global_rank(groups[r], 0),
+        "get_group_rank not a member": lambda: dist.get_group_rank(groups[nxt], nxt),
+        "get_group_rank out of range": lambda: dist.get_group_rank(world, n),
+        "get_group_rank not an int": lambda: dist.get_group_rank(world, 0.0),
+        "get_group_rank non-member": lambda: dist.get_group_rank(groups[r], nxt),
+        # rooted collectives: every rank is the root, or none is, in its own view
+        "scatter list length": lambda: dist.scatter(f32, lst + [f32], src=r),
+        "scatter dtype": lambda: dist.scatter(f32, [i32] * n, src=r),
+        "scatter own piece": lambda: dist.scatter(f32, own_piece, src=r),
+        "scatter list on a non-root rank": lambda: dist.scatter(f32, lst, src=nxt),
+        "scatter array on a non-root rank": lambda: dist.scatter(
+            f32, np.zeros((n, 4), np.float32), src=nxt),
+        "scatter src and group_src": lambda: dist.scatter(f32, None, src=nxt, group_src=0),
+        "gather list on a non-root rank": lambda: dist.gather(f32, lst, dst=nxt),
+        "gather array on a non-root rank": lambda: dist.gather(
+            f32, np.zeros((n, 4), np.float32), dst=nxt),
+        "gather dst and group_dst": lambda: dist.gather(f32, None, dst=nxt, group_dst=0),
+        "broadcast src and group_src": lambda: dist.broadcast(f32, src=0, group_src=0),
+        "reduce dst and group_dst": lambda: dist.reduce(f32, dst=0, group_dst=0),
+        "reduce group_dst": lambda: dist.reduce(f32, group_dst=n),
+        "reduce group_dst bool": lambda: dist.reduce(f32, group_dst=True),
+        # ops
+        "reduce op": lambda: dist.reduce(f32, dst=0, op="median"),
+        "reduce bxor on float": lambda: dist.reduce(f32, dst=0, op=ReduceOp.BXOR),
+        "reduce_scatter op": lambda: dist.reduce_scatter(f32, lst, op=[1]),
+        "reduce_scatter min on complex": lambda: dist.reduce_scatter(
+            np.zeros(4, np.complex64), [np.zeros(4, np.complex64)] * n, op=ReduceOp.MIN),
+        "reduce_scatter avg on bool": lambda: dist.reduce_scatter(
+            np.zeros(4, bool), [np.zeros(4, bool)] * n, op=ReduceOp.AVG),
+        "reduce_scatter_tensor dtype": lambda: dist.reduce_scatter_tensor(
+            f32, np.zeros(4 * n, np.int32)),
+        # all-to-all
+        "all_to_all input dtype": lambda: dist.all_to_all(lst, lst[:-1] + [i32]),
+        "all_to_all output dtype": lambda: dist.all_to_all([i32] * n, lst),
+        "all_to_all own piece": lambda: dist.all_to_all(own_piece, lst),
+        "all_to_all_single dtype": lambda: dist.all_to_all_single(
+            np.zeros(n, np.int32), np.zeros(n, np.float32)),
+        "all_to_all_single input dim 0": lambda: dist.all_to_all_single(
+            np.zeros(n + 1), np.zeros(n + 1)),
+        "all_to_all_single output dim 0": lambda: dist.all_to_all_single(
+            np.zeros((n + 1, 2)), np.zeros((n, 2))),
+        "all_to_all_single own piece": lambda: dist.all_to_all_single(
+            np.zeros(n + 1), np.zeros(n), recv_splits, [1] * n),
+        "all_to_all_single split sizes type": lambda: dist.all_to_all_single(
+            np.zeros(n), np.zeros(n), n, n),
+        "all_to_all_single split sizes bool": lambda: dist.all_to_all_single(
+            np.zeros(n), np.zeros(n), [True] * n, [True] * n),
+    }
+    out = {name: _catch(case, dist.InvalidUsage) for name, case in cases.items()}
+    # Nothing was sent: collectives still line up, and so does point-to-point (a send
+    # posted by a refused batch would be what the receive below gets first).
+    y = np.full(3, r + 1.0)
+    dist.all_reduce(y)
+    assert (y == n * (n + 1) / 2).all(), y
+    got = np.zeros(4)
+    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, np.full(4, float(r)), nxt),
+                                    dist.P2POp(dist.irecv, got, prv)])
+    for w in works:
+        w.wait()
+    assert (got == prv).all(), got
+    objs = ["a", {"b": 1}] if r == 0 else [None, None]
+    dist.broadcast_object_list(objs, src=0)
+    assert objs == ["a", {"b": 1}], objs
+    if r == 0:
+        dist.send_object_list([("to", 1)], dst=1)
+    elif r == 1:
+        box = [None]
+        assert dist.recv_object_list(box, src=0) == 0 and box == [("to", 1)], box
+    inside = groups[nxt]
+    assert dist.get_group_rank(inside, r) == dist.get_rank(inside)
+    assert dist.get_global_rank(inside, dist.get_rank(inside)) == r
     return out
 
 
@@ -215,22 +444,60 @@ def torch_inputs() -> None:
 
 
 def async_everything() -> None:
+    """Every collective with async_op=True, all outstanding at once (small and large
+    sizes), waited on in reverse order; results checked after the waits only."""
     r, n = dist.get_rank(), dist.get_world_size()
+    big = 300_000  # float64: past the one-shot range
     x = np.full(1000, r, np.float64)
+    xl = np.full(big, r, np.float64)
     y = np.full(8, r, np.int32)
+    red = np.full(5, r + 1, np.int64)
     lst = [np.zeros(8, np.int32) for _ in range(n)]
+    agt = np.zeros((n, 3), np.float32)
+    gat = [np.zeros(2 + q) for q in range(n)] if r == 0 else None
+    sca = np.zeros(2 + r)
+    rs = np.zeros(2 + r)
+    rst = np.zeros(big // n)
+    a2a = [np.zeros(1 + q) for q in range(n)]
+    a2as = np.zeros(n * 2, np.int16)
     works = [
         dist.all_reduce(x, async_op=True),
+        dist.all_reduce(xl, op=ReduceOp.MAX, async_op=True),
         dist.broadcast(y, src=n - 1, async_op=True),
+        dist.reduce(red, dst=n - 1, op=ReduceOp.PRODUCT, async_op=True),
         dist.all_gather(lst, np.full(8, r, np.int32), async_op=True),
+        dist.all_gather_into_tensor(agt, np.full(3, r, np.float32), async_op=True),
+        dist.gather(np.full(2 + r, float(r)), gat, dst=0, async_op=True),
+        dist.scatter(sca, [np.full(2 + q, 10.0 + q) for q in range(n)] if r == n - 1 else None,
+                     src=n - 1, async_op=True),
+        dist.reduce_scatter(rs, [np.full(2 + q, r + 1.0) for q in range(n)], async_op=True),
+        dist.reduce_scatter_tensor(rst, np.full(big // n * n, float(r)), op=ReduceOp.AVG,
+                                   async_op=True),
+        dist.all_to_all(a2a, [np.full(1 + r, r * 10.0 + q) for q in range(n)], async_op=True),
+        dist.all_to_all_single(a2as, np.repeat(np.arange(n, dtype=np.int16) + 10 * r, 2),
+                               async_op=True),
         dist.barrier(async_op=True),
     ]
-    for w in works:
+    assert all(w is not None for w in works), works
+    for w in reversed(works):
         w.wait()
         assert w.is_completed() and w.exception() is None
-    assert (x == n * (n - 1) / 2).all()
+    total = n * (n - 1) / 2
+    assert (x == total).all() and (xl == n - 1).all()
     assert (y == n - 1).all()
+    if r == n - 1:
+        assert (red == np.prod(np.arange(1, n + 1))).all(), red
+    else:
+        assert (red == r + 1).all(), red  # non-roots unchanged
     assert all((lst[q] == q).all() for q in range(n))
+    assert (agt == np.arange(n)[:, None]).all(), agt
+    if r == 0:
+        assert all((gat[q] == q).all() and gat[q].size == 2 + q for q in range(n)), gat
+    assert (sca == 10.0 + r).all(), sca
+    assert (rs == n * (n + 1) / 2).all(), rs
+    assert (rst == total / n).all(), rst
+    assert all((a2a[q] == q * 10.0 + r).all() for q in range(n)), a2a
+    assert (a2as == np.repeat(np.arange(n, dtype=np.int16) * 10 + r, 2)).all(), a2as
     fut = dist.all_reduce(np.ones(3), async_op=True).get_future()
     fut.result(timeout=30)
 

@@ -30,6 +30,58 @@ def test_mismatch_is_the_same_error_on_every_rank(kind):
         assert all(text in o for o in out), (text, out)
 
 
+LARGE = 600_000  # float32 elements: 2.4 MB, past the one-shot range at any world size
+
+# Each run makes every kind of disagreement (bodies.MISMATCH_KINDS) in 3 ranks.
+MISMATCH_RUNS = {
+    "schedules": {"count": LARGE},
+    "forced_algorithm": {"count": LARGE, "forced": True},
+    "subgroup_reordered": {"count": 4, "members": [2, 0]},
+    "subgroup_schedules_async": {"count": LARGE, "members": [1, 2], "async_op": True},
+    "async": {"count": 4, "async_op": True},
+}
+
+
+def _kind_text(kind: str, count: int) -> list[str]:
+    """What the error must say each side called, for one kind of disagreement."""
+    coll = {"reduce_root": "reduce(", "gather_root": "gather(", "scatter_root": "scatter("}
+    return {
+        "collective": ["broadcast(", "all_reduce("],
+        "count": [f"count={count}", f"count={count + 1}"],
+        "dtype": ["dtype=float32", "dtype=float64"],
+        "op": ["op=SUM", "op=MAX"],
+    }.get(kind, [coll.get(kind, "broadcast("), "root=0", "root=1"])  # roots: group ranks
+
+
+@pytest.mark.parametrize("run", list(MISMATCH_RUNS))
+def test_every_kind_of_mismatch_on_every_path(run):
+    kw = MISMATCH_RUNS[run]
+    out = spawn_world(bodies.mismatches, 3, timeout=90, op_timeout=20, **kw)
+    members = kw.get("members", [0, 1, 2])
+    for q in set(range(3)) - set(members):
+        assert out[q] == [], out[q]  # outside the group: no call, no error
+    rows = [out[q] for q in members]
+    assert [case[0] for case in rows[0]] == list(bodies.MISMATCH_KINDS), rows[0]
+    for case in zip(*rows):
+        assert len(set(case)) == 1, case  # same path, word for word the same error
+        kind, path, error = case[0]
+        assert error is not None and error.startswith("MismatchError"), case
+        assert "ranks disagree about the call" in error, case
+        # the message names the ranks by their global ranks, in each camp
+        rest = ", ".join(map(str, members[1:]))
+        assert f"rank {members[0]} called" in error, case
+        assert f"rank{'s' if len(members) > 2 else ''} {rest} called" in error, case
+        for text in _kind_text(kind, kw["count"]):
+            assert text in error, (text, case)
+        coll, _, algorithm = path.partition("/")
+        if kw.get("forced"):
+            assert algorithm == bodies.FORCED[coll], case  # the forced schedule ran
+        elif kw["count"] == LARGE:
+            assert algorithm not in ("oneshot", ""), case  # past the one-shot path
+        else:
+            assert algorithm == "oneshot", case
+
+
 def test_all_to_all_split_disagreement_is_the_same_error_on_every_rank():
     # Split sizes are per rank; every rank publishes its own before the entry and checks
     # the whole matrix after it, so each rank raises the same MismatchError, whatever
@@ -63,6 +115,89 @@ def test_bad_arguments_name_argument_and_rank_and_send_nothing(n):
                      "'input_list' must hold", "'input' holds", "split sizes",
                      "'group' must be a ProcessGroup", "'ranks' holds"):
         assert fragment in text, fragment
+
+
+# case of bodies.bad_arguments_everywhere -> what its error must say (at 3 ranks; the
+# argument it names, quoted, whenever there is one to name).
+BAD_ARGUMENT_TEXT = {
+    "broadcast_object_list not a list": "'object_list' must be a list",
+    "broadcast_object_list src": "'src'=3 is not a rank",
+    "broadcast_object_list src and group_src": "either 'src' or 'group_src'",
+    "all_gather_object not a list": "'object_list' must be a list",
+    "all_gather_object length": "'object_list' must have 3 entries",
+    "gather_object length on dst": "'object_gather_list' must have 3 entries",
+    "gather_object no list on dst": "'object_gather_list' must be a list",
+    "gather_object dst": "'dst'=3 is not a rank",
+    "scatter_object_list empty output": "'scatter_object_output_list' must have at least one",
+    "scatter_object_list output not a list": "'scatter_object_output_list' must be a list",
+    "scatter_object_list input length": "'scatter_object_input_list' must have 3 entries",
+    "scatter_object_list input not a list": "'scatter_object_input_list' must be a list",
+    "send_object_list not a list": "'object_list' must be a list",
+    "send_object_list to itself": "'dst' is this rank itself",
+    "send_object_list dst": "'dst'=3 is not a rank",
+    "send_object_list no dst": "'dst' is required",
+    "recv_object_list not a list": "'object_list' must be a list",
+    "recv_object_list from itself": "'src' is this rank itself",
+    "recv_object_list src": "'src'=3 is not a rank",
+    "P2POp op": "'op' must be isend or irecv",
+    "P2POp blocking op": "'op' must be isend or irecv",
+    "batch_isend_irecv not a list": "'p2p_op_list' must be a list of P2POp",
+    "batch_isend_irecv not P2POps": "'p2p_op_list' must be a list of P2POp",
+    "batch_isend_irecv peer": "'src'=3 is not a rank",
+    "batch_isend_irecv to itself": "'dst' is this rank itself",
+    "batch_isend_irecv tag": "'tag' must be an int",
+    "get_global_rank out of range": "'group_rank'=3 is not a rank",
+    "get_global_rank negative": "'group_rank'=-1 is not a rank",
+    "get_global_rank not an int": "'group_rank' must be an int",
+    "get_global_rank non-member": "'group' is GroupMember.NON_GROUP_MEMBER",
+    "get_group_rank not a member": "is not a member of",
+    "get_group_rank out of range": "'global_rank'=3 is not a member",
+    "get_group_rank not an int": "'global_rank' must be an int",
+    "get_group_rank non-member": "'group' is GroupMember.NON_GROUP_MEMBER",
+    "scatter list length": "'scatter_list' must hold 3",
+    "scatter dtype": "scatter_list[0] has dtype int32 but 'tensor' has float32",
+    "scatter own piece": "holds 5 elements but 'tensor' holds 4",
+    "scatter list on a non-root rank": "'scatter_list' must be None or empty",
+    "scatter array on a non-root rank": "'scatter_list' must be None or empty",
+    "scatter src and group_src": "either 'src' or 'group_src'",
+    "gather list on a non-root rank": "'gather_list' must be None or empty",
+    "gather array on a non-root rank": "'gather_list' must be None or empty",
+    "gather dst and group_dst": "either 'dst' or 'group_dst'",
+    "broadcast src and group_src": "either 'src' or 'group_src'",
+    "reduce dst and group_dst": "either 'dst' or 'group_dst'",
+    "reduce group_dst": "'group_dst'=3 is not a rank",
+    "reduce group_dst bool": "'group_dst'=True is not a rank",
+    "reduce op": "'op' must be a meshcast.ReduceOp",
+    "reduce bxor on float": "ReduceOp.BXOR is not supported for dtype=float32",
+    "reduce_scatter op": "'op' must be a meshcast.ReduceOp",
+    "reduce_scatter min on complex": "ReduceOp.MIN is not supported for dtype=complex64",
+    "reduce_scatter avg on bool": "ReduceOp.AVG is not supported for dtype=bool",
+    "reduce_scatter_tensor dtype": "'input' has dtype int32 but 'output' has float32",
+    "all_to_all input dtype": "input_tensor_list[2] has dtype int32",
+    "all_to_all output dtype": "output_tensor_list[0] has dtype int32",
+    "all_to_all own piece": "holds 4 elements but output_tensor_list[{r}] holds 5",
+    "all_to_all_single dtype": "'output' has dtype int32 but 'input' has float32",
+    "all_to_all_single input dim 0": "'input' has 4 rows along dim 0, not divisible",
+    "all_to_all_single output dim 0": "'output' has 4 rows along dim 0, not divisible",
+    "all_to_all_single own piece": "sends 1 elements to itself",
+    "all_to_all_single split sizes type": "split sizes for 'input' must be a list",
+    "all_to_all_single split sizes bool": "split sizes for 'input' must be 3 non-negative",
+}
+
+
+def test_bad_arguments_of_every_function_name_it_and_send_nothing():
+    # Every rank makes every bad call (so no rank waits for another); each must raise
+    # InvalidUsage from the function called, naming the argument and the rank, and
+    # the body then proves nothing was sent (collectives, p2p and objects still line up).
+    out = spawn_world(bodies.bad_arguments_everywhere, 3, timeout=60, op_timeout=20)
+    for r, texts in enumerate(out):
+        assert set(texts) == set(BAD_ARGUMENT_TEXT), set(texts) ^ set(BAD_ARGUMENT_TEXT)
+        for case, text in texts.items():
+            assert text is not None, f"{case}: no InvalidUsage on rank {r}"
+            function = case.split()[0]
+            assert text.startswith(f"InvalidUsage: {function}: "), (case, text)
+            assert text.endswith(f"(rank {r})"), (case, text)
+            assert BAD_ARGUMENT_TEXT[case].format(r=r) in text, (case, text)
 
 
 @pytest.mark.parametrize("n", [1, 2, 3])

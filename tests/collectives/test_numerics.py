@@ -1,0 +1,27 @@
+"""Numerics of reductions on real processes: what fp16/bf16 accumulate in, and what
+integer AVG means, against expectations computed independently of meshcast."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshcast.testing.world import spawn_world
+
+from . import numeric_bodies as bodies
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_torch_bfloat16_reductions_accumulate_in_float32_and_round_once():
+    pytest.importorskip("torch")
+    spawn_world(bodies.torch_bfloat16_reductions, 3, timeout=90)
+
+
+def test_float16_sums_over_many_ranks_accumulate_in_float32():
+    # 5 ranks: 2048 plus four small values, which a float16 accumulator would drop.
+    spawn_world(bodies.float16_sums, 5, timeout=90)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_integer_average_truncates_toward_zero(n):
+    spawn_world(bodies.integer_average, n, timeout=90)
