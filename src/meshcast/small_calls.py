@@ -68,18 +68,27 @@ class SmallCalls:
         if not plan or not _writable(arr):
             return False
         tail, views, kernel, average = plan
-        n = self.group.size()
-
-        def reduce(parity: int) -> None:
+        group = self.group
+        engine = group.engine
+        if not engine.enter_inline():  # queued async work goes first: the closure path
+            self._run("all_reduce", tail, views, arr,
+                      lambda parity: _reduce(arr, views[parity], kernel, average))
+            return True
+        # The hottest call of all, inline: no closures, no Work.
+        try:
+            seq = next(group._seq)
+            parity = seq & 1
             regions = views[parity]
-            # Every rank reduces all inputs in rank order: bitwise identical results.
-            kernel(regions[0], regions[1], out=arr)
-            for region in regions[2:]:
-                kernel(arr, region, out=arr)
-            if average:
-                ops.finish_average(arr, n)
-
-        self._run("all_reduce", tail, views, arr, reduce)
+            regions[group._rank][...] = arr
+            group.arena.packed_oneshot(seq, _SEQ.pack(seq) + tail,
+                                       _What(group, "all_reduce", seq),
+                                       time.monotonic() + group.timeout)
+            _reduce(arr, regions, kernel, average)
+        except BaseException as exc:
+            engine.leave_inline(exc)
+            raise
+        engine.leave_inline(None)
+        group.last_algorithm = "all_reduce/oneshot"
         return True
 
     def broadcast(self, arr: np.ndarray, src: int) -> bool:
@@ -139,22 +148,30 @@ class SmallCalls:
     def _run(self, kind: str, tail: bytes, views: list[list[np.ndarray]],
              data: np.ndarray | None, use: Callable[[int], None]) -> None:
         """One call: my ``data`` into my region, one signal, then ``use(parity)`` reads the
-        regions of that parity."""
+        regions of that parity. Inline when the group is idle (no job closure, no Work);
+        behind queued async work otherwise."""
         group = self.group
         seq = next(group._seq)
         what = _What(group, kind, seq)
-        arena = group.arena
-        me = group.rank()
 
         def job() -> None:
             parity = seq & 1
             if data is not None:
-                views[parity][me][...] = data
-            arena.packed_oneshot(seq, _SEQ.pack(seq) + tail, what,
-                                 time.monotonic() + group.timeout)
+                views[parity][group._rank][...] = data
+            group.arena.packed_oneshot(seq, _SEQ.pack(seq) + tail, what,
+                                       time.monotonic() + group.timeout)
             use(parity)
 
-        group.engine.call(job, what)
+        engine = group.engine
+        if engine.enter_inline():
+            try:
+                job()
+            except BaseException as exc:
+                engine.leave_inline(exc)
+                raise
+            engine.leave_inline(None)
+        else:
+            engine.call(job, what)
         group.last_algorithm = f"{kind}/oneshot"
 
     def _plan(self, key: tuple, build: Callable[..., tuple | bool], *args: Any
@@ -248,6 +265,16 @@ class SmallCalls:
         pieces = [[region[me * c:(me + 1) * c] for region in views[p]] for p in (0, 1)]
         sched_op = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
         return tail, views, pieces, ops.kernel(sched_op, dtype), rop is ops.ReduceOp.AVG
+
+
+def _reduce(arr: np.ndarray, regions: list[np.ndarray], kernel: Any, average: bool) -> None:
+    """``arr`` = the reduction of every rank's region, in rank order on every rank, so that
+    all ranks end with bitwise identical results; AVG divides once at the end."""
+    kernel(regions[0], regions[1], out=arr)
+    for region in regions[2:]:
+        kernel(arr, region, out=arr)
+    if average:
+        ops.finish_average(arr, len(regions))
 
 
 def _writable(arr: np.ndarray) -> bool:

@@ -48,6 +48,7 @@ _MSG_BYTES = 960
 _COUNT = 16  # byte offset of the count field in a packed fingerprint
 SMALL_BYTES = 1 << 20  # per rank and parity: the largest one-shot contribution
 _EXPOSED = struct.Struct("<QQQ")  # see Arena.expose
+_U64 = struct.Struct("<Q")
 assert FP_SIZE + _EXPOSED.size <= _LINE
 
 
@@ -122,19 +123,22 @@ class Arena:
 
     def signal(self, phase: int) -> None:
         """Publish ``(current seq, phase)``; wakes ranks sleeping on this rank."""
-        self._words[self.rank] = self._value(phase)
-        _sync.fence()
-        if self._sleeping.max() and (self._sleeping == self.rank + 1).any():
-            _sync.futex_wake(self._word_addr[self.rank])
+        # Words through the memoryview: item access costs a fraction of NumPy's.
+        q, me = self._qwords, self.rank
+        q[me * 8] = (self.seq << _PHASE_BITS) | phase
+        _sync.fence()  # the store above before reading the sleeping words
+        for r in range(self.n):
+            if q[r * 8 + 1] == me + 1:
+                _sync.futex_wake(self._word_addr[me])
+                break
 
     def wait(self, ranks: Sequence[int], phase: int) -> None:
         """Block until every rank in ``ranks`` signalled ``phase`` or later in this seq."""
-        target = self._value(phase)
-        words = self._words
+        target = (self.seq << _PHASE_BITS) | phase
+        q = self._qwords
         for r in ranks:
-            if words[r] >= target:
-                continue
-            self._wait_one(r, target, ranks, phase)
+            if q[r * 8] < target:
+                self._wait_one(r, target, ranks, phase)
 
     def _wait_one(self, r: int, target: int, ranks: Sequence[int], phase: int) -> None:
         words = self._words
@@ -148,12 +152,14 @@ class Arena:
                 _sync.futex_wait(addr, seen & 0xFFFFFFFF, timeout)
             self._sleeping[self.rank] = 0
 
+        q = self._qwords
+        at = r * 8
         try:
             _sync.wait_until(
-                lambda: words[r] >= target,
+                lambda: q[at] >= target,
                 deadline=self.deadline,
                 describe=lambda: f"{self.what} (phase {phase})",
-                pending=lambda: [self.global_ranks[q] for q in ranks if words[q] < target],
+                pending=lambda: [self.global_ranks[p] for p in ranks if words[p] < target],
                 liveness=self.liveness,
                 block=block,
                 check_abort=self.check_abort,
@@ -288,9 +294,9 @@ class Arena:
         return _EXPOSED.unpack(self._mv[at:at + 24])
 
     def _publish(self, fp: Fingerprint) -> np.ndarray:
-        table = self._fp_tables[fp.seq & 1]
-        table[self.rank] = np.frombuffer(fp.pack(), np.uint8)
-        return table
+        at = self._fp_at[fp.seq & 1][self.rank]
+        self._mv[at:at + FP_SIZE] = fp.pack()
+        return self._fp_tables[fp.seq & 1]
 
     def _compare(self, table: np.ndarray, seq: int, per_rank_counts: bool, root_layout: int
                  ) -> list[int]:
@@ -302,8 +308,12 @@ class Arena:
                 return []
             same = False
         elif per_rank_counts:
-            same = ((table[:, :_COUNT] == mine[:_COUNT]).all()
-                    and (table[:, _COUNT + 8:end] == mine[_COUNT + 8:end]).all())
+            # Bytes, not NumPy: a handful of short slices compare faster than two reductions.
+            mv, at = self._mv, self._fp_at[seq & 1]
+            me = at[self.rank]
+            head, tail = mv[me:me + _COUNT], mv[me + _COUNT + 8:me + end]
+            same = all(mv[a:a + _COUNT] == head and mv[a + _COUNT + 8:a + end] == tail
+                       for a in at)
         else:
             same = (table == mine).all()
         if not same:
@@ -321,9 +331,10 @@ class Arena:
                 raise
         if not per_rank_counts and root_layout < 0:
             return []
-        result = [int(c) for c in table[:, _COUNT:_COUNT + 8].copy().view(np.uint64).reshape(-1)]
+        mv, at = self._mv, self._fp_at[seq & 1]
+        result = [_U64.unpack_from(mv, a + _COUNT)[0] for a in at]
         if root_layout >= 0:
-            expected = int(table[root_layout, _COUNT + 8:_COUNT + 16].copy().view(np.uint64)[0])
+            expected = _U64.unpack_from(mv, at[root_layout] + _COUNT + 8)[0]
             if expected and expected != counts_hash(result):
                 raise MismatchError(
                     f"collective #{seq} on {self.name}: the list sizes on the root (rank "
