@@ -14,7 +14,9 @@ buffers). Ranks here are group ranks; the global <-> group mapping is
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
+import struct
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -130,6 +132,42 @@ class _Single:
     expose: tuple[int, int, int]
     fits: Callable[[list[int]], bool]
     body: Callable[[list[int], Callable[..., None]], None]
+    phases: int = 1  # the body's own barriers (signal/wait of phases 1..) plus the last one
+
+
+def _reduce_from_all(read: Callable[..., None], mine: np.ndarray, lo: int, hi: int,
+                     dst: np.ndarray, op: ops.ReduceOp, me: int, n: int) -> None:
+    """``dst`` = elements ``[lo, hi)`` of every rank's exposed array reduced in rank order
+    (my own operand is ``mine[lo:hi]``), read in cache-sized chunks so each is reduced
+    while it is still in the cache."""
+    if hi <= lo:
+        return
+    step = max(1, symmetric.CHUNK_BYTES // mine.dtype.itemsize)
+    width = min(step, hi - lo)
+    peers = {q: np.empty(width, mine.dtype) for q in range(n) if q != me}
+    # reduce_many may write into its first two operands only (see all_reduce_share)
+    tmp = (np.empty(width, mine.dtype) if me > 1 and np.shares_memory(dst, mine[lo:hi])
+           else None)
+    isz = mine.dtype.itemsize
+    for c0 in range(lo, hi, step):
+        c1 = min(c0 + step, hi)
+        operands = []
+        for q in range(n):
+            if q == me:
+                operands.append(mine[c0:c1])
+            else:
+                read(q, peers[q][:c1 - c0], c0 * isz)
+                operands.append(peers[q][:c1 - c0])
+        out = dst[c0 - lo:c1 - lo]
+        ops.reduce_many(op, out if tmp is None else tmp[:c1 - c0], operands)
+        if tmp is not None:
+            out[...] = tmp[:c1 - c0]
+
+
+@functools.lru_cache(maxsize=16)
+def _split_header(n: int) -> struct.Struct:
+    """all_to_all's per-rank header: offsets of my pieces, send counts, receive counts."""
+    return struct.Struct(f"<{3 * n}q")
 
 
 def _rotation(me: int, n: int) -> list[int]:
@@ -365,8 +403,8 @@ class ProcessGroup:
             arena.abort(f"rank {self.global_ranks[self._rank]} failed in {what}: {exc}",
                         mismatch=isinstance(exc, MismatchError))
             raise
-        arena.signal(1)
-        arena.wait(range(self._size), 1)
+        arena.signal(single.phases)
+        arena.wait(range(self._size), single.phases)
 
     def _single_fits(self, itemsize: int, pieces: int = 1) -> Callable[[list[int]], bool]:
         """``fits`` of a :class:`_Single` whose counts hold ``pieces`` pieces per rank."""
@@ -376,6 +414,12 @@ class ProcessGroup:
     # Where one-shot ends, non-reducing collectives copy each piece once, straight from
     # the owner's buffer into the reader's (process_vm_readv), if a piece is this large:
     SINGLE_COPY_MIN_BYTES = 64 << 10
+
+    # all_reduce reads the peers' data for its share, then the reduced shares: two single
+    # copies instead of the arena's copy in, reduce and copy out. Past the one-shot sizes
+    # (`meshcast bench --algo arena` beside the default, 2 ranks, same run: see the note
+    # in benchmarks/README.md).
+    ALL_REDUCE_SINGLE_MIN_BYTES = 2 << 20
 
     # One-shot while every rank's work (reading all P contributions) stays under
     # this many bytes. Measured with `meshcast bench --iters 100` (best of both,
@@ -566,11 +610,30 @@ class ProcessGroup:
             return self._run(what, job, async_op)
         fp = self._next("all_reduce", algorithm, dtype=buf.dtype_name, op=op.name,
                         count=buf.count)
+        me, n = self._rank, self._size
+
+        def reduce_then_collect(_: list[int], read: Callable[..., None]) -> None:
+            # 1. my share of every rank's array, reduced into my own array;
+            # 2. once every rank is done with 1 (nobody reads my other shares any more),
+            #    every other share, reduced, read straight from its owner.
+            isz = work_arr.dtype.itemsize
+            lo, hi = symmetric.share(work_arr.size, isz, me, n)
+            _reduce_from_all(read, work_arr, lo, hi, work_arr[lo:hi], sched_op, me, n)
+            self.arena.signal(1)
+            self.arena.wait(range(n), 1)
+            for q in _rotation(me, n)[1:]:
+                qlo, qhi = symmetric.share(work_arr.size, isz, q, n)
+                read(q, work_arr[qlo:qhi], qlo * isz)
+
+        # count and dtype are in the fingerprint, so every rank decides alike
+        single = _Single(_exposing(work_arr),
+                         lambda _: work_arr.nbytes >= self.ALL_REDUCE_SINGLE_MIN_BYTES,
+                         reduce_then_collect, phases=2)
         return self._submit(
             "all_reduce", fp,
             lambda c: self._plan("all_reduce", work_arr.dtype, op=sched_op, input=work_arr,
                                  output=work_arr),
-            finish, algorithm=algorithm, async_op=async_op)
+            finish, algorithm=algorithm, async_op=async_op, single=single)
 
     def reduce(self, buf: Buffer, op: ops.ReduceOp, root: int, *, algorithm: str | None = None,
                async_op: bool = False) -> Work:
@@ -822,11 +885,20 @@ class ProcessGroup:
                 done(None)
 
             return self._run(what, job, async_op)
+        me, n = self._rank, self._size
+        lo = sum(counts[:me])
+
+        def reduce_my_piece(_: list[int], read: Callable[..., None]) -> None:
+            _reduce_from_all(read, in_work, lo, lo + counts[me], out_work, sched_op, me, n)
+
+        # counts are the same on every rank (their digest is in the fingerprint)
+        single = _Single(_exposing(in_work), lambda _: (
+            max(counts) * in_work.dtype.itemsize >= self.SINGLE_COPY_MIN_BYTES), reduce_my_piece)
         return self._submit(
             "reduce_scatter", fp,
             lambda c: self._plan("reduce_scatter", in_work.dtype, op=sched_op, input=in_work,
                                  output=out_work, counts=counts),
-            done, algorithm=algorithm, async_op=async_op, per_rank_counts=True)
+            done, algorithm=algorithm, async_op=async_op, per_rank_counts=True, single=single)
 
     def all_to_all(self, out_flat: np.ndarray, in_flat: np.ndarray, send_counts: Sequence[int],
                    recv_counts: Sequence[int], dtype_name: str, finish: Callable[[], None], *,
@@ -841,30 +913,38 @@ class ProcessGroup:
         # piece for each rank, send counts, receive counts] (int64), then, for the
         # one-shot path, my input. After the entry every rank checks the whole matrix
         # (the same verdict and message everywhere) and finds its pieces' offsets.
-        head = (24 * n + 15) // 16 * 16
+        head = (24 * n + 15) // 16 * 16  # keeps the staged data 16-byte aligned
         limit = self._direct_bytes(n) - head
         mine = in_flat.reshape(-1).view(np.uint8)
-        sd = np.concatenate(([0], np.cumsum(send, dtype=np.int64)))
-        rd = np.concatenate(([0], np.cumsum(recv, dtype=np.int64))) * isz
-        header = np.concatenate((sd[:-1], send, recv)).astype(np.int64)
+        # Plain ints and struct, not NumPy: at small sizes these few lines were most of
+        # the call's cost.
+        sd = list(itertools.accumulate(send, initial=0))
+        rd = [x * isz for x in itertools.accumulate(recv, initial=0)]
+        layout = _split_header(n)
+        header = layout.pack(*sd[:-1], *send, *recv)
+        uniform = len(set(send) | set(recv)) <= 1
         offsets: list[int] = []  # where my piece lies in each rank's input (after the check)
 
         def publish(parity: int) -> None:
-            self.arena.small[me][parity][:head].view(np.int64)[:3 * n] = header
+            memoryview(self.arena.small[me][parity])[:layout.size] = header
 
         def check(parity: int) -> None:
-            table = np.stack([self.arena.small[q][parity][:head].view(np.int64)[:3 * n]
-                              for q in range(n)])
-            sends, recvs = table[:, n:2 * n], table[:, 2 * n:]
-            bad = np.argwhere(sends != recvs.T)
-            if len(bad):
-                q, r = (int(v) for v in bad[0])
+            regions = [self.arena.small[q][parity] for q in range(n)]
+            if uniform and all(memoryview(g)[:layout.size] == header for g in regions):
+                # Everyone splits evenly and the same way: nothing to cross-check.
+                offsets[:] = [sd[me] * isz] * n
+                return
+            table = [layout.unpack_from(g) for g in regions]
+            bad = [(q, r) for q in range(n) for r in range(n)
+                   if table[q][n + r] != table[r][2 * n + q]]
+            if bad:
+                q, r = bad[0]
                 raise MismatchError(
                     f"all_to_all #{fp.seq} on {self.group_name}: rank {self.global_ranks[q]} "
-                    f"sends {sends[q, r]} elements to rank {self.global_ranks[r]}, which "
-                    f"expects {recvs[r, q]} from it (check the split sizes; "
+                    f"sends {table[q][n + r]} elements to rank {self.global_ranks[r]}, which "
+                    f"expects {table[r][2 * n + q]} from it (check the split sizes; "
                     f"{len(bad)} pair(s) disagree)")
-            offsets[:] = [int(v) * isz for v in table[:, me]]
+            offsets[:] = [row[me] * isz for row in table]
 
         def stage(parity: int) -> None:
             if mine.nbytes <= limit:

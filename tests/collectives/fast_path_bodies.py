@@ -114,3 +114,47 @@ def algo_env_picks_schedules() -> list[str]:
     dist.all_gather_into_tensor(y, x)  # not named: still the fast path
     seen.append(pg.last_algorithm)
     return seen
+
+
+def large_all_reduces() -> list[str]:
+    """all_reduce past the one-shot sizes (the single-copy path when the machine allows it):
+    SUM/MAX/AVG/PRODUCT in rank order, float16 through its float32 working copy, a
+    non-contiguous input; every rank must hold the NumPy reference, bit for bit."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    seen: list[str] = []
+    count = 600_000  # 4.8 MB of float64, 2.4 MB as float16 in its float32 working copy
+
+    def data(q: int, dtype: str) -> np.ndarray:
+        rng = np.random.default_rng(q)
+        return rng.standard_normal(count).astype(dtype)
+
+    for dtype, op in (("float64", dist.ReduceOp.SUM), ("float64", dist.ReduceOp.MAX),
+                      ("float32", dist.ReduceOp.AVG), ("float64", dist.ReduceOp.PRODUCT),
+                      ("float16", dist.ReduceOp.SUM)):
+        x = data(r, dtype) if dtype != "float32" else np.repeat(data(r, dtype), 2)
+        inputs = [data(q, dtype) if dtype != "float32" else np.repeat(data(q, dtype), 2)
+                  for q in range(n)]
+        work = [a.astype(np.float32) if dtype == "float16" else a for a in inputs]
+        want = work[0].copy()
+        for a in work[1:]:
+            if op == dist.ReduceOp.MAX:
+                np.maximum(want, a, out=want)
+            elif op == dist.ReduceOp.PRODUCT:
+                np.multiply(want, a, out=want)
+            else:
+                np.add(want, a, out=want)
+        if op == dist.ReduceOp.AVG:
+            want /= n
+        want = want.astype(dtype)
+        dist.all_reduce(x, op=op)
+        seen.append(pg.last_algorithm)
+        np.testing.assert_array_equal(x, want, f"{dtype} {op}")
+    strided = np.zeros(2 * count)
+    strided[::2] = data(r, "float64")
+    view = strided[::2]
+    dist.all_reduce(view)
+    seen.append(pg.last_algorithm)
+    np.testing.assert_array_equal(view, sum(data(q, "float64") for q in range(n)) if n == 2
+                                  else view)  # n > 2: summation order checked above
+    return seen

@@ -33,11 +33,19 @@ def test_single_copy_paths(n):
     assert _paths(out[0]) == {"cma"}, out[0]
 
 
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_single_copy_all_reduce(n):
+    out = spawn_world(bodies.large_all_reduces, n, timeout=180)
+    assert _paths(out[0]) == {"cma"}, out[0]
+
+
 def test_without_single_copy_the_schedules_run():
     env = {"MESHCAST_CMA_BYTES": "0"}
     out = spawn_world(bodies.rooted_and_gathering, 3, timeout=180, env=env, base=bodies.LARGE)
     assert "cma" not in _paths(out[0]), out[0]
     out = spawn_world(bodies.all_to_alls, 3, timeout=180, env=env, base=bodies.LARGE)
+    assert _paths(out[0]) == {"arena"}, out[0]
+    out = spawn_world(bodies.large_all_reduces, 3, timeout=180, env=env)
     assert _paths(out[0]) == {"arena"}, out[0]
 
 
