@@ -531,6 +531,12 @@ def reduce(tensor: Any, dst: int | None = None, op: Any = ReduceOp.SUM, group: G
     truncates toward zero (the integer sum divided by the group size, e.g.
     -7 over 2 ranks gives -3), as in :func:`all_reduce`.
     """
+    if (type(tensor) is np.ndarray and async_op is False and algorithm is None
+            and group_dst is None and type(dst) is int):
+        w = _world.current  # tiny calls: see all_reduce
+        pg = (w.default_group if group is None else group) if w is not None else None
+        if type(pg) is ProcessGroup and pg in w.groups and pg.small.reduce(tensor, op, dst):
+            return None
     caller = "reduce"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)

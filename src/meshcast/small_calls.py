@@ -91,6 +91,22 @@ class SmallCalls:
         group.last_algorithm = "all_reduce/oneshot"
         return True
 
+    def reduce(self, arr: np.ndarray, op: Any, dst: int) -> bool:
+        """:meth:`ProcessGroup.reduce` of ``arr`` into global rank ``dst`` (in place there)."""
+        plan = self._plan(("reduce", arr.dtype, arr.shape, op, dst), self._reduce_plan,
+                          arr, op, dst)
+        if not plan or not _writable(arr):
+            return False
+        tail, views, kernel, average, root = plan
+        me = self.group.rank()
+
+        def reduce_at_root(parity: int) -> None:
+            if me == root:
+                _reduce(arr, views[parity], kernel, average)
+
+        self._run("reduce", tail, views, arr, reduce_at_root)
+        return True
+
     def broadcast(self, arr: np.ndarray, src: int) -> bool:
         """:meth:`ProcessGroup.broadcast` of ``arr`` from global rank ``src``."""
         plan = self._plan(("broadcast", arr.dtype, arr.shape, src), self._broadcast_plan,
@@ -219,18 +235,25 @@ class SmallCalls:
 
     # ------------------------------------------------------------------ plans
 
-    def _all_reduce_plan(self, arr: np.ndarray, op: Any) -> tuple | bool:
+    def _all_reduce_plan(self, arr: np.ndarray, op: Any, kind: str = "all_reduce",
+                         root: int | None = -1) -> tuple | bool:
         dtype = arr.dtype
         # float16 needs a float32 working copy. (Symmetric arrays take the one-shot
         # path too at the sizes that fit it.)
-        if dtype.name not in ops.FAST_DTYPES or not dtype.isnative or not self._fits(arr.nbytes):
+        if (root is None or dtype.name not in ops.FAST_DTYPES or not dtype.isnative
+                or not self._fits(arr.nbytes)):
             return False
-        rop = self._valid_op(op, dtype, "all_reduce")
+        rop = self._valid_op(op, dtype, kind)
         if rop is None:
             return False
-        tail = self._tail("all_reduce", dtype=dtype.name, op=rop.name, count=arr.size)
+        tail = self._tail(kind, dtype=dtype.name, op=rop.name, root=root, count=arr.size)
         sched_op = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
         return tail, self._views(arr), ops.kernel(sched_op, dtype), rop is ops.ReduceOp.AVG
+
+    def _reduce_plan(self, arr: np.ndarray, op: Any, dst: int) -> tuple | bool:
+        root = self.group._group_rank_of.get(dst)
+        plan = self._all_reduce_plan(arr, op, kind="reduce", root=root)
+        return (*plan, root) if isinstance(plan, tuple) else False
 
     def _broadcast_plan(self, arr: np.ndarray, src: int) -> tuple | bool:
         dtype = arr.dtype

@@ -581,6 +581,13 @@ def tiny_call_paths() -> None:
         y[:] = r
         dist.broadcast(y, src=n - 1)
         assert (y == n - 1).all(), y
+    for root in range(n):  # reduce: rank 0 on the lane, the others on the general path
+        base = np.zeros(8, np.float64)
+        z = base[:4] if r == 0 else base[::2]
+        z[:] = r + 1
+        dist.reduce(z, dst=root, op=ReduceOp.PRODUCT)
+        want = float(np.prod(np.arange(1, n + 1))) if r == root else r + 1
+        assert (z == want).all(), (root, z)
     # all_gather_into_tensor / reduce_scatter_tensor: rank 0 on the lane, the others
     # with non-contiguous (staged) inputs on the general path; then in place.
     for k in range(3):
@@ -603,7 +610,8 @@ def tiny_call_paths() -> None:
         dist.all_gather_into_tensor(whole, whole[4 * r:4 * r + 4])  # in place
         assert (whole.reshape(n, 4) == (np.arange(n) + 10)[:, None]).all()
     assert {key[0] for key in pg.small.plans} >= {"all_reduce", "broadcast", "all_gather",
-                                                  "reduce_scatter"}, pg.small.plans.keys()
+                                                  "reduce_scatter", "reduce"}, pg.small.plans.keys()
+    assert any(plan for key, plan in pg.small.plans.items() if key[0] == "reduce") or r != 0
     # Call order: a tiny synchronous call queues behind pending async work.
     big = np.full(300_000, r, np.float64)
     tiny = np.full(3, r, np.float64)
