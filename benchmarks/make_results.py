@@ -4,7 +4,7 @@ Run:  python benchmarks/make_results.py [extra meshcast bench flags]
 Each run writes a page (README.md, results/bench.jsonl, results/*.svg,
 results/bench.html; results/bench.png too when matplotlib is installed):
 
-* ``benchmarks/``: every collective, 8 B .. 16 MiB in steps of 4, 2 ranks,
+* ``benchmarks/``: every collective, 8 B .. 64 MiB in steps of 4, 2 ranks,
   best of 3 rounds, meshcast beside Gloo and MPICH;
 * ``benchmarks/symmetric/``: the collectives that run in place on symmetric
   buffers (``meshcast.empty``), 8 B .. 64 MiB, beside plain meshcast and MPICH;
@@ -21,7 +21,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 RUNS = [
-    ("", ["-n", "2", "--op", "all", "-b", "8", "-e", "16M", "-f", "4", "--rounds", "3",
+    ("", ["-n", "2", "--op", "all", "-b", "8", "-e", "64M", "-f", "4", "--rounds", "3",
           "--compare", "gloo,mpi"]),
     ("symmetric", ["-n", "2", "--op", "all_reduce,broadcast,all_gather,reduce_scatter",
                    "-b", "8", "-e", "64M", "-f", "4", "--rounds", "3", "--symmetric",
