@@ -10,6 +10,7 @@ of an uneven all_gather, for example).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import struct
 import zlib
@@ -124,6 +125,8 @@ def compare(fingerprints: Sequence[Fingerprint], group_ranks: Sequence[int], wha
     seq = max(fp.seq for fp in fingerprints)
     calls: dict[Fingerprint, list[int]] = {}
     for r, fp in enumerate(fingerprints):
+        if 0 <= fp.root < len(group_ranks):  # roots by global rank, as the ranks are
+            fp = dataclasses.replace(fp, root=group_ranks[fp.root])
         calls.setdefault(fp, []).append(group_ranks[r])
     lines = [f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))} called "
              f"{fp.describe()}" for fp, rs in calls.items()]

@@ -102,8 +102,10 @@ def empty(shape: int | Sequence[int], dtype: Any = np.float32, *,
     assert w is not None  # _resolve succeeded
 
     def barrier(key: str) -> None:
-        _world.store_barrier(pg.store if pg.store is not None else w.store, key, pg.size(),
-                             w.timeout, f"{caller} on {pg.group_name}: attaching the memory")
+        # per-rank keys: a member that died before arriving is named, not waited for
+        _world.rank_barrier(pg.store if pg.store is not None else w.store, key,
+                            pg.global_ranks[pg.rank()], pg.global_ranks, w.timeout,
+                            f"{caller} on {pg.group_name}: attaching the memory", w.liveness)
 
     store = pg.store if pg.store is not None else w.store
     alloc = pg.symmetric.allocate(nbytes, store, f"meshcast/group/{pg.group_id}", barrier)

@@ -18,8 +18,14 @@ from . import _api
 from .errors import usage
 
 
-def _dump(obj: Any) -> np.ndarray:
-    return np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8).copy()
+def _dump(obj: Any, name: str, caller: str) -> np.ndarray:
+    """``obj`` pickled, or InvalidUsage naming the argument (before anything is sent)."""
+    try:
+        raw = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # noqa: BLE001 - pickle raises many types for one cause
+        raise usage(caller, f"'{name}' cannot be pickled: {type(exc).__name__}: {exc}",
+                    _api._rank()) from exc
+    return np.frombuffer(raw, np.uint8).copy()
 
 
 def _load(raw: np.ndarray) -> Any:
@@ -47,7 +53,8 @@ def broadcast_object_list(object_list: list[Any], src: int | None = None, group:
         return
     root = _api._root(pg, src, group_src, name="src", caller=caller)
     me = pg.rank() == root
-    blobs = [_dump(o) for o in object_list] if me else []
+    blobs = ([_dump(o, f"object_list[{i}]", caller) for i, o in enumerate(object_list)]
+             if me else [])
     sizes = np.array([b.size for b in blobs] if me else [0] * len(object_list), np.int64)
     _api.broadcast(sizes, group=group, group_src=root)
     data = np.concatenate(blobs) if me and blobs else np.empty(int(sizes.sum()), np.uint8)
@@ -70,7 +77,7 @@ def all_gather_object(object_list: list[Any], obj: Any, group: Any = None) -> No
     if len(object_list) != n:
         raise usage(caller, f"'object_list' must have {n} entries (one per rank), got "
                             f"{len(object_list)}", _api._rank())
-    blob = _dump(obj)
+    blob = _dump(obj, "obj", caller)
     sizes = [np.zeros(1, np.int64) for _ in range(n)]
     _api.all_gather(sizes, np.array([blob.size], np.int64), group=group)
     pieces = [np.empty(int(s[0]), np.uint8) for s in sizes]
@@ -94,7 +101,7 @@ def gather_object(obj: Any, object_gather_list: list[Any] | None = None, dst: in
         if len(object_gather_list) != n:
             raise usage(caller, f"'object_gather_list' must have {n} entries on dst, got "
                                 f"{len(object_gather_list)}", _api._rank())
-    blob = _dump(obj)
+    blob = _dump(obj, "obj", caller)
     sizes = [np.zeros(1, np.int64) for _ in range(n)] if me else None
     _api.gather(np.array([blob.size], np.int64), sizes, group=group, group_dst=root)
     pieces = [np.empty(int(s[0]), np.uint8) for s in sizes] if me else None
@@ -127,7 +134,7 @@ def scatter_object_list(scatter_object_output_list: list[Any],
         if len(ins) != n:
             raise usage(caller, f"'scatter_object_input_list' must have {n} entries on src, "
                                 f"got {len(ins)}", _api._rank())
-        blobs = [_dump(o) for o in ins]
+        blobs = [_dump(o, f"scatter_object_input_list[{i}]", caller) for i, o in enumerate(ins)]
     size = np.zeros(1, np.int64)
     _api.scatter(size, [np.array([b.size], np.int64) for b in blobs] if me else None,
                  group=group, group_src=root)
@@ -146,7 +153,7 @@ def send_object_list(object_list: list[Any], dst: int | None = None, group: Any 
         return
     # Checked here so that the error names this function, not the send inside it.
     _api._peer(pg, dst, group_dst, "dst", caller)
-    blobs = [_dump(o) for o in object_list]
+    blobs = [_dump(o, f"object_list[{i}]", caller) for i, o in enumerate(object_list)]
     sizes = np.array([b.size for b in blobs], np.int64)
     _api.send(sizes, dst, group=group, group_dst=group_dst)
     _api.send(np.concatenate(blobs) if blobs else np.empty(0, np.uint8), dst, group=group,

@@ -45,20 +45,6 @@ def host_id() -> str:
     return f"{socket.gethostname()}/{boot}"
 
 
-def store_barrier(store: Any, key: str, n: int, timeout: float, what: str) -> None:
-    """Return once ``n`` callers reached ``key`` (one ``add`` each, one ``wait``).
-
-    Anonymous callers, so it cannot tell who is missing or check liveness:
-    prefer :func:`rank_barrier` where the members' ranks are known.
-    """
-    if store.add(key, 1) == n:
-        store.set(key + "/done", b"1")
-    try:
-        store.wait([key + "/done"], timeout)
-    except CommTimeout:
-        raise CommTimeout(f"{what}: not every rank arrived within {timeout:.0f}s") from None
-
-
 def wait_for_ranks(store: Any, keys: Mapping[int, str], timeout: float, what: str,
                    liveness: _sync.PeerCheck | None) -> None:
     """Return once every key of ``keys`` exists; each is set by the rank it is filed under.

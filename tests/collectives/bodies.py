@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -249,6 +250,10 @@ def bad_arguments_everywhere() -> dict[str, str | None]:
         "broadcast_object_list src and group_src": lambda: dist.broadcast_object_list(
             [1], src=0, group_src=0),
         "all_gather_object not a list": lambda: dist.all_gather_object("ab", 1),
+        "all_gather_object unpicklable": lambda: dist.all_gather_object([None] * n,
+                                                                        lambda: None),
+        "broadcast_object_list unpicklable": lambda: dist.broadcast_object_list(
+            [1, threading.Lock()], src=r),
         "all_gather_object length": lambda: dist.all_gather_object([None] * (n + 1), 1),
         "gather_object length on dst": lambda: dist.gather_object(1, [None] * (n - 1), dst=r),
         "gather_object no list on dst": lambda: dist.gather_object(1, None, dst=r),

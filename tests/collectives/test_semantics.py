@@ -42,15 +42,16 @@ MISMATCH_RUNS = {
 }
 
 
-def _kind_text(kind: str, count: int) -> list[str]:
+def _kind_text(kind: str, count: int, members: list[int]) -> list[str]:
     """What the error must say each side called, for one kind of disagreement."""
     coll = {"reduce_root": "reduce(", "gather_root": "gather(", "scatter_root": "scatter("}
+    # roots are group ranks 0 and 1; the message names them by global rank, like the ranks
     return {
         "collective": ["broadcast(", "all_reduce("],
         "count": [f"count={count}", f"count={count + 1}"],
         "dtype": ["dtype=float32", "dtype=float64"],
         "op": ["op=SUM", "op=MAX"],
-    }.get(kind, [coll.get(kind, "broadcast("), "root=0", "root=1"])  # roots: group ranks
+    }.get(kind, [coll.get(kind, "broadcast("), f"root={members[0]}", f"root={members[1]}"])
 
 
 @pytest.mark.parametrize("run", list(MISMATCH_RUNS))
@@ -71,7 +72,7 @@ def test_every_kind_of_mismatch_on_every_path(run):
         rest = ", ".join(map(str, members[1:]))
         assert f"rank {members[0]} called" in error, case
         assert f"rank{'s' if len(members) > 2 else ''} {rest} called" in error, case
-        for text in _kind_text(kind, kw["count"]):
+        for text in _kind_text(kind, kw["count"], members):
             assert text in error, (text, case)
         coll, _, algorithm = path.partition("/")
         if kw.get("forced"):
@@ -123,6 +124,8 @@ BAD_ARGUMENT_TEXT = {
     "broadcast_object_list not a list": "'object_list' must be a list",
     "broadcast_object_list src": "'src'=3 is not a rank",
     "broadcast_object_list src and group_src": "either 'src' or 'group_src'",
+    "all_gather_object unpicklable": "'obj' cannot be pickled",
+    "broadcast_object_list unpicklable": "'object_list[1]' cannot be pickled",
     "all_gather_object not a list": "'object_list' must be a list",
     "all_gather_object length": "'object_list' must have 3 entries",
     "gather_object length on dst": "'object_gather_list' must have 3 entries",
