@@ -458,11 +458,12 @@ class ProcessGroup:
         return Fingerprint(next(self._seq), kind, path=path_digest(algorithm, oneshot), **fields)
 
     # Where the one-shot path runs (one synchronisation, a copy in), it beats the
-    # symmetric all_reduce and broadcast (two synchronisations, no copies): in
-    # benchmarks/symmetric, 2 ranks, 42.8 vs 27.8 us at 128 KiB and 74.6 vs 65.0 us at
-    # 512 KiB; from 2 MiB on the symmetric path wins (172 vs 310 us). So those two go
-    # symmetric only where the one-shot path ends. all_gather / reduce_scatter, whose
-    # symmetric forms save a copy of every piece, do from this size on:
+    # symmetric broadcast (two synchronisations, no copies), which therefore starts
+    # where the one-shot path ends. The symmetric all_reduce wins from 512 KiB
+    # (`meshcast bench --symmetric`, 2 ranks, same run: 59.5 vs 79.2 us at 512 KiB,
+    # 85.6 vs 206 us at 1 MiB; a tie at 256 KiB), and all_gather / reduce_scatter,
+    # whose symmetric forms save a copy of every piece, from 64 KiB:
+    SYMMETRIC_ALL_REDUCE_MIN_BYTES = 512 << 10
     SYMMETRIC_MIN_BYTES = 64 << 10
 
     def _region(self, flat: np.ndarray, algorithm: str | None,
@@ -580,8 +581,10 @@ class ProcessGroup:
             buf.finish()
 
         region = None
-        if not upcast and not self._oneshot(work_arr.nbytes, algorithm):
-            region = self._region(work_arr, algorithm, 0)
+        if not upcast:
+            region = self._region(work_arr, algorithm,
+                                  self.SYMMETRIC_ALL_REDUCE_MIN_BYTES
+                                  if self._oneshot(work_arr.nbytes, algorithm) else 0)
         if region is not None:
             fp = self._symmetric_fp("all_reduce", region, dtype=buf.dtype_name, op=op.name,
                                     count=buf.count)

@@ -67,6 +67,8 @@ class SmallCalls:
                           arr, op)
         if not plan or not _writable(arr):
             return False
+        if self._symmetric(arr, self.group.SYMMETRIC_ALL_REDUCE_MIN_BYTES):
+            return False
         tail, views, kernel, average = plan
         group = self.group
         engine = group.engine
@@ -211,11 +213,15 @@ class SmallCalls:
         return [[small[r][p][:like.nbytes].view(like.dtype).reshape(like.shape)
                  for r in range(self.group.size())] for p in (0, 1)]
 
-    def _symmetric(self, arr: np.ndarray) -> bool:
-        """Whether ``arr`` is large enough for the symmetric path and lies in a symmetric
-        allocation (all_gather's output, reduce_scatter's input): that path is faster."""
+    def _symmetric(self, arr: np.ndarray, least: int | None = None) -> bool:
+        """Whether ``arr`` is large enough for the symmetric path (``least`` bytes, the
+        group's SYMMETRIC_MIN_BYTES by default) and lies in a symmetric allocation
+        (all_gather's output, reduce_scatter's input, all_reduce's array): that path
+        is faster then."""
         heap = self.group.symmetric
-        return (bool(heap.allocations) and arr.nbytes >= self.group.SYMMETRIC_MIN_BYTES
+        if least is None:
+            least = self.group.SYMMETRIC_MIN_BYTES
+        return (bool(heap.allocations) and arr.nbytes >= least
                 and heap.find(arr.reshape(-1)) is not None)
 
     def _fits(self, nbytes: int) -> bool:

@@ -204,3 +204,20 @@ def gather_and_scatter_reduce(counts: list[int]) -> list[str]:
                 dist.reduce_scatter_tensor(src[r * c:(r + 1) * c], src, op=op)  # in place
                 assert src[r * c:(r + 1) * c].tobytes() == expected.tobytes(), (name, c, op)
     return sorted(a for a in seen if a)
+
+
+def default_path_choice() -> list[str]:
+    """With the group's default thresholds: a symmetric all_reduce of 1 MiB (inside the
+    one-shot range at 2 ranks) takes the symmetric path, an ordinary array the one-shot
+    one, a small symmetric array the one-shot one; all three give the right sum."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    seen = []
+    total = n * (n - 1) / 2
+    for count, symmetric in ((1 << 18, True), (1 << 18, False), (64, True)):
+        buf = dist.empty(count, np.float32) if symmetric else np.empty(count, np.float32)
+        buf[:] = r
+        dist.all_reduce(buf)
+        assert (buf == total).all(), (count, symmetric)
+        seen.append(pg.last_algorithm)
+    return seen

@@ -69,3 +69,8 @@ def test_all_gather_and_reduce_scatter_on_symmetric_buffers(n):
     out = spawn_world(bodies.gather_and_scatter_reduce, n, timeout=120,
                       counts=[0, 1, 5, 1000, 40_000])
     assert {"all_gather/symmetric", "reduce_scatter/symmetric"} <= set(out[0]), out[0]
+
+
+def test_symmetric_all_reduce_starts_inside_the_one_shot_range():
+    out = spawn_world(bodies.default_path_choice, 2, timeout=60)
+    assert out[0] == ["all_reduce/symmetric", "all_reduce/oneshot", "all_reduce/oneshot"], out
