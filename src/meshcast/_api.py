@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from . import _world, config, ops
-from .buffers import Buffer, as_buffer
+from .buffers import Buffer, as_buffer, span
 from .errors import InvalidUsage, usage
 from .group import ProcessGroup
 from .ops import ReduceOp
@@ -190,20 +190,35 @@ def _list(value: Any, name: str, caller: str, length: int) -> list[Any]:
 
 
 def _scatter_back(flat: np.ndarray, bufs: Sequence[Buffer]) -> None:
-    """Copy consecutive pieces of ``flat`` into ``bufs`` (then write them back)."""
+    """Copy consecutive pieces of ``flat`` into ``bufs`` (then write them back); pieces
+    that already are that memory (see :func:`_gather_target`) are not copied."""
     off = 0
     for b in bufs:
         n = b.count
-        if b.flat.base is not flat:
-            b.flat[...] = flat[off:off + n]
+        piece = flat[off:off + n]
+        if n and b.flat.ctypes.data != piece.ctypes.data:
+            b.flat[...] = piece
         b.finish()
         off += n
 
 
 def _concat(bufs: Sequence[Buffer], dtype: np.dtype) -> np.ndarray:
+    """The inputs as one flat array: a view when they lie back to back, else a copy."""
     if not bufs:
         return np.empty(0, dtype)
-    return np.concatenate([b.flat for b in bufs]) if len(bufs) > 1 else bufs[0].flat
+    if len(bufs) == 1:
+        return bufs[0].flat
+    whole = span([b.flat for b in bufs])
+    return whole if whole is not None else np.concatenate([b.flat for b in bufs])
+
+
+def _gather_target(bufs: Sequence[Buffer], dtype: np.dtype) -> np.ndarray:
+    """Where a list collective writes its output: the outputs themselves when they lie
+    back to back (a chunked tensor), else a staging array (see :func:`_scatter_back`)."""
+    whole = span([b.flat for b in bufs]) if len(bufs) > 1 else None
+    if whole is not None and whole.flags.writeable:
+        return whole
+    return np.empty(sum(b.count for b in bufs), dtype)
 
 
 # ---------------------------------------------------------- initialization
@@ -573,7 +588,7 @@ def all_gather(tensor_list: list[Any], tensor: Any, group: GroupLike = None,
         raise usage(caller, f"tensor_list[{pg.rank()}] holds {outs[pg.rank()].count} elements "
                             f"but 'tensor' holds {inp.count}", _rank())
     counts = [b.count for b in outs]
-    flat = np.empty(sum(counts), inp.flat.dtype)
+    flat = _gather_target(outs, inp.flat.dtype)
     algorithm = _check_algorithm(algorithm, "all_gather", caller)
     work = pg.all_gather(flat, inp.flat, counts, inp.dtype_name,
                          lambda: _scatter_back(flat, outs), algorithm=algorithm,
@@ -768,7 +783,7 @@ def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any],
         raise usage(caller, f"input_tensor_list[{me}] holds {ins[me].count} elements but "
                             f"output_tensor_list[{me}] holds {outs[me].count} (this rank's "
                             f"piece for itself)", _rank())
-    out_flat = np.empty(sum(b.count for b in outs), ins[0].flat.dtype)
+    out_flat = _gather_target(outs, ins[0].flat.dtype)
     algorithm = _check_algorithm(algorithm, "all_to_all", caller)
     work = pg.all_to_all(out_flat, _concat(ins, ins[0].flat.dtype), [b.count for b in ins],
                          [b.count for b in outs], dtn, lambda: _scatter_back(out_flat, outs),

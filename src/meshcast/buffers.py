@@ -13,7 +13,9 @@ round-to-nearest-even (:func:`bf16_to_f32`, :func:`f32_to_bf16`).
 
 from __future__ import annotations
 
+import ctypes
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -185,3 +187,31 @@ def f32_to_bf16(values: np.ndarray) -> np.ndarray:
     if nan.any():
         rounded[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
     return rounded
+
+
+def span(flats: Sequence[np.ndarray]) -> np.ndarray | None:
+    """One flat array over ``flats`` if they lie back to back in memory, else None.
+
+    The pieces of ``torch.chunk``/``split`` or of slicing one array do: a list
+    collective on them then reads or writes them in place instead of
+    concatenating them into (or spreading them out of) a staging copy. The
+    result keeps the pieces alive; it is writable when they are.
+    """
+    if not flats:
+        return None
+    dtype, start = flats[0].dtype, flats[0].ctypes.data
+    at = start
+    for f in flats:
+        if f.dtype != dtype or not f.flags.c_contiguous:
+            return None
+        if f.size and f.ctypes.data != at:  # an empty piece may sit anywhere
+            return None
+        at += f.nbytes
+    if at == start:
+        return None
+    raw = (ctypes.c_char * (at - start)).from_address(start)
+    raw._pieces = list(flats)  # type: ignore[attr-defined]  # the memory's owners
+    view = np.frombuffer(raw, dtype)
+    if not all(f.flags.writeable for f in flats):
+        view.flags.writeable = False
+    return view

@@ -907,6 +907,10 @@ class ProcessGroup:
                    recv_counts: Sequence[int], dtype_name: str, finish: Callable[[], None], *,
                    algorithm: str | None = None, async_op: bool = False) -> Work:
         algorithm = self._effective("all_to_all", algorithm)
+        if np.may_share_memory(in_flat, out_flat):
+            # In place (or lists spanning the same memory): the peers must read what I
+            # send while I write what I receive, so what I send is staged first.
+            in_flat = in_flat.copy()
         fp = self._next("all_to_all", algorithm, dtype=dtype_name, count=in_flat.size)
         send = tuple(int(c) for c in send_counts)
         recv = tuple(int(c) for c in recv_counts)

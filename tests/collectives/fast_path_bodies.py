@@ -158,3 +158,43 @@ def large_all_reduces() -> list[str]:
     np.testing.assert_array_equal(view, sum(data(q, "float64") for q in range(n)) if n == 2
                                   else view)  # n > 2: summation order checked above
     return seen
+
+
+def chunked_and_in_place(base: int) -> list[str]:
+    """List collectives on pieces of one array (read and written in place, no staging
+    copy) and all_to_all in place, checked piece by piece."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    seen: list[str] = []
+    # all_gather into the chunks of one array
+    whole = np.zeros(n * base)
+    dist.all_gather(np.split(whole, n), _value(r, 0, base))
+    seen.append(pg.last_algorithm)
+    for q in range(n):
+        np.testing.assert_array_equal(whole[q * base:(q + 1) * base], _value(q, 0, base))
+    # scatter from chunks, reduce_scatter of chunks
+    for root in (0, n - 1):
+        src = np.concatenate([_value(root, q, base) for q in range(n)])
+        got = np.zeros(base)
+        dist.scatter(got, np.split(src, n) if r == root else None, src=root)
+        np.testing.assert_array_equal(got, _value(root, r, base), "scatter chunks")
+    ins = np.concatenate([_value(r, q, base) for q in range(n)])
+    got = np.zeros(base)
+    dist.reduce_scatter(got, np.split(ins, n))
+    np.testing.assert_array_equal(got, sum(_value(q, r, base) for q in range(n)))
+    seen.append(pg.last_algorithm)
+    # all_to_all: chunked lists, then the same list as input and output, then single
+    for same in (False, True):
+        x = np.concatenate([_value(r, d, base) for d in range(n)])
+        out = x if same else np.zeros(n * base)
+        dist.all_to_all(np.split(out, n), np.split(x, n))
+        seen.append(pg.last_algorithm)
+        for s in range(n):
+            np.testing.assert_array_equal(out[s * base:(s + 1) * base], _value(s, r, base),
+                                          f"all_to_all same={same} from {s}")
+    x = np.concatenate([_value(r, d, base) for d in range(n)])
+    dist.all_to_all_single(x, x)
+    seen.append(pg.last_algorithm)
+    for s in range(n):
+        np.testing.assert_array_equal(x[s * base:(s + 1) * base], _value(s, r, base))
+    return seen

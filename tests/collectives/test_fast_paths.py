@@ -33,6 +33,13 @@ def test_single_copy_paths(n):
     assert _paths(out[0]) == {"cma"}, out[0]
 
 
+@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("base", [bodies.SMALL, bodies.LARGE])
+def test_chunked_lists_and_in_place_all_to_all(n, base):
+    out = spawn_world(bodies.chunked_and_in_place, n, timeout=180, base=base)
+    assert _paths(out[0]) == ({"oneshot"} if base == bodies.SMALL else {"cma"}), out[0]
+
+
 @pytest.mark.parametrize("n", [2, 3, 5])
 def test_single_copy_all_reduce(n):
     out = spawn_world(bodies.large_all_reduces, n, timeout=180)

@@ -367,7 +367,7 @@ def _make_pg_class() -> type:
     # torch.distributed re-exports every options struct but this one (torch 2.13).
     from torch._C._distributed_c10d import AllgatherOptions
 
-    from .._api import _concat, _list, _same_dtype, _scatter_back, _splits
+    from .._api import _concat, _gather_target, _list, _same_dtype, _scatter_back, _splits
     from ..buffers import as_buffer
     from ..errors import usage
 
@@ -507,7 +507,7 @@ def _make_pg_class() -> type:
             """all_gather of ``inp`` into ``outs`` (one output per rank, rank-major)."""
             _same_dtype(outs, inp.dtype_name, "output_tensor_list", caller)
             counts = [b.count for b in outs]
-            flat = np.empty(sum(counts), inp.flat.dtype)
+            flat = _gather_target(outs, inp.flat.dtype)
             return self._group.all_gather(flat, inp.flat, counts, inp.dtype_name,
                                           lambda: _scatter_back(flat, outs), async_op=async_op)
 
@@ -684,7 +684,7 @@ def _make_pg_class() -> type:
             dtn = ins[0].dtype_name
             _same_dtype(ins, dtn, "input_tensor_list", caller)
             _same_dtype(outs, dtn, "output_tensor_list", caller)
-            out_flat = np.empty(sum(b.count for b in outs), ins[0].flat.dtype)
+            out_flat = _gather_target(outs, ins[0].flat.dtype)
             work = self._group.all_to_all(
                 out_flat, _concat(ins, ins[0].flat.dtype), [b.count for b in ins],
                 [b.count for b in outs], dtn, lambda: _scatter_back(out_flat, outs),
