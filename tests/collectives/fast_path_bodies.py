@@ -198,3 +198,9 @@ def chunked_and_in_place(base: int) -> list[str]:
     for s in range(n):
         np.testing.assert_array_equal(x[s * base:(s + 1) * base], _value(s, r, base))
     return seen
+
+
+def single_copy_enabled() -> bool:
+    """Whether the ranks may read each other's memory (process_vm_readv was probed at
+    bring-up; without ptrace permission between them the single-copy paths are off)."""
+    return dist.group.WORLD.transport.cma_min_bytes > 0
