@@ -161,11 +161,20 @@ class Engine:
         with self._cv:
             self._cv.wait_for(lambda: not self._queue and not self._running, timeout)
 
-    def close(self) -> None:
-        """Refuse new work; queued work fails with GroupAbortedError."""
+    def close(self, timeout: float = 5.0) -> None:
+        """Refuse new work; queued work fails with GroupAbortedError; the worker thread
+        finishes the job it runs, if any, and ends before this returns (up to ``timeout``).
+
+        Joining matters at exit: a daemon thread still alive when the interpreter
+        finalizes is killed wherever it is, and inside torch's C++ code that aborts
+        the process ("terminate called without an active exception").
+        """
         with self._cv:
             self._closed = True
             pending, self._queue = list(self._queue), collections.deque()
             self._cv.notify_all()
         for _, work in pending:
             work._complete(error=GroupAbortedError(f"{self.name} was destroyed"))
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
