@@ -172,6 +172,15 @@ def chunked_and_in_place(base: int) -> list[str]:
     seen.append(pg.last_algorithm)
     for q in range(n):
         np.testing.assert_array_equal(whole[q * base:(q + 1) * base], _value(q, 0, base))
+    # gather into chunks (every rank writes its piece straight into the root's array)
+    for root in (0, n - 1):
+        whole = np.zeros(n * base)
+        dist.gather(_value(r, root, base), np.split(whole, n) if r == root else None, dst=root)
+        seen.append(pg.last_algorithm)
+        if r == root:
+            for q in range(n):
+                np.testing.assert_array_equal(whole[q * base:(q + 1) * base],
+                                              _value(q, root, base), f"gather chunk {q}")
     # scatter from chunks, reduce_scatter of chunks
     for root in (0, n - 1):
         src = np.concatenate([_value(root, q, base) for q in range(n)])

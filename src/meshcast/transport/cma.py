@@ -22,11 +22,14 @@ class _IOVec(ctypes.Structure):
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
+_ARGS = [ctypes.c_int, ctypes.POINTER(_IOVec), ctypes.c_ulong, ctypes.POINTER(_IOVec),
+         ctypes.c_ulong, ctypes.c_ulong]
 _readv = getattr(_libc, "process_vm_readv", None)
-if _readv is not None:
-    _readv.argtypes = [ctypes.c_int, ctypes.POINTER(_IOVec), ctypes.c_ulong,
-                       ctypes.POINTER(_IOVec), ctypes.c_ulong, ctypes.c_ulong]
-    _readv.restype = ctypes.c_ssize_t
+_writev = getattr(_libc, "process_vm_writev", None)
+for _fn in (_readv, _writev):
+    if _fn is not None:
+        _fn.argtypes = _ARGS
+        _fn.restype = ctypes.c_ssize_t
 
 
 def read(pid: int, address: int, dest: np.ndarray) -> None:
@@ -48,6 +51,30 @@ def read(pid: int, address: int, dest: np.ndarray) -> None:
         if n <= 0:
             err = ctypes.get_errno() if n < 0 else errno.EIO
             raise OSError(err, f"process_vm_readv from pid {pid}: {os.strerror(err)}")
+        done += n
+
+
+def write(pid: int, address: int, src: np.ndarray) -> None:
+    """Copy ``src.nbytes`` bytes of ``src`` to ``address`` in process ``pid``.
+
+    The same permission as :func:`read` (the world probes reading only; a kernel
+    that allows one allows the other for the same pair of processes).
+
+    Raises:
+        OSError: the kernel refused (permission, the process is gone, a bad address).
+    """
+    if _writev is None:
+        raise OSError(errno.ENOSYS, "process_vm_writev is not available")
+    total = src.nbytes
+    base = src.ctypes.data
+    done = 0
+    while done < total:
+        local = _IOVec(base + done, total - done)
+        remote = _IOVec(address + done, total - done)
+        n = _writev(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+        if n <= 0:
+            err = ctypes.get_errno() if n < 0 else errno.EIO
+            raise OSError(err, f"process_vm_writev to pid {pid}: {os.strerror(err)}")
         done += n
 
 
