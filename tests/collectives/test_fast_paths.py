@@ -34,7 +34,7 @@ def test_one_shot_gather_scatter_all_to_all(n):
     assert set(out[0]) == {"all_to_all/oneshot"}, out[0]
 
 
-@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("n", [2, 3, 5])
 def test_single_copy_paths(n, single_copy):
     out = spawn_world(bodies.rooted_and_gathering, n, timeout=180, base=bodies.LARGE)
     assert _paths(out[0]) == {"cma"}, out[0]
