@@ -17,6 +17,7 @@ missing peer is skipped and the page says so. Extra flags apply to every run.
 import os
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -40,9 +41,18 @@ MORE = """
 """
 
 
+def settle(limit: float = 0.8, patience: float = 180.0) -> None:
+    """Wait (up to ``patience`` s) until the 1-minute load average is below ``limit``: the
+    previous run's own load would otherwise mark the next page as taken on a busy machine."""
+    deadline = time.monotonic() + patience
+    while os.getloadavg()[0] >= limit and time.monotonic() < deadline:
+        time.sleep(5)
+
+
 def main() -> int:
     status = 0
     for sub, flags in RUNS:
+        settle()
         report_dir = os.path.relpath(os.path.join(HERE, sub))
         argv = [sys.executable, "-m", "meshcast", "bench", *flags, *sys.argv[1:],
                 "--report", report_dir]
