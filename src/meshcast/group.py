@@ -388,25 +388,23 @@ class ProcessGroup:
         arena, seq = self.arena, self.arena.seq
         pids = [self.liveness.pids[g] for g in self.global_ranks]
 
-        def read(q: int, dest: np.ndarray, offset: int = 0) -> None:
+        def at(q: int, offset: int, length: int, verb: str) -> int:
+            """The address of bytes ``[offset, offset + length)`` of rank q's buffer."""
             address, nbytes, _ = arena.exposed(q, seq)
-            if offset < 0 or offset + dest.nbytes > nbytes:
+            if offset < 0 or offset + length > nbytes:
                 raise MismatchError(
-                    f"{what}: rank {self.global_ranks[self._rank]} needs bytes "
-                    f"{offset}..{offset + dest.nbytes} of rank {self.global_ranks[q]}'s buffer, "
+                    f"{what}: rank {self.global_ranks[self._rank]} would {verb} bytes "
+                    f"{offset}..{offset + length} of rank {self.global_ranks[q]}'s buffer, "
                     f"which holds {nbytes} (the ranks disagree about the sizes)")
+            return address + offset
+
+        def read(q: int, dest: np.ndarray, offset: int = 0) -> None:
             if dest.nbytes:
-                cma.read(pids[q], address + offset, dest)
+                cma.read(pids[q], at(q, offset, dest.nbytes, "read"), dest)
 
         def write(q: int, src: np.ndarray, offset: int = 0) -> None:
-            address, nbytes, _ = arena.exposed(q, seq)
-            if offset < 0 or offset + src.nbytes > nbytes:
-                raise MismatchError(
-                    f"{what}: rank {self.global_ranks[self._rank]} would write bytes "
-                    f"{offset}..{offset + src.nbytes} of rank {self.global_ranks[q]}'s "
-                    f"buffer, which holds {nbytes} (the ranks disagree about the sizes)")
             if src.nbytes:
-                cma.write(pids[q], address + offset, src)
+                cma.write(pids[q], at(q, offset, src.nbytes, "write"), src)
 
         try:
             if single.writes:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+from typing import Any
 
 import numpy as np
 
@@ -38,20 +39,7 @@ def read(pid: int, address: int, dest: np.ndarray) -> None:
     Raises:
         OSError: the kernel refused (permission, the process is gone, a bad address).
     """
-    if _readv is None:
-        raise OSError(errno.ENOSYS, "process_vm_readv is not available")
-    total = dest.nbytes
-    base = dest.ctypes.data
-    done = 0
-    while done < total:
-        # The kernel may copy less than asked (e.g. across many pages): continue.
-        local = _IOVec(base + done, total - done)
-        remote = _IOVec(address + done, total - done)
-        n = _readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
-        if n <= 0:
-            err = ctypes.get_errno() if n < 0 else errno.EIO
-            raise OSError(err, f"process_vm_readv from pid {pid}: {os.strerror(err)}")
-        done += n
+    _transfer(_readv, "process_vm_readv from", pid, dest, address)
 
 
 def write(pid: int, address: int, src: np.ndarray) -> None:
@@ -63,18 +51,24 @@ def write(pid: int, address: int, src: np.ndarray) -> None:
     Raises:
         OSError: the kernel refused (permission, the process is gone, a bad address).
     """
-    if _writev is None:
-        raise OSError(errno.ENOSYS, "process_vm_writev is not available")
-    total = src.nbytes
-    base = src.ctypes.data
+    _transfer(_writev, "process_vm_writev to", pid, src, address)
+
+
+def _transfer(fn: Any, what: str, pid: int, local: np.ndarray, address: int) -> None:
+    """Move ``local.nbytes`` bytes between ``local`` and ``address`` in ``pid`` with ``fn``."""
+    if fn is None:
+        raise OSError(errno.ENOSYS, f"{what.split()[0]} is not available")
+    total = local.nbytes
+    base = local.ctypes.data
     done = 0
     while done < total:
-        local = _IOVec(base + done, total - done)
-        remote = _IOVec(address + done, total - done)
-        n = _writev(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+        # The kernel may copy less than asked (e.g. across many pages): continue.
+        mine = _IOVec(base + done, total - done)
+        theirs = _IOVec(address + done, total - done)
+        n = fn(pid, ctypes.byref(mine), 1, ctypes.byref(theirs), 1, 0)
         if n <= 0:
             err = ctypes.get_errno() if n < 0 else errno.EIO
-            raise OSError(err, f"process_vm_writev to pid {pid}: {os.strerror(err)}")
+            raise OSError(err, f"{what} pid {pid}: {os.strerror(err)}")
         done += n
 
 
