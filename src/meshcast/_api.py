@@ -22,6 +22,7 @@ from .buffers import Buffer, as_buffer, span
 from .errors import InvalidUsage, usage
 from .group import ProcessGroup
 from .ops import ReduceOp
+from .small_calls import SmallCalls
 from .work import Work
 
 
@@ -141,6 +142,16 @@ def _root(pg: ProcessGroup, global_root: int | None, group_root: int | None, *, 
     except ValueError:
         raise usage(caller, f"'{name}'={global_root} is not a rank of {pg.group_name} "
                             f"(its ranks: {pg.global_ranks})", me) from None
+
+
+def _lane(group: GroupLike) -> SmallCalls | None:
+    """The tiny-call lane of ``group`` (None: the default group) when it is a live
+    meshcast group of this process; the lane itself decides whether a call qualifies."""
+    w = _world.current
+    if w is None:
+        return None
+    pg = w.default_group if group is None else group
+    return pg.small if type(pg) is ProcessGroup and pg in w.groups else None
 
 
 def _finish(work: Work | None, async_op: bool) -> Work | None:
@@ -482,9 +493,8 @@ def broadcast(tensor: Any, src: int | None = None, group: GroupLike = None,
     """
     if (type(tensor) is np.ndarray and type(src) is int and async_op is False
             and algorithm is None and group_src is None):
-        w = _world.current  # tiny calls: see all_reduce
-        pg = (w.default_group if group is None else group) if w is not None else None
-        if type(pg) is ProcessGroup and pg in w.groups and pg.small.broadcast(tensor, src):
+        lane = _lane(group)
+        if lane is not None and lane.broadcast(tensor, src):
             return None
     caller = "broadcast"
     pg = _resolve(group, caller)
@@ -521,9 +531,8 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: GroupLike = None,
     if type(tensor) is np.ndarray and async_op is False and algorithm is None:
         # Tiny calls on NumPy arrays skip the general checks when the group has seen
         # this (dtype, shape, op) before: meshcast.small_calls decides.
-        w = _world.current
-        pg = (w.default_group if group is None else group) if w is not None else None
-        if type(pg) is ProcessGroup and pg in w.groups and pg.small.all_reduce(tensor, op):
+        lane = _lane(group)
+        if lane is not None and lane.all_reduce(tensor, op):
             return None
     caller = "all_reduce"
     pg = _resolve(group, caller)
@@ -548,9 +557,8 @@ def reduce(tensor: Any, dst: int | None = None, op: Any = ReduceOp.SUM, group: G
     """
     if (type(tensor) is np.ndarray and async_op is False and algorithm is None
             and group_dst is None and type(dst) is int):
-        w = _world.current  # tiny calls: see all_reduce
-        pg = (w.default_group if group is None else group) if w is not None else None
-        if type(pg) is ProcessGroup and pg in w.groups and pg.small.reduce(tensor, op, dst):
+        lane = _lane(group)  # tiny calls: see all_reduce
+        if lane is not None and lane.reduce(tensor, op, dst):
             return None
     caller = "reduce"
     pg = _resolve(group, caller)
@@ -606,10 +614,8 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: GroupLi
     """
     if (type(output_tensor) is np.ndarray and type(input_tensor) is np.ndarray
             and async_op is False and algorithm is None):
-        w = _world.current  # tiny calls: see all_reduce
-        pg = (w.default_group if group is None else group) if w is not None else None
-        if (type(pg) is ProcessGroup and pg in w.groups
-                and pg.small.all_gather(output_tensor, input_tensor)):
+        lane = _lane(group)  # tiny calls: see all_reduce
+        if lane is not None and lane.all_gather(output_tensor, input_tensor):
             return None
     caller = "all_gather_into_tensor"
     pg = _resolve(group, caller)
@@ -737,10 +743,8 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM,  # no
     """
     if (type(output) is np.ndarray and type(input) is np.ndarray and async_op is False
             and algorithm is None):
-        w = _world.current  # tiny calls: see all_reduce
-        pg = (w.default_group if group is None else group) if w is not None else None
-        if (type(pg) is ProcessGroup and pg in w.groups
-                and pg.small.reduce_scatter(output, input, op)):
+        lane = _lane(group)  # tiny calls: see all_reduce
+        if lane is not None and lane.reduce_scatter(output, input, op):
             return None
     caller = "reduce_scatter_tensor"
     pg = _resolve(group, caller)

@@ -19,7 +19,7 @@ import itertools
 import struct
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -123,17 +123,24 @@ class _Direct:
 class _Single:
     """The single-copy form of a collective: every rank exposes one buffer of its own
     (address, bytes, and a word of its choice; see Arena.expose) before entering, and
-    after the entry, if ``fits(counts)`` (rank-invariant), ``body(counts, read)`` copies
-    what this rank needs with ``read(q, dest, offset)``: ``dest.nbytes`` bytes at
+    after the entry, if ``fits(counts)`` (rank-invariant), ``body(counts, peers)`` moves
+    what this rank needs with ``peers.read(q, dest, offset)``: ``dest.nbytes`` bytes at
     ``offset`` in rank q's exposed buffer, straight into ``dest`` (one copy, where the
-    arena needs two). Nobody returns before every rank finished reading.
+    arena needs two), or ``peers.write(q, src, offset)``, the other way. Nobody
+    returns before every rank finished.
     """
 
     expose: tuple[int, int, int]
     fits: Callable[[list[int]], bool]
-    body: Callable[..., None]  # body(counts, read), or body(counts, read, write) if writes
+    body: Callable[[list[int], _Peers], None]
     phases: int = 1  # the body's own barriers (signal/wait of phases 1..) plus the last one
-    writes: bool = False  # body(counts, read, write): it also writes into peers' buffers
+
+
+class _Peers(NamedTuple):
+    """Copies between this rank and the buffers the peers exposed (see :class:`_Single`)."""
+
+    read: Callable[..., None]
+    write: Callable[..., None]
 
 
 def _reduce_from_all(read: Callable[..., None], mine: np.ndarray, lo: int, hi: int,
@@ -324,19 +331,20 @@ class ProcessGroup:
         def job() -> None:
             deadline = self._deadline()
             parity = fp.seq & 1
-            if layout is not None and self._size > 1:
+            multi = self._size > 1
+            if layout is not None and multi:
                 layout.publish(parity)
-            use_direct = direct is not None and algorithm is None and self._size > 1
+            use_direct = direct is not None and algorithm is None and multi
             if use_direct:
                 direct.stage(parity)
-            use_single = (single is not None and algorithm is None and self._size > 1
+            use_single = (single is not None and algorithm is None and multi
                           and self.transport.cma_min_bytes > 0)
             if use_single:
                 self.arena.expose(fp.seq, *single.expose)
             # A mismatch found here is found by every rank itself: no abort needed.
             counts = self.arena.enter(fp, what, deadline, per_rank_counts=per_rank_counts,
                                       root_layout=root_layout)
-            if layout is not None and self._size > 1:
+            if layout is not None and multi:
                 layout.check(parity)  # every rank sees the same tables: no abort needed
             if use_direct and direct.fits(counts):
                 # Every rank staged its data before entering and every rank sees the
@@ -407,10 +415,7 @@ class ProcessGroup:
                 cma.write(pids[q], at(q, offset, src.nbytes, "write"), src)
 
         try:
-            if single.writes:
-                single.body(counts, read, write)
-            else:
-                single.body(counts, read)
+            single.body(counts, _Peers(read, write))
         except BaseException as exc:
             arena.abort(f"rank {self.global_ranks[self._rank]} failed in {what}: {exc}",
                         mismatch=isinstance(exc, MismatchError))
@@ -569,22 +574,21 @@ class ProcessGroup:
 
         n, me = self._size, self._rank
 
-        def copy_from_root(_: list[int], read: Callable[..., None],
-                           write: Callable[..., None]) -> None:
+        def copy_from_root(_: list[int], peers: _Peers) -> None:
             # Reader q's copy is split in n parts: the root writes part q into it
             # while q reads the others, so the root's core works too (at 2 ranks each
             # side copies half: about twice as fast as the reader copying it all).
             bounds = [data.nbytes * k // n for k in range(n + 1)]
             if me == root:
                 for q in _rotation(me, n)[1:]:
-                    write(q, data[bounds[q]:bounds[q + 1]], bounds[q])
+                    peers.write(q, data[bounds[q]:bounds[q + 1]], bounds[q])
                 return
             for k in _rotation(me, n)[1:]:  # every part but mine (part `root` included)
-                read(root, data[bounds[k]:bounds[k + 1]], bounds[k])
+                peers.read(root, data[bounds[k]:bounds[k + 1]], bounds[k])
 
         # count and dtype are in the fingerprint, so every rank decides alike
         single = _Single(_exposing(data), lambda _: data.nbytes >= self.SINGLE_COPY_MIN_BYTES,
-                         copy_from_root, writes=True)
+                         copy_from_root)
         return self._submit(
             "broadcast", fp,
             lambda c: self._plan("broadcast", buf.flat.dtype, root=root, output=buf.flat),
@@ -638,18 +642,18 @@ class ProcessGroup:
                         count=buf.count)
         me, n = self._rank, self._size
 
-        def reduce_then_collect(_: list[int], read: Callable[..., None]) -> None:
+        def reduce_then_collect(_: list[int], peers: _Peers) -> None:
             # 1. my share of every rank's array, reduced into my own array;
             # 2. once every rank is done with 1 (nobody reads my other shares any more),
             #    every other share, reduced, read straight from its owner.
             isz = work_arr.dtype.itemsize
             lo, hi = symmetric.share(work_arr.size, isz, me, n)
-            _reduce_from_all(read, work_arr, lo, hi, work_arr[lo:hi], sched_op, me, n)
+            _reduce_from_all(peers.read, work_arr, lo, hi, work_arr[lo:hi], sched_op, me, n)
             self.arena.signal(1)
             self.arena.wait(range(n), 1)
             for q in _rotation(me, n)[1:]:
                 qlo, qhi = symmetric.share(work_arr.size, isz, q, n)
-                read(q, work_arr[qlo:qhi], qlo * isz)
+                peers.read(q, work_arr[qlo:qhi], qlo * isz)
 
         # count and dtype are in the fingerprint, so every rank decides alike
         single = _Single(_exposing(work_arr),
@@ -744,7 +748,7 @@ class ProcessGroup:
         mine = in_flat.reshape(-1).view(np.uint8)
         me, n = self._rank, self._size
 
-        def gather_pieces(_: list[int], read: Callable[..., None]) -> None:
+        def gather_pieces(_: list[int], peers: _Peers) -> None:
             out = out_flat.reshape(-1).view(np.uint8)
             at = [0, *itertools.accumulate(c * itemsize for c in counts)]
             for q in _rotation(me, n):  # rank q's piece is read by one rank at a time
@@ -752,11 +756,9 @@ class ProcessGroup:
                     if not np.shares_memory(out[at[q]:at[q + 1]], mine):
                         out[at[q]:at[q + 1]] = mine
                 else:
-                    read(q, out[at[q]:at[q + 1]])
+                    peers.read(q, out[at[q]:at[q + 1]])
 
-        single = _Single(_exposing(mine),
-                         lambda _: max(counts) * itemsize >= self.SINGLE_COPY_MIN_BYTES,
-                         gather_pieces)
+        single = _Single(_exposing(mine), self._single_fits(itemsize), gather_pieces)
         return self._submit(
             "all_gather", fp,
             lambda c: self._plan("all_gather", in_flat.dtype, input=in_flat, output=out_flat,
@@ -791,11 +793,10 @@ class ProcessGroup:
         whole = span(outs) if outs and me == root else None
         exposure = _exposing(whole, 1) if whole is not None else _exposing(mine)
 
-        def move_pieces(counts: list[int], read_from: Callable[..., None],
-                        write_to: Callable[..., None]) -> None:
+        def move_pieces(counts: list[int], peers: _Peers) -> None:
             if self.arena.exposed(root, self.arena.seq)[2] == 1:
                 if me != root:
-                    write_to(root, mine, sum(counts[:me]) * isz)
+                    peers.write(root, mine, sum(counts[:me]) * isz)
                 elif outs:
                     outs[me][:] = mine
                 return
@@ -803,7 +804,7 @@ class ProcessGroup:
                 if q == me:
                     out[:] = mine
                 else:
-                    read_from(q, out)
+                    peers.read(q, out)
 
         # The schedules gather into one flat array, spread into the pieces afterwards.
         staging: list[np.ndarray] = []
@@ -826,7 +827,7 @@ class ProcessGroup:
             "gather", fp, make_plan, done, algorithm=algorithm, async_op=async_op,
             per_rank_counts=True, root_layout=root,
             direct=_Direct(stage, lambda counts: max(counts) * isz <= limit, read),
-            single=_Single(exposure, self._single_fits(isz), move_pieces, writes=True))
+            single=_Single(exposure, self._single_fits(isz), move_pieces))
 
     def scatter(self, out_flat: np.ndarray, in_flat: np.ndarray | None, root: int,
                 dtype_name: str, finish: Callable[[], None], *, algorithm: str | None = None,
@@ -848,13 +849,13 @@ class ProcessGroup:
 
         direct = _Direct(stage, lambda counts: sum(counts) * isz <= limit, read)
 
-        def read_piece(counts: list[int], read_from: Callable[..., None]) -> None:
+        def read_piece(counts: list[int], peers: _Peers) -> None:
             lo = sum(counts[:me]) * isz
             dest = out_flat.reshape(-1).view(np.uint8)
             if in_flat is not None:
                 dest[:] = in_flat.reshape(-1).view(np.uint8)[lo:lo + dest.nbytes]
             else:
-                read_from(root, dest, lo)
+                peers.read(root, dest, lo)
 
         single = _Single(_exposing(in_flat), self._single_fits(isz), read_piece)
         return self._submit(
@@ -927,12 +928,12 @@ class ProcessGroup:
         me, n = self._rank, self._size
         lo = sum(counts[:me])
 
-        def reduce_my_piece(_: list[int], read: Callable[..., None]) -> None:
-            _reduce_from_all(read, in_work, lo, lo + counts[me], out_work, sched_op, me, n)
+        def reduce_my_piece(_: list[int], peers: _Peers) -> None:
+            _reduce_from_all(peers.read, in_work, lo, lo + counts[me], out_work, sched_op, me,
+                             n)
 
-        # counts are the same on every rank (their digest is in the fingerprint)
-        single = _Single(_exposing(in_work), lambda _: (
-            max(counts) * in_work.dtype.itemsize >= self.SINGLE_COPY_MIN_BYTES), reduce_my_piece)
+        single = _Single(_exposing(in_work), self._single_fits(in_work.dtype.itemsize),
+                         reduce_my_piece)
         return self._submit(
             "reduce_scatter", fp,
             lambda c: self._plan("reduce_scatter", in_work.dtype, op=sched_op, input=in_work,
@@ -1001,13 +1002,13 @@ class ProcessGroup:
                 src, at = (mine, offsets[q]) if q == me else (regions[q], head + offsets[q])
                 out[rd[q]:rd[q + 1]] = src[at:at + rd[q + 1] - rd[q]]
 
-        def read_pieces(counts: list[int], read_from: Callable[..., None]) -> None:
+        def read_pieces(counts: list[int], peers: _Peers) -> None:
             out = out_flat.reshape(-1).view(np.uint8)
             for q in _rotation(me, n):
                 if q == me:
                     out[rd[q]:rd[q + 1]] = mine[offsets[q]:offsets[q] + rd[q + 1] - rd[q]]
                 else:
-                    read_from(q, out[rd[q]:rd[q + 1]], offsets[q])
+                    peers.read(q, out[rd[q]:rd[q + 1]], offsets[q])
 
         return self._submit(
             "all_to_all", fp,

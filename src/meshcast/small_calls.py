@@ -148,17 +148,8 @@ class SmallCalls:
             return False
         tail, views, pieces, kernel, average = plan
         flat_out = out.reshape(-1)
-        n = self.group.size()
-
-        def reduce(parity: int) -> None:
-            mine = pieces[parity]
-            kernel(mine[0], mine[1], out=flat_out)
-            for piece in mine[2:]:
-                kernel(flat_out, piece, out=flat_out)
-            if average:
-                ops.finish_average(flat_out, n)
-
-        self._run("reduce_scatter", tail, views, inp.reshape(-1), reduce)
+        self._run("reduce_scatter", tail, views, inp.reshape(-1),
+                  lambda parity: _reduce(flat_out, pieces[parity], kernel, average))
         return True
 
     # -------------------------------------------------------------- machinery
@@ -166,8 +157,7 @@ class SmallCalls:
     def _run(self, kind: str, tail: bytes, views: list[list[np.ndarray]],
              data: np.ndarray | None, use: Callable[[int], None]) -> None:
         """One call: my ``data`` into my region, one signal, then ``use(parity)`` reads the
-        regions of that parity. Inline when the group is idle (no job closure, no Work);
-        behind queued async work otherwise."""
+        regions of that parity; behind queued async work, if any."""
         group = self.group
         seq = next(group._seq)
         what = _What(group, kind, seq)
@@ -180,16 +170,7 @@ class SmallCalls:
                                        time.monotonic() + group.timeout)
             use(parity)
 
-        engine = group.engine
-        if engine.enter_inline():
-            try:
-                job()
-            except BaseException as exc:
-                engine.leave_inline(exc)
-                raise
-            engine.leave_inline(None)
-        else:
-            engine.call(job, what)
+        group.engine.call(job, what)  # inline when the group is idle
         group.last_algorithm = f"{kind}/oneshot"
 
     def _plan(self, key: tuple, build: Callable[..., tuple | bool], *args: Any

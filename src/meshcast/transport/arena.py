@@ -260,18 +260,9 @@ class Arena:
         mv = self._mv
         mine = at[self.rank]
         mv[mine:mine + FP_SIZE] = packed
-        q = self._qwords
-        n, me = self.n, self.rank
-        value = (seq << _PHASE_BITS) | 1
-        q[me * 8] = value
-        _sync.fence()  # the store above before reading the sleeping words (see signal())
-        for r in range(n):
-            if q[r * 8 + 1] == me + 1:
-                _sync.futex_wake(self._word_addr[me])
-                break
-        for r in range(n):
-            if q[r * 8] < value:
-                self._wait_one(r, value, range(n), 1)
+        n = self.n
+        self.signal(1)
+        self.wait(range(n), 1)
         for r in range(n):
             if mv[at[r]:at[r] + FP_SIZE] != packed:
                 self._compare(self._fp_tables[parity], seq, False, -1)
