@@ -173,9 +173,15 @@ def _reduce_from_all(read: Callable[..., None], mine: np.ndarray, lo: int, hi: i
 
 
 @functools.lru_cache(maxsize=16)
-def _split_header(n: int) -> struct.Struct:
+def split_header(n: int) -> struct.Struct:
     """all_to_all's per-rank header: offsets of my pieces, send counts, receive counts."""
     return struct.Struct(f"<{3 * n}q")
+
+
+def split_head(n: int) -> int:
+    """Bytes before all_to_all's staged data in a one-shot region: the header, padded
+    so that the data stays 16-byte aligned."""
+    return (24 * n + 15) // 16 * 16
 
 
 def _rotation(me: int, n: int) -> list[int]:
@@ -325,25 +331,37 @@ class ProcessGroup:
                 finish: Callable[[Plan | None], None], *, algorithm: str | None,
                 async_op: bool, per_rank_counts: bool = False, root_layout: int = -1,
                 direct: _Direct | None = None, single: _Single | None = None,
-                layout: _Layout | None = None) -> Work | None:
+                layout: _Layout | None = None, entered: list[int] | None = None
+                ) -> Work | None:
+        """Run a call: publish its layout, stage (direct) and expose (single) before
+        entering, then take the one-shot, single-copy or schedule path.
+
+        ``entered``: a tiny-call lane already did everything up to and including
+        the entry (the same bytes, see small_calls) and found every rank's counts,
+        which are these; the rest runs here, at once, inside the lane's claim on
+        the engine.
+        """
         what = self._what(kind, fp.seq)
 
         def job() -> None:
             deadline = self._deadline()
             parity = fp.seq & 1
             multi = self._size > 1
-            if layout is not None and multi:
-                layout.publish(parity)
             use_direct = direct is not None and algorithm is None and multi
-            if use_direct:
-                direct.stage(parity)
             use_single = (single is not None and algorithm is None and multi
                           and self.transport.cma_min_bytes > 0)
-            if use_single:
-                self.arena.expose(fp.seq, *single.expose)
-            # A mismatch found here is found by every rank itself: no abort needed.
-            counts = self.arena.enter(fp, what, deadline, per_rank_counts=per_rank_counts,
-                                      root_layout=root_layout)
+            if entered is None:
+                if layout is not None and multi:
+                    layout.publish(parity)
+                if use_direct:
+                    direct.stage(parity)
+                if use_single:
+                    self.arena.expose(fp.seq, *single.expose)
+                # A mismatch found here is found by every rank itself: no abort needed.
+                counts = self.arena.enter(fp, what, deadline, per_rank_counts=per_rank_counts,
+                                          root_layout=root_layout)
+            else:
+                counts = entered
             if layout is not None and multi:
                 layout.check(parity)  # every rank sees the same tables: no abort needed
             if use_direct and direct.fits(counts):
@@ -388,6 +406,9 @@ class ProcessGroup:
                 raise
             finish(plan)
 
+        if entered is not None:
+            job()
+            return None
         return self._run(what, job, async_op)
 
     def _single_copy(self, single: _Single, counts: list[int], what: str) -> None:
@@ -471,8 +492,11 @@ class ProcessGroup:
         return buf_flat, False
 
     def _next(self, kind: str, algorithm: str | None, oneshot: bool = False,
-              **fields: Any) -> Fingerprint:
-        return Fingerprint(next(self._seq), kind, path=path_digest(algorithm, oneshot), **fields)
+              seq: int | None = None, **fields: Any) -> Fingerprint:
+        """The fingerprint of the next call (of call ``seq`` when a lane already took it)."""
+        if seq is None:
+            seq = next(self._seq)
+        return Fingerprint(seq, kind, path=path_digest(algorithm, oneshot), **fields)
 
     # Where the one-shot path runs (one synchronisation, a copy in), it beats the
     # symmetric broadcast (two synchronisations, no copies), which therefore starts
@@ -942,13 +966,18 @@ class ProcessGroup:
 
     def all_to_all(self, out_flat: np.ndarray, in_flat: np.ndarray, send_counts: Sequence[int],
                    recv_counts: Sequence[int], dtype_name: str, finish: Callable[[], None], *,
-                   algorithm: str | None = None, async_op: bool = False) -> Work:
+                   algorithm: str | None = None, async_op: bool = False,
+                   entered: tuple[int, list[int]] | None = None) -> Work:
+        """all_to_all of ``in_flat`` split by ``send_counts`` into ``out_flat`` split by
+        ``recv_counts`` (element counts per group rank). ``entered``: ``(seq, counts)``
+        of a call the tiny-call lane began and hands over after the entry."""
         algorithm = self._effective("all_to_all", algorithm)
         if np.may_share_memory(in_flat, out_flat):
             # In place (or lists spanning the same memory): the peers must read what I
             # send while I write what I receive, so what I send is staged first.
             in_flat = in_flat.copy()
-        fp = self._next("all_to_all", algorithm, dtype=dtype_name, count=in_flat.size)
+        fp = self._next("all_to_all", algorithm, dtype=dtype_name, count=in_flat.size,
+                        seq=entered[0] if entered else None)
         send = tuple(int(c) for c in send_counts)
         recv = tuple(int(c) for c in recv_counts)
         n, me, isz = self._size, self._rank, in_flat.dtype.itemsize
@@ -957,16 +986,14 @@ class ProcessGroup:
         # piece for each rank, send counts, receive counts] (int64), then, for the
         # one-shot path, my input. After the entry every rank checks the whole matrix
         # (the same verdict and message everywhere) and finds its pieces' offsets.
-        head = (24 * n + 15) // 16 * 16  # keeps the staged data 16-byte aligned
-        # Past 128 KiB per peer the single-copy path is faster (2 ranks: 93 vs 130 us
-        # at 512 KiB of input, a tie at 256 KiB, one-shot ahead at 128 KiB: 54 vs 69 us).
-        limit = min(self._direct_bytes(n), (128 << 10) * n) - head
+        head = split_head(n)
+        limit = self.a2a_direct_limit()
         mine = in_flat.reshape(-1).view(np.uint8)
         # Plain ints and struct, not NumPy: at small sizes these few lines were most of
         # the call's cost.
         sd = list(itertools.accumulate(send, initial=0))
         rd = [x * isz for x in itertools.accumulate(recv, initial=0)]
-        layout = _split_header(n)
+        layout = split_header(n)
         header = layout.pack(*sd[:-1], *send, *recv)
         uniform = len(set(send) | set(recv)) <= 1
         offsets: list[int] = []  # where my piece lies in each rank's input (after the check)
@@ -1017,7 +1044,16 @@ class ProcessGroup:
             lambda p: finish(), algorithm=algorithm, async_op=async_op, per_rank_counts=True,
             layout=_Layout(publish, check),
             direct=_Direct(stage, lambda counts: max(counts) * isz <= limit, read),
-            single=_Single(_exposing(mine), self._single_fits(isz, n), read_pieces))
+            single=_Single(_exposing(mine), self._single_fits(isz, n), read_pieces),
+            entered=entered[1] if entered else None)
+
+    def a2a_direct_limit(self) -> int:
+        """The largest input (bytes) an all_to_all rank stages for the one-shot path.
+
+        Past 128 KiB per peer the single-copy path is faster (2 ranks: 93 vs 130 us at
+        512 KiB of input, a tie at 256 KiB, one-shot ahead at 128 KiB: 54 vs 69 us)."""
+        n = self._size
+        return min(self._direct_bytes(n), (128 << 10) * n) - split_head(n)
 
     # ---------------------------------------------------------- point to point
 

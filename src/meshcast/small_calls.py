@@ -58,6 +58,7 @@ class SmallCalls:
     def __init__(self, group: ProcessGroup) -> None:
         self.group = group
         self.plans: dict[tuple, tuple | bool] = {}
+        self._last_address: tuple[np.ndarray, int] | None = None
 
     # ------------------------------------------------------------------ calls
 
@@ -152,6 +153,56 @@ class SmallCalls:
                   lambda parity: _reduce(flat_out, pieces[parity], kernel, average))
         return True
 
+    def all_to_all(self, out: np.ndarray, inp: np.ndarray) -> bool:
+        """:meth:`ProcessGroup.all_to_all` with equal splits (all_to_all_single without
+        split sizes), at any size: the lane does what the general path does up to
+        the entry, in the same bytes (split header, staged input, exposed buffer,
+        fingerprint). When every rank agrees on a one-shot call it finishes it here;
+        otherwise (larger inputs, other ranks' uneven splits, a mismatch) it hands
+        the entered call over to the general path."""
+        plan = self._plan(("all_to_all", inp.dtype, inp.shape, out.dtype, out.shape),
+                          self._all_to_all_plan, out, inp)
+        if (not plan or not _writable(out) or not inp.flags.c_contiguous
+                or np.may_share_memory(inp, out)):
+            return False
+        tail, header, headers, head, limit, pieces, dtype_name = plan
+        group = self.group
+        engine, arena = group.engine, group.arena
+        if not engine.enter_inline():  # queued async work goes first: the general path
+            return False
+        try:
+            seq = next(group._seq)
+            parity = seq & 1
+            me, n = group._rank, group._size
+            mine = inp.reshape(-1).view(np.uint8)
+            nbytes = mine.nbytes
+            mv = headers[parity]
+            mv[me][:] = header
+            if nbytes <= limit:
+                arena.small[me][parity][head:head + nbytes] = mine
+            if group.transport.cma_min_bytes > 0:
+                arena.expose(seq, self._address(inp), nbytes, 0)
+            agreed = arena.packed_enter(seq, _SEQ.pack(seq) + tail,
+                                        _What(group, "all_to_all", seq),
+                                        time.monotonic() + group.timeout)
+            if agreed and nbytes <= limit and all(h == header for h in mv):
+                # Every rank splits evenly with the same sizes and staged its input.
+                dst = out.reshape(-1).view(np.uint8)
+                p = nbytes // n
+                for q, src in enumerate(pieces[parity]):
+                    dst[q * p:(q + 1) * p] = mine[me * p:(me + 1) * p] if q == me else src
+                group.last_algorithm = "all_to_all/oneshot"
+            else:
+                counts = [inp.size] * n if agreed else arena.compare_entered(seq, True)
+                split = [inp.size // n] * n
+                group.all_to_all(out.reshape(-1), inp.reshape(-1), split, split, dtype_name,
+                                 _nothing, entered=(seq, counts))
+        except BaseException as exc:
+            engine.leave_inline(exc)
+            raise
+        engine.leave_inline(None)
+        return True
+
     # -------------------------------------------------------------- machinery
 
     def _run(self, kind: str, tail: bytes, views: list[list[np.ndarray]],
@@ -209,9 +260,20 @@ class SmallCalls:
         return self.group._oneshot(nbytes, None)
 
     @staticmethod
-    def _tail(kind: str, **fields: Any) -> bytes:
-        fp = Fingerprint(0, kind, path=path_digest(None, True), **fields)
+    def _tail(kind: str, oneshot: bool = True, **fields: Any) -> bytes:
+        fp = Fingerprint(0, kind, path=path_digest(None, oneshot), **fields)
         return fp.pack()[_SEQ.size:]
+
+    def _address(self, arr: np.ndarray) -> int:
+        """``arr.ctypes.data``, which costs about 1 us, remembered for the last array
+        (programs pass the same one again and again; holding it keeps it alive, so
+        its address cannot be reused by another array)."""
+        last = self._last_address
+        if last is not None and last[0] is arr:
+            return last[1]
+        address = arr.ctypes.data
+        self._last_address = (arr, address)
+        return address
 
     @staticmethod
     def _valid_op(op: Any, dtype: np.dtype, caller: str) -> ops.ReduceOp | None:
@@ -275,6 +337,33 @@ class SmallCalls:
         pieces = [[region[me * c:(me + 1) * c] for region in views[p]] for p in (0, 1)]
         sched_op = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
         return tail, views, pieces, ops.kernel(sched_op, dtype), rop is ops.ReduceOp.AVG
+
+    def _all_to_all_plan(self, out: np.ndarray, inp: np.ndarray) -> tuple | bool:
+        from .group import split_head, split_header
+
+        group = self.group
+        dtype, n, me = inp.dtype, group.size(), group.rank()
+        if (n < 2 or dtype.name not in _MOVE_DTYPES or not dtype.isnative
+                or out.dtype != dtype or not inp.shape or not out.shape
+                or inp.shape[0] % n or out.shape[0] % n or out.size != inp.size
+                or not inp.size):
+            return False
+        c = inp.size // n
+        tail = self._tail("all_to_all", False, dtype=dtype.name, count=inp.size)
+        layout = split_header(n)
+        header = layout.pack(*(k * c for k in range(n)), *[c] * n, *[c] * n)
+        head, p = split_head(n), c * dtype.itemsize
+        small = group.arena.small
+        headers = [[memoryview(small[q][parity])[:layout.size] for q in range(n)]
+                   for parity in (0, 1)]
+        # what rank q's staged input holds for me, per parity
+        pieces = [[small[q][parity][head + me * p:head + (me + 1) * p] for q in range(n)]
+                  for parity in (0, 1)]
+        return tail, header, headers, head, group.a2a_direct_limit(), pieces, dtype.name
+
+
+def _nothing() -> None:
+    """The finish of a call whose buffers need no write-back."""
 
 
 def _reduce(arr: np.ndarray, regions: list[np.ndarray], kernel: Any, average: bool) -> None:

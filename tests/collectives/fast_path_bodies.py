@@ -213,3 +213,56 @@ def single_copy_enabled() -> bool:
     """Whether the ranks may read each other's memory (process_vm_readv was probed at
     bring-up; without ptrace permission between them the single-copy paths are off)."""
     return dist.group.WORLD.transport.cma_min_bytes > 0
+
+
+def all_to_all_lane(base: int) -> list[str]:
+    """all_to_all_single with equal splits: rank 0 takes the tiny-call lane (NumPy, no
+    split sizes) while the others pass the same splits explicitly (the general path);
+    then every rank keeps ``base`` more elements for itself than it sends (uneven
+    counts, found only after the entry: the lane hands the call over); then a call
+    queued behind async work. Returns the lane plans and the paths seen."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    seen: list[str] = []
+    for k in range(3):  # both parities of the one-shot regions, twice
+        c = 2 + k
+        inp = np.concatenate([_value(r, d, c) + k for d in range(n)]).reshape(n, c)
+        out = np.zeros((n, c))
+        splits = None if r == 0 else [1] * n
+        dist.all_to_all_single(out, inp, splits, splits)
+        seen.append(pg.last_algorithm)
+        for s in range(n):
+            np.testing.assert_array_equal(out[s], _value(s, r, c) + k, f"round {k} from {s}")
+    # Rank r keeps base + 3 elements for itself and exchanges 3 with each other rank;
+    # rank 0 passes no split sizes whenever its own split is even.
+    for keeper in range(n):
+        sizes = [3 + (base if d == keeper else 0) for d in range(n)]
+        mine = sizes if r == keeper else [3] * n
+        inp = np.concatenate([_value(r, d, c) for d, c in enumerate(mine)])
+        out = np.zeros(inp.size)
+        even = len(set(mine)) == 1
+        dist.all_to_all_single(out, inp, None if even else mine, None if even else mine)
+        seen.append(pg.last_algorithm)
+        at = 0
+        for s, c in enumerate(mine):
+            np.testing.assert_array_equal(out[at:at + c], _value(s, r, c), f"uneven from {s}")
+            at += c
+    # Large equal splits on every rank: entered by the lane, finished by the general path.
+    inp = np.concatenate([_value(r, d, base) for d in range(n)])
+    out = np.zeros(inp.size)
+    dist.all_to_all_single(out, inp)
+    seen.append(pg.last_algorithm)
+    for s in range(n):
+        np.testing.assert_array_equal(out[s * base:(s + 1) * base], _value(s, r, base))
+    # Behind pending async work the lane steps aside: the call still runs in order.
+    big = np.full(300_000, r, np.float64)
+    work = dist.all_reduce(big, async_op=True)
+    inp = np.arange(2 * n, dtype=np.int32) + 100 * r
+    out = np.zeros_like(inp)
+    dist.all_to_all_single(out, inp)
+    work.wait()
+    assert (big == n * (n - 1) // 2).all()
+    np.testing.assert_array_equal(out.reshape(n, 2), [[100 * s + 2 * r, 100 * s + 2 * r + 1]
+                                                      for s in range(n)])
+    assert any(key[0] == "all_to_all" and plan for key, plan in pg.small.plans.items())
+    return seen

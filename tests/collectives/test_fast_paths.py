@@ -78,3 +78,11 @@ def test_malformed_meshcast_algo_fails_at_init():
         spawn_world(bodies.algo_env_picks_schedules, 2, timeout=60,
                     env={"MESHCAST_ALGO": "all_reduce:teleport"})
     assert "teleport" in str(info.value) and "MESHCAST_ALGO" in str(info.value)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_all_to_all_lane_mixes_with_the_general_path_and_hands_over(n):
+    out = spawn_world(bodies.all_to_all_lane, n, timeout=180, base=bodies.LARGE)
+    assert out[0][:3] == ["all_to_all/oneshot"] * 3, out[0]
+    # uneven counts leave the one-shot range: single-copy where allowed, else a schedule
+    assert all(s.split("/")[1] in ("cma", "arena", "pairwise") for s in out[0][3:]), out[0]

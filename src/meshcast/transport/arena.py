@@ -269,6 +269,38 @@ class Arena:
                 break
         return parity
 
+    def packed_enter(self, seq: int, packed: bytes, what: object, deadline: float,
+                     expected: Sequence[bytes] | None = None) -> bool:
+        """:meth:`enter` for the tiny-call lane, with the fingerprint already packed.
+
+        Publishes ``packed``, signals phase 0 and waits for every rank's. Returns
+        True when every rank published ``expected[r]`` (``packed`` for all when
+        None): then the call agrees everywhere and every count is the one the
+        caller expects. False means something differs; the caller compares with
+        :meth:`compare_entered`, which raises or returns the counts. ``what`` is
+        formatted on errors only.
+        """
+        if self._abort_word[0]:
+            self.check_abort()
+        self.seq = seq
+        self.deadline = deadline
+        self.what = what  # type: ignore[assignment]
+        at = self._fp_at[seq & 1]
+        mv = self._mv
+        mine = at[self.rank]
+        mv[mine:mine + FP_SIZE] = packed
+        self.signal(0)
+        self.wait(range(self.n), 0)
+        if expected is None:
+            return all(mv[a:a + FP_SIZE] == packed for a in at)
+        return all(mv[a:a + FP_SIZE] == e for a, e in zip(at, expected))
+
+    def compare_entered(self, seq: int, per_rank_counts: bool, root_layout: int = -1
+                        ) -> list[int]:
+        """After :meth:`packed_enter` returned False: what :meth:`enter` would have
+        returned (every rank's count), or the MismatchError it would have raised."""
+        return self._compare(self._fp_tables[seq & 1], seq, per_rank_counts, root_layout)
+
     def expose(self, seq: int, address: int, nbytes: int, meta: int = 0) -> None:
         """Tell the peers where call ``seq``'s data lies in this process (for
         single-copy reads, see cma.py), before entering the call.
