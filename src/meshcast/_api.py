@@ -643,6 +643,11 @@ def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = 
     ``gather_list`` is required on ``dst`` (one array per rank; sizes may
     differ between ranks) and must be None or empty elsewhere.
     """
+    if (type(tensor) is np.ndarray and (dst is None or type(dst) is int) and async_op is False
+            and algorithm is None and group_dst is None):
+        lane = _lane(group)  # tiny calls: see all_reduce
+        if lane is not None and lane.gather(tensor, gather_list, dst):
+            return None
     caller = "gather"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)
@@ -676,6 +681,11 @@ def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None 
             group: GroupLike = None, async_op: bool = False, group_src: int | None = None, *,
             algorithm: str | None = None) -> Work | None:
     """Send ``scatter_list[r]`` from rank ``src`` into ``tensor`` on each rank r."""
+    if (type(tensor) is np.ndarray and (src is None or type(src) is int) and async_op is False
+            and algorithm is None and group_src is None):
+        lane = _lane(group)  # tiny calls: see all_reduce
+        if lane is not None and lane.scatter(tensor, scatter_list, src):
+            return None
     caller = "scatter"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)

@@ -792,12 +792,14 @@ class ProcessGroup:
 
     def gather(self, out_pieces: Sequence[np.ndarray] | None, in_flat: np.ndarray, root: int,
                dtype_name: str, finish: Callable[[], None], *, algorithm: str | None = None,
-               async_op: bool = False, expected_counts: Sequence[int] | None = None) -> Work:
+               async_op: bool = False, expected_counts: Sequence[int] | None = None,
+               entered: tuple[int, list[int]] | None = None) -> Work:
         """Gather every rank's ``in_flat`` into ``out_pieces`` (one flat array per rank,
-        given on the root only; the one-shot and single-copy paths fill them directly)."""
+        given on the root only; the one-shot and single-copy paths fill them directly).
+        ``entered``: ``(seq, counts)`` of a call the tiny-call lane hands over."""
         algorithm = self._effective("gather", algorithm)
         fp = self._next("gather", algorithm, dtype=dtype_name, root=root, count=in_flat.size,
-                        extra=counts_hash(expected_counts))
+                        extra=counts_hash(expected_counts), seq=entered[0] if entered else None)
         limit = self._direct_bytes(self._size)
         isz, me = in_flat.dtype.itemsize, self._rank
         mine = in_flat.reshape(-1).view(np.uint8)
@@ -851,14 +853,18 @@ class ProcessGroup:
             "gather", fp, make_plan, done, algorithm=algorithm, async_op=async_op,
             per_rank_counts=True, root_layout=root,
             direct=_Direct(stage, lambda counts: max(counts) * isz <= limit, read),
-            single=_Single(exposure, self._single_fits(isz), move_pieces))
+            single=_Single(exposure, self._single_fits(isz), move_pieces),
+            entered=entered[1] if entered else None)
 
     def scatter(self, out_flat: np.ndarray, in_flat: np.ndarray | None, root: int,
                 dtype_name: str, finish: Callable[[], None], *, algorithm: str | None = None,
-                async_op: bool = False, expected_counts: Sequence[int] | None = None) -> Work:
+                async_op: bool = False, expected_counts: Sequence[int] | None = None,
+                entered: tuple[int, list[int]] | None = None) -> Work:
+        """Scatter the root's ``in_flat`` (every rank's piece, back to back) into each
+        rank's ``out_flat``. ``entered``: see :meth:`gather`."""
         algorithm = self._effective("scatter", algorithm)
         fp = self._next("scatter", algorithm, dtype=dtype_name, root=root, count=out_flat.size,
-                        extra=counts_hash(expected_counts))
+                        extra=counts_hash(expected_counts), seq=entered[0] if entered else None)
         limit = self._direct_bytes(1)  # the root's region holds every piece
         isz, me = out_flat.dtype.itemsize, self._rank
 
@@ -887,7 +893,8 @@ class ProcessGroup:
             lambda c: self._plan("scatter", out_flat.dtype, root=root, input=in_flat,
                                  output=out_flat, counts=tuple(c)),
             lambda p: finish(), algorithm=algorithm, async_op=async_op, per_rank_counts=True,
-            root_layout=root, direct=direct, single=single)
+            root_layout=root, direct=direct, single=single,
+            entered=entered[1] if entered else None)
 
     def reduce_scatter(self, out_buf: Buffer, in_flat: np.ndarray, counts: Sequence[int],
                        op: ops.ReduceOp, finish: Callable[[], None], *,

@@ -203,7 +203,117 @@ class SmallCalls:
         engine.leave_inline(None)
         return True
 
+    def gather(self, inp: np.ndarray, outs: Any, dst: int | None) -> bool:
+        """:meth:`ProcessGroup.gather` of ``inp`` into the list ``outs`` on global rank
+        ``dst`` (None: the group's first rank), every piece shaped like ``inp``.
+
+        A root whose pieces are all alike can only see the one-shot path or a
+        MismatchError after the entry (the entry checks every count against its
+        pieces). Another rank may see a larger piece of a third rank (a legal
+        uneven gather): it hands the entered call over to the general path."""
+        plan = self._plan(("gather", inp.dtype, inp.shape, dst), self._rooted_plan, inp, dst,
+                          "gather")
+        if not plan or not inp.flags.c_contiguous:
+            return False
+        tails, root, limit = plan
+        group = self.group
+        me = group._rank
+        if me == root:
+            if not _alike(outs, inp, group._size, writable=True):
+                return False
+        elif outs is not None:
+            return False
+        engine, arena = group.engine, group.arena
+        if not engine.enter_inline():  # queued async work goes first: the general path
+            return False
+        try:
+            seq = next(group._seq)
+            parity = seq & 1
+            mine = inp.reshape(-1).view(np.uint8)
+            if me != root:
+                arena.small[me][parity][:mine.nbytes] = mine
+            if group.transport.cma_min_bytes > 0:  # the pieces are read from, never into, me
+                arena.expose(seq, *((0, 0) if me == root else (self._address(inp), mine.nbytes)))
+            counts = self._enter(seq, "gather", tails, root)
+            if counts and max(counts) * inp.dtype.itemsize > limit:
+                # (never on the root: the entry checked every count against its pieces)
+                group.gather(None, inp.reshape(-1), root, _dtype_name(inp), _nothing,
+                             entered=(seq, counts))
+            else:
+                if me == root:
+                    small = arena.small
+                    for q, piece in enumerate(outs):
+                        dest = piece.reshape(-1).view(np.uint8)
+                        dest[:] = mine if q == me else small[q][parity][:dest.nbytes]
+                group.last_algorithm = "gather/oneshot"
+        except BaseException as exc:
+            engine.leave_inline(exc)
+            raise
+        engine.leave_inline(None)
+        return True
+
+    def scatter(self, out: np.ndarray, ins: Any, src: int | None) -> bool:
+        """:meth:`ProcessGroup.scatter` of the list ``ins`` on global rank ``src`` (None:
+        the group's first rank) into ``out``, every piece shaped like ``out``. As in
+        :meth:`gather`, only a rank other than the root ever hands a call over."""
+        plan = self._plan(("scatter", out.dtype, out.shape, src), self._rooted_plan, out, src,
+                          "scatter")
+        if not plan or not _writable(out):
+            return False
+        tails, root, limit = plan
+        group = self.group
+        me, n = group._rank, group._size
+        if me == root:
+            if not _alike(ins, out, n, writable=False):
+                return False
+        elif ins is not None:
+            return False
+        engine, arena = group.engine, group.arena
+        if not engine.enter_inline():  # queued async work goes first: the general path
+            return False
+        try:
+            seq = next(group._seq)
+            parity = seq & 1
+            nb = out.nbytes
+            if me == root:
+                region = arena.small[me][parity]
+                for q, piece in enumerate(ins):
+                    region[q * nb:(q + 1) * nb] = piece.reshape(-1).view(np.uint8)
+                if group.transport.cma_min_bytes > 0:  # nothing is read from the lane's root
+                    arena.expose(seq, 0, 0)
+            counts = self._enter(seq, "scatter", tails, root)
+            isz = out.dtype.itemsize
+            if counts and sum(counts) * isz > limit:
+                # (never on the root: the entry checked every count against its pieces)
+                group.scatter(out.reshape(-1), None, root, _dtype_name(out), _nothing,
+                              entered=(seq, counts))
+            else:
+                dest = out.reshape(-1).view(np.uint8)
+                if me == root:
+                    dest[:] = ins[me].reshape(-1).view(np.uint8)
+                else:
+                    lo = sum(counts[:me]) * isz if counts else me * nb
+                    dest[:] = arena.small[root][parity][lo:lo + nb]
+                group.last_algorithm = "scatter/oneshot"
+        except BaseException as exc:
+            engine.leave_inline(exc)
+            raise
+        engine.leave_inline(None)
+        return True
+
     # -------------------------------------------------------------- machinery
+
+    def _enter(self, seq: int, kind: str, tails: list[bytes], root: int) -> list[int]:
+        """Enter rooted call ``seq`` (fingerprint tails by rank, the root's naming its
+        pieces): [] when every rank published the expected tail, else every rank's
+        count (or the MismatchError every rank raises)."""
+        group = self.group
+        prefix = _SEQ.pack(seq)
+        if group.arena.packed_enter(seq, prefix + tails[group._rank], _What(group, kind, seq),
+                                    time.monotonic() + group.timeout,
+                                    [prefix + t for t in tails]):
+            return []
+        return group.arena.compare_entered(seq, True, root)
 
     def _run(self, kind: str, tail: bytes, views: list[list[np.ndarray]],
              data: np.ndarray | None, use: Callable[[int], None]) -> None:
@@ -360,6 +470,38 @@ class SmallCalls:
         pieces = [[small[q][parity][head + me * p:head + (me + 1) * p] for q in range(n)]
                   for parity in (0, 1)]
         return tail, header, headers, head, group.a2a_direct_limit(), pieces, dtype.name
+
+    def _rooted_plan(self, arr: np.ndarray, root_rank: int | None, kind: str
+                     ) -> tuple | bool:
+        """gather/scatter: every rank's fingerprint tail (the root's names its pieces,
+        all like ``arr``), the root's group rank, the one-shot limit."""
+        group = self.group
+        dtype, n = arr.dtype, group.size()
+        root = group._group_rank_of.get(group.global_ranks[0] if root_rank is None
+                                        else root_rank)
+        readers = n if kind == "gather" else 1  # whose pieces one region holds
+        limit = group._direct_bytes(readers)
+        if (root is None or n < 2 or dtype.name not in _MOVE_DTYPES or not dtype.isnative
+                or not arr.size or arr.nbytes * (n // readers) > limit):
+            return False
+        tails = [self._tail(kind, False, dtype=dtype.name, root=root, count=arr.size,
+                            extra=counts_hash((arr.size,) * n) if q == root else 0)
+                 for q in range(n)]
+        return tails, root, limit
+
+
+def _alike(pieces: Any, like: np.ndarray, n: int, *, writable: bool) -> bool:
+    """Whether ``pieces`` is a list of ``n`` contiguous (and ``writable``) arrays shaped and
+    typed like ``like``: the root's list of a lane gather/scatter; anything else takes
+    the general path."""
+    if type(pieces) is not list or len(pieces) != n:
+        return False
+    return all(type(p) is np.ndarray and p.dtype == like.dtype and p.shape == like.shape
+               and (_writable(p) if writable else p.flags.c_contiguous) for p in pieces)
+
+
+def _dtype_name(arr: np.ndarray) -> str:
+    return arr.dtype.name
 
 
 def _nothing() -> None:

@@ -266,3 +266,59 @@ def all_to_all_lane(base: int) -> list[str]:
                                                       for s in range(n)])
     assert any(key[0] == "all_to_all" and plan for key, plan in pg.small.plans.items())
     return seen
+
+
+def rooted_lane(base: int) -> list[str]:
+    """gather and scatter on the tiny-call lane (NumPy pieces all shaped like the rank's
+    array), mixed with ranks on the general path (non-contiguous arrays), at every root
+    and with the default root; then uneven pieces (the last rank's holds ``base``
+    elements, a legal uneven call the lane ranks only learn of after the entry);
+    then a call queued behind async work. Returns the paths seen on this rank."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    seen: list[str] = []
+    for k in range(2 * n):
+        root = k % n
+        lane = (r + k) % 2 == 0  # alternately on the lane and on the general path
+        c = 3 + k % 2
+        mine = _value(r, root, c)
+        if not lane:
+            mine = np.repeat(mine, 2)[::2]  # non-contiguous: the general path
+        outs = [np.zeros(c) if lane else _strided(c) for _ in range(n)] if r == root else None
+        dist.gather(mine, outs, dst=None if root == 0 and k % 3 == 0 else root)
+        seen.append(pg.last_algorithm)
+        if r == root:
+            for q, got in enumerate(outs):
+                np.testing.assert_array_equal(got, _value(q, root, c), f"gather {k} from {q}")
+        ins = [_value(root, q, c) for q in range(n)] if r == root else None
+        got = np.zeros(c) if lane else _strided(c)
+        dist.scatter(got, ins, src=root)
+        seen.append(pg.last_algorithm)
+        np.testing.assert_array_equal(got, _value(root, r, c), f"scatter {k}")
+    # Uneven: the last rank's piece holds `base` elements; the root's lists say so.
+    sizes = [3] * (n - 1) + [base]
+    for root in range(n - 1):
+        mine = _value(r, root, sizes[r])
+        outs = [np.zeros(c) for c in sizes] if r == root else None
+        dist.gather(mine, outs, dst=root)
+        seen.append(pg.last_algorithm)
+        if r == root:
+            for q, got in enumerate(outs):
+                np.testing.assert_array_equal(got, _value(q, root, sizes[q]), f"uneven {q}")
+        ins = [_value(root, q, c) for q, c in enumerate(sizes)] if r == root else None
+        got = np.zeros(sizes[r])
+        dist.scatter(got, ins, src=root)
+        seen.append(pg.last_algorithm)
+        np.testing.assert_array_equal(got, _value(root, r, sizes[r]), "uneven scatter")
+    # Behind pending async work the lane steps aside: the calls still run in order.
+    big = np.full(300_000, r, np.float64)
+    work = dist.all_reduce(big, async_op=True)
+    outs = [np.zeros(2) for _ in range(n)] if r == 0 else None
+    dist.gather(np.full(2, r + 0.5), outs, dst=0)
+    work.wait()
+    assert (big == n * (n - 1) // 2).all()
+    if r == 0:
+        np.testing.assert_array_equal(outs, [[q + 0.5] * 2 for q in range(n)])
+    lanes = {key[0] for key, plan in pg.small.plans.items() if plan}
+    assert lanes >= {"gather", "scatter"}, lanes
+    return seen

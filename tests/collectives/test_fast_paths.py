@@ -86,3 +86,12 @@ def test_all_to_all_lane_mixes_with_the_general_path_and_hands_over(n):
     assert out[0][:3] == ["all_to_all/oneshot"] * 3, out[0]
     # uneven counts leave the one-shot range: single-copy where allowed, else a schedule
     assert all(s.split("/")[1] in ("cma", "arena", "pairwise") for s in out[0][3:]), out[0]
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_gather_scatter_lane_mixes_with_the_general_path_and_hands_over(n):
+    out = spawn_world(bodies.rooted_lane, n, timeout=180, base=bodies.LARGE)
+    even = 4 * n  # the calls with pieces all alike
+    assert set(out[0][:even]) == {"gather/oneshot", "scatter/oneshot"}, out[0]
+    # the uneven calls leave the one-shot range: single-copy where allowed, else a schedule
+    assert all(s.split("/")[1] != "oneshot" for s in out[0][even:]), out[0]
