@@ -74,24 +74,29 @@ class SmallCalls:
         group = self.group
         engine = group.engine
         if not engine.enter_inline():  # queued async work goes first: the closure path
-            self._run("all_reduce", tail, views, arr,
+            self._run("all_reduce", tail, arr,
                       lambda parity: _reduce(arr, views[parity], kernel, average))
             return True
         # The hottest call of all, inline: no closures, no Work.
         try:
             seq = next(group._seq)
-            parity = seq & 1
-            regions = views[parity]
-            regions[group._rank][...] = arr
-            group.arena.packed_oneshot(seq, _SEQ.pack(seq) + tail,
-                                       _What(group, "all_reduce", seq),
-                                       time.monotonic() + group.timeout)
-            _reduce(arr, regions, kernel, average)
+            parity = group.arena.packed_oneshot(seq, _SEQ.pack(seq) + tail,
+                                                _What(group, "all_reduce", seq),
+                                                time.monotonic() + group.timeout, arr)
+            _reduce(arr, views[parity], kernel, average)
         except BaseException as exc:
             engine.leave_inline(exc)
             raise
         engine.leave_inline(None)
         group.last_algorithm = "all_reduce/oneshot"
+        return True
+
+    def barrier(self) -> bool:
+        """:meth:`ProcessGroup.barrier`: a one-shot round with no data."""
+        plan = self._plan(("barrier",), self._barrier_plan)
+        if not plan:
+            return False
+        self._run("barrier", plan[0], None, _ignore)
         return True
 
     def reduce(self, arr: np.ndarray, op: Any, dst: int) -> bool:
@@ -107,7 +112,7 @@ class SmallCalls:
             if me == root:
                 _reduce(arr, views[parity], kernel, average)
 
-        self._run("reduce", tail, views, arr, reduce_at_root)
+        self._run("reduce", tail, arr, reduce_at_root)
         return True
 
     def broadcast(self, arr: np.ndarray, src: int) -> bool:
@@ -123,7 +128,7 @@ class SmallCalls:
             if me != root:
                 arr[...] = views[parity][root]
 
-        self._run("broadcast", tail, views, arr if me == root else None, copy_out)
+        self._run("broadcast", tail, arr if me == root else None, copy_out)
         return True
 
     def all_gather(self, out: np.ndarray, inp: np.ndarray) -> bool:
@@ -138,7 +143,7 @@ class SmallCalls:
         def concatenate(parity: int) -> None:
             np.concatenate(views[parity], out=flat_out)
 
-        self._run("all_gather", tail, views, inp.reshape(-1), concatenate)
+        self._run("all_gather", tail, inp.reshape(-1), concatenate)
         return True
 
     def reduce_scatter(self, out: np.ndarray, inp: np.ndarray, op: Any) -> bool:
@@ -149,7 +154,7 @@ class SmallCalls:
             return False
         tail, views, pieces, kernel, average = plan
         flat_out = out.reshape(-1)
-        self._run("reduce_scatter", tail, views, inp.reshape(-1),
+        self._run("reduce_scatter", tail, inp.reshape(-1),
                   lambda parity: _reduce(flat_out, pieces[parity], kernel, average))
         return True
 
@@ -315,8 +320,8 @@ class SmallCalls:
             return []
         return group.arena.compare_entered(seq, True, root)
 
-    def _run(self, kind: str, tail: bytes, views: list[list[np.ndarray]],
-             data: np.ndarray | None, use: Callable[[int], None]) -> None:
+    def _run(self, kind: str, tail: bytes, data: np.ndarray | None,
+             use: Callable[[int], None]) -> None:
         """One call: my ``data`` into my region, one signal, then ``use(parity)`` reads the
         regions of that parity; behind queued async work, if any."""
         group = self.group
@@ -324,12 +329,8 @@ class SmallCalls:
         what = _What(group, kind, seq)
 
         def job() -> None:
-            parity = seq & 1
-            if data is not None:
-                views[parity][group._rank][...] = data
-            group.arena.packed_oneshot(seq, _SEQ.pack(seq) + tail, what,
-                                       time.monotonic() + group.timeout)
-            use(parity)
+            use(group.arena.packed_oneshot(seq, _SEQ.pack(seq) + tail, what,
+                                           time.monotonic() + group.timeout, data))
 
         group.engine.call(job, what)  # inline when the group is idle
         group.last_algorithm = f"{kind}/oneshot"
@@ -408,6 +409,9 @@ class SmallCalls:
         tail = self._tail(kind, dtype=dtype.name, op=rop.name, root=root, count=arr.size)
         sched_op = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
         return tail, self._views(arr), ops.kernel(sched_op, dtype), rop is ops.ReduceOp.AVG
+
+    def _barrier_plan(self) -> tuple | bool:
+        return (self._tail("barrier"),) if self._fits(0) else False
 
     def _reduce_plan(self, arr: np.ndarray, op: Any, dst: int) -> tuple | bool:
         root = self.group._group_rank_of.get(dst)
@@ -506,6 +510,10 @@ def _dtype_name(arr: np.ndarray) -> str:
 
 def _nothing() -> None:
     """The finish of a call whose buffers need no write-back."""
+
+
+def _ignore(parity: int) -> None:
+    """What a barrier reads from the one-shot regions: nothing."""
 
 
 def _reduce(arr: np.ndarray, regions: list[np.ndarray], kernel: Any, average: bool) -> None:

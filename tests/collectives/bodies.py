@@ -570,9 +570,10 @@ def numpy_bfloat16() -> None:
     assert (y == bf16(n - 1)).all()
 
 
-def tiny_call_paths() -> None:
+def tiny_call_paths() -> bool:
     """The cached tiny-call lane (meshcast.small_calls) and the general path agree, keep
-    call order, and refuse bad input the same way."""
+    call order, and refuse bad input the same way. Returns whether the arena round ran
+    compiled."""
     r, n = dist.get_rank(), dist.get_world_size()
     pg = dist.group.WORLD
     total = n * (n - 1) // 2
@@ -654,6 +655,9 @@ def tiny_call_paths() -> None:
     b = np.array([r == 0, False])
     dist.all_reduce(b, op=ReduceOp.BOR)
     assert b.tolist() == [True, False]
+    dist.barrier()
+    assert pg.last_algorithm == "barrier/oneshot" and ("barrier",) in pg.small.plans
+    return pg.arena._round is not None
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:

@@ -237,6 +237,10 @@ def test_numpy_bfloat16_through_ml_dtypes(n):
     spawn_world(bodies.numpy_bfloat16, n, timeout=60)
 
 
+@pytest.mark.parametrize("compiled", ["1", "0"])
 @pytest.mark.parametrize("n", [2, 3])
-def test_tiny_call_lane_agrees_with_the_general_path(n):
-    spawn_world(bodies.tiny_call_paths, n, timeout=90)
+def test_tiny_call_lane_agrees_with_the_general_path(n, compiled):
+    """Both with the compiled arena round (transport/_tiny.c) and without it."""
+    out = spawn_world(bodies.tiny_call_paths, n, timeout=90,
+                      env={"MESHCAST_COMPILED": compiled})
+    assert out == [compiled == "1"] * n, out

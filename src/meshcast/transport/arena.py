@@ -31,11 +31,11 @@ from __future__ import annotations
 import dataclasses
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .. import _sync
+from .. import _sync, config
 from .._fingerprint import SIZE as FP_SIZE
 from .._fingerprint import Fingerprint, compare, counts_hash
 from ..errors import CommTimeout, GroupAbortedError, MeshcastError, MismatchError
@@ -54,6 +54,20 @@ assert FP_SIZE + _EXPOSED.size <= _LINE
 
 def _align(n: int, a: int) -> int:
     return (n + a - 1) // a * a
+
+
+def _compiled_round(segment: Segment, rank: int, n: int, ranks_off: int, fp_off: int,
+                    small_off: int, small_bytes: int) -> Callable[..., int] | None:
+    """``Round.run`` of the compiled helper for this arena, or None (not built, turned
+    off with MESHCAST_COMPILED=0, or a single rank, which never signals)."""
+    if n < 2 or not config.get("MESHCAST_COMPILED"):
+        return None
+    try:
+        from . import _tiny
+    except ImportError:
+        return None
+    return _tiny.Round(segment.address, n, rank, ranks_off, fp_off, small_off, small_bytes,
+                       FP_SIZE, segment).run
 
 
 class Arena:
@@ -115,6 +129,10 @@ class Arena:
         self.seq = 0
         self.deadline = float("inf")
         self.what = name
+        # The compiled round of the tiny calls (transport/_tiny.c), if built and wanted.
+        self._round = _compiled_round(segment, rank, n, ranks_off, fp_off, small_off,
+                                      self.small_bytes)
+        self._spec = _sync.spec()  # the process's wait settings (spin budget)
 
     # ------------------------------------------------------------------ signals
 
@@ -239,35 +257,22 @@ class Arena:
             self._compare(table, fp.seq, per_rank_counts, -1)
         return [self.small[r][parity] for r in range(self.n)]
 
-    def packed_oneshot(self, seq: int, packed: bytes, what: object, deadline: float) -> int:
+    def packed_oneshot(self, seq: int, packed: bytes, what: object, deadline: float,
+                       data: np.ndarray | None = None) -> int:
         """:meth:`oneshot` for the hottest calls, with the fingerprint already packed.
 
-        The caller has written its data into ``self.small[rank][seq & 1]``. The
-        steps, rules and errors are those of :meth:`oneshot`; only the common
-        case (everyone already there, fingerprints equal) avoids NumPy. ``what``
-        may be any object whose ``str()`` names the call (formatted on errors only).
+        ``data`` (a C-contiguous array, or None) is copied into this rank's one-shot
+        region of parity ``seq & 1``. The steps, rules and errors are those of
+        :meth:`oneshot`; only the common case (everyone already there,
+        fingerprints equal) avoids NumPy, and runs in the compiled helper when it
+        was built. ``what`` may be any object whose ``str()`` names the call
+        (formatted on errors only).
 
         Returns:
             the parity whose one-shot regions hold every rank's data.
         """
-        if self._abort_word[0]:
-            self.check_abort()
-        self.seq = seq
-        self.deadline = deadline
-        self.what = what  # type: ignore[assignment]
-        parity = seq & 1
-        at = self._fp_at[parity]
-        mv = self._mv
-        mine = at[self.rank]
-        mv[mine:mine + FP_SIZE] = packed
-        n = self.n
-        self.signal(1)
-        self.wait(range(n), 1)
-        for r in range(n):
-            if mv[at[r]:at[r] + FP_SIZE] != packed:
-                self._compare(self._fp_tables[parity], seq, False, -1)
-                break
-        return parity
+        self._round_trip(seq, 1, packed, what, deadline, data)
+        return seq & 1
 
     def packed_enter(self, seq: int, packed: bytes, what: object, deadline: float,
                      expected: Sequence[bytes] | None = None) -> bool:
@@ -280,20 +285,50 @@ class Arena:
         :meth:`compare_entered`, which raises or returns the counts. ``what`` is
         formatted on errors only.
         """
-        if self._abort_word[0]:
-            self.check_abort()
+        same = self._round_trip(seq, 0, packed, what, deadline, None, compare=False)
+        if expected is None:
+            if same is not None:
+                return same
+            expected = [packed] * self.n
+        mv = self._mv
+        return all(mv[a:a + FP_SIZE] == e for a, e in zip(self._fp_at[seq & 1], expected))
+
+    def _round_trip(self, seq: int, phase: int, packed: bytes, what: object, deadline: float,
+                    data: np.ndarray | None, compare: bool = True) -> bool | None:
+        """Copy ``data`` into my one-shot region, publish ``packed``, signal ``phase``,
+        wait for every rank's; then (``compare``) raise on differing fingerprints as
+        :meth:`enter` does. Returns whether every fingerprint equals ``packed``, when
+        that is known without reading them again (None otherwise)."""
         self.seq = seq
         self.deadline = deadline
         self.what = what  # type: ignore[assignment]
-        at = self._fp_at[seq & 1]
+        parity = seq & 1
+        run = self._round
+        if run is not None:
+            status = run(seq, phase, packed, data, int(self._spec.spin_s * 1e9))
+            if status == 0:
+                return True
+            if status == 3:
+                self.check_abort()
+            if status >= 2:  # not everyone is there yet: the waiting primitive takes over
+                self.wait(range(self.n), phase)
+        else:
+            if self._abort_word[0]:
+                self.check_abort()
+            if data is not None:
+                self.small[self.rank][parity][:data.nbytes] = data.reshape(-1).view(np.uint8)
+            mine = self._fp_at[parity][self.rank]
+            self._mv[mine:mine + FP_SIZE] = packed
+            self.signal(phase)
+            self.wait(range(self.n), phase)
+        if not compare:
+            return None
         mv = self._mv
-        mine = at[self.rank]
-        mv[mine:mine + FP_SIZE] = packed
-        self.signal(0)
-        self.wait(range(self.n), 0)
-        if expected is None:
-            return all(mv[a:a + FP_SIZE] == packed for a in at)
-        return all(mv[a:a + FP_SIZE] == e for a, e in zip(at, expected))
+        for a in self._fp_at[parity]:
+            if mv[a:a + FP_SIZE] != packed:
+                self._compare(self._fp_tables[parity], seq, False, -1)
+                break
+        return None
 
     def compare_entered(self, seq: int, per_rank_counts: bool, root_layout: int = -1
                         ) -> list[int]:

@@ -1,0 +1,90 @@
+"""The compiled arena round (transport/_tiny.c) against the arena's rules, in one process:
+two ranks' views of one anonymous mapping, run one after the other."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import struct
+
+import numpy as np
+import pytest
+
+from meshcast.transport.arena import Arena
+
+try:
+    from meshcast.transport import _tiny
+except ImportError:  # test_the_helper_is_built_by_the_install fails then
+    _tiny = None
+built = pytest.mark.skipif(_tiny is None, reason="the compiled helper was not built")
+
+FP = 32
+SMALL = 4096
+
+
+class _Mapping:
+    def __init__(self, n: int) -> None:
+        self.ranks_off, self.fp_off, self.small_off, _, total = Arena.layout(n, 0)
+        total = self.small_off + n * 2 * SMALL
+        self.mm = mmap.mmap(-1, total)
+        self.base = ctypes.c_char.from_buffer(self.mm)
+        self.address = ctypes.addressof(self.base)
+        self.n = n
+
+    def round(self, rank: int):
+        return _tiny.Round(self.address, self.n, rank, self.ranks_off, self.fp_off,
+                           self.small_off, SMALL, FP, self).run
+
+    def word(self, rank: int) -> int:
+        return struct.unpack_from("<Q", self.mm, self.ranks_off + rank * 64)[0]
+
+    def region(self, rank: int, parity: int, nbytes: int) -> bytes:
+        at = self.small_off + (rank * 2 + parity) * SMALL
+        return self.mm[at:at + nbytes]
+
+
+def _fp(seq: int, tag: int = 0) -> bytes:
+    return struct.pack("<Q", seq) + bytes([tag]) * (FP - 8)
+
+
+@built
+def test_the_last_rank_to_arrive_sees_everyone_and_the_first_is_told_to_wait():
+    m = _Mapping(2)
+    r0, r1 = m.round(0), m.round(1)
+    data = np.arange(4, dtype=np.float32)
+    assert r0(3, 1, _fp(3), data, 0) == 2  # rank 1 is not there: Python waits
+    assert m.word(0) == (3 << 24) | 1
+    assert m.region(0, 1, 16) == data.tobytes()  # copied before the signal
+    assert r1(3, 1, _fp(3), None, 10_000) == 0  # everyone there, same fingerprint
+    assert r0(4, 0, _fp(4), None, 0) == 2
+    assert r1(4, 0, _fp(4, tag=7), None, 0) == 1  # arrived, but the fingerprints differ
+
+
+@built
+def test_an_aborted_group_is_reported_before_anything_is_written():
+    m = _Mapping(3)
+    r2 = m.round(2)
+    m.mm[0:4] = struct.pack("<I", 1)
+    assert r2(5, 1, _fp(5), np.ones(2), 1_000_000) == 3
+    assert m.word(2) == 0
+
+
+@built
+def test_bad_arguments_raise():
+    m = _Mapping(2)
+    r0 = m.round(0)
+    with pytest.raises(ValueError, match="wrong size"):
+        r0(1, 1, b"short", None, 0)
+    with pytest.raises(ValueError, match="larger than a one-shot region"):
+        r0(1, 1, _fp(1), np.zeros(SMALL + 1, np.uint8), 0)
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        r0(1, 1, _fp(1), np.zeros(8)[::2], 0)
+    with pytest.raises(ValueError, match="bad arena layout"):
+        _tiny.Round(m.address, 2, 2, m.ranks_off, m.fp_off, m.small_off, SMALL, FP, m)
+
+
+def test_the_helper_is_built_by_the_install():
+    """pip install -e . compiles transport/_tiny.c (optional: a machine without a C
+    compiler runs the Python round; this checks that ours did build it)."""
+    assert _tiny is not None, "meshcast.transport._tiny is missing: was a C compiler found?"
+    assert _tiny.Round.run.__doc__.startswith("run(seq, phase")
