@@ -932,6 +932,10 @@ def send(tensor: Any, dst: int | None = None, group: GroupLike = None, tag: int 
         InvalidUsage: bad argument. PeerGoneError / CommTimeout: the receiver
         exited or did not take the data in time.
     """
+    if type(tensor) is np.ndarray and type(dst) is int and type(tag) is int and group_dst is None:
+        lane = _lane(group)  # small messages: see small_calls.SmallCalls.send
+        if lane is not None and lane.send(tensor, dst, tag):
+            return
     work = isend(tensor, dst, group, tag, group_dst)
     if work is not None:
         work.wait()
@@ -946,6 +950,10 @@ def recv(tensor: Any, src: int | None = None, group: GroupLike = None, tag: int 
         from ``tensor``'s. PeerGoneError / CommTimeout: the sender exited or
         did not send in time.
     """
+    if type(tensor) is np.ndarray and type(src) is int and type(tag) is int and group_src is None:
+        lane = _lane(group)  # small messages: see small_calls.SmallCalls.recv
+        if lane is not None and lane.recv(tensor, src, tag):
+            return src
     work = irecv(tensor, src, group, tag, group_src)
     if work is None:
         return -1

@@ -28,9 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import ops
+from . import _sync, ops
 from ._fingerprint import Fingerprint, counts_hash, path_digest
+from .buffers import SUPPORTED
 from .errors import InvalidUsage
+from .transport.shm import KIND_P2P
 
 if TYPE_CHECKING:
     from .group import ProcessGroup
@@ -59,6 +61,7 @@ class SmallCalls:
         self.group = group
         self.plans: dict[tuple, tuple | bool] = {}
         self._last_address: tuple[np.ndarray, int] | None = None
+        self._spec = _sync.spec()  # the process's wait settings (spin time)
 
     # ------------------------------------------------------------------ calls
 
@@ -306,6 +309,36 @@ class SmallCalls:
         engine.leave_inline(None)
         return True
 
+    # --------------------------------------------------------- point to point
+
+    def send(self, arr: np.ndarray, dst: int, tag: int) -> bool:
+        """The blocking :func:`meshcast.send` of a small contiguous array to global rank
+        ``dst``: written into the ring at once, no Handle or Work (see
+        ShmTransport.send_now); False: the general path."""
+        group = self.group
+        if (not arr.flags.c_contiguous or not _p2p_dtype(arr.dtype) or dst == group.global_ranks[
+                group._rank] or dst not in group._group_rank_of or not _TAGS[0] <= tag < _TAGS[1]):
+            return False
+        if not group.transport.send_now(dst, group.group_id, KIND_P2P, tag,
+                                        arr.reshape(-1).view(np.uint8)):
+            return False
+        next(group._p2p_seq)  # numbered like any send, for later messages
+        return True
+
+    def recv(self, arr: np.ndarray, src: int, tag: int) -> bool:
+        """The blocking :func:`meshcast.recv` from global rank ``src`` into a contiguous
+        array, when its message is, or within the spin time becomes, the first in
+        the ring (see ShmTransport.recv_now); False: the general path."""
+        group = self.group
+        if (not _writable(arr) or not _p2p_dtype(arr.dtype) or src == group.global_ranks[
+                group._rank] or src not in group._group_rank_of or not _TAGS[0] <= tag < _TAGS[1]):
+            return False
+        if not group.transport.recv_now(src, group.group_id, KIND_P2P, tag,
+                                        arr.reshape(-1).view(np.uint8), self._spec.spin_s):
+            return False
+        next(group._p2p_seq)
+        return True
+
     # -------------------------------------------------------------- machinery
 
     def _enter(self, seq: int, kind: str, tails: list[bytes], root: int) -> list[int]:
@@ -524,6 +557,14 @@ def _reduce(arr: np.ndarray, regions: list[np.ndarray], kernel: Any, average: bo
         kernel(arr, region, out=arr)
     if average:
         ops.finish_average(arr, len(regions))
+
+
+_TAGS = (-(1 << 62), 1 << 62)  # the tags the front door accepts
+
+
+def _p2p_dtype(dtype: np.dtype) -> bool:
+    """Whether the front door would take an array of ``dtype`` for a message as it is."""
+    return dtype.isnative and dtype.name in SUPPORTED
 
 
 def _writable(arr: np.ndarray) -> bool:

@@ -420,3 +420,58 @@ def new_group_with_dead_member(victim: int) -> str:
     except dist.PeerGoneError as exc:
         return f"{time.monotonic() - t0:.2f}|{exc}"
     raise AssertionError("new_group with a dead member returned")
+
+
+def blocking_fast_path(count: int) -> dict:
+    """Blocking send/recv of small arrays take the transport's fast path (straight into
+    and out of the ring, see ShmTransport.send_now/recv_now), mixed with isend/irecv on
+    the general path, without breaking MPI's matching rules: messages of one tag keep
+    their order, a receive posted earlier matches first, other tags wait in line.
+    ``count`` messages go round in both directions (wrapping small rings). Returns how
+    often each fast path succeeded on this rank."""
+    r = dist.get_rank()
+    peer = 1 - r
+    t = dist.group.WORLD.transport
+    used = {"send": 0, "recv": 0}
+    send_now, recv_now = t.send_now, t.recv_now
+
+    def counting(name, fn):
+        def call(*args):
+            ok = fn(*args)
+            used[name] += ok
+            return ok
+        return call
+
+    t.send_now, t.recv_now = counting("send", send_now), counting("recv", recv_now)
+    for k in range(count):  # ping-pong with changing sizes: the rings wrap
+        x = np.full(1 + k % 300, k, np.float32)
+        if r == 0:
+            dist.send(x, peer, tag=k % 3)
+            y = np.zeros_like(x)
+            assert dist.recv(y, peer, tag=k % 3) == peer
+        else:
+            y = np.zeros_like(x)
+            dist.recv(y, peer, tag=k % 3)
+            dist.send(y + 1, peer, tag=k % 3)
+        if r == 0:
+            assert (y == k + 1).all(), (k, y[:3])
+    # Order within a tag across both paths; an earlier posted receive matches first.
+    if r == 0:
+        w = dist.isend(np.full(4, 1.0), peer, tag=7)
+        dist.send(np.full(4, 2.0), peer, tag=7)
+        w.wait()
+        dist.send(np.full(4, 3.0), peer, tag=7)
+        dist.send(np.full(4, 9.0), peer, tag=8)  # another tag, received first
+        dist.send(np.full(4, 4.0), peer, tag=7)
+    else:
+        first, second, third, fourth, other = (np.zeros(4) for _ in range(5))
+        time.sleep(0.05)  # the messages wait in the ring
+        w = dist.irecv(first, peer, tag=7)
+        dist.recv(second, peer, tag=7)
+        w.wait()
+        dist.recv(other, peer, tag=8)
+        dist.recv(third, peer, tag=7)
+        dist.recv(fourth, peer, tag=7)
+        assert [a[0] for a in (first, second, third, fourth, other)] == [1, 2, 3, 4, 9]
+    t.send_now, t.recv_now = send_now, recv_now
+    return used

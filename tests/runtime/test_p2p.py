@@ -115,3 +115,12 @@ def test_bad_arguments_raise_before_sending_and_name_rank():
         assert "unsupported dtype object" in msgs[4]
         assert "'src'=5 is not a rank" in msgs[5]
         assert "'group' must be a ProcessGroup" in msgs[6]
+
+
+@pytest.mark.parametrize("ring", ["1M", "4K"])
+def test_blocking_send_recv_fast_path_keeps_matching_rules(ring):
+    out = spawn_world(bodies.blocking_fast_path, 2, timeout=60, count=400,
+                      env={"MESHCAST_RING_BYTES": ring})
+    # most small messages went straight through the ring (a receive that spun past
+    # its spin time, or found another message first, took the general path)
+    assert all(used["send"] > 200 and used["recv"] > 100 for used in out), out

@@ -359,6 +359,93 @@ class ShmTransport:
         # The sender rings our doorbell when the message arrives: no wake-up here.
         return handle
 
+    # ------------------------------------------------------- blocking fast path
+
+    def send_now(self, peer: int, group: int, kind: int, tag: int, raw: np.ndarray) -> bool:
+        """Write a whole message into the ring to ``peer`` at once, if it fits and no
+        earlier send to ``peer`` is still queued (the order of messages between two
+        ranks is the ring's order); no Handle, nothing left to do. False: nothing
+        was done, take :meth:`isend` (it also reports closed groups and dead peers).
+        """
+        j = self.local.get(peer)
+        nbytes = raw.nbytes
+        if j is None or j == self.li or (self.cma_min_bytes and nbytes >= self.cma_min_bytes):
+            return False
+        with self._lock:
+            if self._closed is not None or peer in self._gone or self._sendq[j]:
+                return False
+            head_v, tail_v, data, _ = self._out[j]
+            head = int(head_v[0])
+            if self.ring_bytes - (head - int(tail_v[0])) < _HEADER.size + nbytes:
+                return False
+            start = head % self.ring_bytes
+            if start + _HEADER.size + nbytes <= self.ring_bytes:
+                _HEADER.pack_into(data, start, group, kind, tag, nbytes, 0)
+                data[start + _HEADER.size:start + _HEADER.size + nbytes] = raw
+            else:
+                self._write(data, head, np.frombuffer(_HEADER.pack(group, kind, tag, nbytes, 0),
+                                                      np.uint8))
+                self._write(data, head + _HEADER.size, raw)
+            head_v[0] = head + _HEADER.size + nbytes  # after the data (Rule 2)
+            self._ring_bell(j)
+        return True
+
+    def recv_now(self, peer: int, group: int, kind: int, tag: int, raw: np.ndarray,
+                 spin_s: float) -> bool:
+        """Receive the next message from ``peer`` straight out of its ring, polling for
+        up to ``spin_s`` seconds, if it is the message this receive would match
+        anyway: first in the ring, complete, with this (group, kind, tag) and
+        size, and no earlier message or posted receive that could claim it. False:
+        nothing was consumed, take :meth:`irecv` (which also reports errors).
+        """
+        j = self.local.get(peer)
+        if j is None or j == self.li:
+            return False
+        self.begin_poll()  # peers need not wake our progress thread meanwhile (Rule 3)
+        try:
+            until = None
+            while True:
+                with self._lock:
+                    state = self._take(j, group, kind, tag, raw)
+                if state:
+                    return state > 0
+                now = time.monotonic()
+                if until is None:
+                    until = now + spin_s
+                elif now >= until:
+                    return False
+        finally:
+            self.end_poll()
+
+    def _take(self, j: int, group: int, kind: int, tag: int, raw: np.ndarray) -> int:
+        """:meth:`recv_now`'s look at ring ``j``, under the lock: 1 taken, 0 empty,
+        -1 the general path must handle what is there (or what may come)."""
+        peer = self.ranks[j]
+        if self._closed is not None or peer in self._gone or self._incoming[j] is not None:
+            return -1
+        for msg in self._unexpected:  # an earlier message of this kind comes first
+            if msg.src == peer and msg.group == group and msg.kind == kind and msg.tag == tag:
+                return -1
+        for recv in self._posted:  # so does an earlier receive that matches it
+            if recv.matches(group, kind, tag, peer):
+                return -1
+        head_v, tail_v, data, waiting_v = self._in[j]
+        tail = int(tail_v[0])
+        avail = int(head_v[0]) - tail
+        if avail <= 0:
+            return 0
+        if avail < _HEADER.size:
+            return -1
+        g, k, t, nbytes, mode = self._unpack(_HEADER, data, tail)
+        if (g != group or k != kind or t != tag or mode != 0 or nbytes != raw.nbytes
+                or avail < _HEADER.size + nbytes):
+            return -1
+        if nbytes:
+            self._read(data, tail + _HEADER.size, raw)
+        tail_v[0] = tail + _HEADER.size + nbytes
+        self._space_freed(j, waiting_v)
+        return 1
+
     def _check_open(self, peer: int | None, describe: str) -> None:
         if self._closed is not None:
             raise GroupAbortedError(f"{describe}: {self._closed}")
