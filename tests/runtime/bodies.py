@@ -475,3 +475,23 @@ def blocking_fast_path(count: int) -> dict:
         assert [a[0] for a in (first, second, third, fourth, other)] == [1, 2, 3, 4, 9]
     t.send_now, t.recv_now = send_now, recv_now
     return used
+
+
+def stream_while_receiver_computes(nbytes: int, compute_s: float) -> float:
+    """Rank 0 sends a message many times the ring's size while rank 1 computes (makes
+    no meshcast call) for ``compute_s`` seconds before receiving it: rank 1's progress
+    thread drains the stalled ring meanwhile (Rule 5 of transport/shm.py), so the
+    blocking send returns long before rank 1 receives. Returns the send's duration
+    on rank 0 (and checks the data on rank 1)."""
+    r = dist.get_rank()
+    data = np.arange(nbytes, dtype=np.uint8)
+    dist.barrier()
+    if r == 0:
+        t = time.monotonic()
+        dist.send(data, 1)
+        return time.monotonic() - t
+    time.sleep(compute_s)
+    into = np.zeros(nbytes, np.uint8)
+    dist.recv(into, 0)
+    np.testing.assert_array_equal(into, data)
+    return 0.0

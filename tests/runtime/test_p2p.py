@@ -124,3 +124,12 @@ def test_blocking_send_recv_fast_path_keeps_matching_rules(ring):
     # most small messages went straight through the ring (a receive that spun past
     # its spin time, or found another message first, took the general path)
     assert all(used["send"] > 200 and used["recv"] > 100 for used in out), out
+
+
+def test_a_receiver_that_computes_still_drains_a_stalled_ring():
+    # 4 MiB through 64 KiB rings, single-copy off: without the progress thread's help
+    # the send would wait the receiver's 3 s of computing.
+    out = spawn_world(bodies.stream_while_receiver_computes, 2, timeout=60,
+                      nbytes=4 << 20, compute_s=3.0,
+                      env={"MESHCAST_RING_BYTES": "64K", "MESHCAST_CMA_BYTES": "0"})
+    assert out[0] < 2.0, out

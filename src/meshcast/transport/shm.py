@@ -64,6 +64,8 @@ _MODE_CMA = 1  # header's reserved field: the payload is (address, send id), not
 _CMA = struct.Struct("<QQ")
 
 _HEADER = struct.Struct("<IIqQQ")  # group, kind, tag, nbytes, reserved
+# A rank's "wake my progress thread" word (Rules 3 and 5)
+_WAKE_NEVER, _WAKE_ALWAYS, _WAKE_URGENT = 0, 1, 2
 _LINE = 64
 _RING_HEADER = 128  # head u64 at +0, tail u64 at +64: separate cache lines
 
@@ -167,11 +169,11 @@ class Handle:
 
             def block(timeout: float) -> None:
                 # Long wait: let the progress thread take over, and be woken by it.
-                transport.end_poll()
+                transport.end_poll(blocked=True)
                 try:
                     self._block(timeout)
                 finally:
-                    transport.begin_poll()
+                    transport.begin_poll(blocked=True)
 
             transport.begin_poll()
             try:
@@ -282,8 +284,9 @@ class ShmTransport:
         self._out = {j: ring(self.li, j) for j in range(n) if j != self.li}
         self._in = {j: ring(j, self.li) for j in range(n) if j != self.li}
         self._lock = threading.Lock()
-        self._flag_lock = threading.Lock()  # guards _pollers, _asleep and our _sleeping word
+        self._flag_lock = threading.Lock()  # guards _pollers, _blocked, _asleep, our _sleeping word
         self._pollers = 0
+        self._blocked = 0  # user threads blocked on a handle (Rule 5)
         self._asleep = False
         self._sendq: dict[int, collections.deque[_SendOp]] = {j: collections.deque() for j in self._out}
         self._incoming: dict[int, _Incoming | None] = {j: None for j in self._in}
@@ -486,27 +489,47 @@ class ShmTransport:
     # fences and re-reads the tail; the consumer writes the tail, fences, reads the
     # flag), so a steady stream of small messages wakes nobody on the way back.
     #
-    # Rule 3: peers wake our progress thread (futex on our doorbell) only while
-    # ``_sleeping[li]`` is 1, i.e. while it sleeps and no user thread of ours is
-    # polling. A wake-up costs ~20 us of thread hand-off per message, and a thread
-    # that is polling sees the data anyway. Flipping the flag back on is followed
-    # by a fence and one more pass, so a message whose sender saw the flag off is
-    # never left for the progress thread to find late.
+    # Rule 3: peers wake our progress thread (futex on our doorbell) only while it
+    # sleeps and no user thread of ours is polling (``_sleeping[li]`` is not
+    # _WAKE_NEVER). A wake-up costs ~20 us of thread hand-off and GIL contention
+    # per message, and a thread that is polling sees the data anyway. Flipping the
+    # flag back on is followed by a fence and one more pass, so a message whose
+    # sender saw the flag off is never left for the progress thread to find late.
+    #
+    # Rule 5: while no user thread is blocked on a handle (_WAKE_URGENT), a message
+    # written whole into the ring wakes nobody: it waits there, as an eager MPI
+    # message waits in the receive queue, until a call of ours polls. Only what
+    # cannot finish without us does: a ring too full for the message (its producer
+    # waits for space) and freed space a producer waits for. With a user thread
+    # blocked on a handle (_WAKE_ALWAYS), every message wakes the progress thread,
+    # which completes the handle and wakes that thread.
 
-    def begin_poll(self) -> None:
-        """A user thread starts polling (Handle.wait): peers need not wake our progress thread."""
+    def begin_poll(self, blocked: bool = False) -> None:
+        """A user thread starts polling (Handle.wait): peers need not wake our progress
+        thread. ``blocked``: it was blocked on a handle until now (see end_poll)."""
         with self._flag_lock:
             self._pollers += 1
-            self._words[self._sleep_at[self.li]] = 0
+            if blocked:
+                self._blocked -= 1
+            self._words[self._sleep_at[self.li]] = _WAKE_NEVER
 
-    def end_poll(self) -> None:
-        """A user thread stops polling: re-arm wake-ups if the progress thread sleeps."""
+    def end_poll(self, blocked: bool = False) -> None:
+        """A user thread stops polling: re-arm wake-ups if the progress thread sleeps.
+        ``blocked``: it now blocks on a handle, which only the progress thread
+        completes (Rule 5)."""
         with self._flag_lock:
             self._pollers -= 1
-            if self._pollers == 0 and self._asleep:
-                self._words[self._sleep_at[self.li]] = 1
+            if blocked:
+                self._blocked += 1
+            self._words[self._sleep_at[self.li]] = self._wake_flag()
         _sync.fence()
         self.poll()
+
+    def _wake_flag(self) -> int:
+        """What peers should wake our progress thread for (under _flag_lock; Rules 3, 5)."""
+        if self._pollers or not self._asleep:
+            return _WAKE_NEVER
+        return _WAKE_ALWAYS if self._blocked else _WAKE_URGENT
 
     def poll(self) -> bool:
         """One progress pass from the calling thread, unless another thread is in one."""
@@ -517,10 +540,13 @@ class ShmTransport:
         finally:
             self._lock.release()
 
-    def _ring_bell(self, li: int) -> None:
+    def _ring_bell(self, li: int, urgent: bool = False) -> None:
+        """Bump local rank ``li``'s doorbell; wake its progress thread if it asked to be
+        woken for this (``urgent``: a stalled ring, see Rule 5)."""
         self._words[self._bell_at[li]] = (int(self._words[self._bell_at[li]]) + 1) & 0xFFFFFFFF
         _sync.fence()
-        if self._words[self._sleep_at[li]]:
+        flag = self._words[self._sleep_at[li]]
+        if flag == _WAKE_ALWAYS or (urgent and flag == _WAKE_URGENT):
             _sync.futex_wake(self._bell_addr[li])
 
     def _run(self) -> None:
@@ -545,14 +571,13 @@ class ShmTransport:
             # drives progress itself, see Handle.wait) needs.
             with self._flag_lock:
                 self._asleep = True
-                if self._pollers == 0:
-                    self._words[self._sleep_at[self.li]] = 1
+                self._words[self._sleep_at[self.li]] = self._wake_flag()
             _sync.fence()
             if int(self._words[self._bell_at[self.li]]) == seen and self._closed is None:
                 _sync.futex_wait(my_bell, seen, s.liveness_s if busy else 1.0)
             with self._flag_lock:
                 self._asleep = False
-                self._words[self._sleep_at[self.li]] = 0
+                self._words[self._sleep_at[self.li]] = _WAKE_NEVER
 
     def _busy(self) -> bool:
         return bool(self._posted or self._cma_sends or any(self._sendq.values())
@@ -595,10 +620,12 @@ class ShmTransport:
             op.sent += n
             head += n
             moved += n
+        done = op.header_sent and op.sent == op.data.nbytes
         if moved:
             head_v[0] = head  # after the data: the consumer trusts bytes below head
-            self._ring_bell(j)
-        done = op.header_sent and op.sent == op.data.nbytes
+        if moved or not done:
+            # A stalled message needs the consumer to drain even while it computes.
+            self._ring_bell(j, urgent=not done)
         if not done:
             # Ring full: ask the consumer to ring our doorbell when it frees space
             # (Rule 4), then look once more in case it freed some meanwhile.
@@ -613,7 +640,7 @@ class ShmTransport:
         """After consuming: wake the producer only if it waits for space (Rule 4)."""
         _sync.fence()
         if waiting_v[0]:
-            self._ring_bell(j)
+            self._ring_bell(j, urgent=True)
 
     def _write(self, ring: np.ndarray, pos: int, src: np.ndarray) -> None:
         start = pos % self.ring_bytes
@@ -813,7 +840,8 @@ class ShmTransport:
             for recv in self._posted:
                 recv.handle._finish(reason)
             self._posted.clear()
-        self._ring_bell(self.li)
+        self._ring_bell(self.li, urgent=True)
+        _sync.futex_wake(self._bell_addr[self.li])  # whatever its flag says: it must stop
 
     def close(self) -> None:
         """Stop the progress thread; pending operations fail with GroupAbortedError."""
