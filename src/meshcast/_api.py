@@ -897,6 +897,11 @@ def isend(tensor: Any, dst: int | None = None, group: GroupLike = None, tag: int
     The data must stay unchanged until the Work completes. Messages between
     two ranks with the same tag arrive in the order they were sent.
     """
+    if type(tensor) is np.ndarray and type(dst) is int and type(tag) is int and group_dst is None:
+        lane = _lane(group)  # small messages: see small_calls.SmallCalls.isend
+        work = None if lane is None else lane.isend(tensor, dst, tag)
+        if work is not None:
+            return work
     caller = "isend"
     pg = _resolve(group, caller)
     if pg is None:
@@ -913,6 +918,11 @@ def irecv(tensor: Any, src: int | None = None, group: GroupLike = None, tag: int
 
     The returned Work's ``source_rank`` (and ``_source_rank()``) tell the sender.
     """
+    if type(tensor) is np.ndarray and type(src) is int and type(tag) is int and group_src is None:
+        lane = _lane(group)  # small messages: see small_calls.SmallCalls.irecv
+        work = None if lane is None else lane.irecv(tensor, src, tag)
+        if work is not None:
+            return work
     caller = "irecv"
     pg = _resolve(group, caller)
     if pg is None:
@@ -1009,7 +1019,15 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
         prepared.append((pg, p.kind, buf, peer, t))
     works = []
     for pg, kind, buf, peer, t in prepared:
-        works.append(pg.isend(buf.flat, peer, t) if kind == "isend" else pg.irecv(buf, peer, t))
+        # Small messages that can move at once do (see small_calls.SmallCalls.isend).
+        if kind == "isend":
+            work = pg.small.isend(buf.flat, pg.global_rank(peer), t)
+            works.append(work if work is not None else pg.isend(buf.flat, peer, t))
+        else:
+            work = pg.small.irecv(buf.flat, pg.global_rank(peer), t)
+            if work is not None:
+                buf.finish()  # a staged (non-contiguous) receive is written back now
+            works.append(work if work is not None else pg.irecv(buf, peer, t))
     return works
 
 

@@ -33,6 +33,7 @@ from ._fingerprint import Fingerprint, counts_hash, path_digest
 from .buffers import SUPPORTED
 from .errors import InvalidUsage
 from .transport.shm import KIND_P2P
+from .work import Work
 
 if TYPE_CHECKING:
     from .group import ProcessGroup
@@ -52,6 +53,19 @@ class _What:
 
     def __str__(self) -> str:
         return self.group._what(self.kind, self.seq)
+
+
+class _P2PWhat:
+    """Names a point-to-point message for a finished Work, formatted only when shown."""
+
+    __slots__ = ("group", "verb", "peer", "tag")
+
+    def __init__(self, group: ProcessGroup, verb: str, peer: int, tag: int) -> None:
+        self.group, self.verb, self.peer, self.tag = group, verb, peer, tag
+
+    def __str__(self) -> str:
+        way = "to" if self.verb == "send" else "from"
+        return f"{self.verb} {way} rank {self.peer} (tag {self.tag}) on {self.group.group_name}"
 
 
 class SmallCalls:
@@ -316,28 +330,47 @@ class SmallCalls:
         ``dst``: written into the ring at once, no Handle or Work (see
         ShmTransport.send_now); False: the general path."""
         group = self.group
-        if (not arr.flags.c_contiguous or not _p2p_dtype(arr.dtype) or dst == group.global_ranks[
-                group._rank] or dst not in group._group_rank_of or not _TAGS[0] <= tag < _TAGS[1]):
-            return False
-        if not group.transport.send_now(dst, group.group_id, KIND_P2P, tag,
-                                        arr.reshape(-1).view(np.uint8)):
+        if not self._p2p_ok(arr, dst, tag) or not group.transport.send_now(
+                dst, group.group_id, KIND_P2P, tag, arr.reshape(-1).view(np.uint8)):
             return False
         next(group._p2p_seq)  # numbered like any send, for later messages
         return True
 
-    def recv(self, arr: np.ndarray, src: int, tag: int) -> bool:
+    def recv(self, arr: np.ndarray, src: int, tag: int, spin: bool = True) -> bool:
         """The blocking :func:`meshcast.recv` from global rank ``src`` into a contiguous
-        array, when its message is, or within the spin time becomes, the first in
-        the ring (see ShmTransport.recv_now); False: the general path."""
+        array, when its message is (or, with ``spin``, within the spin time becomes)
+        the first in the ring (see ShmTransport.recv_now); False: the general path."""
         group = self.group
-        if (not _writable(arr) or not _p2p_dtype(arr.dtype) or src == group.global_ranks[
-                group._rank] or src not in group._group_rank_of or not _TAGS[0] <= tag < _TAGS[1]):
-            return False
-        if not group.transport.recv_now(src, group.group_id, KIND_P2P, tag,
-                                        arr.reshape(-1).view(np.uint8), self._spec.spin_s):
+        if not _writable(arr) or not self._p2p_ok(arr, src, tag) or not group.transport.recv_now(
+                src, group.group_id, KIND_P2P, tag, arr.reshape(-1).view(np.uint8),
+                self._spec.spin_s if spin else 0.0):
             return False
         next(group._p2p_seq)
         return True
+
+    def isend(self, arr: np.ndarray, dst: int, tag: int) -> Work | None:
+        """:func:`meshcast.isend` of a message :meth:`send` can write at once: a finished
+        Work (the data is in the ring, the caller may reuse its array); None: the
+        general path."""
+        if not self.send(arr, dst, tag):
+            return None
+        return Work.finished(_P2PWhat(self.group, "send", dst, tag))
+
+    def irecv(self, arr: np.ndarray, src: int, tag: int) -> Work | None:
+        """:func:`meshcast.irecv` of a message already first in the ring from ``src``: a
+        finished Work; None: the general path (which posts the receive)."""
+        if not self.recv(arr, src, tag, spin=False):
+            return None
+        work = Work.finished(_P2PWhat(self.group, "recv", src, tag))
+        work.source_rank = src
+        return work
+
+    def _p2p_ok(self, arr: np.ndarray, peer: int, tag: int) -> bool:
+        """Whether a message of ``arr`` with global rank ``peer`` and ``tag`` is one the
+        front door would accept as it is (anything else: the general path decides)."""
+        group = self.group
+        return (arr.flags.c_contiguous and _p2p_dtype(arr.dtype) and peer in group._group_rank_of
+                and peer != group.global_ranks[group._rank] and _TAGS[0] <= tag < _TAGS[1])
 
     # -------------------------------------------------------------- machinery
 
@@ -562,9 +595,16 @@ def _reduce(arr: np.ndarray, regions: list[np.ndarray], kernel: Any, average: bo
 _TAGS = (-(1 << 62), 1 << 62)  # the tags the front door accepts
 
 
+_P2P_DTYPES: dict[np.dtype, bool] = {}
+
+
 def _p2p_dtype(dtype: np.dtype) -> bool:
-    """Whether the front door would take an array of ``dtype`` for a message as it is."""
-    return dtype.isnative and dtype.name in SUPPORTED
+    """Whether the front door would take an array of ``dtype`` for a message as it is
+    (remembered: numpy builds ``dtype.name`` anew on every access)."""
+    ok = _P2P_DTYPES.get(dtype)
+    if ok is None:
+        ok = _P2P_DTYPES[dtype] = dtype.isnative and dtype.name in SUPPORTED
+    return ok
 
 
 def _writable(arr: np.ndarray) -> bool:

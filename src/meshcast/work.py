@@ -32,6 +32,14 @@ class Work:
         self._lock = threading.Lock()
         self.source_rank: int | None = None
 
+    @classmethod
+    def finished(cls, describe: object) -> Work:
+        """A Work of an operation that completed as it was posted (``describe``: any
+        object naming it, formatted only when shown)."""
+        work = cls(describe)  # type: ignore[arg-type]
+        work._finished = True
+        return work
+
     # -------------------------------------------------------------- completion
 
     def _complete(self, result: Any = None, error: BaseException | None = None) -> None:

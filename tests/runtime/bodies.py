@@ -473,6 +473,23 @@ def blocking_fast_path(count: int) -> dict:
         dist.recv(third, peer, tag=7)
         dist.recv(fourth, peer, tag=7)
         assert [a[0] for a in (first, second, third, fourth, other)] == [1, 2, 3, 4, 9]
+    # isend/irecv and batches: a message already in the ring completes as it is posted,
+    # into a non-contiguous receive buffer too (written back at once).
+    dist.barrier()
+    if r == 0:
+        w = dist.isend(np.arange(6.0), peer, tag=11)
+        assert w.is_completed() and w.wait() and w.exception() is None
+        dist.batch_isend_irecv([dist.P2POp(dist.isend, np.full(3, 5.0), peer, tag=12)])[0].wait()
+    else:
+        time.sleep(0.05)  # both messages are in the ring before the receives are posted
+        got = np.zeros(6)
+        w = dist.irecv(got, peer, tag=11)
+        assert w.is_completed() and w.source_rank == peer, w
+        np.testing.assert_array_equal(got, np.arange(6.0))
+        strided = np.zeros(6)[::2]
+        (w,) = dist.batch_isend_irecv([dist.P2POp(dist.irecv, strided, peer, tag=12)])
+        w.wait()
+        np.testing.assert_array_equal(strided, [5.0] * 3)
     t.send_now, t.recv_now = send_now, recv_now
     return used
 

@@ -404,21 +404,20 @@ class ShmTransport:
         j = self.local.get(peer)
         if j is None or j == self.li:
             return False
-        self.begin_poll()  # peers need not wake our progress thread meanwhile (Rule 3)
-        try:
-            until = None
-            while True:
-                with self._lock:
-                    state = self._take(j, group, kind, tag, raw)
-                if state:
-                    return state > 0
-                now = time.monotonic()
-                if until is None:
-                    until = now + spin_s
-                elif now >= until:
-                    return False
-        finally:
-            self.end_poll()
+        # No begin_poll here: a message written whole wakes our progress thread only
+        # while another user thread of ours is blocked (Rule 5); if it drains ours
+        # into the unexpected list meanwhile, _take says so and irecv claims it.
+        until = None
+        while True:
+            with self._lock:
+                state = self._take(j, group, kind, tag, raw)
+            if state:
+                return state > 0
+            now = time.monotonic()
+            if until is None:
+                until = now + spin_s
+            elif now >= until:
+                return False
 
     def _take(self, j: int, group: int, kind: int, tag: int, raw: np.ndarray) -> int:
         """:meth:`recv_now`'s look at ring ``j``, under the lock: 1 taken, 0 empty,
