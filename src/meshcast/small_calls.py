@@ -44,15 +44,16 @@ _MOVE_DTYPES = ops.FAST_DTYPES | {"float16"}  # dtypes moved without any convers
 
 
 class _What:
-    """Names a call for messages, formatted only when one is needed."""
+    """Names the group's current call of ``kind`` for messages, formatted only when one
+    is needed (while the call runs, so the arena's seq is the call's)."""
 
-    __slots__ = ("group", "kind", "seq")
+    __slots__ = ("group", "kind")
 
-    def __init__(self, group: ProcessGroup, kind: str, seq: int) -> None:
-        self.group, self.kind, self.seq = group, kind, seq
+    def __init__(self, group: ProcessGroup, kind: str) -> None:
+        self.group, self.kind = group, kind
 
     def __str__(self) -> str:
-        return self.group._what(self.kind, self.seq)
+        return self.group._what(self.kind, self.group.arena.seq)
 
 
 class _P2PWhat:
@@ -75,17 +76,27 @@ class SmallCalls:
         self.group = group
         self.plans: dict[tuple, tuple | bool] = {}
         self._last_address: tuple[np.ndarray, int] | None = None
+        self._last_all_reduce: tuple = (None, None, None, False)
         self._spec = _sync.spec()  # the process's wait settings (spin time)
+        self._whats = {kind: _What(group, kind) for kind in (
+            "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all",
+            "gather", "scatter", "barrier")}
 
     # ------------------------------------------------------------------ calls
 
     def all_reduce(self, arr: np.ndarray, op: Any) -> bool:
         """:meth:`ProcessGroup.all_reduce` on ``arr`` in place; False if it does not qualify."""
-        plan = self._plan(("all_reduce", arr.dtype, arr.shape, op), self._all_reduce_plan,
-                          arr, op)
+        last = self._last_all_reduce  # a program repeats one call: skip hashing the key
+        if last[0] is arr.dtype and last[1] == arr.shape and last[2] is op:
+            plan = last[3]
+        else:
+            plan = self._plan(("all_reduce", arr.dtype, arr.shape, op), self._all_reduce_plan,
+                              arr, op)
+            self._last_all_reduce = (arr.dtype, arr.shape, op, plan)
         if not plan or not _writable(arr):
             return False
-        if self._symmetric(arr, self.group.SYMMETRIC_ALL_REDUCE_MIN_BYTES):
+        if self.group.symmetric.allocations and self._symmetric(
+                arr, self.group.SYMMETRIC_ALL_REDUCE_MIN_BYTES):
             return False
         tail, views, kernel, average = plan
         group = self.group
@@ -98,7 +109,7 @@ class SmallCalls:
         try:
             seq = next(group._seq)
             parity = group.arena.packed_oneshot(seq, _SEQ.pack(seq) + tail,
-                                                _What(group, "all_reduce", seq),
+                                                self._whats["all_reduce"],
                                                 time.monotonic() + group.timeout, arr)
             _reduce(arr, views[parity], kernel, average)
         except BaseException as exc:
@@ -205,7 +216,7 @@ class SmallCalls:
             if group.transport.cma_min_bytes > 0:
                 arena.expose(seq, self._address(inp), nbytes, 0)
             agreed = arena.packed_enter(seq, _SEQ.pack(seq) + tail,
-                                        _What(group, "all_to_all", seq),
+                                        self._whats["all_to_all"],
                                         time.monotonic() + group.timeout)
             if agreed and nbytes <= limit and all(h == header for h in mv):
                 # Every rank splits evenly with the same sizes and staged its input.
@@ -380,7 +391,7 @@ class SmallCalls:
         count (or the MismatchError every rank raises)."""
         group = self.group
         prefix = _SEQ.pack(seq)
-        if group.arena.packed_enter(seq, prefix + tails[group._rank], _What(group, kind, seq),
+        if group.arena.packed_enter(seq, prefix + tails[group._rank], self._whats[kind],
                                     time.monotonic() + group.timeout,
                                     [prefix + t for t in tails]):
             return []
@@ -392,7 +403,7 @@ class SmallCalls:
         regions of that parity; behind queued async work, if any."""
         group = self.group
         seq = next(group._seq)
-        what = _What(group, kind, seq)
+        what = self._whats[kind]
 
         def job() -> None:
             use(group.arena.packed_oneshot(seq, _SEQ.pack(seq) + tail, what,

@@ -271,7 +271,13 @@ class Arena:
         Returns:
             the parity whose one-shot regions hold every rank's data.
         """
-        self._round_trip(seq, 1, packed, what, deadline, data)
+        self.seq = seq
+        self.deadline = deadline
+        self.what = what  # type: ignore[assignment]
+        run = self._round
+        # The common case in one C call, without _round_trip's frame.
+        if run is None or run(seq, 1, packed, data, int(self._spec.spin_s * 1e9)) != 0:
+            self._round_trip(seq, 1, packed, data, status=None if run is None else -1)
         return seq & 1
 
     def packed_enter(self, seq: int, packed: bytes, what: object, deadline: float,
@@ -285,7 +291,10 @@ class Arena:
         :meth:`compare_entered`, which raises or returns the counts. ``what`` is
         formatted on errors only.
         """
-        same = self._round_trip(seq, 0, packed, what, deadline, None, compare=False)
+        self.seq = seq
+        self.deadline = deadline
+        self.what = what  # type: ignore[assignment]
+        same = self._round_trip(seq, 0, packed, None, compare=False)
         if expected is None:
             if same is not None:
                 return same
@@ -293,19 +302,26 @@ class Arena:
         mv = self._mv
         return all(mv[a:a + FP_SIZE] == e for a, e in zip(self._fp_at[seq & 1], expected))
 
-    def _round_trip(self, seq: int, phase: int, packed: bytes, what: object, deadline: float,
-                    data: np.ndarray | None, compare: bool = True) -> bool | None:
+    def _round_trip(self, seq: int, phase: int, packed: bytes, data: np.ndarray | None,
+                    compare: bool = True, status: int | None = None) -> bool | None:
         """Copy ``data`` into my one-shot region, publish ``packed``, signal ``phase``,
         wait for every rank's; then (``compare``) raise on differing fingerprints as
         :meth:`enter` does. Returns whether every fingerprint equals ``packed``, when
-        that is known without reading them again (None otherwise)."""
-        self.seq = seq
-        self.deadline = deadline
-        self.what = what  # type: ignore[assignment]
+        that is known without reading them again (None otherwise). ``self.seq``,
+        ``deadline`` and ``what`` are the call's already.
+
+        ``status``: -1 when the caller already ran the compiled round and it did
+        not return 0 (its status is read again from the words), None to run it here.
+        """
         parity = seq & 1
         run = self._round
         if run is not None:
-            status = run(seq, phase, packed, data, int(self._spec.spin_s * 1e9))
+            if status is None:
+                status = run(seq, phase, packed, data, int(self._spec.spin_s * 1e9))
+            elif self._abort_word[0]:
+                status = 3
+            else:
+                status = 2  # whatever the round saw, waiting again is always correct
             if status == 0:
                 return True
             if status == 3:
