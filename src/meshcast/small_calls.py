@@ -507,7 +507,8 @@ class SmallCalls:
     def _all_gather_plan(self, out: np.ndarray, inp: np.ndarray) -> tuple | bool:
         dtype, n = inp.dtype, self.group.size()
         if (dtype.name not in _MOVE_DTYPES or not dtype.isnative or out.dtype != dtype
-                or out.size != inp.size * n or not self._fits(inp.nbytes)):
+                or out.size != inp.size * n
+                or not self.group._oneshot_gathering(inp.nbytes, None)):
             return False
         tail = self._tail("all_gather", dtype=dtype.name, count=inp.size,
                           extra=counts_hash((inp.size,) * n))
