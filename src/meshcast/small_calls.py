@@ -393,7 +393,7 @@ class SmallCalls:
         prefix = _SEQ.pack(seq)
         if group.arena.packed_enter(seq, prefix + tails[group._rank], self._whats[kind],
                                     time.monotonic() + group.timeout,
-                                    [prefix + t for t in tails]):
+                                    tuple([prefix + t for t in tails])):
             return []
         return group.arena.compare_entered(seq, True, root)
 

@@ -58,6 +58,13 @@ def test_the_last_rank_to_arrive_sees_everyone_and_the_first_is_told_to_wait():
     assert r1(3, 1, _fp(3), None, 10_000) == 0  # everyone there, same fingerprint
     assert r0(4, 0, _fp(4), None, 0) == 2
     assert r1(4, 0, _fp(4, tag=7), None, 0) == 1  # arrived, but the fingerprints differ
+    # gather/scatter: each rank's own expected fingerprint (the root's differs)
+    expected = (_fp(6, tag=1), _fp(6))
+    assert r0(6, 0, expected[0], None, 0, expected) == 2
+    assert r1(6, 0, expected[1], None, 0, expected) == 0
+    assert r1(6, 0, expected[1], None, 0, (expected[1], expected[1])) == 1
+    with pytest.raises(ValueError, match="one fingerprint per rank"):
+        r1(6, 0, expected[1], None, 0, expected[:1])
 
 
 @built

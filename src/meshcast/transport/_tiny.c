@@ -113,14 +113,21 @@ static void Round_dealloc(Round *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* run(seq, phase, packed, data, spin_ns) -> status (see the top of the file).
+/* run(seq, phase, packed, data, spin_ns[, expected]) -> status (see the top of the file).
  *
  * data: None, or a C-contiguous buffer copied into this rank's one-shot region
  * of parity seq & 1 before signalling.
+ * expected: a tuple of every rank's expected fingerprint (gather and scatter,
+ * whose root's differs); without it every rank's must equal packed.
  */
 static PyObject *Round_run(Round *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "run(seq, phase, packed, data, spin_ns)");
+    if (nargs != 5 && nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "run(seq, phase, packed, data, spin_ns[, expected])");
+        return NULL;
+    }
+    PyObject *expected = nargs == 6 ? args[5] : NULL;
+    if (expected != NULL && (!PyTuple_Check(expected) || PyTuple_GET_SIZE(expected) != self->n)) {
+        PyErr_SetString(PyExc_ValueError, "expected: a tuple of one fingerprint per rank");
         return NULL;
     }
     unsigned long long seq = PyLong_AsUnsignedLongLong(args[0]);
@@ -168,7 +175,14 @@ static PyObject *Round_run(Round *self, PyObject *const *args, Py_ssize_t nargs)
     if (!ok)
         return PyLong_FromLong(2);
     for (Py_ssize_t r = 0; r < self->n; r++) {
-        if (memcmp(fingerprint(self, r, parity), packed, (size_t)packed_len) != 0)
+        const char *want = packed;
+        if (expected != NULL) {
+            PyObject *e = PyTuple_GET_ITEM(expected, r);
+            if (!PyBytes_Check(e) || PyBytes_GET_SIZE(e) != packed_len)
+                return PyLong_FromLong(1); /* Python compares and explains */
+            want = PyBytes_AS_STRING(e);
+        }
+        if (memcmp(fingerprint(self, r, parity), want, (size_t)packed_len) != 0)
             return PyLong_FromLong(1);
     }
     return PyLong_FromLong(0);
@@ -176,7 +190,7 @@ static PyObject *Round_run(Round *self, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef Round_methods[] = {
     {"run", (PyCFunction)(void (*)(void))Round_run, METH_FASTCALL,
-     "run(seq, phase, packed, data, spin_ns) -> status: one arena round (see the module)."},
+     "run(seq, phase, packed, data, spin_ns[, expected]) -> status: one arena round (see the module)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -294,7 +294,14 @@ class Arena:
         self.seq = seq
         self.deadline = deadline
         self.what = what  # type: ignore[assignment]
-        same = self._round_trip(seq, 0, packed, None, compare=False)
+        run = self._round
+        if run is not None and expected is not None:
+            if run(seq, 0, packed, None, int(self._spec.spin_s * 1e9), tuple(expected)) == 0:
+                # every rank published what the caller expected of it
+                return True
+            same = self._round_trip(seq, 0, packed, None, compare=False, status=-1)
+        else:
+            same = self._round_trip(seq, 0, packed, None, compare=False)
         if expected is None:
             if same is not None:
                 return same
