@@ -1006,6 +1006,9 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
     if not isinstance(p2p_op_list, (list, tuple)) or not all(
             isinstance(p, P2POp) for p in p2p_op_list):
         raise usage(caller, "'p2p_op_list' must be a list of P2POp", _rank())
+    works = _batch_lane(p2p_op_list)
+    if works is not None:
+        return works
     prepared = []
     for p in p2p_op_list:
         pg = _resolve(p.group, caller)
@@ -1028,6 +1031,41 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
             if work is not None:
                 buf.finish()  # a staged (non-contiguous) receive is written back now
             works.append(work if work is not None else pg.irecv(buf, peer, t))
+    return works
+
+
+def _batch_lane(ops: Sequence[P2POp]) -> list[Work] | None:
+    """:func:`batch_isend_irecv` of contiguous NumPy arrays with plain int peers and tags:
+    every op checked the cheap way first (the lane's own checks are the front door's
+    for such arrays), then each posted through the lane when its message can move at
+    once, else through the group. None: some op needs the full validation."""
+    w = _world.current
+    if w is None:
+        return None
+    groups = []
+    for p in ops:
+        arr = p.tensor
+        if (type(arr) is not np.ndarray or type(p.peer) is not int or type(p.tag) is not int
+                or p.group_peer is not None):
+            return None
+        pg = w.default_group if p.group is None else p.group
+        if (type(pg) is not ProcessGroup or pg not in w.groups
+                or not pg.small.p2p_ok(arr, p.peer, p.tag, writes=p.kind == "irecv")):
+            return None
+        groups.append(pg)
+    works: list[Work] = []
+    for p, pg in zip(ops, groups):
+        if p.kind == "isend":
+            work = pg.small.isend(p.tensor, p.peer, p.tag)
+            if work is None:
+                work = pg.isend(p.tensor.reshape(-1), pg.group_rank(p.peer), p.tag)
+        else:
+            work = pg.small.irecv(p.tensor, p.peer, p.tag)
+            if work is None:
+                buf = as_buffer(p.tensor, name="tensor", caller="batch_isend_irecv",
+                                rank=_rank())
+                work = pg.irecv(buf, pg.group_rank(p.peer), p.tag)
+        works.append(work)
     return works
 
 

@@ -341,7 +341,7 @@ class SmallCalls:
         ``dst``: written into the ring at once, no Handle or Work (see
         ShmTransport.send_now); False: the general path."""
         group = self.group
-        if not self._p2p_ok(arr, dst, tag) or not group.transport.send_now(
+        if not self.p2p_ok(arr, dst, tag) or not group.transport.send_now(
                 dst, group.group_id, KIND_P2P, tag, arr.reshape(-1).view(np.uint8)):
             return False
         next(group._p2p_seq)  # numbered like any send, for later messages
@@ -352,7 +352,7 @@ class SmallCalls:
         array, when its message is (or, with ``spin``, within the spin time becomes)
         the first in the ring (see ShmTransport.recv_now); False: the general path."""
         group = self.group
-        if not _writable(arr) or not self._p2p_ok(arr, src, tag) or not group.transport.recv_now(
+        if not self.p2p_ok(arr, src, tag, writes=True) or not group.transport.recv_now(
                 src, group.group_id, KIND_P2P, tag, arr.reshape(-1).view(np.uint8),
                 self._spec.spin_s if spin else 0.0):
             return False
@@ -376,11 +376,14 @@ class SmallCalls:
         work.source_rank = src
         return work
 
-    def _p2p_ok(self, arr: np.ndarray, peer: int, tag: int) -> bool:
-        """Whether a message of ``arr`` with global rank ``peer`` and ``tag`` is one the
-        front door would accept as it is (anything else: the general path decides)."""
+    def p2p_ok(self, arr: np.ndarray, peer: int, tag: int, writes: bool = False) -> bool:
+        """Whether a message of ``arr`` (written into if ``writes``) with global rank
+        ``peer`` and ``tag`` is one the front door would accept as it is, contiguous
+        (anything else: the general path decides, and explains)."""
         group = self.group
-        return (arr.flags.c_contiguous and _p2p_dtype(arr.dtype) and peer in group._group_rank_of
+        flags = arr.flags
+        return (flags.c_contiguous and (flags.writeable or not writes)
+                and _p2p_dtype(arr.dtype) and peer in group._group_rank_of
                 and peer != group.global_ranks[group._rank] and _TAGS[0] <= tag < _TAGS[1])
 
     # -------------------------------------------------------------- machinery
