@@ -200,11 +200,9 @@ class SmallCalls:
             return False
         tail, header, headers, head, limit, pieces, dtype_name = plan
         group = self.group
-        engine, arena = group.engine, group.arena
-        if not engine.enter_inline():  # queued async work goes first: the general path
-            return False
-        try:
-            seq = next(group._seq)
+        arena = group.arena
+
+        def run(seq: int) -> None:
             parity = seq & 1
             me, n = group._rank, group._size
             mine = inp.reshape(-1).view(np.uint8)
@@ -215,8 +213,7 @@ class SmallCalls:
                 arena.small[me][parity][head:head + nbytes] = mine
             if group.transport.cma_min_bytes > 0:
                 arena.expose(seq, self._address(inp), nbytes, 0)
-            agreed = arena.packed_enter(seq, _SEQ.pack(seq) + tail,
-                                        self._whats["all_to_all"],
+            agreed = arena.packed_enter(seq, _SEQ.pack(seq) + tail, self._whats["all_to_all"],
                                         time.monotonic() + group.timeout)
             if agreed and nbytes <= limit and all(h == header for h in mv):
                 # Every rank splits evenly with the same sizes and staged its input.
@@ -230,11 +227,8 @@ class SmallCalls:
                 split = [inp.size // n] * n
                 group.all_to_all(out.reshape(-1), inp.reshape(-1), split, split, dtype_name,
                                  _nothing, entered=(seq, counts))
-        except BaseException as exc:
-            engine.leave_inline(exc)
-            raise
-        engine.leave_inline(None)
-        return True
+
+        return self._inline(run)
 
     def gather(self, inp: np.ndarray, outs: Any, dst: int | None) -> bool:
         """:meth:`ProcessGroup.gather` of ``inp`` into the list ``outs`` on global rank
@@ -244,23 +238,14 @@ class SmallCalls:
         MismatchError after the entry (the entry checks every count against its
         pieces). Another rank may see a larger piece of a third rank (a legal
         uneven gather): it hands the entered call over to the general path."""
-        plan = self._plan(("gather", inp.dtype, inp.shape, dst), self._rooted_plan, inp, dst,
-                          "gather")
-        if not plan or not inp.flags.c_contiguous:
+        plan = self._rooted("gather", inp, outs, dst, writable=True)
+        if plan is None or not inp.flags.c_contiguous:
             return False
         tails, root, limit = plan
         group = self.group
-        me = group._rank
-        if me == root:
-            if not _alike(outs, inp, group._size, writable=True):
-                return False
-        elif outs is not None:
-            return False
-        engine, arena = group.engine, group.arena
-        if not engine.enter_inline():  # queued async work goes first: the general path
-            return False
-        try:
-            seq = next(group._seq)
+        me, arena = group._rank, group.arena
+
+        def run(seq: int) -> None:
             parity = seq & 1
             mine = inp.reshape(-1).view(np.uint8)
             if me != root:
@@ -272,40 +257,28 @@ class SmallCalls:
                 # (never on the root: the entry checked every count against its pieces)
                 group.gather(None, inp.reshape(-1), root, _dtype_name(inp), _nothing,
                              entered=(seq, counts))
-            else:
-                if me == root:
-                    small = arena.small
-                    for q, piece in enumerate(outs):
-                        dest = piece.reshape(-1).view(np.uint8)
-                        dest[:] = mine if q == me else small[q][parity][:dest.nbytes]
-                group.last_algorithm = "gather/oneshot"
-        except BaseException as exc:
-            engine.leave_inline(exc)
-            raise
-        engine.leave_inline(None)
-        return True
+                return
+            if me == root:
+                small = arena.small
+                for q, piece in enumerate(outs):
+                    dest = piece.reshape(-1).view(np.uint8)
+                    dest[:] = mine if q == me else small[q][parity][:dest.nbytes]
+            group.last_algorithm = "gather/oneshot"
+
+        return self._inline(run)
 
     def scatter(self, out: np.ndarray, ins: Any, src: int | None) -> bool:
         """:meth:`ProcessGroup.scatter` of the list ``ins`` on global rank ``src`` (None:
         the group's first rank) into ``out``, every piece shaped like ``out``. As in
         :meth:`gather`, only a rank other than the root ever hands a call over."""
-        plan = self._plan(("scatter", out.dtype, out.shape, src), self._rooted_plan, out, src,
-                          "scatter")
-        if not plan or not _writable(out):
+        plan = self._rooted("scatter", out, ins, src, writable=False)
+        if plan is None or not _writable(out):
             return False
         tails, root, limit = plan
         group = self.group
-        me, n = group._rank, group._size
-        if me == root:
-            if not _alike(ins, out, n, writable=False):
-                return False
-        elif ins is not None:
-            return False
-        engine, arena = group.engine, group.arena
-        if not engine.enter_inline():  # queued async work goes first: the general path
-            return False
-        try:
-            seq = next(group._seq)
+        me, arena = group._rank, group.arena
+
+        def run(seq: int) -> None:
             parity = seq & 1
             nb = out.nbytes
             if me == root:
@@ -320,19 +293,16 @@ class SmallCalls:
                 # (never on the root: the entry checked every count against its pieces)
                 group.scatter(out.reshape(-1), None, root, _dtype_name(out), _nothing,
                               entered=(seq, counts))
+                return
+            dest = out.reshape(-1).view(np.uint8)
+            if me == root:
+                dest[:] = ins[me].reshape(-1).view(np.uint8)
             else:
-                dest = out.reshape(-1).view(np.uint8)
-                if me == root:
-                    dest[:] = ins[me].reshape(-1).view(np.uint8)
-                else:
-                    lo = sum(counts[:me]) * isz if counts else me * nb
-                    dest[:] = arena.small[root][parity][lo:lo + nb]
-                group.last_algorithm = "scatter/oneshot"
-        except BaseException as exc:
-            engine.leave_inline(exc)
-            raise
-        engine.leave_inline(None)
-        return True
+                lo = sum(counts[:me]) * isz if counts else me * nb
+                dest[:] = arena.small[root][parity][lo:lo + nb]
+            group.last_algorithm = "scatter/oneshot"
+
+        return self._inline(run)
 
     # --------------------------------------------------------- point to point
 
@@ -387,6 +357,33 @@ class SmallCalls:
                 and peer != group.global_ranks[group._rank] and _TAGS[0] <= tag < _TAGS[1])
 
     # -------------------------------------------------------------- machinery
+
+    def _inline(self, run: Callable[[int], None]) -> bool:
+        """``run(seq)`` as the group's next call, in this thread; False (nothing done)
+        while async work is queued: the general path then queues behind it."""
+        engine = self.group.engine
+        if not engine.enter_inline():
+            return False
+        try:
+            run(next(self.group._seq))
+        except BaseException as exc:
+            engine.leave_inline(exc)
+            raise
+        engine.leave_inline(None)
+        return True
+
+    def _rooted(self, kind: str, arr: np.ndarray, pieces: Any, root_rank: int | None, *,
+                writable: bool) -> tuple | None:
+        """gather/scatter's plan when the call qualifies: this rank's ``arr``, and on the
+        root a list of ``pieces`` all like it (None elsewhere)."""
+        plan = self._plan((kind, arr.dtype, arr.shape, root_rank), self._rooted_plan, arr,
+                          root_rank, kind)
+        if not plan:
+            return None
+        group = self.group
+        if group._rank == plan[1]:
+            return plan if _alike(pieces, arr, group._size, writable=writable) else None
+        return plan if pieces is None else None
 
     def _enter(self, seq: int, kind: str, tails: list[bytes], root: int) -> list[int]:
         """Enter rooted call ``seq`` (fingerprint tails by rank, the root's naming its

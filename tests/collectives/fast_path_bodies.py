@@ -5,6 +5,8 @@ numbers and returns the paths it saw, so a test can prove the path it meant ran.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 import meshcast as dist
@@ -25,6 +27,27 @@ def _strided(count: int) -> np.ndarray:
     return np.zeros(2 * count)[::2]
 
 
+def _gather_then_scatter(root: int, sizes: list[int], make: Callable[[int], np.ndarray]
+                         ) -> list[str]:
+    """gather then scatter at ``root`` with rank q's piece holding ``sizes[q]`` elements
+    (the root's gather list made by ``make``), checked; returns the two paths seen."""
+    r = dist.get_rank()
+    pg = dist.group.WORLD
+    seen = []
+    outs = [make(c) for c in sizes] if r == root else None
+    dist.gather(_value(r, root, sizes[r]), outs, dst=root)
+    seen.append(pg.last_algorithm)
+    if r == root:
+        for q, got in enumerate(outs):
+            np.testing.assert_array_equal(got, _value(q, root, sizes[q]), f"gather {q}")
+    ins = [_value(root, q, c) for q, c in enumerate(sizes)] if r == root else None
+    got = np.zeros(sizes[r])
+    dist.scatter(got, ins, src=root)
+    seen.append(pg.last_algorithm)
+    np.testing.assert_array_equal(got, _value(root, r, sizes[r]), "scatter")
+    return seen
+
+
 def rooted_and_gathering(base: int) -> list[str]:
     """gather, scatter, broadcast, all_gather (list, tensor, in place) with uneven pieces
     (rank r's piece holds ``base + r`` elements) at every root."""
@@ -33,20 +56,8 @@ def rooted_and_gathering(base: int) -> list[str]:
     seen: list[str] = []
     sizes = [base + q for q in range(n)]
     for root in range(n):
-        # gather into a list whose pieces are not contiguous
-        mine = _value(r, root, sizes[r])
-        outs = [_strided(c) for c in sizes] if r == root else None
-        dist.gather(mine, outs, dst=root)
-        seen.append(pg.last_algorithm)
-        if r == root:
-            for q, got in enumerate(outs):
-                np.testing.assert_array_equal(got, _value(q, root, sizes[q]), f"gather {q}")
-        # scatter
-        ins = [_value(root, q, c) for q, c in enumerate(sizes)] if r == root else None
-        got = np.zeros(sizes[r])
-        dist.scatter(got, ins, src=root)
-        seen.append(pg.last_algorithm)
-        np.testing.assert_array_equal(got, _value(root, r, sizes[r]), "scatter")
+        # gather into a list whose pieces are not contiguous, then scatter
+        seen += _gather_then_scatter(root, sizes, _strided)
         # broadcast of a non-contiguous array
         x = _strided(base)
         if r == root:
@@ -298,18 +309,7 @@ def rooted_lane(base: int) -> list[str]:
     # Uneven: the last rank's piece holds `base` elements; the root's lists say so.
     sizes = [3] * (n - 1) + [base]
     for root in range(n - 1):
-        mine = _value(r, root, sizes[r])
-        outs = [np.zeros(c) for c in sizes] if r == root else None
-        dist.gather(mine, outs, dst=root)
-        seen.append(pg.last_algorithm)
-        if r == root:
-            for q, got in enumerate(outs):
-                np.testing.assert_array_equal(got, _value(q, root, sizes[q]), f"uneven {q}")
-        ins = [_value(root, q, c) for q, c in enumerate(sizes)] if r == root else None
-        got = np.zeros(sizes[r])
-        dist.scatter(got, ins, src=root)
-        seen.append(pg.last_algorithm)
-        np.testing.assert_array_equal(got, _value(root, r, sizes[r]), "uneven scatter")
+        seen += _gather_then_scatter(root, sizes, np.zeros)
     # Behind pending async work the lane steps aside: the calls still run in order.
     big = np.full(300_000, r, np.float64)
     work = dist.all_reduce(big, async_op=True)
