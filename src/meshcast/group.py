@@ -378,7 +378,7 @@ class ProcessGroup:
                 return
             if use_single and single.fits(counts):
                 self.last_algorithm = f"{kind}/cma"
-                self._single_copy(single, counts, what)
+                self._single_copy(single.body, single.phases, counts, what)
                 finish(None)
                 return
             plan = make_plan(counts)
@@ -411,9 +411,11 @@ class ProcessGroup:
             return None
         return self._run(what, job, async_op)
 
-    def _single_copy(self, single: _Single, counts: list[int], what: str) -> None:
-        """Run ``single.body`` (reads straight from the peers' exposed buffers), then wait
-        until every rank is done reading before anyone may return and reuse its buffer."""
+    def _single_copy(self, body: Callable[[list[int], _Peers], None], phases: int,
+                     counts: list[int], what: object) -> None:
+        """Run ``body`` of a :class:`_Single` (reads straight from the peers' exposed
+        buffers; its own barriers use phases 1 .. ``phases - 1``), then wait until every
+        rank is done reading before anyone may return and reuse its buffer."""
         arena, seq = self.arena, self.arena.seq
         pids = [self.liveness.pids[g] for g in self.global_ranks]
 
@@ -436,13 +438,13 @@ class ProcessGroup:
                 cma.write(pids[q], at(q, offset, src.nbytes, "write"), src)
 
         try:
-            single.body(counts, _Peers(read, write))
+            body(counts, _Peers(read, write))
         except BaseException as exc:
             arena.abort(f"rank {self.global_ranks[self._rank]} failed in {what}: {exc}",
                         mismatch=isinstance(exc, MismatchError))
             raise
-        arena.signal(single.phases)
-        arena.wait(range(self._size), single.phases)
+        arena.signal(phases)
+        arena.wait(range(self._size), phases)
 
     def _single_fits(self, itemsize: int, pieces: int = 1) -> Callable[[list[int]], bool]:
         """``fits`` of a :class:`_Single` whose counts hold ``pieces`` pieces per rank."""

@@ -215,13 +215,26 @@ class SmallCalls:
                 arena.expose(seq, self._address(inp), nbytes, 0)
             agreed = arena.packed_enter(seq, _SEQ.pack(seq) + tail, self._whats["all_to_all"],
                                         time.monotonic() + group.timeout)
-            if agreed and nbytes <= limit and all(h == header for h in mv):
+            uniform = agreed and all(h == header for h in mv)
+            dst = out.reshape(-1).view(np.uint8)
+            p = nbytes // n
+            if uniform and nbytes <= limit:
                 # Every rank splits evenly with the same sizes and staged its input.
-                dst = out.reshape(-1).view(np.uint8)
-                p = nbytes // n
                 for q, src in enumerate(pieces[parity]):
                     dst[q * p:(q + 1) * p] = mine[me * p:(me + 1) * p] if q == me else src
                 group.last_algorithm = "all_to_all/oneshot"
+            elif (uniform and group.transport.cma_min_bytes > 0
+                  and nbytes >= group.SINGLE_COPY_MIN_BYTES * n):
+                # The general path's single-copy all_to_all, without rebuilding it.
+                def read_pieces(counts: list[int], peers: Any) -> None:
+                    for q in [(me + i) % n for i in range(n)]:  # readers spread out
+                        if q == me:
+                            dst[q * p:(q + 1) * p] = mine[q * p:(q + 1) * p]
+                        else:
+                            peers.read(q, dst[q * p:(q + 1) * p], me * p)
+
+                group.last_algorithm = "all_to_all/cma"
+                group._single_copy(read_pieces, 1, [inp.size] * n, self._whats["all_to_all"])
             else:
                 counts = [inp.size] * n if agreed else arena.compare_entered(seq, True)
                 split = [inp.size // n] * n
