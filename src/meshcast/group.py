@@ -738,7 +738,11 @@ class ProcessGroup:
 
     def all_gather(self, out_flat: np.ndarray, in_flat: np.ndarray, counts: Sequence[int],
                    dtype_name: str, finish: Callable[[], None], *,
-                   algorithm: str | None = None, async_op: bool = False) -> Work:
+                   algorithm: str | None = None, async_op: bool = False,
+                   entered: tuple[int, list[int]] | None = None) -> Work:
+        """Gather every rank's ``in_flat`` (``counts[r]`` elements from rank r) into
+        ``out_flat``, in rank order. ``entered``: ``(seq, counts)`` of a call the
+        tiny-call lane began and hands over after the entry (past the one-shot sizes)."""
         algorithm = self._effective("all_gather", algorithm)
         counts = tuple(int(c) for c in counts)
         itemsize = in_flat.dtype.itemsize
@@ -778,7 +782,7 @@ class ProcessGroup:
 
             return self._run(what, job, async_op)
         fp = self._next("all_gather", algorithm, dtype=dtype_name, count=in_flat.size,
-                        extra=counts_hash(counts))
+                        extra=counts_hash(counts), seq=entered[0] if entered else None)
         mine = in_flat.reshape(-1).view(np.uint8)
         me, n = self._rank, self._size
 
@@ -798,7 +802,7 @@ class ProcessGroup:
             lambda c: self._plan("all_gather", in_flat.dtype, input=in_flat, output=out_flat,
                                  counts=counts),
             lambda p: finish(), algorithm=algorithm, async_op=async_op, per_rank_counts=True,
-            single=single)
+            single=single, entered=entered[1] if entered else None)
 
     def gather(self, out_pieces: Sequence[np.ndarray] | None, in_flat: np.ndarray, root: int,
                dtype_name: str, finish: Callable[[], None], *, algorithm: str | None = None,

@@ -167,12 +167,44 @@ class SmallCalls:
             return False
         tail, views = plan
         flat_out = out.reshape(-1)
+        if views is None:
+            return self._all_gather_single(flat_out, inp, tail)
 
         def concatenate(parity: int) -> None:
             np.concatenate(views[parity], out=flat_out)
 
         self._run("all_gather", tail, inp.reshape(-1), concatenate)
         return True
+
+    def _all_gather_single(self, flat_out: np.ndarray, inp: np.ndarray, tail: bytes) -> bool:
+        """all_gather past the one-shot sizes: the general path's single-copy form when
+        every rank agrees (each reads every other rank's piece straight from it); any
+        disagreement is handed over to the general path after the entry."""
+        group = self.group
+        arena, me, n = group.arena, group._rank, group._size
+        mine = inp.reshape(-1).view(np.uint8)
+        out = flat_out.view(np.uint8)
+        p = mine.nbytes
+
+        def gather_pieces(counts: list[int], peers: Any) -> None:
+            for q in [(me + i) % n for i in range(n)]:  # readers spread out
+                if q != me:
+                    peers.read(q, out[q * p:(q + 1) * p])
+                elif not np.shares_memory(out[q * p:(q + 1) * p], mine):  # in place
+                    out[q * p:(q + 1) * p] = mine
+
+        def run(seq: int) -> None:
+            arena.expose(seq, self._address(inp), p, 0)
+            if arena.packed_enter(seq, _SEQ.pack(seq) + tail, self._whats["all_gather"],
+                                  time.monotonic() + group.timeout):
+                group.last_algorithm = "all_gather/cma"
+                group._single_copy(gather_pieces, 1, [inp.size] * n, self._whats["all_gather"])
+                return
+            counts = arena.compare_entered(seq, True)
+            group.all_gather(flat_out, inp.reshape(-1), [inp.size] * n, inp.dtype.name,
+                             _nothing, entered=(seq, counts))
+
+        return self._inline(run)
 
     def reduce_scatter(self, out: np.ndarray, inp: np.ndarray, op: Any) -> bool:
         """:meth:`ProcessGroup.reduce_scatter` of ``inp`` into ``out`` (reduce_scatter_tensor)."""
@@ -518,14 +550,19 @@ class SmallCalls:
         return tail, self._views(arr), root
 
     def _all_gather_plan(self, out: np.ndarray, inp: np.ndarray) -> tuple | bool:
-        dtype, n = inp.dtype, self.group.size()
+        """(fingerprint tail, one-shot views) in the one-shot range; (tail, None) where the
+        single-copy path takes over; False elsewhere (the schedules)."""
+        group = self.group
+        dtype, n = inp.dtype, group.size()
         if (dtype.name not in _MOVE_DTYPES or not dtype.isnative or out.dtype != dtype
-                or out.size != inp.size * n
-                or not self.group._oneshot_gathering(inp.nbytes, None)):
+                or out.size != inp.size * n or n < 2):
             return False
-        tail = self._tail("all_gather", dtype=dtype.name, count=inp.size,
-                          extra=counts_hash((inp.size,) * n))
-        return tail, self._views(inp.reshape(-1))
+        fields = dict(dtype=dtype.name, count=inp.size, extra=counts_hash((inp.size,) * n))
+        if group._oneshot_gathering(inp.nbytes, None):
+            return self._tail("all_gather", **fields), self._views(inp.reshape(-1))
+        if group.transport.cma_min_bytes > 0 and inp.nbytes >= group.SINGLE_COPY_MIN_BYTES:
+            return self._tail("all_gather", False, **fields), None
+        return False
 
     def _reduce_scatter_plan(self, out: np.ndarray, inp: np.ndarray, op: Any) -> tuple | bool:
         dtype, n, me = inp.dtype, self.group.size(), self.group.rank()

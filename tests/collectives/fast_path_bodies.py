@@ -322,3 +322,32 @@ def rooted_lane(base: int) -> list[str]:
     lanes = {key[0] for key, plan in pg.small.plans.items() if plan}
     assert lanes >= {"gather", "scatter"}, lanes
     return seen
+
+
+def all_gather_lane(base: int) -> list[str]:
+    """all_gather_into_tensor past the one-shot sizes: rank 0 on the lane (contiguous
+    NumPy), the others on the general path (a non-contiguous input); then every rank
+    on the lane, in place; then rank 1 passing a different size, which every rank
+    must refuse alike. Returns the paths seen on this rank."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    seen = []
+    mine = _value(r, 0, base)
+    inp = mine if r == 0 else np.repeat(mine, 2)[::2]
+    whole = np.zeros((n, base))
+    dist.all_gather_into_tensor(whole, inp)
+    seen.append(pg.last_algorithm)
+    for q in range(n):
+        np.testing.assert_array_equal(whole[q], _value(q, 0, base), f"mixed, piece {q}")
+    whole = np.zeros((n, base))
+    whole[r] = _value(r, 1, base)
+    dist.all_gather_into_tensor(whole, whole[r])
+    seen.append(pg.last_algorithm)
+    for q in range(n):
+        np.testing.assert_array_equal(whole[q], _value(q, 1, base), f"in place, piece {q}")
+    size = base + (1 if r == 1 else 0)
+    try:
+        dist.all_gather_into_tensor(np.zeros(n * size), np.ones(size))
+    except dist.MismatchError as exc:
+        seen.append(f"mismatch: {'count' in str(exc) or 'layout' in str(exc)}")
+    return seen

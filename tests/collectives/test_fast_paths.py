@@ -95,3 +95,10 @@ def test_gather_scatter_lane_mixes_with_the_general_path_and_hands_over(n):
     assert set(out[0][:even]) == {"gather/oneshot", "scatter/oneshot"}, out[0]
     # the uneven calls leave the one-shot range: single-copy where allowed, else a schedule
     assert all(s.split("/")[1] != "oneshot" for s in out[0][even:]), out[0]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_all_gather_lane_past_one_shot_mixes_with_the_general_path(n, single_copy):
+    out = spawn_world(bodies.all_gather_lane, n, timeout=120, base=bodies.LARGE)
+    assert all(seen == ["all_gather/cma", "all_gather/cma", "mismatch: True"]
+               for seen in out), out
