@@ -674,30 +674,38 @@ class ProcessGroup:
             return self._run(what, job, async_op)
         fp = self._next("all_reduce", algorithm, dtype=buf.dtype_name, op=op.name,
                         count=buf.count)
-        me, n = self._rank, self._size
-
-        def reduce_then_collect(_: list[int], peers: _Peers) -> None:
-            # 1. my share of every rank's array, reduced into my own array;
-            # 2. once every rank is done with 1 (nobody reads my other shares any more),
-            #    every other share, reduced, read straight from its owner.
-            isz = work_arr.dtype.itemsize
-            lo, hi = symmetric.share(work_arr.size, isz, me, n)
-            _reduce_from_all(peers.read, work_arr, lo, hi, work_arr[lo:hi], sched_op, me, n)
-            self.arena.signal(1)
-            self.arena.wait(range(n), 1)
-            for q in _rotation(me, n)[1:]:
-                qlo, qhi = symmetric.share(work_arr.size, isz, q, n)
-                peers.read(q, work_arr[qlo:qhi], qlo * isz)
-
         # count and dtype are in the fingerprint, so every rank decides alike
         single = _Single(_exposing(work_arr),
                          lambda _: work_arr.nbytes >= self.ALL_REDUCE_SINGLE_MIN_BYTES,
-                         reduce_then_collect, phases=2)
+                         self.reduce_then_collect(work_arr, sched_op), phases=2)
         return self._submit(
             "all_reduce", fp,
             lambda c: self._plan("all_reduce", work_arr.dtype, op=sched_op, input=work_arr,
                                  output=work_arr),
             finish, algorithm=algorithm, async_op=async_op, single=single)
+
+    def reduce_then_collect(self, arr: np.ndarray, op: ops.ReduceOp
+                            ) -> Callable[[list[int], _Peers], None]:
+        """The body of the single-copy all_reduce of ``arr`` (a :class:`_Single` of two
+        phases, every rank exposing its ``arr``):
+
+        1. my share of every rank's array, reduced into my own array;
+        2. once every rank is done with 1 (nobody reads my other shares any more),
+           every other share, reduced, read straight from its owner.
+        """
+        me, n, arena = self._rank, self._size, self.arena
+
+        def body(_: list[int], peers: _Peers) -> None:
+            isz = arr.dtype.itemsize
+            lo, hi = symmetric.share(arr.size, isz, me, n)
+            _reduce_from_all(peers.read, arr, lo, hi, arr[lo:hi], op, me, n)
+            arena.signal(1)
+            arena.wait(range(n), 1)
+            for q in _rotation(me, n)[1:]:
+                qlo, qhi = symmetric.share(arr.size, isz, q, n)
+                peers.read(q, arr[qlo:qhi], qlo * isz)
+
+        return body
 
     def reduce(self, buf: Buffer, op: ops.ReduceOp, root: int, *, algorithm: str | None = None,
                async_op: bool = False) -> Work:

@@ -99,6 +99,8 @@ class SmallCalls:
                 arr, self.group.SYMMETRIC_ALL_REDUCE_MIN_BYTES):
             return False
         tail, views, kernel, average = plan
+        if views is None:
+            return self._all_reduce_single(arr, tail, kernel, average)
         group = self.group
         engine = group.engine
         if not engine.enter_inline():  # queued async work goes first: the closure path
@@ -126,6 +128,28 @@ class SmallCalls:
             return False
         self._run("barrier", plan[0], None, _ignore)
         return True
+
+    def _all_reduce_single(self, arr: np.ndarray, tail: bytes, op: ops.ReduceOp,
+                           average: bool) -> bool:
+        """all_reduce past the one-shot sizes: the general path's single-copy form (see
+        ProcessGroup.reduce_then_collect), entered here. The entry compares every
+        field, so ranks that disagree get the general path's MismatchError."""
+        group = self.group
+        arena, n = group.arena, group._size
+        flat = arr.reshape(-1)
+
+        def run(seq: int) -> None:
+            arena.expose(seq, self._address(arr), arr.nbytes, 0)
+            if not arena.packed_enter(seq, _SEQ.pack(seq) + tail, self._whats["all_reduce"],
+                                      time.monotonic() + group.timeout):
+                arena.compare_entered(seq, False)  # raises the MismatchError
+            group.last_algorithm = "all_reduce/cma"
+            group._single_copy(group.reduce_then_collect(flat, op), 2, [arr.size] * n,
+                               self._whats["all_reduce"])
+            if average:
+                ops.finish_average(flat, n)
+
+        return self._inline(run)
 
     def reduce(self, arr: np.ndarray, op: Any, dst: int) -> bool:
         """:meth:`ProcessGroup.reduce` of ``arr`` into global rank ``dst`` (in place there)."""
@@ -519,17 +543,25 @@ class SmallCalls:
 
     def _all_reduce_plan(self, arr: np.ndarray, op: Any, kind: str = "all_reduce",
                          root: int | None = -1) -> tuple | bool:
-        dtype = arr.dtype
+        """(fingerprint tail, one-shot views, kernel, AVG?) in the one-shot range; for
+        all_reduce where the single-copy path takes over, (tail, None, op, AVG?)."""
+        dtype, group = arr.dtype, self.group
         # float16 needs a float32 working copy. (Symmetric arrays take the one-shot
         # path too at the sizes that fit it.)
+        oneshot = self._fits(arr.nbytes)
+        single = (kind == "all_reduce" and not oneshot and group.transport.cma_min_bytes > 0
+                  and arr.nbytes >= group.ALL_REDUCE_SINGLE_MIN_BYTES and group.size() > 1)
         if (root is None or dtype.name not in ops.FAST_DTYPES or not dtype.isnative
-                or not self._fits(arr.nbytes)):
+                or not (oneshot or single)):
             return False
         rop = self._valid_op(op, dtype, kind)
         if rop is None:
             return False
-        tail = self._tail(kind, dtype=dtype.name, op=rop.name, root=root, count=arr.size)
+        tail = self._tail(kind, oneshot, dtype=dtype.name, op=rop.name, root=root,
+                          count=arr.size)
         sched_op = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
+        if single:
+            return tail, None, sched_op, rop is ops.ReduceOp.AVG
         return tail, self._views(arr), ops.kernel(sched_op, dtype), rop is ops.ReduceOp.AVG
 
     def _barrier_plan(self) -> tuple | bool:

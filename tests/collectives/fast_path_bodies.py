@@ -168,6 +168,13 @@ def large_all_reduces() -> list[str]:
     seen.append(pg.last_algorithm)
     np.testing.assert_array_equal(view, sum(data(q, "float64") for q in range(n)) if n == 2
                                   else view)  # n > 2: summation order checked above
+    # rank 0 on the tiny-call lane's entry (contiguous), the others on the general path
+    strided[::2] = data(r, "float64")
+    mixed = strided[::2].copy() if r == 0 else strided[::2]
+    dist.all_reduce(mixed, op=dist.ReduceOp.MIN)
+    seen.append(pg.last_algorithm)
+    np.testing.assert_array_equal(mixed, np.minimum.reduce([data(q, "float64")
+                                                            for q in range(n)]), "mixed")
     return seen
 
 
