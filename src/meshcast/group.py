@@ -920,7 +920,11 @@ class ProcessGroup:
 
     def reduce_scatter(self, out_buf: Buffer, in_flat: np.ndarray, counts: Sequence[int],
                        op: ops.ReduceOp, finish: Callable[[], None], *,
-                       algorithm: str | None = None, async_op: bool = False) -> Work:
+                       algorithm: str | None = None, async_op: bool = False,
+                       entered: tuple[int, list[int]] | None = None) -> Work:
+        """Reduce every rank's ``in_flat`` and leave piece r (``counts[r]`` elements) on
+        rank r. ``entered``: ``(seq, counts)`` of a call the tiny-call lane began and
+        hands over after the entry (past the one-shot sizes)."""
         algorithm = self._effective("reduce_scatter", algorithm)
         counts = tuple(int(c) for c in counts)
         in_work, in_upcast = self._working(in_flat, out_buf.dtype_name, op)
@@ -961,7 +965,8 @@ class ProcessGroup:
             return self._run_symmetric(self._what("reduce_scatter", fp.seq), fp, reduce_piece,
                                        True, async_op)
         fp = self._next("reduce_scatter", algorithm, dtype=out_buf.dtype_name, op=op.name,
-                        count=out_buf.count, extra=counts_hash(counts))
+                        count=out_buf.count, extra=counts_hash(counts),
+                        seq=entered[0] if entered else None)
 
         if self._oneshot(in_work.nbytes, algorithm):
             fp = dataclasses.replace(fp, path=path_digest(None, True))
@@ -978,20 +983,26 @@ class ProcessGroup:
                 done(None)
 
             return self._run(what, job, async_op)
-        me, n = self._rank, self._size
-        lo = sum(counts[:me])
-
-        def reduce_my_piece(_: list[int], peers: _Peers) -> None:
-            _reduce_from_all(peers.read, in_work, lo, lo + counts[me], out_work, sched_op, me,
-                             n)
-
         single = _Single(_exposing(in_work), self._single_fits(in_work.dtype.itemsize),
-                         reduce_my_piece)
+                         self.reduce_my_piece(in_work, sum(counts[:self._rank]), out_work,
+                                              sched_op))
         return self._submit(
             "reduce_scatter", fp,
             lambda c: self._plan("reduce_scatter", in_work.dtype, op=sched_op, input=in_work,
                                  output=out_work, counts=counts),
-            done, algorithm=algorithm, async_op=async_op, per_rank_counts=True, single=single)
+            done, algorithm=algorithm, async_op=async_op, per_rank_counts=True, single=single,
+            entered=entered[1] if entered else None)
+
+    def reduce_my_piece(self, inp: np.ndarray, lo: int, out: np.ndarray, op: ops.ReduceOp
+                        ) -> Callable[[list[int], _Peers], None]:
+        """The body of the single-copy reduce_scatter: ``out`` = elements ``[lo, lo +
+        out.size)`` of every rank's exposed ``inp``, reduced in rank order."""
+        me, n = self._rank, self._size
+
+        def body(_: list[int], peers: _Peers) -> None:
+            _reduce_from_all(peers.read, inp, lo, lo + out.size, out, op, me, n)
+
+        return body
 
     def all_to_all(self, out_flat: np.ndarray, in_flat: np.ndarray, send_counts: Sequence[int],
                    recv_counts: Sequence[int], dtype_name: str, finish: Callable[[], None], *,

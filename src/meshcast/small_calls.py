@@ -30,7 +30,7 @@ import numpy as np
 
 from . import _sync, ops
 from ._fingerprint import Fingerprint, counts_hash, path_digest
-from .buffers import SUPPORTED
+from .buffers import SUPPORTED, as_buffer
 from .errors import InvalidUsage
 from .transport.shm import KIND_P2P
 from .work import Work
@@ -238,9 +238,37 @@ class SmallCalls:
             return False
         tail, views, pieces, kernel, average = plan
         flat_out = out.reshape(-1)
+        if views is None:
+            return self._reduce_scatter_single(flat_out, inp.reshape(-1), tail, kernel, average)
         self._run("reduce_scatter", tail, inp.reshape(-1),
                   lambda parity: _reduce(flat_out, pieces[parity], kernel, average))
         return True
+
+    def _reduce_scatter_single(self, out: np.ndarray, inp: np.ndarray, tail: bytes,
+                               op: ops.ReduceOp, average: bool) -> bool:
+        """reduce_scatter past the one-shot sizes: the general path's single-copy form
+        (ProcessGroup.reduce_my_piece) when every rank agrees; anything else is handed
+        over to the general path after the entry."""
+        group = self.group
+        arena, me, n = group.arena, group._rank, group._size
+        c = out.size
+
+        def run(seq: int) -> None:
+            arena.expose(seq, self._address(inp), inp.nbytes, 0)
+            if arena.packed_enter(seq, _SEQ.pack(seq) + tail, self._whats["reduce_scatter"],
+                                  time.monotonic() + group.timeout):
+                group.last_algorithm = "reduce_scatter/cma"
+                group._single_copy(group.reduce_my_piece(inp, me * c, out, op), 1, [c] * n,
+                                   self._whats["reduce_scatter"])
+                if average:
+                    ops.finish_average(out, n)
+                return
+            counts = arena.compare_entered(seq, True)
+            buf = as_buffer(out, name="output", caller="reduce_scatter_tensor", rank=None)
+            group.reduce_scatter(buf, inp, [c] * n, ops.ReduceOp.AVG if average else op,
+                                 _nothing, entered=(seq, counts))
+
+        return self._inline(run)
 
     def all_to_all(self, out: np.ndarray, inp: np.ndarray) -> bool:
         """:meth:`ProcessGroup.all_to_all` with equal splits (all_to_all_single without
@@ -597,15 +625,24 @@ class SmallCalls:
         return False
 
     def _reduce_scatter_plan(self, out: np.ndarray, inp: np.ndarray, op: Any) -> tuple | bool:
-        dtype, n, me = inp.dtype, self.group.size(), self.group.rank()
+        """(tail, one-shot views, my pieces, kernel, AVG?) in the one-shot range; where
+        the single-copy path takes over, (tail, None, None, op, AVG?)."""
+        group = self.group
+        dtype, n, me = inp.dtype, group.size(), group.rank()
+        oneshot = self._fits(inp.nbytes)
+        single = (not oneshot and n > 1 and group.transport.cma_min_bytes > 0
+                  and out.nbytes >= group.SINGLE_COPY_MIN_BYTES)
         if (dtype.name not in ops.FAST_DTYPES or not dtype.isnative or out.dtype != dtype
-                or inp.size != out.size * n or not self._fits(inp.nbytes)):
+                or inp.size != out.size * n or not (oneshot or single)):
             return False
         rop = self._valid_op(op, dtype, "reduce_scatter")
         if rop is None:
             return False
-        tail = self._tail("reduce_scatter", dtype=dtype.name, op=rop.name, count=out.size,
-                          extra=counts_hash((out.size,) * n))
+        tail = self._tail("reduce_scatter", oneshot, dtype=dtype.name, op=rop.name,
+                          count=out.size, extra=counts_hash((out.size,) * n))
+        if single:
+            sched = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
+            return tail, None, None, sched, rop is ops.ReduceOp.AVG
         views = self._views(inp.reshape(-1))
         c = out.size
         pieces = [[region[me * c:(me + 1) * c] for region in views[p]] for p in (0, 1)]

@@ -331,11 +331,11 @@ def rooted_lane(base: int) -> list[str]:
     return seen
 
 
-def all_gather_lane(base: int) -> list[str]:
+def lanes_past_one_shot(base: int) -> list[str]:
     """all_gather_into_tensor past the one-shot sizes: rank 0 on the lane (contiguous
     NumPy), the others on the general path (a non-contiguous input); then every rank
-    on the lane, in place; then rank 1 passing a different size, which every rank
-    must refuse alike. Returns the paths seen on this rank."""
+    on the lane, in place; reduce_scatter_tensor the same way; then rank 1 passing a
+    different size, which every rank must refuse alike. Returns the paths seen."""
     r, n = dist.get_rank(), dist.get_world_size()
     pg = dist.group.WORLD
     seen = []
@@ -352,6 +352,17 @@ def all_gather_lane(base: int) -> list[str]:
     seen.append(pg.last_algorithm)
     for q in range(n):
         np.testing.assert_array_equal(whole[q], _value(q, 1, base), f"in place, piece {q}")
+    # reduce_scatter_tensor: lane (contiguous) and general path (non-contiguous) mixed,
+    # SUM, AVG and MAX against NumPy, bit for bit
+    full = [np.concatenate([_value(q, d, base) for d in range(n)]) for q in range(n)]
+    for op, reduce in ((dist.ReduceOp.SUM, np.add.reduce), (dist.ReduceOp.MAX, np.maximum.reduce),
+                       (dist.ReduceOp.AVG, lambda a: np.add.reduce(a) / n)):
+        inp = full[r] if r == 0 else np.repeat(full[r], 2)[::2]
+        piece = np.zeros(base)
+        dist.reduce_scatter_tensor(piece, inp, op=op)
+        seen.append(pg.last_algorithm)
+        want = reduce([f[r * base:(r + 1) * base] for f in full])
+        np.testing.assert_array_equal(piece, want, f"reduce_scatter {op}")
     size = base + (1 if r == 1 else 0)
     try:
         dist.all_gather_into_tensor(np.zeros(n * size), np.ones(size))

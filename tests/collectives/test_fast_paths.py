@@ -98,7 +98,7 @@ def test_gather_scatter_lane_mixes_with_the_general_path_and_hands_over(n):
 
 
 @pytest.mark.parametrize("n", [2, 3])
-def test_all_gather_lane_past_one_shot_mixes_with_the_general_path(n, single_copy):
-    out = spawn_world(bodies.all_gather_lane, n, timeout=120, base=bodies.LARGE)
-    assert all(seen == ["all_gather/cma", "all_gather/cma", "mismatch: True"]
+def test_lanes_past_one_shot_mix_with_the_general_path(n, single_copy):
+    out = spawn_world(bodies.lanes_past_one_shot, n, timeout=120, base=bodies.LARGE)
+    assert all(seen == ["all_gather/cma"] * 2 + ["reduce_scatter/cma"] * 3 + ["mismatch: True"]
                for seen in out), out
