@@ -499,14 +499,25 @@ class SmallCalls:
         """One call: my ``data`` into my region, one signal, then ``use(parity)`` reads the
         regions of that parity; behind queued async work, if any."""
         group = self.group
-        seq = next(group._seq)
+        engine = group.engine
         what = self._whats[kind]
+        if engine.enter_inline():  # the group is idle: run it right here
+            try:
+                seq = next(group._seq)
+                use(group.arena.packed_oneshot(seq, _SEQ.pack(seq) + tail, what,
+                                               time.monotonic() + group.timeout, data))
+            except BaseException as exc:
+                engine.leave_inline(exc)
+                raise
+            engine.leave_inline(None)
+        else:  # behind queued async work, in call order
+            seq = next(group._seq)
 
-        def job() -> None:
-            use(group.arena.packed_oneshot(seq, _SEQ.pack(seq) + tail, what,
-                                           time.monotonic() + group.timeout, data))
+            def job() -> None:
+                use(group.arena.packed_oneshot(seq, _SEQ.pack(seq) + tail, what,
+                                               time.monotonic() + group.timeout, data))
 
-        group.engine.call(job, what)  # inline when the group is idle
+            engine.call(job, f"{kind} #{seq}")
         group.last_algorithm = f"{kind}/oneshot"
 
     def _plan(self, key: tuple, build: Callable[..., tuple | bool], *args: Any
