@@ -667,8 +667,7 @@ class SmallCalls:
         dtype, n, me = inp.dtype, group.size(), group.rank()
         if (n < 2 or dtype.name not in _MOVE_DTYPES or not dtype.isnative
                 or out.dtype != dtype or not inp.shape or not out.shape
-                or inp.shape[0] % n or out.shape[0] % n or out.size != inp.size
-                or not inp.size):
+                or inp.shape[0] % n or out.shape[0] % n or out.size != inp.size):
             return False
         c = inp.size // n
         tail = self._tail("all_to_all", False, dtype=dtype.name, count=inp.size)
@@ -694,7 +693,7 @@ class SmallCalls:
         readers = n if kind == "gather" else 1  # whose pieces one region holds
         limit = group._direct_bytes(readers)
         if (root is None or n < 2 or dtype.name not in _MOVE_DTYPES or not dtype.isnative
-                or not arr.size or arr.nbytes * (n // readers) > limit):
+                or arr.nbytes * (n // readers) > limit):
             return False
         tails = [self._tail(kind, False, dtype=dtype.name, root=root, count=arr.size,
                             extra=counts_hash((arr.size,) * n) if q == root else 0)
