@@ -580,14 +580,25 @@ class ProcessGroup:
             fp = self._symmetric_fp("broadcast", region, dtype=buf.dtype_name, root=root,
                                     count=buf.count)
             parts = region.views(buf.flat.nbytes, np.dtype(np.uint8))
+            n, me = self._size, self._rank
+            bounds = [buf.flat.nbytes * k // n for k in range(n + 1)]
 
             def copy() -> None:
+                # As on the single-copy path: reader q's copy is split in n parts, the
+                # root copies part q into it while q copies the others, so the root's
+                # core works too (2 ranks: each side copies half).
                 self.last_algorithm = "broadcast/symmetric"
-                if self._rank != root:
-                    parts[self._rank][:] = parts[root]
+                src = parts[root]
+                if me == root:
+                    for q in _rotation(me, n)[1:]:
+                        parts[q][bounds[q]:bounds[q + 1]] = src[bounds[q]:bounds[q + 1]]
+                    return
+                for k in _rotation(me, n)[1:]:  # every part but mine (part `root` included)
+                    parts[me][bounds[k]:bounds[k + 1]] = src[bounds[k]:bounds[k + 1]]
 
-            return self._run_symmetric(self._what("broadcast", fp.seq), fp, copy,
-                                       self._rank == root, async_op)
+            # Everyone waits for everyone: the root writes into the readers' parts.
+            return self._run_symmetric(self._what("broadcast", fp.seq), fp, copy, True,
+                                       async_op)
         if self._oneshot(buf.nbytes, algorithm):
             fp = self._next("broadcast", algorithm, True, dtype=buf.dtype_name, root=root,
                             count=buf.count)
