@@ -513,9 +513,13 @@ class ProcessGroup:
     # where the one-shot path ends. The symmetric all_reduce wins from 512 KiB
     # (`meshcast bench --symmetric`, 2 ranks, same run: 59.5 vs 79.2 us at 512 KiB,
     # 85.6 vs 206 us at 1 MiB; a tie at 256 KiB), and all_gather / reduce_scatter,
-    # whose symmetric forms save a copy of every piece, from 64 KiB:
+    # whose symmetric forms save a copy of every piece, from 512 KiB (gathered array,
+    # scattered input): below it the one-shot lane's compiled round costs less than
+    # the symmetric path's entry (2 ranks, same run: all_gather 31.5 vs 20.1 us at
+    # 128 KiB, a tie from 256 KiB; reduce_scatter 34.4 vs 14.4 us at 128 KiB, 33.5
+    # vs 25.0 at 256 KiB, 36.9 vs 45.7 at 512 KiB).
     SYMMETRIC_ALL_REDUCE_MIN_BYTES = 512 << 10
-    SYMMETRIC_MIN_BYTES = 64 << 10
+    SYMMETRIC_MIN_BYTES = 512 << 10
 
     def _region(self, flat: np.ndarray, algorithm: str | None,
                 min_bytes: int) -> symmetric.Region | None:
