@@ -33,7 +33,7 @@ class _Mapping:
 
     def round(self, rank: int):
         return _tiny.Round(self.address, self.n, rank, self.ranks_off, self.fp_off,
-                           self.small_off, SMALL, FP, self).run
+                           self.small_off, SMALL, FP, 0, self).run
 
     def word(self, rank: int) -> int:
         return struct.unpack_from("<Q", self.mm, self.ranks_off + rank * 64)[0]
@@ -87,7 +87,7 @@ def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="not C-contiguous"):
         r0(1, 1, _fp(1), np.zeros(8)[::2], 0)
     with pytest.raises(ValueError, match="bad arena layout"):
-        _tiny.Round(m.address, 2, 2, m.ranks_off, m.fp_off, m.small_off, SMALL, FP, m)
+        _tiny.Round(m.address, 2, 2, m.ranks_off, m.fp_off, m.small_off, SMALL, FP, 0, m)
 
 
 def test_the_helper_is_built_by_the_install():

@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,6 +38,7 @@ typedef struct {
     char *base;         /* the mapped segment */
     Py_ssize_t n, rank;
     Py_ssize_t ranks_off, fp_off, small_off, small_bytes, fp_size;
+    unsigned long long yield_ns; /* how long to yield after spinning */
     PyObject *keep;     /* an object that keeps the mapping alive */
 } Round;
 
@@ -70,22 +72,30 @@ static inline void relax(void) {
 #endif
 }
 
-/* Whether every rank's word reached target, spinning at most spin_ns. */
-static int arrived(Round *s, uint64_t target, uint64_t spin_ns) {
-    uint64_t until = 0;
+/* Whether every rank's word reached target: spinning for spin_ns, then yielding the
+ * core for yield_ns (Python's waiting primitive has the same two stages before it
+ * blocks; doing them here saves its per-check interpreter work, which matters most
+ * when ranks share cores and every check follows a context switch). */
+static int arrived(Round *s, uint64_t target, uint64_t spin_ns, uint64_t yield_ns) {
+    uint64_t start = 0;
+    int yielding = 0;
     for (Py_ssize_t r = 0; r < s->n; r++) {
         unsigned k = 0;
         while (__atomic_load_n(word(s, r), __ATOMIC_ACQUIRE) < target) {
-            if ((k++ & 63) == 0) {
+            if (start == 0)
+                start = now_ns();
+            if (yielding || spin_ns == 0 || (++k & 63) == 0) {
                 uint64_t t = now_ns();
-                if (until == 0)
-                    until = t + spin_ns;
-                else if (t >= until)
+                if (t >= start + spin_ns + yield_ns)
                     return 0;
                 if (__atomic_load_n((uint32_t *)s->base, __ATOMIC_RELAXED))
                     return 0; /* aborted: Python's wait notices and raises */
+                yielding = t >= start + spin_ns;
             }
-            relax();
+            if (yielding)
+                sched_yield();
+            else
+                relax();
         }
     }
     return 1;
@@ -94,9 +104,9 @@ static int arrived(Round *s, uint64_t target, uint64_t spin_ns) {
 static int Round_init(Round *self, PyObject *args, PyObject *kwds) {
     unsigned long long base;
     PyObject *keep;
-    if (!PyArg_ParseTuple(args, "KnnnnnnnO", &base, &self->n, &self->rank, &self->ranks_off,
+    if (!PyArg_ParseTuple(args, "KnnnnnnnKO", &base, &self->n, &self->rank, &self->ranks_off,
                           &self->fp_off, &self->small_off, &self->small_bytes, &self->fp_size,
-                          &keep))
+                          &self->yield_ns, &keep))
         return -1;
     if (self->n < 1 || self->rank < 0 || self->rank >= self->n || self->fp_size > LINE) {
         PyErr_SetString(PyExc_ValueError, "bad arena layout");
@@ -170,7 +180,7 @@ static PyObject *Round_run(Round *self, PyObject *const *args, Py_ssize_t nargs)
     }
     int ok;
     Py_BEGIN_ALLOW_THREADS
-    ok = arrived(self, target, spin_ns);
+    ok = arrived(self, target, spin_ns, self->yield_ns);
     Py_END_ALLOW_THREADS
     if (!ok)
         return PyLong_FromLong(2);

@@ -66,8 +66,9 @@ def _compiled_round(segment: Segment, rank: int, n: int, ranks_off: int, fp_off:
         from . import _tiny
     except ImportError:
         return None
+    yield_ns = int(_sync.spec().yield_s * 1e9)
     return _tiny.Round(segment.address, n, rank, ranks_off, fp_off, small_off, small_bytes,
-                       FP_SIZE, segment).run
+                       FP_SIZE, yield_ns, segment).run
 
 
 class Arena:
