@@ -168,6 +168,26 @@ def large_all_reduces() -> list[str]:
     seen.append(pg.last_algorithm)
     np.testing.assert_array_equal(view, sum(data(q, "float64") for q in range(n)) if n == 2
                                   else view)  # n > 2: summation order checked above
+    # reduce past the one-shot sizes (the root reads everyone's array): every root,
+    # in place on the root, the others' arrays untouched
+    for root in range(n):
+        for dtype, op in (("float64", dist.ReduceOp.SUM), ("float32", dist.ReduceOp.AVG),
+                          ("float16", dist.ReduceOp.MAX)):
+            x = data(r, dtype)
+            work = [data(q, dtype).astype(np.float32 if dtype == "float16" else dtype)
+                    for q in range(n)]
+            if op == dist.ReduceOp.MAX:
+                want = np.maximum.reduce(work)
+            else:
+                want = work[0].copy()
+                for a in work[1:]:
+                    want += a
+                if op == dist.ReduceOp.AVG:
+                    want /= n
+            dist.reduce(x, dst=root, op=op)
+            seen.append(pg.last_algorithm)
+            np.testing.assert_array_equal(x, want.astype(dtype) if r == root else data(r, dtype),
+                                          f"reduce to {root}, {dtype} {op}")
     # rank 0 on the tiny-call lane's entry (contiguous), the others on the general path
     strided[::2] = data(r, "float64")
     mixed = strided[::2].copy() if r == 0 else strided[::2]
