@@ -389,3 +389,75 @@ def lanes_past_one_shot(base: int) -> list[str]:
     except dist.MismatchError as exc:
         seen.append(f"mismatch: {'count' in str(exc) or 'layout' in str(exc)}")
     return seen
+
+
+def random_mix(calls: int, seed: int) -> int:
+    """``calls`` collectives and exchanges drawn at random (the same draws on every rank):
+    kinds, sizes across the one-shot / single-copy / schedule boundaries, roots, odd
+    ranks passing non-contiguous arrays (the general path) while even ranks take the
+    lanes, async all_reduces left in flight, batches of sends and receives. Every
+    result is checked; returns the number of calls made."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    rng = np.random.default_rng(seed)
+    pending: list = []
+    total = n * (n + 1) / 2
+    for _ in range(calls):
+        kind = int(rng.integers(0, 9))
+        size = int(rng.choice([0, 1, 3, 64, 1000, 20_000, 70_000, 300_000]))
+        general = bool(rng.integers(0, 2)) and r % 2 == 1
+        root = int(rng.integers(0, n))
+
+        def arr(values: np.ndarray, general: bool = general) -> np.ndarray:
+            if not general:
+                return np.array(values, dtype=np.float64)
+            a = np.zeros(2 * len(values))[::2]
+            a[...] = values
+            return a
+
+        if kind == 0:
+            x = arr(np.full(size, r + 1.0))
+            dist.all_reduce(x)
+            assert (x == total).all()
+        elif kind == 1:
+            x = arr(np.full(size, float(r)))
+            dist.broadcast(x, src=root)
+            assert (x == root).all()
+        elif kind == 2:
+            out = np.zeros(size * n)
+            dist.all_gather_into_tensor(out, arr(np.full(size, float(r))))
+            assert (out.reshape(n, size) == np.arange(n)[:, None]).all()
+        elif kind == 3:
+            out = np.zeros(size * n)
+            dist.all_to_all_single(out, arr(np.repeat(np.arange(n) + 10.0 * r, size)))
+            assert (out.reshape(n, size) == (10.0 * np.arange(n) + r)[:, None]).all()
+        elif kind == 4:
+            outs = [np.zeros(size) for _ in range(n)] if r == root else None
+            dist.gather(arr(np.full(size, float(r))), outs, dst=root)
+            assert r != root or all((o == q).all() for q, o in enumerate(outs))
+        elif kind == 5:
+            ins = [np.full(size, float(q)) for q in range(n)] if r == root else None
+            x = arr(np.zeros(size))
+            dist.scatter(x, ins, src=root)
+            assert (x == r).all()
+        elif kind == 6:
+            out = np.zeros(size)
+            dist.reduce_scatter_tensor(out, arr(np.full(size * n, r + 1.0)))
+            assert (out == total).all()
+        elif kind == 7:
+            got = np.zeros(size)
+            for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, np.full(size, float(r)),
+                                                        (r + 1) % n),
+                                             dist.P2POp(dist.irecv, got, (r - 1) % n)]):
+                w.wait()
+            assert (got == (r - 1) % n).all()
+        else:
+            x = np.ones(size)
+            pending.append((dist.all_reduce(x, async_op=True), x))
+            if len(pending) > 3:
+                w, x = pending.pop(0)
+                w.wait()
+                assert (x == n).all()
+    for w, x in pending:
+        w.wait()
+        assert (x == n).all()
+    return calls

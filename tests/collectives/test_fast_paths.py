@@ -102,3 +102,9 @@ def test_lanes_past_one_shot_mix_with_the_general_path(n, single_copy):
     out = spawn_world(bodies.lanes_past_one_shot, n, timeout=120, base=bodies.LARGE)
     assert all(seen == ["all_gather/cma"] * 2 + ["reduce_scatter/cma"] * 3 + ["mismatch: True"]
                for seen in out), out
+
+
+@pytest.mark.parametrize("n", [2, 5])
+def test_random_mix_of_lanes_general_paths_async_and_p2p(n):
+    assert spawn_world(bodies.random_mix, n, timeout=180, calls=1500 if n == 2 else 600,
+                       seed=n) == [1500 if n == 2 else 600] * n

@@ -512,3 +512,22 @@ def stream_while_receiver_computes(nbytes: int, compute_s: float) -> float:
     dist.recv(into, 0)
     np.testing.assert_array_equal(into, data)
     return 0.0
+
+
+def isend_of_a_temporary() -> None:
+    """Rank 0 isends a temporary array (nothing else references it) past the single-copy
+    size, then allocates and fills memory of the same size while rank 1 is slow to
+    receive: the receiver must still read the message, not whatever reused its memory."""
+    r = dist.get_rank()
+    count = 1 << 20  # 8 MiB of float64
+    if r == 0:
+        work = dist.isend(np.full(count, 7.0), 1)
+        junk = [np.full(count, -1.0) for _ in range(4)]  # reuses freed memory, if any
+        time.sleep(0.2)
+        work.wait()
+        del junk
+    else:
+        time.sleep(0.1)
+        got = np.zeros(count)
+        dist.recv(got, 0)
+        assert (got == 7.0).all(), np.unique(got)[:5]

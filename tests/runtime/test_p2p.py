@@ -133,3 +133,7 @@ def test_a_receiver_that_computes_still_drains_a_stalled_ring():
                       nbytes=4 << 20, compute_s=3.0,
                       env={"MESHCAST_RING_BYTES": "64K", "MESHCAST_CMA_BYTES": "0"})
     assert out[0] < 2.0, out
+
+
+def test_isend_keeps_a_temporary_alive_until_the_receiver_copied_it():
+    spawn_world(bodies.isend_of_a_temporary, 2, timeout=60, env={"MESHCAST_CMA_BYTES": "1K"})

@@ -294,7 +294,10 @@ class ShmTransport:
         self._unexpected: list[_Incoming] = []
         # Messages of at least this many bytes go single-copy (0: never; see cma.py).
         self.cma_min_bytes = cma_min_bytes
-        self._cma_sends: dict[int, tuple[int, Handle]] = {}  # send id -> (peer, handle)
+        # send id -> (peer, handle, data): the data stays referenced until the receiver's
+        # FIN, since the receiver copies it out of our memory (a temporary array passed
+        # to isend would otherwise be freed, and its memory reused, meanwhile)
+        self._cma_sends: dict[int, tuple[int, Handle, np.ndarray]] = {}
         self._cma_ids = itertools.count(1)
         self._closed: BaseException | None = None
         self._gone: set[int] = set()
@@ -318,7 +321,7 @@ class ShmTransport:
                 # Only the address travels; the receiver copies straight out of our
                 # memory and answers with a FIN, which completes this send.
                 send_id = next(self._cma_ids)
-                self._cma_sends[send_id] = (peer, handle)
+                self._cma_sends[send_id] = (peer, handle, raw)
                 op = _SendOp(_HEADER.pack(group, kind, tag, raw.nbytes, _MODE_CMA),
                              np.frombuffer(_CMA.pack(raw.ctypes.data, send_id), np.uint8),
                              handle, done_when_pushed=False)
@@ -584,18 +587,26 @@ class ShmTransport:
 
     def _pass(self) -> bool:
         progressed = False
-        for j, queue in self._sendq.items():
-            while queue:
-                moved, done = self._push(j, queue[0])
-                progressed |= moved
-                if not done:
-                    break
-                done = queue.popleft()
-                if done.handle is not None:
-                    done.handle._finish()
+        for j in self._sendq:
+            progressed |= self._send_queued(j)
         for j in self._in:
             while self._pull(j):
                 progressed = True
+        return progressed
+
+    def _send_queued(self, j: int) -> bool:
+        """Push what is queued for local rank ``j``, in order, as far as its ring allows;
+        whether anything moved."""
+        queue = self._sendq[j]
+        progressed = False
+        while queue:
+            moved, done = self._push(j, queue[0])
+            progressed |= moved
+            if not done:
+                break
+            op = queue.popleft()
+            if op.handle is not None:
+                op.handle._finish()
         return progressed
 
     def _push(self, j: int, op: _SendOp) -> tuple[bool, bool]:
@@ -679,7 +690,7 @@ class ShmTransport:
                 tail += _HEADER.size
                 tail_v[0] = tail
                 self._space_freed(j, waiting_v)
-                _, handle = self._cma_sends.pop(tag)
+                _, handle, _ = self._cma_sends.pop(tag)
                 handle._finish()
                 return True
             if mode == _MODE_CMA:
@@ -750,8 +761,11 @@ class ShmTransport:
     def _cma_finish(self, msg: _Incoming) -> None:
         assert msg.cma is not None
         header = _HEADER.pack(0, _KIND_FIN, msg.cma[1], 0, 0)
-        self._sendq[self.local[msg.src]].append(
-            _SendOp(header, np.empty(0, np.uint8), None))
+        j = self.local[msg.src]
+        self._sendq[j].append(_SendOp(header, np.empty(0, np.uint8), None))
+        # Out at once: the receive is complete, and its process may return and exit
+        # before any further pass, leaving the sender waiting for a FIN that never comes.
+        self._send_queued(j)
 
     def _complete(self, msg: _Incoming) -> None:
         if msg.error is not None:
@@ -773,7 +787,7 @@ class ShmTransport:
             else:
                 waiting.add(r.src)
         waiting |= {self.ranks[j] for j, m in self._incoming.items() if m is not None}
-        waiting |= {peer for peer, _ in self._cma_sends.values()}
+        waiting |= {peer for peer, _, _ in self._cma_sends.values()}
         self._reap_locked(self.liveness.dead(waiting - self._gone))
 
     def reap(self, dead: Sequence[int]) -> None:
@@ -804,7 +818,7 @@ class ShmTransport:
             if op.handle is not None:
                 op.handle._finish(error(op.handle.describe))
         self._sendq[j].clear()
-        for send_id, (dst, handle) in list(self._cma_sends.items()):
+        for send_id, (dst, handle, _) in list(self._cma_sends.items()):
             if dst == peer:
                 del self._cma_sends[send_id]
                 handle._finish(error(handle.describe))
@@ -833,7 +847,7 @@ class ShmTransport:
                     if op.handle is not None:
                         op.handle._finish(reason)
                 q.clear()
-            for _, handle in self._cma_sends.values():
+            for _, handle, _ in self._cma_sends.values():
                 handle._finish(reason)
             self._cma_sends.clear()
             for recv in self._posted:
