@@ -296,8 +296,9 @@ class Arena:
         self.deadline = deadline
         self.what = what  # type: ignore[assignment]
         run = self._round
-        if run is not None and expected is not None:
-            if run(seq, 0, packed, None, int(self._spec.spin_s * 1e9), tuple(expected)) == 0:
+        if run is not None:
+            extra = () if expected is None else (tuple(expected),)
+            if run(seq, 0, packed, None, int(self._spec.spin_s * 1e9), *extra) == 0:
                 # every rank published what the caller expected of it
                 return True
             same = self._round_trip(seq, 0, packed, None, compare=False, status=-1)
