@@ -276,9 +276,10 @@ class Arena:
         self.deadline = deadline
         self.what = what  # type: ignore[assignment]
         run = self._round
-        # The common case in one C call, without _round_trip's frame.
-        if run is None or run(seq, 1, packed, data, int(self._spec.spin_s * 1e9)) != 0:
-            self._round_trip(seq, 1, packed, data, status=None if run is None else -1)
+        # The common case is one C call that returns 0.
+        status = None if run is None else run(seq, 1, packed, data, int(self._spec.spin_s * 1e9))
+        if status != 0:
+            self._round_trip(seq, 1, packed, data, status)
         return seq & 1
 
     def packed_enter(self, seq: int, packed: bytes, what: object, deadline: float,
@@ -296,43 +297,27 @@ class Arena:
         self.deadline = deadline
         self.what = what  # type: ignore[assignment]
         run = self._round
+        status = None
         if run is not None:
             extra = () if expected is None else (tuple(expected),)
-            if run(seq, 0, packed, None, int(self._spec.spin_s * 1e9), *extra) == 0:
-                # every rank published what the caller expected of it
+            status = run(seq, 0, packed, None, int(self._spec.spin_s * 1e9), *extra)
+            if status == 0:  # every rank published what the caller expected of it
                 return True
-            same = self._round_trip(seq, 0, packed, None, compare=False, status=-1)
-        else:
-            same = self._round_trip(seq, 0, packed, None, compare=False)
+        self._round_trip(seq, 0, packed, None, status, compare=False)
         if expected is None:
-            if same is not None:
-                return same
             expected = [packed] * self.n
         mv = self._mv
         return all(mv[a:a + FP_SIZE] == e for a, e in zip(self._fp_at[seq & 1], expected))
 
     def _round_trip(self, seq: int, phase: int, packed: bytes, data: np.ndarray | None,
-                    compare: bool = True, status: int | None = None) -> bool | None:
-        """Copy ``data`` into my one-shot region, publish ``packed``, signal ``phase``,
-        wait for every rank's; then (``compare``) raise on differing fingerprints as
-        :meth:`enter` does. Returns whether every fingerprint equals ``packed``, when
-        that is known without reading them again (None otherwise). ``self.seq``,
-        ``deadline`` and ``what`` are the call's already.
-
-        ``status``: -1 when the caller already ran the compiled round and it did
-        not return 0 (its status is read again from the words), None to run it here.
-        """
+                    status: int | None, compare: bool = True) -> None:
+        """The rest of a round the compiled helper began and returned ``status`` (1, 2
+        or 3, see _tiny.c) for, or, with ``status`` None, the whole round in Python:
+        copy ``data`` into my one-shot region, publish ``packed``, signal ``phase`` and
+        wait for every rank's. Then (``compare``) raise on differing fingerprints as
+        :meth:`enter` does. ``self.seq``, ``deadline`` and ``what`` are the call's."""
         parity = seq & 1
-        run = self._round
-        if run is not None:
-            if status is None:
-                status = run(seq, phase, packed, data, int(self._spec.spin_s * 1e9))
-            elif self._abort_word[0]:
-                status = 3
-            else:
-                status = 2  # whatever the round saw, waiting again is always correct
-            if status == 0:
-                return True
+        if status is not None:
             if status == 3:
                 self.check_abort()
             if status >= 2:  # not everyone is there yet: the waiting primitive takes over
@@ -347,13 +332,12 @@ class Arena:
             self.signal(phase)
             self.wait(range(self.n), phase)
         if not compare:
-            return None
+            return
         mv = self._mv
         for a in self._fp_at[parity]:
             if mv[a:a + FP_SIZE] != packed:
                 self._compare(self._fp_tables[parity], seq, False, -1)
                 break
-        return None
 
     def compare_entered(self, seq: int, per_rank_counts: bool, root_layout: int = -1
                         ) -> list[int]:
