@@ -448,8 +448,13 @@ class ProcessGroup:
 
     def _single_fits(self, itemsize: int, pieces: int = 1) -> Callable[[list[int]], bool]:
         """``fits`` of a :class:`_Single` whose counts hold ``pieces`` pieces per rank."""
-        least = self.SINGLE_COPY_MIN_BYTES * pieces
-        return lambda counts: max(counts) * itemsize >= least
+        return lambda counts: self.single_copy_fits(max(counts) * itemsize, pieces)
+
+    def single_copy_fits(self, nbytes: int, pieces: int = 1) -> bool:
+        """Whether a non-reducing call whose largest contribution is ``nbytes`` (in
+        ``pieces`` pieces) takes the single-copy path: the machine allows it and the
+        pieces are large enough (the tiny-call lanes apply the same rule)."""
+        return self.transport.cma_min_bytes > 0 and nbytes >= self.SINGLE_COPY_MIN_BYTES * pieces
 
     # Where one-shot ends, non-reducing collectives copy each piece once, straight from
     # the owner's buffer into the reader's (process_vm_readv), if a piece is this large:
@@ -825,19 +830,9 @@ class ProcessGroup:
         fp = self._next("all_gather", algorithm, dtype=dtype_name, count=in_flat.size,
                         extra=counts_hash(counts), seq=entered[0] if entered else None)
         mine = in_flat.reshape(-1).view(np.uint8)
-        me, n = self._rank, self._size
-
-        def gather_pieces(_: list[int], peers: _Peers) -> None:
-            out = out_flat.reshape(-1).view(np.uint8)
-            at = [0, *itertools.accumulate(c * itemsize for c in counts)]
-            for q in _rotation(me, n):  # rank q's piece is read by one rank at a time
-                if q == me:
-                    if not np.shares_memory(out[at[q]:at[q + 1]], mine):
-                        out[at[q]:at[q + 1]] = mine
-                else:
-                    peers.read(q, out[at[q]:at[q + 1]])
-
-        single = _Single(_exposing(mine), self._single_fits(itemsize), gather_pieces)
+        at = [0, *itertools.accumulate(c * itemsize for c in counts)]
+        single = _Single(_exposing(mine), self._single_fits(itemsize),
+                         self.gather_pieces(out_flat.reshape(-1).view(np.uint8), mine, at))
         return self._submit(
             "all_gather", fp,
             lambda c: self._plan("all_gather", in_flat.dtype, input=in_flat, output=out_flat,
@@ -1026,6 +1021,38 @@ class ProcessGroup:
             done, algorithm=algorithm, async_op=async_op, per_rank_counts=True, single=single,
             entered=entered[1] if entered else None)
 
+    def gather_pieces(self, out: np.ndarray, mine: np.ndarray, at: Sequence[int]
+                      ) -> Callable[[list[int], _Peers], None]:
+        """The body of the single-copy all_gather into ``out`` (bytes): rank q's piece
+        goes to ``out[at[q]:at[q + 1]]``, mine copied (unless it is there already, in
+        place), the others read straight from their owners."""
+        me, n = self._rank, self._size
+
+        def body(_: list[int], peers: _Peers) -> None:
+            for q in _rotation(me, n):  # rank q's piece is read by one rank at a time
+                if q != me:
+                    peers.read(q, out[at[q]:at[q + 1]])
+                elif not np.shares_memory(out[at[q]:at[q + 1]], mine):
+                    out[at[q]:at[q + 1]] = mine
+
+        return body
+
+    def read_pieces(self, out: np.ndarray, mine: np.ndarray, at: Sequence[int],
+                    offsets: Sequence[int]) -> Callable[[list[int], _Peers], None]:
+        """The body of the single-copy all_to_all into ``out`` (bytes): the piece from
+        rank q goes to ``out[at[q]:at[q + 1]]`` and lies at byte ``offsets[q]`` of q's
+        exposed input (of ``mine`` for my own)."""
+        me, n = self._rank, self._size
+
+        def body(_: list[int], peers: _Peers) -> None:
+            for q in _rotation(me, n):
+                if q == me:
+                    out[at[q]:at[q + 1]] = mine[offsets[q]:offsets[q] + at[q + 1] - at[q]]
+                else:
+                    peers.read(q, out[at[q]:at[q + 1]], offsets[q])
+
+        return body
+
     def reduce_my_piece(self, inp: np.ndarray, lo: int, out: np.ndarray, op: ops.ReduceOp
                         ) -> Callable[[list[int], _Peers], None]:
         """The body of the single-copy reduce_scatter: ``out`` = elements ``[lo, lo +
@@ -1102,14 +1129,6 @@ class ProcessGroup:
                 src, at = (mine, offsets[q]) if q == me else (regions[q], head + offsets[q])
                 out[rd[q]:rd[q + 1]] = src[at:at + rd[q + 1] - rd[q]]
 
-        def read_pieces(counts: list[int], peers: _Peers) -> None:
-            out = out_flat.reshape(-1).view(np.uint8)
-            for q in _rotation(me, n):
-                if q == me:
-                    out[rd[q]:rd[q + 1]] = mine[offsets[q]:offsets[q] + rd[q + 1] - rd[q]]
-                else:
-                    peers.read(q, out[rd[q]:rd[q + 1]], offsets[q])
-
         return self._submit(
             "all_to_all", fp,
             lambda c: self._plan("all_to_all", in_flat.dtype, input=in_flat, output=out_flat,
@@ -1117,7 +1136,9 @@ class ProcessGroup:
             lambda p: finish(), algorithm=algorithm, async_op=async_op, per_rank_counts=True,
             layout=_Layout(publish, check),
             direct=_Direct(stage, lambda counts: max(counts) * isz <= limit, read),
-            single=_Single(_exposing(mine), self._single_fits(isz, n), read_pieces),
+            single=_Single(_exposing(mine), self._single_fits(isz, n),
+                           self.read_pieces(out_flat.reshape(-1).view(np.uint8), mine, rd,
+                                            offsets)),
             entered=entered[1] if entered else None)
 
     def a2a_direct_limit(self) -> int:

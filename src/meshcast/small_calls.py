@@ -205,17 +205,11 @@ class SmallCalls:
         every rank agrees (each reads every other rank's piece straight from it); any
         disagreement is handed over to the general path after the entry."""
         group = self.group
-        arena, me, n = group.arena, group._rank, group._size
+        arena, n = group.arena, group._size
         mine = inp.reshape(-1).view(np.uint8)
-        out = flat_out.view(np.uint8)
         p = mine.nbytes
-
-        def gather_pieces(counts: list[int], peers: Any) -> None:
-            for q in [(me + i) % n for i in range(n)]:  # readers spread out
-                if q != me:
-                    peers.read(q, out[q * p:(q + 1) * p])
-                elif not np.shares_memory(out[q * p:(q + 1) * p], mine):  # in place
-                    out[q * p:(q + 1) * p] = mine
+        gather_pieces = group.gather_pieces(flat_out.view(np.uint8), mine,
+                                            [q * p for q in range(n + 1)])
 
         def run(seq: int) -> None:
             arena.expose(seq, self._address(inp), p, 0)
@@ -307,18 +301,12 @@ class SmallCalls:
                 for q, src in enumerate(pieces[parity]):
                     dst[q * p:(q + 1) * p] = mine[me * p:(me + 1) * p] if q == me else src
                 group.last_algorithm = "all_to_all/oneshot"
-            elif (uniform and group.transport.cma_min_bytes > 0
-                  and nbytes >= group.SINGLE_COPY_MIN_BYTES * n):
+            elif uniform and group.single_copy_fits(nbytes, n):
                 # The general path's single-copy all_to_all, without rebuilding it.
-                def read_pieces(counts: list[int], peers: Any) -> None:
-                    for q in [(me + i) % n for i in range(n)]:  # readers spread out
-                        if q == me:
-                            dst[q * p:(q + 1) * p] = mine[q * p:(q + 1) * p]
-                        else:
-                            peers.read(q, dst[q * p:(q + 1) * p], me * p)
-
                 group.last_algorithm = "all_to_all/cma"
-                group._single_copy(read_pieces, 1, [inp.size] * n, self._whats["all_to_all"])
+                group._single_copy(
+                    group.read_pieces(dst, mine, [q * p for q in range(n + 1)], [me * p] * n),
+                    1, [inp.size] * n, self._whats["all_to_all"])
             else:
                 counts = [inp.size] * n if agreed else arena.compare_entered(seq, True)
                 split = [inp.size // n] * n
@@ -352,7 +340,7 @@ class SmallCalls:
             counts = self._enter(seq, "gather", tails, root)
             if counts and max(counts) * inp.dtype.itemsize > limit:
                 # (never on the root: the entry checked every count against its pieces)
-                group.gather(None, inp.reshape(-1), root, _dtype_name(inp), _nothing,
+                group.gather(None, inp.reshape(-1), root, inp.dtype.name, _nothing,
                              entered=(seq, counts))
                 return
             if me == root:
@@ -388,7 +376,7 @@ class SmallCalls:
             isz = out.dtype.itemsize
             if counts and sum(counts) * isz > limit:
                 # (never on the root: the entry checked every count against its pieces)
-                group.scatter(out.reshape(-1), None, root, _dtype_name(out), _nothing,
+                group.scatter(out.reshape(-1), None, root, out.dtype.name, _nothing,
                               entered=(seq, counts))
                 return
             dest = out.reshape(-1).view(np.uint8)
@@ -631,7 +619,7 @@ class SmallCalls:
         fields = dict(dtype=dtype.name, count=inp.size, extra=counts_hash((inp.size,) * n))
         if group._oneshot_gathering(inp.nbytes, None):
             return self._tail("all_gather", **fields), self._views(inp.reshape(-1))
-        if group.transport.cma_min_bytes > 0 and inp.nbytes >= group.SINGLE_COPY_MIN_BYTES:
+        if group.single_copy_fits(inp.nbytes):
             return self._tail("all_gather", False, **fields), None
         return False
 
@@ -641,8 +629,7 @@ class SmallCalls:
         group = self.group
         dtype, n, me = inp.dtype, group.size(), group.rank()
         oneshot = self._fits(inp.nbytes)
-        single = (not oneshot and n > 1 and group.transport.cma_min_bytes > 0
-                  and out.nbytes >= group.SINGLE_COPY_MIN_BYTES)
+        single = not oneshot and n > 1 and group.single_copy_fits(out.nbytes)
         if (dtype.name not in ops.FAST_DTYPES or not dtype.isnative or out.dtype != dtype
                 or inp.size != out.size * n or not (oneshot or single)):
             return False
@@ -709,10 +696,6 @@ def _alike(pieces: Any, like: np.ndarray, n: int, *, writable: bool) -> bool:
         return False
     return all(type(p) is np.ndarray and p.dtype == like.dtype and p.shape == like.shape
                and (_writable(p) if writable else p.flags.c_contiguous) for p in pieces)
-
-
-def _dtype_name(arr: np.ndarray) -> str:
-    return arr.dtype.name
 
 
 def _nothing() -> None:
