@@ -1056,11 +1056,11 @@ def _batch_lane(ops: Sequence[P2POp]) -> list[Work] | None:
     works: list[Work] = []
     for p, pg in zip(ops, groups):
         if p.kind == "isend":
-            work = pg.small.isend(p.tensor, p.peer, p.tag)
+            work = pg.small.post_send(p.tensor, p.peer, p.tag)
             if work is None:
                 work = pg.isend(p.tensor.reshape(-1), pg.group_rank(p.peer), p.tag)
         else:
-            work = pg.small.irecv(p.tensor, p.peer, p.tag)
+            work = pg.small.post_recv(p.tensor, p.peer, p.tag)
             if work is None:
                 buf = as_buffer(p.tensor, name="tensor", caller="batch_isend_irecv",
                                 rank=_rank())

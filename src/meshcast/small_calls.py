@@ -395,41 +395,56 @@ class SmallCalls:
         """The blocking :func:`meshcast.send` of a small contiguous array to global rank
         ``dst``: written into the ring at once, no Handle or Work (see
         ShmTransport.send_now); False: the general path."""
-        group = self.group
-        if not self.p2p_ok(arr, dst, tag) or not group.transport.send_now(
-                dst, group.group_id, KIND_P2P, tag, arr.reshape(-1).view(np.uint8)):
-            return False
-        next(group._p2p_seq)  # numbered like any send, for later messages
-        return True
+        return self.p2p_ok(arr, dst, tag) and self._send_now(arr, dst, tag)
 
-    def recv(self, arr: np.ndarray, src: int, tag: int, spin: bool = True) -> bool:
+    def recv(self, arr: np.ndarray, src: int, tag: int) -> bool:
         """The blocking :func:`meshcast.recv` from global rank ``src`` into a contiguous
-        array, when its message is (or, with ``spin``, within the spin time becomes)
-        the first in the ring (see ShmTransport.recv_now); False: the general path."""
-        group = self.group
-        if not self.p2p_ok(arr, src, tag, writes=True) or not group.transport.recv_now(
-                src, group.group_id, KIND_P2P, tag, arr.reshape(-1).view(np.uint8),
-                self._spec.spin_s if spin else 0.0):
-            return False
-        next(group._p2p_seq)
-        return True
+        array, when its message is, or within the spin time becomes, the first in the
+        ring (see ShmTransport.recv_now); False: the general path."""
+        return (self.p2p_ok(arr, src, tag, writes=True)
+                and self._recv_now(arr, src, tag, self._spec.spin_s))
 
     def isend(self, arr: np.ndarray, dst: int, tag: int) -> Work | None:
         """:func:`meshcast.isend` of a message :meth:`send` can write at once: a finished
         Work (the data is in the ring, the caller may reuse its array); None: the
         general path."""
-        if not self.send(arr, dst, tag):
-            return None
-        return Work.finished(_P2PWhat(self.group, "send", dst, tag))
+        return self.post_send(arr, dst, tag) if self.p2p_ok(arr, dst, tag) else None
 
     def irecv(self, arr: np.ndarray, src: int, tag: int) -> Work | None:
         """:func:`meshcast.irecv` of a message already first in the ring from ``src``: a
         finished Work; None: the general path (which posts the receive)."""
-        if not self.recv(arr, src, tag, spin=False):
+        return (self.post_recv(arr, src, tag) if self.p2p_ok(arr, src, tag, writes=True)
+                else None)
+
+    def post_send(self, arr: np.ndarray, dst: int, tag: int) -> Work | None:
+        """:meth:`isend` of a message :meth:`p2p_ok` already accepted."""
+        if not self._send_now(arr, dst, tag):
+            return None
+        return Work.finished(_P2PWhat(self.group, "send", dst, tag))
+
+    def post_recv(self, arr: np.ndarray, src: int, tag: int) -> Work | None:
+        """:meth:`irecv` of a message :meth:`p2p_ok` already accepted."""
+        if not self._recv_now(arr, src, tag, 0.0):
             return None
         work = Work.finished(_P2PWhat(self.group, "recv", src, tag))
         work.source_rank = src
         return work
+
+    def _send_now(self, arr: np.ndarray, dst: int, tag: int) -> bool:
+        group = self.group
+        if not group.transport.send_now(dst, group.group_id, KIND_P2P, tag,
+                                        arr.reshape(-1).view(np.uint8)):
+            return False
+        next(group._p2p_seq)  # numbered like any send, for later messages
+        return True
+
+    def _recv_now(self, arr: np.ndarray, src: int, tag: int, spin_s: float) -> bool:
+        group = self.group
+        if not group.transport.recv_now(src, group.group_id, KIND_P2P, tag,
+                                        arr.reshape(-1).view(np.uint8), spin_s):
+            return False
+        next(group._p2p_seq)
+        return True
 
     def p2p_ok(self, arr: np.ndarray, peer: int, tag: int, writes: bool = False) -> bool:
         """Whether a message of ``arr`` (written into if ``writes``) with global rank
