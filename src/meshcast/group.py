@@ -641,7 +641,7 @@ class ProcessGroup:
                 peers.read(root, data[bounds[k]:bounds[k + 1]], bounds[k])
 
         # count and dtype are in the fingerprint, so every rank decides alike
-        single = _Single(_exposing(data), lambda _: data.nbytes >= self.SINGLE_COPY_MIN_BYTES,
+        single = _Single(_exposing(data), lambda _: self.single_copy_fits(data.nbytes),
                          copy_from_root)
         return self._submit(
             "broadcast", fp,
@@ -775,7 +775,7 @@ class ProcessGroup:
 
         # count and dtype are in the fingerprint, so every rank decides alike
         single = _Single(_exposing(work_arr),
-                         lambda _: work_arr.nbytes >= self.SINGLE_COPY_MIN_BYTES, reduce_at_root)
+                         lambda _: self.single_copy_fits(work_arr.nbytes), reduce_at_root)
         return self._submit(
             "reduce", fp,
             lambda c: self._plan("reduce", work_arr.dtype, op=sched_op, root=root,
