@@ -95,24 +95,31 @@ class Engine:
         failed or closed (then go through :meth:`call`). Pair with :meth:`leave_inline`.
 
         The tiny-call lane uses the pair directly: building a job closure for
-        :meth:`call` costs a noticeable part of a 5 us collective.
+        :meth:`call` costs a noticeable part of a 5 us collective. (Explicit
+        acquire/release, not ``with``: half the cost, which shows at 2 us a call.)
         """
-        with self._mutex:
-            if self._running or self._queue or self.failure is not None or self._closed:
-                return False
+        mutex = self._mutex
+        mutex.acquire()
+        ok = not (self._running or self._queue or self.failure is not None or self._closed)
+        if ok:
             self._running = True
-            return True
+        mutex.release()
+        return ok
 
     def leave_inline(self, error: BaseException | None) -> None:
         """End a call claimed by :meth:`enter_inline`; ``error`` poisons the group (unless
         it is bad usage, which every rank refuses alike before any data moves)."""
-        with self._mutex:
+        mutex = self._mutex
+        mutex.acquire()
+        try:
             if (error is not None and not isinstance(error, InvalidUsage)
                     and self.failure is None):
                 self.failure = error
             self._running = False
             if self._queue:
                 self._cv.notify_all()
+        finally:
+            mutex.release()
 
     def _run(self, job: Job, work: Work) -> None:
         try:

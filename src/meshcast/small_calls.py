@@ -98,22 +98,27 @@ class SmallCalls:
         if self.group.symmetric.allocations and self._symmetric(
                 arr, self.group.SYMMETRIC_ALL_REDUCE_MIN_BYTES):
             return False
-        tail, views, kernel, average = plan
+        tail, views, kernel, average, code = plan
         if views is None:
             return self._all_reduce_single(arr, tail, kernel, average)
         group = self.group
         engine = group.engine
         if not engine.enter_inline():  # queued async work goes first: the closure path
-            self._run("all_reduce", tail, arr,
-                      lambda parity: _reduce(arr, views[parity], kernel, average))
+            if self._run("all_reduce", tail, arr,
+                         lambda parity: _reduce(arr, views[parity], kernel, average), arr,
+                         code) and average:
+                ops.finish_average(arr, group._size)
             return True
         # The hottest call of all, inline: no closures, no Work.
         try:
             seq = next(group._seq)
-            parity = group.arena.packed_oneshot(seq, _SEQ.pack(seq) + tail,
-                                                self._whats["all_reduce"],
-                                                time.monotonic() + group.timeout, arr)
-            _reduce(arr, views[parity], kernel, average)
+            if group.arena.combined_oneshot(seq, tail, self._whats["all_reduce"],
+                                            time.monotonic() + group.timeout, arr,
+                                            None if code is None else arr, code, -1, 0):
+                if average:
+                    ops.finish_average(arr, group._size)
+            else:
+                _reduce(arr, views[seq & 1], kernel, average)
         except BaseException as exc:
             engine.leave_inline(exc)
             raise
@@ -157,14 +162,16 @@ class SmallCalls:
                           arr, op, dst)
         if not plan or not _writable(arr):
             return False
-        tail, views, kernel, average, root = plan
-        me = self.group.rank()
+        tail, views, kernel, average, code, root = plan
+        at_root = self.group._rank == root
 
         def reduce_at_root(parity: int) -> None:
-            if me == root:
+            if at_root:
                 _reduce(arr, views[parity], kernel, average)
 
-        self._run("reduce", tail, arr, reduce_at_root)
+        if self._run("reduce", tail, arr, reduce_at_root,
+                     arr if at_root and code is not None else None, code) and average:
+            ops.finish_average(arr, self.group._size)
         return True
 
     def broadcast(self, arr: np.ndarray, src: int) -> bool:
@@ -174,13 +181,14 @@ class SmallCalls:
         if not plan or not _writable(arr):
             return False
         tail, views, root = plan
-        me = self.group.rank()
+        at_root = self.group._rank == root
 
         def copy_out(parity: int) -> None:
-            if me != root:
+            if not at_root:
                 arr[...] = views[parity][root]
 
-        self._run("broadcast", tail, arr if me == root else None, copy_out)
+        self._run("broadcast", tail, arr if at_root else None, copy_out,
+                  None if at_root else arr, _COPY_ROOT, root)
         return True
 
     def all_gather(self, out: np.ndarray, inp: np.ndarray) -> bool:
@@ -197,7 +205,7 @@ class SmallCalls:
         def concatenate(parity: int) -> None:
             np.concatenate(views[parity], out=flat_out)
 
-        self._run("all_gather", tail, inp.reshape(-1), concatenate)
+        self._run("all_gather", tail, inp.reshape(-1), concatenate, flat_out, _COPY_ALL)
         return True
 
     def _all_gather_single(self, flat_out: np.ndarray, inp: np.ndarray, tail: bytes) -> bool:
@@ -230,12 +238,14 @@ class SmallCalls:
                           self._reduce_scatter_plan, out, inp, op)
         if not plan or not _writable(out) or not inp.flags.c_contiguous or self._symmetric(inp):
             return False
-        tail, views, pieces, kernel, average = plan
+        tail, views, pieces, kernel, average, code = plan
         flat_out = out.reshape(-1)
         if views is None:
             return self._reduce_scatter_single(flat_out, inp.reshape(-1), tail, kernel, average)
-        self._run("reduce_scatter", tail, inp.reshape(-1),
-                  lambda parity: _reduce(flat_out, pieces[parity], kernel, average))
+        if self._run("reduce_scatter", tail, inp.reshape(-1),
+                     lambda parity: _reduce(flat_out, pieces[parity], kernel, average),
+                     flat_out, code, -1, self.group._rank * out.nbytes) and average:
+            ops.finish_average(flat_out, self.group._size)
         return True
 
     def _reduce_scatter_single(self, out: np.ndarray, inp: np.ndarray, tail: bytes,
@@ -498,17 +508,26 @@ class SmallCalls:
         return group.arena.compare_entered(seq, True, root)
 
     def _run(self, kind: str, tail: bytes, data: np.ndarray | None,
-             use: Callable[[int], None]) -> None:
-        """One call: my ``data`` into my region, one signal, then ``use(parity)`` reads the
-        regions of that parity; behind queued async work, if any."""
+             use: Callable[[int], None], out: np.ndarray | None = None, code: int | None = None,
+             root: int = -1, offset: int = 0) -> bool:
+        """One call: my ``data`` into my region, one signal, then the combine of every
+        rank's region into ``out`` (see :meth:`Arena.combined_oneshot`, ``code``,
+        ``root`` and ``offset`` are its), or, when that did not happen, ``use(parity)`` reads the
+        regions of that parity; behind queued async work, if any. Returns True when
+        the compiled combine filled ``out``."""
         group = self.group
         engine = group.engine
         what = self._whats[kind]
+        if code is None:
+            out = None
         if engine.enter_inline():  # the group is idle: run it right here
             try:
                 seq = next(group._seq)
-                use(group.arena.packed_oneshot(seq, _SEQ.pack(seq) + tail, what,
-                                               time.monotonic() + group.timeout, data))
+                done = group.arena.combined_oneshot(seq, tail, what,
+                                                    time.monotonic() + group.timeout, data,
+                                                    out, code, root, offset)
+                if not done:
+                    use(seq & 1)
             except BaseException as exc:
                 engine.leave_inline(exc)
                 raise
@@ -516,12 +535,17 @@ class SmallCalls:
         else:  # behind queued async work, in call order
             seq = next(group._seq)
 
-            def job() -> None:
-                use(group.arena.packed_oneshot(seq, _SEQ.pack(seq) + tail, what,
-                                               time.monotonic() + group.timeout, data))
+            def job() -> bool:
+                if group.arena.combined_oneshot(seq, tail, what,
+                                                time.monotonic() + group.timeout, data, out,
+                                                code, root, offset):
+                    return True
+                use(seq & 1)
+                return False
 
-            engine.call(job, f"{kind} #{seq}")
+            done = engine.call(job, f"{kind} #{seq}")
         group.last_algorithm = f"{kind}/oneshot"
+        return done
 
     def _plan(self, key: tuple, build: Callable[..., tuple | bool], *args: Any
               ) -> tuple | bool:
@@ -585,8 +609,9 @@ class SmallCalls:
 
     def _all_reduce_plan(self, arr: np.ndarray, op: Any, kind: str = "all_reduce",
                          root: int | None = -1) -> tuple | bool:
-        """(fingerprint tail, one-shot views, kernel, AVG?) in the one-shot range; for
-        all_reduce where the single-copy path takes over, (tail, None, op, AVG?)."""
+        """(fingerprint tail, one-shot views, kernel, AVG?, compiled code) in the one-shot
+        range; for all_reduce where the single-copy path takes over, (tail, None, op,
+        AVG?, None)."""
         dtype, group = arr.dtype, self.group
         # float16 needs a float32 working copy. (Symmetric arrays take the one-shot
         # path too at the sizes that fit it.)
@@ -603,8 +628,9 @@ class SmallCalls:
                           count=arr.size)
         sched_op = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
         if single:
-            return tail, None, sched_op, rop is ops.ReduceOp.AVG
-        return tail, self._views(arr), ops.kernel(sched_op, dtype), rop is ops.ReduceOp.AVG
+            return tail, None, sched_op, rop is ops.ReduceOp.AVG, None
+        return (tail, self._views(arr), ops.kernel(sched_op, dtype), rop is ops.ReduceOp.AVG,
+                _c_kernel(sched_op, dtype))
 
     def _barrier_plan(self) -> tuple | bool:
         return (self._tail("barrier"),) if self._fits(0) else False
@@ -639,8 +665,8 @@ class SmallCalls:
         return False
 
     def _reduce_scatter_plan(self, out: np.ndarray, inp: np.ndarray, op: Any) -> tuple | bool:
-        """(tail, one-shot views, my pieces, kernel, AVG?) in the one-shot range; where
-        the single-copy path takes over, (tail, None, None, op, AVG?)."""
+        """(tail, one-shot views, my pieces, kernel, AVG?, compiled code) in the one-shot
+        range; where the single-copy path takes over, (tail, None, None, op, AVG?, None)."""
         group = self.group
         dtype, n, me = inp.dtype, group.size(), group.rank()
         oneshot = self._fits(inp.nbytes)
@@ -655,12 +681,13 @@ class SmallCalls:
                           count=out.size, extra=counts_hash((out.size,) * n))
         if single:
             sched = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
-            return tail, None, None, sched, rop is ops.ReduceOp.AVG
+            return tail, None, None, sched, rop is ops.ReduceOp.AVG, None
         views = self._views(inp.reshape(-1))
         c = out.size
         pieces = [[region[me * c:(me + 1) * c] for region in views[p]] for p in (0, 1)]
         sched_op = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
-        return tail, views, pieces, ops.kernel(sched_op, dtype), rop is ops.ReduceOp.AVG
+        return (tail, views, pieces, ops.kernel(sched_op, dtype), rop is ops.ReduceOp.AVG,
+                _c_kernel(sched_op, dtype))
 
     def _all_to_all_plan(self, out: np.ndarray, inp: np.ndarray) -> tuple | bool:
         from .group import split_head, split_header
@@ -719,6 +746,28 @@ def _nothing() -> None:
 
 def _ignore(parity: int) -> None:
     """What a barrier reads from the one-shot regions: nothing."""
+
+
+# The compiled combine's kernels (transport/_tiny.c): code = type * 8 + op, only where
+# its result is bitwise NumPy's (see the comment above fold_regions there).
+_C_TYPES = {name: i for i, name in enumerate(
+    ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32",
+     "float64"))}
+_C_OPS = {op: i for i, op in enumerate(
+    (ops.ReduceOp.SUM, ops.ReduceOp.PRODUCT, ops.ReduceOp.MIN, ops.ReduceOp.MAX,
+     ops.ReduceOp.BAND, ops.ReduceOp.BOR, ops.ReduceOp.BXOR))}
+_C_FLOAT_OPS = 2  # SUM and PRODUCT: float MIN/MAX pick NaNs and zeros NumPy's way
+_COPY_ROOT = -1  # the combine that copies the root's region (broadcast)
+_COPY_ALL = -2  # the combine that concatenates every region (all_gather)
+
+
+def _c_kernel(op: ops.ReduceOp, dtype: np.dtype) -> int | None:
+    """The compiled combine's code for ``op`` (AVG already turned into SUM) on ``dtype``,
+    or None: NumPy combines."""
+    t, o = _C_TYPES.get(dtype.name), _C_OPS.get(op)
+    if t is None or o is None or (dtype.kind == "f" and o >= _C_FLOAT_OPS):
+        return None
+    return t * 8 + o
 
 
 def _reduce(arr: np.ndarray, regions: list[np.ndarray], kernel: Any, average: bool) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 
 import meshcast as dist
 from meshcast import ReduceOp
+from meshcast import ops as ops_mod
 
 
 def _catch(fn, exc_type):
@@ -658,6 +659,92 @@ def tiny_call_paths() -> bool:
     dist.barrier()
     assert pg.last_algorithm == "barrier/oneshot" and ("barrier",) in pg.small.plans
     return pg.arena._round is not None
+
+
+def combine_kernels() -> bool:
+    """Every (dtype, op) the tiny lane reduces, compiled combine or NumPy, gives bitwise
+    NumPy's rank-order fold on every rank, also when odd ranks take the general path
+    (strided arrays); extremes wrap, NaN and inf propagate. reduce_scatter reduces
+    the same way; broadcast and all_gather copy every dtype. Returns whether the
+    compiled combine was there to run."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    ops_ = [ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.AVG,
+            ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR]
+    dtypes = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+              "float32", "float64", "bool", "complex64"]
+    kernels = {ReduceOp.SUM: np.add, ReduceOp.AVG: np.add, ReduceOp.PRODUCT: np.multiply,
+               ReduceOp.MIN: np.minimum, ReduceOp.MAX: np.maximum,
+               ReduceOp.BAND: np.bitwise_and, ReduceOp.BOR: np.bitwise_or,
+               ReduceOp.BXOR: np.bitwise_xor}
+
+    def data(rank: int, dtype: np.dtype, count: int) -> np.ndarray:
+        rng = np.random.default_rng(rank * 7919 + count)
+        if dtype.kind == "b":
+            return rng.random(count) < 0.5
+        if dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            a = rng.integers(info.min, info.max, count, dtype=dtype, endpoint=True)
+            a[:3] = [info.max, info.min, -1 if dtype.kind == "i" else 1][:count]
+            return a
+        a = (rng.standard_normal(count) * 100).astype(dtype)
+        if count >= 3 and rank == 1:
+            a[:3] = [np.nan, np.inf, -0.0]
+        return a
+
+    checked = 0
+    for name in dtypes:
+        dtype = np.dtype(name)
+        for count in (1, 5, 1000, 20_000):
+            every = [data(q, dtype, count) for q in range(n)]
+            for op in ops_:
+                if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR) and dtype.kind in "fc":
+                    continue
+                if (op in (ReduceOp.MIN, ReduceOp.MAX) and dtype.kind == "c") or (
+                        op is ReduceOp.AVG and dtype.kind == "b"):
+                    continue
+                want = every[0].copy()
+                if n > 1:
+                    kernels[op](every[0], every[1], out=want)
+                    for other in every[2:]:
+                        kernels[op](want, other, out=want)
+                if op is ReduceOp.AVG:
+                    ops_mod.finish_average(want, n)
+                for general in (False, True):  # odd ranks: strided arrays, general path
+                    base = np.zeros(2 * count, dtype)
+                    x = base[::2] if general and r % 2 else base[:count]
+                    x[...] = every[r]
+                    with np.errstate(all="ignore"):
+                        dist.all_reduce(x, op=op)
+                    assert x.tobytes() == want.tobytes(), (name, count, op, general, x[:4],
+                                                           want[:4])
+                    root = checked % n
+                    y = base[::2] if general and r % 2 else base[:count]
+                    y[...] = every[r]
+                    with np.errstate(all="ignore"):
+                        dist.reduce(y, dst=root, op=op)
+                    assert y.tobytes() == (want if r == root else every[r]).tobytes(), (
+                        "reduce", name, count, op, root)
+                    checked += 1
+                # reduce_scatter: my piece of the fold of every rank's whole input
+                inputs = [data(q + n, dtype, count * n) for q in range(n)]
+                piece = np.zeros(count, dtype)
+                with np.errstate(all="ignore"):
+                    dist.reduce_scatter_tensor(piece, inputs[r], op=op)
+                mine = [a[r * count:(r + 1) * count] for a in inputs]
+                want = mine[0].copy()
+                for other in mine[1:]:
+                    kernels[op](want, other, out=want)
+                if op is ReduceOp.AVG:
+                    ops_mod.finish_average(want, n)
+                assert piece.tobytes() == want.tobytes(), ("reduce_scatter", name, count, op)
+            z = np.zeros(count, dtype) if r else every[0].copy()
+            dist.broadcast(z, src=0)
+            assert z.tobytes() == every[0].tobytes(), ("broadcast", name, count)
+            gathered = np.zeros((n, count), dtype)
+            dist.all_gather_into_tensor(gathered, every[r])
+            assert gathered.tobytes() == np.stack(every).tobytes(), ("all_gather", name, count)
+    assert checked > 500, checked
+    return dist.group.WORLD.arena._combining is not None
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:

@@ -244,3 +244,12 @@ def test_tiny_call_lane_agrees_with_the_general_path(n, compiled):
     out = spawn_world(bodies.tiny_call_paths, n, timeout=90,
                       env={"MESHCAST_COMPILED": compiled})
     assert out == [compiled == "1"] * n, out
+
+
+@pytest.mark.parametrize("compiled", ["1", "0"])
+@pytest.mark.parametrize("n", [2, 3])
+def test_lane_reductions_are_bitwise_numpy_for_every_dtype_and_op(n, compiled):
+    """The compiled combine (transport/_tiny.c) and NumPy give the same bits, lane or not."""
+    out = spawn_world(bodies.combine_kernels, n, timeout=120,
+                      env={"MESHCAST_COMPILED": compiled})
+    assert out == [compiled == "1"] * n, out

@@ -123,13 +123,61 @@ static void Round_dealloc(Round *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* run(seq, phase, packed, data, spin_ns[, expected]) -> status (see the top of the file).
- *
- * data: None, or a C-contiguous buffer copied into this rank's one-shot region
- * of parity seq & 1 before signalling.
- * expected: a tuple of every rank's expected fingerprint (gather and scatter,
- * whose root's differs); without it every rank's must equal packed.
- */
+/* One round: copy data (None, or a C-contiguous buffer) into this rank's one-shot
+ * region of parity seq & 1, publish packed (fp_size bytes), signal phase, wait
+ * for every rank's signal, compare. Returns the status (see the top of the file),
+ * or -1 with an exception set. expected: NULL, or a tuple of every rank's
+ * expected fingerprint (gather and scatter, whose root's differs); without it
+ * every rank's must equal packed. */
+static int round_core(Round *self, uint64_t seq, long phase, const char *packed, PyObject *data,
+                      uint64_t spin_ns, PyObject *expected) {
+    Py_ssize_t packed_len = self->fp_size;
+    if (__atomic_load_n((uint32_t *)self->base, __ATOMIC_ACQUIRE))
+        return 3;
+    int parity = (int)(seq & 1);
+    if (data != Py_None) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(data, &view, PyBUF_C_CONTIGUOUS) < 0)
+            return -1;
+        if (view.len > self->small_bytes) {
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_ValueError, "data larger than a one-shot region");
+            return -1;
+        }
+        memcpy(region(self, self->rank, parity), view.buf, (size_t)view.len);
+        PyBuffer_Release(&view);
+    }
+    memcpy(fingerprint(self, self->rank, parity), packed, (size_t)packed_len);
+    uint64_t target = (seq << PHASE_BITS) | (uint64_t)phase;
+    __atomic_store_n(word(self, self->rank), target, __ATOMIC_SEQ_CST);
+    for (Py_ssize_t r = 0; r < self->n; r++) {
+        if (__atomic_load_n(sleeping(self, r), __ATOMIC_SEQ_CST) == (uint32_t)(self->rank + 1)) {
+            syscall(SYS_futex, (uint32_t *)word(self, self->rank), FUTEX_WAKE, INT32_MAX, NULL,
+                    NULL, 0);
+            break;
+        }
+    }
+    int ok;
+    Py_BEGIN_ALLOW_THREADS
+    ok = arrived(self, target, spin_ns, self->yield_ns);
+    Py_END_ALLOW_THREADS
+    if (!ok)
+        return 2;
+    for (Py_ssize_t r = 0; r < self->n; r++) {
+        const char *want = packed;
+        if (expected != NULL) {
+            PyObject *e = PyTuple_GET_ITEM(expected, r);
+            if (!PyBytes_Check(e) || PyBytes_GET_SIZE(e) != packed_len)
+                return 1; /* Python compares and explains */
+            want = PyBytes_AS_STRING(e);
+        }
+        if (memcmp(fingerprint(self, r, parity), want, (size_t)packed_len) != 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* run(seq, phase, packed, data, spin_ns[, expected]) -> status: round_core. */
 static PyObject *Round_run(Round *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 && nargs != 6) {
         PyErr_SetString(PyExc_TypeError, "run(seq, phase, packed, data, spin_ns[, expected])");
@@ -153,54 +201,199 @@ static PyObject *Round_run(Round *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "packed fingerprint of the wrong size");
         return NULL;
     }
-    if (__atomic_load_n((uint32_t *)self->base, __ATOMIC_ACQUIRE))
-        return PyLong_FromLong(3);
-    int parity = (int)(seq & 1);
-    if (args[3] != Py_None) {
-        Py_buffer view;
-        if (PyObject_GetBuffer(args[3], &view, PyBUF_C_CONTIGUOUS) < 0)
+    int status = round_core(self, seq, phase, packed, args[3], spin_ns, expected);
+    return status < 0 ? NULL : PyLong_FromLong(status);
+}
+
+/* ------------------------------------------------------------------ combine
+ *
+ * What a tiny call does with every rank's one-shot region once the round is
+ * done: reduce them all in rank order into the caller's array (all_reduce,
+ * reduce, reduce_scatter), copy the root's (broadcast) or concatenate them all
+ * (all_gather). Only the (dtype, op) pairs whose
+ * result is bitwise the same as NumPy's ufunc loops have a kernel here: integer
+ * arithmetic (wrapping, so computed unsigned) and bitwise ops, integer MIN/MAX,
+ * and floating-point SUM and PRODUCT (one IEEE operation per element, in the
+ * same left-to-right rank order as meshcast.small_calls._reduce). Float MIN/MAX
+ * (NaN and signed-zero choices), bool and complex stay with NumPy, so a rank
+ * that takes the general path still ends with bitwise the same result.
+ *
+ * A kernel code is type * 8 + op, the numbering of small_calls._C_TYPES and
+ * _C_OPS; COPY_ROOT and COPY_ALL are the copies.
+ */
+#define COPY_ROOT (-1)
+#define COPY_ALL (-2)
+enum { OP_SUM, OP_PROD, OP_MIN, OP_MAX, OP_BAND, OP_BOR, OP_BXOR, N_OPS };
+enum { T_I8, T_U8, T_I16, T_U16, T_I32, T_U32, T_I64, T_U64, T_F32, T_F64, N_TYPES };
+
+#define FOLD(T, F)                                                       \
+    do {                                                                 \
+        T *restrict o = (T *)out;                                        \
+        const T *restrict a = (const T *)(region(s, 0, parity) + off);   \
+        const T *restrict b = (const T *)(region(s, 1, parity) + off);   \
+        for (Py_ssize_t i = 0; i < count; i++)                           \
+            o[i] = F(a[i], b[i]);                                        \
+        for (Py_ssize_t r = 2; r < s->n; r++) {                          \
+            const T *restrict c = (const T *)(region(s, r, parity) + off); \
+            for (Py_ssize_t i = 0; i < count; i++)                       \
+                o[i] = F(o[i], c[i]);                                    \
+        }                                                                \
+    } while (0)
+
+#define ADD(x, y) ((x) + (y))
+#define MUL(x, y) ((x) * (y))
+#define LESSER(x, y) ((x) < (y) ? (x) : (y))
+#define GREATER(x, y) ((x) > (y) ? (x) : (y))
+#define AND(x, y) ((x) & (y))
+#define OR(x, y) ((x) | (y))
+#define XOR(x, y) ((x) ^ (y))
+
+/* Integer types: arithmetic and bitwise ops unsigned (wrapping), order signed. */
+#define INT_CASES(S, U)                                                  \
+    switch (op) {                                                        \
+    case OP_SUM: FOLD(U, ADD); return 0;                                 \
+    case OP_PROD: FOLD(U, MUL); return 0;                                \
+    case OP_MIN: FOLD(S, LESSER); return 0;                              \
+    case OP_MAX: FOLD(S, GREATER); return 0;                             \
+    case OP_BAND: FOLD(U, AND); return 0;                                \
+    case OP_BOR: FOLD(U, OR); return 0;                                  \
+    case OP_BXOR: FOLD(U, XOR); return 0;                                \
+    }                                                                    \
+    return -1
+
+static const int type_size[N_TYPES] = {1, 1, 2, 2, 4, 4, 8, 8, 4, 8};
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/* Wider vectors where the CPU has them, picked at load time (the build stays portable). */
+__attribute__((target_clones("avx2", "default")))
+#endif
+static int fold_regions(Round *s, int parity, Py_ssize_t off, int type, int op, char *out,
+                        Py_ssize_t count) {
+    switch (type) {
+    case T_I8: INT_CASES(int8_t, uint8_t);
+    case T_U8: INT_CASES(uint8_t, uint8_t);
+    case T_I16: INT_CASES(int16_t, uint16_t);
+    case T_U16: INT_CASES(uint16_t, uint16_t);
+    case T_I32: INT_CASES(int32_t, uint32_t);
+    case T_U32: INT_CASES(uint32_t, uint32_t);
+    case T_I64: INT_CASES(int64_t, uint64_t);
+    case T_U64: INT_CASES(uint64_t, uint64_t);
+    case T_F32:
+        if (op == OP_SUM) { FOLD(float, ADD); return 0; }
+        if (op == OP_PROD) { FOLD(float, MUL); return 0; }
+        return -1;
+    case T_F64:
+        if (op == OP_SUM) { FOLD(double, ADD); return 0; }
+        if (op == OP_PROD) { FOLD(double, MUL); return 0; }
+        return -1;
+    }
+    return -1;
+}
+
+/* Check a combine request before the round, so a bad one raises with nothing sent. */
+static int combine_ok(Round *s, long code, Py_ssize_t root, Py_ssize_t off, Py_ssize_t nbytes) {
+    const char *bad = NULL;
+    if (code == COPY_ALL) {
+        if (nbytes % s->n != 0 || nbytes / s->n > s->small_bytes)
+            bad = "out is not n pieces of at most a one-shot region";
+    } else if (off < 0 || nbytes > s->small_bytes - off) {
+        bad = "offset and out beyond a one-shot region";
+    } else if (code == COPY_ROOT) {
+        if (root < 0 || root >= s->n)
+            bad = "root out of range";
+    } else if (code < 0 || code / 8 >= N_TYPES || code % 8 >= N_OPS
+               || nbytes % type_size[code / 8] != 0
+               || (code / 8 >= T_F32 && code % 8 > OP_PROD)) {
+        bad = "no such combine kernel for this size";
+    }
+    if (bad != NULL)
+        PyErr_SetString(PyExc_ValueError, bad);
+    return bad == NULL;
+}
+
+/* oneshot(seq, tail, data, spin_ns, out, code, root, offset) -> status
+ *
+ * run(seq, 1, packed, data, spin_ns) where packed is seq (little-endian u64, the
+ * fingerprint's first field) followed by tail; then, when that returns 0 and out
+ * is not None, combine the one-shot regions of parity seq & 1 into out (a
+ * writable C-contiguous buffer of L bytes):
+ *   COPY_ROOT (-1)  out = root's region [offset, offset + L)     broadcast
+ *   COPY_ALL (-2)   out = every region's first L / n bytes, in rank order
+ *                                                               all_gather
+ *   kernel >= 0     out = fold of every region's [offset, offset + L), rank
+ *                   order (type * 8 + op)          all_reduce, reduce, reduce_scatter
+ * code None (only with out None): no combine. On any other status nothing is
+ * combined: Python finishes the round and combines with NumPy, to bitwise the
+ * same result.
+ */
+static PyObject *Round_oneshot(Round *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError,
+                        "oneshot(seq, tail, data, spin_ns, out, code, root, offset)");
+        return NULL;
+    }
+    unsigned long long seq = PyLong_AsUnsignedLongLong(args[0]);
+    unsigned long long spin_ns = PyLong_AsUnsignedLongLong(args[3]);
+    long code = args[5] == Py_None ? 0 : PyLong_AsLong(args[5]); /* None: no combine */
+    Py_ssize_t root = PyLong_AsSsize_t(args[6]);
+    Py_ssize_t off = PyLong_AsSsize_t(args[7]);
+    if (PyErr_Occurred())
+        return NULL;
+    char packed[LINE];
+    char *tail;
+    Py_ssize_t tail_len;
+    if (PyBytes_AsStringAndSize(args[1], &tail, &tail_len) < 0)
+        return NULL;
+    if (tail_len + 8 != self->fp_size) {
+        PyErr_SetString(PyExc_ValueError, "fingerprint tail of the wrong size");
+        return NULL;
+    }
+    for (int i = 0; i < 8; i++)
+        packed[i] = (char)(seq >> (8 * i));
+    memcpy(packed + 8, tail, (size_t)tail_len);
+    Py_buffer out = {0};
+    int have_out = args[4] != Py_None;
+    if (have_out) {
+        if (args[5] == Py_None) {
+            PyErr_SetString(PyExc_ValueError, "out without a combine code");
             return NULL;
-        if (view.len > self->small_bytes) {
-            PyBuffer_Release(&view);
-            PyErr_SetString(PyExc_ValueError, "data larger than a one-shot region");
+        }
+        if (PyObject_GetBuffer(args[4], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+            return NULL;
+        if (!combine_ok(self, code, root, off, out.len)) {
+            PyBuffer_Release(&out);
             return NULL;
         }
-        memcpy(region(self, self->rank, parity), view.buf, (size_t)view.len);
-        PyBuffer_Release(&view);
     }
-    memcpy(fingerprint(self, self->rank, parity), packed, (size_t)packed_len);
-    uint64_t target = ((uint64_t)seq << PHASE_BITS) | (uint64_t)phase;
-    __atomic_store_n(word(self, self->rank), target, __ATOMIC_SEQ_CST);
-    for (Py_ssize_t r = 0; r < self->n; r++) {
-        if (__atomic_load_n(sleeping(self, r), __ATOMIC_SEQ_CST) == (uint32_t)(self->rank + 1)) {
-            syscall(SYS_futex, (uint32_t *)word(self, self->rank), FUTEX_WAKE, INT32_MAX, NULL,
-                    NULL, 0);
-            break;
+    int status = round_core(self, seq, 1, packed, args[2], spin_ns, NULL);
+    if (status == 0 && have_out && out.len > 0) {
+        int parity = (int)(seq & 1);
+        if (code == COPY_ROOT) {
+            memcpy(out.buf, region(self, root, parity) + off, (size_t)out.len);
+        } else if (code == COPY_ALL) {
+            Py_ssize_t piece = out.len / self->n;
+            for (Py_ssize_t r = 0; r < self->n; r++)
+                memcpy((char *)out.buf + r * piece, region(self, r, parity), (size_t)piece);
+        } else {
+            Py_ssize_t count = out.len / type_size[code / 8];
+            int big = out.len >= (1 << 16); /* long enough to let other threads run */
+            PyThreadState *ts = big ? PyEval_SaveThread() : NULL;
+            fold_regions(self, parity, off, (int)(code / 8), (int)(code % 8), out.buf, count);
+            if (big)
+                PyEval_RestoreThread(ts);
         }
     }
-    int ok;
-    Py_BEGIN_ALLOW_THREADS
-    ok = arrived(self, target, spin_ns, self->yield_ns);
-    Py_END_ALLOW_THREADS
-    if (!ok)
-        return PyLong_FromLong(2);
-    for (Py_ssize_t r = 0; r < self->n; r++) {
-        const char *want = packed;
-        if (expected != NULL) {
-            PyObject *e = PyTuple_GET_ITEM(expected, r);
-            if (!PyBytes_Check(e) || PyBytes_GET_SIZE(e) != packed_len)
-                return PyLong_FromLong(1); /* Python compares and explains */
-            want = PyBytes_AS_STRING(e);
-        }
-        if (memcmp(fingerprint(self, r, parity), want, (size_t)packed_len) != 0)
-            return PyLong_FromLong(1);
-    }
-    return PyLong_FromLong(0);
+    if (have_out)
+        PyBuffer_Release(&out);
+    return status < 0 ? NULL : PyLong_FromLong(status);
 }
 
 static PyMethodDef Round_methods[] = {
     {"run", (PyCFunction)(void (*)(void))Round_run, METH_FASTCALL,
      "run(seq, phase, packed, data, spin_ns[, expected]) -> status: one arena round (see the module)."},
+    {"oneshot", (PyCFunction)(void (*)(void))Round_oneshot, METH_FASTCALL,
+     "oneshot(seq, tail, data, spin_ns, out, code, root, offset) -> status: a phase-1 round, then "
+     "combine every rank's region into out (see combine in the source)."},
     {NULL, NULL, 0, NULL},
 };
 

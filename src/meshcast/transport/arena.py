@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -57,9 +57,9 @@ def _align(n: int, a: int) -> int:
 
 
 def _compiled_round(segment: Segment, rank: int, n: int, ranks_off: int, fp_off: int,
-                    small_off: int, small_bytes: int) -> Callable[..., int] | None:
-    """``Round.run`` of the compiled helper for this arena, or None (not built, turned
-    off with MESHCAST_COMPILED=0, or a single rank, which never signals)."""
+                    small_off: int, small_bytes: int) -> object | None:
+    """The compiled helper's ``Round`` for this arena, or None (not built, turned off
+    with MESHCAST_COMPILED=0, or a single rank, which never signals)."""
     if n < 2 or not config.get("MESHCAST_COMPILED"):
         return None
     try:
@@ -68,7 +68,7 @@ def _compiled_round(segment: Segment, rank: int, n: int, ranks_off: int, fp_off:
         return None
     yield_ns = int(_sync.spec().yield_s * 1e9)
     return _tiny.Round(segment.address, n, rank, ranks_off, fp_off, small_off, small_bytes,
-                       FP_SIZE, yield_ns, segment).run
+                       FP_SIZE, yield_ns, segment)
 
 
 class Arena:
@@ -131,8 +131,10 @@ class Arena:
         self.deadline = float("inf")
         self.what = name
         # The compiled round of the tiny calls (transport/_tiny.c), if built and wanted.
-        self._round = _compiled_round(segment, rank, n, ranks_off, fp_off, small_off,
-                                      self.small_bytes)
+        compiled = _compiled_round(segment, rank, n, ranks_off, fp_off, small_off,
+                                   self.small_bytes)
+        self._round = None if compiled is None else compiled.run  # type: ignore[attr-defined]
+        self._combining = None if compiled is None else compiled.oneshot  # type: ignore[attr-defined]
         self._spec = _sync.spec()  # the process's wait settings (spin budget)
 
     # ------------------------------------------------------------------ signals
@@ -281,6 +283,34 @@ class Arena:
         if status != 0:
             self._round_trip(seq, 1, packed, data, status)
         return seq & 1
+
+    def combined_oneshot(self, seq: int, tail: bytes, what: object, deadline: float,
+                         data: np.ndarray | None, out: np.ndarray | None, code: int | None,
+                         root: int = -1, offset: int = 0) -> bool:
+        """:meth:`packed_oneshot` (the fingerprint is ``seq`` then ``tail``), then, in
+        the compiled helper, the combine of every rank's region into ``out``: with
+        ``code`` -1 a copy of ``root``'s region from byte ``offset`` (broadcast), -2
+        the concatenation of every region's first ``out.nbytes / n`` bytes
+        (all_gather), otherwise the reduce kernel ``code`` over every region from byte
+        ``offset``, in rank order (see ``_tiny.c`` and ``small_calls._c_kernel``).
+
+        Returns True when ``out`` holds the result; False when the caller combines
+        (``out`` None, no compiled helper, or a round that needed Python's slow
+        path), from the one-shot regions of parity ``seq & 1``. Both give bitwise
+        the same result.
+        """
+        self.seq = seq
+        self.deadline = deadline
+        self.what = what  # type: ignore[assignment]
+        run = self._combining
+        status = None
+        if run is not None:
+            status = run(seq, tail, data, int(self._spec.spin_s * 1e9), out, code, root,
+                         offset)
+            if status == 0:
+                return out is not None
+        self._round_trip(seq, 1, _U64.pack(seq) + tail, data, status)
+        return False
 
     def packed_enter(self, seq: int, packed: bytes, what: object, deadline: float,
                      expected: Sequence[bytes] | None = None) -> bool:
