@@ -1121,7 +1121,12 @@ class ProcessGroup:
 
         def stage(parity: int) -> None:
             if mine.nbytes <= limit:
-                self.arena.small[me][parity][head:head + mine.nbytes] = mine
+                # Everything but my own piece, which only I read (from my input): at
+                # 2 ranks that halves the copy in.
+                region = self.arena.small[me][parity]
+                lo, hi = sd[me] * isz, sd[me + 1] * isz
+                region[head:head + lo] = mine[:lo]
+                region[head + hi:head + mine.nbytes] = mine[hi:]
 
         def read(counts: list[int], regions: list[np.ndarray]) -> None:
             out = out_flat.reshape(-1).view(np.uint8)

@@ -297,15 +297,17 @@ class SmallCalls:
             nbytes = mine.nbytes
             mv = headers[parity]
             mv[me][:] = header
-            if nbytes <= limit:
-                arena.small[me][parity][head:head + nbytes] = mine
+            p = nbytes // n
+            if nbytes <= limit:  # all but my own piece, as the general path stages it
+                region = arena.small[me][parity]
+                region[head:head + me * p] = mine[:me * p]
+                region[head + (me + 1) * p:head + nbytes] = mine[(me + 1) * p:]
             if group.transport.cma_min_bytes > 0:
                 arena.expose(seq, self._address(inp), nbytes, 0)
             agreed = arena.packed_enter(seq, _SEQ.pack(seq) + tail, self._whats["all_to_all"],
                                         time.monotonic() + group.timeout)
             uniform = agreed and all(h == header for h in mv)
             dst = out.reshape(-1).view(np.uint8)
-            p = nbytes // n
             if uniform and nbytes <= limit:
                 # Every rank splits evenly with the same sizes and staged its input.
                 for q, src in enumerate(pieces[parity]):
