@@ -109,17 +109,17 @@ class Engine:
     def leave_inline(self, error: BaseException | None) -> None:
         """End a call claimed by :meth:`enter_inline`; ``error`` poisons the group (unless
         it is bad usage, which every rank refuses alike before any data moves)."""
-        mutex = self._mutex
-        mutex.acquire()
-        try:
-            if (error is not None and not isinstance(error, InvalidUsage)
-                    and self.failure is None):
-                self.failure = error
-            self._running = False
-            if self._queue:
+        if error is not None and not isinstance(error, InvalidUsage):
+            with self._mutex:
+                if self.failure is None:
+                    self.failure = error
+        # No lock for the common case: only the claimant clears the flag, and a job
+        # queued meanwhile was queued with a notify of its own (submit), so the
+        # worker either saw it then or is woken here.
+        self._running = False
+        if self._queue:
+            with self._cv:
                 self._cv.notify_all()
-        finally:
-            mutex.release()
 
     def _run(self, job: Job, work: Work) -> None:
         try:

@@ -93,7 +93,8 @@ class SmallCalls:
             plan = self._plan(("all_reduce", arr.dtype, arr.shape, op), self._all_reduce_plan,
                               arr, op)
             self._last_all_reduce = (arr.dtype, arr.shape, op, plan)
-        if not plan or not _writable(arr):
+        flags = arr.flags  # (_writable, inline: this is the hottest call)
+        if not (plan and flags.c_contiguous and flags.writeable):
             return False
         if self.group.symmetric.allocations and self._symmetric(
                 arr, self.group.SYMMETRIC_ALL_REDUCE_MIN_BYTES):
@@ -112,9 +113,8 @@ class SmallCalls:
         # The hottest call of all, inline: no closures, no Work.
         try:
             seq = next(group._seq)
-            if group.arena.combined_oneshot(seq, tail, self._whats["all_reduce"],
-                                            time.monotonic() + group.timeout, arr,
-                                            None if code is None else arr, code, -1, 0):
+            if group.arena.combined_oneshot(seq, tail, self._whats["all_reduce"], group.timeout,
+                                            arr, None if code is None else arr, code, -1, 0):
                 if average:
                     ops.finish_average(arr, group._size)
             else:
@@ -525,9 +525,8 @@ class SmallCalls:
         if engine.enter_inline():  # the group is idle: run it right here
             try:
                 seq = next(group._seq)
-                done = group.arena.combined_oneshot(seq, tail, what,
-                                                    time.monotonic() + group.timeout, data,
-                                                    out, code, root, offset)
+                done = group.arena.combined_oneshot(seq, tail, what, group.timeout, data, out,
+                                                    code, root, offset)
                 if not done:
                     use(seq & 1)
             except BaseException as exc:
@@ -538,15 +537,14 @@ class SmallCalls:
             seq = next(group._seq)
 
             def job() -> bool:
-                if group.arena.combined_oneshot(seq, tail, what,
-                                                time.monotonic() + group.timeout, data, out,
-                                                code, root, offset):
+                if group.arena.combined_oneshot(seq, tail, what, group.timeout, data, out, code,
+                                                root, offset):
                     return True
                 use(seq & 1)
                 return False
 
             done = engine.call(job, f"{kind} #{seq}")
-        group.last_algorithm = f"{kind}/oneshot"
+        group.last_algorithm = _ONESHOT[kind]
         return done
 
     def _plan(self, key: tuple, build: Callable[..., tuple | bool], *args: Any
@@ -761,6 +759,8 @@ _C_OPS = {op: i for i, op in enumerate(
 _C_FLOAT_OPS = 2  # SUM and PRODUCT: float MIN/MAX pick NaNs and zeros NumPy's way
 _COPY_ROOT = -1  # the combine that copies the root's region (broadcast)
 _COPY_ALL = -2  # the combine that concatenates every region (all_gather)
+_ONESHOT = {kind: f"{kind}/oneshot" for kind in (
+    "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "barrier")}
 
 
 def _c_kernel(op: ops.ReduceOp, dtype: np.dtype) -> int | None:

@@ -284,31 +284,32 @@ class Arena:
             self._round_trip(seq, 1, packed, data, status)
         return seq & 1
 
-    def combined_oneshot(self, seq: int, tail: bytes, what: object, deadline: float,
+    def combined_oneshot(self, seq: int, tail: bytes, what: object, timeout: float,
                          data: np.ndarray | None, out: np.ndarray | None, code: int | None,
                          root: int = -1, offset: int = 0) -> bool:
-        """:meth:`packed_oneshot` (the fingerprint is ``seq`` then ``tail``), then, in
-        the compiled helper, the combine of every rank's region into ``out``: with
-        ``code`` -1 a copy of ``root``'s region from byte ``offset`` (broadcast), -2
-        the concatenation of every region's first ``out.nbytes / n`` bytes
-        (all_gather), otherwise the reduce kernel ``code`` over every region from byte
-        ``offset``, in rank order (see ``_tiny.c`` and ``small_calls._c_kernel``).
+        """:meth:`packed_oneshot` (the fingerprint is ``seq`` then ``tail``; the deadline
+        ``timeout`` seconds from now), then, in the compiled helper, the combine of
+        every rank's region into ``out``: with ``code`` -1 a copy of ``root``'s region
+        from byte ``offset`` (broadcast), -2 the concatenation of every region's first
+        ``out.nbytes / n`` bytes (all_gather), otherwise the reduce kernel ``code``
+        over every region from byte ``offset``, in rank order (see ``_tiny.c`` and
+        ``small_calls._c_kernel``).
 
         Returns True when ``out`` holds the result; False when the caller combines
         (``out`` None, no compiled helper, or a round that needed Python's slow
         path), from the one-shot regions of parity ``seq & 1``. Both give bitwise
         the same result.
         """
-        self.seq = seq
-        self.deadline = deadline
-        self.what = what  # type: ignore[assignment]
         run = self._combining
         status = None
         if run is not None:
             status = run(seq, tail, data, int(self._spec.spin_s * 1e9), out, code, root,
                          offset)
-            if status == 0:
-                return out is not None
+            if status == 0:  # nothing went wrong: the call's seq, what and deadline
+                return out is not None  # are needed by the slow path only
+        self.seq = seq
+        self.deadline = time.monotonic() + timeout
+        self.what = what  # type: ignore[assignment]
         self._round_trip(seq, 1, _U64.pack(seq) + tail, data, status)
         return False
 
