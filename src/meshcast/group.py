@@ -136,6 +136,34 @@ class _Single:
     phases: int = 1  # the body's own barriers (signal/wait of phases 1..) plus the last one
 
 
+class _Reads:
+    """A :class:`_Single` body that only reads: ``(q, offset, length, at)`` copies
+    ``length`` bytes at ``offset`` of rank q's exposed buffer (of ``mine`` when q is this
+    rank) into ``dest[at:at + length]``, in list order. Being data, not code, it runs in
+    the compiled helper when that was built (Arena.compiled_reads, one C call for the
+    reads and the closing round); calling it runs the same reads in Python, which also
+    explains any disagreement about the sizes."""
+
+    __slots__ = ("dest", "mine", "me", "_reads")
+
+    def __init__(self, dest: np.ndarray, mine: np.ndarray, me: int,
+                 reads: Callable[[], tuple[tuple[int, int, int, int], ...]]) -> None:
+        self.dest, self.mine, self.me, self._reads = dest, mine, me, reads
+
+    @property
+    def reads(self) -> tuple[tuple[int, int, int, int], ...]:
+        """The list, built when the call runs (all_to_all's offsets are known only then)."""
+        return self._reads()
+
+    def __call__(self, _: list[int], peers: _Peers) -> None:
+        dest, mine = self.dest, self.mine
+        for q, offset, length, at in self.reads:
+            if q == self.me:
+                dest[at:at + length] = mine[offset:offset + length]
+            else:
+                peers.read(q, dest[at:at + length], offset)
+
+
 class _Peers(NamedTuple):
     """Copies between this rank and the buffers the peers exposed (see :class:`_Single`)."""
 
@@ -262,6 +290,8 @@ class ProcessGroup:
         self.arena = arena
         self.timeout = timeout
         self.liveness = liveness
+        # every member's pid, by group rank (single-copy reads; -1: not on this host)
+        self._pids = tuple(liveness.pids.get(g, -1) for g in self.global_ranks)
         self.engine = Engine(name)
         self._seq = itertools.count(1)
         # Numbers point-to-point calls for error messages ("recv #3 from rank 1 ..."): one
@@ -417,7 +447,21 @@ class ProcessGroup:
         buffers; its own barriers use phases 1 .. ``phases - 1``), then wait until every
         rank is done reading before anyone may return and reuse its buffer."""
         arena, seq = self.arena, self.arena.seq
-        pids = [self.liveness.pids[g] for g in self.global_ranks]
+        pids = self._pids
+        fast = arena.compiled_reads
+        if fast is not None and phases == 1 and type(body) is _Reads:
+            try:
+                status = fast(seq, pids, body.dest, body.mine, body.reads, 1,
+                              int(arena._spec.spin_s * 1e9))
+            except OSError:
+                status = None  # Python's reads below raise with the whole story
+            if status == 0:
+                return
+            if status == 2:  # read and signalled; someone is still reading
+                arena.wait(range(self._size), 1)
+                return
+            if status == 3:
+                arena.check_abort()
 
         def at(q: int, offset: int, length: int, verb: str) -> int:
             """The address of bytes ``[offset, offset + length)`` of rank q's buffer."""
@@ -480,12 +524,17 @@ class ProcessGroup:
                 and nbytes * self._size <= self.ONESHOT_WORK_BYTES)
 
     def _oneshot_gathering(self, nbytes: int, algorithm: str | None) -> bool:
-        """all_gather's :meth:`_oneshot`: only while the gathered array stays below
-        ONESHOT_WORK_BYTES when the single-copy path can take over, which reads each
-        piece once where one-shot copies it twice (2 ranks, same run: 216 vs 289 us
-        at 2 MiB gathered, a tie at 1 MiB)."""
-        return self._oneshot(nbytes, algorithm) and (
-            nbytes * self._size < self.ONESHOT_WORK_BYTES or not self.transport.cma_min_bytes)
+        """all_gather's :meth:`_oneshot`: not once the gathered array reaches
+        ALL_GATHER_SINGLE_MIN_BYTES and the single-copy path can take over, which reads
+        each piece once where one-shot copies it twice."""
+        return self._oneshot(nbytes, algorithm) and not (
+            nbytes * self._size >= self.ALL_GATHER_SINGLE_MIN_BYTES
+            and self.single_copy_fits(nbytes))
+
+    # 2 ranks, rotating buffers, compiled reads (transport/_tiny.c), best of 7:
+    # single-copy 22.5 vs one-shot 30.1 us at 256 KiB gathered, 36 vs 58 at 512 KiB,
+    # 76 vs 128 at 1 MiB; a tie at 128 KiB.
+    ALL_GATHER_SINGLE_MIN_BYTES = 256 << 10
 
     def _direct_bytes(self, readers: int) -> int:
         """The largest contribution a rank stages for a :class:`_Direct` call when
@@ -1028,14 +1077,11 @@ class ProcessGroup:
         place), the others read straight from their owners."""
         me, n = self._rank, self._size
 
-        def body(_: list[int], peers: _Peers) -> None:
-            for q in _rotation(me, n):  # rank q's piece is read by one rank at a time
-                if q != me:
-                    peers.read(q, out[at[q]:at[q + 1]])
-                elif not np.shares_memory(out[at[q]:at[q + 1]], mine):
-                    out[at[q]:at[q + 1]] = mine
-
-        return body
+        in_place = np.shares_memory(out[at[me]:at[me + 1]], mine)
+        # rank q's piece is read by one rank at a time
+        reads = tuple((q, 0, at[q + 1] - at[q], at[q]) for q in _rotation(me, n)
+                      if q != me or not in_place)
+        return _Reads(out, mine, me, lambda: reads)
 
     def read_pieces(self, out: np.ndarray, mine: np.ndarray, at: Sequence[int],
                     offsets: Sequence[int]) -> Callable[[list[int], _Peers], None]:
@@ -1044,14 +1090,8 @@ class ProcessGroup:
         exposed input (of ``mine`` for my own)."""
         me, n = self._rank, self._size
 
-        def body(_: list[int], peers: _Peers) -> None:
-            for q in _rotation(me, n):
-                if q == me:
-                    out[at[q]:at[q + 1]] = mine[offsets[q]:offsets[q] + at[q + 1] - at[q]]
-                else:
-                    peers.read(q, out[at[q]:at[q + 1]], offsets[q])
-
-        return body
+        return _Reads(out, mine, me, lambda: tuple(
+            (q, offsets[q], at[q + 1] - at[q], at[q]) for q in _rotation(me, n)))
 
     def reduce_my_piece(self, inp: np.ndarray, lo: int, out: np.ndarray, op: ops.ReduceOp
                         ) -> Callable[[list[int], _Peers], None]:
@@ -1149,10 +1189,10 @@ class ProcessGroup:
     def a2a_direct_limit(self) -> int:
         """The largest input (bytes) an all_to_all rank stages for the one-shot path.
 
-        Past 128 KiB per peer the single-copy path is faster (2 ranks: 93 vs 130 us at
-        512 KiB of input, a tie at 256 KiB, one-shot ahead at 128 KiB: 54 vs 69 us)."""
+        From 64 KiB per peer the single-copy path is faster (2 ranks, rotating
+        buffers, compiled reads: 19 vs 23 us at 128 KiB of input, 28 vs 30 at 256 KiB)."""
         n = self._size
-        return min(self._direct_bytes(n), (128 << 10) * n) - split_head(n)
+        return min(self._direct_bytes(n), (64 << 10) * n) - split_head(n)
 
     # ---------------------------------------------------------- point to point
 

@@ -34,11 +34,13 @@ def test_one_shot_gather_scatter_all_to_all(n):
     assert set(out[0]) == {"all_to_all/oneshot"}, out[0]
 
 
-@pytest.mark.parametrize("n", [2, 3, 5])
-def test_single_copy_paths(n, single_copy):
-    out = spawn_world(bodies.rooted_and_gathering, n, timeout=180, base=bodies.LARGE)
+@pytest.mark.parametrize("n, compiled", [(2, "1"), (3, "1"), (5, "1"), (3, "0")])
+def test_single_copy_paths(n, compiled, single_copy):
+    """With the compiled reads (transport/_tiny.c) and with Python's."""
+    env = {"MESHCAST_COMPILED": compiled}
+    out = spawn_world(bodies.rooted_and_gathering, n, timeout=180, base=bodies.LARGE, env=env)
     assert _paths(out[0]) == {"cma"}, out[0]
-    out = spawn_world(bodies.all_to_alls, n, timeout=180, base=bodies.LARGE)
+    out = spawn_world(bodies.all_to_alls, n, timeout=180, base=bodies.LARGE, env=env)
     assert _paths(out[0]) == {"cma"}, out[0]
 
 

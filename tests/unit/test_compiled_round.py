@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import os
 import struct
 
 import numpy as np
@@ -126,6 +127,37 @@ def test_oneshot_combines_only_after_a_complete_round():
     with pytest.raises(ValueError, match="not writable|read-only"):
         rounds[0](7, tail, None, 0, _read_only(2), sum_i32, -1, 0)
     assert m.word(0) == (5 << 24) | 1  # every refusal came before anything was signalled
+
+
+@built
+def test_reads_copy_from_exposed_buffers_then_signal():
+    """reads(): every (q, offset, length, at) from q's exposed buffer (this process
+    plays both ranks, so process_vm_readv reads itself), mine for my own pieces; a
+    read outside an exposure or outside dest is refused before anything moves."""
+    m = _Mapping(2)
+    rounds = [_tiny.Round(m.address, 2, r, m.ranks_off, m.fp_off, m.small_off, SMALL, FP, 0,
+                          m) for r in range(2)]
+    theirs = np.arange(16, dtype=np.uint8)
+    mine = np.arange(100, 116, dtype=np.uint8)
+    seq = 9
+    at = m.fp_off + (seq & 1) * 64 + 1 * 2 * 64 + FP  # rank 1's exposure (Arena.expose)
+    m.mm[at:at + 24] = struct.pack("<QQQ", theirs.ctypes.data, theirs.nbytes, 0)
+    pids = (os.getpid(), os.getpid())
+    dest = np.zeros(12, np.uint8)
+    reads = ((0, 2, 4, 0), (1, 8, 8, 4))
+    assert rounds[0].reads(seq, pids, dest, mine, reads, 1, 0) == 2  # rank 1 not done yet
+    assert dest.tolist() == [102, 103, 104, 105, *range(8, 16)]
+    assert m.word(0) == (seq << 24) | 1
+    for bad in (((1, 10, 8, 0),), ((0, 12, 8, 0),), ((1, 0, 8, 8),)):
+        dest[:] = 0
+        assert rounds[0].reads(seq, pids, dest, mine, bad, 1, 0) == 4
+        assert not dest.any()  # nothing was read
+    with pytest.raises(OSError):
+        rounds[0].reads(seq, (os.getpid(), 2 ** 22 + 12345), dest, mine, ((1, 0, 4, 0),), 1, 0)
+    with pytest.raises(ValueError, match="names no rank"):
+        rounds[0].reads(seq, pids, dest, mine, ((2, 0, 4, 0),), 1, 0)
+    m.mm[0:4] = struct.pack("<I", 1)
+    assert rounds[0].reads(seq, pids, dest, mine, reads, 1, 0) == 3
 
 
 def _read_only(n: int) -> np.ndarray:

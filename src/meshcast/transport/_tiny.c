@@ -22,10 +22,12 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <errno.h>
 #include <linux/futex.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sched.h>
 #include <time.h>
 #include <unistd.h>
@@ -123,6 +125,19 @@ static void Round_dealloc(Round *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* Store this rank's signal word (after everything it publishes: seq_cst), then wake
+ * whoever sleeps on it (the Dekker pair with Arena._wait_one, see the top). */
+static void signal_phase(Round *self, uint64_t target) {
+    __atomic_store_n(word(self, self->rank), target, __ATOMIC_SEQ_CST);
+    for (Py_ssize_t r = 0; r < self->n; r++) {
+        if (__atomic_load_n(sleeping(self, r), __ATOMIC_SEQ_CST) == (uint32_t)(self->rank + 1)) {
+            syscall(SYS_futex, (uint32_t *)word(self, self->rank), FUTEX_WAKE, INT32_MAX, NULL,
+                    NULL, 0);
+            break;
+        }
+    }
+}
+
 /* One round: copy data (None, or a C-contiguous buffer) into this rank's one-shot
  * region of parity seq & 1, publish packed (fp_size bytes), signal phase, wait
  * for every rank's signal, compare. Returns the status (see the top of the file),
@@ -149,14 +164,7 @@ static int round_core(Round *self, uint64_t seq, long phase, const char *packed,
     }
     memcpy(fingerprint(self, self->rank, parity), packed, (size_t)packed_len);
     uint64_t target = (seq << PHASE_BITS) | (uint64_t)phase;
-    __atomic_store_n(word(self, self->rank), target, __ATOMIC_SEQ_CST);
-    for (Py_ssize_t r = 0; r < self->n; r++) {
-        if (__atomic_load_n(sleeping(self, r), __ATOMIC_SEQ_CST) == (uint32_t)(self->rank + 1)) {
-            syscall(SYS_futex, (uint32_t *)word(self, self->rank), FUTEX_WAKE, INT32_MAX, NULL,
-                    NULL, 0);
-            break;
-        }
-    }
+    signal_phase(self, target);
     int ok;
     Py_BEGIN_ALLOW_THREADS
     ok = arrived(self, target, spin_ns, self->yield_ns);
@@ -388,12 +396,158 @@ static PyObject *Round_oneshot(Round *self, PyObject *const *args, Py_ssize_t na
     return status < 0 ? NULL : PyLong_FromLong(status);
 }
 
+/* ------------------------------------------------------------ single copy
+ *
+ * The single-copy collectives (group.py's _Single) read every piece they need
+ * straight from the buffer its owner exposed (Arena.expose: address, bytes and a
+ * word, in the tail of the owner's fingerprint line), with process_vm_readv; then
+ * every rank signals that it is done reading, and nobody returns before everyone
+ * is. Python's version of the same reads is the fallback and the reference.
+ */
+static void exposed(Round *s, Py_ssize_t r, int parity, uint64_t *address, uint64_t *nbytes) {
+    const char *at = fingerprint(s, r, parity) + s->fp_size;
+    memcpy(address, at, 8);
+    memcpy(nbytes, at + 8, 8);
+}
+
+typedef struct {
+    Py_ssize_t q, offset, length, at;
+} Read;
+
+/* reads(seq, pids, dest, mine, reads, phase, spin_ns) -> status
+ *
+ * reads: a tuple of (q, offset, length, at): copy length bytes at byte offset of
+ * rank q's exposed buffer into dest[at:at + length] (q == this rank: a memmove
+ * from the buffer mine). Then signal phase and wait for everyone's, as
+ * run() does. Status: 0 done; 2 done but someone is not there yet (Python
+ * waits); 3 the group was aborted (nothing read); 4 a read lies outside what its
+ * owner exposed or outside dest (nothing read: Python's reads explain the
+ * disagreement). A failed process_vm_readv raises OSError, as cma.read does.
+ */
+static PyObject *Round_reads(Round *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "reads(seq, pids, dest, mine, reads, phase, spin_ns)");
+        return NULL;
+    }
+    unsigned long long seq = PyLong_AsUnsignedLongLong(args[0]);
+    long phase = PyLong_AsLong(args[5]);
+    unsigned long long spin_ns = PyLong_AsUnsignedLongLong(args[6]);
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *pids = args[1], *list = args[4];
+    if (!PyTuple_Check(pids) || PyTuple_GET_SIZE(pids) != self->n || !PyTuple_Check(list)) {
+        PyErr_SetString(PyExc_ValueError, "pids: a tuple of one pid per rank; reads: a tuple");
+        return NULL;
+    }
+    if (__atomic_load_n((uint32_t *)self->base, __ATOMIC_ACQUIRE))
+        return PyLong_FromLong(3);
+    Py_buffer dest, mine;
+    if (PyObject_GetBuffer(args[2], &dest, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[3], &mine, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&dest);
+        return NULL;
+    }
+    Py_ssize_t count = PyTuple_GET_SIZE(list);
+    Read *todo = PyMem_Malloc(sizeof(Read) * (size_t)(count ? count : 1));
+    pid_t *pid = PyMem_Malloc(sizeof(pid_t) * (size_t)self->n);
+    int status = 0, parity = (int)(seq & 1);
+    if (todo == NULL || pid == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t r = 0; r < self->n; r++) {
+        pid[r] = (pid_t)PyLong_AsLong(PyTuple_GET_ITEM(pids, r));
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *t = PyTuple_GET_ITEM(list, i);
+        Read *rd = &todo[i];
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 4) {
+            PyErr_SetString(PyExc_ValueError, "a read is (q, offset, length, at)");
+            goto fail;
+        }
+        rd->q = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 0));
+        rd->offset = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 1));
+        rd->length = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 2));
+        rd->at = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 3));
+        if (PyErr_Occurred())
+            goto fail;
+        if (rd->q < 0 || rd->q >= self->n) {
+            PyErr_SetString(PyExc_ValueError, "a read names no rank");
+            goto fail;
+        }
+        uint64_t address, nbytes = (uint64_t)mine.len;
+        if (rd->q != self->rank)
+            exposed(self, rd->q, parity, &address, &nbytes);
+        if (rd->offset < 0 || rd->length < 0 || rd->at < 0
+                || (uint64_t)rd->offset + (uint64_t)rd->length > nbytes
+                || rd->at + rd->length > dest.len) {
+            status = 4;
+            goto done;
+        }
+    }
+    if (PyErr_Occurred())
+        goto fail;
+    int err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < count && !err; i++) {
+        Read *rd = &todo[i];
+        char *to = (char *)dest.buf + rd->at;
+        if (rd->q == self->rank) {
+            memmove(to, (char *)mine.buf + rd->offset, (size_t)rd->length);
+            continue;
+        }
+        uint64_t address, nbytes;
+        exposed(self, rd->q, parity, &address, &nbytes);
+        char *from = (char *)(uintptr_t)(address + (uint64_t)rd->offset);
+        Py_ssize_t done = 0;
+        while (done < rd->length && !err) {
+            /* the kernel may copy less than asked (e.g. across many pages): go on */
+            struct iovec mine = {to + done, (size_t)(rd->length - done)};
+            struct iovec theirs = {from + done, (size_t)(rd->length - done)};
+            ssize_t got = process_vm_readv(pid[rd->q], &mine, 1, &theirs, 1, 0);
+            if (got <= 0)
+                err = got < 0 ? errno : EIO;
+            else
+                done += got;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (err) {
+        errno = err;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto fail;
+    }
+    uint64_t target = (seq << PHASE_BITS) | (uint64_t)phase;
+    signal_phase(self, target);
+    int ok;
+    Py_BEGIN_ALLOW_THREADS
+    ok = arrived(self, target, spin_ns, self->yield_ns);
+    Py_END_ALLOW_THREADS
+    status = ok ? 0 : 2;
+done:
+    PyMem_Free(todo);
+    PyMem_Free(pid);
+    PyBuffer_Release(&dest);
+    PyBuffer_Release(&mine);
+    return PyLong_FromLong(status);
+fail:
+    PyMem_Free(todo);
+    PyMem_Free(pid);
+    PyBuffer_Release(&dest);
+    PyBuffer_Release(&mine);
+    return NULL;
+}
+
 static PyMethodDef Round_methods[] = {
     {"run", (PyCFunction)(void (*)(void))Round_run, METH_FASTCALL,
      "run(seq, phase, packed, data, spin_ns[, expected]) -> status: one arena round (see the module)."},
     {"oneshot", (PyCFunction)(void (*)(void))Round_oneshot, METH_FASTCALL,
      "oneshot(seq, tail, data, spin_ns, out, code, root, offset) -> status: a phase-1 round, then "
      "combine every rank's region into out (see combine in the source)."},
+    {"reads", (PyCFunction)(void (*)(void))Round_reads, METH_FASTCALL,
+     "reads(seq, pids, dest, mine, reads, phase, spin_ns) -> status: single-copy reads from the "
+     "peers' exposed buffers, then a round (see single copy in the source)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -135,6 +135,8 @@ class Arena:
                                    self.small_bytes)
         self._round = None if compiled is None else compiled.run  # type: ignore[attr-defined]
         self._combining = None if compiled is None else compiled.oneshot  # type: ignore[attr-defined]
+        # single-copy reads, then a round (ProcessGroup._single_copy)
+        self.compiled_reads = None if compiled is None else compiled.reads  # type: ignore[attr-defined]
         self._spec = _sync.spec()  # the process's wait settings (spin budget)
 
     # ------------------------------------------------------------------ signals
