@@ -341,25 +341,29 @@ class SmallCalls:
         tails, root, limit = plan
         group = self.group
         me, arena = group._rank, group.arena
+        at_root = me == root
+        # Every rank stages its piece (the root too: then every piece the root copies
+        # out is in a region) and exposes it for a general path taking over (the root
+        # exposes nothing: its pieces are read from, never into, it).
+        cma = group.transport.cma_min_bytes > 0
+
+        def copy_out(parity: int) -> None:  # Python's combine, where C did not
+            if at_root:
+                small = arena.small
+                for q, piece in enumerate(outs):
+                    dest = piece.reshape(-1).view(np.uint8)
+                    dest[:] = small[q][parity][:dest.nbytes]
 
         def run(seq: int) -> None:
-            parity = seq & 1
-            mine = inp.reshape(-1).view(np.uint8)
-            if me != root:
-                arena.small[me][parity][:mine.nbytes] = mine
-            if group.transport.cma_min_bytes > 0:  # the pieces are read from, never into, me
-                arena.expose(seq, *((0, 0) if me == root else (self._address(inp), mine.nbytes)))
-            counts = self._enter(seq, "gather", tails, root)
+            exposure = ((0, 0) if at_root else (self._address(inp), inp.nbytes)) if cma else None
+            counts = arena.rooted_entry(seq, tails, self._whats["gather"], group.timeout, inp,
+                                        exposure, tuple(outs) if at_root else None,
+                                        _COPY_EACH, root, 0, copy_out, root)
             if counts and max(counts) * inp.dtype.itemsize > limit:
                 # (never on the root: the entry checked every count against its pieces)
                 group.gather(None, inp.reshape(-1), root, inp.dtype.name, _nothing,
                              entered=(seq, counts))
                 return
-            if me == root:
-                small = arena.small
-                for q, piece in enumerate(outs):
-                    dest = piece.reshape(-1).view(np.uint8)
-                    dest[:] = mine if q == me else small[q][parity][:dest.nbytes]
             group.last_algorithm = "gather/oneshot"
 
         return self._inline(run)
@@ -374,29 +378,26 @@ class SmallCalls:
         tails, root, limit = plan
         group = self.group
         me, arena = group._rank, group.arena
+        at_root = me == root
+        nb = out.nbytes
+        # nothing is read from the lane's root by a general path taking over
+        exposure = (0, 0) if at_root and group.transport.cma_min_bytes > 0 else None
+
+        def copy_mine(parity: int) -> None:  # Python's combine, where C did not
+            out.reshape(-1).view(np.uint8)[:] = arena.small[root][parity][me * nb:(me + 1) * nb]
 
         def run(seq: int) -> None:
-            parity = seq & 1
-            nb = out.nbytes
-            if me == root:
-                region = arena.small[me][parity]
-                for q, piece in enumerate(ins):
-                    region[q * nb:(q + 1) * nb] = piece.reshape(-1).view(np.uint8)
-                if group.transport.cma_min_bytes > 0:  # nothing is read from the lane's root
-                    arena.expose(seq, 0, 0)
-            counts = self._enter(seq, "scatter", tails, root)
-            isz = out.dtype.itemsize
-            if counts and sum(counts) * isz > limit:
-                # (never on the root: the entry checked every count against its pieces)
-                group.scatter(out.reshape(-1), None, root, out.dtype.name, _nothing,
-                              entered=(seq, counts))
-                return
-            dest = out.reshape(-1).view(np.uint8)
-            if me == root:
-                dest[:] = ins[me].reshape(-1).view(np.uint8)
-            else:
-                lo = sum(counts[:me]) * isz if counts else me * nb
-                dest[:] = arena.small[root][parity][lo:lo + nb]
+            counts = arena.rooted_entry(seq, tails, self._whats["scatter"], group.timeout,
+                                        tuple(ins) if at_root else None, exposure, out,
+                                        _COPY_ROOT, root, me * nb, copy_mine, root)
+            if counts:  # a legal uneven scatter (never on the root, see gather)
+                isz = out.dtype.itemsize
+                if sum(counts) * isz > limit:
+                    group.scatter(out.reshape(-1), None, root, out.dtype.name, _nothing,
+                                  entered=(seq, counts))
+                    return
+                lo = sum(counts[:me]) * isz
+                out.reshape(-1).view(np.uint8)[:] = arena.small[root][seq & 1][lo:lo + nb]
             group.last_algorithm = "scatter/oneshot"
 
         return self._inline(run)
@@ -496,18 +497,6 @@ class SmallCalls:
         if group._rank == plan[1]:
             return plan if _alike(pieces, arr, group._size, writable=writable) else None
         return plan if pieces is None else None
-
-    def _enter(self, seq: int, kind: str, tails: list[bytes], root: int) -> list[int]:
-        """Enter rooted call ``seq`` (fingerprint tails by rank, the root's naming its
-        pieces): [] when every rank published the expected tail, else every rank's
-        count (or the MismatchError every rank raises)."""
-        group = self.group
-        prefix = _SEQ.pack(seq)
-        if group.arena.packed_enter(seq, prefix + tails[group._rank], self._whats[kind],
-                                    time.monotonic() + group.timeout,
-                                    tuple([prefix + t for t in tails])):
-            return []
-        return group.arena.compare_entered(seq, True, root)
 
     def _run(self, kind: str, tail: bytes, data: np.ndarray | None,
              use: Callable[[int], None], out: np.ndarray | None = None, code: int | None = None,
@@ -724,9 +713,9 @@ class SmallCalls:
         if (root is None or n < 2 or dtype.name not in _MOVE_DTYPES or not dtype.isnative
                 or arr.nbytes * (n // readers) > limit):
             return False
-        tails = [self._tail(kind, False, dtype=dtype.name, root=root, count=arr.size,
-                            extra=counts_hash((arr.size,) * n) if q == root else 0)
-                 for q in range(n)]
+        tails = tuple(self._tail(kind, False, dtype=dtype.name, root=root, count=arr.size,
+                                 extra=counts_hash((arr.size,) * n) if q == root else 0)
+                      for q in range(n))
         return tails, root, limit
 
 
@@ -759,6 +748,7 @@ _C_OPS = {op: i for i, op in enumerate(
 _C_FLOAT_OPS = 2  # SUM and PRODUCT: float MIN/MAX pick NaNs and zeros NumPy's way
 _COPY_ROOT = -1  # the combine that copies the root's region (broadcast)
 _COPY_ALL = -2  # the combine that concatenates every region (all_gather)
+_COPY_EACH = -3  # the combine that copies every region into its own array (gather)
 _ONESHOT = {kind: f"{kind}/oneshot" for kind in (
     "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "barrier")}
 

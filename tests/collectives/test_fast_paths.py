@@ -90,9 +90,11 @@ def test_all_to_all_lane_mixes_with_the_general_path_and_hands_over(n):
     assert all(s.split("/")[1] in ("cma", "arena", "pairwise") for s in out[0][3:]), out[0]
 
 
-@pytest.mark.parametrize("n", [2, 3, 5])
-def test_gather_scatter_lane_mixes_with_the_general_path_and_hands_over(n):
-    out = spawn_world(bodies.rooted_lane, n, timeout=180, base=bodies.LARGE)
+@pytest.mark.parametrize("n, compiled", [(2, "1"), (3, "1"), (5, "1"), (3, "0")])
+def test_gather_scatter_lane_mixes_with_the_general_path_and_hands_over(n, compiled):
+    """With the compiled entry round (transport/_tiny.c) and with Python's."""
+    out = spawn_world(bodies.rooted_lane, n, timeout=180, base=bodies.LARGE,
+                      env={"MESHCAST_COMPILED": compiled})
     even = 4 * n  # the calls with pieces all alike
     assert set(out[0][:even]) == {"gather/oneshot", "scatter/oneshot"}, out[0]
     # the uneven calls leave the one-shot range: single-copy where allowed, else a schedule
@@ -106,7 +108,9 @@ def test_lanes_past_one_shot_mix_with_the_general_path(n, single_copy):
                for seen in out), out
 
 
-@pytest.mark.parametrize("n", [2, 5])
-def test_random_mix_of_lanes_general_paths_async_and_p2p(n):
-    assert spawn_world(bodies.random_mix, n, timeout=180, calls=1500 if n == 2 else 600,
-                       seed=n) == [1500 if n == 2 else 600] * n
+@pytest.mark.parametrize("n, compiled", [(2, "1"), (5, "1"), (3, "0")])
+def test_random_mix_of_lanes_general_paths_async_and_p2p(n, compiled):
+    """With the compiled rounds, combines and reads (transport/_tiny.c) and with Python's."""
+    calls = 1500 if n == 2 else 600
+    assert spawn_world(bodies.random_mix, n, timeout=180, calls=calls, seed=n,
+                       env={"MESHCAST_COMPILED": compiled}) == [calls] * n

@@ -130,6 +130,34 @@ def test_oneshot_combines_only_after_a_complete_round():
 
 
 @built
+def test_rooted_entry_checks_each_ranks_own_tail_and_copies_each_region():
+    """rooted(): phase 0, rank r must have published seq + tails[r]; data may be a tuple
+    (staged one after the other); the exposure lands where Arena.expose puts it;
+    COPY_EACH copies region r into out[r]."""
+    m = _Mapping(2)
+    rounds = [_tiny.Round(m.address, 2, r, m.ranks_off, m.fp_off, m.small_off, SMALL, FP, 0,
+                          m).rooted for r in range(2)]
+    tails = (bytes([1]) * (FP - 8), bytes([2]) * (FP - 8))
+    seq = 4
+    pieces = (np.array([1, 2], np.int16), np.array([3, 4], np.int16))
+    assert rounds[0](seq, tails, pieces, 0, (0xABC, 8), None, None, -1, 0) == 2
+    assert m.region(0, 0, 8) == np.array([1, 2, 3, 4], np.int16).tobytes()
+    at = m.fp_off + 0 * 64 + FP  # rank 0's exposure for an even seq
+    assert struct.unpack_from("<QQQ", m.mm, at) == (0xABC, 8, 0)
+    assert m.word(0) == seq << 24  # phase 0: the entry
+    outs = (np.zeros(2, np.int16), np.zeros(2, np.int16))
+    mine = np.array([7, 8], np.int16)
+    assert rounds[1](seq, tails, mine, 0, None, outs, -3, -1, 0) == 0
+    assert [o.tolist() for o in outs] == [[1, 2], [7, 8]]
+    wrong = (tails[1], tails[1])  # rank 0 expected to have published rank 1's tail
+    assert rounds[1](seq, wrong, mine, 0, None, outs, -3, -1, 0) == 1
+    with pytest.raises(ValueError, match="one buffer per rank"):
+        rounds[1](seq, tails, mine, 0, None, outs[:1], -3, -1, 0)
+    with pytest.raises(ValueError, match="larger than a one-shot region"):
+        rounds[1](seq, tails, (np.zeros(SMALL, np.uint8), mine), 0, None, None, None, -1, 0)
+
+
+@built
 def test_reads_copy_from_exposed_buffers_then_signal():
     """reads(): every (q, offset, length, at) from q's exposed buffer (this process
     plays both ranks, so process_vm_readv reads itself), mine for my own pieces; a

@@ -144,25 +144,45 @@ static void signal_phase(Round *self, uint64_t target) {
  * or -1 with an exception set. expected: NULL, or a tuple of every rank's
  * expected fingerprint (gather and scatter, whose root's differs); without it
  * every rank's must equal packed. */
+/* Copy data (None, a C-contiguous buffer, or a tuple of them, one after the other)
+ * into region; -1 with an exception if it does not fit (checked before any copy). */
+static int stage(Round *self, char *to, PyObject *data) {
+    if (data == Py_None)
+        return 0;
+    int many = PyTuple_Check(data);
+    Py_ssize_t k = many ? PyTuple_GET_SIZE(data) : 1, total = 0;
+    for (int pass = 0; pass < 2; pass++) { /* sizes first, then the copies */
+        Py_ssize_t at = 0;
+        for (Py_ssize_t i = 0; i < k; i++) {
+            Py_buffer view;
+            if (PyObject_GetBuffer(many ? PyTuple_GET_ITEM(data, i) : data, &view,
+                                   PyBUF_C_CONTIGUOUS) < 0)
+                return -1;
+            if (pass == 1)
+                memcpy(to + at, view.buf, (size_t)view.len);
+            at += view.len;
+            PyBuffer_Release(&view);
+        }
+        total = at;
+        if (total > self->small_bytes) {
+            PyErr_SetString(PyExc_ValueError, "data larger than a one-shot region");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int round_core(Round *self, uint64_t seq, long phase, const char *packed, PyObject *data,
-                      uint64_t spin_ns, PyObject *expected) {
+                      uint64_t spin_ns, PyObject *expected, const uint64_t *exposure) {
     Py_ssize_t packed_len = self->fp_size;
     if (__atomic_load_n((uint32_t *)self->base, __ATOMIC_ACQUIRE))
         return 3;
     int parity = (int)(seq & 1);
-    if (data != Py_None) {
-        Py_buffer view;
-        if (PyObject_GetBuffer(data, &view, PyBUF_C_CONTIGUOUS) < 0)
-            return -1;
-        if (view.len > self->small_bytes) {
-            PyBuffer_Release(&view);
-            PyErr_SetString(PyExc_ValueError, "data larger than a one-shot region");
-            return -1;
-        }
-        memcpy(region(self, self->rank, parity), view.buf, (size_t)view.len);
-        PyBuffer_Release(&view);
-    }
+    if (stage(self, region(self, self->rank, parity), data) < 0)
+        return -1;
     memcpy(fingerprint(self, self->rank, parity), packed, (size_t)packed_len);
+    if (exposure != NULL) /* Arena.expose's three words, in the line's unused tail */
+        memcpy(fingerprint(self, self->rank, parity) + packed_len, exposure, 24);
     uint64_t target = (seq << PHASE_BITS) | (uint64_t)phase;
     signal_phase(self, target);
     int ok;
@@ -172,14 +192,21 @@ static int round_core(Round *self, uint64_t seq, long phase, const char *packed,
     if (!ok)
         return 2;
     for (Py_ssize_t r = 0; r < self->n; r++) {
-        const char *want = packed;
+        const char *want = packed, *fp = fingerprint(self, r, parity);
         if (expected != NULL) {
+            /* whole fingerprints, or tails after the seq (then packed's seq applies) */
             PyObject *e = PyTuple_GET_ITEM(expected, r);
-            if (!PyBytes_Check(e) || PyBytes_GET_SIZE(e) != packed_len)
+            Py_ssize_t len = PyBytes_Check(e) ? PyBytes_GET_SIZE(e) : -1;
+            if (len == packed_len - 8) {
+                if (memcmp(fp, packed, 8) != 0 || memcmp(fp + 8, PyBytes_AS_STRING(e), (size_t)len))
+                    return 1;
+                continue;
+            }
+            if (len != packed_len)
                 return 1; /* Python compares and explains */
             want = PyBytes_AS_STRING(e);
         }
-        if (memcmp(fingerprint(self, r, parity), want, (size_t)packed_len) != 0)
+        if (memcmp(fp, want, (size_t)packed_len) != 0)
             return 1;
     }
     return 0;
@@ -209,7 +236,7 @@ static PyObject *Round_run(Round *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "packed fingerprint of the wrong size");
         return NULL;
     }
-    int status = round_core(self, seq, phase, packed, args[3], spin_ns, expected);
+    int status = round_core(self, seq, phase, packed, args[3], spin_ns, expected, NULL);
     return status < 0 ? NULL : PyLong_FromLong(status);
 }
 
@@ -217,8 +244,9 @@ static PyObject *Round_run(Round *self, PyObject *const *args, Py_ssize_t nargs)
  *
  * What a tiny call does with every rank's one-shot region once the round is
  * done: reduce them all in rank order into the caller's array (all_reduce,
- * reduce, reduce_scatter), copy the root's (broadcast) or concatenate them all
- * (all_gather). Only the (dtype, op) pairs whose
+ * reduce, reduce_scatter), copy the root's (broadcast, scatter), concatenate them
+ * all (all_gather) or copy each into its own array (gather). Only the (dtype, op)
+ * pairs whose
  * result is bitwise the same as NumPy's ufunc loops have a kernel here: integer
  * arithmetic (wrapping, so computed unsigned) and bitwise ops, integer MIN/MAX,
  * and floating-point SUM and PRODUCT (one IEEE operation per element, in the
@@ -227,10 +255,11 @@ static PyObject *Round_run(Round *self, PyObject *const *args, Py_ssize_t nargs)
  * that takes the general path still ends with bitwise the same result.
  *
  * A kernel code is type * 8 + op, the numbering of small_calls._C_TYPES and
- * _C_OPS; COPY_ROOT and COPY_ALL are the copies.
+ * _C_OPS; COPY_ROOT, COPY_ALL and COPY_EACH are the copies.
  */
 #define COPY_ROOT (-1)
 #define COPY_ALL (-2)
+#define COPY_EACH (-3)
 enum { OP_SUM, OP_PROD, OP_MIN, OP_MAX, OP_BAND, OP_BOR, OP_BXOR, N_OPS };
 enum { T_I8, T_U8, T_I16, T_U16, T_I32, T_U32, T_I64, T_U64, T_F32, T_F64, N_TYPES };
 
@@ -306,8 +335,8 @@ static int combine_ok(Round *s, long code, Py_ssize_t root, Py_ssize_t off, Py_s
             bad = "out is not n pieces of at most a one-shot region";
     } else if (off < 0 || nbytes > s->small_bytes - off) {
         bad = "offset and out beyond a one-shot region";
-    } else if (code == COPY_ROOT) {
-        if (root < 0 || root >= s->n)
+    } else if (code == COPY_ROOT || code == COPY_EACH) {
+        if (code == COPY_ROOT && (root < 0 || root >= s->n))
             bad = "root out of range";
     } else if (code < 0 || code / 8 >= N_TYPES || code % 8 >= N_OPS
                || nbytes % type_size[code / 8] != 0
@@ -317,6 +346,88 @@ static int combine_ok(Round *s, long code, Py_ssize_t root, Py_ssize_t off, Py_s
     if (bad != NULL)
         PyErr_SetString(PyExc_ValueError, bad);
     return bad == NULL;
+}
+
+/* The outputs of a combine: one writable buffer, or (COPY_EACH) a tuple of them. */
+typedef struct {
+    Py_buffer views[64];
+    Py_ssize_t count; /* views held */
+    int many;
+} Outs;
+
+static void outs_release(Outs *o) {
+    for (Py_ssize_t i = 0; i < o->count; i++)
+        PyBuffer_Release(&o->views[i]);
+    o->count = 0;
+}
+
+/* Get and check out (not None) for code before the round: -1 with an exception. */
+static int outs_get(Round *self, Outs *o, PyObject *out, long code, Py_ssize_t root,
+                    Py_ssize_t off) {
+    o->count = 0;
+    o->many = code == COPY_EACH;
+    Py_ssize_t k = 1;
+    if (o->many) {
+        if (!PyTuple_Check(out) || PyTuple_GET_SIZE(out) != self->n || self->n > 64) {
+            PyErr_SetString(PyExc_ValueError, "COPY_EACH: out is a tuple of one buffer per rank");
+            return -1;
+        }
+        k = self->n;
+    }
+    for (Py_ssize_t i = 0; i < k; i++) {
+        if (PyObject_GetBuffer(o->many ? PyTuple_GET_ITEM(out, i) : out, &o->views[i],
+                               PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+            outs_release(o);
+            return -1;
+        }
+        o->count++;
+        if (!combine_ok(self, code, root, off, o->views[i].len)) {
+            outs_release(o);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Combine the regions of parity into the outs (see the top of this section). */
+static void combine(Round *self, int parity, Outs *o, long code, Py_ssize_t root, Py_ssize_t off) {
+    Py_buffer *out = &o->views[0];
+    if (code == COPY_EACH) {
+        for (Py_ssize_t r = 0; r < self->n; r++)
+            memcpy(o->views[r].buf, region(self, r, parity) + off, (size_t)o->views[r].len);
+    } else if (out->len == 0) {
+        return;
+    } else if (code == COPY_ROOT) {
+        memcpy(out->buf, region(self, root, parity) + off, (size_t)out->len);
+    } else if (code == COPY_ALL) {
+        Py_ssize_t piece = out->len / self->n;
+        for (Py_ssize_t r = 0; r < self->n; r++)
+            memcpy((char *)out->buf + r * piece, region(self, r, parity), (size_t)piece);
+    } else {
+        Py_ssize_t count = out->len / type_size[code / 8];
+        int big = out->len >= (1 << 16); /* long enough to let other threads run */
+        PyThreadState *ts = big ? PyEval_SaveThread() : NULL;
+        fold_regions(self, parity, off, (int)(code / 8), (int)(code % 8), out->buf, count);
+        if (big)
+            PyEval_RestoreThread(ts);
+    }
+}
+
+/* seq (little-endian u64, the fingerprint's first field) followed by tail, into
+ * packed (fp_size bytes); -1 with an exception if tail has the wrong size. */
+static int pack(Round *self, uint64_t seq, PyObject *tail, char *packed) {
+    char *bytes;
+    Py_ssize_t len;
+    if (PyBytes_AsStringAndSize(tail, &bytes, &len) < 0)
+        return -1;
+    if (len + 8 != self->fp_size) {
+        PyErr_SetString(PyExc_ValueError, "fingerprint tail of the wrong size");
+        return -1;
+    }
+    for (int i = 0; i < 8; i++)
+        packed[i] = (char)(seq >> (8 * i));
+    memcpy(packed + 8, bytes, (size_t)len);
+    return 0;
 }
 
 /* oneshot(seq, tail, data, spin_ns, out, code, root, offset) -> status
@@ -348,51 +459,85 @@ static PyObject *Round_oneshot(Round *self, PyObject *const *args, Py_ssize_t na
     if (PyErr_Occurred())
         return NULL;
     char packed[LINE];
-    char *tail;
-    Py_ssize_t tail_len;
-    if (PyBytes_AsStringAndSize(args[1], &tail, &tail_len) < 0)
+    if (pack(self, seq, args[1], packed) < 0)
         return NULL;
-    if (tail_len + 8 != self->fp_size) {
-        PyErr_SetString(PyExc_ValueError, "fingerprint tail of the wrong size");
-        return NULL;
-    }
-    for (int i = 0; i < 8; i++)
-        packed[i] = (char)(seq >> (8 * i));
-    memcpy(packed + 8, tail, (size_t)tail_len);
-    Py_buffer out = {0};
+    Outs outs;
+    outs.count = 0;
     int have_out = args[4] != Py_None;
     if (have_out) {
         if (args[5] == Py_None) {
             PyErr_SetString(PyExc_ValueError, "out without a combine code");
             return NULL;
         }
-        if (PyObject_GetBuffer(args[4], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+        if (outs_get(self, &outs, args[4], code, root, off) < 0)
             return NULL;
-        if (!combine_ok(self, code, root, off, out.len)) {
-            PyBuffer_Release(&out);
+    }
+    int status = round_core(self, seq, 1, packed, args[2], spin_ns, NULL, NULL);
+    if (status == 0 && have_out)
+        combine(self, (int)(seq & 1), &outs, code, root, off);
+    outs_release(&outs);
+    return status < 0 ? NULL : PyLong_FromLong(status);
+}
+
+/* rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset) -> status
+ *
+ * gather and scatter's one round: the entry (phase 0) where every rank r must
+ * have published seq followed by tails[r] (the root's tail differs: it names its
+ * pieces), with data staged (a buffer or a tuple of them, one after the other)
+ * and exposure, None or (address, nbytes), written as Arena.expose does. On
+ * status 0 the combine follows, as in oneshot; COPY_EACH (-3) copies every
+ * rank's region into out[r], a tuple of one buffer per rank. Any other status:
+ * Python finishes the entry (Arena.packed_enter's slow path) and the call.
+ */
+static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError,
+                        "rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset)");
+        return NULL;
+    }
+    unsigned long long seq = PyLong_AsUnsignedLongLong(args[0]);
+    unsigned long long spin_ns = PyLong_AsUnsignedLongLong(args[3]);
+    long code = args[6] == Py_None ? 0 : PyLong_AsLong(args[6]);
+    Py_ssize_t root = PyLong_AsSsize_t(args[7]);
+    Py_ssize_t off = PyLong_AsSsize_t(args[8]);
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *tails = args[1];
+    if (!PyTuple_Check(tails) || PyTuple_GET_SIZE(tails) != self->n) {
+        PyErr_SetString(PyExc_ValueError, "tails: a tuple of one fingerprint tail per rank");
+        return NULL;
+    }
+    char packed[LINE];
+    if (pack(self, seq, PyTuple_GET_ITEM(tails, self->rank), packed) < 0)
+        return NULL;
+    uint64_t exposure[3] = {0, 0, 0};
+    int exposing = args[4] != Py_None;
+    if (exposing) {
+        if (!PyTuple_Check(args[4]) || PyTuple_GET_SIZE(args[4]) != 2) {
+            PyErr_SetString(PyExc_ValueError, "exposure: (address, nbytes)");
             return NULL;
         }
+        exposure[0] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(args[4], 0));
+        exposure[1] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(args[4], 1));
+        if (PyErr_Occurred())
+            return NULL;
     }
-    int status = round_core(self, seq, 1, packed, args[2], spin_ns, NULL);
-    if (status == 0 && have_out && out.len > 0) {
-        int parity = (int)(seq & 1);
-        if (code == COPY_ROOT) {
-            memcpy(out.buf, region(self, root, parity) + off, (size_t)out.len);
-        } else if (code == COPY_ALL) {
-            Py_ssize_t piece = out.len / self->n;
-            for (Py_ssize_t r = 0; r < self->n; r++)
-                memcpy((char *)out.buf + r * piece, region(self, r, parity), (size_t)piece);
-        } else {
-            Py_ssize_t count = out.len / type_size[code / 8];
-            int big = out.len >= (1 << 16); /* long enough to let other threads run */
-            PyThreadState *ts = big ? PyEval_SaveThread() : NULL;
-            fold_regions(self, parity, off, (int)(code / 8), (int)(code % 8), out.buf, count);
-            if (big)
-                PyEval_RestoreThread(ts);
+    Outs outs;
+    outs.count = 0;
+    int have_out = args[5] != Py_None;
+    if (have_out) {
+        if (args[6] == Py_None) {
+            PyErr_SetString(PyExc_ValueError, "out without a combine code");
+            return NULL;
         }
+        if (outs_get(self, &outs, args[5], code, root, off) < 0)
+            return NULL;
     }
-    if (have_out)
-        PyBuffer_Release(&out);
+    int status = round_core(self, seq, 0, packed, args[2], spin_ns, tails,
+                            exposing ? exposure : NULL);
+    if (status == 0 && have_out)
+        combine(self, (int)(seq & 1), &outs, code, root, off);
+    outs_release(&outs);
     return status < 0 ? NULL : PyLong_FromLong(status);
 }
 
@@ -545,6 +690,9 @@ static PyMethodDef Round_methods[] = {
     {"oneshot", (PyCFunction)(void (*)(void))Round_oneshot, METH_FASTCALL,
      "oneshot(seq, tail, data, spin_ns, out, code, root, offset) -> status: a phase-1 round, then "
      "combine every rank's region into out (see combine in the source)."},
+    {"rooted", (PyCFunction)(void (*)(void))Round_rooted, METH_FASTCALL,
+     "rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset) -> status: "
+     "gather/scatter's entry round, then the combine (see rooted in the source)."},
     {"reads", (PyCFunction)(void (*)(void))Round_reads, METH_FASTCALL,
      "reads(seq, pids, dest, mine, reads, phase, spin_ns) -> status: single-copy reads from the "
      "peers' exposed buffers, then a round (see single copy in the source)."},

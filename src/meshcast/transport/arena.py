@@ -31,7 +31,8 @@ from __future__ import annotations
 import dataclasses
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -135,6 +136,7 @@ class Arena:
                                    self.small_bytes)
         self._round = None if compiled is None else compiled.run  # type: ignore[attr-defined]
         self._combining = None if compiled is None else compiled.oneshot  # type: ignore[attr-defined]
+        self._rooted = None if compiled is None else compiled.rooted  # type: ignore[attr-defined]
         # single-copy reads, then a round (ProcessGroup._single_copy)
         self.compiled_reads = None if compiled is None else compiled.reads  # type: ignore[attr-defined]
         self._spec = _sync.spec()  # the process's wait settings (spin budget)
@@ -314,6 +316,54 @@ class Arena:
         self.what = what  # type: ignore[assignment]
         self._round_trip(seq, 1, _U64.pack(seq) + tail, data, status)
         return False
+
+    def rooted_entry(self, seq: int, tails: tuple[bytes, ...], what: object, timeout: float,
+                     data: np.ndarray | tuple[np.ndarray, ...] | None,
+                     exposure: tuple[int, int] | None, out: Any, code: int | None, root: int,
+                     offset: int, use: Callable[[int], None], root_layout: int) -> list[int]:
+        """The tiny-call lane's gather/scatter entry: stage ``data`` (one array or a tuple
+        of them, one after the other) in my one-shot region, expose ``exposure``
+        (address, nbytes) as :meth:`expose` does, publish ``seq`` then my tail
+        (``tails[rank]``), signal phase 0 and wait for every rank's.
+
+        When every rank published its own tail (the call agrees everywhere), the
+        regions are combined into ``out`` as :meth:`combined_oneshot` does (code -3:
+        region r into ``out[r]``), in the compiled helper, or by ``use(parity)``; then
+        it returns []. Otherwise nothing is combined and it returns every rank's count
+        (:meth:`compare_entered` with ``root_layout``), or raises the MismatchError
+        every rank raises. ``timeout``: seconds from now.
+        """
+        run = self._rooted
+        status = None
+        if run is not None:
+            status = run(seq, tails, data, int(self._spec.spin_s * 1e9), exposure, out, code,
+                         root, offset)
+            if status == 0:
+                if out is None or code is None:
+                    use(seq & 1)
+                return []
+        self.seq = seq
+        self.deadline = time.monotonic() + timeout
+        self.what = what  # type: ignore[assignment]
+        parity = seq & 1
+        if status is None:  # what the compiled helper does before signalling
+            if self._abort_word[0]:
+                self.check_abort()
+            region, at = self.small[self.rank][parity], 0
+            for part in (() if data is None else data if type(data) is tuple else (data,)):
+                nbytes = part.nbytes
+                region[at:at + nbytes] = part.reshape(-1).view(np.uint8)
+                at += nbytes
+            if exposure is not None:
+                self.expose(seq, *exposure)
+        prefix = _U64.pack(seq)
+        self._round_trip(seq, 0, prefix + tails[self.rank], None, status, compare=False)
+        mv = self._mv
+        if all(mv[a:a + 8] == prefix and mv[a + 8:a + FP_SIZE] == t
+               for a, t in zip(self._fp_at[parity], tails)):
+            use(parity)
+            return []
+        return self.compare_entered(seq, True, root_layout)
 
     def packed_enter(self, seq: int, packed: bytes, what: object, deadline: float,
                      expected: Sequence[bytes] | None = None) -> bool:
