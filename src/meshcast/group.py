@@ -1190,9 +1190,10 @@ class ProcessGroup:
         """The largest input (bytes) an all_to_all rank stages for the one-shot path.
 
         From 64 KiB per peer the single-copy path is faster (2 ranks, rotating
-        buffers, compiled reads: 19 vs 23 us at 128 KiB of input, 28 vs 30 at 256 KiB)."""
+        buffers, compiled reads: 19 vs 23 us at 128 KiB of input, 28 vs 30 at 256 KiB),
+        and it takes over exactly there (SINGLE_COPY_MIN_BYTES per piece)."""
         n = self._size
-        return min(self._direct_bytes(n), (64 << 10) * n) - split_head(n)
+        return min(self._direct_bytes(n) - split_head(n), self.SINGLE_COPY_MIN_BYTES * n - 1)
 
     # ---------------------------------------------------------- point to point
 
