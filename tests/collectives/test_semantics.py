@@ -239,17 +239,12 @@ def test_numpy_bfloat16_through_ml_dtypes(n):
 
 @pytest.mark.parametrize("compiled", ["1", "0"])
 @pytest.mark.parametrize("n", [2, 3])
-def test_tiny_call_lane_agrees_with_the_general_path(n, compiled):
-    """Both with the compiled arena round (transport/_tiny.c) and without it."""
-    out = spawn_world(bodies.tiny_call_paths, n, timeout=90,
-                      env={"MESHCAST_COMPILED": compiled})
-    assert out == [compiled == "1"] * n, out
-
-
-@pytest.mark.parametrize("compiled", ["1", "0"])
-@pytest.mark.parametrize("n", [2, 3])
-def test_lane_reductions_are_bitwise_numpy_for_every_dtype_and_op(n, compiled):
-    """The compiled combine (transport/_tiny.c) and NumPy give the same bits, lane or not."""
-    out = spawn_world(bodies.combine_kernels, n, timeout=120,
-                      env={"MESHCAST_COMPILED": compiled})
+@pytest.mark.parametrize("body", [bodies.tiny_call_paths, bodies.combine_kernels],
+                         ids=["lane_agrees_with_the_general_path",
+                              "reductions_are_bitwise_numpy_for_every_dtype_and_op"])
+def test_tiny_call_lane(body, n, compiled):
+    """Both with the compiled arena round and combine (transport/_tiny.c) and without:
+    results, call order and refusals as on the general path, and for every (dtype, op)
+    bitwise the same result as NumPy's rank-order fold."""
+    out = spawn_world(body, n, timeout=120, env={"MESHCAST_COMPILED": compiled})
     assert out == [compiled == "1"] * n, out

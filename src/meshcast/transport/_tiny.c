@@ -430,6 +430,46 @@ static int pack(Round *self, uint64_t seq, PyObject *tail, char *packed) {
     return 0;
 }
 
+/* round_core, then, on status 0 and out (an object) not None, the combine; out and
+ * code are checked before the round. Returns the status object, or NULL. */
+/* The trailing (out, code, root, offset) arguments of oneshot and rooted. */
+typedef struct {
+    PyObject *out;
+    int coded; /* code was not None */
+    long code;
+    Py_ssize_t root, off;
+} Combine;
+
+static int combine_args(PyObject *const *a, Combine *c) {
+    c->out = a[0];
+    c->coded = a[1] != Py_None;
+    c->code = c->coded ? PyLong_AsLong(a[1]) : 0; /* None: no combine */
+    c->root = PyLong_AsSsize_t(a[2]);
+    c->off = PyLong_AsSsize_t(a[3]);
+    if (PyErr_Occurred())
+        return -1;
+    if (c->out != Py_None && !c->coded) {
+        PyErr_SetString(PyExc_ValueError, "out without a combine code");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const char *packed,
+                                   PyObject *data, uint64_t spin_ns, PyObject *expected,
+                                   const uint64_t *exposure, const Combine *c) {
+    Outs outs;
+    outs.count = 0;
+    int have_out = c->out != Py_None;
+    if (have_out && outs_get(self, &outs, c->out, c->code, c->root, c->off) < 0)
+        return NULL;
+    int status = round_core(self, seq, phase, packed, data, spin_ns, expected, exposure);
+    if (status == 0 && have_out)
+        combine(self, (int)(seq & 1), &outs, c->code, c->root, c->off);
+    outs_release(&outs);
+    return status < 0 ? NULL : PyLong_FromLong(status);
+}
+
 /* oneshot(seq, tail, data, spin_ns, out, code, root, offset) -> status
  *
  * run(seq, 1, packed, data, spin_ns) where packed is seq (little-endian u64, the
@@ -453,30 +493,11 @@ static PyObject *Round_oneshot(Round *self, PyObject *const *args, Py_ssize_t na
     }
     unsigned long long seq = PyLong_AsUnsignedLongLong(args[0]);
     unsigned long long spin_ns = PyLong_AsUnsignedLongLong(args[3]);
-    long code = args[5] == Py_None ? 0 : PyLong_AsLong(args[5]); /* None: no combine */
-    Py_ssize_t root = PyLong_AsSsize_t(args[6]);
-    Py_ssize_t off = PyLong_AsSsize_t(args[7]);
-    if (PyErr_Occurred())
-        return NULL;
+    Combine c;
     char packed[LINE];
-    if (pack(self, seq, args[1], packed) < 0)
+    if (PyErr_Occurred() || combine_args(args + 4, &c) < 0 || pack(self, seq, args[1], packed) < 0)
         return NULL;
-    Outs outs;
-    outs.count = 0;
-    int have_out = args[4] != Py_None;
-    if (have_out) {
-        if (args[5] == Py_None) {
-            PyErr_SetString(PyExc_ValueError, "out without a combine code");
-            return NULL;
-        }
-        if (outs_get(self, &outs, args[4], code, root, off) < 0)
-            return NULL;
-    }
-    int status = round_core(self, seq, 1, packed, args[2], spin_ns, NULL, NULL);
-    if (status == 0 && have_out)
-        combine(self, (int)(seq & 1), &outs, code, root, off);
-    outs_release(&outs);
-    return status < 0 ? NULL : PyLong_FromLong(status);
+    return round_and_combine(self, seq, 1, packed, args[2], spin_ns, NULL, NULL, &c);
 }
 
 /* rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset) -> status
@@ -497,10 +518,8 @@ static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nar
     }
     unsigned long long seq = PyLong_AsUnsignedLongLong(args[0]);
     unsigned long long spin_ns = PyLong_AsUnsignedLongLong(args[3]);
-    long code = args[6] == Py_None ? 0 : PyLong_AsLong(args[6]);
-    Py_ssize_t root = PyLong_AsSsize_t(args[7]);
-    Py_ssize_t off = PyLong_AsSsize_t(args[8]);
-    if (PyErr_Occurred())
+    Combine c;
+    if (PyErr_Occurred() || combine_args(args + 5, &c) < 0)
         return NULL;
     PyObject *tails = args[1];
     if (!PyTuple_Check(tails) || PyTuple_GET_SIZE(tails) != self->n) {
@@ -522,23 +541,8 @@ static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nar
         if (PyErr_Occurred())
             return NULL;
     }
-    Outs outs;
-    outs.count = 0;
-    int have_out = args[5] != Py_None;
-    if (have_out) {
-        if (args[6] == Py_None) {
-            PyErr_SetString(PyExc_ValueError, "out without a combine code");
-            return NULL;
-        }
-        if (outs_get(self, &outs, args[5], code, root, off) < 0)
-            return NULL;
-    }
-    int status = round_core(self, seq, 0, packed, args[2], spin_ns, tails,
-                            exposing ? exposure : NULL);
-    if (status == 0 && have_out)
-        combine(self, (int)(seq & 1), &outs, code, root, off);
-    outs_release(&outs);
-    return status < 0 ? NULL : PyLong_FromLong(status);
+    return round_and_combine(self, seq, 0, packed, args[2], spin_ns, tails,
+                             exposing ? exposure : NULL, &c);
 }
 
 /* ------------------------------------------------------------ single copy
