@@ -1053,20 +1053,26 @@ def _batch_lane(ops: Sequence[P2POp]) -> list[Work] | None:
                 or not pg.small.p2p_ok(arr, p.peer, p.tag, writes=p.kind == "irecv")):
             return None
         groups.append(pg)
-    works: list[Work] = []
-    for p, pg in zip(ops, groups):
+    # Sends first (a batch has no order between its sends and its receives), so a
+    # receive may wait a moment for its message: in a batch the peer is posting the
+    # matching send right now (sendrecv, halo exchange), and a message that arrives
+    # within the spin time is taken straight from the ring, without the general
+    # path's handles and progress thread (8 B sendrecv, 2 ranks: 12.6 -> 9.7 us with
+    # the sends listed first, 30 -> 10.5 us with the receives first).
+    works: list[Work | None] = [None] * len(ops)
+    for i, (p, pg) in enumerate(zip(ops, groups)):
         if p.kind == "isend":
             work = pg.small.post_send(p.tensor, p.peer, p.tag)
-            if work is None:
-                work = pg.isend(p.tensor.reshape(-1), pg.group_rank(p.peer), p.tag)
-        else:
-            work = pg.small.post_recv(p.tensor, p.peer, p.tag)
+            works[i] = work or pg.isend(p.tensor.reshape(-1), pg.group_rank(p.peer), p.tag)
+    for i, (p, pg) in enumerate(zip(ops, groups)):
+        if p.kind != "isend":
+            work = pg.small.post_recv(p.tensor, p.peer, p.tag, wait=True)
             if work is None:
                 buf = as_buffer(p.tensor, name="tensor", caller="batch_isend_irecv",
                                 rank=_rank())
                 work = pg.irecv(buf, pg.group_rank(p.peer), p.tag)
-        works.append(work)
-    return works
+            works[i] = work
+    return works  # type: ignore[return-value]
 
 
 # ------------------------------------------------------------------ misc

@@ -435,9 +435,12 @@ class SmallCalls:
             return None
         return Work.finished(_P2PWhat(self.group, "send", dst, tag))
 
-    def post_recv(self, arr: np.ndarray, src: int, tag: int) -> Work | None:
-        """:meth:`irecv` of a message :meth:`p2p_ok` already accepted."""
-        if not self._recv_now(arr, src, tag, 0.0):
+    def post_recv(self, arr: np.ndarray, src: int, tag: int, wait: bool = False
+                  ) -> Work | None:
+        """:meth:`irecv` of a message :meth:`p2p_ok` already accepted; with ``wait``,
+        polling for it up to the spin time (batch_isend_irecv, whose peer is likely
+        posting it right now)."""
+        if not self._recv_now(arr, src, tag, self._spec.spin_s if wait else 0.0):
             return None
         work = Work.finished(_P2PWhat(self.group, "recv", src, tag))
         work.source_rank = src

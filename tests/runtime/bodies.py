@@ -28,6 +28,32 @@ def ring_pass(count: int, dtype: str = "float32", tag: int = 0) -> list:
     return [into.nbytes]
 
 
+def halo_exchange(rounds: int) -> int:
+    """batch_isend_irecv with the receives listed first, both neighbours, two tags, a
+    rank that is late every few rounds (past any spin time), sizes across the ring
+    and single-copy paths: every Work in op order, every message where it belongs."""
+    import time
+
+    r, n = dist.get_rank(), dist.get_world_size()
+    left, right = (r - 1) % n, (r + 1) % n
+    for k in range(rounds):
+        count = (3, 5000, 70_000)[k % 3]
+        if r == k % n and k % 4 == 0:
+            time.sleep(0.002)  # the others' receives fall back to the general path
+        from_left, from_right = np.zeros(count), np.zeros(count)
+        ops = [dist.P2POp(dist.irecv, from_left, left, tag=1),
+               dist.P2POp(dist.irecv, from_right, right, tag=2),
+               dist.P2POp(dist.isend, np.full(count, 10.0 * r + k), right, tag=1),
+               dist.P2POp(dist.isend, np.full(count, -10.0 * r - k), left, tag=2)]
+        works = dist.batch_isend_irecv(ops)
+        assert len(works) == 4
+        for w in works:
+            w.wait()
+        assert (from_left == 10.0 * left + k).all(), (k, from_left[:3])
+        assert (from_right == -10.0 * right - k).all(), (k, from_right[:3])
+    return rounds
+
+
 def chain(count: int) -> float:
     """Rank 0 sends down a chain of blocking send/recv; each rank adds its rank."""
     r, n = dist.get_rank(), dist.get_world_size()

@@ -24,6 +24,11 @@ def test_chain_of_blocking_send_recv(n):
     assert out == [float(sum(range(r + 1))) for r in range(n)]
 
 
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_halo_exchange_with_receives_listed_first(n):
+    assert spawn_world(bodies.halo_exchange, n, timeout=120, rounds=24) == [24] * n
+
+
 def test_zero_bytes():
     spawn_world(bodies.ring_pass, 3, timeout=60, count=0)
 
