@@ -286,18 +286,41 @@ class SmallCalls:
         if (not plan or not _writable(out) or not inp.flags.c_contiguous
                 or np.may_share_memory(inp, out)):
             return False
-        tail, header, headers, head, limit, pieces, dtype_name = plan
+        tail, header, headers, head, limit, pieces, dtype_name, tails = plan
         group = self.group
         arena = group.arena
+        fast = arena._rooted
 
         def run(seq: int) -> None:
             parity = seq & 1
             me, n = group._rank, group._size
             mine = inp.reshape(-1).view(np.uint8)
             nbytes = mine.nbytes
+            p = nbytes // n
+            if fast is not None and nbytes <= limit:
+                # One compiled call: header and every piece but mine staged (as the
+                # general path stages them), the entry, and the other ranks' pieces
+                # for me copied out if every rank agrees and splits alike.
+                dst = out.reshape(-1).view(np.uint8)
+                cma = group.transport.cma_min_bytes > 0
+                status = fast(seq, tails, (header, head - len(header), mine[:me * p], p,
+                                           mine[(me + 1) * p:]),
+                              int(arena._spec.spin_s * 1e9),
+                              (self._address(inp), nbytes) if cma else None, dst, _COPY_COLUMN,
+                              -1, head + me * p, len(header))
+                if status == 0:
+                    dst[me * p:(me + 1) * p] = mine[me * p:(me + 1) * p]
+                    group.last_algorithm = "all_to_all/oneshot"
+                    return
+                # Python finishes the entry and decides, from what is published
+                arena.seq, arena.what = seq, self._whats["all_to_all"]
+                arena.deadline = time.monotonic() + group.timeout
+                agreed = status == 4 or arena.finish_entry(seq, _SEQ.pack(seq) + tail, status)
+                self._all_to_all_rest(seq, out, inp, agreed, header, headers[parity],
+                                      pieces[parity], limit, dtype_name)
+                return
             mv = headers[parity]
             mv[me][:] = header
-            p = nbytes // n
             if nbytes <= limit:  # all but my own piece, as the general path stages it
                 region = arena.small[me][parity]
                 region[head:head + me * p] = mine[:me * p]
@@ -306,26 +329,40 @@ class SmallCalls:
                 arena.expose(seq, self._address(inp), nbytes, 0)
             agreed = arena.packed_enter(seq, _SEQ.pack(seq) + tail, self._whats["all_to_all"],
                                         time.monotonic() + group.timeout)
-            uniform = agreed and all(h == header for h in mv)
-            dst = out.reshape(-1).view(np.uint8)
-            if uniform and nbytes <= limit:
-                # Every rank splits evenly with the same sizes and staged its input.
-                for q, src in enumerate(pieces[parity]):
-                    dst[q * p:(q + 1) * p] = mine[me * p:(me + 1) * p] if q == me else src
-                group.last_algorithm = "all_to_all/oneshot"
-            elif uniform and group.single_copy_fits(nbytes, n):
-                # The general path's single-copy all_to_all, without rebuilding it.
-                group.last_algorithm = "all_to_all/cma"
-                group._single_copy(
-                    group.read_pieces(dst, mine, [q * p for q in range(n + 1)], [me * p] * n),
-                    1, [inp.size] * n, self._whats["all_to_all"])
-            else:
-                counts = [inp.size] * n if agreed else arena.compare_entered(seq, True)
-                split = [inp.size // n] * n
-                group.all_to_all(out.reshape(-1), inp.reshape(-1), split, split, dtype_name,
-                                 _nothing, entered=(seq, counts))
+            self._all_to_all_rest(seq, out, inp, agreed, header, mv, pieces[parity], limit,
+                                  dtype_name)
 
         return self._inline(run)
+
+    def _all_to_all_rest(self, seq: int, out: np.ndarray, inp: np.ndarray, agreed: bool,
+                         header: bytes, headers: list[memoryview], pieces: list[np.ndarray],
+                         limit: int, dtype_name: str) -> None:
+        """all_to_all after the entry: one-shot when every rank agreed and splits alike
+        (its split header is mine) and the input was staged, single-copy when it
+        fits, else the general path from the entry on."""
+        group = self.group
+        me, n = group._rank, group._size
+        mine = inp.reshape(-1).view(np.uint8)
+        nbytes = mine.nbytes
+        p = nbytes // n
+        uniform = agreed and all(h == header for h in headers)
+        dst = out.reshape(-1).view(np.uint8)
+        if uniform and nbytes <= limit:
+            # Every rank splits evenly with the same sizes and staged its input.
+            for q, src in enumerate(pieces):
+                dst[q * p:(q + 1) * p] = mine[me * p:(me + 1) * p] if q == me else src
+            group.last_algorithm = "all_to_all/oneshot"
+        elif uniform and group.single_copy_fits(nbytes, n):
+            # The general path's single-copy all_to_all, without rebuilding it.
+            group.last_algorithm = "all_to_all/cma"
+            group._single_copy(
+                group.read_pieces(dst, mine, [q * p for q in range(n + 1)], [me * p] * n),
+                1, [inp.size] * n, self._whats["all_to_all"])
+        else:
+            counts = [inp.size] * n if agreed else group.arena.compare_entered(seq, True)
+            split = [inp.size // n] * n
+            group.all_to_all(out.reshape(-1), inp.reshape(-1), split, split, dtype_name,
+                             _nothing, entered=(seq, counts))
 
     def gather(self, inp: np.ndarray, outs: Any, dst: int | None) -> bool:
         """:meth:`ProcessGroup.gather` of ``inp`` into the list ``outs`` on global rank
@@ -701,7 +738,8 @@ class SmallCalls:
         # what rank q's staged input holds for me, per parity
         pieces = [[small[q][parity][head + me * p:head + (me + 1) * p] for q in range(n)]
                   for parity in (0, 1)]
-        return tail, header, headers, head, group.a2a_direct_limit(), pieces, dtype.name
+        return (tail, header, headers, head, group.a2a_direct_limit(), pieces, dtype.name,
+                (tail,) * n)
 
     def _rooted_plan(self, arr: np.ndarray, root_rank: int | None, kind: str
                      ) -> tuple | bool:
@@ -752,6 +790,7 @@ _C_FLOAT_OPS = 2  # SUM and PRODUCT: float MIN/MAX pick NaNs and zeros NumPy's w
 _COPY_ROOT = -1  # the combine that copies the root's region (broadcast)
 _COPY_ALL = -2  # the combine that concatenates every region (all_gather)
 _COPY_EACH = -3  # the combine that copies every region into its own array (gather)
+_COPY_COLUMN = -4  # the combine that copies my piece of every other region (all_to_all)
 _ONESHOT = {kind: f"{kind}/oneshot" for kind in (
     "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "barrier")}
 

@@ -158,6 +158,36 @@ def test_rooted_entry_checks_each_ranks_own_tail_and_copies_each_region():
 
 
 @built
+def test_rooted_all_to_all_form_skips_compares_layouts_and_copies_a_column():
+    """rooted() as all_to_all uses it: an int in data skips bytes (my own piece stays
+    unstaged); `same` compares every region's first bytes (the split header) with
+    mine, status 4 when they differ; COPY_COLUMN copies my piece of every other
+    region."""
+    m = _Mapping(2)
+    rounds = [_tiny.Round(m.address, 2, r, m.ranks_off, m.fp_off, m.small_off, SMALL, FP, 0,
+                          m).rooted for r in range(2)]
+    tails = (bytes(FP - 8),) * 2
+    header = b"HDR!"
+    ins = [np.arange(4, dtype=np.int32) + 10 * r for r in range(2)]  # 2 pieces of 8 bytes
+    outs = [np.full(4, -1, np.int32) for _ in range(2)]
+    seq = 6
+
+    def data(r: int) -> tuple:
+        mine = ins[r].view(np.uint8)
+        return (header, 4, mine[:r * 8], 8, mine[(r + 1) * 8:])  # head = 8 bytes
+
+    assert rounds[0](seq, tails, data(0), 0, None, outs[0], -4, -1, 8 + 0 * 8, 4) == 2
+    assert rounds[1](seq, tails, data(1), 0, None, outs[1], -4, -1, 8 + 1 * 8, 4) == 0
+    assert outs[1].tolist() == [2, 3, -1, -1]  # rank 0's piece for rank 1; mine is mine
+    assert m.region(1, 0, 24)[8:16] == ins[1].view(np.uint8)[:8].tobytes()
+    seq = 8
+    assert rounds[0](seq, tails, (b"HDR?", 4), 0, None, None, None, -1, 0, 4) == 2
+    assert rounds[1](seq, tails, data(1), 0, None, outs[1], -4, -1, 16, 4) == 4
+    with pytest.raises(ValueError, match="negative skip"):
+        rounds[1](seq, tails, (header, -1), 0, None, None, None, -1, 0)
+
+
+@built
 def test_reads_copy_from_exposed_buffers_then_signal():
     """reads(): every (q, offset, length, at) from q's exposed buffer (this process
     plays both ranks, so process_vm_readv reads itself), mine for my own pieces; a

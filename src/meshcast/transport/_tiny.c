@@ -11,7 +11,9 @@
  *      (Python compares and raises MismatchError, or reads the counts);
  *   2  some rank has not reached the phase within the spin budget
  *      (Python waits: yield, futex, liveness, timeout, abort; then compares);
- *   3  the group's abort word is set (Python raises what it says).
+ *   3  the group's abort word is set (Python raises what it says);
+ *   4  (rooted, reads) the fingerprints agree but the call cannot finish here:
+ *      layouts differ, or a read lies outside what its owner exposed.
  *
  * Layout constants come from Python (Arena.layout), so this file knows no
  * offsets of its own. Memory order: the data and the fingerprint are written
@@ -144,8 +146,9 @@ static void signal_phase(Round *self, uint64_t target) {
  * or -1 with an exception set. expected: NULL, or a tuple of every rank's
  * expected fingerprint (gather and scatter, whose root's differs); without it
  * every rank's must equal packed. */
-/* Copy data (None, a C-contiguous buffer, or a tuple of them, one after the other)
- * into region; -1 with an exception if it does not fit (checked before any copy). */
+/* Copy data (None, a C-contiguous buffer, or a tuple of them, one after the other,
+ * where an int skips that many bytes) into region; -1 with an exception if it does
+ * not fit (checked before any copy). */
 static int stage(Round *self, char *to, PyObject *data) {
     if (data == Py_None)
         return 0;
@@ -154,9 +157,19 @@ static int stage(Round *self, char *to, PyObject *data) {
     for (int pass = 0; pass < 2; pass++) { /* sizes first, then the copies */
         Py_ssize_t at = 0;
         for (Py_ssize_t i = 0; i < k; i++) {
+            PyObject *item = many ? PyTuple_GET_ITEM(data, i) : data;
+            if (PyLong_Check(item)) {
+                Py_ssize_t skip = PyLong_AsSsize_t(item);
+                if (skip < 0) {
+                    if (!PyErr_Occurred())
+                        PyErr_SetString(PyExc_ValueError, "a negative skip in data");
+                    return -1;
+                }
+                at += skip;
+                continue;
+            }
             Py_buffer view;
-            if (PyObject_GetBuffer(many ? PyTuple_GET_ITEM(data, i) : data, &view,
-                                   PyBUF_C_CONTIGUOUS) < 0)
+            if (PyObject_GetBuffer(item, &view, PyBUF_C_CONTIGUOUS) < 0)
                 return -1;
             if (pass == 1)
                 memcpy(to + at, view.buf, (size_t)view.len);
@@ -260,6 +273,7 @@ static PyObject *Round_run(Round *self, PyObject *const *args, Py_ssize_t nargs)
 #define COPY_ROOT (-1)
 #define COPY_ALL (-2)
 #define COPY_EACH (-3)
+#define COPY_COLUMN (-4)
 enum { OP_SUM, OP_PROD, OP_MIN, OP_MAX, OP_BAND, OP_BOR, OP_BXOR, N_OPS };
 enum { T_I8, T_U8, T_I16, T_U16, T_I32, T_U32, T_I64, T_U64, T_F32, T_F64, N_TYPES };
 
@@ -330,8 +344,9 @@ static int fold_regions(Round *s, int parity, Py_ssize_t off, int type, int op, 
 /* Check a combine request before the round, so a bad one raises with nothing sent. */
 static int combine_ok(Round *s, long code, Py_ssize_t root, Py_ssize_t off, Py_ssize_t nbytes) {
     const char *bad = NULL;
-    if (code == COPY_ALL) {
-        if (nbytes % s->n != 0 || nbytes / s->n > s->small_bytes)
+    if (code == COPY_ALL || code == COPY_COLUMN) {
+        Py_ssize_t first = code == COPY_ALL ? 0 : off;
+        if (nbytes % s->n != 0 || first < 0 || nbytes / s->n > s->small_bytes - first)
             bad = "out is not n pieces of at most a one-shot region";
     } else if (off < 0 || nbytes > s->small_bytes - off) {
         bad = "offset and out beyond a one-shot region";
@@ -403,6 +418,12 @@ static void combine(Round *self, int parity, Outs *o, long code, Py_ssize_t root
         Py_ssize_t piece = out->len / self->n;
         for (Py_ssize_t r = 0; r < self->n; r++)
             memcpy((char *)out->buf + r * piece, region(self, r, parity), (size_t)piece);
+    } else if (code == COPY_COLUMN) { /* my own piece is the caller's */
+        Py_ssize_t piece = out->len / self->n;
+        for (Py_ssize_t r = 0; r < self->n; r++)
+            if (r != self->rank)
+                memcpy((char *)out->buf + r * piece, region(self, r, parity) + off,
+                       (size_t)piece);
     } else {
         Py_ssize_t count = out->len / type_size[code / 8];
         int big = out->len >= (1 << 16); /* long enough to let other threads run */
@@ -431,7 +452,9 @@ static int pack(Round *self, uint64_t seq, PyObject *tail, char *packed) {
 }
 
 /* round_core, then, on status 0 and out (an object) not None, the combine; out and
- * code are checked before the round. Returns the status object, or NULL. */
+ * code are checked before the round. same > 0: the first same bytes of every rank's
+ * region must equal mine too (all_to_all's split header), else status 4 and no
+ * combine. Returns the status object, or NULL. */
 /* The trailing (out, code, root, offset) arguments of oneshot and rooted. */
 typedef struct {
     PyObject *out;
@@ -457,15 +480,20 @@ static int combine_args(PyObject *const *a, Combine *c) {
 
 static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const char *packed,
                                    PyObject *data, uint64_t spin_ns, PyObject *expected,
-                                   const uint64_t *exposure, const Combine *c) {
+                                   const uint64_t *exposure, Py_ssize_t same,
+                                   const Combine *c) {
     Outs outs;
     outs.count = 0;
     int have_out = c->out != Py_None;
     if (have_out && outs_get(self, &outs, c->out, c->code, c->root, c->off) < 0)
         return NULL;
     int status = round_core(self, seq, phase, packed, data, spin_ns, expected, exposure);
+    int parity = (int)(seq & 1);
+    for (Py_ssize_t r = 0; status == 0 && same > 0 && r < self->n; r++)
+        if (memcmp(region(self, r, parity), region(self, self->rank, parity), (size_t)same))
+            status = 4; /* every fingerprint agrees, some region's layout differs */
     if (status == 0 && have_out)
-        combine(self, (int)(seq & 1), &outs, c->code, c->root, c->off);
+        combine(self, parity, &outs, c->code, c->root, c->off);
     outs_release(&outs);
     return status < 0 ? NULL : PyLong_FromLong(status);
 }
@@ -497,23 +525,32 @@ static PyObject *Round_oneshot(Round *self, PyObject *const *args, Py_ssize_t na
     char packed[LINE];
     if (PyErr_Occurred() || combine_args(args + 4, &c) < 0 || pack(self, seq, args[1], packed) < 0)
         return NULL;
-    return round_and_combine(self, seq, 1, packed, args[2], spin_ns, NULL, NULL, &c);
+    return round_and_combine(self, seq, 1, packed, args[2], spin_ns, NULL, NULL, 0, &c);
 }
 
-/* rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset) -> status
+/* rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset[, same]) -> status
  *
- * gather and scatter's one round: the entry (phase 0) where every rank r must
+ * gather, scatter and all_to_all's one round: the entry (phase 0) where every rank r must
  * have published seq followed by tails[r] (the root's tail differs: it names its
  * pieces), with data staged (a buffer or a tuple of them, one after the other)
  * and exposure, None or (address, nbytes), written as Arena.expose does. On
  * status 0 the combine follows, as in oneshot; COPY_EACH (-3) copies every
- * rank's region into out[r], a tuple of one buffer per rank. Any other status:
- * Python finishes the entry (Arena.packed_enter's slow path) and the call.
+ * rank's region into out[r], a tuple of one buffer per rank; COPY_COLUMN (-4)
+ * copies bytes [offset, offset + L / n) of every other rank's region into piece
+ * r of out (all_to_all: the caller copies its own piece). same: see
+ * round_and_combine (status 4). Any other status: Python finishes the entry
+ * (Arena.packed_enter's slow path) and the call.
  */
 static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 9) {
-        PyErr_SetString(PyExc_TypeError,
-                        "rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset)");
+    if (nargs != 9 && nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "rooted(seq, tails, data, spin_ns, exposure, out, "
+                                         "code, root, offset[, same])");
+        return NULL;
+    }
+    Py_ssize_t same = nargs == 10 ? PyLong_AsSsize_t(args[9]) : 0;
+    if (same < 0 || same > self->small_bytes) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "same: bytes of a one-shot region");
         return NULL;
     }
     unsigned long long seq = PyLong_AsUnsignedLongLong(args[0]);
@@ -542,7 +579,7 @@ static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nar
             return NULL;
     }
     return round_and_combine(self, seq, 0, packed, args[2], spin_ns, tails,
-                             exposing ? exposure : NULL, &c);
+                             exposing ? exposure : NULL, same, &c);
 }
 
 /* ------------------------------------------------------------ single copy
@@ -695,7 +732,7 @@ static PyMethodDef Round_methods[] = {
      "oneshot(seq, tail, data, spin_ns, out, code, root, offset) -> status: a phase-1 round, then "
      "combine every rank's region into out (see combine in the source)."},
     {"rooted", (PyCFunction)(void (*)(void))Round_rooted, METH_FASTCALL,
-     "rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset) -> status: "
+     "rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset[, same]) -> status: "
      "gather/scatter's entry round, then the combine (see rooted in the source)."},
     {"reads", (PyCFunction)(void (*)(void))Round_reads, METH_FASTCALL,
      "reads(seq, pids, dest, mine, reads, phase, spin_ns) -> status: single-copy reads from the "

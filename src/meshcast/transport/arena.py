@@ -386,6 +386,14 @@ class Arena:
             status = run(seq, 0, packed, None, int(self._spec.spin_s * 1e9), *extra)
             if status == 0:  # every rank published what the caller expected of it
                 return True
+        return self.finish_entry(seq, packed, status, expected)
+
+    def finish_entry(self, seq: int, packed: bytes, status: int | None,
+                     expected: Sequence[bytes] | None = None) -> bool:
+        """The rest of an entry (phase 0) a compiled call began and returned ``status``
+        for (1, 2 or 3; None: the whole entry in Python, publishing ``packed``): wait
+        for every rank, then what :meth:`packed_enter` returns. ``self.seq``,
+        ``deadline`` and ``what`` are the call's."""
         self._round_trip(seq, 0, packed, None, status, compare=False)
         if expected is None:
             expected = [packed] * self.n
