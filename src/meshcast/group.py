@@ -451,8 +451,7 @@ class ProcessGroup:
         fast = arena.compiled_reads
         if fast is not None and phases == 1 and type(body) is _Reads:
             try:
-                status = fast(seq, pids, body.dest, body.mine, body.reads, 1,
-                              int(arena._spec.spin_s * 1e9))
+                status = fast(seq, pids, body.dest, body.mine, body.reads, 1, arena.spin_ns)
             except OSError:
                 status = None  # Python's reads below raise with the whole story
             if status == 0:

@@ -6,8 +6,8 @@ checks, Fingerprint objects, message strings, NumPy scalar accesses (about
 program repeats (same group, dtype, shape and op or root), this lane caches
 what the general path recomputes every time: the packed fingerprint tail,
 views of the arena's one-shot regions shaped like the arrays, the reduction
-kernel. Then a call is: copy in, :meth:`Arena.packed_oneshot`, copy or
-reduce out.
+kernel. Then a call is one :meth:`Arena.combined_oneshot`: copy in, one
+signal, copy or reduce out (one compiled call when the helper was built).
 
 Rule: the lane runs exactly the one-shot path of the ProcessGroup method it
 stands for (same fingerprint bytes, same data layout, same operand order),
@@ -289,7 +289,7 @@ class SmallCalls:
         tail, header, headers, head, limit, pieces, dtype_name, tails = plan
         group = self.group
         arena = group.arena
-        fast = arena._rooted
+        fast = arena.compiled_rooted
 
         def run(seq: int) -> None:
             parity = seq & 1
@@ -305,7 +305,7 @@ class SmallCalls:
                 cma = group.transport.cma_min_bytes > 0
                 status = fast(seq, tails, (header, head - len(header), mine[:me * p], p,
                                            mine[(me + 1) * p:]),
-                              int(arena._spec.spin_s * 1e9),
+                              arena.spin_ns,
                               (self._address(inp), nbytes) if cma else None, dst, _COPY_COLUMN,
                               -1, head + me * p, len(header))
                 if status == 0:
@@ -313,9 +313,8 @@ class SmallCalls:
                     group.last_algorithm = "all_to_all/oneshot"
                     return
                 # Python finishes the entry and decides, from what is published
-                arena.seq, arena.what = seq, self._whats["all_to_all"]
-                arena.deadline = time.monotonic() + group.timeout
-                agreed = status == 4 or arena.finish_entry(seq, _SEQ.pack(seq) + tail, status)
+                agreed = arena.finish_entry(seq, _SEQ.pack(seq) + tail, self._whats["all_to_all"],
+                                            time.monotonic() + group.timeout, status)
                 self._all_to_all_rest(seq, out, inp, agreed, header, headers[parity],
                                       pieces[parity], limit, dtype_name)
                 return

@@ -365,7 +365,8 @@ static int combine_ok(Round *s, long code, Py_ssize_t root, Py_ssize_t off, Py_s
 
 /* The outputs of a combine: one writable buffer, or (COPY_EACH) a tuple of them. */
 typedef struct {
-    Py_buffer views[64];
+    Py_buffer one;
+    Py_buffer *views; /* &one, or n of them from PyMem_Malloc */
     Py_ssize_t count; /* views held */
     int many;
 } Outs;
@@ -373,6 +374,9 @@ typedef struct {
 static void outs_release(Outs *o) {
     for (Py_ssize_t i = 0; i < o->count; i++)
         PyBuffer_Release(&o->views[i]);
+    if (o->many && o->views != NULL)
+        PyMem_Free(o->views);
+    o->views = NULL;
     o->count = 0;
 }
 
@@ -380,14 +384,21 @@ static void outs_release(Outs *o) {
 static int outs_get(Round *self, Outs *o, PyObject *out, long code, Py_ssize_t root,
                     Py_ssize_t off) {
     o->count = 0;
-    o->many = code == COPY_EACH;
+    o->many = 0;
+    o->views = &o->one;
     Py_ssize_t k = 1;
-    if (o->many) {
-        if (!PyTuple_Check(out) || PyTuple_GET_SIZE(out) != self->n || self->n > 64) {
+    if (code == COPY_EACH) {
+        if (!PyTuple_Check(out) || PyTuple_GET_SIZE(out) != self->n) {
             PyErr_SetString(PyExc_ValueError, "COPY_EACH: out is a tuple of one buffer per rank");
             return -1;
         }
         k = self->n;
+        o->many = 1;
+        o->views = PyMem_Malloc(sizeof(Py_buffer) * (size_t)k);
+        if (o->views == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
     }
     for (Py_ssize_t i = 0; i < k; i++) {
         if (PyObject_GetBuffer(o->many ? PyTuple_GET_ITEM(out, i) : out, &o->views[i],
@@ -482,8 +493,7 @@ static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const 
                                    PyObject *data, uint64_t spin_ns, PyObject *expected,
                                    const uint64_t *exposure, Py_ssize_t same,
                                    const Combine *c) {
-    Outs outs;
-    outs.count = 0;
+    Outs outs = {0};
     int have_out = c->out != Py_None;
     if (have_out && outs_get(self, &outs, c->out, c->code, c->root, c->off) < 0)
         return NULL;

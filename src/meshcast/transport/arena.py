@@ -122,7 +122,7 @@ class Arena:
                        for p in (0, 1)] for r in range(n)]
         self._fp_tables = [segment.view(fp_off + p * _LINE, n * 2 * _LINE)
                            .reshape(n, 2 * _LINE)[:, :FP_SIZE] for p in (0, 1)]
-        # Plain memoryviews of the same memory for the tiny-call path (packed_oneshot):
+        # Plain memoryviews of the same memory for the tiny-call paths (combined_oneshot):
         # item access on them costs a fraction of a NumPy scalar access.
         self._mv = memoryview(segment.bytes)
         self._abort_word = memoryview(segment.bytes[0:4]).cast("I")
@@ -136,10 +136,11 @@ class Arena:
                                    self.small_bytes)
         self._round = None if compiled is None else compiled.run  # type: ignore[attr-defined]
         self._combining = None if compiled is None else compiled.oneshot  # type: ignore[attr-defined]
-        self._rooted = None if compiled is None else compiled.rooted  # type: ignore[attr-defined]
+        self.compiled_rooted = None if compiled is None else compiled.rooted  # type: ignore[attr-defined]
         # single-copy reads, then a round (ProcessGroup._single_copy)
         self.compiled_reads = None if compiled is None else compiled.reads  # type: ignore[attr-defined]
         self._spec = _sync.spec()  # the process's wait settings (spin budget)
+        self.spin_ns = int(self._spec.spin_s * 1e9)  # the compiled helper's spin budget
 
     # ------------------------------------------------------------------ signals
 
@@ -264,36 +265,15 @@ class Arena:
             self._compare(table, fp.seq, per_rank_counts, -1)
         return [self.small[r][parity] for r in range(self.n)]
 
-    def packed_oneshot(self, seq: int, packed: bytes, what: object, deadline: float,
-                       data: np.ndarray | None = None) -> int:
-        """:meth:`oneshot` for the hottest calls, with the fingerprint already packed.
-
-        ``data`` (a C-contiguous array, or None) is copied into this rank's one-shot
-        region of parity ``seq & 1``. The steps, rules and errors are those of
-        :meth:`oneshot`; only the common case (everyone already there,
-        fingerprints equal) avoids NumPy, and runs in the compiled helper when it
-        was built. ``what`` may be any object whose ``str()`` names the call
-        (formatted on errors only).
-
-        Returns:
-            the parity whose one-shot regions hold every rank's data.
-        """
-        self.seq = seq
-        self.deadline = deadline
-        self.what = what  # type: ignore[assignment]
-        run = self._round
-        # The common case is one C call that returns 0.
-        status = None if run is None else run(seq, 1, packed, data, int(self._spec.spin_s * 1e9))
-        if status != 0:
-            self._round_trip(seq, 1, packed, data, status)
-        return seq & 1
-
     def combined_oneshot(self, seq: int, tail: bytes, what: object, timeout: float,
                          data: np.ndarray | None, out: np.ndarray | None, code: int | None,
                          root: int = -1, offset: int = 0) -> bool:
-        """:meth:`packed_oneshot` (the fingerprint is ``seq`` then ``tail``; the deadline
-        ``timeout`` seconds from now), then, in the compiled helper, the combine of
-        every rank's region into ``out``: with ``code`` -1 a copy of ``root``'s region
+        """:meth:`oneshot` for the tiny-call lane: ``data`` (a C-contiguous array, or None)
+        into this rank's one-shot region of parity ``seq & 1``, the fingerprint ``seq``
+        then ``tail`` published, phase 1 signalled and awaited, with the rules and
+        errors of :meth:`oneshot` (the deadline ``timeout`` seconds from now; ``what``
+        formatted on errors only). The common case is one compiled call, which then
+        also combines every rank's region into ``out``: with ``code`` -1 a copy of ``root``'s region
         from byte ``offset`` (broadcast), -2 the concatenation of every region's first
         ``out.nbytes / n`` bytes (all_gather), otherwise the reduce kernel ``code``
         over every region from byte ``offset``, in rank order (see ``_tiny.c`` and
@@ -307,7 +287,7 @@ class Arena:
         run = self._combining
         status = None
         if run is not None:
-            status = run(seq, tail, data, int(self._spec.spin_s * 1e9), out, code, root,
+            status = run(seq, tail, data, self.spin_ns, out, code, root,
                          offset)
             if status == 0:  # nothing went wrong: the call's seq, what and deadline
                 return out is not None  # are needed by the slow path only
@@ -333,10 +313,10 @@ class Arena:
         (:meth:`compare_entered` with ``root_layout``), or raises the MismatchError
         every rank raises. ``timeout``: seconds from now.
         """
-        run = self._rooted
+        run = self.compiled_rooted
         status = None
         if run is not None:
-            status = run(seq, tails, data, int(self._spec.spin_s * 1e9), exposure, out, code,
+            status = run(seq, tails, data, self.spin_ns, exposure, out, code,
                          root, offset)
             if status == 0:
                 if out is None or code is None:
@@ -365,45 +345,43 @@ class Arena:
             return []
         return self.compare_entered(seq, True, root_layout)
 
-    def packed_enter(self, seq: int, packed: bytes, what: object, deadline: float,
-                     expected: Sequence[bytes] | None = None) -> bool:
+    def packed_enter(self, seq: int, packed: bytes, what: object, deadline: float) -> bool:
         """:meth:`enter` for the tiny-call lane, with the fingerprint already packed.
 
         Publishes ``packed``, signals phase 0 and waits for every rank's. Returns
-        True when every rank published ``expected[r]`` (``packed`` for all when
-        None): then the call agrees everywhere and every count is the one the
-        caller expects. False means something differs; the caller compares with
-        :meth:`compare_entered`, which raises or returns the counts. ``what`` is
-        formatted on errors only.
+        True when every rank published ``packed``: then the call agrees everywhere
+        and every count is the one the caller expects. False means something
+        differs; the caller compares with :meth:`compare_entered`, which raises or
+        returns the counts. ``what`` is formatted on errors only.
         """
-        self.seq = seq
+        self.seq = seq  # (the single-copy path that may follow reads them too)
         self.deadline = deadline
         self.what = what  # type: ignore[assignment]
         run = self._round
         status = None
         if run is not None:
-            extra = () if expected is None else (tuple(expected),)
-            status = run(seq, 0, packed, None, int(self._spec.spin_s * 1e9), *extra)
+            status = run(seq, 0, packed, None, self.spin_ns)
             if status == 0:  # every rank published what the caller expected of it
                 return True
-        return self.finish_entry(seq, packed, status, expected)
+        return self.finish_entry(seq, packed, what, deadline, status)
 
-    def finish_entry(self, seq: int, packed: bytes, status: int | None,
-                     expected: Sequence[bytes] | None = None) -> bool:
-        """The rest of an entry (phase 0) a compiled call began and returned ``status``
-        for (1, 2 or 3; None: the whole entry in Python, publishing ``packed``): wait
-        for every rank, then what :meth:`packed_enter` returns. ``self.seq``,
-        ``deadline`` and ``what`` are the call's."""
+    def finish_entry(self, seq: int, packed: bytes, what: object, deadline: float,
+                     status: int | None) -> bool:
+        """The rest of an entry (phase 0) of call ``seq`` (named ``what``, due by
+        ``deadline``) that a compiled call began and returned ``status`` for (1 to 4;
+        None: the whole entry in Python, publishing ``packed``): wait for every rank,
+        then what :meth:`packed_enter` returns."""
+        self.seq = seq
+        self.deadline = deadline
+        self.what = what  # type: ignore[assignment]
         self._round_trip(seq, 0, packed, None, status, compare=False)
-        if expected is None:
-            expected = [packed] * self.n
         mv = self._mv
-        return all(mv[a:a + FP_SIZE] == e for a, e in zip(self._fp_at[seq & 1], expected))
+        return all(mv[a:a + FP_SIZE] == packed for a in self._fp_at[seq & 1])
 
     def _round_trip(self, seq: int, phase: int, packed: bytes, data: np.ndarray | None,
                     status: int | None, compare: bool = True) -> None:
-        """The rest of a round the compiled helper began and returned ``status`` (1, 2
-        or 3, see _tiny.c) for, or, with ``status`` None, the whole round in Python:
+        """The rest of a round the compiled helper began and returned ``status`` (1 to 4,
+        see _tiny.c) for, or, with ``status`` None, the whole round in Python:
         copy ``data`` into my one-shot region, publish ``packed``, signal ``phase`` and
         wait for every rank's. Then (``compare``) raise on differing fingerprints as
         :meth:`enter` does. ``self.seq``, ``deadline`` and ``what`` are the call's."""
@@ -411,7 +389,7 @@ class Arena:
         if status is not None:
             if status == 3:
                 self.check_abort()
-            if status >= 2:  # not everyone is there yet: the waiting primitive takes over
+            if status == 2:  # not everyone is there yet: the waiting primitive takes over
                 self.wait(range(self.n), phase)
         else:
             if self._abort_word[0]:
