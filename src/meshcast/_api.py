@@ -23,6 +23,7 @@ from .errors import InvalidUsage, usage
 from .group import ProcessGroup
 from .ops import ReduceOp
 from .small_calls import SmallCalls
+from .spanning import HostSpanningGroup
 from .work import Work
 
 
@@ -47,7 +48,8 @@ class group:  # noqa: N801 - torch spells it dist.group.WORLD
     WORLD: ProcessGroup | None = None
 
 
-GroupLike = Any  # ProcessGroup | None | _NonGroupMember
+GroupLike = Any  # ProcessGroup | HostSpanningGroup | None | _NonGroupMember
+_GROUP_TYPES = (ProcessGroup, HostSpanningGroup)
 
 _MEMBERS = {"meshcast", "shm", "gloo", "cpu", "auto"}
 
@@ -70,7 +72,7 @@ def _resolve(group_: GroupLike, caller: str) -> ProcessGroup | None:
         return w.default_group
     if group_ is GroupMember.NON_GROUP_MEMBER:
         return None
-    if not isinstance(group_, ProcessGroup):
+    if not isinstance(group_, _GROUP_TYPES):
         raise usage(caller, f"'group' must be a ProcessGroup from new_group() or None, got "
                             f"{type(group_).__name__}", w.rank)
     if group_ not in w.groups:
@@ -90,12 +92,14 @@ def _check_async(async_op: Any, caller: str) -> bool:
     return async_op
 
 
-def _check_algorithm(algorithm: str | None, coll: str, caller: str) -> str | None:
+def _check_algorithm(algorithm: str | None, coll: str, caller: str, pg: Any) -> str | None:
     if algorithm is None:
         return None
     from .algorithms import _registry
 
-    names = _registry.names(coll)
+    # Across hosts the choice is between the hierarchical families (see spanning.py).
+    names = (pg.algorithm_names(coll) if isinstance(pg, HostSpanningGroup)
+             else _registry.names(coll))
     if algorithm not in names:
         raise usage(caller, f"unknown algorithm {algorithm!r} for {coll}; choose one of "
                             f"{sorted(names)}", _rank())
@@ -256,6 +260,8 @@ def init_process_group(
     group_name: str = "",
     pg_options: Any = None,
     device_id: Any = None,
+    *,
+    internode: str | None = None,
 ) -> None:
     """Initialize the default process group: meet every rank and set up the engine.
 
@@ -274,11 +280,18 @@ def init_process_group(
         store (Store, optional): a ready key-value store (then ``rank`` and
             ``world_size`` are required); exclusive with ``init_method``.
         group_name, pg_options, device_id: accepted for torch compatibility; unused.
+        internode (str, optional): meshcast extension: the engine that carries bytes
+            between hosts when the ranks run on several (``"mpi"`` or ``"gloo"``;
+            default ``MESHCAST_INTERNODE``, else MPI under an MPI launcher when
+            mpi4py is installed, else Gloo when torch is). Inside a host the
+            shared-memory engine always carries them.
 
     Raises:
         InvalidUsage: bad arguments, or the default group is already initialized.
         RendezvousError: the ranks could not meet (names the missing ones).
         ShmError: shared memory could not be set up.
+        TransportError: the ranks run on several hosts and the inter-host engine
+            is missing or failed to start (the message says what to install).
     """
     caller = "init_process_group"
     if _world.current is not None:
@@ -304,7 +317,7 @@ def init_process_group(
                                              world_size=world_size, timeout=seconds)
     if not 0 <= rank < world_size:
         raise usage(caller, f"'rank'={rank} must be in [0, world_size={world_size})")
-    world = _world.bring_up(store, rank, world_size, seconds, "meshcast")
+    world = _world.bring_up(store, rank, world_size, seconds, "meshcast", internode=internode)
     _world.current = world
     GroupMember.WORLD = world.default_group
     group.WORLD = world.default_group
@@ -327,7 +340,7 @@ def destroy_process_group(group: GroupLike = None) -> None:
         GroupMember.WORLD = None
         globals()["group"].WORLD = None
         return
-    if isinstance(group, ProcessGroup) and group in w.groups:
+    if isinstance(group, _GROUP_TYPES) and group in w.groups:
         group.engine.drain(timeout=w.timeout)
         group.shutdown()
         w.groups.remove(group)
@@ -469,7 +482,7 @@ def barrier(group: GroupLike = None, async_op: bool = False, device_ids: Any = N
     async_op = _check_async(async_op, caller)
     if pg is None:
         return None
-    algorithm = _check_algorithm(algorithm, "barrier", caller)
+    algorithm = _check_algorithm(algorithm, "barrier", caller, pg)
     return _finish(pg.barrier(algorithm=algorithm, async_op=async_op), async_op)
 
 
@@ -507,7 +520,7 @@ def broadcast(tensor: Any, src: int | None = None, group: GroupLike = None,
         return None
     root = _root(pg, src, group_src, name="src", caller=caller)
     buf = as_buffer(tensor, name="tensor", caller=caller, rank=_rank())
-    algorithm = _check_algorithm(algorithm, "broadcast", caller)
+    algorithm = _check_algorithm(algorithm, "broadcast", caller, pg)
     return _finish(pg.broadcast(buf, root, algorithm=algorithm, async_op=async_op), async_op)
 
 
@@ -545,7 +558,7 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: GroupLike = None,
         return None
     buf = as_buffer(tensor, name="tensor", caller=caller, rank=_rank())
     rop = _op(op, buf.dtype_name, caller)
-    algorithm = _check_algorithm(algorithm, "all_reduce", caller)
+    algorithm = _check_algorithm(algorithm, "all_reduce", caller, pg)
     return _finish(pg.all_reduce(buf, rop, algorithm=algorithm, async_op=async_op), async_op)
 
 
@@ -572,7 +585,7 @@ def reduce(tensor: Any, dst: int | None = None, op: Any = ReduceOp.SUM, group: G
     root = _root(pg, dst, group_dst, name="dst", caller=caller)
     buf = as_buffer(tensor, name="tensor", caller=caller, rank=_rank())
     rop = _op(op, buf.dtype_name, caller)
-    algorithm = _check_algorithm(algorithm, "reduce", caller)
+    algorithm = _check_algorithm(algorithm, "reduce", caller, pg)
     return _finish(pg.reduce(buf, rop, root, algorithm=algorithm, async_op=async_op), async_op)
 
 
@@ -601,7 +614,7 @@ def all_gather(tensor_list: list[Any], tensor: Any, group: GroupLike = None,
                             f"but 'tensor' holds {inp.count}", _rank())
     counts = [b.count for b in outs]
     flat = _gather_target(outs, inp.flat.dtype)
-    algorithm = _check_algorithm(algorithm, "all_gather", caller)
+    algorithm = _check_algorithm(algorithm, "all_gather", caller, pg)
     work = pg.all_gather(flat, inp.flat, counts, inp.dtype_name,
                          lambda: _scatter_back(flat, outs), algorithm=algorithm,
                          async_op=async_op)
@@ -633,7 +646,7 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: GroupLi
     if out.count != inp.count * pg.size():
         raise usage(caller, f"'output_tensor' holds {out.count} elements; it must hold "
                             f"world_size ({pg.size()}) x {inp.count}", _rank())
-    algorithm = _check_algorithm(algorithm, "all_gather", caller)
+    algorithm = _check_algorithm(algorithm, "all_gather", caller, pg)
     work = pg.all_gather(out.flat, inp.flat, [inp.count] * pg.size(), inp.dtype_name,
                          out.finish, algorithm=algorithm, async_op=async_op)
     return _finish(work, async_op)
@@ -670,7 +683,7 @@ def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = 
     else:
         _none_or_empty(gather_list, "gather_list", "dst", caller)
     expected = [b.count for b in outs] if outs else None
-    algorithm = _check_algorithm(algorithm, "gather", caller)
+    algorithm = _check_algorithm(algorithm, "gather", caller, pg)
 
     def finish() -> None:
         for b in outs:
@@ -710,7 +723,7 @@ def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None 
         expected = [b.count for b in ins]
     else:
         _none_or_empty(scatter_list, "scatter_list", "src", caller)
-    algorithm = _check_algorithm(algorithm, "scatter", caller)
+    algorithm = _check_algorithm(algorithm, "scatter", caller, pg)
     work = pg.scatter(out.flat, in_flat, root, out.dtype_name, out.finish, algorithm=algorithm,
                       async_op=async_op, expected_counts=expected)
     return _finish(work, async_op)
@@ -739,7 +752,7 @@ def reduce_scatter(output: Any, input_list: list[Any], op: Any = ReduceOp.SUM,
         raise usage(caller, f"input_list[{pg.rank()}] holds {ins[pg.rank()].count} elements "
                             f"but 'output' holds {out.count}", _rank())
     rop = _op(op, out.dtype_name, caller)
-    algorithm = _check_algorithm(algorithm, "reduce_scatter", caller)
+    algorithm = _check_algorithm(algorithm, "reduce_scatter", caller, pg)
     in_flat = _concat(ins, out.flat.dtype)
     work = pg.reduce_scatter(out, in_flat, [b.count for b in ins], rop, lambda: None,
                              algorithm=algorithm, async_op=async_op)
@@ -772,7 +785,7 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM,  # no
         raise usage(caller, f"'input' holds {inp.count} elements; it must hold world_size "
                             f"({pg.size()}) x {out.count}", _rank())
     rop = _op(op, out.dtype_name, caller)
-    algorithm = _check_algorithm(algorithm, "reduce_scatter", caller)
+    algorithm = _check_algorithm(algorithm, "reduce_scatter", caller, pg)
     work = pg.reduce_scatter(out, inp.flat, [out.count] * pg.size(), rop, lambda: None,
                              algorithm=algorithm, async_op=async_op)
     return _finish(work, async_op)
@@ -802,7 +815,7 @@ def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any],
                             f"output_tensor_list[{me}] holds {outs[me].count} (this rank's "
                             f"piece for itself)", _rank())
     out_flat = _gather_target(outs, ins[0].flat.dtype)
-    algorithm = _check_algorithm(algorithm, "all_to_all", caller)
+    algorithm = _check_algorithm(algorithm, "all_to_all", caller, pg)
     work = pg.all_to_all(out_flat, _concat(ins, ins[0].flat.dtype), [b.count for b in ins],
                          [b.count for b in outs], dtn, lambda: _scatter_back(out_flat, outs),
                          algorithm=algorithm, async_op=async_op)
@@ -863,7 +876,7 @@ def all_to_all_single(output: Any, input: Any, output_split_sizes: Sequence[int]
         raise usage(caller, f"this rank sends {send[me]} elements to itself "
                             f"(input_split_sizes) but expects {recv[me]} "
                             f"(output_split_sizes)", _rank())
-    algorithm = _check_algorithm(algorithm, "all_to_all", caller)
+    algorithm = _check_algorithm(algorithm, "all_to_all", caller, pg)
     work = pg.all_to_all(out.flat, inp.flat, send, recv, inp.dtype_name, out.finish,
                          algorithm=algorithm, async_op=async_op)
     return _finish(work, async_op)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from . import _sync, config
-from .errors import CommTimeout, RendezvousError, TransportError
+from .errors import CommTimeout, RendezvousError
 from .group import ProcessGroup
 from .transport import cma
 from .transport.arena import Arena
@@ -36,7 +37,14 @@ from .transport.shm import ShmTransport
 
 
 def host_id() -> str:
-    """Identifies this machine (and this boot of it): ranks with equal ids share memory."""
+    """Identifies this machine (and this boot of it): ranks with equal ids share memory.
+
+    ``MESHCAST_HOST_ID`` overrides it (tests pose as several hosts on one machine; a
+    container whose hostname and boot id say nothing useful can name its host).
+    """
+    forced = config.get("MESHCAST_HOST_ID")
+    if forced:
+        return forced if "/" in forced else f"{forced}/"
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot = f.read().strip()
@@ -113,14 +121,20 @@ class World:
     liveness: _sync.Liveness
     transport: ShmTransport
     node_segment: Segment
-    default_group: ProcessGroup | None = None
-    groups: list[ProcessGroup] = field(default_factory=list)
+    host_of: list[str] = field(default_factory=list)  # host id of every global rank
+    internode: Any = None  # the inter-host engine (transport.interhost.Engine), if any
+    default_group: Any = None  # ProcessGroup, or HostSpanningGroup across hosts
+    groups: list[Any] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
     next_group_id: int = 1
 
     def make_group(self, group_id: int, ranks: Sequence[int], name: str,
-                   store: Any = None) -> ProcessGroup:
+                   store: Any = None) -> Any:
         """Collective over ``ranks`` (every member calls it): map the arena, build the group.
+
+        Members on one host get a :class:`ProcessGroup` on shared memory; members
+        on several hosts a :class:`~meshcast.spanning.HostSpanningGroup` (a
+        ProcessGroup of this host's members plus inter-host communicators).
 
         Args:
             group_id: the same number on every member (keys and wire ids use it).
@@ -129,11 +143,45 @@ class World:
             store: where members meet (default: the world's store); the torch
                 backend passes the per-group store torch gives it.
         """
+        store = self.store if store is None else store
+        ranks = list(ranks)
+        if len({self.host_of[r] for r in ranks}) == 1:
+            group = self._shm_group(group_id, ranks, name, store, f"meshcast/group/{group_id}")
+        else:
+            group = self._spanning_group(group_id, ranks, name, store)
+        self.groups.append(group)
+        return group
+
+    def _spanning_group(self, group_id: int, ranks: list[int], name: str, store: Any) -> Any:
+        from .algorithms.hierarchical import Layout
+        from .spanning import HostSpanningGroup
+
+        hosts: dict[str, list[int]] = {}
+        for g, r in enumerate(ranks):
+            hosts.setdefault(self.host_of[r], []).append(g)
+        layout = Layout(tuple(tuple(h) for h in hosts.values()), ranks.index(self.rank))
+        members = [ranks[g] for g in layout.hosts[layout.host]]
+        # The host's members form a group of their own: its id must be unique among this
+        # host's groups only (bit 31 is above every other id) and its keys per host.
+        local = self._shm_group((1 << 31) | group_id, members,
+                                f"{name} on {_hostname(self.host_of[self.rank])}", store,
+                                f"meshcast/group/{group_id}/host/{layout.host}")
+        assert self.internode is not None
+        flat = self.internode.comm(ranks, self.rank, f"{group_id}/flat")
+        rail_members = [ranks[g] for g in layout.rail(layout.local)]
+        rail = (self.internode.comm(rail_members, self.rank, f"{group_id}/rail{layout.local}")
+                if len(rail_members) > 1 else None)
+        return HostSpanningGroup(
+            group_id=group_id, name=name, global_ranks=ranks, rank=layout.me, layout=layout,
+            local=local, flat=flat, rail=rail, timeout=self.timeout,
+            engine_name=self.internode.describe(),
+            hostnames=[_hostname(self.host_of[ranks[h[0]]]) for h in layout.hosts])
+
+    def _shm_group(self, group_id: int, ranks: list[int], name: str, store: Any,
+                   key: str) -> ProcessGroup:
         n = len(ranks)
         me = ranks.index(self.rank)
         slot = config.get("MESHCAST_SLOT_BYTES")
-        key = f"meshcast/group/{group_id}"
-        store = self.store if store is None else store
         if n == 1:
             segment = Segment.create(f"g{group_id}-r{self.rank}", Arena.size(1, 0))
             segment.seal()
@@ -155,11 +203,9 @@ class World:
                     segment.seal()
         self.segments.append(segment)
         arena = Arena(segment, me, n, slot, ranks, self.liveness, name)
-        group = ProcessGroup(group_id=group_id, name=name, global_ranks=ranks, rank=me,
-                             transport=self.transport, arena=arena, timeout=self.timeout,
-                             liveness=self.liveness, store=store)
-        self.groups.append(group)
-        return group
+        return ProcessGroup(group_id=group_id, name=name, global_ranks=ranks, rank=me,
+                            transport=self.transport, arena=arena, timeout=self.timeout,
+                            liveness=self.liveness, store=store)
 
     def exit_barrier(self) -> None:
         """Keep a rank-hosted store alive until every other rank has left (or died).
@@ -192,6 +238,8 @@ class World:
         for group in self.groups:
             group.shutdown()
         self.transport.close()
+        if self.internode is not None:
+            self.internode.close()
         for segment in self.segments:
             segment.close()
         self.node_segment.close()
@@ -203,8 +251,11 @@ class World:
                 pass
 
 
-def bring_up(store: Any, rank: int, size: int, timeout: float, backend: str) -> World:
-    """Meet every rank through ``store`` and set up the shared-memory engine."""
+def bring_up(store: Any, rank: int, size: int, timeout: float, backend: str,
+             internode: str | None = None) -> World:
+    """Meet every rank through ``store``, set up the shared-memory engine of this host and,
+    when the ranks run on several hosts, the inter-host engine (``internode``: see
+    :func:`meshcast.transport.interhost.choose`)."""
     probe = np.frombuffer(os.urandom(16), np.uint8).copy()  # read by a peer to test CMA
     me = {"host": host_id(), "pid": os.getpid(),
           "probe": [probe.ctypes.data, probe.tobytes().hex()]}
@@ -218,39 +269,68 @@ def bring_up(store: Any, rank: int, size: int, timeout: float, backend: str) -> 
             f"init_process_group: rank(s) {missing} of {size} did not arrive within "
             f"{timeout:.0f}s (rank {rank} waited)") from None
     peers = [json.loads(store.get(k)) for k in keys]
-    hosts = sorted({p["host"] for p in peers})
+    host_of = [p["host"] for p in peers]
+    hosts = list(dict.fromkeys(host_of))  # in order of their first rank
+    engine_name = None
     if len(hosts) > 1:
-        raise TransportError(
-            f"init_process_group: the ranks run on {len(hosts)} hosts; this version of meshcast "
-            f"has only the shared-memory engine (one host). The TCP engine is not available yet.")
-    pids = {r: p["pid"] for r, p in enumerate(peers)}
+        from .rendezvous.env import launch_env
+        from .transport import interhost
+
+        engine_name = interhost.choose(internode, launch_env().launcher)
+    h = hosts.index(host_of[rank])
+    # Shared memory only among the ranks of this host; every key below is per host.
+    local = [r for r in range(size) if host_of[r] == host_of[rank]]
+    pids = {r: peers[r]["pid"] for r in local}
     liveness = _sync.Liveness(pids)
-    _sync.spec().share_cores(len(pids))
-    ranks = list(range(size))
+    _sync.spec().share_cores(len(local))
     ring = config.get("MESHCAST_RING_BYTES")
-    if rank == 0:
-        segment = Segment.create("node", ShmTransport.segment_size(size, ring))
-        store.set("meshcast/node", segment.locator)
+    node_key = "meshcast/node" if len(hosts) == 1 else f"meshcast/node/{h}"
+    if rank == local[0]:
+        segment = Segment.create("node", ShmTransport.segment_size(len(local), ring))
+        store.set(node_key, segment.locator)
     else:
-        wait_for_ranks(store, {0: "meshcast/node"}, timeout,
-                       "init_process_group: waiting for rank 0's shared memory", liveness)
-        segment = Segment.attach(store.get("meshcast/node").decode())
-    cma_ok = size > 1 and cma.probe(peers[(rank + 1) % size]["pid"],
-                                    *_probe_args(peers[(rank + 1) % size]))
+        wait_for_ranks(store, {local[0]: node_key}, timeout,
+                       f"init_process_group: waiting for rank {local[0]}'s shared memory",
+                       liveness)
+        segment = Segment.attach(store.get(node_key).decode())
+    neighbour = local[(local.index(rank) + 1) % len(local)]
+    cma_ok = len(local) > 1 and cma.probe(peers[neighbour]["pid"],
+                                          *_probe_args(peers[neighbour]))
     store.set(f"meshcast/cma/{rank}", b"1" if cma_ok else b"0")
     try:
-        rank_barrier(store, "meshcast/node/attached", rank, ranks, timeout,
+        rank_barrier(store, f"{node_key}/attached", rank, local, timeout,
                      "init_process_group: attaching shared memory", liveness)
     finally:
-        if rank == 0:
+        if rank == local[0]:
             segment.seal()
-    transport = ShmTransport(segment, ranks, rank, ring, liveness,
-                             cma_min_bytes=_agree_on_cma(store, rank, size, peers, timeout))
+    transport = ShmTransport(segment, local, rank, ring, liveness,
+                             cma_min_bytes=_agree_on_cma(store, local))
     del probe  # every rank has probed (the node barrier above came after the probes)
     world = World(rank=rank, size=size, store=store, timeout=timeout, backend=backend,
-                  liveness=liveness, transport=transport, node_segment=segment)
-    world.default_group = world.make_group(0, ranks, "WORLD")
+                  liveness=liveness, transport=transport, node_segment=segment,
+                  host_of=host_of)
+    try:
+        if engine_name is not None:
+            from .transport import interhost
+
+            world.internode = interhost.open_engine(engine_name, store=store, rank=rank,
+                                                    size=size, timeout=timeout)
+        world.default_group = world.make_group(0, list(range(size)), "WORLD")
+    except BaseException:
+        world.close()
+        raise
+    if world.internode is not None and rank == 0:
+        counts = [host_of.count(h) for h in hosts]
+        print(f"meshcast: {size} ranks on {len(hosts)} hosts "
+              f"({', '.join(f'{_hostname(h)}: {c}' for h, c in zip(hosts, counts))}); "
+              f"shared memory inside each host, {world.internode.describe()} between hosts",
+              file=sys.stderr, flush=True)
     return world
+
+
+def _hostname(host: str) -> str:
+    """The host name part of a :func:`host_id`."""
+    return host.rsplit("/", 1)[0]
 
 
 def _probe_args(peer: dict) -> tuple[int, bytes]:
@@ -258,12 +338,13 @@ def _probe_args(peer: dict) -> tuple[int, bytes]:
     return int(address), bytes.fromhex(hexed)
 
 
-def _agree_on_cma(store: Any, rank: int, size: int, peers: list[dict], timeout: float) -> int:
-    """Single-copy p2p only if every rank could read its neighbour's memory (else 0: off)."""
+def _agree_on_cma(store: Any, local: Sequence[int]) -> int:
+    """Single-copy p2p only if every rank of this host could read its neighbour's memory
+    (else 0: off)."""
     threshold = config.get("MESHCAST_CMA_BYTES")
-    if size == 1 or threshold <= 0:
+    if len(local) == 1 or threshold <= 0:
         return 0
-    votes = [store.get(f"meshcast/cma/{r}") for r in range(size)]
+    votes = [store.get(f"meshcast/cma/{r}") for r in local]
     return threshold if all(v == b"1" for v in votes) else 0
 
 

@@ -66,6 +66,15 @@ KNOBS: dict[str, Knob] = {
              "Set to 1 by `meshcast run`: the launcher hosts the store, every rank is a client."),
         Knob("MESHCAST_ERROR_FILE", str, "",
              "Where a worker started by `meshcast run` writes its traceback on failure."),
+        Knob("MESHCAST_INTERNODE", str, "",
+             "Engine between hosts when the ranks run on several: `mpi` (mpi4py) or `gloo` "
+             "(torch); default: MPI under an MPI launcher if mpi4py is installed, else Gloo."),
+        Knob("MESHCAST_IFNAME", str, "",
+             "Network interface the inter-host engine and the store use (Gloo's device; "
+             "the address rank 0's store announces under mpiexec)."),
+        Knob("MESHCAST_HOST_ID", str, "",
+             "Overrides this process's host identity (hostname/boot id): ranks with "
+             "different ids never share memory."),
         Knob("MESHCAST_TRACE", str, "",
              "Directory to write per-rank trace files into (off when empty)."),
     )

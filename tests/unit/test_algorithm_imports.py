@@ -17,7 +17,11 @@ PACKAGE = Path(meshcast.algorithms.__file__).parent
 # the runners are not algorithms: _execute meets I/O, _simulate and _select drive schedules
 RUNNERS = {"__init__", "_execute", "_simulate", "_select"}
 SCHEDULE_MODULES = sorted(p for p in PACKAGE.glob("*.py") if p.stem not in RUNNERS)
-COLLECTIVE_MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if not p.stem.startswith("_"))
+# hierarchical.py composes every collective across hosts (its families are picked by
+# spanning.py, not by the registry); it is held to the same import rule as the rest.
+COMPOSITIONS = {"hierarchical"}
+COLLECTIVE_MODULES = sorted(p.stem for p in PACKAGE.glob("*.py")
+                            if not p.stem.startswith("_") and p.stem not in COMPOSITIONS)
 
 STDLIB = {"__future__", "collections", "collections.abc", "dataclasses", "typing", "math"}
 OURS = {

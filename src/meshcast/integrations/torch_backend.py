@@ -63,6 +63,7 @@ from typing import Any
 import numpy as np
 
 from ..buffers import Buffer
+from ..rendezvous.torch_store import for_torch, wait_seconds
 
 BACKEND_NAME = "meshcast"
 
@@ -167,14 +168,6 @@ def _translated(method: Callable[..., Any]) -> Callable[..., Any]:
 # ------------------------------------------------------------------- work
 
 
-def _seconds(timeout: Any) -> float | None:
-    """torch's wait timeout (timedelta; 0 = none) as meshcast's (seconds or None)."""
-    if timeout is None:
-        return None
-    seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout
-    return None if seconds <= 0 else float(seconds)
-
-
 def _make_work_class() -> type:
     import torch
     import torch.distributed as dist
@@ -200,7 +193,7 @@ def _make_work_class() -> type:
             self._future_lock = threading.Lock()
 
         def wait(self, timeout: Any = None) -> bool:
-            seconds = _seconds(timeout)
+            seconds = wait_seconds(timeout)
             try:
                 for w in self._works:
                     w.wait(seconds)
@@ -872,7 +865,7 @@ def _route_env_rendezvous() -> None:
         from ..rendezvous import rendezvous
 
         store, rank, world_size = rendezvous(url, timeout=timeout.total_seconds())
-        torch_store = _torch_store_class()(store)
+        torch_store = for_torch(store)
         # torch keeps only the C++ half; without a Python reference the
         # overrides vanish ("Not implemented") once this generator is gone.
         _live_stores.append(torch_store)
@@ -881,44 +874,6 @@ def _route_env_rendezvous() -> None:
 
     handler._meshcast = True  # type: ignore[attr-defined]
     rdzv._rendezvous_handlers["env"] = handler
-
-
-@functools.cache
-def _torch_store_class() -> type:
-    import torch.distributed as dist
-
-    class MeshcastStoreForTorch(dist.Store):
-        """A meshcast Store seen as a ``torch.distributed.Store`` (the reverse of TorchStore)."""
-
-        def __init__(self, store: Any) -> None:
-            super().__init__()
-            self._store = store
-
-        def set(self, key: str, value: Any) -> None:
-            self._store.set(key, bytes(value))
-
-        def get(self, key: str) -> bytes:
-            return self._store.get(key)
-
-        def add(self, key: str, amount: int) -> int:
-            return self._store.add(key, amount)
-
-        def compare_set(self, key: str, expected: Any, desired: Any) -> bytes:
-            return self._store.compare_set(key, bytes(expected), bytes(desired))
-
-        def wait(self, keys: list[str], timeout: Any = None) -> None:
-            self._store.wait(keys, _seconds(timeout))
-
-        def check(self, keys: list[str]) -> bool:
-            return self._store.check(keys)
-
-        def delete_key(self, key: str) -> bool:
-            return self._store.delete_key(key)
-
-        def num_keys(self) -> int:
-            return self._store.num_keys()
-
-    return MeshcastStoreForTorch
 
 
 def is_meshcast_group(group: Any) -> bool:

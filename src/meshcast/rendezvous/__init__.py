@@ -30,6 +30,7 @@ import json
 import os
 import re
 import secrets
+import socket
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -242,6 +243,9 @@ def _env_handler(url: str, rank: int, world_size: int, timeout: float) -> tuple[
             "env://: environment variable MASTER_ADDR is not set; set MASTER_ADDR and "
             "MASTER_PORT to the address rank 0 can listen on (e.g. 127.0.0.1 and a free "
             "port), or start the job with `meshcast run`, torchrun, mpiexec or srun")
+    if (launch.local_world_size is not None and launch.local_world_size != world_size
+            and _mpi_importable()):
+        return _mpi_bootstrap(rank, world_size, timeout), rank, world_size
     if launch.local_world_size is None or launch.local_world_size != world_size:
         local = ("an unknown number" if launch.local_world_size is None
                  else str(launch.local_world_size))
@@ -252,6 +256,61 @@ def _env_handler(url: str, rank: int, world_size: int, timeout: float) -> tuple[
             "and MESHCAST_SECRET=<same hex on every rank, e.g. `openssl rand -hex 32`> to "
             "every rank (mpiexec -x / srun --export)")
     return _bulletin(launch, rank, world_size, timeout), rank, world_size
+
+
+def _mpi_importable() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("mpi4py") is not None
+
+
+def listen_address() -> str:
+    """The address other hosts reach this one at: that of ``MESHCAST_IFNAME`` if set,
+    else the address this host's name resolves to."""
+    ifname = os.environ.get("MESHCAST_IFNAME")
+    if ifname:
+        import fcntl
+        import struct
+
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                packed = fcntl.ioctl(s.fileno(), 0x8915,  # SIOCGIFADDR
+                                     struct.pack("256s", ifname[:15].encode()))
+            except OSError as exc:
+                raise RendezvousError(f"MESHCAST_IFNAME={ifname!r}: no IPv4 address on that "
+                                      f"interface ({exc})") from None
+        return socket.inet_ntoa(packed[20:24])
+    return socket.gethostbyname(socket.gethostname())
+
+
+def _mpi_bootstrap(rank: int, world_size: int, timeout: float) -> TCPStore:
+    """A multi-host MPI job without MASTER_ADDR: rank 0 hosts the store on its host's
+    address and tells every rank where it is, and the job's fresh secret, through MPI
+    itself (the launcher's own channel: no file, no extra variable)."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    if comm.Get_rank() != rank or comm.Get_size() != world_size:
+        raise RendezvousError(f"env://: MPI says rank {comm.Get_rank()} of {comm.Get_size()}, "
+                              f"the launcher's environment rank {rank} of {world_size}")
+    server = None
+    notice = None
+    if rank == 0:
+        try:
+            secret = secrets.token_bytes(32)
+            host = listen_address()
+            server = TCPStoreServer("0.0.0.0", 0, secret)
+            notice = {"host": host, "port": server.port, "secret": secret.hex()}
+        except Exception as exc:  # noqa: BLE001 - every rank must hear of the failure
+            notice = {"error": f"rank 0 could not start the store: {exc}"}
+    notice = comm.bcast(notice, root=0)
+    if "error" in notice:
+        raise RendezvousError(f"env://: {notice['error']}")
+    store = TCPStore(notice["host"], notice["port"], world_size, timeout=timeout,
+                     secret=bytes.fromhex(notice["secret"]), wait_for_workers=rank == 0)
+    if server is not None:
+        store._server = server  # the store owns the server: closing it stops it
+    return store
 
 
 def _torch_agent_store(host: str, port: int, world_size: int, timeout: float) -> Store:

@@ -8,6 +8,7 @@ only when a TorchStore is built, never by ``import meshcast``.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from datetime import timedelta
@@ -151,4 +152,63 @@ class TorchStore(Store):
         return f"TorchStore({type(self._torch_store).__name__})"
 
 
-__all__ = ["TorchStore"]
+def wait_seconds(timeout: Any) -> float | None:
+    """torch's wait timeout (timedelta; 0 = none) as meshcast's (seconds or None)."""
+    if timeout is None:
+        return None
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+    return None if seconds <= 0 else float(seconds)
+
+
+@functools.cache
+def _for_torch_class() -> type:
+    dist = _torch_distributed()
+
+    class MeshcastStoreForTorch(dist.Store):
+        """A meshcast Store seen as a ``torch.distributed.Store`` (the reverse of TorchStore).
+
+        ``prefix`` namespaces every key: torch's own ``PrefixStore`` cannot wrap a
+        store written in Python (its ``clone`` is not reachable from C++).
+        """
+
+        def __init__(self, store: Any, prefix: str = "") -> None:
+            super().__init__()
+            self._store = store
+            self._prefix = prefix
+
+        def _k(self, key: str) -> str:
+            return self._prefix + key
+
+        def set(self, key: str, value: Any) -> None:
+            self._store.set(self._k(key), bytes(value))
+
+        def get(self, key: str) -> bytes:
+            return self._store.get(self._k(key))
+
+        def add(self, key: str, amount: int) -> int:
+            return self._store.add(self._k(key), amount)
+
+        def compare_set(self, key: str, expected: Any, desired: Any) -> bytes:
+            return self._store.compare_set(self._k(key), bytes(expected), bytes(desired))
+
+        def wait(self, keys: list[str], timeout: Any = None) -> None:
+            self._store.wait([self._k(k) for k in keys], wait_seconds(timeout))
+
+        def check(self, keys: list[str]) -> bool:
+            return self._store.check([self._k(k) for k in keys])
+
+        def delete_key(self, key: str) -> bool:
+            return self._store.delete_key(self._k(key))
+
+        def num_keys(self) -> int:
+            return self._store.num_keys()
+
+    return MeshcastStoreForTorch
+
+
+def for_torch(store: Store, prefix: str = "") -> Any:
+    """``store`` (any meshcast Store) as a ``torch.distributed.Store``, keys under ``prefix``."""
+    return _for_torch_class()(store, prefix)
+
+
+__all__ = ["TorchStore", "for_torch", "wait_seconds"]

@@ -18,7 +18,7 @@ import signal
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -68,9 +68,20 @@ def _child(rank: int, size: int, path: str, timeout: float, env: dict[str, str],
         conn.close()
 
 
+def _rank_env(env: dict[str, str] | None, hosts: Sequence[int] | None,
+              rank: int) -> dict[str, str]:
+    out = dict(env or {})
+    if hosts is not None:
+        out.setdefault("MESHCAST_INTERNODE", "gloo")
+        out.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        out["MESHCAST_HOST_ID"] = f"simhost{hosts[rank]}/{os.getpid()}"
+    return out
+
+
 def spawn_world(fn: Callable[..., Any], world_size: int, *, timeout: float = 60.0,
                 op_timeout: float | None = None, env: dict[str, str] | None = None,
-                init: bool = True, expect_failure: bool = False, **kwargs: Any) -> list[Any]:
+                init: bool = True, expect_failure: bool = False,
+                hosts: Sequence[int] | None = None, **kwargs: Any) -> list[Any]:
     """Run ``fn(**kwargs)`` on ``world_size`` processes with meshcast initialized.
 
     Args:
@@ -81,6 +92,10 @@ def spawn_world(fn: Callable[..., Any], world_size: int, *, timeout: float = 60.
         op_timeout: the process group's timeout (default: ``timeout / 2``).
         env: extra environment variables for the ranks.
         init: call init_process_group / destroy_process_group around ``fn``.
+        hosts: the host index of every rank: ranks of different indices count as
+            different hosts (``MESHCAST_HOST_ID``), so the world spans "hosts" whose
+            ranks share no memory and talk through the inter-host engine (Gloo over
+            loopback unless ``env`` says otherwise).
         expect_failure: return per-rank outcomes (``("ok", value)`` or
             ``("error", text)``) instead of raising on the first failure;
             ranks still get killed at ``timeout``.
@@ -100,7 +115,7 @@ def spawn_world(fn: Callable[..., Any], world_size: int, *, timeout: float = 60.
         for rank in range(world_size):
             parent, child = ctx.Pipe(duplex=False)
             p = ctx.Process(target=_child, args=(rank, world_size, path, op_timeout,
-                                                 dict(env or {}), fn, kwargs, child, init),
+                                                 _rank_env(env, hosts, rank), fn, kwargs, child, init),
                             name=f"meshcast-rank{rank}", daemon=True)
             p.start()
             child.close()

@@ -1,0 +1,458 @@
+"""Collectives across hosts, composed from a host-local phase and an inter-host phase.
+
+Theory of operation
+-------------------
+A group that spans hosts runs every collective in phases (Open MPI HAN,
+MPICH's multi-leader compositions, Horovod's hierarchical all-reduce):
+
+* ``local``: a collective among the ranks of *this host*, on meshcast's
+  shared-memory engine (a :class:`LocalOps`);
+* ``rail``: the ranks with the same local index on every host (HAN's
+  "up-communicators"): with L ranks per host there are L rails, each moving
+  1/L of the data over its own inter-host stream;
+* ``leaders``: rail 0 (the first rank of every host);
+* ``p2p``: point-to-point between any two ranks of the group.
+
+The inter-host pieces run on an existing engine (MPI or Gloo) through the
+:class:`Across` contract; this module imports neither, nor the shared-memory
+engine: the same functions run in :mod:`meshcast.testing.hosts_sim` (every
+rank a thread, hosts as lists) for any hosts x ranks shape.
+
+Two families, picked per call by :func:`choose`:
+
+``leader``  local reduce/gather to the host's leader, one exchange among the
+            leaders, local broadcast/scatter. One inter-host message per host:
+            best for small messages, and the only family when hosts hold
+            different numbers of ranks.
+``rails``   (every host the same number of ranks) local reduce-scatter, each
+            rail all-reduces its shard across hosts, local all-gather; the
+            data crosses hosts once in L parallel streams, so a host sends
+            what a flat ring would make it send, without the intra-host hops.
+``flat``    the whole call on the inter-host engine, every rank a peer: the
+            baseline (and what MPI's own hierarchy, if any, does).
+
+Reductions across hosts combine the hosts' partial results in host order, so
+every rank gets bitwise the same result; the order differs from a flat
+rank-order reduction only in how floating-point sums associate.
+
+Every function takes ``w``: the rank's data as a flat array (already in the
+working dtype for reductions) and the per-rank element ``counts`` that the
+agreement step (``spanning.py``) made every rank know.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..ops import ReduceOp, reduce_many
+from ._plan import split_even
+
+#: Below this many bytes per rank the leader family wins (one exchange instead of two,
+#: no local reduce-scatter). Measured on 2 emulated hosts x 2 ranks; see benchmarks/multihost.
+RAILS_MIN_BYTES = 64 << 10
+
+FAMILIES = ("leader", "rails", "flat")
+
+
+class LocalOps(Protocol):
+    """Collectives among the ranks of this host (local ranks), on flat arrays."""
+
+    size: int
+
+    def reduce(self, w: np.ndarray, op: ReduceOp, root: int) -> None: ...
+    def broadcast(self, w: np.ndarray, root: int) -> None: ...
+    def all_gather(self, out: np.ndarray, mine: np.ndarray, counts: Sequence[int]) -> None: ...
+    def reduce_scatter(self, out: np.ndarray, w: np.ndarray, counts: Sequence[int],
+                       op: ReduceOp) -> None: ...
+    def gather(self, outs: list[np.ndarray] | None, mine: np.ndarray, root: int) -> None: ...
+    def scatter(self, out: np.ndarray, ins: list[np.ndarray] | None, root: int) -> None: ...
+
+
+class Across(Protocol):
+    """An inter-host communicator bound to one call (deadline and name are the call's).
+
+    Counts are in elements of the arrays passed; members are numbered 0..size-1.
+    """
+
+    size: int
+    rank: int
+
+    def allgatherv(self, out: np.ndarray, mine: np.ndarray, counts: Sequence[int]) -> None: ...
+    def alltoallv(self, out: np.ndarray, recv_counts: Sequence[int], inp: np.ndarray,
+                  send_counts: Sequence[int]) -> None: ...
+    def bcast(self, w: np.ndarray, root: int) -> None: ...
+    def send(self, w: np.ndarray, peer: int) -> None: ...
+    def recv(self, w: np.ndarray, peer: int) -> None: ...
+    def allreduce(self, w: np.ndarray, op: ReduceOp) -> bool: ...
+
+
+class Ctx(Protocol):
+    """What an algorithm sees of its group for one call."""
+
+    layout: Layout
+    local: LocalOps
+    rail: Across | None      # None when no other host has a rank with my local index
+    leaders: Across | None   # set on each host's leader
+    p2p: Across              # every rank of the group, in group-rank order
+    flat: Across             # the same members, for whole-call delegation
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the group's ranks live.
+
+    Attributes:
+        hosts: group ranks per host, hosts ordered by their lowest group rank,
+            ranks of a host in group-rank order.
+        me: this rank's group rank.
+    """
+
+    hosts: tuple[tuple[int, ...], ...]
+    me: int
+
+    @property
+    def size(self) -> int:
+        return sum(len(h) for h in self.hosts)
+
+    @property
+    def host(self) -> int:
+        return next(i for i, h in enumerate(self.hosts) if self.me in h)
+
+    @property
+    def local(self) -> int:
+        return self.hosts[self.host].index(self.me)
+
+    @property
+    def uniform(self) -> bool:
+        """Every host holds the same number of ranks (rails need it)."""
+        return len({len(h) for h in self.hosts}) == 1
+
+    def where(self, g: int) -> tuple[int, int]:
+        """(host index, local index) of group rank ``g``."""
+        for i, h in enumerate(self.hosts):
+            if g in h:
+                return i, h.index(g)
+        raise ValueError(f"group rank {g} is not in the layout")
+
+    def rail(self, j: int) -> list[int]:
+        """Group ranks with local index ``j``, in host order."""
+        return [h[j] for h in self.hosts if len(h) > j]
+
+
+def choose(kind: str, layout: Layout, nbytes: int, forced: str | None) -> str:
+    """The family that runs a call: ``forced`` if given, else by size and layout."""
+    if forced:
+        return forced
+    if kind in ("all_to_all", "gather", "scatter"):
+        return "leader" if kind != "all_to_all" else "flat"
+    if (kind in ("all_reduce", "broadcast", "all_gather", "reduce_scatter")
+            and layout.uniform and len(layout.hosts[0]) > 1 and nbytes >= RAILS_MIN_BYTES):
+        return "rails"
+    return "leader"
+
+
+def supports(kind: str, family: str, layout: Layout) -> str | None:
+    """Why ``family`` cannot run ``kind`` on ``layout`` (None: it can)."""
+    if family not in FAMILIES:
+        return f"unknown algorithm {family!r} across hosts (known: {', '.join(FAMILIES)})"
+    if family == "rails" and kind not in ("all_reduce", "broadcast", "all_gather",
+                                          "reduce_scatter"):
+        return f"'rails' runs all_reduce, broadcast, all_gather and reduce_scatter, not {kind}"
+    if family == "rails" and not layout.uniform:
+        return ("'rails' needs the same number of ranks on every host "
+                f"(this group has {[len(h) for h in layout.hosts]})")
+    if family == "flat" and kind == "barrier":
+        return None
+    return None
+
+
+def _combine(op: ReduceOp, dst: np.ndarray, parts: Sequence[np.ndarray]) -> None:
+    """``dst`` = the reduction of ``parts`` in order (parts may include ``dst`` first)."""
+    if len(parts) == 1:
+        if parts[0] is not dst:
+            np.copyto(dst, parts[0])
+        return
+    if parts[0] is dst:
+        first = dst.copy()
+        reduce_many(op, dst, [first, *parts[1:]])
+    else:
+        reduce_many(op, dst, list(parts))
+
+
+def _pieces(flat: np.ndarray, counts: Sequence[int]) -> list[np.ndarray]:
+    out, at = [], 0
+    for c in counts:
+        out.append(flat[at:at + c])
+        at += c
+    return out
+
+
+# ------------------------------------------------------------------ all_reduce
+
+
+def all_reduce(ctx: Ctx, family: str, w: np.ndarray, op: ReduceOp) -> None:
+    """``w`` becomes the reduction over every rank of the group, in place."""
+    lay = ctx.layout
+    if family == "flat":
+        if not ctx.flat.allreduce(w, op):
+            everyone = np.empty(w.size * lay.size, w.dtype)
+            ctx.flat.allgatherv(everyone, w, [w.size] * lay.size)
+            _combine(op, w, [everyone[g * w.size:(g + 1) * w.size] for g in range(lay.size)])
+        return
+    if family == "rails":
+        L = ctx.local.size
+        counts = [c for _, c in split_even(w.size, L)]
+        shard = np.empty(counts[lay.local], w.dtype)
+        ctx.local.reduce_scatter(shard, w, counts, op)
+        if ctx.rail is not None:
+            _rail_all_reduce(ctx.rail, shard, op)
+        ctx.local.all_gather(w, shard, counts)
+        return
+    ctx.local.reduce(w, op, 0)
+    if ctx.leaders is not None:
+        _rail_all_reduce(ctx.leaders, w, op) if w.size >= RAILS_MIN_BYTES // w.itemsize \
+            else _allgather_reduce(ctx.leaders, w, op)
+    ctx.local.broadcast(w, 0)
+
+
+def _allgather_reduce(comm: Across, w: np.ndarray, op: ReduceOp) -> None:
+    """All-reduce among ``comm``'s members in one exchange (small data)."""
+    everyone = np.empty(w.size * comm.size, w.dtype)
+    comm.allgatherv(everyone, w, [w.size] * comm.size)
+    _combine(op, w, [everyone[i * w.size:(i + 1) * w.size] for i in range(comm.size)])
+
+
+def _rail_all_reduce(comm: Across, w: np.ndarray, op: ReduceOp) -> None:
+    """Reduce-scatter then all-gather among ``comm``'s members: each sends 2(P-1)/P of ``w``."""
+    P = comm.size
+    counts = [c for _, c in split_even(w.size, P)]
+    mine = counts[comm.rank]
+    got = np.empty(mine * P, w.dtype)
+    comm.alltoallv(got, [mine] * P, w, counts)
+    part = np.empty(mine, w.dtype)
+    _combine(op, part, [got[i * mine:(i + 1) * mine] for i in range(P)])
+    comm.allgatherv(w, part, counts)
+
+
+# ------------------------------------------------------------------ broadcast
+
+
+def broadcast(ctx: Ctx, family: str, w: np.ndarray, root: int) -> None:
+    """Every rank's ``w`` becomes the root's (``root`` a group rank)."""
+    lay = ctx.layout
+    if family == "flat":
+        ctx.flat.bcast(w, root)
+        return
+    rh, rl = lay.where(root)
+    if lay.host == rh:
+        ctx.local.broadcast(w, rl)
+    if family == "rails":
+        L = ctx.local.size
+        spans = split_even(w.size, L)
+        start, length = spans[lay.local]
+        if ctx.rail is not None and length:
+            ctx.rail.bcast(w[start:start + length], rh)
+        if lay.host != rh:
+            ctx.local.all_gather(w, w[start:start + length].copy(), [c for _, c in spans])
+        return
+    if ctx.leaders is not None:
+        if lay.host == rh and rl != 0:
+            pass  # the local broadcast above gave the leader the data already
+        ctx.leaders.bcast(w, rh)
+    if lay.host != rh:
+        ctx.local.broadcast(w, 0)
+
+
+# ------------------------------------------------------------------ reduce
+
+
+def reduce(ctx: Ctx, family: str, w: np.ndarray, op: ReduceOp, root: int) -> None:
+    """The root's ``w`` becomes the reduction over every rank; others' ``w`` may change."""
+    lay = ctx.layout
+    rh, rl = lay.where(root)
+    delegate = rl if lay.host == rh else 0
+    ctx.local.reduce(w, op, delegate)
+    if lay.local != delegate:
+        return
+    if lay.me == root:
+        parts: list[np.ndarray] = []
+        for h, members in enumerate(lay.hosts):
+            if h == rh:
+                parts.append(w.copy())
+            else:
+                buf = np.empty_like(w)
+                ctx.p2p.recv(buf, members[0])
+                parts.append(buf)
+        _combine(op, w, parts)
+    else:
+        ctx.p2p.send(w, root)
+
+
+# ------------------------------------------------------------------ all_gather
+
+
+def all_gather(ctx: Ctx, family: str, out: np.ndarray, mine: np.ndarray,
+               counts: Sequence[int]) -> None:
+    """``out`` (every rank's piece, in group-rank order) from each rank's ``mine``."""
+    lay = ctx.layout
+    if family == "flat":
+        ctx.flat.allgatherv(out, mine, counts)
+        return
+    at = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    if family == "rails":
+        # rail j gathers the pieces of local rank j of every host; the host then
+        # all-gathers the rails' blocks (each in host order)
+        L = ctx.local.size
+        rails = [lay.rail(j) for j in range(L)]
+        block_counts = [sum(counts[g] for g in rail) for rail in rails]
+        block = np.empty(block_counts[lay.local], out.dtype)
+        if ctx.rail is not None:
+            ctx.rail.allgatherv(block, mine, [counts[g] for g in rails[lay.local]])
+        else:
+            block[:] = mine
+        blocks = np.empty(sum(block_counts), out.dtype)
+        ctx.local.all_gather(blocks, block, block_counts)
+        _place(out, at, blocks, [g for rail in rails for g in rail])
+        return
+    host_counts = [sum(counts[g] for g in h) for h in lay.hosts]
+    members = lay.hosts[lay.host]
+    block = np.empty(host_counts[lay.host], out.dtype)
+    ctx.local.gather(_pieces(block, [counts[g] for g in members]) if lay.local == 0 else None,
+                     mine, 0)
+    everything = np.empty(sum(host_counts), out.dtype)
+    if ctx.leaders is not None:
+        ctx.leaders.allgatherv(everything, block, host_counts)
+    ctx.local.broadcast(everything, 0)
+    _place(out, at, everything, [g for h in lay.hosts for g in h])
+
+
+def _place(out: np.ndarray, at: np.ndarray, packed: np.ndarray, order: Sequence[int]) -> None:
+    """Copy the pieces of ``packed`` (group ranks in ``order``) to their places in ``out``."""
+    pos = 0
+    for g in order:
+        n = int(at[g + 1] - at[g])
+        out[at[g]:at[g + 1]] = packed[pos:pos + n]
+        pos += n
+
+
+def _pack(inp: np.ndarray, at: np.ndarray, order: Sequence[int]) -> np.ndarray:
+    """The pieces of ``inp`` (indexed by group rank) back to back in ``order``."""
+    return np.concatenate([inp[at[g]:at[g + 1]] for g in order]) if order else inp[:0].copy()
+
+
+# ------------------------------------------------------------------ reduce_scatter
+
+
+def reduce_scatter(ctx: Ctx, family: str, out: np.ndarray, w: np.ndarray,
+                   counts: Sequence[int], op: ReduceOp) -> None:
+    """``out`` = piece ``me`` (``counts`` long pieces in group-rank order) of the reduction of
+    every rank's ``w``."""
+    lay = ctx.layout
+    at = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    if family == "flat":
+        P = lay.size
+        got = np.empty(counts[lay.me] * P, w.dtype)
+        ctx.flat.alltoallv(got, [counts[lay.me]] * P, w, counts)
+        _combine(op, out, _pieces(got, [counts[lay.me]] * P))
+        return
+    if family == "rails":
+        L = ctx.local.size
+        rails = [lay.rail(j) for j in range(L)]
+        order = [g for rail in rails for g in rail]
+        block_counts = [sum(counts[g] for g in rail) for rail in rails]
+        block = np.empty(block_counts[lay.local], w.dtype)
+        ctx.local.reduce_scatter(block, _pack(w, at, order), block_counts, op)
+        mine = rails[lay.local]
+        if ctx.rail is not None:
+            n = counts[lay.me]
+            got = np.empty(n * len(mine), w.dtype)
+            ctx.rail.alltoallv(got, [n] * len(mine), block, [counts[g] for g in mine])
+            _combine(op, out, _pieces(got, [n] * len(mine)))
+        else:
+            out[:] = block
+        return
+    members = lay.hosts[lay.host]
+    ctx.local.reduce(w, op, 0)
+    host_counts = [sum(counts[g] for g in h) for h in lay.hosts]
+    block = np.empty(host_counts[lay.host], w.dtype)
+    if ctx.leaders is not None:
+        send = _pack(w, at, [g for h in lay.hosts for g in h])
+        got = np.empty(host_counts[lay.host] * len(lay.hosts), w.dtype)
+        ctx.leaders.alltoallv(got, [host_counts[lay.host]] * len(lay.hosts), send, host_counts)
+        _combine(op, block, _pieces(got, [host_counts[lay.host]] * len(lay.hosts)))
+    ctx.local.scatter(out, _pieces(block, [counts[g] for g in members])
+                      if lay.local == 0 else None, 0)
+
+
+# ------------------------------------------------------------------ gather / scatter
+
+
+def gather(ctx: Ctx, family: str, outs: list[np.ndarray] | None, mine: np.ndarray,
+           counts: Sequence[int], root: int) -> None:
+    """The root's ``outs[g]`` becomes rank g's ``mine`` (``counts[g]`` elements)."""
+    lay = ctx.layout
+    rh, rl = lay.where(root)
+    delegate = rl if lay.host == rh else 0
+    members = lay.hosts[lay.host]
+    if lay.host == rh:
+        ctx.local.gather([outs[g] for g in members] if lay.me == root else None, mine, rl)
+    else:
+        block = np.empty(sum(counts[g] for g in members), mine.dtype)
+        ctx.local.gather(_pieces(block, [counts[g] for g in members])
+                         if lay.local == delegate else None, mine, 0)
+        if lay.local == delegate:
+            ctx.p2p.send(block, root)
+    if lay.me == root:
+        for h, hm in enumerate(lay.hosts):
+            if h == rh:
+                continue
+            block = np.empty(sum(counts[g] for g in hm), mine.dtype)
+            ctx.p2p.recv(block, hm[0])
+            for g, piece in zip(hm, _pieces(block, [counts[g] for g in hm])):
+                outs[g][:] = piece
+
+
+def scatter(ctx: Ctx, family: str, out: np.ndarray, ins: list[np.ndarray] | None,
+            counts: Sequence[int], root: int) -> None:
+    """Rank g's ``out`` becomes the root's ``ins[g]``."""
+    lay = ctx.layout
+    rh, rl = lay.where(root)
+    members = lay.hosts[lay.host]
+    if lay.me == root:
+        for h, hm in enumerate(lay.hosts):
+            if h != rh:
+                ctx.p2p.send(np.concatenate([ins[g] for g in hm]), hm[0])
+    if lay.host == rh:
+        ctx.local.scatter(out, [ins[g] for g in members] if lay.me == root else None, rl)
+        return
+    block = None
+    if lay.local == 0:
+        block = np.empty(sum(counts[g] for g in members), out.dtype)
+        ctx.p2p.recv(block, root)
+    ctx.local.scatter(out, _pieces(block, [counts[g] for g in members])
+                      if block is not None else None, 0)
+
+
+# ------------------------------------------------------------------ all_to_all
+
+
+def all_to_all(ctx: Ctx, family: str, out: np.ndarray, recv_counts: Sequence[int],
+               inp: np.ndarray, send_counts: Sequence[int]) -> None:
+    """Rank g's piece for rank h (``send_counts[h]`` of g) lands in h's ``out``."""
+    ctx.flat.alltoallv(out, recv_counts, inp, send_counts)
+
+
+def run(kind: str, ctx: Ctx, family: str, *args: Any) -> None:
+    """Run ``kind`` with ``family`` on ``ctx`` (the one entry point of the executor)."""
+    return _KINDS[kind](ctx, family, *args)
+
+
+_KINDS = {
+    "all_reduce": all_reduce, "broadcast": broadcast, "reduce": reduce,
+    "all_gather": all_gather, "reduce_scatter": reduce_scatter, "gather": gather,
+    "scatter": scatter, "all_to_all": all_to_all,
+}

@@ -1,0 +1,503 @@
+"""``HostSpanningGroup``: a process group whose ranks live on more than one host.
+
+It has the methods of :class:`~meshcast.group.ProcessGroup` (the front door
+and the torch backend call it the same way) and runs every collective as a
+composition (:mod:`meshcast.algorithms.hierarchical`) of
+
+* ``local``: a ProcessGroup of the members on this host (shared memory);
+* ``rail``: an inter-host communicator of the members with this rank's local
+  index on every host (the leaders' one is rail 0);
+* ``flat``: an inter-host communicator of every member (point-to-point, the
+  collectives' own messages, and the whole-call ``flat`` family).
+
+Agreement. Every call starts with an exchange of fingerprints (kind, dtype,
+count, op, root, plus each rank's own piece size): gathered to each host's
+leader over shared memory, exchanged among the leaders in fixed-size cells
+(so a call of another kind or size on another host still matches the
+exchange), broadcast back inside each host. Every rank then holds every
+rank's fingerprint and raises the same :class:`MismatchError`, or learns the
+piece size of every rank (uneven all_gather, gather, scatter). No data moves
+before the ranks agree. The exchange doubles as the barrier.
+
+Calls run one at a time in call order on the group's :class:`Engine`
+(inline when idle, on its worker for ``async_op``), as on one host.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import config, ops
+from ._fingerprint import SIZE as FP_SIZE
+from ._fingerprint import Fingerprint, compare, counts_hash
+from .algorithms import hierarchical as hier
+from .algorithms.hierarchical import Layout
+from .buffers import Buffer, store_back, working_copy
+from .engine import Engine
+from .errors import MismatchError, usage
+from .group import ProcessGroup
+from .transport.interhost import HostComm, Request
+from .work import Work
+
+#: One fingerprint cell: the packed fingerprint, this rank's piece size and an aux word.
+CELL = FP_SIZE + 16
+
+
+class LocalOps:
+    """:class:`~meshcast.algorithms.hierarchical.LocalOps` on a host-local ProcessGroup."""
+
+    def __init__(self, pg: ProcessGroup) -> None:
+        self.pg = pg
+        self.size = pg.size()
+
+    @staticmethod
+    def _buf(a: np.ndarray) -> Buffer:
+        return Buffer(a, a.dtype.name, a.shape, a, staged=False)
+
+    def reduce(self, w: np.ndarray, op: ops.ReduceOp, root: int) -> None:
+        if self.size > 1:
+            self.pg.reduce(self._buf(w), op, root)
+
+    def broadcast(self, w: np.ndarray, root: int) -> None:
+        if self.size > 1:
+            self.pg.broadcast(self._buf(w), root)
+
+    def all_gather(self, out: np.ndarray, mine: np.ndarray, counts: Sequence[int]) -> None:
+        if self.size > 1:
+            self.pg.all_gather(out, mine, list(counts), mine.dtype.name, _nothing)
+        elif out is not mine:
+            out[:] = mine
+
+    def reduce_scatter(self, out: np.ndarray, w: np.ndarray, counts: Sequence[int],
+                       op: ops.ReduceOp) -> None:
+        if self.size > 1:
+            self.pg.reduce_scatter(self._buf(out), w, list(counts), op, _nothing)
+        else:
+            out[:] = w
+
+    def gather(self, outs: list[np.ndarray] | None, mine: np.ndarray, root: int) -> None:
+        if self.size > 1:
+            self.pg.gather(outs, mine, root, mine.dtype.name, _nothing,
+                           expected_counts=[o.size for o in outs] if outs is not None else None)
+        elif outs is not None:
+            outs[0][:] = mine
+
+    def scatter(self, out: np.ndarray, ins: list[np.ndarray] | None, root: int) -> None:
+        if self.size > 1:
+            flat = np.concatenate(ins) if ins is not None else None
+            self.pg.scatter(out, flat, root, out.dtype.name, _nothing,
+                            expected_counts=[i.size for i in ins] if ins is not None else None)
+        elif ins is not None:
+            out[:] = ins[0]
+
+
+def _nothing() -> None:
+    pass
+
+
+class _Ctx:
+    """One call's view of the group for the algorithms (hierarchical.Ctx)."""
+
+    __slots__ = ("layout", "local", "rail", "leaders", "p2p", "flat")
+
+    def __init__(self, group: HostSpanningGroup, deadline: float, what: str) -> None:
+        self.layout = group.layout
+        self.local = group.local_ops
+        self.rail = group.rail.bind(deadline, what) if group.rail is not None else None
+        self.leaders = self.rail if group.layout.local == 0 else None
+        self.p2p = self.flat = group.flat.bind(deadline, what)
+
+
+class HostSpanningGroup:
+    """A group of ranks on several hosts (see the module docstring).
+
+    Attributes:
+        layout: which group ranks live on which host.
+        local: the ProcessGroup of this host's members.
+        flat, rail: the inter-host communicators.
+    """
+
+    def __init__(self, *, group_id: int, name: str, global_ranks: Sequence[int], rank: int,
+                 layout: Layout, local: ProcessGroup, flat: HostComm, rail: HostComm | None,
+                 timeout: float, engine_name: str, hostnames: Sequence[str]) -> None:
+        self.group_id = group_id
+        self.group_name = name
+        self.global_ranks = list(global_ranks)
+        self._rank = rank
+        self._size = len(self.global_ranks)
+        self._group_rank_of = {g: i for i, g in enumerate(self.global_ranks)}
+        self.layout = layout
+        self.local = local
+        self.local_ops = LocalOps(local)
+        self.flat = flat
+        self.rail = rail
+        self.timeout = timeout
+        self.internode = engine_name
+        self.hostnames = list(hostnames)  # per host index, for messages
+        self.engine = Engine(name)
+        self._seq = itertools.count(1)
+        self._p2p_seq = itertools.count(1)
+        self.last_algorithm: str | None = None
+        self.store = local.store
+        self._forced = _forced_families(config.get("MESHCAST_ALGO"))
+
+    # ------------------------------------------------------------------- ranks
+
+    def rank(self) -> int:
+        """This process's rank within the group."""
+        return self._rank
+
+    def size(self) -> int:
+        """Number of ranks in the group."""
+        return self._size
+
+    def group_rank(self, global_rank: int) -> int:
+        """Group rank of ``global_rank`` (raises ValueError if it is not a member)."""
+        try:
+            return self._group_rank_of[global_rank]
+        except KeyError:
+            raise ValueError(f"rank {global_rank} is not in {self.group_name}") from None
+
+    def global_rank(self, group_rank: int) -> int:
+        """Global rank of group rank ``group_rank``."""
+        return self.global_ranks[group_rank]
+
+    def algorithm_names(self, kind: str) -> tuple[str, ...]:
+        """The ``algorithm=`` names a call of ``kind`` accepts on this group."""
+        return hier.FAMILIES
+
+    def __repr__(self) -> str:
+        hosts = "+".join(str(len(h)) for h in self.layout.hosts)
+        return (f"<HostSpanningGroup {self.group_name} rank {self._rank}/{self._size} "
+                f"on {len(self.layout.hosts)} hosts ({hosts}), {self.internode}>")
+
+    # ------------------------------------------------------------- machinery
+
+    def _what(self, kind: str, seq: int) -> str:
+        return f"{kind} #{seq} on {self.group_name} (rank {self.global_ranks[self._rank]})"
+
+    def _family(self, kind: str, nbytes: int, algorithm: str | None) -> str:
+        forced = algorithm or self._forced.get(kind) or self._forced.get("*")
+        why = hier.supports(kind, forced, self.layout) if forced else None
+        if why:
+            raise usage(kind, why, self.global_ranks[self._rank])
+        return hier.choose(kind, self.layout, nbytes, forced)
+
+    def _call(self, fp: Fingerprint, mine: int, aux: int, async_op: bool,
+              body: Callable[[_Ctx, list[int], list[int]], None]) -> Work | None:
+        """Agree on ``fp`` with every rank, then run ``body(ctx, counts, auxes)``."""
+        what = self._what(fp.kind, fp.seq)
+
+        def job() -> None:
+            deadline = time.monotonic() + self.timeout
+            ctx = _Ctx(self, deadline, what)
+            counts, auxes = self._agree(ctx, fp, mine, aux, what)
+            body(ctx, counts, auxes)
+
+        if async_op:
+            return self.engine.submit(job, Work(what), inline=False)
+        self.engine.call(job, what)
+        return None
+
+    def _agree(self, ctx: _Ctx, fp: Fingerprint, mine: int, aux: int, what: str
+               ) -> tuple[list[int], list[int]]:
+        lay = self.layout
+        cell = np.zeros(CELL, np.uint8)
+        cell[:FP_SIZE] = np.frombuffer(fp.pack(), np.uint8)
+        cell[FP_SIZE:].view(np.int64)[:] = (mine, aux)
+        L = len(lay.hosts[lay.host])
+        block = np.empty(L * CELL, np.uint8) if lay.local == 0 else None
+        ctx.local.gather([block[i * CELL:(i + 1) * CELL] for i in range(L)]
+                         if block is not None else None, cell, 0)
+        table = np.empty(self._size * CELL, np.uint8)
+        if ctx.leaders is not None:
+            ctx.leaders.allgatherv(table, block, [len(h) * CELL for h in lay.hosts])
+        ctx.local.broadcast(table, 0)
+        fps: list[Fingerprint] = [fp] * self._size
+        counts, auxes = [0] * self._size, [0] * self._size
+        for i, g in enumerate(g for h in lay.hosts for g in h):
+            raw = table[i * CELL:(i + 1) * CELL]
+            fps[g] = Fingerprint.unpack(raw[:FP_SIZE].tobytes())
+            counts[g], auxes[g] = (int(v) for v in raw[FP_SIZE:].view(np.int64))
+        compare(fps, self.global_ranks, self.group_name)
+        return counts, auxes
+
+    def _mismatch(self, fp: Fingerprint, text: str) -> MismatchError:
+        return MismatchError(f"{fp.kind} #{fp.seq} on {self.group_name}: {text}")
+
+    def _fp(self, kind: str, **fields: Any) -> Fingerprint:
+        return Fingerprint(next(self._seq), kind, **fields)
+
+    @staticmethod
+    def _working(buf: Buffer, op: ops.ReduceOp) -> tuple[np.ndarray, bool]:
+        if buf.dtype_name in ("float16", "bfloat16"):
+            work_dtype = ops.working_dtype(buf.dtype_name if buf.dtype_name == "bfloat16"
+                                           else np.dtype(np.float16), op)
+            if buf.dtype_name == "bfloat16" or work_dtype != buf.flat.dtype:
+                return working_copy(buf.flat, buf.dtype_name, work_dtype), True
+        return buf.flat, False
+
+    def _finish_reduction(self, buf: Buffer, w: np.ndarray, upcast: bool, op: ops.ReduceOp,
+                          holds_result: bool = True) -> None:
+        if holds_result:
+            if op is ops.ReduceOp.AVG:
+                ops.finish_average(w, self._size)
+            if upcast:
+                store_back(buf.flat, w, buf.dtype_name)
+        buf.finish()
+
+    # ------------------------------------------------------------- collectives
+
+    def barrier(self, *, algorithm: str | None = None, async_op: bool = False
+                ) -> Work | None:
+        fp = self._fp("barrier")
+        self._family("barrier", 0, algorithm)
+
+        def body(ctx: _Ctx, counts: list[int], auxes: list[int]) -> None:
+            self.last_algorithm = "barrier/agreement"  # the agreement is a full barrier
+
+        return self._call(fp, 0, 0, async_op, body)
+
+    def broadcast(self, buf: Buffer, root: int, *, algorithm: str | None = None,
+                  async_op: bool = False) -> Work | None:
+        family = self._family("broadcast", buf.nbytes, algorithm)
+        fp = self._fp("broadcast", dtype=buf.dtype_name, root=root, count=buf.count)
+
+        def body(ctx: _Ctx, counts: list[int], auxes: list[int]) -> None:
+            self.last_algorithm = f"broadcast/{family}"
+            hier.broadcast(ctx, family, buf.flat, root)
+            buf.finish()
+
+        return self._call(fp, buf.count, 0, async_op, body)
+
+    def all_reduce(self, buf: Buffer, op: ops.ReduceOp, *, algorithm: str | None = None,
+                   async_op: bool = False) -> Work | None:
+        family = self._family("all_reduce", buf.nbytes, algorithm)
+        fp = self._fp("all_reduce", dtype=buf.dtype_name, op=op.name, count=buf.count)
+
+        def body(ctx: _Ctx, counts: list[int], auxes: list[int]) -> None:
+            self.last_algorithm = f"all_reduce/{family}"
+            w, upcast = self._working(buf, op)
+            hier.all_reduce(ctx, family, w, ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op)
+            self._finish_reduction(buf, w, upcast, op)
+
+        return self._call(fp, buf.count, 0, async_op, body)
+
+    def reduce(self, buf: Buffer, op: ops.ReduceOp, root: int, *, algorithm: str | None = None,
+               async_op: bool = False) -> Work | None:
+        family = self._family("reduce", buf.nbytes, algorithm)
+        fp = self._fp("reduce", dtype=buf.dtype_name, op=op.name, root=root, count=buf.count)
+
+        def body(ctx: _Ctx, counts: list[int], auxes: list[int]) -> None:
+            self.last_algorithm = f"reduce/{family}"
+            w, upcast = self._working(buf, op)
+            if not upcast and self._rank != root:
+                w = w.copy()  # non-roots' data must stay as it was
+            hier.reduce(ctx, family, w, ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op,
+                        root)
+            self._finish_reduction(buf, w, upcast, op, holds_result=self._rank == root)
+
+        return self._call(fp, buf.count, 0, async_op, body)
+
+    def all_gather(self, out_flat: np.ndarray, in_flat: np.ndarray, counts: Sequence[int],
+                   dtype_name: str, finish: Callable[[], None], *,
+                   algorithm: str | None = None, async_op: bool = False, **_: Any
+                   ) -> Work | None:
+        family = self._family("all_gather", out_flat.nbytes, algorithm)
+        expected = list(counts)
+        fp = self._fp("all_gather", dtype=dtype_name, extra=counts_hash(expected))
+
+        def body(ctx: _Ctx, got: list[int], auxes: list[int]) -> None:
+            if got != expected:
+                raise self._mismatch(fp, f"the output pieces expect counts {expected} but the "
+                                         f"ranks passed inputs of {got} elements")
+            self.last_algorithm = f"all_gather/{family}"
+            hier.all_gather(ctx, family, out_flat, in_flat, expected)
+            finish()
+
+        return self._call(fp, in_flat.size, 0, async_op, body)
+
+    def gather(self, out_pieces: Sequence[np.ndarray] | None, in_flat: np.ndarray, root: int,
+               dtype_name: str, finish: Callable[[], None], *, algorithm: str | None = None,
+               async_op: bool = False, expected_counts: Sequence[int] | None = None, **_: Any
+               ) -> Work | None:
+        family = self._family("gather", in_flat.nbytes, algorithm)
+        fp = self._fp("gather", dtype=dtype_name, root=root)
+        aux = counts_hash(expected_counts) if self._rank == root else 0
+
+        def body(ctx: _Ctx, counts: list[int], auxes: list[int]) -> None:
+            if auxes[root] != counts_hash(counts):
+                raise self._mismatch(fp, f"the ranks' inputs hold {counts} elements, which "
+                                         f"the root's gather_list does not match")
+            self.last_algorithm = f"gather/{family}"
+            outs = [p.reshape(-1) for p in out_pieces] if out_pieces else None
+            hier.gather(ctx, family, outs, in_flat, counts, root)
+            finish()
+
+        return self._call(fp, in_flat.size, aux, async_op, body)
+
+    def scatter(self, out_flat: np.ndarray, in_flat: np.ndarray | None, root: int,
+                dtype_name: str, finish: Callable[[], None], *, algorithm: str | None = None,
+                async_op: bool = False, expected_counts: Sequence[int] | None = None, **_: Any
+                ) -> Work | None:
+        family = self._family("scatter", out_flat.nbytes, algorithm)
+        fp = self._fp("scatter", dtype=dtype_name, root=root)
+        aux = counts_hash(expected_counts) if self._rank == root else 0
+
+        def body(ctx: _Ctx, counts: list[int], auxes: list[int]) -> None:
+            if auxes[root] != counts_hash(counts):
+                raise self._mismatch(fp, f"the ranks' outputs hold {counts} elements, which "
+                                         f"the root's scatter_list does not match")
+            self.last_algorithm = f"scatter/{family}"
+            ins = None
+            if in_flat is not None:
+                at = np.concatenate([[0], np.cumsum(counts)])
+                ins = [in_flat[at[g]:at[g + 1]] for g in range(self._size)]
+            hier.scatter(ctx, family, out_flat, ins, counts, root)
+            finish()
+
+        return self._call(fp, out_flat.size, aux, async_op, body)
+
+    def reduce_scatter(self, out_buf: Buffer, in_flat: np.ndarray, counts: Sequence[int],
+                       op: ops.ReduceOp, finish: Callable[[], None], *,
+                       algorithm: str | None = None, async_op: bool = False, **_: Any
+                       ) -> Work | None:
+        family = self._family("reduce_scatter", in_flat.nbytes, algorithm)
+        expected = list(counts)
+        fp = self._fp("reduce_scatter", dtype=out_buf.dtype_name, op=op.name,
+                      extra=counts_hash(expected))
+
+        def body(ctx: _Ctx, got: list[int], auxes: list[int]) -> None:
+            if got != expected:
+                raise self._mismatch(fp, f"the input pieces expect counts {expected} but the "
+                                         f"ranks passed outputs of {got} elements")
+            self.last_algorithm = f"reduce_scatter/{family}"
+            in_buf = Buffer(in_flat, out_buf.dtype_name, in_flat.shape, in_flat, staged=False)
+            w, upcast = self._working(in_buf, op)
+            if not upcast:
+                w = w.copy()  # the input stays as the caller gave it
+            out_w, _ = self._working(out_buf, op)
+            hier.reduce_scatter(ctx, family, out_w, w, expected,
+                                ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op)
+            self._finish_reduction(out_buf, out_w, out_w is not out_buf.flat, op)
+            finish()
+
+        return self._call(fp, out_buf.count, 0, async_op, body)
+
+    def all_to_all(self, out_flat: np.ndarray, in_flat: np.ndarray, send_counts: Sequence[int],
+                   recv_counts: Sequence[int], dtype_name: str, finish: Callable[[], None], *,
+                   algorithm: str | None = None, async_op: bool = False, **_: Any
+                   ) -> Work | None:
+        family = self._family("all_to_all", in_flat.nbytes, algorithm)
+        fp = self._fp("all_to_all", dtype=dtype_name)
+        send, recv = list(send_counts), list(recv_counts)
+
+        def body(ctx: _Ctx, counts: list[int], auxes: list[int]) -> None:
+            n = self._size
+            # Every rank checks every pair, so a disagreement is the same error everywhere.
+            table = np.empty(2 * n * n, np.int64)
+            ctx.flat.allgatherv(table, np.array(send + recv, np.int64), [2 * n] * n)
+            m = table.reshape(n, 2, n)
+            bad = [(i, j) for i in range(n) for j in range(n) if m[i, 0, j] != m[j, 1, i]]
+            if bad:
+                i, j = bad[0]
+                raise self._mismatch(fp, f"rank {self.global_ranks[i]} sends "
+                                         f"{m[i, 0, j]} elements to rank "
+                                         f"{self.global_ranks[j]}, which expects {m[j, 1, i]}")
+            self.last_algorithm = f"all_to_all/{family}"
+            hier.all_to_all(ctx, family, out_flat, recv, in_flat, send)
+            finish()
+
+        return self._call(fp, in_flat.size, 0, async_op, body)
+
+    # ------------------------------------------------------------- point-to-point
+
+    def isend(self, flat: np.ndarray, dst: int, tag: int) -> Work:
+        what = f"send #{next(self._p2p_seq)} to rank {self.global_ranks[dst]} (tag {tag})"
+        data = np.ascontiguousarray(flat).reshape(-1).view(np.uint8)
+        return self._p2p(what, lambda: self.flat._isend(data, dst, self.flat.user_tag(tag)),
+                         lambda: None, dst)
+
+    def irecv(self, buf: Buffer, src: int | None, tag: int) -> Work:
+        peer = "any rank" if src is None else f"rank {self.global_ranks[src]}"
+        what = f"recv #{next(self._p2p_seq)} from {peer} (tag {tag})"
+        data = buf.flat.view(np.uint8)
+        return self._p2p(what, lambda: self.flat._irecv(data, src, self.flat.user_tag(tag)),
+                         buf.finish, src)
+
+    def _p2p(self, what: str, start: Callable[[], Request], after: Callable[[], None],
+             peer: int | None) -> Work:
+        deadline = time.monotonic() + self.timeout
+        try:
+            req = start()
+        except Exception as exc:  # noqa: BLE001 - the engine's error, made ours
+            raise self.flat.failure(what, exc) from exc
+        return _InterHostP2PWork(what, self, req, deadline, after)
+
+    def shutdown(self) -> None:
+        self.engine.close()
+        for comm in (self.rail, self.flat):
+            if comm is not None:
+                comm.close()
+        self.local.shutdown()
+
+
+class _InterHostP2PWork(Work):
+    """A send or receive on the inter-host engine: completes when the engine's request does."""
+
+    def __init__(self, what: str, group: HostSpanningGroup, req: Request, deadline: float,
+                 after: Callable[[], None]) -> None:
+        super().__init__(what)
+        self._group, self._req, self._deadline, self._after = group, req, deadline, after
+
+    def _done(self, error: BaseException | None) -> None:
+        if error is None:
+            self._after()
+            src = self._req.source()
+            if src is not None:
+                self.source_rank = self._group.global_ranks[src]
+        self._complete(error=error)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if timeout is not None and hasattr(timeout, "total_seconds"):
+            timeout = timeout.total_seconds()
+        if not self._finished:
+            deadline = self._deadline if timeout is None else min(
+                self._deadline, time.monotonic() + timeout)
+            try:
+                self._group.flat.wait(self._req, deadline, self._describe)
+            except BaseException as exc:
+                if time.monotonic() >= self._deadline:
+                    self._done(exc)
+                raise
+            self._done(None)
+        return super().wait(0)
+
+    def is_completed(self) -> bool:
+        if not self._finished:
+            try:
+                if self._req.test():
+                    self._done(None)
+            except Exception as exc:  # noqa: BLE001 - the Work carries the engine's error
+                self._done(self._group.flat.failure(self._describe, exc))
+        return self._finished
+
+
+def _forced_families(tune: str) -> dict[str, str]:
+    """The cross-host families ``MESHCAST_ALGO`` names (``all_reduce:flat;*:leader``);
+    names of single-host algorithms there are left to the host-local groups."""
+    out: dict[str, str] = {}
+    for part in (tune or "").split(";"):
+        if ":" in part:
+            coll, name = (s.strip() for s in part.split(":", 1))
+            if name in hier.FAMILIES:
+                out[coll] = name
+    return out
+
+
+__all__ = ["HostSpanningGroup", "LocalOps"]

@@ -1,0 +1,274 @@
+"""The inter-host engine contract, and which engine carries a job's bytes between hosts.
+
+Theory of operation
+-------------------
+meshcast moves bytes inside a host itself (shared memory) and leaves the
+wire between hosts to an existing, well-kept engine: MPI through mpi4py
+(:mod:`.mpi`), or Gloo through torch.distributed (:mod:`.gloo`). Both are
+seen through one small contract, :class:`HostComm`: a communicator over a
+fixed list of global ranks that moves *bytes* (collective exchanges with
+per-member counts, a broadcast, tagged point-to-point). Reductions are not
+the engine's business: the hierarchical algorithms combine what arrives with
+meshcast's own kernels, so every dtype and op works on every engine, and the
+result is bitwise the same whichever engine carried it.
+
+Every exchange is non-blocking underneath and waited for through
+:func:`meshcast._sync.wait_until` (spin, yield, then short sleeps): a call
+has a deadline and names what it waits for, and a waiting rank does not
+hold a core that an oversubscribed host needs.
+
+Which engine (:func:`choose`): ``MESHCAST_INTERNODE`` or the
+``internode=`` keyword of ``init_process_group`` (``mpi`` | ``gloo``), else
+MPI when the job was started by an MPI launcher and mpi4py imports, else
+Gloo when torch imports; otherwise :class:`~meshcast.errors.TransportError`
+says what to install.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import _sync
+from ..errors import CommTimeout, InvalidUsage, TransportError
+from ..ops import ReduceOp
+
+ENGINES = ("mpi", "gloo")
+
+#: Tag of the point-to-point messages collectives exchange on a group's communicator.
+#: Calls of one group run one at a time and both engines keep messages between a pair
+#: in order, so one tag serves every call.
+COLL_TAG = 32000
+
+
+class Request:
+    """A pending non-blocking operation of an engine."""
+
+    def test(self) -> bool:  # pragma: no cover - contract
+        raise NotImplementedError
+
+    def source(self) -> int | None:
+        """Member index of the sender of a completed receive from any member."""
+        return None
+
+    #: Engines whose requests only progress inside a blocking wait (Gloo's send and
+    #: recv) set this to ``block(seconds)``, which raises on failure or timeout.
+    block: Callable[[float], None] | None = None
+
+
+class HostComm:
+    """A communicator over ``ranks`` (global ranks; member i is ``ranks[i]``).
+
+    Subclasses implement the ``_i*`` primitives on uint8 arrays; the public
+    methods take typed flat arrays with counts in elements, skip exchanges of
+    zero bytes (every member knows the counts, so all skip alike), and wait
+    with a deadline.
+    """
+
+    engine = "?"
+
+    def __init__(self, ranks: Sequence[int], rank: int, name: str) -> None:
+        self.ranks = tuple(ranks)
+        self.rank = rank
+        self.size = len(self.ranks)
+        self.name = name
+
+    # -- engine primitives (bytes) ----------------------------------------------
+    def _iallgatherv(self, out: np.ndarray, mine: np.ndarray, counts: list[int]) -> Request:
+        raise NotImplementedError
+
+    def _ialltoallv(self, out: np.ndarray, recv: list[int], inp: np.ndarray,
+                    send: list[int]) -> Request:
+        raise NotImplementedError
+
+    def _ibcast(self, buf: np.ndarray, root: int) -> Request:
+        raise NotImplementedError
+
+    def _isend(self, buf: np.ndarray, peer: int, tag: int) -> Request:
+        raise NotImplementedError
+
+    def _irecv(self, buf: np.ndarray, peer: int | None, tag: int) -> Request:
+        raise NotImplementedError
+
+    def _allreduce(self, w: np.ndarray, op: ReduceOp, deadline: float, what: str) -> bool:
+        return False  # the engine has no native reduction for this (dtype, op)
+
+    def close(self) -> None:
+        pass
+
+    # -- waiting ----------------------------------------------------------------
+    def wait(self, req: Request, deadline: float, what: str,
+             peers: Callable[[], Sequence[int]] | None = None) -> None:
+        """Wait for ``req``; raise CommTimeout (or the engine's error) instead of hanging."""
+        if req.block is not None:
+            try:
+                req.block(max(deadline - time.monotonic(), 0.001))
+            except Exception as exc:  # noqa: BLE001 - the engine's own error, made ours
+                if time.monotonic() >= deadline:
+                    raise CommTimeout(f"{what} [{self.engine} {self.name}]: timed out "
+                                      f"({exc})", waiting_on=self.ranks) from None
+                raise self.failure(what, exc) from exc
+            return
+        try:
+            _sync.wait_until(req.test, deadline=deadline,
+                             describe=lambda: f"{what} [{self.engine} {self.name}]",
+                             pending=peers or (lambda: self.ranks))
+        except CommTimeout:
+            raise
+        except TransportError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the engine's own error, made ours
+            raise self.failure(what, exc) from exc
+
+    def failure(self, what: str, exc: BaseException) -> TransportError:
+        return TransportError(f"{what}: the {self.engine} engine between hosts failed on "
+                              f"{self.name} (ranks {list(self.ranks)}): {exc}")
+
+    def run(self, start: Callable[[], Request], deadline: float, what: str) -> None:
+        try:
+            req = start()
+        except (TransportError, InvalidUsage):
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise self.failure(what, exc) from exc
+        self.wait(req, deadline, what)
+
+    def bind(self, deadline: float, what: str) -> Bound:
+        """This communicator for one call (see algorithms.hierarchical.Across)."""
+        return Bound(self, deadline, what)
+
+
+def _bytes(a: np.ndarray) -> np.ndarray:
+    return a.reshape(-1).view(np.uint8)
+
+
+class Bound:
+    """A :class:`HostComm` with one call's deadline and name: typed arrays, element counts."""
+
+    __slots__ = ("comm", "deadline", "what", "size", "rank")
+
+    def __init__(self, comm: HostComm, deadline: float, what: str) -> None:
+        self.comm, self.deadline, self.what = comm, deadline, what
+        self.size, self.rank = comm.size, comm.rank
+
+    def allgatherv(self, out: np.ndarray, mine: np.ndarray, counts: Sequence[int]) -> None:
+        if not sum(counts):
+            return
+        isz = out.itemsize
+        c = self.comm
+        c.run(lambda: c._iallgatherv(_bytes(out), _bytes(mine), [n * isz for n in counts]),
+              self.deadline, self.what)
+
+    def alltoallv(self, out: np.ndarray, recv_counts: Sequence[int], inp: np.ndarray,
+                  send_counts: Sequence[int]) -> None:
+        isz = out.itemsize
+        c = self.comm
+        recv = [n * isz for n in recv_counts]
+        send = [n * isz for n in send_counts]
+        c.run(lambda: c._ialltoallv(_bytes(out), recv, _bytes(inp), send),
+              self.deadline, self.what)
+
+    def bcast(self, w: np.ndarray, root: int) -> None:
+        if not w.size:
+            return
+        c = self.comm
+        c.run(lambda: c._ibcast(_bytes(w), root), self.deadline, self.what)
+
+    def send(self, w: np.ndarray, peer: int) -> None:
+        c = self.comm
+        c.run(lambda: c._isend(_bytes(np.ascontiguousarray(w)), peer, COLL_TAG),
+              self.deadline, self.what)
+
+    def recv(self, w: np.ndarray, peer: int) -> None:
+        c = self.comm
+        c.run(lambda: c._irecv(_bytes(w), peer, COLL_TAG), self.deadline, self.what)
+
+    def allreduce(self, w: np.ndarray, op: ReduceOp) -> bool:
+        if not w.size:
+            return True
+        return self.comm._allreduce(w, op, self.deadline, self.what)
+
+
+class Engine:
+    """An inter-host engine: makes communicators over subsets of the job's ranks."""
+
+    name = "?"
+
+    def comm(self, ranks: Sequence[int], me: int, key: str) -> HostComm:
+        """A communicator over global ``ranks`` (collective over them; ``me`` is this
+        process's global rank; ``key`` is the same on every member and unique per comm)."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return self.name
+
+    def close(self) -> None:
+        pass
+
+
+def available(name: str) -> bool:
+    """Whether engine ``name``'s Python package imports here (without importing it)."""
+    module = {"mpi": "mpi4py", "gloo": "torch"}[name]
+    return importlib.util.find_spec(module) is not None
+
+
+def choose(requested: str | None, launcher: str) -> str:
+    """The engine a multi-host job uses.
+
+    Args:
+        requested: ``internode=`` of init_process_group, or None.
+        launcher: the detected launcher (``meshcast.launch_env().launcher``).
+
+    Raises:
+        InvalidUsage: an unknown engine name.
+        TransportError: the requested engine, or every engine, is missing here.
+    """
+    from ..rendezvous.env import MPI_LAUNCHERS
+
+    name = (requested or os.environ.get("MESHCAST_INTERNODE", "") or "").strip().lower()
+    if name and name not in ENGINES:
+        raise InvalidUsage(f"init_process_group: unknown inter-host engine {name!r} "
+                           f"(MESHCAST_INTERNODE / internode=): choose one of {', '.join(ENGINES)}")
+    if name:
+        if not available(name):
+            raise TransportError(_missing(name))
+        if name == "mpi" and launcher not in MPI_LAUNCHERS:
+            raise TransportError(
+                f"init_process_group: MESHCAST_INTERNODE=mpi needs a job started by an MPI "
+                f"launcher (mpiexec, srun); this job was started by {launcher!r}. Start it with "
+                f"mpiexec, or use MESHCAST_INTERNODE=gloo")
+        return name
+    if launcher in MPI_LAUNCHERS and available("mpi"):
+        return "mpi"
+    if available("gloo"):
+        return "gloo"
+    raise TransportError(
+        "init_process_group: the ranks run on several hosts and no inter-host engine is "
+        "installed. Install one: pip install 'meshcast[mpi]' (MPI through mpi4py; start the "
+        "job with mpiexec or srun) or pip install 'meshcast[torch]' (Gloo through torch)")
+
+
+def _missing(name: str) -> str:
+    extra = {"mpi": "pip install 'meshcast[mpi]' (mpi4py and the mpich wheel)",
+             "gloo": "pip install 'meshcast[torch]' (torch, whose Gloo moves the bytes)"}[name]
+    return f"init_process_group: inter-host engine {name!r} is not installed: {extra}"
+
+
+def open_engine(name: str, *, store: Any, rank: int, size: int, timeout: float) -> Engine:
+    """Start engine ``name`` for this process (collective over every rank of the job)."""
+    if name == "mpi":
+        from .mpi import MpiEngine
+
+        return MpiEngine(rank, size)
+    from .gloo import GlooEngine
+
+    return GlooEngine(store, rank, timeout)
+
+
+def remaining(deadline: float) -> float:
+    return max(deadline - time.monotonic(), 0.001)

@@ -1,0 +1,143 @@
+"""MPI (through mpi4py) as meshcast's inter-host engine.
+
+The job must have been started by an MPI launcher (mpiexec, srun with PMI):
+meshcast's global rank is then the rank in ``MPI.COMM_WORLD`` (checked).
+Communicators over subsets are made with ``MPI_Comm_create_group``, which
+only the members call, so ``new_group`` of ranks spread over hosts costs the
+other ranks nothing. mpi4py initializes MPI with ``MPI_THREAD_MULTIPLE``: an
+async collective on a group's worker thread and a point-to-point call of the
+user's thread may run at once.
+
+Interface selection is MPI's own (``mpiexec -iface eth0``, ``FI_TCP_IFACE``,
+``UCX_NET_DEVICES``, Open MPI's ``btl_tcp_if_include``); the README's
+"Several machines" section lists them.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import TransportError
+from ..ops import ReduceOp
+from .interhost import COLL_TAG, Engine, HostComm, Request, remaining
+
+
+def _mpi() -> Any:
+    from mpi4py import MPI
+
+    return MPI
+
+
+class _MpiRequest(Request):
+    __slots__ = ("req", "keep", "status")
+
+    def __init__(self, req: Any, *keep: Any) -> None:
+        self.req, self.keep = req, keep  # the buffers must outlive the operation
+        self.status = _mpi().Status()
+
+    def test(self) -> bool:
+        return bool(self.req.Test(self.status))
+
+    def source(self) -> int | None:
+        return self.status.Get_source()
+
+
+def _displs(counts: Sequence[int]) -> list[int]:
+    out, at = [], 0
+    for c in counts:
+        out.append(at)
+        at += c
+    return out
+
+
+_NATIVE_OPS = {"SUM": "SUM", "PRODUCT": "PROD", "MIN": "MIN", "MAX": "MAX", "BAND": "BAND",
+               "BOR": "BOR", "BXOR": "BXOR", "AVG": "SUM"}
+
+
+class MpiComm(HostComm):
+    engine = "mpi"
+
+    def __init__(self, comm: Any, ranks: Sequence[int], rank: int, name: str) -> None:
+        super().__init__(ranks, rank, name)
+        self.comm = comm
+
+    def _iallgatherv(self, out: np.ndarray, mine: np.ndarray, counts: list[int]) -> Request:
+        MPI = _mpi()
+        return _MpiRequest(self.comm.Iallgatherv(
+            [mine, MPI.BYTE], [out, (counts, _displs(counts)), MPI.BYTE]), out, mine)
+
+    def _ialltoallv(self, out: np.ndarray, recv: list[int], inp: np.ndarray,
+                    send: list[int]) -> Request:
+        MPI = _mpi()
+        return _MpiRequest(self.comm.Ialltoallv(
+            [inp, (send, _displs(send)), MPI.BYTE], [out, (recv, _displs(recv)), MPI.BYTE]),
+            out, inp)
+
+    def _ibcast(self, buf: np.ndarray, root: int) -> Request:
+        return _MpiRequest(self.comm.Ibcast([buf, _mpi().BYTE], root), buf)
+
+    def _isend(self, buf: np.ndarray, peer: int, tag: int) -> Request:
+        return _MpiRequest(self.comm.Isend([buf, _mpi().BYTE], peer, tag), buf)
+
+    def _irecv(self, buf: np.ndarray, peer: int | None, tag: int) -> Request:
+        MPI = _mpi()
+        return _MpiRequest(self.comm.Irecv([buf, MPI.BYTE],
+                                           MPI.ANY_SOURCE if peer is None else peer, tag), buf)
+
+    def _allreduce(self, w: np.ndarray, op: ReduceOp, deadline: float, what: str) -> bool:
+        # MPI's predefined ops on its basic types; bool (logical ops), complex MIN/MAX and
+        # float bitwise ops stay with meshcast's own combine.
+        if w.dtype.kind not in "iuf" or (w.dtype.kind == "f" and op.name.startswith("B")):
+            return False
+        MPI = _mpi()
+        mpiop = getattr(MPI, _NATIVE_OPS[op.name])
+        self.run(lambda: _MpiRequest(self.comm.Iallreduce(MPI.IN_PLACE, w, mpiop), w),
+                 deadline, what)
+        return True
+
+    def user_tag(self, tag: int) -> int:
+        """torch tags are any int; MPI's stop at MPI_TAG_UB (>= 32767)."""
+        return tag % COLL_TAG
+
+    def close(self) -> None:
+        try:
+            self.comm.Free()
+        except Exception:  # noqa: BLE001 - MPI may already be finalized at exit
+            pass
+
+
+class MpiEngine(Engine):
+    name = "mpi"
+
+    def __init__(self, rank: int, size: int) -> None:
+        MPI = _mpi()
+        world = MPI.COMM_WORLD
+        if world.Get_rank() != rank or world.Get_size() != size:
+            raise TransportError(
+                f"init_process_group: MPI's COMM_WORLD says rank {world.Get_rank()} of "
+                f"{world.Get_size()}, the launcher's environment rank {rank} of {size}; "
+                f"meshcast's MPI engine needs them equal (start every rank with one mpiexec)")
+        self.world = world
+        self.version = MPI.Get_library_version().splitlines()[0].strip()
+
+    def comm(self, ranks: Sequence[int], me: int, key: str) -> HostComm:
+        MPI = _mpi()
+        ranks = list(ranks)
+        group = self.world.Get_group().Incl(ranks)
+        try:
+            comm = self.world.Create_group(group, zlib.crc32(key.encode()) % 32767)
+        finally:
+            group.Free()
+        if comm == MPI.COMM_NULL:
+            raise TransportError(f"MPI_Comm_create_group for {key} gave no communicator")
+        return MpiComm(comm, ranks, ranks.index(me), key)
+
+    def describe(self) -> str:
+        return f"mpi ({self.version})"
+
+
+__all__ = ["MpiComm", "MpiEngine", "remaining"]

@@ -1,0 +1,161 @@
+"""The cross-host compositions (algorithms/hierarchical.py) against the NumPy oracle, for
+many hosts x ranks shapes, every family that supports the shape, every root, in the
+in-process simulator (no processes: each rank is a thread)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from meshcast.algorithms import hierarchical as hier
+from meshcast.ops import ReduceOp, working_dtype
+from meshcast.testing import reference as ref
+from meshcast.testing.hosts_sim import simulate
+
+SHAPES = [
+    [[0], [1]],                      # 2 hosts x 1
+    [[0, 1], [2, 3]],                # 2 x 2
+    [[0], [1], [2]],                 # 3 x 1
+    [[0, 2], [1, 3]],                # 2 x 2, ranks interleaved (mpiexec round robin)
+    [[0, 1, 2], [3]],                # 3 + 1
+    [[0], [1, 2, 3]],                # 1 + 3
+    [[0, 1], [2, 3], [4, 5]],        # 3 x 2
+    [[0, 3, 5], [1], [2, 4]],        # uneven, interleaved
+]
+IDS = ["+".join(str(len(h)) for h in s) + ("i" if s == [[0, 2], [1, 3]] else "") for s in SHAPES]
+COUNTS = [0, 1, 7, 300, 20000]  # 20000 x 4 B passes RAILS_MIN_BYTES
+
+
+def families(kind, shape):
+    lay = hier.Layout(tuple(tuple(h) for h in shape), 0)
+    return [f for f in hier.FAMILIES
+            if hier.supports(kind, f, lay) is None
+            and not (f == "rails" and kind not in ("all_reduce", "broadcast", "all_gather",
+                                                   "reduce_scatter"))]
+
+
+def _size(shape):
+    return sum(len(h) for h in shape)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
+@pytest.mark.parametrize("op", [ReduceOp.SUM, ReduceOp.MAX, ReduceOp.PRODUCT])
+def test_all_reduce_and_reduce(shape, op):
+    n = _size(shape)
+    for dtype in ("float32", "int32", "float64"):
+        for count in COUNTS:
+            inputs = [ref.rank_input(r, count, dtype) for r in range(n)]
+            want = ref.reduced(inputs, op)
+            for family in families("all_reduce", shape):
+                def body(ctx, g, family=family, inputs=inputs, dtype=dtype):
+                    w = inputs[g].astype(working_dtype(dtype, op))
+                    hier.all_reduce(ctx, family, w, op)
+                    return w
+
+                for g, got in enumerate(simulate(shape, body)):
+                    np.testing.assert_array_equal(got, want, err_msg=f"{family} rank {g}")
+            for root in range(n):
+                def body(ctx, g, root=root, inputs=inputs):
+                    w = inputs[g].copy()
+                    hier.reduce(ctx, "leader", w, op, root)
+                    return w
+
+                got = simulate(shape, body)[root]
+                np.testing.assert_array_equal(got, want, err_msg=f"reduce root {root}")
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
+def test_broadcast_every_root(shape):
+    n = _size(shape)
+    for count in COUNTS:
+        inputs = [ref.rank_input(r, count, "float32", seed=3) for r in range(n)]
+        for family in families("broadcast", shape):
+            for root in range(n):
+                def body(ctx, g, root=root, family=family, inputs=inputs):
+                    w = inputs[g].copy()
+                    hier.broadcast(ctx, family, w, root)
+                    return w
+
+                for g, got in enumerate(simulate(shape, body)):
+                    np.testing.assert_array_equal(got, inputs[root],
+                                                  err_msg=f"{family} root {root} rank {g}")
+
+
+def _uneven(n, base):
+    return [base + (g % 3) for g in range(n)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
+@pytest.mark.parametrize("base", [0, 1, 5000])
+def test_all_gather_and_reduce_scatter_even_and_uneven(shape, base):
+    n = _size(shape)
+    for counts in ([base] * n, _uneven(n, base)):
+        inputs = [ref.rank_input(r, counts[r], "int64") for r in range(n)]
+        want = ref.all_gather(inputs)[0]
+        for family in families("all_gather", shape):
+            def body(ctx, g, family=family, counts=counts, inputs=inputs):
+                out = np.empty(sum(counts), np.int64)
+                hier.all_gather(ctx, family, out, inputs[g], counts)
+                return out
+
+            for g, got in enumerate(simulate(shape, body)):
+                np.testing.assert_array_equal(got, want, err_msg=f"{family} rank {g}")
+        full = [ref.rank_input(r, sum(counts), "float32", seed=1) for r in range(n)]
+        want_rs = ref.reduce_scatter(full, ReduceOp.SUM, counts)
+        for family in families("reduce_scatter", shape):
+            def body(ctx, g, family=family, counts=counts, full=full):
+                out = np.empty(counts[g], np.float32)
+                hier.reduce_scatter(ctx, family, out, full[g].copy(), counts, ReduceOp.SUM)
+                return out
+
+            for g, got in enumerate(simulate(shape, body)):
+                np.testing.assert_array_equal(got, want_rs[g], err_msg=f"{family} rank {g}")
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
+def test_gather_scatter_all_to_all(shape):
+    n = _size(shape)
+    counts = _uneven(n, 2)
+    inputs = [ref.rank_input(r, counts[r], "float64") for r in range(n)]
+    for root in range(n):
+        def body(ctx, g, root=root):
+            outs = [np.empty(c) for c in counts] if g == root else None
+            hier.gather(ctx, "leader", outs, inputs[g], counts, root)
+            return outs
+
+        got = simulate(shape, body)[root]
+        np.testing.assert_array_equal(np.concatenate(got), np.concatenate(inputs))
+
+        def body(ctx, g, root=root):
+            out = np.empty(counts[g])
+            hier.scatter(ctx, "leader", out, inputs if g == root else None, counts, root)
+            return out
+
+        for g, got in enumerate(simulate(shape, body)):
+            np.testing.assert_array_equal(got, inputs[g])
+    sends = [[(g + q) % 3 for q in range(n)] for g in range(n)]
+    a2a_in = [ref.rank_input(g, sum(sends[g]), "int32") for g in range(n)]
+    want = ref.all_to_all(a2a_in, sends)
+
+    def body(ctx, g):
+        recv = [sends[q][g] for q in range(n)]
+        out = np.empty(sum(recv), np.int32)
+        hier.all_to_all(ctx, "flat", out, recv, a2a_in[g], sends[g])
+        return out
+
+    for g, got in enumerate(simulate(shape, body)):
+        np.testing.assert_array_equal(got, want[g])
+
+
+def test_choose_picks_rails_only_for_large_uniform_calls():
+    even = hier.Layout(((0, 1), (2, 3)), 0)
+    uneven = hier.Layout(((0, 1, 2), (3,)), 0)
+    big, small = hier.RAILS_MIN_BYTES, hier.RAILS_MIN_BYTES - 1
+    assert hier.choose("all_reduce", even, big, None) == "rails"
+    assert hier.choose("all_reduce", even, small, None) == "leader"
+    assert hier.choose("all_reduce", uneven, big, None) == "leader"
+    assert hier.choose("all_reduce", hier.Layout(((0,), (1,)), 0), big, None) == "leader"
+    assert hier.choose("all_to_all", even, big, None) == "flat"
+    assert hier.choose("all_reduce", even, small, "flat") == "flat"
+    assert "same number of ranks" in hier.supports("all_reduce", "rails", uneven)
+    assert "unknown" in hier.supports("all_reduce", "ring", even)
