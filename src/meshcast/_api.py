@@ -1035,12 +1035,14 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
         prepared.append((pg, p.kind, buf, peer, t))
     works = []
     for pg, kind, buf, peer, t in prepared:
-        # Small messages that can move at once do (see small_calls.SmallCalls.isend).
+        # Small messages that can move at once do (see small_calls.SmallCalls.isend);
+        # groups across hosts have no such lane.
+        small = getattr(pg, "small", None)
         if kind == "isend":
-            work = pg.small.isend(buf.flat, pg.global_rank(peer), t)
+            work = small.isend(buf.flat, pg.global_rank(peer), t) if small else None
             works.append(work if work is not None else pg.isend(buf.flat, peer, t))
         else:
-            work = pg.small.irecv(buf.flat, pg.global_rank(peer), t)
+            work = small.irecv(buf.flat, pg.global_rank(peer), t) if small else None
             if work is not None:
                 buf.finish()  # a staged (non-contiguous) receive is written back now
             works.append(work if work is not None else pg.irecv(buf, peer, t))

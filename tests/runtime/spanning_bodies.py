@@ -1,0 +1,189 @@
+"""Rank bodies for worlds that span (simulated) hosts: every primitive against the oracle."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import meshcast as dist
+from meshcast import ops
+from meshcast.testing import reference as ref
+
+DTYPES = ["float32", "int64", "float16", "bool", "uint8", "complex64"]
+COUNTS = [0, 1, 7, 300, 40000]  # the last passes the rails threshold in float32
+
+
+def _valid(op, dtype) -> bool:
+    try:
+        ops.validate(op, np.dtype(dtype), caller="t", rank=0)
+    except dist.InvalidUsage:
+        return False
+    return True
+
+
+def _eq(got, want, case):
+    got, want = np.asarray(got).reshape(-1), np.asarray(want).reshape(-1)
+    if got.dtype.kind == "f" and got.dtype.itemsize == 2:
+        ok = np.allclose(got.astype(np.float32), want.astype(np.float32), rtol=1e-2)
+    else:
+        ok = np.array_equal(got, want)
+    if not ok:
+        raise AssertionError(f"{case}: got {got[:8]} want {want[:8]}")
+
+
+def every_primitive(families=(None,)):
+    """Every collective, dtype, op, root and size of this file's lists; returns the
+    algorithms that ran, per collective."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    ran: dict[str, set[str]] = {}
+    g = dist.group.WORLD
+
+    def note(kind):
+        ran.setdefault(kind, set()).add(g.last_algorithm)
+
+    for fam in families:
+        for dtype in DTYPES:
+            counts = COUNTS if dtype in ("float32", "int64") else [5]
+            for count in counts:
+                inputs = [ref.rank_input(q, count, dtype) for q in range(n)]
+                case = f"{dtype} x{count} algorithm={fam}"
+                for op in ops.ReduceOp:
+                    if not _valid(op, dtype):
+                        continue
+                    x = inputs[r].copy()
+                    dist.all_reduce(x, op, algorithm=fam)
+                    _eq(x, ref.reduced(inputs, op), f"all_reduce {op.name} {case}")
+                    note("all_reduce")
+                    for root in range(n):
+                        if fam == "rails":
+                            break
+                        x = inputs[r].copy()
+                        dist.reduce(x, root, op, algorithm=fam)
+                        if r == root:
+                            _eq(x, ref.reduced(inputs, op), f"reduce {op.name} root {root} {case}")
+                        else:
+                            _eq(x, inputs[r], f"reduce leaves non-roots alone {case}")
+                        note("reduce")
+                    if count % n == 0 or True:
+                        full = [ref.rank_input(q, count * n, dtype, 5) for q in range(n)]
+                        out = np.empty(count, inputs[r].dtype)
+                        dist.reduce_scatter_tensor(out, full[r].copy(), op, algorithm=fam)
+                        _eq(out, ref.reduce_scatter(full, op)[r], f"reduce_scatter {op.name} {case}")
+                        note("reduce_scatter")
+                for root in range(n):
+                    x = inputs[r].copy()
+                    dist.broadcast(x, root, algorithm=fam)
+                    _eq(x, inputs[root], f"broadcast root {root} {case}")
+                    note("broadcast")
+                outs = [np.empty(count, inputs[r].dtype) for _ in range(n)]
+                dist.all_gather(outs, inputs[r], algorithm=fam)
+                _eq(np.concatenate(outs), np.concatenate(inputs), f"all_gather {case}")
+                note("all_gather")
+                if fam == "rails":
+                    continue
+                for root in range(n):
+                    gl = [np.empty(count, inputs[r].dtype) for _ in range(n)] if r == root else None
+                    dist.gather(inputs[r], gl, root, algorithm=fam)
+                    if r == root:
+                        _eq(np.concatenate(gl), np.concatenate(inputs), f"gather {root} {case}")
+                    note("gather")
+                    out = np.empty(count, inputs[r].dtype)
+                    dist.scatter(out, list(inputs) if r == root else None, root, algorithm=fam)
+                    _eq(out, inputs[r], f"scatter {root} {case}")
+                    note("scatter")
+                a2a = ref.rank_input(r, count * n, dtype, 7)
+                out = np.empty_like(a2a)
+                dist.all_to_all_single(out, a2a)
+                _eq(out, ref.all_to_all([ref.rank_input(q, count * n, dtype, 7)
+                                         for q in range(n)])[r], f"all_to_all {case}")
+                note("all_to_all")
+    return {k: sorted(v) for k, v in ran.items()}
+
+
+def uneven_and_shapes():
+    """Uneven pieces, multi-dimensional and non-contiguous arrays, uneven all_to_all."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    counts = [2 + q for q in range(n)]
+    ins = [np.arange(c, dtype=np.int32) + 100 * q for q, c in enumerate(counts)]
+    outs = [np.empty(c, np.int32) for c in counts]
+    dist.all_gather(outs, ins[r])
+    _eq(np.concatenate(outs), np.concatenate(ins), "uneven all_gather")
+    gl = [np.empty(c, np.int32) for c in counts] if r == 0 else None
+    dist.gather(ins[r], gl, dst=n - 1 if False else 0)
+    if r == 0:
+        _eq(np.concatenate(gl), np.concatenate(ins), "uneven gather")
+    out = np.empty(counts[r], np.int32)
+    dist.scatter(out, ins if r == n - 1 else None, src=n - 1)
+    _eq(out, ins[r], "uneven scatter")
+    # 2-D, and a non-contiguous view
+    m = np.arange(24, dtype=np.float64).reshape(4, 6) * (r + 1)
+    view = m[:, ::2]
+    dist.all_reduce(view)
+    want = np.arange(24, dtype=np.float64).reshape(4, 6)[:, ::2] * sum(range(1, n + 1))
+    _eq(view, want, "non-contiguous all_reduce")
+    _eq(m[:, 1::2], (np.arange(24.0).reshape(4, 6) * (r + 1))[:, 1::2], "untouched columns")
+    splits = [(r + q) % 3 for q in range(n)]
+    inp = np.full(sum(splits), r, np.int16)
+    recv = [(q + r) % 3 for q in range(n)]
+    out = np.empty(sum(recv), np.int16)
+    dist.all_to_all_single(out, inp, recv, splits)
+    _eq(out, np.concatenate([np.full(c, q, np.int16) for q, c in enumerate(recv)]),
+        "uneven all_to_all_single")
+    return True
+
+
+def p2p_objects_groups_async():
+    r, n = dist.get_rank(), dist.get_world_size()
+    # ring of sends and receives across hosts, explicit source and any source
+    right, left = (r + 1) % n, (r - 1) % n
+    buf = np.empty(1000, np.float64)
+    reqs = [dist.isend(np.full(1000, r, np.float64), right, tag=7),
+            dist.irecv(buf, left, tag=7)]
+    for q in reqs:
+        q.wait()
+    _eq(buf, np.full(1000, left), "isend/irecv ring")
+    if r == 0:
+        got = set()
+        for _ in range(n - 1):
+            b = np.empty(3, np.int64)
+            src = dist.recv(b)
+            _eq(b, np.full(3, src), f"recv from any ({src})")
+            got.add(src)
+        assert got == set(range(1, n)), got
+    else:
+        dist.send(np.full(3, r, np.int64), 0)
+    ops_ = [dist.P2POp(dist.isend, np.full(4, r, np.int32), right),
+            dist.P2POp(dist.irecv, b2 := np.empty(4, np.int32), left)]
+    for w in dist.batch_isend_irecv(ops_):
+        w.wait()
+    _eq(b2, np.full(4, left), "batch_isend_irecv")
+    # objects
+    objs = [None] * n
+    dist.all_gather_object(objs, {"rank": r, "name": f"r{r}"})
+    assert objs == [{"rank": q, "name": f"r{q}"} for q in range(n)], objs
+    lst = [f"hello from {r}"] if r == 1 else [None]
+    dist.broadcast_object_list(lst, src=1)
+    assert lst == ["hello from 1"], lst
+    # a subgroup of every other rank (spans hosts or not), and async work
+    sub = dist.new_group([q for q in range(n) if q % 2 == 0])
+    if r % 2 == 0:
+        x = np.full(5, r, np.int64)
+        dist.all_reduce(x, group=sub)
+        _eq(x, np.full(5, sum(q for q in range(n) if q % 2 == 0)), "subgroup all_reduce")
+    works = [dist.all_reduce(np.full(10, r + i, np.float32), async_op=True) for i in range(4)]
+    for w in works:
+        w.wait()
+    dist.barrier()
+    return True
+
+
+def mismatch_is_the_same_error_everywhere(different_kinds: bool):
+    """The last rank (on another host) calls something else; returns each rank's error."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    try:
+        if different_kinds and r == n - 1:
+            dist.broadcast(np.zeros(4, np.float32), src=0)
+        else:
+            dist.all_reduce(np.zeros(4 if r != n - 1 else 5, np.float32))
+    except dist.MismatchError as exc:
+        return str(exc)
+    raise AssertionError("no MismatchError")

@@ -1,0 +1,56 @@
+"""Worlds whose ranks pose as several hosts (``MESHCAST_HOST_ID``): shared memory inside
+each, Gloo over loopback between them. Every primitive against the NumPy oracle at
+2 hosts x 2 ranks, 3 hosts x 1 and 3 + 1; the real emulated hosts are tests/multihost."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshcast.testing.world import spawn_world
+
+from . import spanning_bodies as bodies
+
+pytestmark = pytest.mark.timeout(300)
+
+SHAPES = {"2x2": [0, 0, 1, 1], "3x1": [0, 1, 2], "3+1": [0, 0, 1, 0]}
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_primitive_across_hosts(shape):
+    out = spawn_world(bodies.every_primitive, len(SHAPES[shape]), hosts=SHAPES[shape],
+                      timeout=240)
+    assert all(o == out[0] for o in out), out
+    ran = out[0]
+    assert set(ran) == {"all_reduce", "reduce", "reduce_scatter", "broadcast", "all_gather",
+                        "gather", "scatter", "all_to_all"}, ran
+    if shape == "2x2":  # large calls on even hosts take the rails
+        assert "all_reduce/rails" in ran["all_reduce"], ran
+
+
+def test_every_family_when_forced():
+    out = spawn_world(bodies.every_primitive, 4, hosts=SHAPES["2x2"], timeout=240,
+                      families=("leader", "rails", "flat"))
+    assert {"all_reduce/leader", "all_reduce/rails", "all_reduce/flat"} <= set(
+        out[0]["all_reduce"]), out[0]
+
+
+@pytest.mark.parametrize("shape", ["2x2", "3+1"])
+def test_uneven_pieces_and_array_shapes(shape):
+    spawn_world(bodies.uneven_and_shapes, len(SHAPES[shape]), hosts=SHAPES[shape], timeout=120)
+
+
+@pytest.mark.parametrize("shape", ["2x2", "3x1"])
+def test_point_to_point_objects_subgroups_async(shape):
+    spawn_world(bodies.p2p_objects_groups_async, len(SHAPES[shape]), hosts=SHAPES[shape],
+                timeout=120)
+
+
+@pytest.mark.parametrize("different_kinds", [False, True])
+def test_mismatch_across_hosts_is_the_same_error_on_every_rank(different_kinds):
+    out = spawn_world(bodies.mismatch_is_the_same_error_everywhere, 4, hosts=SHAPES["2x2"],
+                      timeout=120, different_kinds=different_kinds)
+    assert len(set(out)) == 1, out
+    if different_kinds:
+        assert "broadcast" in out[0] and "all_reduce" in out[0], out[0]
+    else:
+        assert "count=4" in out[0] and "count=5" in out[0], out[0]
