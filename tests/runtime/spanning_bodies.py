@@ -108,7 +108,7 @@ def uneven_and_shapes():
     dist.all_gather(outs, ins[r])
     _eq(np.concatenate(outs), np.concatenate(ins), "uneven all_gather")
     gl = [np.empty(c, np.int32) for c in counts] if r == 0 else None
-    dist.gather(ins[r], gl, dst=n - 1 if False else 0)
+    dist.gather(ins[r], gl, dst=0)
     if r == 0:
         _eq(np.concatenate(gl), np.concatenate(ins), "uneven gather")
     out = np.empty(counts[r], np.int32)
@@ -145,14 +145,14 @@ def p2p_objects_groups_async():
         got = set()
         for _ in range(n - 1):
             b = np.empty(3, np.int64)
-            src = dist.recv(b)
+            src = dist.recv(b, tag=11)
             _eq(b, np.full(3, src), f"recv from any ({src})")
             got.add(src)
         assert got == set(range(1, n)), got
     else:
-        dist.send(np.full(3, r, np.int64), 0)
-    ops_ = [dist.P2POp(dist.isend, np.full(4, r, np.int32), right),
-            dist.P2POp(dist.irecv, b2 := np.empty(4, np.int32), left)]
+        dist.send(np.full(3, r, np.int64), 0, tag=11)
+    ops_ = [dist.P2POp(dist.isend, np.full(4, r, np.int32), right, tag=12),
+            dist.P2POp(dist.irecv, b2 := np.empty(4, np.int32), left, tag=12)]
     for w in dist.batch_isend_irecv(ops_):
         w.wait()
     _eq(b2, np.full(4, left), "batch_isend_irecv")

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import TransportError
 from ..ops import ReduceOp
-from .interhost import COLL_TAG, Engine, HostComm, Request, remaining
+from .interhost import COLL_TAG, Engine, HostComm, Request
 
 
 def _mpi() -> Any:
@@ -33,14 +33,23 @@ def _mpi() -> Any:
 
 
 class _MpiRequest(Request):
-    __slots__ = ("req", "keep", "status")
+    __slots__ = ("req", "keep", "status", "expect")
 
-    def __init__(self, req: Any, *keep: Any) -> None:
+    def __init__(self, req: Any, *keep: Any, expect: int = -1) -> None:
         self.req, self.keep = req, keep  # the buffers must outlive the operation
         self.status = _mpi().Status()
+        self.expect = expect  # a receive's size: MPI accepts shorter messages silently
 
     def test(self) -> bool:
-        return bool(self.req.Test(self.status))
+        if not self.req.Test(self.status):
+            return False
+        if self.expect >= 0:
+            got = self.status.Get_count(_mpi().BYTE)
+            if got != self.expect:
+                raise TransportError(
+                    f"received {got} bytes from rank {self.status.Get_source()} into a buffer "
+                    f"of {self.expect}: the sender's and receiver's sizes differ")
+        return True
 
     def source(self) -> int | None:
         return self.status.Get_source()
@@ -86,7 +95,8 @@ class MpiComm(HostComm):
     def _irecv(self, buf: np.ndarray, peer: int | None, tag: int) -> Request:
         MPI = _mpi()
         return _MpiRequest(self.comm.Irecv([buf, MPI.BYTE],
-                                           MPI.ANY_SOURCE if peer is None else peer, tag), buf)
+                                           MPI.ANY_SOURCE if peer is None else peer, tag), buf,
+                           expect=buf.nbytes)
 
     def _allreduce(self, w: np.ndarray, op: ReduceOp, deadline: float, what: str) -> bool:
         # MPI's predefined ops on its basic types; bool (logical ops), complex MIN/MAX and
@@ -140,4 +150,4 @@ class MpiEngine(Engine):
         return f"mpi ({self.version})"
 
 
-__all__ = ["MpiComm", "MpiEngine", "remaining"]
+__all__ = ["MpiComm", "MpiEngine"]

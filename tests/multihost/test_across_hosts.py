@@ -1,0 +1,37 @@
+"""meshcast across emulated hosts (network namespaces, tests/multihost/hosts.py): the tour
+in each launch style, every primitive against the oracle over MPI between hosts, and the
+bytes really crossing the emulated link."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .hosts import run_job, traffic
+
+pytestmark = pytest.mark.timeout(240)
+
+ROOT = Path(__file__).resolve().parents[2]
+TOUR = str(ROOT / "examples" / "tour.py")
+EVERY = str(Path(__file__).parent / "scripts" / "every_primitive.py")
+
+
+@pytest.mark.parametrize("style", ["mpiexec", "meshcast", "torchrun"])
+def test_tour_in_every_launch_style(two_hosts, style):
+    env = {"MESHCAST_IFNAME": "eth0"}
+    r = run_job(two_hosts, style, 2, [TOUR], env=env, timeout=180)
+    assert r.returncode == 0, r.describe()
+    engine = "mpi" if style == "mpiexec" else "gloo"
+    assert f"{engine} (" in r.describe() and "on 2 hosts" in r.describe(), r.describe()
+
+
+@pytest.mark.parametrize("per_host", [2, [1, 1, 1], [3, 1]], ids=["2x2", "3x1", "3+1"])
+def test_every_primitive_over_mpi(emulated_hosts, per_host):
+    hosts = emulated_hosts(2 if per_host == 2 or per_host == [3, 1] else 3)
+    before = traffic(hosts, hosts.hosts[1])
+    r = run_job(hosts, "mpiexec", per_host, [EVERY], timeout=200)
+    assert r.returncode == 0, r.describe()
+    assert "every primitive: ok" in r.describe(), r.describe()
+    after = traffic(hosts, hosts.hosts[1])
+    assert after[0] - before[0] > 1 << 20, (before, after)  # data crossed the link
