@@ -244,7 +244,7 @@ def _env_handler(url: str, rank: int, world_size: int, timeout: float) -> tuple[
             "MASTER_PORT to the address rank 0 can listen on (e.g. 127.0.0.1 and a free "
             "port), or start the job with `meshcast run`, torchrun, mpiexec or srun")
     if (launch.local_world_size is not None and launch.local_world_size != world_size
-            and _mpi_importable()):
+            and _mpi_world_is(rank, world_size)):
         return _mpi_bootstrap(rank, world_size, timeout), rank, world_size
     if launch.local_world_size is None or launch.local_world_size != world_size:
         local = ("an unknown number" if launch.local_world_size is None
@@ -258,10 +258,15 @@ def _env_handler(url: str, rank: int, world_size: int, timeout: float) -> tuple[
     return _bulletin(launch, rank, world_size, timeout), rank, world_size
 
 
-def _mpi_importable() -> bool:
+def _mpi_world_is(rank: int, world_size: int) -> bool:
+    """mpi4py imports and MPI's COMM_WORLD is this job (not a singleton, say)."""
     import importlib.util
 
-    return importlib.util.find_spec("mpi4py") is not None
+    if importlib.util.find_spec("mpi4py") is None:
+        return False
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD.Get_rank() == rank and MPI.COMM_WORLD.Get_size() == world_size
 
 
 def listen_address() -> str:
