@@ -270,7 +270,37 @@ class P2PWork(Work):
         return super().exception()
 
 
-class ProcessGroup:
+class GroupRanks:
+    """Rank bookkeeping shared by every kind of group (``_rank``, ``_size``,
+    ``_group_rank_of``, ``global_ranks`` and ``group_name`` set by the subclass)."""
+
+    _rank: int
+    _size: int
+    _group_rank_of: dict[int, int]
+    global_ranks: list[int]
+    group_name: str
+
+    def rank(self) -> int:
+        """This process's rank within the group."""
+        return self._rank
+
+    def size(self) -> int:
+        """Number of ranks in the group."""
+        return self._size
+
+    def group_rank(self, global_rank: int) -> int:
+        """Group rank of ``global_rank`` (raises ValueError if it is not a member)."""
+        try:
+            return self._group_rank_of[global_rank]
+        except KeyError:
+            raise ValueError(f"rank {global_rank} is not in {self.group_name}") from None
+
+    def global_rank(self, group_rank: int) -> int:
+        """Global rank of group rank ``group_rank``."""
+        return self.global_ranks[group_rank]
+
+
+class ProcessGroup(GroupRanks):
     """A group of ranks that run collectives together.
 
     Use :func:`meshcast.new_group` to make one; the default group is made by
@@ -305,27 +335,6 @@ class ProcessGroup:
 
         self.tuned = tuned_collectives(config.get("MESHCAST_ALGO"))
         self.small = SmallCalls(self)  # the cached lane for tiny synchronous calls
-
-    # ------------------------------------------------------------------- ranks
-
-    def rank(self) -> int:
-        """This process's rank within the group."""
-        return self._rank
-
-    def size(self) -> int:
-        """Number of ranks in the group."""
-        return self._size
-
-    def group_rank(self, global_rank: int) -> int:
-        """Group rank of ``global_rank`` (raises ValueError if it is not a member)."""
-        try:
-            return self._group_rank_of[global_rank]
-        except KeyError:
-            raise ValueError(f"rank {global_rank} is not in {self.group_name}") from None
-
-    def global_rank(self, group_rank: int) -> int:
-        """Global rank of group rank ``group_rank``."""
-        return self.global_ranks[group_rank]
 
     def __repr__(self) -> str:
         return f"<ProcessGroup {self.group_name} rank {self._rank}/{self._size}>"

@@ -40,7 +40,7 @@ from .algorithms.hierarchical import Layout
 from .buffers import Buffer, store_back, working_copy
 from .engine import Engine
 from .errors import MismatchError, usage
-from .group import ProcessGroup
+from .group import GroupRanks, ProcessGroup
 from .transport.interhost import HostComm, Request
 from .work import Work
 
@@ -113,7 +113,7 @@ class _Ctx:
         self.p2p = self.flat = group.flat.bind(deadline, what)
 
 
-class HostSpanningGroup:
+class HostSpanningGroup(GroupRanks):
     """A group of ranks on several hosts (see the module docstring).
 
     Attributes:
@@ -145,27 +145,6 @@ class HostSpanningGroup:
         self.last_algorithm: str | None = None
         self.store = local.store
         self._forced = _forced_families(config.get("MESHCAST_ALGO"))
-
-    # ------------------------------------------------------------------- ranks
-
-    def rank(self) -> int:
-        """This process's rank within the group."""
-        return self._rank
-
-    def size(self) -> int:
-        """Number of ranks in the group."""
-        return self._size
-
-    def group_rank(self, global_rank: int) -> int:
-        """Group rank of ``global_rank`` (raises ValueError if it is not a member)."""
-        try:
-            return self._group_rank_of[global_rank]
-        except KeyError:
-            raise ValueError(f"rank {global_rank} is not in {self.group_name}") from None
-
-    def global_rank(self, group_rank: int) -> int:
-        """Global rank of group rank ``group_rank``."""
-        return self.global_ranks[group_rank]
 
     def algorithm_names(self, kind: str) -> tuple[str, ...]:
         """The ``algorithm=`` names a call of ``kind`` accepts on this group."""
@@ -421,17 +400,16 @@ class HostSpanningGroup:
         what = f"send #{next(self._p2p_seq)} to rank {self.global_ranks[dst]} (tag {tag})"
         data = np.ascontiguousarray(flat).reshape(-1).view(np.uint8)
         return self._p2p(what, lambda: self.flat._isend(data, dst, self.flat.user_tag(tag)),
-                         lambda: None, dst)
+                         lambda: None)
 
     def irecv(self, buf: Buffer, src: int | None, tag: int) -> Work:
         peer = "any rank" if src is None else f"rank {self.global_ranks[src]}"
         what = f"recv #{next(self._p2p_seq)} from {peer} (tag {tag})"
         data = buf.flat.view(np.uint8)
         return self._p2p(what, lambda: self.flat._irecv(data, src, self.flat.user_tag(tag)),
-                         buf.finish, src)
+                         buf.finish)
 
-    def _p2p(self, what: str, start: Callable[[], Request], after: Callable[[], None],
-             peer: int | None) -> Work:
+    def _p2p(self, what: str, start: Callable[[], Request], after: Callable[[], None]) -> Work:
         deadline = time.monotonic() + self.timeout
         try:
             req = start()

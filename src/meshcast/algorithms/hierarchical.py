@@ -49,6 +49,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..ops import ReduceOp, reduce_many
+from ._common import split as _pieces
 from ._plan import split_even
 
 #: Below this many bytes per rank the leader family wins (one exchange instead of two,
@@ -147,8 +148,8 @@ def choose(kind: str, layout: Layout, nbytes: int, forced: str | None) -> str:
     """The family that runs a call: ``forced`` if given, else by size and layout."""
     if forced:
         return forced
-    if kind in ("all_to_all", "gather", "scatter"):
-        return "leader" if kind != "all_to_all" else "flat"
+    if kind == "all_to_all":
+        return "flat"
     if (kind in ("all_reduce", "broadcast", "all_gather", "reduce_scatter")
             and layout.uniform and len(layout.hosts[0]) > 1 and nbytes >= RAILS_MIN_BYTES):
         return "rails"
@@ -165,8 +166,6 @@ def supports(kind: str, family: str, layout: Layout) -> str | None:
     if family == "rails" and not layout.uniform:
         return ("'rails' needs the same number of ranks on every host "
                 f"(this group has {[len(h) for h in layout.hosts]})")
-    if family == "flat" and kind == "barrier":
-        return None
     return None
 
 
@@ -181,14 +180,6 @@ def _combine(op: ReduceOp, dst: np.ndarray, parts: Sequence[np.ndarray]) -> None
         reduce_many(op, dst, [first, *parts[1:]])
     else:
         reduce_many(op, dst, list(parts))
-
-
-def _pieces(flat: np.ndarray, counts: Sequence[int]) -> list[np.ndarray]:
-    out, at = [], 0
-    for c in counts:
-        out.append(flat[at:at + c])
-        at += c
-    return out
 
 
 # ------------------------------------------------------------------ all_reduce
@@ -214,8 +205,10 @@ def all_reduce(ctx: Ctx, family: str, w: np.ndarray, op: ReduceOp) -> None:
         return
     ctx.local.reduce(w, op, 0)
     if ctx.leaders is not None:
-        _rail_all_reduce(ctx.leaders, w, op) if w.size >= RAILS_MIN_BYTES // w.itemsize \
-            else _allgather_reduce(ctx.leaders, w, op)
+        if w.nbytes >= RAILS_MIN_BYTES:
+            _rail_all_reduce(ctx.leaders, w, op)
+        else:
+            _allgather_reduce(ctx.leaders, w, op)
     ctx.local.broadcast(w, 0)
 
 
@@ -259,9 +252,7 @@ def broadcast(ctx: Ctx, family: str, w: np.ndarray, root: int) -> None:
         if lay.host != rh:
             ctx.local.all_gather(w, w[start:start + length].copy(), [c for _, c in spans])
         return
-    if ctx.leaders is not None:
-        if lay.host == rh and rl != 0:
-            pass  # the local broadcast above gave the leader the data already
+    if ctx.leaders is not None:  # on the root's host the local broadcast reached the leader
         ctx.leaders.bcast(w, rh)
     if lay.host != rh:
         ctx.local.broadcast(w, 0)

@@ -98,6 +98,10 @@ class HostComm:
     def _allreduce(self, w: np.ndarray, op: ReduceOp, deadline: float, what: str) -> bool:
         return False  # the engine has no native reduction for this (dtype, op)
 
+    def user_tag(self, tag: int) -> int:
+        """The engine's tag for a user's point-to-point ``tag`` (never :data:`COLL_TAG`)."""
+        return tag
+
     def close(self) -> None:
         pass
 
