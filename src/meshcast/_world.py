@@ -45,12 +45,16 @@ def host_id() -> str:
     forced = config.get("MESHCAST_HOST_ID")
     if forced:
         return forced if "/" in forced else f"{forced}/"
+    return f"{socket.gethostname()}/{_boot_id()}"
+
+
+def _boot_id() -> str:
+    """This boot of this machine (shared by containers and namespaces running on it)."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
+            return f.read().strip()
     except OSError:
-        boot = "?"
-    return f"{socket.gethostname()}/{boot}"
+        return socket.gethostname()
 
 
 def wait_for_ranks(store: Any, keys: Mapping[int, str], timeout: float, what: str,
@@ -257,7 +261,7 @@ def bring_up(store: Any, rank: int, size: int, timeout: float, backend: str,
     when the ranks run on several hosts, the inter-host engine (``internode``: see
     :func:`meshcast.transport.interhost.choose`)."""
     probe = np.frombuffer(os.urandom(16), np.uint8).copy()  # read by a peer to test CMA
-    me = {"host": host_id(), "pid": os.getpid(),
+    me = {"host": host_id(), "machine": _boot_id(), "pid": os.getpid(),
           "probe": [probe.ctypes.data, probe.tobytes().hex()]}
     store.set(f"meshcast/peer/{rank}", json.dumps(me))
     keys = [f"meshcast/peer/{r}" for r in range(size)]
@@ -282,7 +286,9 @@ def bring_up(store: Any, rank: int, size: int, timeout: float, backend: str,
     local = [r for r in range(size) if host_of[r] == host_of[rank]]
     pids = {r: peers[r]["pid"] for r in local}
     liveness = _sync.Liveness(pids)
-    _sync.spec().share_cores(len(local))
+    # Cores are the machine's, not the host's: emulated hosts (and containers) on one
+    # machine share them, and a spinning waiter would hold a core its peer needs.
+    _sync.spec().share_cores(sum(p.get("machine") == me["machine"] for p in peers))
     ring = config.get("MESHCAST_RING_BYTES")
     node_key = "meshcast/node" if len(hosts) == 1 else f"meshcast/node/{h}"
     if rank == local[0]:

@@ -10,14 +10,19 @@ composition (:mod:`meshcast.algorithms.hierarchical`) of
 * ``flat``: an inter-host communicator of every member (point-to-point, the
   collectives' own messages, and the whole-call ``flat`` family).
 
-Agreement. Every call starts with an exchange of fingerprints (kind, dtype,
-count, op, root, plus each rank's own piece size): gathered to each host's
-leader over shared memory, exchanged among the leaders in fixed-size cells
-(so a call of another kind or size on another host still matches the
-exchange), broadcast back inside each host. Every rank then holds every
-rank's fingerprint and raises the same :class:`MismatchError`, or learns the
-piece size of every rank (uneven all_gather, gather, scatter). No data moves
-before the ranks agree. The exchange doubles as the barrier.
+Agreement. Every call starts with an exchange of fixed-size slots: a
+fingerprint (kind, dtype, count, op, root), each rank's own piece size, and,
+when the call's data is small (``EAGER_BYTES``), the data itself. On hosts
+holding the same number of ranks each slot crosses hosts on its rank's rail
+and the host then all-gathers the rails' blocks; otherwise slots go through
+each host's leader (local gather, leaders' all-gather, local broadcast). The
+slot size never depends on the call, so ranks that disagree still exchange
+alike: every rank then holds every rank's fingerprint and raises the same
+:class:`MismatchError`, or learns the piece size of every rank (uneven
+all_gather, gather, scatter). No data moves before the ranks agree, except
+an *eager* call's, whose result every rank computes from the slots (in
+group-rank order, so bitwise alike everywhere): an 8-byte all_reduce crosses
+hosts once. The exchange doubles as the barrier.
 
 Calls run one at a time in call order on the group's :class:`Engine`
 (inline when idle, on its worker for ``async_op``), as on one host.
@@ -26,6 +31,7 @@ Calls run one at a time in call order on the group's :class:`Engine`
 from __future__ import annotations
 
 import itertools
+import struct
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -44,8 +50,16 @@ from .group import GroupRanks, ProcessGroup
 from .transport.interhost import HostComm, Request
 from .work import Work
 
-#: One fingerprint cell: the packed fingerprint, this rank's piece size and an aux word.
-CELL = FP_SIZE + 16
+#: One rank's slot in the agreement exchange: the packed fingerprint, this rank's piece
+#: size, an aux word, the size of the payload it carries (-1: none), then the payload.
+_WORDS = struct.Struct("<qqq")
+CELL = FP_SIZE + _WORDS.size
+#: Payload bytes a rank's slot carries. A call whose every rank's data fits (8 B
+#: all_reduce, a small broadcast...) is *eager*: its data rides in the agreement
+#: exchange, so it crosses hosts once instead of twice. The slot size is fixed, never
+#: the call's, so ranks that disagree about a call still exchange alike and see why.
+EAGER_BYTES = 200
+SLOT = CELL + EAGER_BYTES
 
 
 class LocalOps:
@@ -54,6 +68,33 @@ class LocalOps:
     def __init__(self, pg: ProcessGroup) -> None:
         self.pg = pg
         self.size = pg.size()
+        self._leader = pg.global_ranks[0]  # the tiny-call lane names roots by global rank
+        self._slots: tuple[np.ndarray, list[np.ndarray] | None] | None = None
+
+    def gather_slots(self, block: np.ndarray, slot: np.ndarray) -> None:
+        """The agreement's local phase: every rank's ``slot`` to the leader's ``block``."""
+        if self.size == 1:
+            block[:slot.nbytes] = slot
+            return
+        if self._slots is None or self._slots[0] is not block:
+            n = slot.nbytes
+            self._slots = (block, [block[i * n:(i + 1) * n] for i in range(self.size)]
+                           if self.pg.rank() == 0 else None)
+        outs = self._slots[1]
+        if not self.pg.small.gather(slot, outs, self._leader):
+            self.gather(outs, slot, 0)
+
+    def all_gather_slots(self, out: np.ndarray, mine: np.ndarray) -> None:
+        """The agreement's local phase by rails: every rank's block to every rank."""
+        if self.size == 1:
+            out[:] = mine
+        elif not self.pg.small.all_gather(out, mine):
+            self.all_gather(out, mine, [mine.size] * self.size)
+
+    def broadcast_table(self, table: np.ndarray) -> None:
+        """The agreement's last phase: the leader's ``table`` to every rank of the host."""
+        if self.size > 1 and not self.pg.small.broadcast(table, self._leader):
+            self.broadcast(table, 0)
 
     @staticmethod
     def _buf(a: np.ndarray) -> Buffer:
@@ -98,6 +139,14 @@ class LocalOps:
 
 def _nothing() -> None:
     pass
+
+
+_NO_BYTES = np.zeros(0, np.uint8)
+
+
+def _bytes_of(a: np.ndarray) -> np.ndarray:
+    """A contiguous array's bytes, as a flat uint8 view."""
+    return a.reshape(-1).view(np.uint8)
 
 
 class _Ctx:
@@ -145,6 +194,20 @@ class HostSpanningGroup(GroupRanks):
         self.last_algorithm: str | None = None
         self.store = local.store
         self._forced = _forced_families(config.get("MESHCAST_ALGO"))
+        # The agreement exchange's buffers (calls of a group run one at a time): by rails
+        # on hosts of one size (table: local index major), else through the leaders (host
+        # major, each host's block padded to the widest host's).
+        widest = max(len(h) for h in layout.hosts)
+        n_hosts = len(layout.hosts)
+        self._by_rails = layout.uniform and rail is not None
+        self._slot = np.zeros(SLOT, np.uint8)
+        self._slot_view = memoryview(self._slot)
+        self._block = np.zeros((n_hosts if self._by_rails else widest) * SLOT, np.uint8)
+        self._table = np.zeros(n_hosts * widest * SLOT, np.uint8)
+        where = {g: ((i * n_hosts + h) if self._by_rails else (h * widest + i)) * SLOT
+                 for h, members in enumerate(layout.hosts) for i, g in enumerate(members)}
+        self._row_offsets = [where[g] for g in range(self._size)]  # group-rank order
+        self._leaders = rail if layout.local == 0 else None
 
     def algorithm_names(self, kind: str) -> tuple[str, ...]:
         """The ``algorithm=`` names a call of ``kind`` accepts on this group."""
@@ -168,43 +231,81 @@ class HostSpanningGroup(GroupRanks):
         return hier.choose(kind, self.layout, nbytes, forced)
 
     def _call(self, fp: Fingerprint, mine: int, aux: int, async_op: bool,
-              body: Callable[[_Ctx, list[int], list[int]], None]) -> Work | None:
-        """Agree on ``fp`` with every rank, then run ``body(ctx, counts, auxes)``."""
+              body: Callable[[_Ctx, list[int], list[int]], None],
+              payload: np.ndarray | None = None,
+              eager: Callable[[list[np.ndarray], list[int], list[int]], None] | None = None
+              ) -> Work | None:
+        """Agree on ``fp`` with every rank, then run the call.
+
+        ``payload`` (this rank's data as bytes, or None when the call cannot be eager)
+        rides in the agreement exchange when it fits; if every rank's did, the call is
+        done by ``eager(rows, counts, auxes)`` (``rows``: every rank's payload, in
+        group-rank order), otherwise by ``body(ctx, counts, auxes)``.
+        """
         what = self._what(fp.kind, fp.seq)
 
         def job() -> None:
             deadline = time.monotonic() + self.timeout
-            ctx = _Ctx(self, deadline, what)
-            counts, auxes = self._agree(ctx, fp, mine, aux, what)
-            body(ctx, counts, auxes)
+            counts, auxes, rows = self._agree(fp, mine, aux, payload, deadline, what)
+            if rows is not None and eager is not None:
+                eager(rows, counts, auxes)
+            else:
+                body(_Ctx(self, deadline, what), counts, auxes)
 
         if async_op:
             return self.engine.submit(job, Work(what), inline=False)
         self.engine.call(job, what)
         return None
 
-    def _agree(self, ctx: _Ctx, fp: Fingerprint, mine: int, aux: int, what: str
-               ) -> tuple[list[int], list[int]]:
-        lay = self.layout
-        cell = np.zeros(CELL, np.uint8)
-        cell[:FP_SIZE] = np.frombuffer(fp.pack(), np.uint8)
-        cell[FP_SIZE:].view(np.int64)[:] = (mine, aux)
-        L = len(lay.hosts[lay.host])
-        block = np.empty(L * CELL, np.uint8) if lay.local == 0 else None
-        ctx.local.gather([block[i * CELL:(i + 1) * CELL] for i in range(L)]
-                         if block is not None else None, cell, 0)
-        table = np.empty(self._size * CELL, np.uint8)
-        if ctx.leaders is not None:
-            ctx.leaders.allgatherv(table, block, [len(h) * CELL for h in lay.hosts])
-        ctx.local.broadcast(table, 0)
-        fps: list[Fingerprint] = [fp] * self._size
-        counts, auxes = [0] * self._size, [0] * self._size
-        for i, g in enumerate(g for h in lay.hosts for g in h):
-            raw = table[i * CELL:(i + 1) * CELL]
-            fps[g] = Fingerprint.unpack(raw[:FP_SIZE].tobytes())
-            counts[g], auxes[g] = (int(v) for v in raw[FP_SIZE:].view(np.int64))
-        compare(fps, self.global_ranks, self.group_name)
-        return counts, auxes
+    def _agree(self, fp: Fingerprint, mine: int, aux: int, payload: np.ndarray | None,
+               deadline: float, what: str
+               ) -> tuple[list[int], list[int], list[np.ndarray] | None]:
+        """Every rank's (piece size, aux word), after checking that all fingerprints agree;
+        plus every rank's payload when every rank carried one (else None).
+
+        Runs on every call, so it is written for speed: plain bytes and struct, no
+        per-call objects beyond the table's one copy.
+        """
+        packed = fp.pack()
+        slot = self._slot_view
+        slot[:FP_SIZE] = packed
+        carried = -1
+        if payload is not None and payload.nbytes <= EAGER_BYTES:
+            carried = payload.nbytes
+            slot[CELL:CELL + carried] = payload
+        _WORDS.pack_into(slot, FP_SIZE, mine, aux, carried)
+        if self._by_rails:
+            # Every rank's slot crosses hosts on its own rail, then the host all-gathers
+            # the rails' blocks: one inter-host round and one local round, as few as a
+            # flat recursive doubling, with the local one on shared memory.
+            self.rail.allgather(self._block, self._slot, deadline, what)
+            self.local_ops.all_gather_slots(self._table, self._block)
+        else:  # hosts of different sizes: through each host's leader
+            self.local_ops.gather_slots(self._block, self._slot)
+            if self._leaders is not None:
+                self._leaders.allgather(self._table, self._block, deadline, what)
+            self.local_ops.broadcast_table(self._table)
+        table = self._table.tobytes()
+        counts, auxes, sizes = [], [], []
+        for at in self._row_offsets:
+            if table[at:at + FP_SIZE] != packed:
+                fps = [Fingerprint.unpack(table[o:o + FP_SIZE]) for o in self._row_offsets]
+                compare(fps, self.global_ranks, self.group_name)
+            count, word, size = _WORDS.unpack_from(table, at + FP_SIZE)
+            counts.append(count)
+            auxes.append(word)
+            sizes.append(size)
+        if min(sizes) < 0:
+            return counts, auxes, None
+        return counts, auxes, [np.frombuffer(table, np.uint8, size, at + CELL)
+                               for at, size in zip(self._row_offsets, sizes)]
+
+    def _eager_payload(self, kind: str, algorithm: str | None, data: np.ndarray
+                       ) -> np.ndarray | None:
+        """``data`` when the call may ride in the agreement (no family forced)."""
+        if algorithm or kind in self._forced or "*" in self._forced:
+            return None  # a forced family runs as asked, so that baselines stay measurable
+        return data
 
     def _mismatch(self, fp: Fingerprint, text: str) -> MismatchError:
         return MismatchError(f"{fp.kind} #{fp.seq} on {self.group_name}: {text}")
@@ -240,7 +341,8 @@ class HostSpanningGroup(GroupRanks):
         def body(ctx: _Ctx, counts: list[int], auxes: list[int]) -> None:
             self.last_algorithm = "barrier/agreement"  # the agreement is a full barrier
 
-        return self._call(fp, 0, 0, async_op, body)
+        return self._call(fp, 0, 0, async_op, body, _NO_BYTES,
+                          lambda rows, counts, auxes: body(None, counts, auxes))
 
     def broadcast(self, buf: Buffer, root: int, *, algorithm: str | None = None,
                   async_op: bool = False) -> Work | None:
@@ -252,36 +354,58 @@ class HostSpanningGroup(GroupRanks):
             hier.broadcast(ctx, family, buf.flat, root)
             buf.finish()
 
-        return self._call(fp, buf.count, 0, async_op, body)
+        def eager(rows: list[np.ndarray], counts: list[int], auxes: list[int]) -> None:
+            self.last_algorithm = "broadcast/eager"
+            if self._rank != root:
+                _bytes_of(buf.flat)[:] = rows[root]
+            buf.finish()
+
+        mine = _bytes_of(buf.flat) if self._rank == root else _NO_BYTES
+        return self._call(fp, buf.count, 0, async_op, body,
+                          self._eager_payload("broadcast", algorithm, mine), eager)
 
     def all_reduce(self, buf: Buffer, op: ops.ReduceOp, *, algorithm: str | None = None,
                    async_op: bool = False) -> Work | None:
         family = self._family("all_reduce", buf.nbytes, algorithm)
         fp = self._fp("all_reduce", dtype=buf.dtype_name, op=op.name, count=buf.count)
+        w, upcast = self._working(buf, op)
+        combine = ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op
 
         def body(ctx: _Ctx, counts: list[int], auxes: list[int]) -> None:
             self.last_algorithm = f"all_reduce/{family}"
-            w, upcast = self._working(buf, op)
-            hier.all_reduce(ctx, family, w, ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op)
+            hier.all_reduce(ctx, family, w, combine)
             self._finish_reduction(buf, w, upcast, op)
 
-        return self._call(fp, buf.count, 0, async_op, body)
+        def eager(rows: list[np.ndarray], counts: list[int], auxes: list[int]) -> None:
+            self.last_algorithm = "all_reduce/eager"
+            ops.reduce_many(combine, w, [r.view(w.dtype) for r in rows])
+            self._finish_reduction(buf, w, upcast, op)
+
+        return self._call(fp, buf.count, 0, async_op, body,
+                          self._eager_payload("all_reduce", algorithm, _bytes_of(w)), eager)
 
     def reduce(self, buf: Buffer, op: ops.ReduceOp, root: int, *, algorithm: str | None = None,
                async_op: bool = False) -> Work | None:
         family = self._family("reduce", buf.nbytes, algorithm)
         fp = self._fp("reduce", dtype=buf.dtype_name, op=op.name, root=root, count=buf.count)
+        w, upcast = self._working(buf, op)
+        combine = ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op
+        at_root = self._rank == root
 
         def body(ctx: _Ctx, counts: list[int], auxes: list[int]) -> None:
             self.last_algorithm = f"reduce/{family}"
-            w, upcast = self._working(buf, op)
-            if not upcast and self._rank != root:
-                w = w.copy()  # non-roots' data must stay as it was
-            hier.reduce(ctx, family, w, ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op,
-                        root)
-            self._finish_reduction(buf, w, upcast, op, holds_result=self._rank == root)
+            mine = w if upcast or at_root else w.copy()  # non-roots' data stays as it was
+            hier.reduce(ctx, family, mine, combine, root)
+            self._finish_reduction(buf, mine, upcast, op, holds_result=at_root)
 
-        return self._call(fp, buf.count, 0, async_op, body)
+        def eager(rows: list[np.ndarray], counts: list[int], auxes: list[int]) -> None:
+            self.last_algorithm = "reduce/eager"
+            if at_root:
+                ops.reduce_many(combine, w, [r.view(w.dtype) for r in rows])
+            self._finish_reduction(buf, w, upcast, op, holds_result=at_root)
+
+        return self._call(fp, buf.count, 0, async_op, body,
+                          self._eager_payload("reduce", algorithm, _bytes_of(w)), eager)
 
     def all_gather(self, out_flat: np.ndarray, in_flat: np.ndarray, counts: Sequence[int],
                    dtype_name: str, finish: Callable[[], None], *,
@@ -291,15 +415,27 @@ class HostSpanningGroup(GroupRanks):
         expected = list(counts)
         fp = self._fp("all_gather", dtype=dtype_name, extra=counts_hash(expected))
 
-        def body(ctx: _Ctx, got: list[int], auxes: list[int]) -> None:
+        def check(got: list[int]) -> None:
             if got != expected:
                 raise self._mismatch(fp, f"the output pieces expect counts {expected} but the "
                                          f"ranks passed inputs of {got} elements")
+
+        def body(ctx: _Ctx, got: list[int], auxes: list[int]) -> None:
+            check(got)
             self.last_algorithm = f"all_gather/{family}"
             hier.all_gather(ctx, family, out_flat, in_flat, expected)
             finish()
 
-        return self._call(fp, in_flat.size, 0, async_op, body)
+        def eager(rows: list[np.ndarray], got: list[int], auxes: list[int]) -> None:
+            check(got)
+            self.last_algorithm = "all_gather/eager"
+            if rows:
+                np.concatenate(rows, out=_bytes_of(out_flat))
+            finish()
+
+        return self._call(fp, in_flat.size, 0, async_op, body,
+                          self._eager_payload("all_gather", algorithm, _bytes_of(in_flat)),
+                          eager)
 
     def gather(self, out_pieces: Sequence[np.ndarray] | None, in_flat: np.ndarray, root: int,
                dtype_name: str, finish: Callable[[], None], *, algorithm: str | None = None,
@@ -309,16 +445,28 @@ class HostSpanningGroup(GroupRanks):
         fp = self._fp("gather", dtype=dtype_name, root=root)
         aux = counts_hash(expected_counts) if self._rank == root else 0
 
-        def body(ctx: _Ctx, counts: list[int], auxes: list[int]) -> None:
+        def check(counts: list[int], auxes: list[int]) -> None:
             if auxes[root] != counts_hash(counts):
                 raise self._mismatch(fp, f"the ranks' inputs hold {counts} elements, which "
                                          f"the root's gather_list does not match")
+
+        def body(ctx: _Ctx, counts: list[int], auxes: list[int]) -> None:
+            check(counts, auxes)
             self.last_algorithm = f"gather/{family}"
             outs = [p.reshape(-1) for p in out_pieces] if out_pieces else None
             hier.gather(ctx, family, outs, in_flat, counts, root)
             finish()
 
-        return self._call(fp, in_flat.size, aux, async_op, body)
+        def eager(rows: list[np.ndarray], counts: list[int], auxes: list[int]) -> None:
+            check(counts, auxes)
+            self.last_algorithm = "gather/eager"
+            if out_pieces:
+                for piece, row in zip(out_pieces, rows):
+                    _bytes_of(piece)[:] = row
+            finish()
+
+        return self._call(fp, in_flat.size, aux, async_op, body,
+                          self._eager_payload("gather", algorithm, _bytes_of(in_flat)), eager)
 
     def scatter(self, out_flat: np.ndarray, in_flat: np.ndarray | None, root: int,
                 dtype_name: str, finish: Callable[[], None], *, algorithm: str | None = None,
@@ -328,10 +476,13 @@ class HostSpanningGroup(GroupRanks):
         fp = self._fp("scatter", dtype=dtype_name, root=root)
         aux = counts_hash(expected_counts) if self._rank == root else 0
 
-        def body(ctx: _Ctx, counts: list[int], auxes: list[int]) -> None:
+        def check(counts: list[int], auxes: list[int]) -> None:
             if auxes[root] != counts_hash(counts):
                 raise self._mismatch(fp, f"the ranks' outputs hold {counts} elements, which "
                                          f"the root's scatter_list does not match")
+
+        def body(ctx: _Ctx, counts: list[int], auxes: list[int]) -> None:
+            check(counts, auxes)
             self.last_algorithm = f"scatter/{family}"
             ins = None
             if in_flat is not None:
@@ -340,7 +491,17 @@ class HostSpanningGroup(GroupRanks):
             hier.scatter(ctx, family, out_flat, ins, counts, root)
             finish()
 
-        return self._call(fp, out_flat.size, aux, async_op, body)
+        def eager(rows: list[np.ndarray], counts: list[int], auxes: list[int]) -> None:
+            check(counts, auxes)
+            self.last_algorithm = "scatter/eager"
+            isz = out_flat.itemsize
+            start = sum(counts[:self._rank]) * isz
+            _bytes_of(out_flat)[:] = rows[root][start:start + out_flat.nbytes]
+            finish()
+
+        mine = _bytes_of(in_flat) if in_flat is not None else _NO_BYTES
+        return self._call(fp, out_flat.size, aux, async_op, body,
+                          self._eager_payload("scatter", algorithm, mine), eager)
 
     def reduce_scatter(self, out_buf: Buffer, in_flat: np.ndarray, counts: Sequence[int],
                        op: ops.ReduceOp, finish: Callable[[], None], *,
@@ -350,23 +511,37 @@ class HostSpanningGroup(GroupRanks):
         expected = list(counts)
         fp = self._fp("reduce_scatter", dtype=out_buf.dtype_name, op=op.name,
                       extra=counts_hash(expected))
+        in_buf = Buffer(in_flat, out_buf.dtype_name, in_flat.shape, in_flat, staged=False)
+        w, upcast = self._working(in_buf, op)
+        combine = ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op
 
-        def body(ctx: _Ctx, got: list[int], auxes: list[int]) -> None:
+        def check(got: list[int]) -> None:
             if got != expected:
                 raise self._mismatch(fp, f"the input pieces expect counts {expected} but the "
                                          f"ranks passed outputs of {got} elements")
+
+        def body(ctx: _Ctx, got: list[int], auxes: list[int]) -> None:
+            check(got)
             self.last_algorithm = f"reduce_scatter/{family}"
-            in_buf = Buffer(in_flat, out_buf.dtype_name, in_flat.shape, in_flat, staged=False)
-            w, upcast = self._working(in_buf, op)
-            if not upcast:
-                w = w.copy()  # the input stays as the caller gave it
             out_w, _ = self._working(out_buf, op)
-            hier.reduce_scatter(ctx, family, out_w, w, expected,
-                                ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op)
+            hier.reduce_scatter(ctx, family, out_w, w if upcast else w.copy(), expected,
+                                combine)  # (a copy: the input stays as the caller gave it)
             self._finish_reduction(out_buf, out_w, out_w is not out_buf.flat, op)
             finish()
 
-        return self._call(fp, out_buf.count, 0, async_op, body)
+        def eager(rows: list[np.ndarray], got: list[int], auxes: list[int]) -> None:
+            check(got)
+            self.last_algorithm = "reduce_scatter/eager"
+            out_w, _ = self._working(out_buf, op)
+            start = sum(expected[:self._rank])
+            n = expected[self._rank]
+            ops.reduce_many(combine, out_w, [r.view(w.dtype)[start:start + n] for r in rows])
+            self._finish_reduction(out_buf, out_w, out_w is not out_buf.flat, op)
+            finish()
+
+        return self._call(fp, out_buf.count, 0, async_op, body,
+                          self._eager_payload("reduce_scatter", algorithm, _bytes_of(w)),
+                          eager)
 
     def all_to_all(self, out_flat: np.ndarray, in_flat: np.ndarray, send_counts: Sequence[int],
                    recv_counts: Sequence[int], dtype_name: str, finish: Callable[[], None], *,

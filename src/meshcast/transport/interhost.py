@@ -86,6 +86,9 @@ class HostComm:
                     send: list[int]) -> Request:
         raise NotImplementedError
 
+    def _iallgather(self, out: np.ndarray, mine: np.ndarray) -> Request:
+        return self._iallgatherv(out, mine, [mine.nbytes] * self.size)
+
     def _ibcast(self, buf: np.ndarray, root: int) -> Request:
         raise NotImplementedError
 
@@ -142,6 +145,11 @@ class HostComm:
             raise self.failure(what, exc) from exc
         self.wait(req, deadline, what)
 
+    def allgather(self, out: np.ndarray, mine: np.ndarray, deadline: float, what: str) -> None:
+        """``out`` (bytes) = every member's ``mine`` (bytes, all the same size), in member
+        order. Every call's agreement runs this: engines may override it with a leaner path."""
+        self.run(lambda: self._iallgather(out, mine), deadline, what)
+
     def bind(self, deadline: float, what: str) -> Bound:
         """This communicator for one call (see algorithms.hierarchical.Across)."""
         return Bound(self, deadline, what)
@@ -167,6 +175,10 @@ class Bound:
         c = self.comm
         c.run(lambda: c._iallgatherv(_bytes(out), _bytes(mine), [n * isz for n in counts]),
               self.deadline, self.what)
+
+    def allgather(self, out: np.ndarray, mine: np.ndarray) -> None:
+        """``out`` = every member's ``mine`` (all the same size), in member order."""
+        self.comm.allgather(_bytes(out), _bytes(mine), self.deadline, self.what)
 
     def alltoallv(self, out: np.ndarray, recv_counts: Sequence[int], inp: np.ndarray,
                   send_counts: Sequence[int]) -> None:

@@ -37,7 +37,8 @@ class _MpiRequest(Request):
 
     def __init__(self, req: Any, *keep: Any, expect: int = -1) -> None:
         self.req, self.keep = req, keep  # the buffers must outlive the operation
-        self.status = _mpi().Status()
+        # A status only where it is read (a receive's size and source).
+        self.status = _mpi().Status() if expect >= 0 else None
         self.expect = expect  # a receive's size: MPI accepts shorter messages silently
 
     def test(self) -> bool:
@@ -52,7 +53,7 @@ class _MpiRequest(Request):
         return True
 
     def source(self) -> int | None:
-        return self.status.Get_source()
+        return self.status.Get_source() if self.status is not None else None
 
 
 def _displs(counts: Sequence[int]) -> list[int]:
@@ -78,6 +79,20 @@ class MpiComm(HostComm):
         MPI = _mpi()
         return _MpiRequest(self.comm.Iallgatherv(
             [mine, MPI.BYTE], [out, (counts, _displs(counts)), MPI.BYTE]), out, mine)
+
+    def _iallgather(self, out: np.ndarray, mine: np.ndarray) -> Request:
+        return _MpiRequest(self.comm.Iallgather(mine, out), out, mine)
+
+    def allgather(self, out: np.ndarray, mine: np.ndarray, deadline: float, what: str) -> None:
+        # Every call's agreement: the request is tested right away (a small exchange
+        # among idle peers is often done by then), and no wrapper object is made.
+        try:
+            req = self.comm.Iallgather(mine, out)
+            if req.Test():
+                return
+        except Exception as exc:  # noqa: BLE001 - MPI's error, made ours
+            raise self.failure(what, exc) from exc
+        self.wait(_MpiRequest(req, out, mine), deadline, what)
 
     def _ialltoallv(self, out: np.ndarray, recv: list[int], inp: np.ndarray,
                     send: list[int]) -> Request:
