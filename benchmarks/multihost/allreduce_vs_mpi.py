@@ -20,13 +20,15 @@ SIZES = [8, 128 << 10, 2 << 20, 32 << 20]
 
 
 def timed(fn, reps: int) -> float:
-    samples = []
+    """Mean time per call over ``reps`` back-to-back calls (nccl-tests' loop), the slowest
+    rank's: a barrier between calls would time the ranks' skew, and MPICH's barrier
+    busy-polls the cores that oversubscribed ranks share."""
+    MPI.COMM_WORLD.Barrier()
+    t = time.perf_counter()
     for _ in range(reps):
-        MPI.COMM_WORLD.Barrier()
-        t = time.perf_counter()
         fn()
-        samples.append(time.perf_counter() - t)
-    return float(np.median(samples))
+    mine = (time.perf_counter() - t) / reps
+    return MPI.COMM_WORLD.allreduce(mine, op=MPI.MAX)
 
 
 def main() -> None:
@@ -37,7 +39,7 @@ def main() -> None:
     rows = []
     for nbytes in sizes:
         x = np.ones(nbytes // 4, np.float32)
-        reps = 30 if nbytes <= (128 << 10) else (10 if nbytes <= (2 << 20) else 4)
+        reps = 200 if nbytes <= (16 << 10) else (30 if nbytes <= (2 << 20) else 5)
         dist.all_reduce(x)  # warm: connections, pages
         comm.Allreduce(MPI.IN_PLACE, x)
         mc = timed(lambda x=x: dist.all_reduce(x), reps)

@@ -26,7 +26,9 @@ def parse_args(argv: Sequence[str] | None, library: str) -> argparse.Namespace:
     p.add_argument("--spec", required=True, help="the SweepSpec as JSON")
     p.add_argument("--rank", type=int, default=-1)
     p.add_argument("--world-size", type=int, default=-1)
-    p.add_argument("--init", default="", help="rendezvous (file path or URL)")
+    p.add_argument("--init", default="",
+                   help="rendezvous file; empty: the launcher's environment (env://), as "
+                        "under torchrun, mpiexec or meshcast run across hosts")
     p.add_argument("--symmetric", action="store_true",
                    help="meshcast only: buffers from meshcast.empty (symmetric memory)")
     return p.parse_args(argv)

@@ -34,8 +34,11 @@ class GlooComm:
 
         if not dist.is_gloo_available():
             raise RuntimeError("this torch build has no Gloo backend")
-        dist.init_process_group("gloo", init_method=f"file://{args.init}", rank=args.rank,
-                                world_size=args.world_size)
+        if args.init:
+            dist.init_process_group("gloo", init_method=f"file://{args.init}",
+                                    rank=args.rank, world_size=args.world_size)
+        else:  # started by torchrun (or another launcher that sets env://)
+            dist.init_process_group("gloo")
         self.torch = torch
         self.dist = dist
         self.rank = dist.get_rank()

@@ -32,8 +32,11 @@ class MeshcastComm:
     def __init__(self, args: argparse.Namespace) -> None:
         import meshcast as dist
 
-        dist.init_process_group(init_method=f"file://{args.init}", rank=args.rank,
-                                world_size=args.world_size)
+        if args.init:
+            dist.init_process_group(init_method=f"file://{args.init}", rank=args.rank,
+                                    world_size=args.world_size)
+        else:  # started by a launcher (meshcast run, torchrun, mpiexec): its environment
+            dist.init_process_group()
         self.dist = dist
         self.symmetric = bool(args.symmetric)
         if self.symmetric:
