@@ -58,7 +58,7 @@ import functools
 import threading
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -152,6 +152,18 @@ def _torch_error(exc: BaseException) -> BaseException:
     return err
 
 
+def _raise_for_torch(exc: BaseException) -> NoReturn:
+    """Raise :func:`_torch_error` of ``exc``.
+
+    A meshcast error arrives with its own message and traceback and nothing
+    chained. Anything else is a bug somewhere (a NumPy ``ValueError``...): it
+    stays chained as the cause, so its traceback, the only clue to where it
+    happened, is printed.
+    """
+    err = _torch_error(exc)
+    raise err from err.__cause__
+
+
 def _translated(method: Callable[..., Any]) -> Callable[..., Any]:
     """Raise meshcast's failures of a backend method as torch-style errors."""
 
@@ -160,7 +172,7 @@ def _translated(method: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return method(*args, **kwargs)
         except Exception as exc:
-            raise _torch_error(exc) from None
+            _raise_for_torch(exc)
 
     return wrapper
 
@@ -172,8 +184,6 @@ def _make_work_class() -> type:
     import torch
     import torch.distributed as dist
 
-    from ..group import P2PWork
-
     class MeshcastWork(dist.Work):
         """The ``torch.distributed.Work`` of one meshcast call (or several, coalesced).
 
@@ -181,14 +191,22 @@ def _make_work_class() -> type:
         ``get_future()`` is a ``torch.futures.Future`` whose value is the list
         of output tensors; ``_source_rank()`` gives the sender of a receive
         from any rank (a group rank).
+
+        ``p2p``: some of ``works`` are sends or receives. Those complete when
+        someone waits on them (or polls them), whatever the group: the
+        shared-memory ``P2PWork`` of one host and the inter-host engine's
+        request alike, so their future is settled by a waiter thread instead
+        of a completion callback.
         """
 
         def __init__(self, works: Sequence[Any], outputs: list[Any],
-                     group_rank_of: Callable[[int], int] | None = None) -> None:
+                     group_rank_of: Callable[[int], int] | None = None,
+                     p2p: bool = False) -> None:
             super().__init__()
             self._works = list(works)
             self._outputs = outputs
             self._group_rank_of = group_rank_of
+            self._p2p = p2p
             self._future: Any = None
             self._future_lock = threading.Lock()
 
@@ -198,7 +216,7 @@ def _make_work_class() -> type:
                 for w in self._works:
                     w.wait(seconds)
             except Exception as exc:
-                raise _torch_error(exc) from None
+                _raise_for_torch(exc)
             return True
 
         def is_completed(self) -> bool:
@@ -246,8 +264,8 @@ def _make_work_class() -> type:
                 else:
                     fut.set_exception(exc)
 
-            if any(isinstance(w, P2PWork) for w in self._works):
-                # A p2p Work completes when someone waits on it: do so off-thread.
+            if self._p2p:
+                # A send/receive completes when someone waits on it: do so off-thread.
                 def waiter() -> None:
                     for w in self._works:
                         try:
@@ -392,6 +410,7 @@ def _make_pg_class() -> type:
             self._name = ""
             self._desc = ""
             self._coalesced: list[Any] | None = None
+            self._coalesced_p2p = False
             self._closed = False
 
         # ----------------------------------------------------------- naming
@@ -427,12 +446,13 @@ def _make_pg_class() -> type:
                              writable=writable)
 
         def _done(self, works: Sequence[Any], outputs: list[Any],
-                  group_rank_of: Callable[[int], int] | None = None) -> Any:
+                  group_rank_of: Callable[[int], int] | None = None, p2p: bool = False) -> Any:
             # meshcast returns None for a synchronous call: it already succeeded.
             works = [w for w in works if w is not None]
             if self._coalesced is not None:
                 self._coalesced.extend(works)
-            return MeshcastWork(works, outputs, group_rank_of)
+                self._coalesced_p2p = self._coalesced_p2p or p2p
+            return MeshcastWork(works, outputs, group_rank_of, p2p)
 
         @staticmethod
         def _async(opts: Any) -> bool:
@@ -712,19 +732,19 @@ def _make_pg_class() -> type:
         def send(self, tensors: list[Any], dstRank: int, tag: int) -> Any:  # noqa: N803
             works = [self._group.isend(self._buf(t, "tensor", "send", writable=False).flat,
                                        dstRank, tag) for t in tensors]
-            return self._done(works, tensors)
+            return self._done(works, tensors, p2p=True)
 
         @_translated
         def recv(self, tensors: list[Any], srcRank: int, tag: int) -> Any:  # noqa: N803
             works = [self._group.irecv(self._buf(t, "tensor", "recv"), srcRank, tag)
                      for t in tensors]
-            return self._done(works, tensors, self._group.group_rank)
+            return self._done(works, tensors, self._group.group_rank, p2p=True)
 
         @_translated
         def recv_anysource(self, tensors: list[Any], tag: int) -> Any:
             works = [self._group.irecv(self._buf(t, "tensor", "recv"), None, tag)
                      for t in tensors]
-            return self._done(works, tensors, self._group.group_rank)
+            return self._done(works, tensors, self._group.group_rank, p2p=True)
 
         # ------------------------------------------------------- coalescing
 
@@ -732,11 +752,11 @@ def _make_pg_class() -> type:
             if self._coalesced is not None:
                 raise _torch_error(RuntimeError(
                     "meshcast: _start_coalescing called twice without _end_coalescing"))
-            self._coalesced = []
+            self._coalesced, self._coalesced_p2p = [], False
 
         def _end_coalescing(self, device: Any = None) -> Any:
             works, self._coalesced = self._coalesced or [], None
-            return MeshcastWork(works, [])
+            return MeshcastWork(works, [], p2p=self._coalesced_p2p)
 
         # ------------------------------------------------------------ admin
 
@@ -809,7 +829,7 @@ def _create_process_group(options: Any, backend_options: Any = None) -> Any:
                                      store=store)
             group.timeout = timeout
     except Exception as exc:
-        raise _torch_error(exc) from None
+        _raise_for_torch(exc)
     return _pg_class()(group, world, owns)
 
 
