@@ -181,6 +181,7 @@ def wait_until(
     liveness: PeerCheck | None = None,
     block: Callable[[float], None] | None = None,
     check_abort: Callable[[], None] | None = None,
+    yield_s: float | None = None,
 ) -> None:
     """Return once ``ready()`` is true; raise instead of hanging.
 
@@ -195,6 +196,10 @@ def wait_until(
             most ``timeout`` seconds (a futex wait or an Event wait). Without
             it, the third stage sleeps briefly instead.
         check_abort: raises if the group was aborted by another rank.
+        yield_s: how long stage 2 yields before stage 3 (default: the process's
+            setting). Engines that only progress while polled (MPI's non-blocking
+            collectives advance a step per ``MPI_Test``) keep yielding longer: a
+            sleeping waiter would stall its own transfer.
 
     Raises:
         CommTimeout: the deadline passed (names the ranks not heard from).
@@ -211,7 +216,7 @@ def wait_until(
         if ready():
             return
     # Stage 2: yield the core to whoever shares it.
-    yield_until = start + s.spin_s + s.yield_s
+    yield_until = start + s.spin_s + (s.yield_s if yield_s is None else yield_s)
     next_check = start + s.liveness_s
     while True:
         now = time.monotonic()

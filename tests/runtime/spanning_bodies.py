@@ -176,14 +176,17 @@ def p2p_objects_groups_async():
     return True
 
 
-def mismatch_is_the_same_error_everywhere(different_kinds: bool):
-    """The last rank (on another host) calls something else; returns each rank's error."""
+def mismatch_is_the_same_error_everywhere(different_kinds: bool, odd_count: int = 5):
+    """The last rank (on another host) calls something else; returns each rank's error.
+
+    ``odd_count``: its count when the kinds agree (5000: its data is too large to ride in
+    the agreement while the others' rides: the exchange must still line up)."""
     r, n = dist.get_rank(), dist.get_world_size()
     try:
         if different_kinds and r == n - 1:
             dist.broadcast(np.zeros(4, np.float32), src=0)
         else:
-            dist.all_reduce(np.zeros(4 if r != n - 1 else 5, np.float32))
+            dist.all_reduce(np.zeros(4 if r != n - 1 else odd_count, np.float32))
     except dist.MismatchError as exc:
         return str(exc)
     raise AssertionError("no MismatchError")

@@ -45,12 +45,14 @@ def test_point_to_point_objects_subgroups_async(shape):
                 timeout=120)
 
 
-@pytest.mark.parametrize("different_kinds", [False, True])
-def test_mismatch_across_hosts_is_the_same_error_on_every_rank(different_kinds):
-    out = spawn_world(bodies.mismatch_is_the_same_error_everywhere, 4, hosts=SHAPES["2x2"],
-                      timeout=120, different_kinds=different_kinds)
+@pytest.mark.parametrize("different_kinds,odd_count,shape", [
+    (False, 5, "2x2"), (True, 5, "2x2"), (False, 5000, "2x2"), (False, 5000, "3+1")])
+def test_mismatch_across_hosts_is_the_same_error_on_every_rank(different_kinds, odd_count,
+                                                               shape):
+    out = spawn_world(bodies.mismatch_is_the_same_error_everywhere, 4, hosts=SHAPES[shape],
+                      timeout=120, different_kinds=different_kinds, odd_count=odd_count)
     assert len(set(out)) == 1, out
     if different_kinds:
         assert "broadcast" in out[0] and "all_reduce" in out[0], out[0]
     else:
-        assert "count=4" in out[0] and "count=5" in out[0], out[0]
+        assert "count=4" in out[0] and f"count={odd_count}" in out[0], out[0]

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from .. import _sync
-from ..errors import CommTimeout, InvalidUsage, TransportError
+from ..errors import CommTimeout, InvalidUsage, PeerGoneError, TransportError
 from ..ops import ReduceOp
 
 ENGINES = ("mpi", "gloo")
@@ -56,9 +56,11 @@ class Request:
         """Member index of the sender of a completed receive from any member."""
         return None
 
-    #: Engines whose requests only progress inside a blocking wait (Gloo's send and
-    #: recv) set this to ``block(seconds)``, which raises on failure or timeout.
-    block: Callable[[float], None] | None = None
+    #: Engines whose requests only progress inside a blocking wait (Gloo) set this to
+    #: ``block(seconds) -> bool``: wait at most ``seconds``, True once complete (then
+    #: as :meth:`test` would), False if not yet; raises the engine's error on failure.
+    #: It is called again and again, a liveness interval at a time.
+    block: Callable[[float], bool] | None = None
 
 
 class HostComm:
@@ -71,6 +73,12 @@ class HostComm:
     """
 
     engine = "?"
+    #: The job's :class:`~meshcast._hostwatch.HostWatch` when the job spans hosts (the
+    #: world sets it on every communicator it makes): waits check the hosts' heartbeats.
+    watch: Any = None
+    #: How long a wait polls (yielding the core between polls) before it sleeps between
+    #: polls; None: the process's setting (see meshcast._sync.wait_until).
+    poll_s: float | None = None
 
     def __init__(self, ranks: Sequence[int], rank: int, name: str) -> None:
         self.ranks = tuple(ranks)
@@ -111,26 +119,77 @@ class HostComm:
     # -- waiting ----------------------------------------------------------------
     def wait(self, req: Request, deadline: float, what: str,
              peers: Callable[[], Sequence[int]] | None = None) -> None:
-        """Wait for ``req``; raise CommTimeout (or the engine's error) instead of hanging."""
-        if req.block is not None:
-            try:
-                req.block(max(deadline - time.monotonic(), 0.001))
-            except Exception as exc:  # noqa: BLE001 - the engine's own error, made ours
-                if time.monotonic() >= deadline:
-                    raise CommTimeout(f"{what} [{self.engine} {self.name}]: timed out "
-                                      f"({exc})", waiting_on=self.ranks) from None
-                raise self.failure(what, exc) from exc
-            return
+        """Wait for ``req``; raise instead of hanging.
+
+        With a :attr:`watch` (the job spans hosts), every liveness interval the
+        wait also checks the hosts it waits on: a lost host, or a failure
+        another rank announced, ends it within ``MESHCAST_LIVENESS_S``-scale
+        time, where the engine alone would wait out the deadline (a host whose
+        link is down resets no connection).
+
+        Args:
+            req: the engine's request.
+            deadline: ``time.monotonic()`` by which it must complete.
+            what: the call, for messages.
+            peers: the global ranks not heard from yet (default: every member).
+
+        Raises:
+            CommTimeout: ``deadline`` passed.
+            PeerGoneError: a member's host is lost, or the job's failure notice is out
+                (names the host and its ranks).
+            TransportError: the engine failed; it names the lost host when the watch
+                finds one soon after (a killed host's resets arrive before its heartbeat
+                is missed).
+        """
+        describe = lambda: f"{what} [{self.engine} {self.name}]"  # noqa: E731
+        pending = peers or (lambda: self.ranks)
         try:
-            _sync.wait_until(req.test, deadline=deadline,
-                             describe=lambda: f"{what} [{self.engine} {self.name}]",
-                             pending=peers or (lambda: self.ranks))
+            if req.block is not None:
+                self._block(req, deadline, describe, pending)
+            else:
+                _sync.wait_until(req.test, deadline=deadline, describe=describe,
+                                 pending=pending, liveness=self.watch, yield_s=self.poll_s)
         except CommTimeout:
             raise
         except TransportError:
             raise
         except Exception as exc:  # noqa: BLE001 - the engine's own error, made ours
-            raise self.failure(what, exc) from exc
+            raise self._explained(what, exc) from exc
+
+    def _block(self, req: Request, deadline: float, describe: Callable[[], str],
+               pending: Callable[[], Sequence[int]]) -> None:
+        """Wait on an engine that progresses only inside its own blocking wait (Gloo), in
+        slices of one liveness interval with the hosts' checks between them."""
+        assert req.block is not None
+        step = _sync.spec().liveness_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                waiting_on = sorted(pending())
+                raise CommTimeout(f"{describe()}: timed out; not heard from rank(s) "
+                                  f"{waiting_on}", waiting_on=waiting_on)
+            if req.block(min(left, step)):
+                return
+            if self.watch is not None:
+                self.watch.check(pending(), describe())
+
+    def _explained(self, what: str, exc: BaseException) -> TransportError:
+        """The engine's error ``exc``, made ours. A lost host resets its connections
+        before its heartbeat is missed, so the watch gets ``lost_after`` seconds to say
+        which host is gone; without an answer, the failure is announced to the other
+        hosts (they may not see it themselves)."""
+        watch = self.watch
+        if watch is None:
+            return self.failure(what, exc)
+        found = watch.explain(self.ranks, watch.lost_after + 3 * watch.interval)
+        if found is not None:
+            text, peer = found
+            return PeerGoneError(f"{what} [{self.engine} {self.name}]: {text} (the "
+                                 f"{self.engine} engine said: {exc})", peer=peer)
+        error = self.failure(what, exc)
+        watch.publish(f"rank {self.ranks[self.rank]} on host {watch.names[watch.me]} failed: "
+                      f"{error}", None)
+        return error
 
     def failure(self, what: str, exc: BaseException) -> TransportError:
         return TransportError(f"{what}: the {self.engine} engine between hosts failed on "
