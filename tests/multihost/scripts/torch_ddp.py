@@ -1,0 +1,76 @@
+"""DDP training under torchrun on several hosts: ``torch_ddp.py BACKEND OUTDIR``.
+
+Trains the same model under a few DDP configurations with ``BACKEND`` ("meshcast" or
+"gloo"): every rank starts from its own seed (so DDP's initial broadcast from rank 0 has
+to cross the hosts), sees its own batches, and takes a few SGD steps. Each rank saves
+its final parameters, one flat float32 vector per configuration, to
+``OUTDIR/BACKEND-RANK.npz`` (the emulated hosts share the file system), and prints
+``RESULT {json}`` naming its host and the group torch runs on, so the test can compare
+ranks and backends value by value.
+"""
+
+import json
+import socket
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+STEPS = 5
+
+# The model's gradient is 77k float32 (300 KiB): one default bucket takes meshcast's
+# large-message path between hosts, the 50 KiB buckets its small-message one, several
+# all-reduces in flight at once.
+CONFIGS = {
+    "plain": {},
+    "small_buckets": {"bucket_cap_mb": 0.05},
+    "bucket_view": {"gradient_as_bucket_view": True, "bucket_cap_mb": 0.1},
+    "allreduce_hook": {"hook": default_hooks.allreduce_hook},
+}
+
+
+def net() -> torch.nn.Module:
+    return torch.nn.Sequential(
+        torch.nn.Linear(32, 256), torch.nn.ReLU(),
+        torch.nn.Linear(256, 256), torch.nn.ReLU(),
+        torch.nn.Linear(256, 10))
+
+
+def train(rank: int, config: dict) -> np.ndarray:
+    kw = dict(config)
+    hook = kw.pop("hook", None)
+    torch.manual_seed(rank)  # different on every rank: DDP broadcasts rank 0's
+    model = DDP(net(), **kw)
+    if hook is not None:
+        model.register_comm_hook(None, hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    g = torch.Generator().manual_seed(1000 + rank)
+    for _ in range(STEPS):
+        x, y = torch.randn(16, 32, generator=g), torch.randint(0, 10, (16,), generator=g)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
+
+
+def main() -> None:
+    backend, outdir = sys.argv[1], Path(sys.argv[2])
+    torch.use_deterministic_algorithms(True)
+    dist.init_process_group(backend)
+    rank = dist.get_rank()
+    params = {name: train(rank, config) for name, config in CONFIGS.items()}
+    np.savez(outdir / f"{backend}-{rank}.npz", **params)
+    world = dist.group.WORLD
+    print("RESULT " + json.dumps({
+        "backend": backend, "rank": rank, "size": dist.get_world_size(),
+        "host": socket.gethostname(),
+        "group": repr(getattr(world, "meshcast_group", world))}), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
