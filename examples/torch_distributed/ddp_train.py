@@ -1,4 +1,4 @@
-"""Train a small classifier with DistributedDataParallel on meshcast.
+r"""Train a small classifier with DistributedDataParallel on meshcast.
 
 DDP all-reduces the gradients in buckets during ``backward()``, overlapping
 communication with the rest of the backward pass; every rank sees a
@@ -8,6 +8,15 @@ identical. Run with::
     torchrun --nproc-per-node 4 examples/torch_distributed/ddp_train.py
     meshcast run -n 4 examples/torch_distributed/ddp_train.py
     meshcast run -n 4 examples/torch_distributed/ddp_train.py --backend gloo   # to compare
+
+On two machines, one torchrun on each (shared memory inside each machine, Gloo
+between them; tests/multihost/test_torch_across_hosts.py runs this on emulated
+hosts)::
+
+    node0$ torchrun --nnodes 2 --node-rank 0 --nproc-per-node 4 --master-addr node0 \
+               --master-port 29500 examples/torch_distributed/ddp_train.py
+    node1$ torchrun --nnodes 2 --node-rank 1 --nproc-per-node 4 --master-addr node0 \
+               --master-port 29500 examples/torch_distributed/ddp_train.py
 """
 
 import argparse
