@@ -3,7 +3,8 @@
 Issue 12, item 5: DDP trained on meshcast across the hosts ends with Gloo's parameters
 (within float tolerance) and identical on every rank; the collectives torch calls give
 NumPy's result across the hosts through the torch API; the tutorial snippets of
-``examples/torch_distributed`` (the README's torch section) run there.
+``examples/torch_distributed`` (the README's torch section) run there; meshcast groups
+under a Gloo default group span the hosts too.
 
 Two torchrun jobs at 2 hosts x 2 ranks, shared by the tests of this module (each torch
 job across hosts costs 10-20 s of start-up on the 2-core machine, most of it importing
@@ -105,6 +106,18 @@ def test_ddp_matches_gloo(jobs):
         diff = float(np.abs(mesh[0][config] - gloo[0][config]).max())
         assert diff <= 1e-6, f"{config}: meshcast differs from gloo by {diff}"
         assert mesh[0][config].size == 76810, mesh[0][config].size
+
+
+def test_meshcast_groups_under_a_gloo_default_group(jobs):
+    # The Gloo job then makes new_group(backend="meshcast") over all ranks and over 1, 2.
+    groups = {r["rank"]: r["groups"] for r in jobs.ok("gloo").records()
+              if r.get("meshcast_under") == "gloo"}
+    assert sorted(groups) == list(range(N)), jobs.results["gloo"].describe()
+    for rank, described in groups.items():
+        assert len(described) == (2 if rank in (1, 2) else 1), described
+        assert all(d.startswith("<HostSpanningGroup") for d in described), described
+        if rank in (1, 2):
+            assert "on 2 hosts (1+1)" in described[1], described
 
 
 def _values(out: str, pattern: str) -> dict[int, str]:

@@ -6,7 +6,8 @@ to cross the hosts), sees its own batches, and takes a few SGD steps. Each rank 
 its final parameters, one flat float32 vector per configuration, to
 ``OUTDIR/BACKEND-RANK.npz`` (the emulated hosts share the file system), and prints
 ``RESULT {json}`` naming its host and the group torch runs on, so the test can compare
-ranks and backends value by value.
+ranks and backends value by value. Under another backend than meshcast it then checks
+meshcast groups made with ``new_group(backend="meshcast")`` across the hosts.
 """
 
 import json
@@ -57,6 +58,30 @@ def train(rank: int, config: dict) -> np.ndarray:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
 
 
+def meshcast_groups_under_another_backend(rank: int, n: int) -> list[str]:
+    """``new_group(backend="meshcast")`` under a default group of another backend.
+
+    Each such group brings up a World of its own (its ranks only): over every rank,
+    and over ranks 1 and 2 (one on each host at 2x2). Returns the meshcast groups'
+    descriptions; a wrong value raises AssertionError.
+    """
+    from torch_collectives import data, same
+
+    everyone = dist.new_group(backend="meshcast")
+    t = data(rank, 70_000, seed=30)
+    dist.all_reduce(t, group=everyone)
+    same("all_reduce on new_group(backend='meshcast')", t,
+         sum(data(r, 70_000, seed=30).double().numpy() for r in range(n)))
+    pair = dist.new_group([1, 2], backend="meshcast")
+    if rank in (1, 2):
+        u = data(rank, 5, seed=31)
+        dist.broadcast(u, src=2, group=pair)
+        same("broadcast on new_group([1, 2], backend='meshcast')", u, data(2, 5, seed=31))
+    dist.barrier()
+    return [repr(g.meshcast_group) for g in (everyone, pair) if g is not None
+            and g != dist.GroupMember.NON_GROUP_MEMBER]
+
+
 def main() -> None:
     backend, outdir = sys.argv[1], Path(sys.argv[2])
     torch.use_deterministic_algorithms(True)
@@ -69,6 +94,10 @@ def main() -> None:
         "backend": backend, "rank": rank, "size": dist.get_world_size(),
         "host": socket.gethostname(),
         "group": repr(getattr(world, "meshcast_group", world))}), flush=True)
+    if backend != "meshcast":
+        groups = meshcast_groups_under_another_backend(rank, dist.get_world_size())
+        print("RESULT " + json.dumps({"rank": rank, "meshcast_under": backend,
+                                      "groups": groups}), flush=True)
     dist.destroy_process_group()
 
 
