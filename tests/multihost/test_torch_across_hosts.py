@@ -53,10 +53,13 @@ class Jobs:
         return r
 
     def params(self, backend: str) -> list[dict[str, np.ndarray]]:
-        self.ok(backend)
+        """Every rank's trained parameters (saved before the Gloo job's meshcast-group
+        checks, so a failure there does not hide this comparison)."""
         loaded = []
         for rank in range(N):
-            with np.load(self.out / f"{backend}-{rank}.npz") as f:
+            path = self.out / f"{backend}-{rank}.npz"
+            assert path.exists(), f"{path} missing\n{self.results[backend].describe()}"
+            with np.load(path) as f:
                 loaded.append({c: f[c] for c in f.files})
         return loaded
 

@@ -10,6 +10,7 @@ ranks and backends value by value. Under another backend than meshcast it then c
 meshcast groups made with ``new_group(backend="meshcast")`` across the hosts.
 """
 
+import datetime
 import json
 import socket
 import sys
@@ -85,7 +86,8 @@ def meshcast_groups_under_another_backend(rank: int, n: int) -> list[str]:
 def main() -> None:
     backend, outdir = sys.argv[1], Path(sys.argv[2])
     torch.use_deterministic_algorithms(True)
-    dist.init_process_group(backend)
+    # A hang becomes an error naming the call within the test's time (torch's default: 30 min).
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=30))
     rank = dist.get_rank()
     params = {name: train(rank, config) for name, config in CONFIGS.items()}
     np.savez(outdir / f"{backend}-{rank}.npz", **params)

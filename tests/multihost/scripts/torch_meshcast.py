@@ -5,10 +5,11 @@ start-up on the 2-core machine):
 
 1. prints ``RESULT {"group": ...}``: which meshcast group torch runs on (the test
    checks it really spans the hosts);
-2. the collectives torch calls, against NumPy (torch_collectives.py), then
+2. DDP training exactly as ``torch_ddp.py meshcast OUTDIR`` does (parameters saved to
+   ``OUTDIR/meshcast-RANK.npz``, compared by the test with the Gloo job's), first, so
+   that a failed check below does not hide the comparison;
+3. the collectives torch calls, against NumPy (torch_collectives.py), then
    ``RESULT {"collectives": [...]}``;
-3. DDP training exactly as ``torch_ddp.py meshcast OUTDIR`` does (parameters saved to
-   ``OUTDIR/meshcast-RANK.npz``, compared by the test with the Gloo job's);
 4. the tutorial snippets of examples/torch_distributed, each example's ``run(rank,
    world_size)`` on the default group, as their ``__main__`` blocks do (their printed
    lines are checked by the test), then ``RESULT {"tutorial": "done"}``.
@@ -53,11 +54,11 @@ def main() -> None:
     record(host=socket.gethostname(), size=size,
            group=repr(dist.group.WORLD.meshcast_group))
 
-    record(collectives=torch_collectives.check_all(rank, size))
-
     params = {name: torch_ddp.train(rank, config) for name, config in torch_ddp.CONFIGS.items()}
     np.savez(outdir / f"meshcast-{rank}.npz", **params)
     record(ddp="saved")
+
+    record(collectives=torch_collectives.check_all(rank, size))
 
     for name in TUTORIAL:
         spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
