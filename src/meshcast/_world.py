@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from . import _sync, config
+from ._hostwatch import HostLiveness, HostWatch
 from .errors import CommTimeout, RendezvousError
 from .group import ProcessGroup
 from .transport import cma
@@ -127,6 +128,7 @@ class World:
     node_segment: Segment
     host_of: list[str] = field(default_factory=list)  # host id of every global rank
     internode: Any = None  # the inter-host engine (transport.interhost.Engine), if any
+    hostwatch: HostWatch | None = None  # heartbeats between hosts, if the job spans several
     default_group: Any = None  # ProcessGroup, or HostSpanningGroup across hosts
     groups: list[Any] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
@@ -167,13 +169,16 @@ class World:
         members = [ranks[g] for g in layout.hosts[layout.host]]
         # The host's members form a group of their own: its id must be unique among this
         # host's groups only (bit 31 is above every other id) and its keys per host.
+        # Its waits also watch the group's other hosts: a rank waiting there on its
+        # leader, who waits on a lost host, must not wait out the whole timeout.
+        watched = (HostLiveness(self.liveness, self.hostwatch, ranks)
+                   if self.hostwatch is not None else None)
         local = self._shm_group((1 << 31) | group_id, members,
                                 f"{name} on {_hostname(self.host_of[self.rank])}", store,
-                                f"meshcast/group/{group_id}/host/{layout.host}")
-        assert self.internode is not None
-        flat = self.internode.comm(ranks, self.rank, f"{group_id}/flat")
+                                f"meshcast/group/{group_id}/host/{layout.host}", watched)
+        flat = self._comm(ranks, f"{group_id}/flat")
         rail_members = [ranks[g] for g in layout.rail(layout.local)]
-        rail = (self.internode.comm(rail_members, self.rank, f"{group_id}/rail{layout.local}")
+        rail = (self._comm(rail_members, f"{group_id}/rail{layout.local}")
                 if len(rail_members) > 1 else None)
         return HostSpanningGroup(
             group_id=group_id, name=name, global_ranks=ranks, rank=layout.me, layout=layout,
@@ -181,8 +186,16 @@ class World:
             engine_name=self.internode.describe(),
             hostnames=[_hostname(self.host_of[ranks[h[0]]]) for h in layout.hosts])
 
+    def _comm(self, ranks: list[int], key: str) -> Any:
+        """An inter-host communicator whose waits check the hosts' heartbeats."""
+        assert self.internode is not None
+        comm = self.internode.comm(ranks, self.rank, key)
+        comm.watch = self.hostwatch
+        return comm
+
     def _shm_group(self, group_id: int, ranks: list[int], name: str, store: Any,
-                   key: str) -> ProcessGroup:
+                   key: str, liveness: _sync.Liveness | None = None) -> ProcessGroup:
+        liveness = self.liveness if liveness is None else liveness
         n = len(ranks)
         me = ranks.index(self.rank)
         slot = config.get("MESHCAST_SLOT_BYTES")
@@ -206,10 +219,10 @@ class World:
                 if me == 0:
                     segment.seal()
         self.segments.append(segment)
-        arena = Arena(segment, me, n, slot, ranks, self.liveness, name)
+        arena = Arena(segment, me, n, slot, ranks, liveness, name)
         return ProcessGroup(group_id=group_id, name=name, global_ranks=ranks, rank=me,
                             transport=self.transport, arena=arena, timeout=self.timeout,
-                            liveness=self.liveness, store=store)
+                            liveness=liveness, store=store)
 
     def exit_barrier(self) -> None:
         """Keep a rank-hosted store alive until every other rank has left (or died).
@@ -219,6 +232,8 @@ class World:
         still talking to the store would fail (pytorch#67204). Ranks that exit
         without ``destroy_process_group`` are waited for until they die.
         """
+        if self.hostwatch is not None and self.hostwatch.cut_off:
+            return  # the store does not answer this host: every request would block
         try:
             self.store.set(f"meshcast/exit/{self.rank}", b"1")
         except Exception:  # noqa: BLE001 - the store may already be gone
@@ -239,6 +254,8 @@ class World:
             pending.pop(0)
 
     def close(self) -> None:
+        if self.hostwatch is not None:
+            self.hostwatch.close(left=True)  # leaving on purpose: not a lost host
         for group in self.groups:
             group.shutdown()
         self.transport.close()
@@ -315,23 +332,43 @@ def bring_up(store: Any, rank: int, size: int, timeout: float, backend: str,
     world = World(rank=rank, size=size, store=store, timeout=timeout, backend=backend,
                   liveness=liveness, transport=transport, node_segment=segment,
                   host_of=host_of)
+    if len(hosts) > 1:
+        world.hostwatch = HostWatch(store, rank, host_of)
+        world.hostwatch.start()
     try:
         if engine_name is not None:
             from .transport import interhost
 
             world.internode = interhost.open_engine(engine_name, store=store, rank=rank,
-                                                    size=size, timeout=timeout)
+                                                    size=size, timeout=timeout,
+                                                    watch=world.hostwatch)
         world.default_group = world.make_group(0, list(range(size)), "WORLD")
     except BaseException:
+        if world.hostwatch is not None:
+            world.hostwatch.close()  # failing, not leaving: the other hosts must not wait on us
         world.close()
         raise
     if world.internode is not None and rank == 0:
-        counts = [host_of.count(h) for h in hosts]
-        print(f"meshcast: {size} ranks on {len(hosts)} hosts "
-              f"({', '.join(f'{_hostname(h)}: {c}' for h, c in zip(hosts, counts))}); "
-              f"shared memory inside each host, {world.internode.describe()} between hosts",
+        # Which ranks each host holds: a launcher's failure summary may name only a host
+        # and a pid (Hydra's does), and a lost host's ranks are named by host too.
+        where = "; ".join(
+            f"{_hostname(h)}: ranks {_spans([r for r in range(size) if host_of[r] == h])}"
+            for h in hosts)
+        print(f"meshcast: {size} ranks on {len(hosts)} hosts ({where}); shared memory inside "
+              f"each host, {world.internode.describe()} between hosts",
               file=sys.stderr, flush=True)
     return world
+
+
+def _spans(ranks: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``."""
+    runs: list[list[int]] = []
+    for r in ranks:
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _hostname(host: str) -> str:

@@ -65,12 +65,14 @@ Style "meshcast": one launcher per host, started on that host:
   run_job makes one. Node 0's launcher hosts the store on master-addr:port; node 1 may
   start first (tested with node 0 started 8 s late). 2x2 start+finish of a trivial
   script: 1.0-1.3 s. Output lines are prefixed "[rank N]: ".
-- Uneven hosts do NOT work: each launcher computes WORLD_SIZE = nnodes * its own
-  --nproc-per-node, so [3, 1] gives WORLD_SIZE 6 on node 0 and 2 on node 1 with
-  overlapping ranks, and exits 0 if the script does not communicate. run_job refuses it
-  (see UNEVEN_STYLES).
-- A failed node does not stop the other node's workers (each launcher only watches its
-  own); run_job kills the rest ``after_failure`` seconds after the first failure.
+- Uneven hosts work: the launchers meet through the store before starting workers
+  (meshcast/run/nodes.py) and agree on WORLD_SIZE and each node's first rank, so [3, 1]
+  gives ranks 0-2 on h0 and 3 on h1, WORLD_SIZE 4 everywhere. (Before that, each
+  launcher computed WORLD_SIZE = nnodes * its own --nproc-per-node.)
+- A failed node's launcher announces the failure to the other nodes' workers through
+  the store (meshcast/_hostwatch.py), which raise it; a node lost altogether is found by
+  the heartbeats. run_job still kills the rest ``after_failure`` seconds after the
+  first failure.
 - As of commit a24a86e, init_process_group() at 2 hosts x 2 meets every rank through the
   store, then raises TransportError "the ranks run on 2 hosts; ... The TCP engine is not
   available yet".
@@ -158,11 +160,9 @@ SUBNET = "10.232.0"
 _HERE = Path(__file__).resolve().parent
 FAKE_SSH = _HERE / "fake_ssh.py"
 STYLES = ("meshcast", "torchrun", "mpiexec")
-# Styles whose launcher takes a different process count per host. ``meshcast run`` does
-# not (yet): every launcher computes WORLD_SIZE = nnodes * its own --nproc-per-node and
-# RANK = node_rank * nproc + local_rank, so [3, 1] gives node 0 WORLD_SIZE 6 and node 1
-# WORLD_SIZE 2 with overlapping ranks, and nothing complains before the workers meet.
-UNEVEN_STYLES = {"torchrun", "mpiexec"}
+# Styles whose launcher takes a different process count per host (all three: ``meshcast
+# run``'s launchers agree on WORLD_SIZE and the ranks' offsets through the store).
+UNEVEN_STYLES = {"meshcast", "torchrun", "mpiexec"}
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{0,7}$")
 _BURST = "256kb"
 _LATENCY = "50ms"

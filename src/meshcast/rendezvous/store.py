@@ -300,6 +300,17 @@ class Store(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Release the store's resources. Idempotent; the default does nothing."""
 
+    def reconnect(self, timeout: float) -> Store | None:
+        """A new handle on the same keys with a connection and ``timeout`` of its own.
+
+        A thread that talks to the store on a schedule (heartbeats) uses one, so
+        that it never queues behind another thread's long ``wait`` and its own
+        requests give up after ``timeout`` seconds when the store stops answering.
+        The default returns ``None``: this store has no connection to duplicate
+        (its verbs are safe from several threads as they are).
+        """
+        return None
+
     def __enter__(self) -> Store:
         return self
 
@@ -391,6 +402,11 @@ class PrefixStore(Store):
     def set_timeout(self, timeout: float) -> None:
         """Set the underlying store's timeout (it is shared by every prefix)."""
         self._store.set_timeout(timeout)
+
+    def reconnect(self, timeout: float) -> Store | None:
+        """The same prefix on a new handle of the underlying store (see :meth:`Store.reconnect`)."""
+        inner = self._store.reconnect(timeout)
+        return None if inner is None else PrefixStore(self._prefix, inner)
 
     def __repr__(self) -> str:
         return f"PrefixStore({self._prefix!r}, {self._store!r})"

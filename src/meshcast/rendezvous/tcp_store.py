@@ -287,6 +287,10 @@ class _ServerCore:
         self.cond = threading.Condition()
         self.closing = False
         self.rejected = 0
+        # Addresses of peers that spoke the protocol but did not hold the secret: a
+        # node of this job started with another MESHCAST_SECRET, most likely (the
+        # launcher reports them instead of waiting out its rendezvous timeout).
+        self.refused: list[str] = []
         self.connections: set[socket.socket] = set()
         self.conn_lock = threading.Lock()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -362,6 +366,11 @@ class _ServerCore:
         client_nonce, client_mac = bytes(rest[:NONCE_BYTES]), bytes(rest[NONCE_BYTES:])
         expected = _mac(self.secret, b"client->server", server_nonce, client_nonce)
         if not hmac.compare_digest(client_mac, expected):
+            with contextlib.suppress(OSError, IndexError):
+                peer = conn.getpeername()[0]
+                with self.conn_lock:
+                    if len(self.refused) < 64:  # bounded: a stranger may keep trying
+                        self.refused.append(peer)
             conn.sendall(_VERDICT.pack(0, bytes(MAC_BYTES)))
             return False
         conn.sendall(_VERDICT.pack(1, _mac(self.secret, b"server->client", server_nonce,
@@ -633,6 +642,17 @@ class TCPStoreServer:
         """How many connections were dropped (failed handshake, bad frame, over capacity)."""
         return self._core.rejected
 
+    @property
+    def refused_peers(self) -> list[str]:
+        """Addresses of peers refused for not holding the secret (at most 64), oldest first.
+
+        Garbage, a wrong protocol or a stalled handshake are not listed: only a
+        meshcast client whose proof of the secret was wrong, i.e. a process of a
+        job started with another ``MESHCAST_SECRET``.
+        """
+        with self._core.conn_lock:
+            return list(self._core.refused)
+
     def close(self) -> None:
         """Stop serving: disconnect every client (they fail fast) and remove the key file.
 
@@ -714,6 +734,7 @@ class TCPStore(Store):
         self._broken: str | None = None
         self._closed = False
         self._server: TCPStoreServer | None = None
+        self._secret: bytes | None = None  # the one the handshake proved (for reconnect)
         deadline = time.monotonic() + self._timeout
         try:
             if is_master:
@@ -789,7 +810,21 @@ class TCPStore(Store):
         except BaseException:
             sock.close()
             raise
+        self._secret = secret
         return sock
+
+    def reconnect(self, timeout: float) -> TCPStore:
+        """A second client of the same server, with a connection and ``timeout`` of its own.
+
+        For a thread that must neither wait behind this connection's requests nor
+        hold them up (the cross-host heartbeats of :mod:`meshcast._hostwatch`):
+        every request of the new client gives up after ``timeout`` seconds.
+
+        Raises:
+            RendezvousError: the server cannot be reached within ``timeout``.
+            AuthenticationError: it no longer accepts the secret.
+        """
+        return TCPStore(self._host, self._port, timeout=timeout, secret=self._secret)
 
     def _derived_secret(self, sock: socket.socket) -> bytes:
         address = sock.getpeername()[0]

@@ -148,6 +148,15 @@ class TorchStore(Store):
     def num_keys(self) -> int:
         return int(self._call("TorchStore.num_keys", [], self._torch_store.num_keys))
 
+    def reconnect(self, timeout: float) -> TorchStore | None:
+        """A clone of the torch store (torch's ``Store.clone``: a new connection for a
+        ``TCPStore``) with ``timeout`` of its own; ``None`` where torch cannot clone it."""
+        try:
+            clone = self._torch_store.clone()
+        except (AttributeError, RuntimeError, self._dist.DistError):
+            return None
+        return TorchStore(clone, timeout)
+
     def __repr__(self) -> str:
         return f"TorchStore({type(self._torch_store).__name__})"
 

@@ -30,7 +30,10 @@ class LaunchConfig:
             program (``no_python=True``) every worker runs.
         args: arguments passed to the entrypoint untouched.
         nproc_per_node: workers started by this launcher.
-        nnodes: launchers (nodes) in the job; all start ``nproc_per_node``.
+        nnodes: launchers (nodes) in the job. Each starts its own
+            ``nproc_per_node`` (nodes may differ: the launchers agree on the world
+            size and each node's first rank through the store before any worker
+            starts, see :mod:`meshcast.run.nodes`).
         node_rank: index of this launcher's node, ``0 <= node_rank < nnodes``.
         master_addr: address of the job's store (node 0). ``None``: 127.0.0.1.
         master_port: port of the job's store. ``None``: a free port on a single
@@ -91,7 +94,8 @@ class LaunchConfig:
 
     @property
     def world_size(self) -> int:
-        """Workers in the whole job."""
+        """Workers in the whole job if every node starts as many as this one (the
+        launchers of several nodes agree on the real count through the store)."""
         return self.nnodes * self.nproc_per_node
 
     @property
@@ -108,5 +112,6 @@ class LaunchConfig:
         return host, DEFAULT_MASTER_PORT if self.multinode else 0
 
     def global_rank(self, local_rank: int) -> int:
-        """Global rank of this node's worker ``local_rank`` (nodes are homogeneous)."""
+        """Global rank of this node's worker ``local_rank`` if every node starts as many
+        as this one (see :attr:`world_size`)."""
         return self.node_rank * self.nproc_per_node + local_rank

@@ -12,6 +12,10 @@ One launcher runs per node. :func:`launch` goes through these steps:
    launcher, so the store outlives any worker (rank 0 dying does not take the
    rendezvous down with it). A single node binds 127.0.0.1 on port 0 and
    reads back the port the kernel chose: no pick-then-bind race.
+   With several nodes, every launcher then meets the others through the store
+   before it starts anything (:mod:`meshcast.run.nodes`): a node holding
+   another secret is refused there, and the nodes agree on the world size and
+   each node's first rank, so ``--nproc-per-node`` may differ per node.
 3. *Workers.* Each worker is ``python -m meshcast.run.worker ...`` in its own
    session (process group), so a signal to the group also reaches whatever
    the worker started. The bootstrap asks for SIGKILL on the launcher's
@@ -24,7 +28,13 @@ One launcher runs per node. :func:`launch` goes through these steps:
    SIGINT/SIGTERM/SIGHUP/SIGQUIT to the launcher) the remaining workers' groups
    get SIGTERM, then SIGKILL after the grace period, or at once on a second
    signal. Workers still running at that point are marked as stopped by the
-   launcher, so the summary never blames them for the root cause.
+   launcher, so the summary never blames them for the root cause. With
+   several nodes, the failure is first announced to every node (the job's
+   failure notice in the store, :mod:`meshcast._hostwatch`: the other nodes'
+   ranks raise it within a liveness interval instead of finding the loss
+   themselves), and the other workers get a short *drain* (about
+   ``lost_after``) to fail on their own, so that each one's own error, which
+   names the lost rank and host, is in the summary.
 6. *Summary and cleanup.* After output pumps drain, a failure summary goes to
    stderr (root cause with its traceback from the worker's error file, then
    the rest); the per-job temp dir and any ``meshcast-<run_id>-*`` segment
@@ -55,9 +65,11 @@ import uuid
 from dataclasses import dataclass
 from typing import IO, Any
 
+from .. import _hostwatch
 from .. import config as knobs
 from ..errors import RendezvousError, usage
 from .config import LaunchConfig
+from .nodes import NodeLayout, join_nodes
 from .worker import ErrorRecord, read_error_file
 
 # Signals the launcher forwards to its workers (torchrun's default set).
@@ -167,21 +179,27 @@ def worker_env(
     run_id: str,
     error_file: str,
     base: dict[str, str] | None = None,
+    layout: NodeLayout | None = None,
 ) -> dict[str, str]:
-    """Build the environment of worker ``local_rank`` (torchrun's contract plus meshcast's)."""
+    """Build the environment of worker ``local_rank`` (torchrun's contract plus meshcast's).
+
+    ``layout``: what the nodes agreed on (world size, this node's first rank); None
+    means every node starts ``config.nproc_per_node``.
+    """
     env = dict(os.environ if base is None else base)
-    rank = config.global_rank(local_rank)
+    rank = config.global_rank(local_rank) if layout is None else layout.first_rank + local_rank
+    world_size = config.world_size if layout is None else layout.world_size
     env.update(
         RANK=str(rank),
         LOCAL_RANK=str(local_rank),
-        WORLD_SIZE=str(config.world_size),
+        WORLD_SIZE=str(world_size),
         LOCAL_WORLD_SIZE=str(config.nproc_per_node),
         GROUP_RANK=str(config.node_rank),
         NODE_RANK=str(config.node_rank),
         GROUP_WORLD_SIZE=str(config.nnodes),
         ROLE_NAME="default",
         ROLE_RANK=str(rank),
-        ROLE_WORLD_SIZE=str(config.world_size),
+        ROLE_WORLD_SIZE=str(world_size),
         MASTER_ADDR=master[0],
         MASTER_PORT=str(master[1]),
         MESHCAST_SECRET=secret,
@@ -357,6 +375,8 @@ class _Job:
         self.failures: list[_Worker] = []  # in the order the launcher observed them
         self.signals: list[int] = []
         self.host = socket.gethostname()
+        self.layout = NodeLayout.single(config)
+        self.nodes: Any = None  # our connection to the store, with several nodes
         self._stopped = False
         self._all_pidfds = True
         self._pump = _OutputPump()
@@ -382,6 +402,12 @@ class _Job:
             if cfg.node_rank == 0:
                 store = host_store(host, port, secret)
                 port = store.port
+            if cfg.multinode:
+                self.nodes, self.layout = join_nodes(cfg, (host, port), secret,
+                                                     knobs.get("MESHCAST_TIMEOUT"), store)
+                # From here on the connection only announces failures: it must not
+                # block for long on a store that stopped answering.
+                self.nodes.set_timeout(_hostwatch.lost_after())
             self._start_workers((host, port), secret, tmpdir)
             return self._monitor()
         finally:
@@ -396,6 +422,8 @@ class _Job:
                     f"of this job: {', '.join(removed)}",
                     file=sys.stderr,
                 )
+            if self.nodes is not None:
+                self.nodes.close()
             if store is not None:
                 store.close()
             for w in self.workers:
@@ -410,11 +438,11 @@ class _Job:
         for local_rank in range(cfg.nproc_per_node):
             if self.signals:
                 return  # interrupted while starting: the monitor tears down
-            rank = cfg.global_rank(local_rank)
+            rank = self.layout.first_rank + local_rank
             worker = _Worker(local_rank, rank, os.path.join(tmpdir, f"error-rank-{rank}.json"))
             env = worker_env(
                 cfg, local_rank, master=master, secret=secret, run_id=self.run_id,
-                error_file=worker.error_file,
+                error_file=worker.error_file, layout=self.layout,
             )  # fmt: skip
             pipe = subprocess.PIPE if cfg.prefix_output else None
             worker.proc = subprocess.Popen(
@@ -495,6 +523,9 @@ class _Job:
 
     def _failed(self) -> int:
         root = self.failures[0]
+        if self.nodes is not None:
+            self._announce()
+            self._drain(_hostwatch.lost_after() + 4 * _hostwatch.interval())
         self._stop_workers()
         self._pump.close()
         print(self._summary(root), file=sys.stderr, flush=True)
@@ -511,6 +542,32 @@ class _Job:
         )
         self._stop_workers()
         return 128 + signum
+
+    def _announce(self) -> None:
+        """Publish this node's failed workers as the job's failure notice (other nodes'
+        ranks cannot see them: a rank's death is only visible on its own host)."""
+        parts = []
+        for w in self.failures:
+            assert w.returncode is not None
+            how = (f"died: {describe_exit(w.returncode)}" if w.returncode < 0
+                   else f"failed with exit code {w.returncode}")
+            record = read_error_file(w.error_file)
+            if record is not None and record.message:
+                how += f" ({record.message.splitlines()[0][:500]})"
+            parts.append(f"rank {w.rank} (local_rank {w.local_rank}) on host {self.host} {how}")
+        _hostwatch.publish_notice(self.nodes, "; ".join(parts), rank=self.failures[0].rank,
+                                  host=self.host, by=f"the launcher on {self.host}")
+
+    def _drain(self, seconds: float) -> None:
+        """Give the other workers up to ``seconds`` to end by themselves (they are told of
+        the failure and raise their own error, which the summary then shows)."""
+        deadline = time.monotonic() + seconds
+        while any(w.returncode is None for w in self.workers) and not self.signals:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._wait(remaining)
+            self._collect()
 
     # -- teardown --------------------------------------------------------------
 

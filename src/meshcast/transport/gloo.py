@@ -13,9 +13,14 @@ resolves to (torch's default), which on a machine whose name resolves to
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import datetime
 import os
+import queue
+import threading
 import warnings
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,17 +44,28 @@ def _tensor(a: np.ndarray) -> Any:
 
 
 class _GlooRequest(Request):
+    """A Gloo collective: its work completes in Gloo's threads, and a timed wait that
+    expires leaves it running, so waits block in Gloo's own wait (GIL released, no
+    polling: polling from Python costs an oversubscribed host the core Gloo's
+    threads need) one liveness interval at a time."""
+
     __slots__ = ("work", "keep", "after", "block")
 
     def __init__(self, work: Any, *keep: Any, after: Any = None) -> None:
         self.work, self.keep, self.after = work, keep, after
-        # Waits block in Gloo's own wait (GIL released, no polling): its send/recv
-        # complete only there (is_completed() stays False), and polling its collectives
-        # from Python costs an oversubscribed host the core Gloo's threads need.
         self.block = self._block
 
-    def _block(self, seconds: float) -> None:
-        self.work.wait(datetime.timedelta(seconds=seconds))
+    def _block(self, seconds: float) -> bool:
+        try:
+            self.work.wait(datetime.timedelta(seconds=seconds))
+        except RuntimeError:
+            if not self.work.is_completed():
+                return False  # the slice ran out; the work goes on
+            raise  # the work failed
+        self._finish()
+        return True
+
+    def _finish(self) -> None:
         if self.after is not None:
             self.after()
             self.after = None
@@ -58,9 +74,7 @@ class _GlooRequest(Request):
         if not self.work.is_completed():
             return False
         self.work.wait()  # raises the engine's error, if it failed
-        if self.after is not None:
-            self.after()
-            self.after = None
+        self._finish()
         return True
 
     def source(self) -> int | None:
@@ -68,6 +82,70 @@ class _GlooRequest(Request):
             return int(self.work._source_rank())
         except Exception:  # noqa: BLE001 - only receives from any rank have one
             return None
+
+
+class _GlooP2P(_GlooRequest):
+    """A Gloo send or receive. These complete only inside a blocking wait
+    (``is_completed()`` stays False until then), and a timed wait that expires
+    closes the pair to the peer for good ("Application timeout caused pair
+    closure"), so they cannot be waited on a slice at a time. One helper thread
+    blocks in the wait (Gloo's own timeout, the job's); the caller waits for
+    that thread, a liveness interval at a time, with the hosts' checks between."""
+
+    __slots__ = ("done", "error")
+
+    def __init__(self, work: Any, *keep: Any) -> None:
+        super().__init__(work, *keep)
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        _WAITERS.submit(self._wait)
+
+    def _wait(self) -> None:
+        try:
+            self.work.wait()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's wait
+            self.error = exc
+        self.done.set()
+
+    def _block(self, seconds: float) -> bool:
+        return self.done.wait(seconds) and self.test()
+
+    def test(self) -> bool:
+        if not self.done.is_set():
+            return False
+        if self.error is not None:
+            raise self.error
+        return True
+
+
+class _Waiters:
+    """Daemon threads that run blocking waits: an idle one takes the next, else a new
+    one starts, so a wait never queues behind another (a receive that completes only
+    after a later one must not wait for it). They stay for the next waits."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0  # threads blocked in (or about to block in) _jobs.get()
+
+    def submit(self, job: Any) -> None:
+        with self._lock:
+            if self._idle:
+                self._idle -= 1  # that thread is now promised this job
+                self._jobs.put(job)
+                return
+        threading.Thread(target=self._loop, args=(job,), daemon=True,
+                         name="meshcast-gloo-wait").start()
+
+    def _loop(self, job: Any) -> None:
+        while True:
+            job()
+            with self._lock:
+                self._idle += 1
+            job = self._jobs.get()
+
+
+_WAITERS = _Waiters()
 
 
 _NATIVE = {"SUM", "PRODUCT", "MIN", "MAX"}
@@ -110,12 +188,12 @@ class GlooComm(HostComm):
         return _GlooRequest(self.pg.broadcast([_tensor(buf)], opts), buf)
 
     def _isend(self, buf: np.ndarray, peer: int, tag: int) -> Request:
-        return _GlooRequest(self.pg.send([_tensor(buf)], peer, tag), buf)
+        return _GlooP2P(self.pg.send([_tensor(buf)], peer, tag), buf)
 
     def _irecv(self, buf: np.ndarray, peer: int | None, tag: int) -> Request:
         if peer is None:
-            return _GlooRequest(self.pg.recv_anysource([_tensor(buf)], tag), buf)
-        return _GlooRequest(self.pg.recv([_tensor(buf)], peer, tag), buf)
+            return _GlooP2P(self.pg.recv_anysource([_tensor(buf)], tag), buf)
+        return _GlooP2P(self.pg.recv([_tensor(buf)], peer, tag), buf)
 
     def _allreduce(self, w: np.ndarray, op: ReduceOp, deadline: float, what: str) -> bool:
         if w.dtype.kind not in "iuf" or (op.name not in _NATIVE and op is not ReduceOp.AVG):
@@ -129,8 +207,42 @@ class GlooComm(HostComm):
     def user_tag(self, tag: int) -> int:
         return tag if tag != COLL_TAG else tag + 1
 
+    def in_trouble(self) -> bool:
+        """A wait failed here, or a host of the job is lost: an operation may be in flight."""
+        return self.failed or (self.watch is not None and self.watch.reason(None) is not None)
+
     def close(self) -> None:
+        if self.pg is not None and self.in_trouble():
+            _abandon(self.pg)
         self.pg = None
+
+
+#: Every open GlooComm, for the exit hook.
+_OPEN: weakref.WeakSet[GlooComm] = weakref.WeakSet()
+
+
+def _abandon(pg: Any) -> None:
+    """Make sure ``pg`` is never destroyed.
+
+    ``~ProcessGroupGloo`` joins its worker threads, and a thread inside an operation
+    with a lost host returns only at Gloo's own timeout (the job's: minutes), so a
+    rank that has just raised "host X is lost" would hang on its way out, its
+    launcher would not see it fail, and nothing would be torn down. The process is
+    ending anyway; the kernel reclaims what the group holds. One extra reference
+    (never released) keeps the destructor from running, also during interpreter
+    finalization, which clears module globals.
+    """
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(pg))
+
+
+@atexit.register
+def _at_exit() -> None:
+    # A job whose ranks exit without destroy_process_group after a failure: their
+    # groups are freed during finalization, where the join above would block.
+    for comm in list(_OPEN):
+        if comm.pg is not None and comm.in_trouble():
+            _abandon(comm.pg)
+            comm.pg = None
 
 
 class GlooEngine(Engine):
@@ -155,7 +267,9 @@ class GlooEngine(Engine):
         opts._timeout = self.timeout
         pg = gloo(for_torch(self.store, f"meshcast/gloo/{key}/"), ranks.index(me), len(ranks),
                   opts)
-        return GlooComm(pg, ranks, ranks.index(me), key)
+        comm = GlooComm(pg, ranks, ranks.index(me), key)
+        _OPEN.add(comm)
+        return comm
 
     def describe(self) -> str:
         return f"gloo (torch {self.version}, interface {self.interface})"

@@ -26,9 +26,12 @@ says what to install.
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
+import sys
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -76,6 +79,9 @@ class HostComm:
     #: The job's :class:`~meshcast._hostwatch.HostWatch` when the job spans hosts (the
     #: world sets it on every communicator it makes): waits check the hosts' heartbeats.
     watch: Any = None
+    #: A wait on this communicator raised: its operation may still be in flight (on a
+    #: lost host, until the engine's own timeout), which engines heed when closing.
+    failed = False
     #: How long a wait polls (yielding the core between polls) before it sleeps between
     #: polls; None: the process's setting (see meshcast._sync.wait_until).
     poll_s: float | None = None
@@ -149,11 +155,11 @@ class HostComm:
             else:
                 _sync.wait_until(req.test, deadline=deadline, describe=describe,
                                  pending=pending, liveness=self.watch, yield_s=self.poll_s)
-        except CommTimeout:
-            raise
-        except TransportError:
+        except (CommTimeout, TransportError):
+            self.failed = True
             raise
         except Exception as exc:  # noqa: BLE001 - the engine's own error, made ours
+            self.failed = True
             raise self._explained(what, exc) from exc
 
     def _block(self, req: Request, deadline: float, describe: Callable[[], str],
@@ -334,15 +340,46 @@ def _missing(name: str) -> str:
     return f"init_process_group: inter-host engine {name!r} is not installed: {extra}"
 
 
-def open_engine(name: str, *, store: Any, rank: int, size: int, timeout: float) -> Engine:
-    """Start engine ``name`` for this process (collective over every rank of the job)."""
+def open_engine(name: str, *, store: Any, rank: int, size: int, timeout: float,
+                watch: Any = None) -> Engine:
+    """Start engine ``name`` for this process (collective over every rank of the job).
+
+    ``watch``: the job's :class:`~meshcast._hostwatch.HostWatch`; with MPI, a rank that
+    leaves after the watch saw a failure aborts the job instead of finalizing MPI
+    (see :func:`_abort_mpi_at_exit`).
+    """
     if name == "mpi":
         from .mpi import MpiEngine
 
-        return MpiEngine(rank, size)
+        engine = MpiEngine(rank, size)
+        if watch is not None:
+            atexit.register(_abort_mpi_at_exit, weakref.ref(watch), rank)
+        return engine
     from .gloo import GlooEngine
 
     return GlooEngine(store, rank, timeout)
+
+
+def _abort_mpi_at_exit(watch_ref: Callable[[], Any], rank: int) -> None:
+    """At exit, after the job lost a host or announced a failure: ``MPI_Abort`` instead
+    of the ``MPI_Finalize`` mpi4py would run next.
+
+    Measured with MPICH's Hydra on emulated hosts: when a host's link is down, ranks
+    that raise "host X is lost" and exit normally leave ``mpiexec`` waiting for the
+    unreachable host's proxy forever (its connection never closes), so the user's
+    launcher never returns; after ``MPI_Abort`` it exits at once, non-zero, with
+    Hydra's own summary. (A rank killed outright needs none of this: Hydra then
+    kills the whole job itself.)
+    """
+    watch = watch_ref()
+    if watch is None or not watch.failing:
+        return
+    print(f"meshcast: rank {rank} leaves a job that lost a host or failed across hosts: "
+          f"MPI_Abort instead of MPI_Finalize (which could wait for the lost host)",
+          file=sys.stderr, flush=True)
+    from mpi4py import MPI
+
+    MPI.COMM_WORLD.Abort(1)
 
 
 def remaining(deadline: float) -> float:
