@@ -21,8 +21,9 @@ spans hosts runs a :class:`HostWatch`: a daemon thread that, every
    host died; the engine between hosts failed) writes it there with
    ``compare_set``, so the first notice wins, and every waiting rank of every
    host raises it at its next check;
-3. while some wait asks (:meth:`HostWatch.check` was called in the last
-   :data:`ASKED_S` seconds), reads the other hosts' counters. A counter that has
+3. while the job waits between hosts (a wait started, or :meth:`HostWatch.check`
+   was called, in the last :data:`ASKED_S` seconds), reads the other hosts'
+   counters, one request per host. A counter that has
    not moved for :func:`lost_after` seconds (10 intervals, at least 1 s) means
    that host is lost: its ranks were killed or hang, or its link is down.
 
@@ -136,7 +137,7 @@ class HostWatch:
         self._conn_lock = threading.Lock()  # publish() from a failing thread shares it
         self._stop = threading.Event()
         self._changed = threading.Condition()
-        self._asked = 0.0
+        self.asked = 0.0  # when a wait last asked (waits between hosts set it as they start)
         self._contact = time.monotonic()  # last answer from the store
         self._seen: dict[int, tuple[int, float]] = {}  # host -> (counter, when it moved)
         self._lost: dict[int, str] = {}  # host -> why it is lost
@@ -161,7 +162,7 @@ class HostWatch:
         Raises:
             PeerGoneError: names the lost host and its ranks, or repeats the notice.
         """
-        self._asked = time.monotonic()
+        self.asked = time.monotonic()
         reason = self.reason(ranks)
         if reason is not None:
             text, peer = reason
@@ -172,6 +173,13 @@ class HostWatch:
         notice = self._notice
         if notice is not None and not self._published:
             return (f"{notice['text']} (reported by {notice['by']})", notice.get("rank"))
+        if self._cut_off is None and not self._stop.is_set():
+            # The thread may be stuck in a request rather than failing it: some store
+            # clients (torch's TCPStore under torchrun) never time out an ``add`` on a
+            # link that is down. Judged from here, silence is silence.
+            silent = time.monotonic() - self._contact
+            if silent > self.lost_after + self.interval:
+                self._declare_cut_off(silent, "no answer to the heartbeats")
         if self._cut_off is not None:
             return self._cut_off, self.ranks_of[self.host_of[0]][0]
         if self._lost:
@@ -188,7 +196,7 @@ class HostWatch:
         deadline = time.monotonic() + within
         with self._changed:
             while True:
-                self._asked = time.monotonic()
+                self.asked = time.monotonic()
                 found = self.reason(ranks)
                 left = deadline - time.monotonic()
                 if found is not None or left <= 0:
@@ -196,13 +204,22 @@ class HostWatch:
                 self._changed.wait(min(left, self.interval))
 
     def publish(self, text: str, rank: int | None) -> None:
-        """Tell every host about a failure they cannot see (see :func:`publish_notice`)."""
+        """Tell every host about a failure they cannot see (see :func:`publish_notice`).
+
+        Takes at most about ``lost_after`` seconds, whatever the store does.
+        """
         if self._published or self._notice is not None or self._cut_off is not None:
             return  # one notice per job; a cut-off host cannot reach the store anyway
-        with self._conn_lock:
-            conn = self._conn if self._conn is not None else self._store
+        if not self._conn_lock.acquire(timeout=self.lost_after):
+            return  # the thread is stuck in a request: the store is not answering
+        try:
+            conn = self._connection()
             self._published = publish_notice(conn, text, rank=rank,
                                              host=self.names[self.me], by=f"rank {self.rank}")
+        except (MeshcastError, OSError):
+            pass
+        finally:
+            self._conn_lock.release()
 
     @property
     def failing(self) -> bool:
@@ -267,7 +284,7 @@ class HostWatch:
             conn.add(f"{PREFIX}/beat/{self.me}", 1)
             if self._notice is None and conn.check([NOTICE_KEY]):
                 self._notice = _parse_notice(conn.get(NOTICE_KEY))
-            if time.monotonic() - self._asked > ASKED_S:
+            if time.monotonic() - self.asked > ASKED_S:
                 return
             now = time.monotonic()
             for h in range(len(self.names)):
@@ -299,13 +316,15 @@ class HostWatch:
                 pass
         silent = time.monotonic() - self._contact
         if silent > self.lost_after and self._cut_off is None:
-            h = self.host_of[0]
-            where = _store_address(self._store)
-            self._cut_off = (
-                f"the job's store{where} (with rank 0, on host {self.names[h]}: "
-                f"{_ranks_text(self.ranks_of[h])}) has not answered this host "
-                f"({self.names[self.me]}) for {silent:.1f} s: host {self.names[h]} is lost or "
-                f"this host is cut off from it ({exc})")
+            self._declare_cut_off(silent, str(exc))
+
+    def _declare_cut_off(self, silent: float, detail: str) -> None:
+        h = self.host_of[0]
+        self._cut_off = (
+            f"the job's store{_store_address(self._store)} (with rank 0, on host "
+            f"{self.names[h]}: {_ranks_text(self.ranks_of[h])}) has not answered this host "
+            f"({self.names[self.me]}) for {silent:.1f} s: host {self.names[h]} is lost or "
+            f"this host is cut off from it ({detail})")
 
 
 def _parse_notice(raw: bytes) -> dict:
@@ -321,6 +340,7 @@ def _parse_notice(raw: bytes) -> dict:
 def _store_address(store: Any) -> str:
     while hasattr(store, "underlying_store"):
         store = store.underlying_store
+    store = getattr(store, "torch_store", store)  # a TorchStore: torch's TCPStore has both
     host, port = getattr(store, "host", None), getattr(store, "port", None)
     if isinstance(host, str) and isinstance(port, int):
         return f" at {host}:{port}"
@@ -347,16 +367,22 @@ class HostLiveness(_sync.Liveness):
         self.ranks = tuple(ranks)
 
     def check(self, ranks: Iterable[int], what: str) -> None:
+        w = self.watch
+        w.check(self.ranks, what)  # a lost host or a notice first: the root cause
         try:
             super().check(ranks, what)
         except PeerGoneError as exc:
-            w = self.watch
+            # A rank of this host may have died of the very cause this rank's watch is
+            # about to see (the ranks of a cut-off host raise and exit one by one): give
+            # the watch a few intervals to say so before blaming that rank.
+            found = w.explain(self.ranks, 3 * w.interval)
+            if found is not None:
+                raise PeerGoneError(f"{what}: {found[0]}", peer=found[1]) from exc
             if exc.peer is not None:
                 w.publish(f"rank {exc.peer} on host {w.names[w.me]} exited (pid "
                           f"{self.pids.get(exc.peer)}; seen by rank {w.rank} in {what})",
                           exc.peer)
             raise
-        self.watch.check(self.ranks, what)
 
 
 __all__ = ["HostLiveness", "HostWatch", "lost_after", "publish_notice"]

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from .hosts import EmulatedHosts, JobResult, job_commands, run_job
+from .hosts import EmulatedHosts, JobResult, job_commands, kill_namespace_processes, run_job
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -51,6 +51,8 @@ SETTLE_S = 15.0
 class Faulted:
     """What a job did around its fault."""
 
+    style: str
+    fault: str
     result: JobResult
     t_fault: float  # time.time() just before the fault
     ended: float  # seconds from the fault until every launcher had returned
@@ -102,7 +104,8 @@ def _records(out: Path, kind: str) -> dict[int, dict]:
 
 def faulted_job(hosts: EmulatedHosts, style: str, fault: str, out: Path) -> Faulted:
     """Run fault_job.py at 2 hosts x 2 ranks; once every rank is in its loop, SIGKILL
-    every rank of the second host (``"kill"``) or take its link down (``"link"``)."""
+    every rank of the second host (``"kill"``), every process there, launcher included
+    (``"crash"``), or take its link down (``"link"``)."""
     out.mkdir()
     victim = hosts.hosts[1]
     box: dict[str, JobResult] = {}
@@ -121,10 +124,12 @@ def faulted_job(hosts: EmulatedHosts, style: str, fault: str, out: Path) -> Faul
             time.sleep(0.02)
         ready = _records(out, "ready")
         t_fault = time.time()
-        if fault == "kill":  # the whole host's ranks at once, as a crash would
+        if fault == "kill":  # the host's ranks at once
             for rec in ready.values():
                 if rec["host"] == victim:
                     os.kill(rec["pid"], signal.SIGKILL)
+        elif fault == "crash":  # nobody is left there to tell: only the heartbeats can
+            kill_namespace_processes([Path("/run/netns") / victim, hosts.uts_file(victim)])
         else:
             hosts.link(victim, False)
         thread.join()
@@ -136,7 +141,12 @@ def faulted_job(hosts: EmulatedHosts, style: str, fault: str, out: Path) -> Faul
             hosts.link(victim, True)
         hosts.kill_all()  # only if the test is failing is there anything to kill
         thread.join()
-    return Faulted(box["r"], t_fault, ended, ready, _records(out, "error"), left, shm)
+    f = Faulted(style, fault, box["r"], t_fault, ended, ready, _records(out, "error"), left,
+                shm)
+    seen = ", ".join(f"rank {r} {e['t'] - t_fault:.2f} s" for r, e in sorted(f.errors.items()))
+    print(f"{style}/{fault}: errors raised after {seen or '-'}; launchers done after "
+          f"{ended:.1f} s")  # the measurements (pytest -s)
+    return f
 
 
 def _ranks_on(f: Faulted, host: str) -> list[int]:
@@ -161,11 +171,13 @@ def _check_survivors(f: Faulted, survivors: list[int], lost_host: dict[int, str]
         assert 0 < e["t"] - f.t_fault < DETECT_LIMIT_S, f.describe()
 
 
-def _check_clean(f: Faulted) -> None:
+def _check_clean(f: Faulted, crashed: str | None = None) -> None:
+    """The launchers failed, nothing runs any more, no segment is left (on a crashed
+    host nobody is left to clean up, so its /dev/shm is not looked at)."""
     assert not f.result.timed_out, f.describe()
     assert all(run.returncode not in (0, None) for run in f.result.runs), f.describe()
     assert f.left_running == [], f.describe()
-    assert all(not left for left in f.shm_left.values()), f.describe()
+    assert all(not left for h, left in f.shm_left.items() if h != crashed), f.describe()
 
 
 # -- meshcast run on each host, Gloo between hosts ------------------------------------
@@ -187,6 +199,17 @@ def test_meshcast_run_host_killed(two_hosts, tmp_path):
     assert f"{h1}" in on_h0.stderr and "PeerGoneError" in on_h0.stderr, f.describe()
 
 
+def test_meshcast_run_host_crashed(two_hosts, tmp_path):
+    h0, h1 = two_hosts.hosts
+    f = faulted_job(two_hosts, "meshcast", "crash", tmp_path / "out")
+    survivors = _ranks_on(f, h0)
+    _check_survivors(f, survivors, {r: h1 for r in survivors})
+    # Gloo saw the connections reset at once; the heartbeats said whose they were.
+    assert all("no heartbeat" in f.errors[r]["message"] for r in survivors), f.describe()
+    _check_clean(f, crashed=h1)
+    assert "PeerGoneError" in f.result.runs[0].stderr, f.describe()
+
+
 def test_meshcast_run_link_down(two_hosts, tmp_path):
     h0, h1 = two_hosts.hosts
     f = faulted_job(two_hosts, "meshcast", "link", tmp_path / "out")
@@ -199,6 +222,18 @@ def test_meshcast_run_link_down(two_hosts, tmp_path):
     _check_clean(f)
     for run in f.result.runs:
         assert "FAILED" in run.stderr and "PeerGoneError" in run.stderr, f.describe()
+
+
+def test_torchrun_link_down(two_hosts, tmp_path):
+    # torchrun's agent store: its client never times out a request on a dead link, so
+    # the cut-off side knows only from its heartbeats going unanswered.
+    h0, h1 = two_hosts.hosts
+    f = faulted_job(two_hosts, "torchrun", "link", tmp_path / "out")
+    lost = {r: (h1 if f.ready[r]["host"] == h0 else h0) for r in f.ready}
+    _check_survivors(f, sorted(f.ready), lost)
+    _check_clean(f)
+    for run in f.result.runs:
+        assert "PeerGoneError" in run.stderr, f.describe()
 
 
 # -- mpiexec (MPICH Hydra) across hosts, MPI between hosts ----------------------------

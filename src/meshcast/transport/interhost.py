@@ -149,6 +149,10 @@ class HostComm:
         """
         describe = lambda: f"{what} [{self.engine} {self.name}]"  # noqa: E731
         pending = peers or (lambda: self.ranks)
+        if self.watch is not None:
+            # The watch reads the other hosts' heartbeats while waits go on, so that it
+            # already knows when each last moved if this wait turns out to be the long one.
+            self.watch.asked = time.monotonic()
         try:
             if req.block is not None:
                 self._block(req, deadline, describe, pending)
@@ -374,6 +378,10 @@ def _abort_mpi_at_exit(watch_ref: Callable[[], Any], rank: int) -> None:
     watch = watch_ref()
     if watch is None or not watch.failing:
         return
+    # The job's other ranks see the same loss within an interval or two; the abort (as
+    # any rank's failed exit) makes Hydra kill them, so first give them time to raise
+    # their own error, as meshcast run's launcher does with its drain.
+    time.sleep(4 * watch.interval)
     print(f"meshcast: rank {rank} leaves a job that lost a host or failed across hosts: "
           f"MPI_Abort instead of MPI_Finalize (which could wait for the lost host)",
           file=sys.stderr, flush=True)
