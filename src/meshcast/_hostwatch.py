@@ -244,7 +244,8 @@ class HostWatch:
             return  # the thread is stuck in a request: it dies with the process
         try:
             conn, self._conn = self._conn, None
-            if left and self._cut_off is None and conn is not None:
+            # Only a rank leaving on purpose counts out: a failing one is not finished.
+            if left and not self.failing and conn is not None:
                 try:
                     conn.add(f"{PREFIX}/left/{self.me}", 1)
                 except (MeshcastError, OSError):

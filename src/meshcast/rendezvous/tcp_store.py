@@ -102,7 +102,9 @@ MAX_KEY_LIST_BYTES = 4 << 20
 #: Caps of the server's state, so that no client can exhaust its memory.
 MAX_KEYS = 1 << 17
 MAX_TOTAL_BYTES = 1 << 30
-MAX_CONNECTIONS = 512
+# Every rank of a job across hosts holds two connections: its own, and its heartbeat
+# thread's (meshcast._hostwatch).
+MAX_CONNECTIONS = 2048
 #: Shortest secret accepted (128 bits).
 MIN_SECRET_BYTES = 16
 
