@@ -43,6 +43,14 @@ lost host as soon as the leader does.
 
 A rank that leaves through ``destroy_process_group`` counts itself out of its
 host (``left`` counter): a host all of whose ranks left is finished, not lost.
+
+Cost: every rank holds a second connection to the store and, per interval,
+sends it two requests (heartbeat, notice), plus one per other host while the
+job waits between hosts. The store is one server (node 0's launcher, rank 0
+or torchrun's agent): at the default 0.25 s that is a few thousand requests a
+second for a job of 64 ranks on 8 hosts. Larger jobs want a longer
+``MESHCAST_LIVENESS_S``; a store verb that reads many counters at once would
+make the reads one request.
 """
 
 from __future__ import annotations
@@ -60,14 +68,16 @@ from .errors import MeshcastError, PeerGoneError
 PREFIX = "meshcast/hostwatch"
 #: The job's failure notice (JSON: text, rank, host, by).
 NOTICE_KEY = f"{PREFIX}/notice"
-#: How long after the last :meth:`HostWatch.check` the thread keeps reading the
-#: other hosts' counters (a job in the middle of its collectives keeps asking).
+#: How long after the last wait between hosts (or :meth:`HostWatch.check`) the thread
+#: keeps reading the other hosts' counters: a job in the middle of its collectives
+#: keeps asking, an idle one costs the store one heartbeat per rank and interval.
 ASKED_S = 30.0
 
 
 def interval() -> float:
-    """Seconds between heartbeats: ``MESHCAST_LIVENESS_S``, at least 10 ms."""
-    return max(float(config.get("MESHCAST_LIVENESS_S")), 0.01)
+    """Seconds between heartbeats: ``MESHCAST_LIVENESS_S``, at least 50 ms (every rank
+    sends one to two requests to the one store per heartbeat)."""
+    return max(float(config.get("MESHCAST_LIVENESS_S")), 0.05)
 
 
 def lost_after() -> float:

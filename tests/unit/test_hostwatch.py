@@ -22,7 +22,7 @@ HOSTS = ["alpha/boot", "alpha/boot", "beta/boot"]  # ranks 0, 1 on alpha; rank 2
 
 @pytest.fixture
 def store(monkeypatch):
-    monkeypatch.setenv("MESHCAST_LIVENESS_S", "0.02")  # lost_after: max(0.2, 1.0) = 1 s
+    monkeypatch.setenv("MESHCAST_LIVENESS_S", "0.05")  # lost_after: max(0.5, 1.0) = 1 s
     secret = secrets.token_bytes(32)
     server = TCPStoreServer("127.0.0.1", 0, secret)
     client = TCPStore("127.0.0.1", server.port, timeout=10, secret=secret)

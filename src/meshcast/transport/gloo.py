@@ -57,7 +57,8 @@ class _GlooRequest(Request):
 
     def _block(self, seconds: float) -> bool:
         try:
-            self.work.wait(datetime.timedelta(seconds=seconds))
+            # Whole milliseconds, at least one: torch reads a timeout of 0 ms as "none".
+            self.work.wait(datetime.timedelta(milliseconds=max(int(seconds * 1000), 1)))
         except RuntimeError:
             if not self.work.is_completed():
                 return False  # the slice ran out; the work goes on
