@@ -160,15 +160,25 @@ def _names(message: str, host: str, ranks: list[int]) -> bool:
         re.search(rf"\brank {r}\b", message) for r in ranks))
 
 
-def _check_survivors(f: Faulted, survivors: list[int], lost_host: dict[int, str]) -> None:
-    """Every survivor raised PeerGoneError naming its lost host and ranks, in time."""
-    assert sorted(f.errors) == survivors, f.describe()
-    for rank in survivors:
-        e = f.errors[rank]
+def _check_survivors(f: Faulted, survivors: list[int], lost_host: dict[int, str],
+                     every_rank: bool = True) -> None:
+    """Survivors raised PeerGoneError naming their lost host and its ranks, in time.
+
+    ``every_rank``: each of them did. Foreign launchers (torchrun's agent, Hydra) stop a
+    host's other ranks as soon as one fails, which may be before those found the loss
+    themselves: then at least one survivor per host must have raised.
+    """
+    for rank, e in f.errors.items():
         lost = lost_host[rank]
         assert e["type"] == "PeerGoneError", f.describe()
         assert _names(e["message"], lost, _ranks_on(f, lost)), f.describe()
         assert 0 < e["t"] - f.t_fault < DETECT_LIMIT_S, f.describe()
+    if every_rank:
+        assert sorted(f.errors) == survivors, f.describe()
+    else:
+        assert set(f.errors) <= set(survivors), f.describe()
+        hosts = {f.ready[r]["host"] for r in survivors}
+        assert hosts == {f.errors[r]["host"] for r in f.errors}, f.describe()
 
 
 def _check_clean(f: Faulted, crashed: str | None = None) -> None:
@@ -230,7 +240,7 @@ def test_torchrun_link_down(two_hosts, tmp_path):
     h0, h1 = two_hosts.hosts
     f = faulted_job(two_hosts, "torchrun", "link", tmp_path / "out")
     lost = {r: (h1 if f.ready[r]["host"] == h0 else h0) for r in f.ready}
-    _check_survivors(f, sorted(f.ready), lost)
+    _check_survivors(f, sorted(f.ready), lost, every_rank=False)
     _check_clean(f)
     for run in f.result.runs:
         assert "PeerGoneError" in run.stderr, f.describe()
@@ -258,7 +268,7 @@ def test_mpiexec_link_down(two_hosts, tmp_path):
     h0, h1 = two_hosts.hosts
     f = faulted_job(two_hosts, "mpiexec", "link", tmp_path / "out")
     lost = {r: (h1 if f.ready[r]["host"] == h0 else h0) for r in f.ready}
-    _check_survivors(f, sorted(f.ready), lost)
+    _check_survivors(f, sorted(f.ready), lost, every_rank=False)
     # A rank leaving after a lost host calls MPI_Abort instead of MPI_Finalize: without
     # it, mpiexec waits forever for the cut-off proxy.
     _check_clean(f)

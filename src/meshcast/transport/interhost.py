@@ -381,7 +381,7 @@ def _abort_mpi_at_exit(watch_ref: Callable[[], Any], rank: int) -> None:
     # The job's other ranks see the same loss within an interval or two; the abort (as
     # any rank's failed exit) makes Hydra kill them, so first give them time to raise
     # their own error, as meshcast run's launcher does with its drain.
-    time.sleep(4 * watch.interval)
+    time.sleep(6 * watch.interval)
     print(f"meshcast: rank {rank} leaves a job that lost a host or failed across hosts: "
           f"MPI_Abort instead of MPI_Finalize (which could wait for the lost host)",
           file=sys.stderr, flush=True)
