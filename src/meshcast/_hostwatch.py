@@ -154,6 +154,7 @@ class HostWatch:
         self._cut_off: str | None = None  # the store stopped answering
         self._notice: dict | None = None
         self._published = False
+        self._hit = False  # a wait of this rank ended on what the watch found
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"meshcast-hostwatch rank {rank}")
 
@@ -175,6 +176,7 @@ class HostWatch:
         self.asked = time.monotonic()
         reason = self.reason(ranks)
         if reason is not None:
+            self._hit = True
             text, peer = reason
             raise PeerGoneError(f"{what}: {text}", peer=peer)
 
@@ -209,8 +211,11 @@ class HostWatch:
                 self.asked = time.monotonic()
                 found = self.reason(ranks)
                 left = deadline - time.monotonic()
-                if found is not None or left <= 0:
+                if found is not None:
+                    self._hit = True
                     return found
+                if left <= 0:
+                    return None
                 self._changed.wait(min(left, self.interval))
 
     def publish(self, text: str, rank: int | None) -> None:
@@ -233,9 +238,12 @@ class HostWatch:
 
     @property
     def failing(self) -> bool:
-        """The job is failing as seen from here: a host is lost, this host is cut off,
-        or a failure notice is out (published by this rank or another)."""
-        return bool(self._lost or self._cut_off or self._notice or self._published)
+        """The job is failing as seen from here: a wait of this rank ended on a lost host,
+        this host is cut off, or a failure notice is out (published by this rank or
+        another). A host lost while nothing here waited on it does not count: its ranks
+        may just have finished (exited without destroy_process_group) while this rank
+        worked with the others."""
+        return bool(self._hit or self._cut_off or self._notice or self._published)
 
     @property
     def cut_off(self) -> bool:

@@ -61,13 +61,28 @@ def test_a_silent_host_is_lost_and_named_with_its_ranks(store):
     try:
         _quiet_for(a, [0, 1, 2], 1.5)  # beta beats: never lost, however long
         b.close()  # beta's only rank stops beating without leaving: killed, or cut off
+        # Only waits on beta are concerned: alpha's own ranks still wait in peace, and a
+        # rank that never waited on the lost host is not failing (beta may have finished).
+        _quiet_for(a, [0, 1], 2.0)
+        assert not a.failing
         exc, took = _raises_within(a, [0, 1, 2], 4.0)
-        assert 0.8 < took < 2.5, took
+        assert took < 0.2, took  # lost for a while already
         assert "all_reduce #7 on WORLD (rank 0): host beta (rank 2) is lost" in str(exc)
         assert "no heartbeat from it for" in str(exc) and exc.peer == 2
-        # Only waits on beta are concerned: alpha's own ranks still wait in peace.
-        a.check([0, 1], "barrier on alpha")
         assert a.failing
+    finally:
+        a.close()
+
+
+def test_a_host_is_lost_ten_intervals_after_its_last_heartbeat(store):
+    server, client = store
+    a, b = _watch(client, 0), _watch(client, 2)
+    try:
+        _quiet_for(a, [2], 0.5)
+        b.close()
+        exc, took = _raises_within(a, [2], 4.0)
+        assert 0.8 < took < 2.5, took
+        assert "host beta (rank 2) is lost" in str(exc)
     finally:
         a.close()
 

@@ -209,8 +209,10 @@ class GlooComm(HostComm):
         return tag if tag != COLL_TAG else tag + 1
 
     def in_trouble(self) -> bool:
-        """A wait failed here, or a host of the job is lost: an operation may be in flight."""
-        return self.failed or (self.watch is not None and self.watch.reason(None) is not None)
+        """A wait failed here, or the job is failing or lost a host: an operation may be
+        in flight."""
+        w = self.watch
+        return self.failed or (w is not None and (w.failing or w.reason(None) is not None))
 
     def close(self) -> None:
         if self.pg is not None and self.in_trouble():
