@@ -27,6 +27,10 @@ printing which rank failed, how, and its traceback.
   meshcast run -n 4 -m mypkg.train
   MESHCAST_SECRET=... meshcast run --nnodes 2 --node-rank 0 \\
       --master-addr 10.0.0.1 --master-port 29500 -n 8 train.py
+
+With --nnodes, run one launcher per node, all with the same MESHCAST_SECRET. They
+meet through node 0's store before starting any worker: a node with another secret
+is refused there, and nodes may start different numbers of workers.
 """
 
 EPILOG = """\
