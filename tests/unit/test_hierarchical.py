@@ -147,15 +147,20 @@ def test_gather_scatter_all_to_all(shape):
         np.testing.assert_array_equal(got, want[g])
 
 
-def test_choose_picks_rails_only_for_large_uniform_calls():
+def test_choose_follows_the_measured_table_on_both_sides_of_every_step():
     even = hier.Layout(((0, 1), (2, 3)), 0)
     uneven = hier.Layout(((0, 1, 2), (3,)), 0)
-    big, small = hier.RAILS_MIN_BYTES, hier.RAILS_MIN_BYTES - 1
-    assert hier.choose("all_reduce", even, big, None) == "rails"
-    assert hier.choose("all_reduce", even, small, None) == "leader"
-    assert hier.choose("all_reduce", uneven, big, None) == "leader"
-    assert hier.choose("all_reduce", hier.Layout(((0,), (1,)), 0), big, None) == "leader"
-    assert hier.choose("all_to_all", even, big, None) == "flat"
-    assert hier.choose("all_reduce", even, small, "flat") == "flat"
+    single = hier.Layout(((0,), (1,)), 0)
+    for kind, steps in hier.DEFAULTS.items():
+        for i, (start, family) in enumerate(steps):
+            assert hier.choose(kind, even, start, None) == family, (kind, start)
+            if start:
+                assert hier.choose(kind, even, start - 1, None) == steps[i - 1][1], (kind, start)
+    assert hier.choose("all_gather", even, 1 << 20, None) == "rails"
+    assert hier.choose("all_gather", uneven, 1 << 20, None) == "leader"  # rails cannot
+    assert hier.choose("reduce_scatter", single, 8 << 20, None) == "leader"
+    assert hier.choose("all_reduce", uneven, 1 << 10, None) == "flat"
+    assert hier.choose("reduce", even, 1 << 20, None) == "leader"  # not in the table
+    assert hier.choose("all_reduce", even, 64, "rails") == "rails"
     assert "same number of ranks" in hier.supports("all_reduce", "rails", uneven)
     assert "unknown" in hier.supports("all_reduce", "ring", even)

@@ -18,12 +18,12 @@ The inter-host pieces run on an existing engine (MPI or Gloo) through the
 engine: the same functions run in :mod:`meshcast.testing.hosts_sim` (every
 rank a thread, hosts as lists) for any hosts x ranks shape.
 
-Two families, picked per call by :func:`choose`:
+Three families, picked per call by :func:`choose` from the measured
+:data:`DEFAULTS`:
 
 ``leader``  local reduce/gather to the host's leader, one exchange among the
-            leaders, local broadcast/scatter. One inter-host message per host:
-            best for small messages, and the only family when hosts hold
-            different numbers of ranks.
+            leaders, local broadcast/scatter. One inter-host message per host;
+            runs every layout (hosts may hold different numbers of ranks).
 ``rails``   (every host the same number of ranks) local reduce-scatter, each
             rail all-reduces its shard across hosts, local all-gather; the
             data crosses hosts once in L parallel streams, so a host sends
@@ -144,16 +144,47 @@ class Layout:
         return [h[j] for h in self.hosts if len(h) > j]
 
 
+#: The default family per collective: ascending ``(from bytes, family)`` steps, ``bytes``
+#: being the call's nccl-tests size (the buffer; the gathered array for all_gather, the
+#: input for reduce_scatter). Measured with every family forced side by side beside
+#: MPICH's own call (benchmarks/multihost: 2 emulated hosts x 2 ranks, 2 Gbit/s links,
+#: MPI between hosts, float32; times in ms at 128 KiB / 2 MiB / 8 MiB / 32 MiB):
+#:
+#: ==============  ==========================  ==========================  =====================
+#: collective      leader                      rails                       flat (MPICH itself)
+#: ==============  ==========================  ==========================  =====================
+#: all_reduce      1.40 / 12.3 / 46.2 / 171    2.28 / 13.7 / 46.3 / 187    1.03 / 11.2 / 41.0 / 180
+#: broadcast       0.69 / 10.4 / 39.9 / 156    0.75 / 10.2 / 40.5 / 159    0.50 / 9.71 / 39.7 / 147
+#: all_gather      1.16 / 6.18 / 25.6 / 106    0.65 / 5.48 / 25.0 / 101    0.71 / 6.84 / 29.4 / 119
+#: reduce_scatter  1.08 / 8.17 / 38.8 / 121    0.97 / 7.39 / 26.8 / 114    0.68 / 9.50 / 51.1 / 186
+#: ==============  ==========================  ==========================  =====================
+#:
+#: (flat waited on MPI's non-blocking call by polling; MPICH's blocking calls took 0.48 /
+#: 15.0 / 61.7 / 235 for all_reduce on those oversubscribed cores.) ``rails`` needs every
+#: host to hold the same number (> 1) of ranks; where it cannot run, ``leader`` does.
+#: Calls of at most ``spanning.EAGER_BYTES`` per rank never get here: their data rides
+#: in the agreement.
+DEFAULTS: dict[str, tuple[tuple[int, str], ...]] = {
+    "all_reduce": ((0, "flat"), (16 << 20, "leader")),
+    "broadcast": ((0, "flat"),),
+    "all_gather": ((0, "leader"), (RAILS_MIN_BYTES, "rails")),
+    "reduce_scatter": ((0, "flat"), (1 << 20, "rails")),
+    "all_to_all": ((0, "flat"),),
+}
+
+
 def choose(kind: str, layout: Layout, nbytes: int, forced: str | None) -> str:
-    """The family that runs a call: ``forced`` if given, else by size and layout."""
+    """The family that runs a call: ``forced`` if given, else :data:`DEFAULTS` (``leader``
+    for the collectives it does not list)."""
     if forced:
         return forced
-    if kind == "all_to_all":
-        return "flat"
-    if (kind in ("all_reduce", "broadcast", "all_gather", "reduce_scatter")
-            and layout.uniform and len(layout.hosts[0]) > 1 and nbytes >= RAILS_MIN_BYTES):
-        return "rails"
-    return "leader"
+    family = "leader"
+    for start, name in DEFAULTS.get(kind, ()):
+        if nbytes >= start:
+            family = name
+    if family == "rails" and not (layout.uniform and len(layout.hosts[0]) > 1):
+        return "leader"
+    return family
 
 
 def supports(kind: str, family: str, layout: Layout) -> str | None:
