@@ -192,9 +192,12 @@ def test_uneven_hosts_three_and_one(two_hosts, style):
     assert {x[size] for x in recs} == {"4"}, r.describe()
 
 
-def test_meshcast_style_refuses_uneven_hosts(two_hosts):
-    with pytest.raises(ValueError, match="per host"):
-        job_commands(two_hosts, "meshcast", [3, 1], ["x.py"], port=29500)
+def test_uneven_hosts_give_each_launcher_its_own_count(two_hosts):
+    """meshcast run agrees world size and rank offsets between its nodes, so each node's
+    launcher gets its own --nproc-per-node (tests/multihost/scripts/uneven_job.py runs it)."""
+    cmds = job_commands(two_hosts, "meshcast", [3, 1], ["x.py"], port=29500)
+    counts = [argv[argv.index("--nproc-per-node") + 1] for _, argv in cmds]
+    assert counts == ["3", "1"], cmds
 
 
 @pytest.mark.timeout(120)
