@@ -150,9 +150,8 @@ def _plans(key: str, size: int, n: int, family: str) -> list[Plan]:
         kw["op"] = "sum"
     if prim.rooted:
         kw["root"] = primitives.ROOT
-    # in place where torch is in place (all_reduce, reduce on the root), and for
-    # gather/all_gather/scatter so the root's rank box is one tensor
-    kw["in_place"] = key in ("reduce", "all_reduce", "gather", "all_gather", "scatter")
+    # in place exactly where the torch call on the card is (one tensor ``t``)
+    kw["in_place"] = key in ("reduce", "all_reduce")
     return _simulate.make_plans(key, size, xs, **kw)
 
 

@@ -388,11 +388,16 @@
       return;
     }
     this.show(k, s, 'moving');
-    const t0 = performance.now(), D = this.duration();
+    const D = this.duration();
+    let t0 = -1;  // the first frame's timestamp: rAF's clock, whatever performance.now says
     const frame = now => {
       if (!this.playing) return;
+      if (t0 < 0) t0 = now;
       const t = (now - t0) / D;
-      if (t >= 1) { this.raf = 0; this.begin(); return; }
+      if (t >= 1) {  // a slow frame may skip the value change: never skip the step itself
+        if (this.step === k) this.show(k + 1, s, 'done');
+        this.raf = 0; this.begin(); return;
+      }
       if (t < 0.65) {
         for (const [pg, path] of this.packets) {
           const L = path.getTotalLength(), pt = path.getPointAtLength(L * (t / 0.65));
