@@ -41,11 +41,18 @@ def _open(browser: Any, guide_file: Path, **context: Any) -> tuple[Any, Any, lis
     return ctx, page, errors
 
 
-@pytest.fixture
-def page(browser: Any, guide_file: Path) -> Iterator[Any]:
+@pytest.fixture(scope="module")
+def shared_page(browser: Any, guide_file: Path) -> Iterator[tuple[Any, list[str]]]:
+    """One page for the module (loading the 2 MB guide is the slow part); cards are independent."""
     ctx, pg, errors = _open(browser, guide_file)
-    yield pg
+    yield pg, errors
     ctx.close()
+
+
+@pytest.fixture
+def page(shared_page: tuple[Any, list[str]]) -> Iterator[Any]:
+    pg, errors = shared_page
+    yield pg
     assert errors == []
 
 
@@ -58,6 +65,13 @@ def _schedule_steps(key: str, algo: str, p: int, n: int) -> int:
     else:
         res = _simulate.simulate(key, algo, schedules._plans(key, p, n, "p2p"))
     return max(res.rounds)
+
+
+def _stage(page: Any, key: str) -> tuple[str, int, int]:
+    """(data-state, data-step, data-steps) of a card's stage, in one round trip."""
+    st = page.evaluate("key => ({...document.querySelector('#card-' + key + ' svg.stage').dataset})",
+                       key)
+    return st["state"], int(st["step"]), int(st["steps"])
 
 
 def _cells(page: Any, key: str) -> dict[int, dict[int, list[float | None]]]:
@@ -88,7 +102,6 @@ def _check_result(page: Any, key: str, algo: str, p: int, n: int) -> None:
 @pytest.mark.parametrize("key", KEYS)
 def test_play_every_algorithm_to_numpys_result(page: Any, key: str) -> None:
     card = page.locator(f"#card-{key}")
-    stage = card.locator("svg.stage")
     n = int(card.locator("select.size").input_value())
     algos = [a["name"] for a in schedules._algo_info(key)]
     card.locator("select.speed").select_option("4")  # fewer frames to run: same steps
@@ -96,13 +109,11 @@ def test_play_every_algorithm_to_numpys_result(page: Any, key: str) -> None:
         card.locator("select.ranks").select_option(str(p))
         for algo in algos:
             card.locator("select.algo").select_option(algo)
-            steps = int(stage.get_attribute("data-steps"))
-            assert steps == _schedule_steps(key, algo, p, n), (key, algo, p)
-            assert stage.get_attribute("data-state") == "idle"
+            steps = _schedule_steps(key, algo, p, n)
+            assert _stage(page, key) == ("idle", 0, steps), (key, algo, p)
             card.locator("button.play").click()
             page.clock.run_for((STEP_MS // 4 + 40) * steps + 300)
-            assert stage.get_attribute("data-state") == "done", (key, algo, p)
-            assert stage.get_attribute("data-step") == str(steps)
+            assert _stage(page, key) == ("done", steps, steps), (key, algo, p)
             _check_result(page, key, algo, p, n)
 
 
@@ -135,6 +146,7 @@ def test_keyboard_steps_one_round_at_a_time(page: Any, key: str, algo: str) -> N
 def test_play_pause_and_packets_in_flight(page: Any) -> None:
     card = page.locator("#card-all_gather")
     stage = card.locator("svg.stage")
+    card.locator("select.speed").select_option("1")
     card.locator("select.ranks").select_option("4")
     card.locator("select.algo").select_option("ring")
     card.locator("button.play").click()
@@ -172,6 +184,7 @@ def test_screenshots_of_every_card(page: Any, tmp_path: Path) -> None:
     page.screenshot(path=str(out / "top.png"))
     for key in KEYS:
         card = page.locator(f"#card-{key}")
+        card.locator("select.ranks").select_option("4")  # loads the card afresh
         card.locator("button.step").click()
         if key in ("all_reduce", "reduce_scatter", "all_gather"):
             card.locator("button.step").click()

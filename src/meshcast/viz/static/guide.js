@@ -19,7 +19,7 @@
     { id: 'eth', label: '10 GbE TCP (α 25 µs, 1.25 GB/s)', alpha: 25e-6, bw: 1.25e9 },
   ];
   const SPEEDS = [0.25, 0.5, 1, 2, 4];
-  const W = 760, LANE = 118, ROW_H = 24, RANK_GAP = 10, LABEL_W = 58, TOP = 12;
+  const W = 780, LANE = 150, ROW_H = 24, RANK_GAP = 10, LABEL_W = 58, TOP = 12;
 
   function el(tag, attrs, text) {
     const e = document.createElement(tag);
@@ -190,7 +190,7 @@
       const h = Math.max(1, rows.length) * ROW_H + 6;
       this.geo.y.push(y); this.geo.h.push(h);
       const g = sv('g', { class: 'rank', 'data-rank': String(r) });
-      g.appendChild(sv('text', { class: 'rank-label', x: String(x0 - 62), y: String(y + h / 2 + 4) },
+      g.appendChild(sv('text', { class: 'rank-label', x: '6', y: String(y + h / 2 + 4) },
         'rank ' + r + (this.card.rooted && r === DATA.root ? ' ★' : '')));
       const boxW = Math.max(LABEL_W + 60, cellsX - x0 + (rows.length ? Math.max(...rows.map(q => q[1])) : 1) * cw + 6);
       g.appendChild(sv('rect', { class: 'box', x: String(x0), y: String(y), width: String(boxW),
@@ -237,7 +237,7 @@
   Card.prototype.pathFor = function (x) {
     const [ax, ay] = this.anchor(x.s, x.from), [bx, by] = this.anchor(x.d, x.to);
     const span = Math.abs(x.d - x.s) / Math.max(1, this.run.p - 1);
-    const bulge = 16 + (LANE - 70) * span + (x.d > x.s ? 0 : 14);
+    const bulge = 12 + (LANE - 96) * span + (x.d > x.s ? 0 : 12);  // stays right of the labels
     return 'M' + ax + ' ' + ay + ' C' + (ax - bulge) + ' ' + ay + ' ' + (bx - bulge) + ' ' + by + ' ' + (bx - 2) + ' ' + by;
   };
 
