@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from .bench import cli as bench_cli
 from .run import cli as run_cli
+from .viz import cli as viz_cli
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Subcommand:
 SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("run", run_cli.HELP, run_cli.add_arguments, run_cli.handle),
     Subcommand("bench", bench_cli.HELP, bench_cli.add_arguments, bench_cli.handle),
+    Subcommand("viz", viz_cli.HELP, viz_cli.add_arguments, viz_cli.handle),
 )
 
 

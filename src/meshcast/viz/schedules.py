@@ -1,0 +1,313 @@
+"""Animation data taken from the real schedules: every registered algorithm, run in the simulator.
+
+Why this way: the guide must never show a hand-drawn copy of an algorithm
+that can drift from the code. :func:`extract` therefore runs the registered
+generator itself (``meshcast.algorithms``) through the in-memory simulator
+(``_simulate.run``), with the same plans the tests use (``make_plans``). A
+thin wrapper around the generator only *watches*: it keeps each yielded
+:class:`~meshcast.algorithms._plan.Round` and, when the simulator resumes
+the generator (the round is then complete on that rank), snapshots the
+rank's buffers. The simulator does all data movement and checks the
+matching rules; its event log is what the tests compare the animation with.
+
+Animation steps
+---------------
+One animation step is one *round* of the schedule (the executor's unit: all
+sends and receives of a round are posted together). Shared-memory (arena)
+schedules do much of their work inside one round, ordered by signal/wait
+phases; there a round is cut further at each ``Wait`` on a rank: step
+``(round, wave)`` holds what ranks do after their ``wave``-th wait of that
+round. For point-to-point schedules ``wave`` is always 0, so the number of
+steps is exactly the number of rounds.
+
+Locations
+---------
+A buffer in a step is located as ``[row, start, n]``: ``row`` indexes the
+rank's visible buffers (its input and output tensors, one row when they are
+the same memory), ``start``/``n`` are elements; ``row = -1`` is scratch
+memory the user never sees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import algorithms  # noqa: F401  (registers every algorithm)
+from ..algorithms import _registry, _simulate
+from ..algorithms._plan import (
+    Copy,
+    Get,
+    Plan,
+    Put,
+    Recv,
+    Reduce,
+    ReduceSlots,
+    Round,
+    Send,
+    Signal,
+    Wait,
+)
+from . import primitives
+
+# Arena size for the shared-memory schedules; small messages fit in one chunk.
+SLOT_BYTES = 4096
+P2P_NAME = "direct"  # the send/recv card's one "algorithm"
+
+
+def _addr(a: np.ndarray) -> int:
+    return int(a.__array_interface__["data"][0])
+
+
+@dataclass
+class _Watch:
+    """What the wrapper saw on one rank."""
+
+    rows: list[tuple[str, np.ndarray]] = field(default_factory=list)
+    rounds: list[Round] = field(default_factory=list)
+    snaps: list[list[list[float | None]]] = field(default_factory=list)
+
+    def locate(self, buf: np.ndarray) -> list[int]:
+        lo, n = _addr(buf), buf.nbytes
+        for i, (_, arr) in enumerate(self.rows):
+            a0 = _addr(arr)
+            if arr.nbytes and a0 <= lo and lo + n <= a0 + arr.nbytes:
+                return [i, (lo - a0) // arr.itemsize, len(buf)]
+        return [-1, 0, len(buf)]
+
+    def snapshot(self) -> list[list[float | None]]:
+        return [_values(arr) for _, arr in self.rows]
+
+
+def _values(arr: np.ndarray) -> list[float | None]:
+    """JSON-ready values: integers stay integers, garbage (NaN) becomes None ("not written")."""
+    out: list[float | None] = []
+    for v in arr.tolist():
+        if v != v:  # NaN: a byte this rank has not received yet
+            out.append(None)
+        elif float(v).is_integer():
+            out.append(int(v))
+        else:
+            out.append(round(float(v), 4))
+    return out
+
+
+def _visible_rows(plan: Plan) -> list[tuple[str, np.ndarray]]:
+    """The rank's user-visible tensors: input and output, merged when they are the same memory."""
+    rows: list[tuple[str, np.ndarray]] = []
+    x, out = plan.input, plan.output
+    if x is not None and out is not None and np.may_share_memory(x, out):
+        # in-place: show the larger of the two (the output of gather/all_gather,
+        # the input of scatter on the root)
+        big = out if out.nbytes >= x.nbytes else x
+        return [("tensor", big)]
+    if x is not None and len(x):
+        rows.append(("input" if out is not None else "tensor", x))
+    if out is not None and len(out):
+        rows.append(("output" if x is not None else "tensor", out))
+    return rows
+
+
+def _watched(fn: Callable[[Plan], Iterator[Round]], watches: list[_Watch]):
+    """Wrap schedule ``fn`` so that it records rounds and post-round snapshots, changing nothing."""
+
+    def run(plan: Plan) -> Iterator[Round]:
+        w = watches[plan.rank]
+        w.rows = _visible_rows(plan)
+        for rnd in fn(plan):
+            w.rounds.append(rnd)
+            yield rnd
+            w.snaps.append(w.snapshot())  # resumed: this round is complete on this rank
+
+    return run
+
+
+def _send_recv(plan: Plan) -> Iterator[Round]:
+    """The send/recv card: rank 0 sends its tensor to rank 1 (one message, one round)."""
+    if plan.rank == 0:
+        yield Round(Send(1, plan.input))
+    elif plan.rank == 1:
+        yield Round(Recv(0, plan.output))
+
+
+def _plans(key: str, size: int, n: int, family: str) -> list[Plan]:
+    xs = primitives.inputs(key, size, n)
+    slot = SLOT_BYTES if family == "arena" else 0
+    if key == "send_recv":
+        dt = primitives.DTYPE
+        return [
+            Plan("send_recv", r, size, dt,
+                 input=xs[r] if r == 0 else None,
+                 output=_simulate.garbage(n, dt) if r == 1 else None)
+            for r in range(size)
+        ]
+    prim = primitives.BY_KEY[key]
+    kw: dict[str, Any] = {"dtype": primitives.DTYPE, "slot_bytes": slot}
+    if prim.reduces:
+        kw["op"] = "sum"
+    if prim.rooted:
+        kw["root"] = primitives.ROOT
+    # in place exactly where the torch call on the card is (one tensor ``t``)
+    kw["in_place"] = key in ("reduce", "all_reduce")
+    return _simulate.make_plans(key, size, xs, **kw)
+
+
+def algorithms_for(key: str) -> list[_registry.AlgorithmEntry] | list[dict[str, str]]:
+    """The registry entries of a card's collective (send/recv: its one direct message)."""
+    if key == "send_recv":
+        return [{"name": P2P_NAME, "family": "p2p",
+                 "description": "one message on the channel between the two ranks"}]
+    return _registry.entries(key)
+
+
+def _algo_info(key: str) -> list[dict[str, str]]:
+    out = []
+    for e in algorithms_for(key):
+        if isinstance(e, dict):
+            out.append(dict(e))
+        else:
+            out.append({"name": e.name, "family": e.family, "description": e.description,
+                        "requires": e.requires})
+    return out
+
+
+def simulate(key: str, algo: str, size: int, n: int) -> tuple[_simulate.SimResult, list[_Watch]]:
+    """Run the real schedule ``key``/``algo`` for ``size`` ranks, ``n`` elements, watching it."""
+    if key == "send_recv":
+        fn, family, label = _send_recv, "p2p", "send_recv/direct"
+    else:
+        entry = _registry.get(key, algo)
+        fn, family, label = entry.fn, entry.family, entry.qualname
+    plans = _plans(key, size, n, family)
+    watches = [_Watch() for _ in range(size)]
+    befores = [_Watch(rows=_visible_rows(pl)).snapshot() for pl in plans]
+    res = _simulate.run(_watched(fn, watches), plans, label=label)
+    for w, b in zip(watches, befores):
+        w.snaps.insert(0, b)
+    return res, watches
+
+
+def _steps_of(watches: list[_Watch]) -> list[dict[str, Any]]:
+    """Group every rank's recorded rounds into animation steps (see the module doc)."""
+    size = len(watches)
+    steps: dict[tuple[int, int], dict[str, Any]] = {}
+
+    def step(i: int, wave: int) -> dict[str, Any]:
+        if (i, wave) not in steps:
+            steps[(i, wave)] = {"round": i, "wave": wave, "xfers": [], "local": []}
+        return steps[(i, wave)]
+
+    nrounds = max((len(w.rounds) for w in watches), default=0)
+    for i in range(nrounds):
+        # comm steps: pair the k-th send a->b with the k-th recv on b from a (the
+        # simulator's matching rule; it has already checked that they match)
+        for a in range(size):
+            if i >= len(watches[a].rounds):
+                continue
+            nth: dict[int, int] = {}
+            for s in watches[a].rounds[i].comms:
+                if not isinstance(s, Send):
+                    continue
+                b, k = s.peer, nth.get(s.peer, 0)
+                nth[b] = k + 1
+                recvs = [c for c in watches[b].rounds[i].comms
+                         if isinstance(c, Recv) and c.peer == a]
+                step(i, 0)["xfers"].append({
+                    "s": a, "d": b, "k": "send", "bytes": s.buf.nbytes,
+                    "from": watches[a].locate(s.buf), "to": watches[b].locate(recvs[k].buf)})
+        for r in range(size):
+            if i >= len(watches[r].rounds):
+                continue
+            w, wave = watches[r], 0
+            for st in w.rounds[i].then:
+                if isinstance(st, Wait):
+                    wave += 1
+                    continue
+                if isinstance(st, Signal):
+                    continue
+                if isinstance(st, Get):
+                    step(i, wave)["xfers"].append({
+                        "s": st.peer, "d": r, "k": "get", "bytes": st.dst.nbytes,
+                        "from": [-1, 0, len(st.dst)], "to": w.locate(st.dst)})
+                elif isinstance(st, ReduceSlots):
+                    for q in st.ranks:
+                        step(i, wave)["xfers"].append({
+                            "s": q, "d": r, "k": "reduce_slots", "bytes": st.dst.nbytes,
+                            "from": [-1, 0, len(st.dst)], "to": w.locate(st.dst)})
+                elif isinstance(st, (Reduce, Copy)):
+                    step(i, wave)["local"].append({
+                        "r": r, "k": "reduce" if isinstance(st, Reduce) else "copy",
+                        "bytes": st.dst.nbytes, "to": w.locate(st.dst), "from": w.locate(st.src)})
+                elif isinstance(st, Put):
+                    step(i, wave)["local"].append({
+                        "r": r, "k": "put", "bytes": st.src.nbytes, "to": [-1, 0, len(st.src)],
+                        "from": w.locate(st.src)})
+        # a round in which nothing at all happens still counts (the executor runs it)
+        step(i, 0)
+    return [steps[k] for k in sorted(steps)]
+
+
+def _attach_values(steps: list[dict[str, Any]], watches: list[_Watch]) -> None:
+    """Each step's rank values: after round i on each rank, once the round's last wave is shown."""
+    last_wave: dict[int, int] = {}
+    for s in steps:
+        last_wave[s["round"]] = max(last_wave.get(s["round"], 0), s["wave"])
+    shown = [w.snaps[0] for w in watches]
+    for s in steps:
+        if s["wave"] == last_wave[s["round"]]:
+            i = s["round"]
+            shown = [w.snaps[min(i + 1, len(w.snaps) - 1)] for w in watches]
+        s["values"] = shown
+
+
+def extract(key: str, algo: str, size: int, n: int) -> dict[str, Any]:
+    """The animation of one card for one algorithm, rank count and size (JSON-ready).
+
+    Returns:
+        ``{"key", "algo", "p", "n", "itemsize", "rows": [[name, length] per row] per rank,
+        "before": values per rank, "steps": [{"round", "wave", "xfers", "local",
+        "values"}], "events": simulator event count}``; see the module doc.
+    """
+    res, watches = simulate(key, algo, size, n)
+    steps = _steps_of(watches)
+    _attach_values(steps, watches)
+    for s in steps:
+        sent = [0] * size
+        recv = [0] * size
+        for x in s["xfers"]:
+            sent[x["s"]] += x["bytes"]
+            recv[x["d"]] += x["bytes"]
+        s["bytes"] = sum(sent)
+        s["max_rank_bytes"] = max(max(sent), max(recv)) if size else 0
+        s["messages"] = len(s["xfers"])
+    return {
+        "key": key, "algo": algo, "p": size, "n": n, "itemsize": primitives.DTYPE.itemsize,
+        "rows": [[[name, len(arr)] for name, arr in w.rows] for w in watches],
+        "before": [w.snaps[0] for w in watches],
+        "steps": steps,
+        "events": len(res.events),
+    }
+
+
+def guide_data(rank_counts: tuple[int, ...] = primitives.RANK_COUNTS) -> dict[str, Any]:
+    """Everything the guide page embeds: the cards and every (algorithm, ranks, size) run."""
+    cards, runs = [], {}
+    for prim in primitives.PRIMITIVES:
+        algos = _algo_info(prim.key)
+        cards.append({
+            "key": prim.key, "title": prim.title, "summary": prim.summary, "call": prim.call,
+            "topology": prim.topology, "sizes": list(prim.sizes), "rooted": prim.rooted,
+            "whole": prim.whole,
+            "algos": algos,
+        })
+        for a in algos:
+            for p in rank_counts:
+                for n in prim.sizes:
+                    runs[f"{prim.key}|{a['name']}|{p}|{n}"] = extract(prim.key, a["name"], p, n)
+    return {"cards": cards, "runs": runs, "rank_counts": list(rank_counts), "root": primitives.ROOT}
+
+
+__all__ = ["SLOT_BYTES", "algorithms_for", "extract", "guide_data", "simulate"]
