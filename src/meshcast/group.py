@@ -271,14 +271,16 @@ class P2PWork(Work):
 
 
 class GroupRanks:
-    """Rank bookkeeping shared by every kind of group (``_rank``, ``_size``,
-    ``_group_rank_of``, ``global_ranks`` and ``group_name`` set by the subclass)."""
+    """Rank bookkeeping shared by every kind of group."""
 
-    _rank: int
-    _size: int
-    _group_rank_of: dict[int, int]
-    global_ranks: list[int]
-    group_name: str
+    def __init__(self, group_id: int, name: str, global_ranks: Sequence[int], rank: int
+                 ) -> None:
+        self.group_id = group_id
+        self.group_name = name
+        self.global_ranks = list(global_ranks)
+        self._rank = rank
+        self._size = len(self.global_ranks)
+        self._group_rank_of = {g: i for i, g in enumerate(self.global_ranks)}
 
     def rank(self) -> int:
         """This process's rank within the group."""
@@ -310,12 +312,7 @@ class ProcessGroup(GroupRanks):
     def __init__(self, *, group_id: int, name: str, global_ranks: Sequence[int], rank: int,
                  transport: ShmTransport, arena: Arena, timeout: float,
                  liveness: _sync.Liveness, store: Any = None) -> None:
-        self.group_id = group_id
-        self.group_name = name
-        self.global_ranks = list(global_ranks)
-        self._rank = rank
-        self._size = len(self.global_ranks)
-        self._group_rank_of = {g: i for i, g in enumerate(self.global_ranks)}
+        super().__init__(group_id, name, global_ranks, rank)
         self.transport = transport
         self.arena = arena
         self.timeout = timeout

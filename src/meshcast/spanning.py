@@ -151,7 +151,7 @@ class _Ctx:
         self.layout = group.layout
         self.local = group.local_ops
         self.rail = group.rail.bind(deadline, what) if group.rail is not None else None
-        self.leaders = self.rail if group.layout.local == 0 else None
+        self.leaders = self.rail if group._leaders is not None else None
         self.p2p = self.flat = group.flat.bind(deadline, what)
 
 
@@ -167,12 +167,7 @@ class HostSpanningGroup(GroupRanks):
     def __init__(self, *, group_id: int, name: str, global_ranks: Sequence[int], rank: int,
                  layout: Layout, local: ProcessGroup, flat: HostComm, rail: HostComm | None,
                  timeout: float, engine_name: str, hostnames: Sequence[str]) -> None:
-        self.group_id = group_id
-        self.group_name = name
-        self.global_ranks = list(global_ranks)
-        self._rank = rank
-        self._size = len(self.global_ranks)
-        self._group_rank_of = {g: i for i, g in enumerate(self.global_ranks)}
+        super().__init__(group_id, name, global_ranks, rank)
         self.layout = layout
         self.local = local
         self.local_ops = LocalOps(local)

@@ -245,10 +245,6 @@ class Bound:
         c.run(lambda: c._iallgatherv(_bytes(out), _bytes(mine), [n * isz for n in counts]),
               self.deadline, self.what)
 
-    def allgather(self, out: np.ndarray, mine: np.ndarray) -> None:
-        """``out`` = every member's ``mine`` (all the same size), in member order."""
-        self.comm.allgather(_bytes(out), _bytes(mine), self.deadline, self.what)
-
     def alltoallv(self, out: np.ndarray, recv_counts: Sequence[int], inp: np.ndarray,
                   send_counts: Sequence[int]) -> None:
         isz = out.itemsize

@@ -85,9 +85,6 @@ class MpiComm(HostComm):
         return _MpiRequest(self.comm.Iallgatherv(
             [mine, MPI.BYTE], [out, (counts, _displs(counts)), MPI.BYTE]), out, mine)
 
-    def _iallgather(self, out: np.ndarray, mine: np.ndarray) -> Request:
-        return _MpiRequest(self.comm.Iallgather(mine, out), out, mine)
-
     def allgather(self, out: np.ndarray, mine: np.ndarray, deadline: float, what: str) -> None:
         # Every call's agreement: the request is tested right away (a small exchange
         # among idle peers is often done by then), and no wrapper object is made.
