@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from meshcast.testing.tutorial import check_tutorial_output
+
 from .hosts import JobResult, run_job, traffic
 
 pytest.importorskip("torch", reason="the torch backend tests need torch installed")
@@ -123,39 +125,7 @@ def test_meshcast_groups_under_a_gloo_default_group(jobs):
             assert "on 2 hosts (1+1)" in described[1], described
 
 
-def _values(out: str, pattern: str) -> dict[int, str]:
-    return {int(r): v for r, v in re.findall(pattern, out)}
-
-
 def test_tutorial_snippets(jobs):
     out = jobs.lines("meshcast")
     assert any(r.get("tutorial") == "done" for r in jobs.ok("meshcast").records()), out[-3000:]
-    total = float(N * (N + 1) // 2)
-    for r in range(N):
-        assert f"rank {r}: after broadcast [0.0, 1.0, 2.0, 3.0]" in out
-        assert f"rank {r}: after all_reduce [{total}, {total}, {total}]" in out
-        assert f"rank {r}: received [{10.0 * r}, {10.0 * r}]" in out
-        assert re.search(rf"rank {r}: local work \d+, all_reduce done: True, result "
-                         rf"{float(sum(range(N)))}", out)
-        assert f"rank {r}: future value doubled [{2.0 * N}, {2.0 * N}]" in out
-        assert f"rank {r}: has data 1.0" in out
-        left = (r - 1) % N
-        assert f"rank {r}: received {float(left)} from rank {left}" in out
-    gathered = [[float(r), float(r * r)] for r in range(N)]
-    assert f"rank 0: gathered {gathered}" in out
-    for pattern in (r"rank (\d): replica checksum (\S+)",
-                    r"rank (\d): after broadcast checksum (\S+)",
-                    r"rank (\d): accuracy (\S+) =",
-                    r"rank (\d): parameter checksum (\S+)"):
-        values = _values(out, pattern)
-        assert sorted(values) == list(range(N)) and len(set(values.values())) == 1, (
-            pattern, values)
-    before = _values(out, r"rank (\d): before broadcast checksum (\S+)")
-    assert len(set(before.values())) == N  # the replicas did start different
-    correct = sum(int(c) for c in re.findall(r"rank \d: (\d+) of \d+ correct", out))
-    assert _values(out, r"rank (\d): accuracy (\d+)/100")[0] == str(correct)
-    for r in (1, 3):
-        losses = [float(x) for x in re.findall(rf"rank {r}: step \d loss (\S+)", out)]
-        assert len(losses) == 4 and losses[-1] < losses[0], losses
-    losses = [float(x) for x in re.findall(r"epoch \d: mean loss (\S+)", out)]
-    assert len(losses) == 5 and losses[-1] < losses[0], losses
+    check_tutorial_output(out, N)
