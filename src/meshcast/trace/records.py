@@ -1,0 +1,150 @@
+"""The trace file format: what ``MESHCAST_TRACE=DIR`` writes, and how to read it back.
+
+Every process writes one file, ``DIR/rank-<global rank, 5 digits>.jsonl``, one
+JSON object per line. The first line is the header; then, in the order they
+happened on that rank, group lines (the first time a group is used) and call
+lines. Times are ``time.time_ns()`` (wall clock, nanoseconds), so files of
+ranks on different hosts merge into one timeline as well as the hosts' clocks
+agree.
+
+Lines (``"type"`` says which)::
+
+    header  version, rank, world_size, host, pid, start (ns), meshcast (version)
+    group   group (name), id, ranks (global ranks in group-rank order),
+            engine ("shm": one host; "shm+mpi" / "shm+gloo": across hosts)
+    call    group, seq, kind, dtype, count, bytes, root, peer, tag, op,
+            algorithm, family, lane, compiled, async, begin, end, error, rounds
+
+``call`` fields:
+
+* ``seq``: the group's call number; collective ``seq`` is the same call on
+  every member (that is how ranks' records are matched). Point-to-point calls
+  (``kind`` ``send``/``recv``) count separately (``seq`` numbers them per rank).
+* ``kind``: ``barrier``, ``broadcast``, ``reduce``, ``all_reduce``, ``gather``,
+  ``all_gather``, ``scatter``, ``reduce_scatter``, ``all_to_all``, ``send``,
+  ``recv``.
+* ``dtype``, ``count``, ``bytes``: this rank's input (the piece it contributes;
+  for scatter and recv the buffer it receives into).
+* ``root`` (rooted collectives) and ``peer`` (point-to-point; for a recv from
+  any source, null) are *global* ranks; ``tag`` for point-to-point.
+* ``op``: the reduce op's name for reducing collectives, else null.
+* ``algorithm``: what ran, ``<kind>/<name>`` (``all_reduce/oneshot``,
+  ``all_reduce/ring``, ``all_reduce/leader``...); ``family``: ``oneshot``,
+  ``single_copy``, ``symmetric``, ``schedule`` (a registered schedule run by
+  the executor), ``eager``/``agreement``/``hierarchical``/``internode``
+  (across hosts) or ``p2p``.
+* ``lane``: the tiny-call lane ran it (``compiled``: through the compiled
+  helper, transport/_tiny.c).
+* ``async``: the call returned a Work; ``end`` is when that work completed.
+* ``begin``/``end``: ns; ``end`` is null when the call had not finished when
+  the file was written (the rank was stopped inside it: see the hang view).
+* ``error``: the exception's type and text, or null.
+* ``rounds``: for schedules, one entry per round: ``{"round": i, "send":
+  [[peer, bytes], ...], "recv": [[peer, bytes], ...], "begin": ns, "wait_ns":
+  ns}`` (peers are global ranks; ``wait_ns`` is the time spent waiting for the
+  round's messages). Other families run one entry round (plus, for
+  single-copy, a closing one) and leave this empty.
+
+Calls a group makes on its inner groups (a group spanning hosts calls its
+host's group) are recorded as calls of those groups, whose names say so
+(``"WORLD on host-a"``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+VERSION = 1
+KINDS = ("barrier", "broadcast", "reduce", "all_reduce", "gather", "all_gather", "scatter",
+         "reduce_scatter", "all_to_all", "send", "recv")
+
+
+def file_name(rank: int) -> str:
+    """The trace file of global rank ``rank`` inside the trace directory."""
+    return f"rank-{rank:05d}.jsonl"
+
+
+@dataclass
+class RankTrace:
+    """One rank's file: its header, its groups (by name) and its calls in order."""
+
+    header: dict[str, Any]
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def rank(self) -> int:
+        return int(self.header["rank"])
+
+
+def read_rank(path: str) -> RankTrace:
+    """Parse one rank's trace file.
+
+    Raises:
+        ValueError: the file is not a meshcast trace, or of a version this
+            meshcast does not read (names the file and the line).
+    """
+    trace: RankTrace | None = None
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                if trace is not None and number > 1 and not line.endswith("\n"):
+                    break  # the last line of a rank killed while writing
+                raise ValueError(f"{path}:{number}: not JSON ({exc})") from None
+            kind = rec.get("type")
+            if trace is None:
+                if kind != "header":
+                    raise ValueError(f"{path}:{number}: expected a header line first")
+                if rec.get("version") != VERSION:
+                    raise ValueError(f"{path}: trace version {rec.get('version')!r}; this "
+                                     f"meshcast reads version {VERSION}")
+                trace = RankTrace(rec)
+            elif kind == "group":
+                trace.groups[rec["group"]] = rec
+            elif kind == "call":
+                trace.calls.append(rec)
+    if trace is None:
+        raise ValueError(f"{path}: empty trace file")
+    return trace
+
+
+def read_dir(directory: str) -> list[RankTrace]:
+    """Every rank's trace in ``directory``, by rank.
+
+    Raises:
+        FileNotFoundError: no trace files there.
+        ValueError: a file is not a readable trace (see :func:`read_rank`).
+    """
+    names = sorted(n for n in os.listdir(directory)
+                   if n.startswith("rank-") and n.endswith(".jsonl"))
+    if not names:
+        raise FileNotFoundError(f"no meshcast trace files (rank-*.jsonl) in {directory}")
+    traces = [read_rank(os.path.join(directory, n)) for n in names]
+    return sorted(traces, key=lambda t: t.rank)
+
+
+def calls_by_key(traces: list[RankTrace]
+                 ) -> Iterator[tuple[tuple[str, int], dict[int, dict[str, Any]]]]:
+    """Collective calls matched across ranks: ``((group, seq), {rank: call})``, in
+    order of first begin. Ranks that disagreed on the call (a mismatch) still
+    share the key: compare their ``kind``. Point-to-point calls are not matched
+    (their seq is per rank)."""
+    matched: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
+    first: dict[tuple[str, int], int] = {}
+    for t in traces:
+        for c in t.calls:
+            if c["kind"] in ("send", "recv"):
+                continue
+            key = (c["group"], c["seq"])
+            matched.setdefault(key, {})[t.rank] = c
+            first[key] = min(first.get(key, c["begin"]), c["begin"])
+    for key in sorted(matched, key=lambda k: first[k]):
+        yield key, matched[key]
