@@ -98,6 +98,9 @@ def test_a_rank_that_never_arrives_shows_in_the_trace_and_the_error(tmp_path):
         assert status == "ok" and text.startswith("failed: "), out[r]
         assert f"meshcast trace of rank {r}: {tmp_path}" in text, text
         assert "all_reduce #2 on WORLD (failed)" in text, text
+    # the error itself says where the late rank is, from shared memory (tracing or not)
+    first = out[0][1] if "timed out" in out[0][1] else out[1][1]
+    assert "rank 2 has not entered this call; its last one here: all_reduce #1" in first, first
     traces = read_dir(str(tmp_path))
     for t in traces[:2]:
         last = t.calls[-1]
