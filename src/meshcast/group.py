@@ -29,7 +29,7 @@ from .algorithms import _execute
 from .algorithms._plan import Plan
 from .buffers import Buffer, span, store_back, working_copy
 from .engine import Engine
-from .errors import GroupAbortedError, InvalidUsage, MismatchError, usage
+from .errors import GroupAbortedError, InvalidUsage, MismatchError
 from .small_calls import SmallCalls
 from .transport import cma
 from .transport.arena import Arena
@@ -1231,14 +1231,3 @@ class ProcessGroup(GroupRanks):
         """Refuse new work and release the symmetric allocations' mappings."""
         self.engine.close()
         self.symmetric.close()
-
-
-def check_root(root: int, group: ProcessGroup, *, name: str, caller: str, rank: int) -> int:
-    """Translate a global root rank to a group rank, or raise InvalidUsage."""
-    if not isinstance(root, (int, np.integer)) or isinstance(root, bool):
-        raise usage(caller, f"'{name}' must be an int rank, got {type(root).__name__}", rank)
-    try:
-        return group.group_rank(int(root))
-    except ValueError:
-        raise usage(caller, f"'{name}'={root} is not a rank of {group.group_name} "
-                            f"(ranks {group.global_ranks})", rank) from None
