@@ -22,7 +22,7 @@ from .buffers import Buffer, as_buffer, span
 from .errors import InvalidUsage, usage
 from .group import ProcessGroup
 from .ops import ReduceOp
-from .small_calls import SmallCalls
+from .small_calls import TAGS, SmallCalls
 from .spanning import HostSpanningGroup
 from .work import Work
 
@@ -898,8 +898,9 @@ def _peer(pg: ProcessGroup, peer: int | None, group_peer: int | None, name: str,
 
 def _tag(tag: Any, caller: str) -> int:
     if not isinstance(tag, (int, np.integer)) or isinstance(tag, bool) or \
-            not -(1 << 62) <= tag < (1 << 62):
-        raise usage(caller, f"'tag' must be an int, got {tag!r}", _rank())
+            not TAGS[0] <= tag < TAGS[1]:
+        raise usage(caller, f"'tag' must be an int in [{TAGS[0]}, {TAGS[1]}), got {tag!r}",
+                    _rank())
     return int(tag)
 
 
