@@ -93,17 +93,20 @@ def _check_async(async_op: Any, caller: str) -> bool:
 
 
 def _check_algorithm(algorithm: str | None, coll: str, caller: str, pg: Any) -> str | None:
+    """The bare algorithm name of an ``algorithm=`` value (None: the group decides).
+
+    The rule is :func:`meshcast.algorithms._select.algorithm_name`, the one
+    ``select`` applies, so both accept ``"ring"`` and ``"all_reduce/ring"``.
+    """
     if algorithm is None:
         return None
-    from .algorithms import _registry
+    from .algorithms import _select
 
+    if not isinstance(algorithm, str):
+        raise usage(caller, f"'algorithm' must be a str, got {type(algorithm).__name__}", _rank())
     # Across hosts the choice is between the hierarchical families (see spanning.py).
-    names = (pg.algorithm_names(coll) if isinstance(pg, HostSpanningGroup)
-             else _registry.names(coll))
-    if algorithm not in names:
-        raise usage(caller, f"unknown algorithm {algorithm!r} for {coll}; choose one of "
-                            f"{sorted(names)}", _rank())
-    return algorithm
+    valid = pg.algorithm_names(coll) if isinstance(pg, HostSpanningGroup) else None
+    return _select.algorithm_name(coll, algorithm, valid, caller=caller, rank=_rank())
 
 
 _VALID_OPS: dict[tuple[Any, str], ReduceOp] = {}
