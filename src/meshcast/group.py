@@ -30,7 +30,7 @@ from .algorithms import _select as _fast
 from .algorithms._plan import Plan
 from .buffers import Buffer, span, store_back, working_copy
 from .engine import Engine
-from .errors import GroupAbortedError, InvalidUsage, MismatchError, usage
+from .errors import GroupAbortedError, InvalidUsage, MismatchError
 from .small_calls import SmallCalls
 from .transport import cma
 from .transport.arena import Arena
@@ -581,6 +581,26 @@ class ProcessGroup(GroupRanks):
 
     def barrier(self, *, algorithm: str | None = None, async_op: bool = False
                 ) -> Work | None:
+        """Block until every rank of the group has entered the barrier.
+
+        Args:
+            algorithm: a registered barrier algorithm to force (None: the group
+                decides; see ``meshcast algorithms barrier``).
+            async_op: return a Work instead of waiting.
+
+        Returns:
+            A Work when ``async_op``, else None once every rank has arrived.
+
+        Raises:
+            InvalidUsage: ``algorithm`` names no algorithm of barrier or cannot run
+                this call (every rank sees the same reason, so none is left waiting).
+            MismatchError: another rank called a different collective at this
+                point of the group's sequence; raised on every rank.
+            GroupAbortedError: another rank failed in this call or an earlier one.
+            CommTimeout: a peer did not arrive within the group's timeout.
+
+        With ``async_op`` the errors of the exchange come from ``Work.wait()``.
+        """
         algorithm = self._effective("barrier", algorithm)
         if self._oneshot(0, algorithm):
             # Entering the call already proves every rank arrived: that is a barrier.
@@ -598,6 +618,29 @@ class ProcessGroup(GroupRanks):
 
     def broadcast(self, buf: Buffer, root: int, *, algorithm: str | None = None,
                   async_op: bool = False) -> Work | None:
+        """Copy the root's ``buf`` into ``buf`` on every other rank, in place.
+
+        Args:
+            buf: the data (read on the root, overwritten elsewhere); every rank
+                passes the same dtype and count.
+            root: the root's group rank (the front door translates global ranks).
+            algorithm: a registered broadcast algorithm to force (None: the group decides).
+            async_op: return a Work instead of waiting.
+
+        Returns:
+            A Work when ``async_op``, else None once this rank's ``buf`` holds the
+            root's data (on the root: once the peers no longer need it).
+
+        Raises:
+            InvalidUsage: ``algorithm`` names no algorithm of broadcast or cannot run
+                this call (every rank sees the same reason, so none is left waiting).
+            MismatchError: the ranks called different collectives, or disagree on
+                the fingerprint (dtype, count, root); raised on every rank.
+            GroupAbortedError: another rank failed in this call or an earlier one.
+            CommTimeout: a peer did not arrive within the group's timeout.
+
+        With ``async_op`` the errors of the exchange come from ``Work.wait()``.
+        """
         algorithm = self._effective("broadcast", algorithm)
         region = None
         if not self._oneshot(buf.nbytes, algorithm):
@@ -669,6 +712,30 @@ class ProcessGroup(GroupRanks):
 
     def all_reduce(self, buf: Buffer, op: ops.ReduceOp, *, algorithm: str | None = None,
                    async_op: bool = False) -> Work | None:
+        """Reduce ``buf`` over every rank with ``op`` and leave the result in ``buf``
+        on every rank, in place; the results are bitwise identical on all ranks.
+
+        Args:
+            buf: this rank's contribution, overwritten by the result; every rank
+                passes the same dtype and count.
+            op: the reduction (AVG sums, then divides by the group size; float16
+                and bfloat16 sums run in float32 and are rounded back once).
+            algorithm: a registered all_reduce algorithm to force (None: the group decides).
+            async_op: return a Work instead of waiting.
+
+        Returns:
+            A Work when ``async_op``, else None once ``buf`` holds the result.
+
+        Raises:
+            InvalidUsage: ``algorithm`` names no algorithm of all_reduce or cannot run
+                this call (every rank sees the same reason, so none is left waiting).
+            MismatchError: the ranks called different collectives, or disagree on
+                the fingerprint (dtype, count, op); raised on every rank.
+            GroupAbortedError: another rank failed in this call or an earlier one.
+            CommTimeout: a peer did not arrive within the group's timeout.
+
+        With ``async_op`` the errors of the exchange come from ``Work.wait()``.
+        """
         algorithm = self._effective("all_reduce", algorithm)
         work_arr, upcast = self._working(buf.flat, buf.dtype_name, op)
         sched_op = ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op
@@ -748,6 +815,30 @@ class ProcessGroup(GroupRanks):
 
     def reduce(self, buf: Buffer, op: ops.ReduceOp, root: int, *, algorithm: str | None = None,
                async_op: bool = False) -> Work:
+        """Reduce ``buf`` over every rank with ``op`` into the root's ``buf``, in place.
+
+        Args:
+            buf: this rank's contribution; on the root it is overwritten by the
+                result, elsewhere it is left unchanged. Every rank passes the same
+                dtype and count.
+            op: the reduction (AVG: sum, then divide by the group size).
+            root: the root's group rank (the front door translates global ranks).
+            algorithm: a registered reduce algorithm to force (None: the group decides).
+            async_op: return a Work instead of waiting.
+
+        Returns:
+            A Work when ``async_op``, else None once this rank's part is done.
+
+        Raises:
+            InvalidUsage: ``algorithm`` names no algorithm of reduce or cannot run
+                this call (every rank sees the same reason, so none is left waiting).
+            MismatchError: the ranks called different collectives, or disagree on
+                the fingerprint (dtype, count, op, root); raised on every rank.
+            GroupAbortedError: another rank failed in this call or an earlier one.
+            CommTimeout: a peer did not arrive within the group's timeout.
+
+        With ``async_op`` the errors of the exchange come from ``Work.wait()``.
+        """
         algorithm = self._effective("reduce", algorithm)
         work_arr, upcast = self._working(buf.flat, buf.dtype_name, op)
         # The schedules reduce into a separate output; the one-shot and single-copy
@@ -1192,14 +1283,3 @@ class ProcessGroup(GroupRanks):
         """Refuse new work and release the symmetric allocations' mappings."""
         self.engine.close()
         self.symmetric.close()
-
-
-def check_root(root: int, group: ProcessGroup, *, name: str, caller: str, rank: int) -> int:
-    """Translate a global root rank to a group rank, or raise InvalidUsage."""
-    if not isinstance(root, (int, np.integer)) or isinstance(root, bool):
-        raise usage(caller, f"'{name}' must be an int rank, got {type(root).__name__}", rank)
-    try:
-        return group.group_rank(int(root))
-    except ValueError:
-        raise usage(caller, f"'{name}'={root} is not a rank of {group.group_name} "
-                            f"(ranks {group.global_ranks})", rank) from None

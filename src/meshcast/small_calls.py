@@ -507,7 +507,7 @@ class SmallCalls:
         flags = arr.flags
         return (flags.c_contiguous and (flags.writeable or not writes)
                 and _p2p_dtype(arr.dtype) and peer in group._group_rank_of
-                and peer != group.global_ranks[group._rank] and _TAGS[0] <= tag < _TAGS[1])
+                and peer != group.global_ranks[group._rank] and TAGS[0] <= tag < TAGS[1])
 
     # -------------------------------------------------------------- machinery
 
@@ -814,7 +814,10 @@ def _reduce(arr: np.ndarray, regions: list[np.ndarray], kernel: Any, average: bo
         ops.finish_average(arr, len(regions))
 
 
-_TAGS = (-(1 << 62), 1 << 62)  # the tags the front door accepts
+# The tags a send/recv may carry, [lo, hi): _api._tag enforces them, and the p2p lane
+# takes only messages the front door would accept. Defined here, not in _api,
+# because _api imports this module.
+TAGS = (-(1 << 62), 1 << 62)
 
 
 _P2P_DTYPES: dict[np.dtype, bool] = {}

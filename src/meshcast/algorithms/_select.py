@@ -45,6 +45,7 @@ tiny-call lane ask (they decide nothing of their own). Across hosts,
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -278,6 +279,42 @@ def _describe(plan: Plan) -> str:
 # ----------------------------------------------------------------- select
 
 
+def algorithm_name(coll: str, explicit: str, valid: Sequence[str] | None = None, *,
+                   caller: str | None = None, rank: int | None = None) -> str:
+    """The bare name an ``algorithm=`` value picks for ``coll``: ``"ring"`` or ``"all_reduce/ring"``.
+
+    The one rule for the keyword: the front door checks it with this before
+    anything is sent, and :func:`select` again per call. Returning the bare
+    name means both spellings reach the group, and the fingerprint's path
+    byte, as the same value, so ranks that spell it differently still agree.
+
+    Args:
+        coll: the collective of the call.
+        explicit: the caller's ``algorithm=`` value.
+        valid: the names to accept (default: the registry's for ``coll``; a group
+            that spans hosts passes its hierarchical families).
+        caller: the name errors start with (default: ``coll``).
+        rank: the rank errors name, or None.
+
+    Raises:
+        InvalidUsage: the prefix names another collective, or the name is not
+            one of ``valid``; the message names the argument, the collective and
+            the algorithms it has.
+    """
+    valid = list(_registry.names(coll) if valid is None else valid)
+    caller = caller or coll
+    name = explicit.strip()
+    if "/" in name:
+        prefix, _, name = name.partition("/")
+        if prefix != coll:
+            raise usage(caller, f"'algorithm'={explicit!r} belongs to {prefix!r}, not {coll!r}; "
+                                f"{coll} has: {', '.join(valid)}", rank)
+    if name not in valid:
+        raise usage(caller, f"'algorithm'={explicit!r}: unknown algorithm {name!r} of {coll}; "
+                            f"valid: {', '.join(valid)}", rank)
+    return name
+
+
 def select(plan: Plan, explicit: str | None = None, tune: str = "") -> AlgorithmEntry:
     """Pick the algorithm that runs ``plan``.
 
@@ -296,17 +333,7 @@ def select(plan: Plan, explicit: str | None = None, tune: str = "") -> Algorithm
     """
     coll = plan.coll
     if explicit:
-        name = explicit.strip()
-        if "/" in name:
-            prefix, _, name = name.partition("/")
-            if prefix != coll:
-                raise usage(
-                    coll, f"algorithm {explicit!r} belongs to {prefix!r}, not {coll!r}", plan.rank
-                )
-        valid = _registry.names(coll)
-        if name not in valid:
-            raise usage(coll, f"unknown algorithm {name!r}; valid: {', '.join(valid)}", plan.rank)
-        entry = _registry.get(coll, name)
+        entry = _registry.get(coll, algorithm_name(coll, explicit, rank=plan.rank))
         why = entry.why_not(plan)
         if why is not None:
             raise usage(
@@ -488,7 +515,7 @@ def fast_path(kind: str, caps: HostCaps, piece: int, *, symmetric: bool = False,
 
 __all__ = ["ALL_GATHER_SINGLE_MIN_BYTES", "ALL_REDUCE_SINGLE_MIN_BYTES", "ONESHOT_WORK_BYTES",
            "SINGLE_COPY_MIN_BYTES", "SYMMETRIC_ALL_REDUCE_MIN_BYTES", "SYMMETRIC_MIN_BYTES",
-           "TABLE", "Choice", "HostCaps", "Rule", "all_reduce_single_copy",
+           "TABLE", "Choice", "HostCaps", "Rule", "algorithm_name", "all_reduce_single_copy",
            "all_to_all_direct_limit", "decide", "direct_bytes", "fast_path", "message_bytes",
            "oneshot", "oneshot_all_gather", "parse_tune", "select", "single_copy",
            "tuned_collectives"]
