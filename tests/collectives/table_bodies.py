@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import meshcast as dist
-from meshcast.algorithms import _registry
+from meshcast.algorithms import _explain
 from meshcast.algorithms import _select as table
 from meshcast.group import split_head
 
@@ -90,8 +90,8 @@ def run_table(symmetric: bool) -> list[tuple]:
             ran = pg.last_algorithm
             fast = table.fast_path(kind, caps, piece, symmetric=symmetric and piece > 0,
                                    header=head)
-            said = f"{kind}/{fast}" if fast else "a schedule"
-            if fast is None and ran.partition("/")[2] in _registry.names(kind):
-                ran = "a schedule"
+            # past the fast paths, the schedule the table picks (what `meshcast algorithms
+            # KIND --size PIECE` prints)
+            said = f"{kind}/{fast}" if fast else _explain._schedule(kind, piece, caps.size).qualname
             seen.append((kind, piece, ran, said))
     return seen

@@ -96,3 +96,30 @@ def test_summary_takes_the_list_after_a_bare_steps_heading():
     arena = _registry.get("all_to_all", "arena")
     steps = next(line for line in _cli.summary(arena) if line.startswith("Steps"))
     assert steps.startswith("Steps: first round: Put the header")
+
+
+def test_size_says_what_runs_and_where():
+    from meshcast.algorithms._explain import explain
+
+    text = explain("all_reduce", 1 << 20, 2)
+    assert "runs      all_reduce/oneshot" in text and "transport/arena.py" in text
+    assert "all_reduce/arena" in explain("all_reduce", 3 << 19, 2)  # between the fast paths
+    assert "all_reduce/cma" in explain("all_reduce", 2 << 20, 2)
+    assert "all_reduce/cma" not in explain("all_reduce", 2 << 20, 2, cma=False)
+    assert "all_reduce/eager" in explain("all_reduce", 8, 4, hosts=2)
+    assert "all_gather/rails" in explain("all_gather", 1 << 20, 4, hosts=2)
+    assert "all_gather/leader" in explain("all_gather", 1 << 20, 3, hosts=2)  # 2 + 1: no rails
+    with pytest.raises(ValueError, match="hosts"):
+        explain("all_reduce", 8, 2, hosts=3)
+
+
+def test_size_from_the_command_line():
+    proc = subprocess.run([sys.executable, "-m", "meshcast", "algorithms", "broadcast",
+                           "--size", "64K", "-n", "3"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "broadcast of 64 KiB per rank on 3 ranks, one host" in proc.stdout
+    assert "broadcast/oneshot" in proc.stdout
+    bad = subprocess.run([sys.executable, "-m", "meshcast", "algorithms", "--size", "8"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "needs a COLLECTIVE" in bad.stderr

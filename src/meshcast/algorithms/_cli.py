@@ -50,6 +50,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("collective", nargs="?", default=None,
                    help=f"only this collective (one of: {', '.join(_registry.COLLECTIVES)})")
+    p.add_argument("--size", default=None, metavar="SIZE",
+                   help="instead of the listing, say what runs COLLECTIVE with SIZE bytes per "
+                        "rank (K/M/G suffixes), where its code is and where it is tested")
+    p.add_argument("-n", "--nproc", type=int, default=2, help="ranks, with --size (default 2)")
+    p.add_argument("--hosts", type=int, default=1,
+                   help="hosts the ranks are spread over, with --size (default 1)")
+    p.add_argument("--no-cma", action="store_true",
+                   help="with --size: as on a kernel that forbids process_vm_readv")
 
 
 def handle(ns: argparse.Namespace) -> int:
@@ -59,6 +67,19 @@ def handle(ns: argparse.Namespace) -> int:
         print(f"meshcast algorithms: unknown collective {coll!r}; the collectives are: "
               f"{', '.join(_registry.COLLECTIVES)}", file=sys.stderr)
         return 2
+    if ns.size is not None:
+        from ..config import parse_size
+        from ._explain import explain
+
+        if coll is None:
+            print("meshcast algorithms: --size needs a COLLECTIVE", file=sys.stderr)
+            return 2
+        try:
+            print(explain(coll, parse_size(ns.size), ns.nproc, ns.hosts, not ns.no_cma))
+        except ValueError as exc:
+            print(f"meshcast algorithms: {exc}", file=sys.stderr)
+            return 2
+        return 0
     print(render(coll))
     return 0
 

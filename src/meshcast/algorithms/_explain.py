@@ -1,0 +1,121 @@
+"""``meshcast algorithms COLLECTIVE --size S -n N [--hosts H]``: what runs such a call, and where.
+
+The answer comes from the same functions the library decides with: on one
+host :func:`._select.fast_path` and then :func:`._select.decide`; across hosts
+the eager rule of meshcast.spanning and :func:`.hierarchical.choose`. A test
+(tests/collectives/test_fast_path_table.py) checks on real processes that
+the table's answer is what runs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import config, ops
+from . import _select, hierarchical
+from ._simulate import make_plans
+
+# Where each path's code, engine and tests are (file names a reader can open).
+_FAST_WHERE = {
+    "oneshot": ("group.py (general path) and small_calls.py (the tiny-call lane, compiled "
+                "in transport/_tiny.c)", "transport/arena.py: one-shot regions, one signal",
+                "tests/collectives/test_fast_paths.py, test_fast_path_table.py"),
+    "cma": ("group.py (_Single bodies, _single_copy)",
+            "transport/cma.py (process_vm_readv) + transport/arena.py (entry, closing round)",
+            "tests/collectives/test_fast_paths.py, test_fast_path_table.py"),
+    "symmetric": ("group.py (_run_symmetric) and symmetric.py",
+                  "symmetric.py: the peers' arrays mapped in this process",
+                  "tests/collectives/test_symmetric.py, test_fast_path_table.py"),
+}
+
+
+def explain(coll: str, nbytes: int, n: int, hosts: int = 1, cma: bool = True) -> str:
+    """Say which algorithm runs ``coll`` with ``nbytes`` per rank on ``n`` ranks
+    spread evenly over ``hosts`` hosts, with the defaults, and where it lives.
+
+    Raises:
+        ValueError: an unknown collective, n < 1, hosts < 1 or more hosts than ranks.
+    """
+    if coll not in _select.TABLE:
+        raise ValueError(f"no collective {coll!r}")
+    if n < 1 or hosts < 1 or hosts > n:
+        raise ValueError(f"need 1 <= hosts <= ranks (got {hosts} hosts, {n} ranks)")
+    what = f"{coll} of {_size(nbytes)} per rank on {n} rank{'s' * (n > 1)}"
+    if hosts > 1:
+        return _across(coll, nbytes, n, hosts, what)
+    caps = _select.HostCaps(n, _oneshot_bytes(), cma)
+    fast = _select.fast_path(coll, caps, nbytes)
+    lines = [f"{what}, one host:"]
+    if fast is not None:
+        code, engine, tests = _FAST_WHERE[fast]
+        lines += [f"  runs      {coll}/{fast} (a fast path: "
+                  "algorithms/_select.py fast_path() says so)",
+                  f"  code      {code}", f"  engine    {engine}", f"  tested in {tests}"]
+    else:
+        entry = _schedule(coll, nbytes, n)
+        engine = ("transport/arena.py (shared slots)" if entry.family == "arena"
+                  else "transport/shm.py (point-to-point rings)")
+        lines += [f"  runs      {entry.qualname} (a schedule: algorithms/_select.py decide())",
+                  f"  code      algorithms/{coll}.py::{entry.name}, run by "
+                  "algorithms/_execute.py",
+                  f"  engine    {engine}",
+                  "  tested in tests/collectives/test_collectives.py (every registered "
+                  "algorithm) and tests/unit/test_simulate*.py"]
+    if cma:
+        lines.append("  (if the kernel forbids process_vm_readv: --no-cma)")
+    return "\n".join(lines)
+
+
+def _across(coll: str, nbytes: int, n: int, hosts: int, what: str) -> str:
+    from ..spanning import EAGER_BYTES
+
+    per = [n // hosts + (h < n % hosts) for h in range(hosts)]
+    layout = hierarchical.Layout(tuple(tuple(range(sum(per[:h]), sum(per[:h + 1])))
+                                       for h in range(hosts)), 0)
+    lines = [f"{what}, {hosts} hosts ({' + '.join(map(str, per))} ranks):"]
+    if coll != "all_to_all" and nbytes <= EAGER_BYTES:
+        lines.append(f"  runs      {coll}/eager: the data travels with the call's agreement "
+                     f"(every rank's data <= {EAGER_BYTES} B; spanning.py)")
+    else:
+        family = hierarchical.choose(coll, layout, nbytes, None)
+        lines.append(f"  runs      {coll}/{family} (algorithms/hierarchical.py DEFAULTS and "
+                     "choose())")
+        lines.append(f"  code      algorithms/hierarchical.py::{coll}, shared memory inside "
+                     "each host (the one-host paths above), MPI or Gloo between hosts "
+                     "(transport/interhost.py)")
+    lines.append("  tested in tests/runtime/test_host_spanning.py, tests/multihost/")
+    return "\n".join(lines)
+
+
+def _oneshot_bytes() -> int:
+    from ..transport.arena import SMALL_BYTES
+
+    return SMALL_BYTES if config.get("MESHCAST_SLOT_BYTES") else 0
+
+
+def _schedule(coll: str, nbytes: int, n: int) -> _select.AlgorithmEntry:
+    count = max(nbytes // 4, 1)
+    dtype = np.float32
+    reducing = coll in ("all_reduce", "reduce", "reduce_scatter")
+    op = ops.ReduceOp.SUM if reducing else None
+    if coll in ("all_gather", "gather", "scatter", "reduce_scatter"):
+        inputs = ([np.zeros(count * n, dtype)] * n if coll in ("scatter", "reduce_scatter")
+                  else [np.zeros(count, dtype)] * n)
+        counts = [count] * n
+    elif coll == "all_to_all":
+        inputs, counts = [np.zeros(count * n, dtype)] * n, None
+    elif coll == "barrier":
+        inputs, counts = None, None
+    else:
+        inputs, counts = [np.zeros(count, dtype)] * n, None
+    root = 0 if coll in ("broadcast", "reduce", "gather", "scatter") else -1
+    plan = make_plans(coll, n, inputs, dtype=dtype, op=op, root=root, counts=counts,
+                      slot_bytes=config.get("MESHCAST_SLOT_BYTES") if n > 1 else 0)[0]
+    return _select.decide(plan)
+
+
+def _size(nbytes: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift and nbytes % (1 << shift) == 0:
+            return f"{nbytes >> shift} {unit}"
+    return f"{nbytes} B"
