@@ -66,7 +66,7 @@ def across_hosts() -> list:
     return log
 
 
-def rank_never_arrives(late: int, sleep: float) -> str:
+def rank_never_arrives(late: int, sleep: float, algorithm: str | None = None) -> str:
     """Every rank but ``late`` enters an all_reduce that ``late`` enters only after
     the others have timed out; returns how the call ended here."""
     x = np.ones(4, np.float32)
@@ -75,7 +75,7 @@ def rank_never_arrives(late: int, sleep: float) -> str:
         time.sleep(sleep)
         return "late"
     try:
-        dist.all_reduce(x)
+        dist.all_reduce(x, algorithm=algorithm)
     except MeshcastError as exc:  # the first to time out aborts the group for the rest
         return "failed: " + "\n".join([str(exc), *getattr(exc, "__notes__", [])])
     return "completed"

@@ -42,6 +42,7 @@ def test_the_trace_says_what_ran_on_every_rank(n, tmp_path):
             for rnd in ring["rounds"]:
                 assert [p for p, _ in rnd["send"]] == [info["ring_peer"]]
                 assert sum(b for _, b in rnd["send"]) > 0 and rnd["wait_ns"] >= 0
+                assert rnd["begin"] <= rnd["end"] <= ring["end"]
         bcast = colls[4]
         assert bcast["async"] is True and bcast["root"] == n - 1 and bcast["count"] == 8
         if n > 1:
@@ -89,24 +90,29 @@ def test_across_hosts_the_spanning_group_and_its_host_groups_are_recorded(tmp_pa
         assert any(c["group"] == inner[0] for c in t.calls)
 
 
-def test_a_rank_that_never_arrives_shows_in_the_trace_and_the_error(tmp_path):
+@pytest.mark.parametrize("algorithm", [None, "ring"])
+def test_a_rank_that_never_arrives_shows_in_the_trace_and_the_error(tmp_path, algorithm):
     out = spawn_world(bodies.rank_never_arrives, 3, timeout=90, op_timeout=2.0,
                       expect_failure=True, env={"MESHCAST_TRACE": str(tmp_path)},
-                      late=2, sleep=4.0)
+                      late=2, sleep=4.0, algorithm=algorithm)
     for r in (0, 1):
         status, text = out[r]
         assert status == "ok" and text.startswith("failed: "), out[r]
         assert f"meshcast trace of rank {r}: {tmp_path}" in text, text
         assert "all_reduce #2 on WORLD (failed)" in text, text
-    # the error itself says where the late rank is, from shared memory (tracing or not)
-    first = out[0][1] if "timed out" in out[0][1] else out[1][1]
-    assert "rank 2 has not entered this call; its last one here: all_reduce #1" in first, first
+    if algorithm is None:
+        # the error itself says where the late rank is, from shared memory (tracing or not)
+        first = out[0][1] if "timed out" in out[0][1] else out[1][1]
+        assert "rank 2 has not entered this call; its last one here: all_reduce #1" in first
     traces = read_dir(str(tmp_path))
     for t in traces[:2]:
         last = t.calls[-1]
         assert (last["kind"], last["seq"]) == ("all_reduce", 2)
         assert last["error"].split(":")[0] in ("CommTimeout", "GroupAbortedError"), last
         assert last["end"] is not None
+        # it failed in the entry round (rank 2 never came): no algorithm was chosen,
+        # and the trace says so rather than naming the call before's
+        assert last["algorithm"] is None and last["rounds"] == [], last
     # the late rank's last call is the first all_reduce: it never entered #2 before the others
     # gave up (it may enter it afterwards and fail there; that call begins after their end)
     late = traces[2].calls

@@ -112,21 +112,24 @@ def execute(schedule: Iterator[Round], ctx: ExecContext,
 
 def _execute_recorded(schedule: Iterator[Round], ctx: ExecContext,
                       rounds: list[dict[str, Any]]) -> int:
-    """:func:`execute`, noting each round (kept apart so the plain loop stays plain)."""
+    """:func:`execute`, noting each round (kept apart so the plain loop stays plain).
+
+    A round is noted as it starts (``wait_ns`` and ``end`` null until it ends), so
+    a call that fails or is stopped inside a round shows which one and on whom."""
     index = -1
     for index, rnd in enumerate(schedule):
-        begin = time.time_ns()
-        sends: list[list[int]] = []
-        recvs: list[list[int]] = []
+        note: dict[str, Any] = {"round": index, "send": [], "recv": [],
+                                "begin": time.time_ns(), "wait_ns": None, "end": None}
+        rounds.append(note)
         waited = 0
         if rnd.comms:
             handles = []
             for step in rnd.comms:
                 if type(step) is Send:
-                    sends.append([step.peer, step.buf.nbytes])
+                    note["send"].append([step.peer, step.buf.nbytes])
                     handles.append(ctx.isend(step.peer, step.buf, index))
                 else:
-                    recvs.append([step.peer, step.buf.nbytes])
+                    note["recv"].append([step.peer, step.buf.nbytes])
                     handles.append(ctx.irecv(step.peer, step.buf, index))
             posted = time.time_ns()
             for handle in handles:
@@ -139,6 +142,6 @@ def _execute_recorded(schedule: Iterator[Round], ctx: ExecContext,
                 waited += time.time_ns() - t
             else:
                 _LOCAL[type(step)](ctx, step)
-        rounds.append({"round": index, "send": sends, "recv": recvs, "begin": begin,
-                       "wait_ns": waited})
+        note["wait_ns"] = waited
+        note["end"] = time.time_ns()
     return index + 1

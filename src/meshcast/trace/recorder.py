@@ -141,6 +141,18 @@ def _size(x: Any) -> tuple[int, int]:
     return 0, 0
 
 
+def _serial(rec: dict[str, Any]) -> dict[str, Any]:
+    """A record as written: rounds' peers as global ranks (the executor notes group ranks)."""
+    ranks = rec.get("_ranks")
+    if ranks is None:
+        return rec
+    out = {k: v for k, v in rec.items() if k != "_ranks"}
+    out["rounds"] = [dict(r, send=[[ranks[p], b] for p, b in r["send"]],
+                          recv=[[ranks[p], b] for p, b in r["recv"]])
+                     for r in list(rec["rounds"])]
+    return out
+
+
 def _op_name(op: Any) -> str | None:
     return None if op is None else str(getattr(op, "name", op))
 
@@ -163,7 +175,6 @@ class Tracer:
         self._lock = threading.Lock()
         self._local = threading.local()  # per thread: ids of groups inside a recorded call
         self._pending: list[dict[str, Any]] = []  # in call order; unfinished ones included
-        self._rounds: dict[tuple[int, int], list[dict[str, Any]]] = {}
         self._ranks: dict[int, list[int]] = {}  # group id() -> its global ranks
         self._closed = False
         self._file = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 - lives with the process
@@ -197,9 +208,18 @@ class Tracer:
                     setattr(lane, name, self._wrap(group, name, method, where, lane=True))
 
     def rounds_of(self, group: Any, seq: int) -> list[dict[str, Any]]:
-        """The list the executor fills with call ``seq``'s rounds (group ranks)."""
+        """The list the executor fills with call ``seq``'s rounds (peers as group
+        ranks, written as global ranks), attached to the call's record at once so
+        that a call stopped mid-way shows its rounds so far."""
         rounds: list[dict[str, Any]] = []
-        self._rounds[(id(group), seq)] = rounds
+        name = group.group_name
+        with self._lock:
+            for rec in reversed(self._pending):
+                if (rec.get("type") == "call" and rec["seq"] == seq and rec["group"] == name
+                        and rec["kind"] not in ("send", "recv")):
+                    rec["rounds"] = rounds
+                    rec["_ranks"] = self._ranks[id(group)]
+                    break
         return rounds
 
     def _wrap(self, group: Any, name: str, method: Callable[..., Any],
@@ -225,9 +245,14 @@ class Tracer:
                 self._pending.append(rec)
             busy.add(gid)
             tap.rec = rec  # the number the call draws is its seq
+            chosen = group.last_algorithm
             try:
                 result = method(*args, **kwargs)
             except BaseException as exc:
+                if group.last_algorithm == chosen and not rec["rounds"]:
+                    # Failed before choosing (in the entry round): what the group says
+                    # is the call before's; write null rather than a wrong name.
+                    rec["algorithm"] = False
                 self._finish(rec, group, exc)
                 self._failed(exc)
                 raise
@@ -295,7 +320,9 @@ class Tracer:
 
     def _finish(self, rec: dict[str, Any], group: Any, exc: BaseException | None) -> None:
         rec["end"] = time.time_ns()
-        if rec["kind"] not in ("send", "recv"):
+        if rec["algorithm"] is False:
+            rec["algorithm"] = None
+        elif rec["kind"] not in ("send", "recv"):
             algorithm = group.last_algorithm
             rec["algorithm"] = algorithm
             if algorithm:
@@ -303,13 +330,6 @@ class Tracer:
                 rec["family"] = _FAMILIES.get(name, "schedule")
         if exc is not None:
             rec["error"] = f"{type(exc).__name__}: {exc}"
-        rounds = self._rounds.pop((id(group), rec["seq"]), None)
-        if rounds:
-            ranks = self._ranks[id(group)]
-            for r in rounds:
-                r["send"] = [[ranks[p], b] for p, b in r["send"]]
-                r["recv"] = [[ranks[p], b] for p, b in r["recv"]]
-            rec["rounds"] = rounds
         if len(self._pending) >= BATCH:
             with self._lock:
                 self._flush_done()
@@ -322,7 +342,7 @@ class Tracer:
 
     def _write(self, records: list[dict[str, Any]]) -> None:
         if records and not self._file.closed:
-            self._file.write("".join(json.dumps(r, separators=(",", ":")) + "\n"
+            self._file.write("".join(json.dumps(_serial(r), separators=(",", ":")) + "\n"
                                      for r in records))
             self._file.flush()
 

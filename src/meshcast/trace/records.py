@@ -32,7 +32,9 @@ Lines (``"type"`` says which)::
   ``all_reduce/ring``, ``all_reduce/leader``...); ``family``: ``oneshot``,
   ``single_copy``, ``symmetric``, ``schedule`` (a registered schedule run by
   the executor), ``eager``/``agreement``/``hierarchical``/``internode``
-  (across hosts) or ``p2p``.
+  (across hosts) or ``p2p``. Both are null for a call that failed before it
+  chose (in its entry round, where every rank checks that all arrived and
+  agree).
 * ``lane``: the tiny-call lane ran it (``compiled``: through the compiled
   helper, transport/_tiny.c).
 * ``async``: the call returned a Work; ``end`` is when that work completed.
@@ -42,10 +44,13 @@ Lines (``"type"`` says which)::
   last line for a (group, kind, seq) (:func:`read_rank` does).
 * ``error``: the exception's type and text, or null.
 * ``rounds``: for schedules, one entry per round: ``{"round": i, "send":
-  [[peer, bytes], ...], "recv": [[peer, bytes], ...], "begin": ns, "wait_ns":
-  ns}`` (peers are global ranks; ``wait_ns`` is the time spent waiting for the
-  round's messages). Other families run one entry round (plus, for
-  single-copy, a closing one) and leave this empty.
+  [[peer, bytes], ...], "recv": [[peer, bytes], ...], "begin": ns, "end": ns,
+  "wait_ns": ns}`` (peers are global ranks; ``wait_ns`` is the time spent
+  waiting for the round's messages and signals). A round is noted when it
+  starts: one with ``end`` null is where the call failed or was stopped.
+  Other families run one entry round (plus, for single-copy, a closing one)
+  and leave this empty.
+* point-to-point calls have ``algorithm`` null and ``family`` ``"p2p"``.
 
 Calls a group makes on its inner groups (a group spanning hosts calls its
 host's group) are recorded as calls of those groups, whose names say so
