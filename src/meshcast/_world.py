@@ -133,6 +133,7 @@ class World:
     groups: list[Any] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
     next_group_id: int = 1
+    tracer: Any = None  # meshcast.trace.recorder.Tracer when MESHCAST_TRACE is set
 
     def make_group(self, group_id: int, ranks: Sequence[int], name: str,
                    store: Any = None) -> Any:
@@ -180,11 +181,14 @@ class World:
         rail_members = [ranks[g] for g in layout.rail(layout.local)]
         rail = (self._comm(rail_members, f"{group_id}/rail{layout.local}")
                 if len(rail_members) > 1 else None)
-        return HostSpanningGroup(
+        group = HostSpanningGroup(
             group_id=group_id, name=name, global_ranks=ranks, rank=layout.me, layout=layout,
             local=local, flat=flat, rail=rail, timeout=self.timeout,
             engine_name=self.internode.describe(),
             hostnames=[_hostname(self.host_of[ranks[h[0]]]) for h in layout.hosts])
+        if self.tracer is not None:
+            self.tracer.attach(group)
+        return group
 
     def _comm(self, ranks: list[int], key: str) -> Any:
         """An inter-host communicator whose waits check the hosts' heartbeats."""
@@ -220,9 +224,12 @@ class World:
                     segment.seal()
         self.segments.append(segment)
         arena = Arena(segment, me, n, slot, ranks, liveness, name)
-        return ProcessGroup(group_id=group_id, name=name, global_ranks=ranks, rank=me,
-                            transport=self.transport, arena=arena, timeout=self.timeout,
-                            liveness=liveness, store=store)
+        group = ProcessGroup(group_id=group_id, name=name, global_ranks=ranks, rank=me,
+                             transport=self.transport, arena=arena, timeout=self.timeout,
+                             liveness=liveness, store=store)
+        if self.tracer is not None:
+            self.tracer.attach(group)
+        return group
 
     def exit_barrier(self) -> None:
         """Keep a rank-hosted store alive until every other rank has left (or died).
@@ -254,6 +261,8 @@ class World:
             pending.pop(0)
 
     def close(self) -> None:
+        if self.tracer is not None:
+            self.tracer.flush()
         if self.hostwatch is not None:
             self.hostwatch.close(left=True)  # leaving on purpose: not a lost host
         for group in self.groups:
@@ -332,6 +341,11 @@ def bring_up(store: Any, rank: int, size: int, timeout: float, backend: str,
     world = World(rank=rank, size=size, store=store, timeout=timeout, backend=backend,
                   liveness=liveness, transport=transport, node_segment=segment,
                   host_of=host_of)
+    trace_dir = config.get("MESHCAST_TRACE")
+    if trace_dir:
+        from .trace.recorder import process_tracer
+
+        world.tracer = process_tracer(trace_dir, rank, size, _hostname(host_of[rank]))
     if len(hosts) > 1:
         world.hostwatch = HostWatch(store, rank, host_of)
         world.hostwatch.start()

@@ -325,6 +325,7 @@ class ProcessGroup(GroupRanks):
         # count over sends and receives in call order, as _seq is over collective kinds.
         self._p2p_seq = itertools.count(1)
         self.last_algorithm: str | None = None
+        self.tracer: Any = None  # meshcast.trace.recorder.Tracer when MESHCAST_TRACE is set
         self.store = store  # where members meet (symmetric allocations use it)
         self.symmetric = symmetric.SymmetricHeap(rank, self._size)
         # Collectives MESHCAST_ALGO picks for: they skip the fast paths (see _effective).
@@ -432,7 +433,8 @@ class ProcessGroup(GroupRanks):
             self.last_algorithm = f"{kind}/{entry.name}"
             try:
                 ctx = _Ctx(self, fp.seq, plan.op, deadline, f"{what} [{entry.name}]")
-                _execute.execute(entry.fn(plan), ctx)
+                _execute.execute(entry.fn(plan), ctx, None if self.tracer is None
+                                 else self.tracer.rounds_of(self, fp.seq))
             except (GroupAbortedError, MismatchError) as exc:
                 # Peers that are still waiting must fail the same way, not time out.
                 self.arena.abort(str(exc), mismatch=isinstance(exc, MismatchError))

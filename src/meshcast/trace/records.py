@@ -37,7 +37,9 @@ Lines (``"type"`` says which)::
   helper, transport/_tiny.c).
 * ``async``: the call returned a Work; ``end`` is when that work completed.
 * ``begin``/``end``: ns; ``end`` is null when the call had not finished when
-  the file was written (the rank was stopped inside it: see the hang view).
+  the file was written (the rank was stopped inside it: see the hang view). A
+  call written unfinished is written again when it finishes; readers keep the
+  last line for a (group, kind, seq) (:func:`read_rank` does).
 * ``error``: the exception's type and text, or null.
 * ``rounds``: for schedules, one entry per round: ``{"round": i, "send":
   [[peer, bytes], ...], "recv": [[peer, bytes], ...], "begin": ns, "wait_ns":
@@ -113,7 +115,24 @@ def read_rank(path: str) -> RankTrace:
                 trace.calls.append(rec)
     if trace is None:
         raise ValueError(f"{path}: empty trace file")
+    trace.calls = _latest(trace.calls)
     return trace
+
+
+def _latest(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A call written while running (``end: null``) and again once finished: keep the
+    last line, at the first one's place."""
+    where: dict[tuple[str, str, int], int] = {}
+    kept: list[dict[str, Any]] = []
+    for c in calls:
+        key = (c["group"], c["kind"], c["seq"])
+        if c["seq"] is not None and key in where:
+            kept[where[key]] = c
+            continue
+        if c["seq"] is not None:
+            where[key] = len(kept)
+        kept.append(c)
+    return kept
 
 
 def read_dir(directory: str) -> list[RankTrace]:

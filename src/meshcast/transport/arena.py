@@ -190,10 +190,34 @@ class Arena:
                 block=block,
                 check_abort=self.check_abort,
             )
-        except (CommTimeout, MeshcastError) as exc:
+        except CommTimeout as exc:
+            # Say where the late ranks are: their signal words and fingerprints are here.
+            late = [p for p in ranks if words[p] < target]
+            where = "; ".join(self.position(p) for p in late)
+            exc = CommTimeout(f"{exc}; {where}" if where else str(exc),
+                              waiting_on=exc.waiting_on)
+            self.abort(f"rank {self.global_ranks[self.rank]}: {exc}")
+            raise exc from None
+        except MeshcastError as exc:
             if not isinstance(exc, (GroupAbortedError, MismatchError)):
                 self.abort(f"rank {self.global_ranks[self.rank]}: {exc}")
             raise
+
+    def position(self, r: int) -> str:
+        """Where group rank ``r`` is, from its signal word and fingerprint, in words
+        ("rank 2 has not entered this call; its last one here: broadcast #16
+        (phase 1)"), for timeout messages."""
+        word = int(self._words[r])
+        seq, phase = word >> _PHASE_BITS, word & ((1 << _PHASE_BITS) - 1)
+        who = f"rank {self.global_ranks[r]}"
+        if seq == 0:
+            return f"{who} has not entered any call on {self.name}"
+        at = self._fp_at[seq & 1][r]
+        fp = Fingerprint.unpack(bytes(self._mv[at:at + FP_SIZE]))
+        call = f"{fp.kind} #{seq}" if fp.seq == seq else f"call #{seq}"
+        if seq < self.seq:
+            return f"{who} has not entered this call; its last one here: {call} (phase {phase})"
+        return f"{who} is in this call, at phase {phase}"
 
     # ---------------------------------------------------------- entry and abort
 

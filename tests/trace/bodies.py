@@ -1,0 +1,81 @@
+"""Bodies run on every rank of a traced world (module level: they are pickled)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+import meshcast as dist
+from meshcast.errors import MeshcastError
+
+
+def _ran(log: list, kind: str, group=None) -> None:
+    pg = group if group is not None else dist.group.WORLD
+    log.append((kind, pg.last_algorithm))
+
+
+def every_path() -> dict:
+    """One call down each path a collective can take on one host; returns what
+    ``last_algorithm`` said after each, in call order, for the trace to match."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    log: list = []
+    x = np.arange(4, dtype=np.float32) + r
+    dist.all_reduce(x)  # the tiny lane
+    _ran(log, "all_reduce")
+    y = np.ones((3, 5), np.float64)[:, ::2]  # non-contiguous: the group's own path
+    dist.all_reduce(y, op=dist.ReduceOp.MAX)
+    _ran(log, "all_reduce")
+    z = np.ones(1000, np.int32)
+    dist.all_reduce(z, algorithm="ring")  # a schedule: rounds are recorded
+    _ran(log, "all_reduce")
+    big = np.ones(1 << 19, np.float32)  # 2 MiB: single-copy where CMA is allowed
+    dist.all_reduce(big)
+    _ran(log, "all_reduce")
+    w = dist.broadcast(np.full(8, r, np.int64), src=n - 1, async_op=True)
+    w.wait()
+    _ran(log, "broadcast")
+    out = np.zeros(2 * n, np.float32)
+    dist.all_gather_into_tensor(out, np.full(2, r, np.float32))
+    _ran(log, "all_gather")
+    dist.barrier()
+    _ran(log, "barrier")
+    if n > 1:  # a ring of sends: each rank sends right, receives from the left
+        got = np.zeros(3, np.int16)
+        send = dist.isend(np.full(3, r, np.int16), (r + 1) % n)
+        dist.recv(got, (r - 1) % n)
+        send.wait()
+        assert (got == (r - 1) % n).all()
+    evens = dist.new_group([q for q in range(n) if q % 2 == 0])
+    if r % 2 == 0:
+        v = np.ones(2, np.float32)
+        dist.all_reduce(v, group=evens)
+        _ran(log, "all_reduce", evens)
+    return {"log": log, "ring_peer": (r + 1) % n}
+
+
+def across_hosts() -> list:
+    r = dist.get_rank()
+    log: list = []
+    x = np.full(3, r, np.float32)
+    dist.all_reduce(x)
+    _ran(log, "all_reduce")
+    big = np.ones(1 << 16, np.float32)
+    dist.all_reduce(big)
+    _ran(log, "all_reduce")
+    return log
+
+
+def rank_never_arrives(late: int, sleep: float) -> str:
+    """Every rank but ``late`` enters an all_reduce that ``late`` enters only after
+    the others have timed out; returns how the call ended here."""
+    x = np.ones(4, np.float32)
+    dist.all_reduce(x)  # all together once
+    if dist.get_rank() == late:
+        time.sleep(sleep)
+        return "late"
+    try:
+        dist.all_reduce(x)
+    except MeshcastError as exc:  # the first to time out aborts the group for the rest
+        return "failed: " + "\n".join([str(exc), *getattr(exc, "__notes__", [])])
+    return "completed"
