@@ -38,6 +38,12 @@ def _state(c: dict[str, Any]) -> str:
     return "unfinished" if c["e"] is None else "done"
 
 
+def _error_type(error: str) -> str:
+    """``CommTimeout`` of ``CommTimeout: all_reduce #4 ...``."""
+    head = error.split(":", 1)[0].strip()
+    return head if head and " " not in head else error
+
+
 def _fingerprint(c: dict[str, Any]) -> str:
     bits = [c.get("dtype") or "?"]
     if c.get("op"):
@@ -76,14 +82,23 @@ def _missing_finding(tl: Timeline, coll: dict[str, Any]) -> dict[str, Any]:
     if later:
         parts.append(f"{_ranks(sorted(later))} left no record of {name} but of later calls")
     stuck = [c for c in calls if c["e"] is None or c.get("error")]
-    done = [c for c in calls if c["e"] is not None and not c.get("error")]
+    failed = [c for c in stuck if c.get("error")]
     if stuck:
-        parts.append(f"{_ranks([c['rank'] for c in stuck])} wait in it since "
+        verb = "waited" if len(failed) == len(stuck) else "wait"
+        parts.append(f"{_ranks([c['rank'] for c in stuck])} {verb} in it since "
                      f"{secs(min(c['b'] for c in stuck))}")
-    for c in sorted(stuck, key=lambda c: c["rank"]):
-        if c.get("error"):
-            parts.append(f"rank {c['rank']} gave up at {secs(c['e'] if c['e'] is not None else c['b'])}"
-                         f": {c['error']}")
+    if failed:
+        # the error's type per rank: the full texts are in the unfinished list and
+        # the page's details, and they repeat one another across ranks
+        by_type: dict[str, list[int]] = {}
+        for c in failed:
+            by_type.setdefault(_error_type(c["error"]), []).append(c["rank"])
+        at = max(c["e"] if c["e"] is not None else c["b"] for c in failed)
+        who = "; ".join(f"{_ranks(rs)}: {t}" if len(failed) > 1 else t
+                        for t, rs in by_type.items())
+        by = "by" if len(failed) > 1 else "at"
+        parts.append(f"{_ranks([c['rank'] for c in failed])} gave up {by} {secs(at)} ({who})")
+    done = [c for c in calls if c["e"] is not None and not c.get("error")]
     if done:
         parts.append(f"{_ranks([c['rank'] for c in done])} finished it")
     return {"type": "missing", "group": coll["group"], "seq": coll["seq"], "kind": coll["kind"],
@@ -102,7 +117,7 @@ def _mismatch_finding(tl: Timeline, coll: dict[str, Any]) -> dict[str, Any]:
     if coll["missing"]:
         text += f"; {_ranks(coll['missing'])} never entered it"
     # the error's type only: its text repeats what the sentence already says
-    errs = sorted({c["error"].split(":")[0] for c in calls if c.get("error")})
+    errs = sorted({_error_type(c["error"]) for c in calls if c.get("error")})
     if errs:
         text += f"; {_ranks([c['rank'] for c in calls if c.get('error')])} failed with " + \
             " / ".join(errs)
