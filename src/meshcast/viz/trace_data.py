@@ -153,8 +153,6 @@ def load(directory: str) -> Timeline:
     for t in traces:
         for name, g in t.groups.items():
             groups.setdefault(name, dict(g))
-    if "WORLD" not in groups:
-        groups["WORLD"] = {"group": "WORLD", "ranks": list(range(world)), "engine": None}
 
     calls: list[dict[str, Any]] = []
     index: dict[tuple[int, int], int] = {}  # (rank, position in its file) -> id

@@ -70,12 +70,16 @@ def render(tl: Timeline, *, title: str | None = None) -> str:
     js, css = _asset("replay.js"), _asset("replay.css")
     assert "</script" not in js.lower() and "</style" not in css.lower()
     fills = {
-        "TITLE": html.escape(title or f"{DEFAULT_TITLE}: {tl.directory}"),
+        "TITLE": html.escape(title or f"{DEFAULT_TITLE}: {tl.directory}")
+        .replace("\u2028", "&#8232;").replace("\u2029", "&#8233;"),
         "VERSION": html.escape(release),
         "CSS": css,
         "JS": js,
         "DATA": json_for_script(page_data(tl, report)),
-        "REPORT": html.escape(hang.report_text(tl, report)),
+        # as character references: harmless in HTML text, but a raw U+2028 is a
+        # line break to some tools that copy the page
+        "REPORT": html.escape(hang.report_text(tl, report))
+        .replace("\u2028", "&#8232;").replace("\u2029", "&#8233;"),
     }
     return re.sub(r"@@([A-Z]+)@@", lambda m: fills[m.group(1)], _asset("replay.html"))
 
