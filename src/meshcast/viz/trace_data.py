@@ -216,8 +216,8 @@ def _match_collectives(tl: Timeline, index: dict[tuple[int, int], int]) -> None:
 def _rate(tl: Timeline) -> None:
     for c in tl.calls:
         c["algbw"] = c["busbw"] = None
-        if c["e"] is None or not c.get("bytes"):
-            continue
+        if c["e"] is None or not c.get("bytes") or c.get("error"):
+            continue  # a failed call's time says nothing about bandwidth
         dur = (c["e"] - c["b"]) / 1e9
         if dur <= 0:
             continue

@@ -532,7 +532,9 @@
   function select(id, reveal) {
     S.sel = id;
     const c = D.calls[id];
-    if (reveal && (c.b > S.v1 || endOf(c) < S.v0 || (endOf(c) - c.b) < (S.v1 - S.v0) / 400)) zoomTo(c);
+    // revealing a call zooms to it when it is off screen or too thin to read (< 40 px)
+    const thin = (endOf(c) - c.b) < ((S.v1 - S.v0) * 40) / (W - GUTTER - RIGHT);
+    if (reveal && (c.b > S.v1 || endOf(c) < S.v0 || thin)) zoomTo(c);
     details(c);
     highlight();
     if (reveal) svg.scrollIntoView({ block: 'nearest' });
