@@ -1,4 +1,4 @@
-"""``meshcast viz``: write the animated guide (``guide``) or serve it on 127.0.0.1 (``serve``).
+"""``meshcast viz``: the animated guide (``guide``, ``serve``) and the replay of a run (``trace``).
 
 ``guide`` writes one self-contained HTML file that opens from ``file://``;
 ``serve`` builds the same page and serves it from memory with
@@ -18,7 +18,8 @@ from pathlib import Path
 
 from .page import DEFAULT_TITLE, build_guide
 
-HELP = "an animated guide to every collective, drawn from meshcast's own schedules"
+HELP = ("an animated guide to every collective, drawn from meshcast's own schedules; "
+        "the replay of a recorded run")
 
 DESCRIPTION = """\
   meshcast viz guide -o guide.html     write the guide (one self-contained HTML file)
