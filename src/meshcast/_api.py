@@ -22,7 +22,7 @@ from .buffers import Buffer, as_buffer, span
 from .errors import InvalidUsage, usage
 from .group import ProcessGroup
 from .ops import ReduceOp
-from .small_calls import SmallCalls
+from .small_calls import TAGS, SmallCalls
 from .spanning import HostSpanningGroup
 from .work import Work
 
@@ -93,17 +93,20 @@ def _check_async(async_op: Any, caller: str) -> bool:
 
 
 def _check_algorithm(algorithm: str | None, coll: str, caller: str, pg: Any) -> str | None:
+    """The bare algorithm name of an ``algorithm=`` value (None: the group decides).
+
+    The rule is :func:`meshcast.algorithms._select.algorithm_name`, the one
+    ``select`` applies, so both accept ``"ring"`` and ``"all_reduce/ring"``.
+    """
     if algorithm is None:
         return None
-    from .algorithms import _registry
+    from .algorithms import _select
 
+    if not isinstance(algorithm, str):
+        raise usage(caller, f"'algorithm' must be a str, got {type(algorithm).__name__}", _rank())
     # Across hosts the choice is between the hierarchical families (see spanning.py).
-    names = (pg.algorithm_names(coll) if isinstance(pg, HostSpanningGroup)
-             else _registry.names(coll))
-    if algorithm not in names:
-        raise usage(caller, f"unknown algorithm {algorithm!r} for {coll}; choose one of "
-                            f"{sorted(names)}", _rank())
-    return algorithm
+    valid = pg.algorithm_names(coll) if isinstance(pg, HostSpanningGroup) else None
+    return _select.algorithm_name(coll, algorithm, valid, caller=caller, rank=_rank())
 
 
 _VALID_OPS: dict[tuple[Any, str], ReduceOp] = {}
@@ -898,8 +901,9 @@ def _peer(pg: ProcessGroup, peer: int | None, group_peer: int | None, name: str,
 
 def _tag(tag: Any, caller: str) -> int:
     if not isinstance(tag, (int, np.integer)) or isinstance(tag, bool) or \
-            not -(1 << 62) <= tag < (1 << 62):
-        raise usage(caller, f"'tag' must be an int, got {tag!r}", _rank())
+            not TAGS[0] <= tag < TAGS[1]:
+        raise usage(caller, f"'tag' must be an int in [{TAGS[0]}, {TAGS[1]}), got {tag!r}",
+                    _rank())
     return int(tag)
 
 

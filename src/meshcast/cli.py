@@ -11,6 +11,7 @@ import argparse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .algorithms import _cli as algorithms_cli
 from .bench import cli as bench_cli
 from .run import cli as run_cli
 from .viz import cli as viz_cli
@@ -37,6 +38,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("run", run_cli.HELP, run_cli.add_arguments, run_cli.handle),
     Subcommand("bench", bench_cli.HELP, bench_cli.add_arguments, bench_cli.handle),
     Subcommand("viz", viz_cli.HELP, viz_cli.add_arguments, viz_cli.handle),
+    Subcommand("algorithms", algorithms_cli.HELP, algorithms_cli.add_arguments,
+               algorithms_cli.handle),
 )
 
 

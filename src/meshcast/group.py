@@ -26,10 +26,11 @@ import numpy as np
 from . import _sync, config, ops, symmetric
 from ._fingerprint import SYMMETRIC_PATH, Fingerprint, counts_hash, path_digest, symmetric_extra
 from .algorithms import _execute
+from .algorithms import _select as _fast
 from .algorithms._plan import Plan
 from .buffers import Buffer, span, store_back, working_copy
 from .engine import Engine
-from .errors import GroupAbortedError, InvalidUsage, MismatchError, usage
+from .errors import GroupAbortedError, InvalidUsage, MismatchError
 from .small_calls import SmallCalls
 from .transport import cma
 from .transport.arena import Arena
@@ -332,6 +333,9 @@ class ProcessGroup(GroupRanks):
         from .algorithms._select import tuned_collectives
 
         self.tuned = tuned_collectives(config.get("MESHCAST_ALGO"))
+        # What the fast paths' table (algorithms/_select.py) decides by.
+        self.caps = _fast.HostCaps(self._size, arena.small_bytes if self._size > 1 else 0,
+                                   transport.cma_min_bytes > 0)
         self.small = SmallCalls(self)  # the cached lane for tiny synchronous calls
 
     def __repr__(self) -> str:
@@ -503,50 +507,22 @@ class ProcessGroup(GroupRanks):
 
     def single_copy_fits(self, nbytes: int, pieces: int = 1) -> bool:
         """Whether a non-reducing call whose largest contribution is ``nbytes`` (in
-        ``pieces`` pieces) takes the single-copy path: the machine allows it and the
-        pieces are large enough (the tiny-call lanes apply the same rule)."""
-        return self.transport.cma_min_bytes > 0 and nbytes >= self.SINGLE_COPY_MIN_BYTES * pieces
-
-    # Where one-shot ends, non-reducing collectives copy each piece once, straight from
-    # the owner's buffer into the reader's (process_vm_readv), if a piece is this large:
-    SINGLE_COPY_MIN_BYTES = 64 << 10
-
-    # all_reduce reads the peers' data for its share, then the reduced shares: two single
-    # copies instead of the arena's copy in, reduce and copy out. Past the one-shot sizes
-    # (`meshcast bench --algo arena` beside the default, 2 ranks, same run: see the note
-    # in benchmarks/README.md).
-    ALL_REDUCE_SINGLE_MIN_BYTES = 2 << 20
-
-    # One-shot while every rank's work (reading all P contributions) stays under
-    # this many bytes. Measured with `meshcast bench --iters 100` (best of both,
-    # 2 ranks): one-shot 13-31 us vs arena 53-89 us from 16 KiB to 256 KiB, 49 vs
-    # 91 us at 512 KiB, 103 vs 132 us at 1 MiB; at 4 ranks on 2 cores 305 vs 634 us
-    # at 512 KiB. The arena schedule's three synchronisations cost ~50 us of Python.
-    ONESHOT_WORK_BYTES = 2 << 20
+        ``pieces`` pieces) takes the single-copy path (see algorithms/_select.py)."""
+        return _fast.single_copy(self.caps, nbytes, pieces)
 
     def _oneshot(self, nbytes: int, algorithm: str | None) -> bool:
         """Whether a call of ``nbytes`` takes the one-shot path (same verdict on every rank:
         it depends only on the group and on fields the fingerprint compares)."""
-        return (algorithm is None and 1 < self._size and nbytes <= self.arena.small_bytes
-                and nbytes * self._size <= self.ONESHOT_WORK_BYTES)
+        return algorithm is None and _fast.oneshot(self.caps, nbytes)
 
     def _oneshot_gathering(self, nbytes: int, algorithm: str | None) -> bool:
-        """all_gather's :meth:`_oneshot`: not once the gathered array reaches
-        ALL_GATHER_SINGLE_MIN_BYTES and the single-copy path can take over, which reads
-        each piece once where one-shot copies it twice."""
-        return self._oneshot(nbytes, algorithm) and not (
-            nbytes * self._size >= self.ALL_GATHER_SINGLE_MIN_BYTES
-            and self.single_copy_fits(nbytes))
-
-    # 2 ranks, rotating buffers, compiled reads (transport/_tiny.c), best of 7:
-    # single-copy 22.5 vs one-shot 30.1 us at 256 KiB gathered, 36 vs 58 at 512 KiB,
-    # 76 vs 128 at 1 MiB; a tie at 128 KiB.
-    ALL_GATHER_SINGLE_MIN_BYTES = 256 << 10
+        """all_gather's :meth:`_oneshot` (see algorithms/_select.py)."""
+        return algorithm is None and _fast.oneshot_all_gather(self.caps, nbytes)
 
     def _direct_bytes(self, readers: int) -> int:
         """The largest contribution a rank stages for a :class:`_Direct` call when
         ``readers`` contributions of that size are read by one rank."""
-        return min(self.arena.small_bytes, self.ONESHOT_WORK_BYTES // readers)
+        return _fast.direct_bytes(self.caps, readers)
 
     def _plan(self, kind: str, dtype: np.dtype, **kw: Any) -> Plan:
         return Plan(coll=kind, rank=self._rank, size=self._size, dtype=dtype,
@@ -568,19 +544,6 @@ class ProcessGroup(GroupRanks):
         if seq is None:
             seq = next(self._seq)
         return Fingerprint(seq, kind, path=path_digest(algorithm, oneshot), **fields)
-
-    # Where the one-shot path runs (one synchronisation, a copy in), it beats the
-    # symmetric broadcast (two synchronisations, no copies), which therefore starts
-    # where the one-shot path ends. The symmetric all_reduce wins from 512 KiB
-    # (`meshcast bench --symmetric`, 2 ranks, same run: 59.5 vs 79.2 us at 512 KiB,
-    # 85.6 vs 206 us at 1 MiB; a tie at 256 KiB), and all_gather / reduce_scatter,
-    # whose symmetric forms save a copy of every piece, from 512 KiB (gathered array,
-    # scattered input): below it the one-shot lane's compiled round costs less than
-    # the symmetric path's entry (2 ranks, same run: all_gather 31.5 vs 20.1 us at
-    # 128 KiB, a tie from 256 KiB; reduce_scatter 34.4 vs 14.4 us at 128 KiB, 33.5
-    # vs 25.0 at 256 KiB, 36.9 vs 45.7 at 512 KiB).
-    SYMMETRIC_ALL_REDUCE_MIN_BYTES = 512 << 10
-    SYMMETRIC_MIN_BYTES = 512 << 10
 
     def _region(self, flat: np.ndarray, algorithm: str | None,
                 min_bytes: int) -> symmetric.Region | None:
@@ -618,6 +581,26 @@ class ProcessGroup(GroupRanks):
 
     def barrier(self, *, algorithm: str | None = None, async_op: bool = False
                 ) -> Work | None:
+        """Block until every rank of the group has entered the barrier.
+
+        Args:
+            algorithm: a registered barrier algorithm to force (None: the group
+                decides; see ``meshcast algorithms barrier``).
+            async_op: return a Work instead of waiting.
+
+        Returns:
+            A Work when ``async_op``, else None once every rank has arrived.
+
+        Raises:
+            InvalidUsage: ``algorithm`` names no algorithm of barrier or cannot run
+                this call (every rank sees the same reason, so none is left waiting).
+            MismatchError: another rank called a different collective at this
+                point of the group's sequence; raised on every rank.
+            GroupAbortedError: another rank failed in this call or an earlier one.
+            CommTimeout: a peer did not arrive within the group's timeout.
+
+        With ``async_op`` the errors of the exchange come from ``Work.wait()``.
+        """
         algorithm = self._effective("barrier", algorithm)
         if self._oneshot(0, algorithm):
             # Entering the call already proves every rank arrived: that is a barrier.
@@ -635,6 +618,29 @@ class ProcessGroup(GroupRanks):
 
     def broadcast(self, buf: Buffer, root: int, *, algorithm: str | None = None,
                   async_op: bool = False) -> Work | None:
+        """Copy the root's ``buf`` into ``buf`` on every other rank, in place.
+
+        Args:
+            buf: the data (read on the root, overwritten elsewhere); every rank
+                passes the same dtype and count.
+            root: the root's group rank (the front door translates global ranks).
+            algorithm: a registered broadcast algorithm to force (None: the group decides).
+            async_op: return a Work instead of waiting.
+
+        Returns:
+            A Work when ``async_op``, else None once this rank's ``buf`` holds the
+            root's data (on the root: once the peers no longer need it).
+
+        Raises:
+            InvalidUsage: ``algorithm`` names no algorithm of broadcast or cannot run
+                this call (every rank sees the same reason, so none is left waiting).
+            MismatchError: the ranks called different collectives, or disagree on
+                the fingerprint (dtype, count, root); raised on every rank.
+            GroupAbortedError: another rank failed in this call or an earlier one.
+            CommTimeout: a peer did not arrive within the group's timeout.
+
+        With ``async_op`` the errors of the exchange come from ``Work.wait()``.
+        """
         algorithm = self._effective("broadcast", algorithm)
         region = None
         if not self._oneshot(buf.nbytes, algorithm):
@@ -706,6 +712,30 @@ class ProcessGroup(GroupRanks):
 
     def all_reduce(self, buf: Buffer, op: ops.ReduceOp, *, algorithm: str | None = None,
                    async_op: bool = False) -> Work | None:
+        """Reduce ``buf`` over every rank with ``op`` and leave the result in ``buf``
+        on every rank, in place; the results are bitwise identical on all ranks.
+
+        Args:
+            buf: this rank's contribution, overwritten by the result; every rank
+                passes the same dtype and count.
+            op: the reduction (AVG sums, then divides by the group size; float16
+                and bfloat16 sums run in float32 and are rounded back once).
+            algorithm: a registered all_reduce algorithm to force (None: the group decides).
+            async_op: return a Work instead of waiting.
+
+        Returns:
+            A Work when ``async_op``, else None once ``buf`` holds the result.
+
+        Raises:
+            InvalidUsage: ``algorithm`` names no algorithm of all_reduce or cannot run
+                this call (every rank sees the same reason, so none is left waiting).
+            MismatchError: the ranks called different collectives, or disagree on
+                the fingerprint (dtype, count, op); raised on every rank.
+            GroupAbortedError: another rank failed in this call or an earlier one.
+            CommTimeout: a peer did not arrive within the group's timeout.
+
+        With ``async_op`` the errors of the exchange come from ``Work.wait()``.
+        """
         algorithm = self._effective("all_reduce", algorithm)
         work_arr, upcast = self._working(buf.flat, buf.dtype_name, op)
         sched_op = ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op
@@ -720,7 +750,7 @@ class ProcessGroup(GroupRanks):
         region = None
         if not upcast:
             region = self._region(work_arr, algorithm,
-                                  self.SYMMETRIC_ALL_REDUCE_MIN_BYTES
+                                  _fast.SYMMETRIC_ALL_REDUCE_MIN_BYTES
                                   if self._oneshot(work_arr.nbytes, algorithm) else 0)
         if region is not None:
             fp = self._symmetric_fp("all_reduce", region, dtype=buf.dtype_name, op=op.name,
@@ -752,7 +782,7 @@ class ProcessGroup(GroupRanks):
                         count=buf.count)
         # count and dtype are in the fingerprint, so every rank decides alike
         single = _Single(_exposing(work_arr),
-                         lambda _: work_arr.nbytes >= self.ALL_REDUCE_SINGLE_MIN_BYTES,
+                         lambda _: _fast.all_reduce_single_copy(self.caps, work_arr.nbytes),
                          self.reduce_then_collect(work_arr, sched_op), phases=2)
         return self._submit(
             "all_reduce", fp,
@@ -785,6 +815,30 @@ class ProcessGroup(GroupRanks):
 
     def reduce(self, buf: Buffer, op: ops.ReduceOp, root: int, *, algorithm: str | None = None,
                async_op: bool = False) -> Work:
+        """Reduce ``buf`` over every rank with ``op`` into the root's ``buf``, in place.
+
+        Args:
+            buf: this rank's contribution; on the root it is overwritten by the
+                result, elsewhere it is left unchanged. Every rank passes the same
+                dtype and count.
+            op: the reduction (AVG: sum, then divide by the group size).
+            root: the root's group rank (the front door translates global ranks).
+            algorithm: a registered reduce algorithm to force (None: the group decides).
+            async_op: return a Work instead of waiting.
+
+        Returns:
+            A Work when ``async_op``, else None once this rank's part is done.
+
+        Raises:
+            InvalidUsage: ``algorithm`` names no algorithm of reduce or cannot run
+                this call (every rank sees the same reason, so none is left waiting).
+            MismatchError: the ranks called different collectives, or disagree on
+                the fingerprint (dtype, count, op, root); raised on every rank.
+            GroupAbortedError: another rank failed in this call or an earlier one.
+            CommTimeout: a peer did not arrive within the group's timeout.
+
+        With ``async_op`` the errors of the exchange come from ``Work.wait()``.
+        """
         algorithm = self._effective("reduce", algorithm)
         work_arr, upcast = self._working(buf.flat, buf.dtype_name, op)
         # The schedules reduce into a separate output; the one-shot and single-copy
@@ -850,7 +904,7 @@ class ProcessGroup(GroupRanks):
         itemsize = in_flat.dtype.itemsize
         region = None
         if len(set(counts)) == 1:
-            region = self._region(out_flat, algorithm, self.SYMMETRIC_MIN_BYTES)
+            region = self._region(out_flat, algorithm, _fast.SYMMETRIC_MIN_BYTES)
         if region is not None:
             # Each rank writes its piece straight into every rank's output: one copy
             # per piece and destination, nothing staged.
@@ -1025,7 +1079,7 @@ class ProcessGroup(GroupRanks):
 
         region = None
         if len(set(counts)) == 1 and not in_upcast:
-            region = self._region(in_work, algorithm, self.SYMMETRIC_MIN_BYTES)
+            region = self._region(in_work, algorithm, _fast.SYMMETRIC_MIN_BYTES)
         if region is not None:
             # Each rank reduces its piece straight from every rank's input.
             fp = self._symmetric_fp("reduce_scatter", region, dtype=out_buf.dtype_name,
@@ -1194,13 +1248,9 @@ class ProcessGroup(GroupRanks):
             entered=entered[1] if entered else None)
 
     def a2a_direct_limit(self) -> int:
-        """The largest input (bytes) an all_to_all rank stages for the one-shot path.
-
-        From 64 KiB per peer the single-copy path is faster (2 ranks, rotating
-        buffers, compiled reads: 19 vs 23 us at 128 KiB of input, 28 vs 30 at 256 KiB),
-        and it takes over exactly there (SINGLE_COPY_MIN_BYTES per piece)."""
-        n = self._size
-        return min(self._direct_bytes(n) - split_head(n), self.SINGLE_COPY_MIN_BYTES * n - 1)
+        """The largest input (bytes) an all_to_all rank stages for the one-shot path
+        (see algorithms/_select.py)."""
+        return _fast.all_to_all_direct_limit(self.caps, split_head(self._size))
 
     # ---------------------------------------------------------- point to point
 
@@ -1233,14 +1283,3 @@ class ProcessGroup(GroupRanks):
         """Refuse new work and release the symmetric allocations' mappings."""
         self.engine.close()
         self.symmetric.close()
-
-
-def check_root(root: int, group: ProcessGroup, *, name: str, caller: str, rank: int) -> int:
-    """Translate a global root rank to a group rank, or raise InvalidUsage."""
-    if not isinstance(root, (int, np.integer)) or isinstance(root, bool):
-        raise usage(caller, f"'{name}' must be an int rank, got {type(root).__name__}", rank)
-    try:
-        return group.group_rank(int(root))
-    except ValueError:
-        raise usage(caller, f"'{name}'={root} is not a rank of {group.group_name} "
-                            f"(ranks {group.global_ranks})", rank) from None

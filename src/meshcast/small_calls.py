@@ -30,6 +30,7 @@ import numpy as np
 
 from . import _sync, ops
 from ._fingerprint import Fingerprint, counts_hash, path_digest
+from .algorithms import _select as _fast
 from .buffers import SUPPORTED, as_buffer
 from .errors import InvalidUsage
 from .transport.shm import KIND_P2P
@@ -97,7 +98,7 @@ class SmallCalls:
         if not (plan and flags.c_contiguous and flags.writeable):
             return False
         if self.group.symmetric.allocations and self._symmetric(
-                arr, self.group.SYMMETRIC_ALL_REDUCE_MIN_BYTES):
+                arr, _fast.SYMMETRIC_ALL_REDUCE_MIN_BYTES):
             return False
         tail, views, kernel, average, code = plan
         if views is None:
@@ -506,7 +507,7 @@ class SmallCalls:
         flags = arr.flags
         return (flags.c_contiguous and (flags.writeable or not writes)
                 and _p2p_dtype(arr.dtype) and peer in group._group_rank_of
-                and peer != group.global_ranks[group._rank] and _TAGS[0] <= tag < _TAGS[1])
+                and peer != group.global_ranks[group._rank] and TAGS[0] <= tag < TAGS[1])
 
     # -------------------------------------------------------------- machinery
 
@@ -598,12 +599,12 @@ class SmallCalls:
 
     def _symmetric(self, arr: np.ndarray, least: int | None = None) -> bool:
         """Whether ``arr`` is large enough for the symmetric path (``least`` bytes, the
-        group's SYMMETRIC_MIN_BYTES by default) and lies in a symmetric allocation
+        table's SYMMETRIC_MIN_BYTES by default) and lies in a symmetric allocation
         (all_gather's output, reduce_scatter's input, all_reduce's array): that path
         is faster then."""
         heap = self.group.symmetric
         if least is None:
-            least = self.group.SYMMETRIC_MIN_BYTES
+            least = _fast.SYMMETRIC_MIN_BYTES
         return (bool(heap.allocations) and arr.nbytes >= least
                 and heap.find(arr.reshape(-1)) is not None)
 
@@ -644,8 +645,8 @@ class SmallCalls:
         # float16 needs a float32 working copy. (Symmetric arrays take the one-shot
         # path too at the sizes that fit it.)
         oneshot = self._fits(arr.nbytes)
-        single = (kind == "all_reduce" and not oneshot and group.transport.cma_min_bytes > 0
-                  and arr.nbytes >= group.ALL_REDUCE_SINGLE_MIN_BYTES and group.size() > 1)
+        single = (kind == "all_reduce" and not oneshot
+                  and _fast.all_reduce_single_copy(group.caps, arr.nbytes))
         if (root is None or dtype.name not in ops.FAST_DTYPES or not dtype.isnative
                 or not (oneshot or single)):
             return False
@@ -813,7 +814,10 @@ def _reduce(arr: np.ndarray, regions: list[np.ndarray], kernel: Any, average: bo
         ops.finish_average(arr, len(regions))
 
 
-_TAGS = (-(1 << 62), 1 << 62)  # the tags the front door accepts
+# The tags a send/recv may carry, [lo, hi): _api._tag enforces them, and the p2p lane
+# takes only messages the front door would accept. Defined here, not in _api,
+# because _api imports this module.
+TAGS = (-(1 << 62), 1 << 62)
 
 
 _P2P_DTYPES: dict[np.dtype, bool] = {}

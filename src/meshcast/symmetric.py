@@ -172,9 +172,3 @@ def all_reduce_share(parts: Sequence[np.ndarray], rank: int, op: ops.ReduceOp,
         for r, p in enumerate(parts):
             if r != rank or tmp is not None:
                 p[c0:c1] = dst
-
-
-def shape_of(shape: int | Sequence[int]) -> tuple[int, ...]:
-    if isinstance(shape, (int, np.integer)):
-        return (int(shape),)
-    return tuple(int(d) for d in shape)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -132,14 +131,3 @@ class Work:
     def __repr__(self) -> str:
         state = "done" if self.is_completed() else "pending"
         return f"<Work {self._describe} {state}>"
-
-
-def completed(describe: str, result: Any = None) -> Work:
-    """A Work that is already done (e.g. an operation on a 1-rank group)."""
-    w = Work(describe)
-    w._complete(result)
-    return w
-
-
-def deadline_after(timeout: float) -> float:
-    return time.monotonic() + timeout

@@ -51,6 +51,22 @@ def mismatch(kind: str) -> str | None:
     return _catch(call, dist.MeshcastError)
 
 
+def qualified_algorithm_names() -> list[str]:
+    """all_reduce and broadcast with ``algorithm=`` spelled ``"coll/name"`` on rank 0 and
+    ``"name"`` elsewhere: the same choice, so the same path byte and the same result."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg, ran = dist.group.WORLD, []
+    x = np.full(5, r + 1, np.float32)
+    dist.all_reduce(x, algorithm="all_reduce/ring" if r == 0 else "ring")
+    assert (x == n * (n + 1) / 2).all(), x
+    ran.append(pg.last_algorithm)
+    y = np.arange(7, dtype=np.int64) * (r == 1)
+    dist.broadcast(y, src=1, algorithm="tree" if r == 0 else "broadcast/tree")
+    assert (y == np.arange(7)).all(), y
+    ran.append(pg.last_algorithm)
+    return ran
+
+
 def all_to_all_split_mismatch() -> list[tuple[str, str]]:
     """Rank 0 sends one element more to rank 1 than rank 1 expects, on every path (the
     one-shot and single-copy sizes, each forced algorithm), each case in a group of its

@@ -96,6 +96,12 @@ def test_all_to_all_split_disagreement_is_the_same_error_on_every_rank():
         assert "rank 0 sends" in error and "rank 1, which expects" in error, case
 
 
+def test_algorithm_spelled_with_or_without_its_collective_is_one_choice():
+    # "all_reduce/ring" on one rank and "ring" on the other must not be a path mismatch
+    out = spawn_world(bodies.qualified_algorithm_names, 2, timeout=60, op_timeout=20)
+    assert out == [["all_reduce/ring", "broadcast/tree"]] * 2, out
+
+
 def test_group_is_unusable_after_a_mismatch():
     out = spawn_world(bodies.mismatch_then_poisoned, 2, timeout=60, op_timeout=20)
     assert all(o and "GroupAbortedError" in o and "earlier failure" in o for o in out), out

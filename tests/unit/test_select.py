@@ -56,7 +56,8 @@ def test_explicit_unknown_name_lists_the_valid_ones():
     with pytest.raises(InvalidUsage) as info:
         sel.select(plan(), "bruck", "")
     msg = str(info.value)
-    assert msg.startswith("all_reduce: unknown algorithm 'bruck'; valid: ring, recursive_doubling")
+    assert msg.startswith("all_reduce: 'algorithm'='bruck': unknown algorithm 'bruck' of "
+                          "all_reduce; valid: ring, recursive_doubling")
     assert "arena" in msg and msg.endswith("(rank 0)")
     with pytest.raises(InvalidUsage, match="belongs to 'broadcast'"):
         sel.select(plan(), "broadcast/tree", "")

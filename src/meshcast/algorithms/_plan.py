@@ -49,7 +49,7 @@ Offsets are in bytes within a slot; ``Put``/``Get``/``ReduceSlots`` move
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -224,17 +224,6 @@ class Plan:
     @property
     def itemsize(self) -> int:
         return self.dtype.itemsize
-
-    def displs(self, counts: Sequence[int] | None = None) -> list[int]:
-        """Element offsets (exclusive prefix sums) of ``counts`` (default ``self.counts``)."""
-        out, total = [], 0
-        for c in counts if counts is not None else (self.counts or ()):
-            out.append(total)
-            total += c
-        return out
-
-
-Schedule = Iterator[Round]
 
 
 def split_even(n: int, parts: int) -> list[tuple[int, int]]:

@@ -157,7 +157,8 @@ def entries(coll: str | None = None) -> list[AlgorithmEntry]:
 
 
 def listing(coll: str | None = None) -> str:
-    """A plain-text table of the registry for the CLI (``meshcast algorithms``)."""
+    """A plain-text table of the registry, one line per schedule (``meshcast algorithms``
+    prints the fuller listing of :mod:`._cli`: docstrings and fast paths too)."""
     rows = [("algorithm", "family", "requires", "description")]
     for e in entries(coll):
         rows.append((e.qualname, e.family, e.requires or "-", e.description))

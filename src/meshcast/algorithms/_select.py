@@ -31,11 +31,21 @@ Order of precedence:
 3. the decision table :data:`TABLE`: with an arena, the arena algorithm if
    it supports the call; otherwise the first rule whose size and byte limits
    hold and whose algorithm supports the call.
+
+Before any of this, a call on one host with no algorithm named may take a
+*fast path*: ``oneshot`` (data through the arena's one-shot regions, one
+signal), ``cma`` (single-copy: straight from the owner's memory with
+process_vm_readv) or ``symmetric`` (on buffers of a symmetric allocation).
+They are not schedules yet (issue 13); their thresholds live here, in
+:func:`fast_path` and the predicates it is made of, which the group and its
+tiny-call lane ask (they decide nothing of their own). Across hosts,
+:data:`meshcast.algorithms.hierarchical.DEFAULTS` picks the family.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -269,6 +279,42 @@ def _describe(plan: Plan) -> str:
 # ----------------------------------------------------------------- select
 
 
+def algorithm_name(coll: str, explicit: str, valid: Sequence[str] | None = None, *,
+                   caller: str | None = None, rank: int | None = None) -> str:
+    """The bare name an ``algorithm=`` value picks for ``coll``: ``"ring"`` or ``"all_reduce/ring"``.
+
+    The one rule for the keyword: the front door checks it with this before
+    anything is sent, and :func:`select` again per call. Returning the bare
+    name means both spellings reach the group, and the fingerprint's path
+    byte, as the same value, so ranks that spell it differently still agree.
+
+    Args:
+        coll: the collective of the call.
+        explicit: the caller's ``algorithm=`` value.
+        valid: the names to accept (default: the registry's for ``coll``; a group
+            that spans hosts passes its hierarchical families).
+        caller: the name errors start with (default: ``coll``).
+        rank: the rank errors name, or None.
+
+    Raises:
+        InvalidUsage: the prefix names another collective, or the name is not
+            one of ``valid``; the message names the argument, the collective and
+            the algorithms it has.
+    """
+    valid = list(_registry.names(coll) if valid is None else valid)
+    caller = caller or coll
+    name = explicit.strip()
+    if "/" in name:
+        prefix, _, name = name.partition("/")
+        if prefix != coll:
+            raise usage(caller, f"'algorithm'={explicit!r} belongs to {prefix!r}, not {coll!r}; "
+                                f"{coll} has: {', '.join(valid)}", rank)
+    if name not in valid:
+        raise usage(caller, f"'algorithm'={explicit!r}: unknown algorithm {name!r} of {coll}; "
+                            f"valid: {', '.join(valid)}", rank)
+    return name
+
+
 def select(plan: Plan, explicit: str | None = None, tune: str = "") -> AlgorithmEntry:
     """Pick the algorithm that runs ``plan``.
 
@@ -287,17 +333,7 @@ def select(plan: Plan, explicit: str | None = None, tune: str = "") -> Algorithm
     """
     coll = plan.coll
     if explicit:
-        name = explicit.strip()
-        if "/" in name:
-            prefix, _, name = name.partition("/")
-            if prefix != coll:
-                raise usage(
-                    coll, f"algorithm {explicit!r} belongs to {prefix!r}, not {coll!r}", plan.rank
-                )
-        valid = _registry.names(coll)
-        if name not in valid:
-            raise usage(coll, f"unknown algorithm {name!r}; valid: {', '.join(valid)}", plan.rank)
-        entry = _registry.get(coll, name)
+        entry = _registry.get(coll, algorithm_name(coll, explicit, rank=plan.rank))
         why = entry.why_not(plan)
         if why is not None:
             raise usage(
@@ -313,5 +349,173 @@ def select(plan: Plan, explicit: str | None = None, tune: str = "") -> Algorithm
     return decide(plan)
 
 
-__all__ = ["TABLE", "Choice", "Rule", "decide", "message_bytes", "parse_tune", "select",
+# ------------------------------------------------------ fast paths (one host)
+
+
+@dataclass(frozen=True)
+class HostCaps:
+    """What a one-host group offers, the same on every member.
+
+    Attributes:
+        size: ranks in the group.
+        oneshot_bytes: one-shot region per rank and parity (0: the group has no arena).
+        single_copy: members may read each other's memory (process_vm_readv).
+    """
+
+    size: int
+    oneshot_bytes: int
+    single_copy: bool
+
+
+# One-shot while every rank's work (reading all P contributions) stays under this
+# many bytes. `meshcast bench --iters 100` (best of both, 2 ranks): one-shot 13-31 us
+# vs arena 53-89 us from 16 KiB to 256 KiB, 49 vs 91 us at 512 KiB, 103 vs 132 us at
+# 1 MiB; at 4 ranks on 2 cores 305 vs 634 us at 512 KiB. The arena schedule's three
+# synchronisations cost ~50 us of Python.
+ONESHOT_WORK_BYTES = 2 << 20
+
+# Where one-shot ends, non-reducing collectives copy each piece once, straight from the
+# owner's buffer into the reader's (process_vm_readv), if a piece is this large.
+SINGLE_COPY_MIN_BYTES = 64 << 10
+
+# all_reduce reads the peers' data for its share, then the reduced shares: two single
+# copies instead of the arena's copy in, reduce and copy out. Past the one-shot sizes
+# (`meshcast bench --algo arena` beside the default, 2 ranks, same run: see the note in
+# benchmarks/README.md).
+ALL_REDUCE_SINGLE_MIN_BYTES = 2 << 20
+
+# all_gather leaves one-shot for single-copy once the gathered array reaches this. 2
+# ranks, rotating buffers, compiled reads (transport/_tiny.c), best of 7: single-copy
+# 22.5 vs one-shot 30.1 us at 256 KiB gathered, 36 vs 58 at 512 KiB, 76 vs 128 at
+# 1 MiB; a tie at 128 KiB.
+ALL_GATHER_SINGLE_MIN_BYTES = 256 << 10
+
+# Where the one-shot path runs (one synchronisation, a copy in), it beats the symmetric
+# broadcast (two synchronisations, no copies), which therefore starts where the one-shot
+# path ends. The symmetric all_reduce wins from 512 KiB (`meshcast bench --symmetric`, 2
+# ranks, same run: 59.5 vs 79.2 us at 512 KiB, 85.6 vs 206 us at 1 MiB; a tie at
+# 256 KiB), and all_gather / reduce_scatter, whose symmetric forms save a copy of every
+# piece, from 512 KiB (gathered array, scattered input): below it the one-shot lane's
+# compiled round costs less than the symmetric path's entry (2 ranks, same run:
+# all_gather 31.5 vs 20.1 us at 128 KiB, a tie from 256 KiB; reduce_scatter 34.4 vs
+# 14.4 us at 128 KiB, 33.5 vs 25.0 at 256 KiB, 36.9 vs 45.7 at 512 KiB).
+SYMMETRIC_ALL_REDUCE_MIN_BYTES = 512 << 10
+SYMMETRIC_MIN_BYTES = 512 << 10
+
+
+def oneshot(caps: HostCaps, nbytes: int) -> bool:
+    """Whether a reducing or broadcasting call of ``nbytes`` per rank goes one-shot."""
+    return (caps.size > 1 and nbytes <= caps.oneshot_bytes
+            and nbytes * caps.size <= ONESHOT_WORK_BYTES)
+
+
+def oneshot_all_gather(caps: HostCaps, piece: int) -> bool:
+    """:func:`oneshot` for all_gather's ``piece`` bytes per rank: not once the gathered
+    array is large enough for single-copy, which reads each piece once where one-shot
+    copies it twice."""
+    return oneshot(caps, piece) and not (piece * caps.size >= ALL_GATHER_SINGLE_MIN_BYTES
+                                         and single_copy(caps, piece))
+
+
+def single_copy(caps: HostCaps, nbytes: int, pieces: int = 1) -> bool:
+    """Whether a non-reducing call whose largest contribution is ``nbytes`` (in
+    ``pieces`` pieces) goes single-copy."""
+    return caps.single_copy and nbytes >= SINGLE_COPY_MIN_BYTES * pieces
+
+
+def all_reduce_single_copy(caps: HostCaps, nbytes: int) -> bool:
+    """Whether an all_reduce of ``nbytes`` (past one-shot) goes single-copy."""
+    return caps.single_copy and caps.size > 1 and nbytes >= ALL_REDUCE_SINGLE_MIN_BYTES
+
+
+def direct_bytes(caps: HostCaps, readers: int) -> int:
+    """The largest contribution a rank stages for a one-shot gather/scatter/all_to_all
+    when ``readers`` contributions of that size land in one rank's reads."""
+    return min(caps.oneshot_bytes, ONESHOT_WORK_BYTES // readers)
+
+
+def all_to_all_direct_limit(caps: HostCaps, header: int) -> int:
+    """The largest input (bytes) an all_to_all rank stages for the one-shot path
+    (``header``: the split-size header in front of it).
+
+    From 64 KiB per peer single-copy is faster (2 ranks, rotating buffers, compiled
+    reads: 19 vs 23 us at 128 KiB of input, 28 vs 30 at 256 KiB), and it takes over
+    exactly there (SINGLE_COPY_MIN_BYTES per piece)."""
+    n = caps.size
+    return min(direct_bytes(caps, n) - header, SINGLE_COPY_MIN_BYTES * n - 1)
+
+
+def fast_path(kind: str, caps: HostCaps, piece: int, *, symmetric: bool = False,
+              header: int = 0) -> str | None:
+    """The fast path a call takes on one host with no algorithm named, or None when
+    the schedules run it (then :func:`decide` picks one).
+
+    Args:
+        kind: the collective.
+        caps: the group.
+        piece: bytes per rank, equal on every rank: the buffer (broadcast,
+            all_reduce, reduce; float16/bfloat16 reduce in float32, so count those
+            bytes), each rank's piece (all_gather, gather, scatter), each rank's
+            output (reduce_scatter), the piece for each peer (all_to_all); 0 for a
+            barrier. Uneven pieces decide by their largest (gather, scatter: by
+            their sum at the root, all_gather by the largest).
+        symmetric: the buffer lies in a symmetric allocation (the gathered output,
+            the reduce_scatter input, the all_reduce or broadcast array).
+        header: all_to_all's split-size header, in bytes.
+
+    Returns:
+        ``"oneshot"``, ``"cma"``, ``"symmetric"`` or None.
+    """
+    n = caps.size
+    if n < 2:
+        return None
+    if kind == "barrier":
+        return "oneshot" if oneshot(caps, 0) else None
+    if kind == "broadcast":
+        if oneshot(caps, piece):
+            return "oneshot"
+        if symmetric:
+            return "symmetric"
+        return "cma" if single_copy(caps, piece) else None
+    if kind == "all_reduce":
+        if symmetric and (piece >= SYMMETRIC_ALL_REDUCE_MIN_BYTES or not oneshot(caps, piece)):
+            return "symmetric"
+        if oneshot(caps, piece):
+            return "oneshot"
+        return "cma" if all_reduce_single_copy(caps, piece) else None
+    if kind == "reduce":
+        if oneshot(caps, piece):
+            return "oneshot"
+        return "cma" if single_copy(caps, piece) else None
+    if kind == "all_gather":
+        if symmetric and piece * n >= SYMMETRIC_MIN_BYTES:
+            return "symmetric"
+        if oneshot_all_gather(caps, piece):
+            return "oneshot"
+        return "cma" if single_copy(caps, piece) else None
+    if kind in ("gather", "scatter"):
+        # gather: the root reads n pieces; scatter: the root's region holds them all
+        fits = (piece <= direct_bytes(caps, n) if kind == "gather"
+                else piece * n <= direct_bytes(caps, 1))
+        if fits:
+            return "oneshot"
+        return "cma" if single_copy(caps, piece) else None
+    if kind == "reduce_scatter":
+        if symmetric and piece * n >= SYMMETRIC_MIN_BYTES:
+            return "symmetric"
+        if oneshot(caps, piece * n):
+            return "oneshot"
+        return "cma" if single_copy(caps, piece) else None
+    if kind == "all_to_all":
+        if piece * n <= all_to_all_direct_limit(caps, header):
+            return "oneshot"
+        return "cma" if single_copy(caps, piece * n, n) else None
+    raise ValueError(f"no collective {kind!r}")
+
+
+__all__ = ["ALL_GATHER_SINGLE_MIN_BYTES", "ALL_REDUCE_SINGLE_MIN_BYTES", "ONESHOT_WORK_BYTES",
+           "SINGLE_COPY_MIN_BYTES", "SYMMETRIC_ALL_REDUCE_MIN_BYTES", "SYMMETRIC_MIN_BYTES",
+           "TABLE", "Choice", "HostCaps", "Rule", "algorithm_name", "all_reduce_single_copy",
+           "all_to_all_direct_limit", "decide", "direct_bytes", "fast_path", "message_bytes",
+           "oneshot", "oneshot_all_gather", "parse_tune", "select", "single_copy",
            "tuned_collectives"]

@@ -145,10 +145,6 @@ class SimResult:
         """Each rank's ``plan.output``."""
         return [plan.output for plan in self.plans]
 
-    def bytes_sent(self, rank: int) -> int:
-        """Bytes ``rank`` sent over channels (p2p) or put into its slot (arena)."""
-        return sum(e.nbytes for e in self.events if e.rank == rank and e.kind in ("send", "put"))
-
     def count(self, kind: str, rank: int | None = None) -> int:
         """Number of events of ``kind`` (on one rank, or all)."""
         return sum(1 for e in self.events if e.kind == kind and (rank is None or e.rank == rank))

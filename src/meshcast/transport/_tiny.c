@@ -140,12 +140,6 @@ static void signal_phase(Round *self, uint64_t target) {
     }
 }
 
-/* One round: copy data (None, or a C-contiguous buffer) into this rank's one-shot
- * region of parity seq & 1, publish packed (fp_size bytes), signal phase, wait
- * for every rank's signal, compare. Returns the status (see the top of the file),
- * or -1 with an exception set. expected: NULL, or a tuple of every rank's
- * expected fingerprint (gather and scatter, whose root's differs); without it
- * every rank's must equal packed. */
 /* Copy data (None, a C-contiguous buffer, or a tuple of them, one after the other,
  * where an int skips that many bytes) into region; -1 with an exception if it does
  * not fit (checked before any copy). */
@@ -185,6 +179,12 @@ static int stage(Round *self, char *to, PyObject *data) {
     return 0;
 }
 
+/* One round: stage data (see stage) into this rank's one-shot
+ * region of parity seq & 1, publish packed (fp_size bytes), signal phase, wait
+ * for every rank's signal, compare. Returns the status (see the top of the file),
+ * or -1 with an exception set. expected: NULL, or a tuple of every rank's
+ * expected fingerprint (gather and scatter, whose root's differs); without it
+ * every rank's must equal packed. */
 static int round_core(Round *self, uint64_t seq, long phase, const char *packed, PyObject *data,
                       uint64_t spin_ns, PyObject *expected, const uint64_t *exposure) {
     Py_ssize_t packed_len = self->fp_size;
@@ -255,20 +255,21 @@ static PyObject *Round_run(Round *self, PyObject *const *args, Py_ssize_t nargs)
 
 /* ------------------------------------------------------------------ combine
  *
- * What a tiny call does with every rank's one-shot region once the round is
- * done: reduce them all in rank order into the caller's array (all_reduce,
- * reduce, reduce_scatter), copy the root's (broadcast, scatter), concatenate them
- * all (all_gather) or copy each into its own array (gather). Only the (dtype, op)
- * pairs whose
- * result is bitwise the same as NumPy's ufunc loops have a kernel here: integer
- * arithmetic (wrapping, so computed unsigned) and bitwise ops, integer MIN/MAX,
- * and floating-point SUM and PRODUCT (one IEEE operation per element, in the
- * same left-to-right rank order as meshcast.small_calls._reduce). Float MIN/MAX
- * (NaN and signed-zero choices), bool and complex stay with NumPy, so a rank
- * that takes the general path still ends with bitwise the same result.
+ * What a tiny call does with every rank's one-shot region once the round is done:
+ * reduce them all in rank order into the caller's array (all_reduce, reduce,
+ * reduce_scatter), copy the root's (broadcast, scatter), concatenate them all
+ * (all_gather), copy each into its own array (gather) or copy my column of every
+ * other rank's region into that rank's piece of the caller's array (all_to_all).
+ * Only the (dtype, op) pairs whose result is bitwise the same as NumPy's ufunc
+ * loops have a kernel here: integer arithmetic (wrapping, so computed unsigned)
+ * and bitwise ops, integer MIN/MAX, and floating-point SUM and PRODUCT (one IEEE
+ * operation per element, in the same left-to-right rank order as
+ * meshcast.small_calls._reduce). Float MIN/MAX (NaN and signed-zero choices), bool
+ * and complex stay with NumPy, so a rank that takes the general path still ends
+ * with bitwise the same result.
  *
  * A kernel code is type * 8 + op, the numbering of small_calls._C_TYPES and
- * _C_OPS; COPY_ROOT, COPY_ALL and COPY_EACH are the copies.
+ * _C_OPS; COPY_ROOT, COPY_ALL, COPY_EACH and COPY_COLUMN are the copies.
  */
 #define COPY_ROOT (-1)
 #define COPY_ALL (-2)
@@ -462,10 +463,6 @@ static int pack(Round *self, uint64_t seq, PyObject *tail, char *packed) {
     return 0;
 }
 
-/* round_core, then, on status 0 and out (an object) not None, the combine; out and
- * code are checked before the round. same > 0: the first same bytes of every rank's
- * region must equal mine too (all_to_all's split header), else status 4 and no
- * combine. Returns the status object, or NULL. */
 /* The trailing (out, code, root, offset) arguments of oneshot and rooted. */
 typedef struct {
     PyObject *out;
@@ -489,6 +486,10 @@ static int combine_args(PyObject *const *a, Combine *c) {
     return 0;
 }
 
+/* round_core, then, on status 0 and out (an object) not None, the combine; out and
+ * code are checked before the round. same > 0: the first same bytes of every rank's
+ * region must equal mine too (all_to_all's split header), else status 4 and no
+ * combine. Returns the status object, or NULL. */
 static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const char *packed,
                                    PyObject *data, uint64_t spin_ns, PyObject *expected,
                                    const uint64_t *exposure, Py_ssize_t same,

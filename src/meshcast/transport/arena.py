@@ -530,6 +530,3 @@ class Arena:
             raise MismatchError(self.aborted() or "ranks disagree")
         if code:
             raise GroupAbortedError(f"{self.name} was aborted: {self.aborted()}")
-
-    def remaining(self) -> float:
-        return self.deadline - time.monotonic()

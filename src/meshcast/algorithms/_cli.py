@@ -1,0 +1,234 @@
+"""``meshcast algorithms [COLLECTIVE]``: what can run a collective, from the registry and the code.
+
+Two kinds of rows:
+
+* the registered schedules (:mod:`._registry`): family, what ``supports``
+  requires, and from each generator's docstring its first line and the first
+  sentence of its ``Steps`` and ``Bytes`` paragraphs;
+* the fast paths: names ``ProcessGroup.last_algorithm`` can report that are
+  not registered schedules (one-shot, single-copy "cma" and symmetric on one
+  host; the eager, agreement and hierarchical families across hosts). Issue 13
+  turns them into schedules; until then they are found by reading the code
+  that reports them (:func:`fast_paths`), so this listing cannot drift from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import inspect
+import re
+import sys
+import textwrap
+from collections.abc import Iterable
+from pathlib import Path
+
+from . import _registry
+from ._registry import AlgorithmEntry
+
+HELP = "list the algorithms of every collective (or one): schedules and fast paths"
+
+#: Modules whose ``last_algorithm = ...`` assignments report the fast paths.
+ONE_HOST_MODULES = ("meshcast.group", "meshcast.small_calls")
+ACROSS_HOSTS_MODULES = ("meshcast.spanning",)
+
+SOURCES = {
+    "one host": "group.py, small_calls.py",
+    "across hosts": "spanning.py; families from algorithms/hierarchical.py",
+}
+FAST_PATHS_TITLE = "fast paths (not yet schedules, see issue 13)"
+WIDTH = 110  # a Steps/Bytes sentence longer than this is cut (the docstring has it all)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of ``meshcast algorithms``."""
+    p.description = (
+        "List every registered algorithm (schedule) per collective with its family, its "
+        "requirements and the first lines of its docstring, then the fast paths that "
+        "group.last_algorithm can report but that are not schedules yet."
+    )
+    p.add_argument("collective", nargs="?", default=None,
+                   help=f"only this collective (one of: {', '.join(_registry.COLLECTIVES)})")
+
+
+def handle(ns: argparse.Namespace) -> int:
+    """Print the listing; returns 0, or 2 for an unknown collective."""
+    coll = ns.collective
+    if coll is not None and coll not in _registry.COLLECTIVES:
+        print(f"meshcast algorithms: unknown collective {coll!r}; the collectives are: "
+              f"{', '.join(_registry.COLLECTIVES)}", file=sys.stderr)
+        return 2
+    print(render(coll))
+    return 0
+
+
+# ----------------------------------------------------------------- listing
+
+
+def render(coll: str | None = None) -> str:
+    """The listing of one collective (or all, in :data:`_registry.COLLECTIVES` order)."""
+    fast = fast_paths()
+    colls = [coll] if coll is not None else list(_registry.COLLECTIVES)
+    blocks = [_render_collective(c, fast) for c in colls]
+    return "\n\n".join(blocks)
+
+
+def _render_collective(coll: str, fast: dict[str, dict[str, list[str]]]) -> str:
+    entries = _registry.entries(coll)
+    lines = [f"{coll}: {len(entries)} schedules (algorithms/{coll}.py; force one with "
+             f"algorithm='NAME' or MESHCAST_ALGO='{coll}:NAME')"]
+    width = max(len(e.name) for e in entries)
+    for e in entries:
+        lines.append(f"  {e.name.ljust(width)}  {e.family:5}  requires: {e.requires or '-'}")
+        lines.extend(f"  {' ' * width}    {text}" for text in summary(e))
+    lines.append(f"  {FAST_PATHS_TITLE}:")
+    for where, table in fast.items():
+        names = ", ".join(table.get(coll, [])) or "-"
+        lines.append(f"    {where + ':':14}{names:34}(reported by {SOURCES[where]})")
+    return "\n".join(lines)
+
+
+def summary(entry: AlgorithmEntry) -> list[str]:
+    """The docstring's first line, then the first sentence of Steps and of Bytes if any."""
+    doc = inspect.getdoc(entry.fn) or ""
+    paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", doc) if p.strip()]
+    out = [_plain(paragraphs[0]) if paragraphs else entry.description]
+    for i, para in enumerate(paragraphs):
+        if para.startswith(("Steps", "Bytes")):
+            if para.endswith(":") and i + 1 < len(paragraphs):  # "Steps:" then a list
+                para = f"{para} {paragraphs[i + 1].lstrip('* ')}"
+            out.append(_clip(_first_sentence(_plain(para))))
+    return out
+
+
+def _plain(text: str) -> str:
+    return text.replace("``", "")
+
+
+def _first_sentence(text: str) -> str:
+    m = re.search(r"\.(\s|$)", text)
+    return text if m is None else text[:m.start() + 1]
+
+
+def _clip(text: str) -> str:
+    return textwrap.shorten(text, WIDTH, placeholder=" ...")
+
+
+# -------------------------------------------------------------- fast paths
+
+
+def fast_paths() -> dict[str, dict[str, list[str]]]:
+    """``{"one host" | "across hosts": {collective: [name, ...]}}``: what
+    ``last_algorithm`` can report beyond the registered schedules.
+
+    Read from the source of :data:`ONE_HOST_MODULES` and
+    :data:`ACROSS_HOSTS_MODULES` (every ``last_algorithm = ...``), so a new
+    fast path shows up here when it starts reporting itself. A module whose
+    source is not installed contributes nothing.
+    """
+    return {
+        "one host": _finish(_reported(m) for m in ONE_HOST_MODULES),
+        "across hosts": _finish(_reported(m) for m in ACROSS_HOSTS_MODULES),
+    }
+
+
+def _finish(found: Iterable[list[tuple[str, str]]]) -> dict[str, list[str]]:
+    """Drop the registered schedules; order names by where the code first reports them."""
+    pairs = [pair for part in found for pair in part]
+    order = list(dict.fromkeys(name for _, name in pairs))
+    table: dict[str, list[str]] = {}
+    for coll, name in pairs:
+        if coll in _registry.COLLECTIVES and name not in _registry.names(coll):
+            table.setdefault(coll, [])
+            if name not in table[coll]:
+                table[coll].append(name)
+    return {c: sorted(table[c], key=order.index) for c in _registry.COLLECTIVES if c in table}
+
+
+def _reported(module: str) -> list[tuple[str, str]]:
+    """Every ``(collective, name)`` a ``*.last_algorithm = ...`` in ``module`` can set."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        return []
+    tree = ast.parse(Path(spec.origin).read_text(), spec.origin)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    out: list[tuple[int, tuple[str, str]]] = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Attribute) and t.attr == "last_algorithm" for t in node.targets)):
+            continue
+        out.extend((node.lineno, pair) for pair in _values(node.value, node, parents, tree, module))
+    return [pair for _, pair in sorted(out, key=lambda item: item[0])]
+
+
+def _values(value: ast.expr, at: ast.AST, parents: dict[ast.AST, ast.AST], tree: ast.Module,
+            module: str) -> list[tuple[str, str]]:
+    """The ``(collective, name)`` pairs one assigned expression stands for."""
+    if isinstance(value, ast.Constant) and isinstance(value.value, str):
+        return [_split(value.value)]
+    if isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name):
+        # a module-level table of labels (small_calls._ONESHOT): its values
+        table = getattr(importlib.import_module(module), value.value.id, {})
+        return [_split(v) for v in table.values() if isinstance(v, str) and "/" in v]
+    if not isinstance(value, ast.JoinedStr) or len(value.values) != 2:
+        return []
+    first, second = value.values
+    if isinstance(first, ast.Constant) and isinstance(second, ast.FormattedValue):
+        # f"broadcast/{family}": a family of algorithms/hierarchical.py
+        return [(str(first.value).rstrip("/"), fam) for fam in _families(str(first.value)[:-1])]
+    if isinstance(first, ast.FormattedValue) and isinstance(second, ast.Constant):
+        # f"{kind}/oneshot" in a method taking kind: the kinds its callers pass along
+        # with the argument that guards the assignment (ProcessGroup._submit's
+        # direct= for oneshot, single= for cma)
+        name = str(second.value).lstrip("/")
+        return [(kind, name) for kind in _guarded_kinds(at, parents, tree)]
+    return []
+
+
+def _split(label: str) -> tuple[str, str]:
+    coll, _, name = label.partition("/")
+    return coll, name
+
+
+def _families(coll: str) -> list[str]:
+    """The hierarchical families that can run ``coll`` on some layout of hosts."""
+    from . import hierarchical as hier
+
+    uniform = hier.Layout(hosts=((0, 1), (2, 3)), me=0)  # the layout every family accepts
+    return [fam for fam in hier.FAMILIES if hier.supports(coll, fam, uniform) is None]
+
+
+def _guarded_kinds(at: ast.AST, parents: dict[ast.AST, ast.AST], tree: ast.Module) -> list[str]:
+    """The first arguments of the calls of the method around ``at`` that pass a keyword
+    the ``if`` around ``at`` tests (the method may define the closure ``at`` is in)."""
+    node, guard = at, None
+    while guard is None and node in parents:
+        parent = parents[node]
+        if isinstance(parent, ast.If) and node in parent.body:
+            guard = parent
+        node = parent
+    if guard is None:
+        return []
+    names = {n.id for n in ast.walk(guard.test) if isinstance(n, ast.Name)}
+    func, tested = node, set()
+    while func in parents and not tested:
+        func = parents[func]
+        if isinstance(func, ast.FunctionDef):
+            tested = names & {a.arg for a in func.args.kwonlyargs}
+    if not tested or not isinstance(func, ast.FunctionDef):
+        return []
+    kinds = []
+    for call in ast.walk(tree):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                and call.func.attr == func.name and call.args
+                and isinstance(call.args[0], ast.Constant)):
+            continue
+        passed = {k.arg for k in call.keywords
+                  if not (isinstance(k.value, ast.Constant) and k.value.value is None)}
+        if tested & passed:
+            kinds.append(str(call.args[0].value))
+    return kinds
+
+
+__all__ = ["HELP", "add_arguments", "fast_paths", "handle", "render", "summary"]

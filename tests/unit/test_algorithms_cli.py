@@ -1,0 +1,98 @@
+"""``meshcast algorithms [COLLECTIVE]``: the registry and the fast paths, as printed."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import meshcast
+from meshcast import cli
+from meshcast.algorithms import _cli, _registry
+
+SRC = Path(meshcast.__file__).parent
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(SRC.parent)}
+    return subprocess.run([sys.executable, "-m", "meshcast", "algorithms", *args],
+                          capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_one_collective_lists_its_schedules_with_family_requires_and_docstring():
+    done = _run("all_reduce")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out.startswith("all_reduce: 5 schedules")
+    for entry in _registry.entries("all_reduce"):
+        row = re.search(rf"^  {entry.name} +{entry.family} +requires: (.*)$", out, re.M)
+        assert row and row.group(1) == (entry.requires or "-"), entry.name
+    assert "Ring all-reduce: reduce-scatter then all-gather around the ring." in out
+    assert "Steps: 2(P-1) rounds." in out and "Bytes sent per rank: 2 S (P-1)/P." in out
+    for other in set(_registry.COLLECTIVES) - {"all_reduce"}:
+        assert not re.search(rf"^{other}:", out, re.M), other
+
+
+def test_fast_paths_are_marked_and_listed_per_place():
+    out = _run("all_reduce").stdout
+    block = out[out.index(_cli.FAST_PATHS_TITLE):]
+    one_host = re.search(r"one host: +(.*?) +\(reported", block).group(1).split(", ")
+    across = re.search(r"across hosts: +(.*?) +\(reported", block).group(1).split(", ")
+    assert sorted(one_host) == ["cma", "oneshot", "symmetric"]
+    assert sorted(across) == ["eager", "flat", "leader", "rails"]
+
+
+def test_without_a_collective_every_registered_algorithm_is_listed(capsys):
+    assert cli.main(["algorithms"]) == 0
+    out = capsys.readouterr().out
+    for coll in _registry.COLLECTIVES:
+        assert re.search(rf"^{coll}: {len(_registry.names(coll))} schedules", out, re.M), coll
+    assert out.count(_cli.FAST_PATHS_TITLE) == len(_registry.COLLECTIVES)
+    for entry in _registry.entries():
+        assert re.search(rf"^  {entry.name} +{entry.family} ", out, re.M), entry.qualname
+
+
+def test_an_unknown_collective_is_an_error_listing_the_collectives():
+    done = _run("allreduce")
+    assert done.returncode == 2 and done.stdout == ""
+    assert "unknown collective 'allreduce'" in done.stderr
+    assert ", ".join(_registry.COLLECTIVES) in done.stderr
+
+
+def _labels_in_source(*modules: str) -> set[tuple[str, str]]:
+    """Every literal "coll/name" assigned to last_algorithm (a grep, independent of _cli)."""
+    found = set()
+    for module in modules:
+        text = (SRC / (module.removeprefix("meshcast.").replace(".", "/") + ".py")).read_text()
+        found |= set(re.findall(r'last_algorithm = "(\w+)/(\w+)"', text))
+    return found
+
+
+@pytest.mark.parametrize("where, modules", [("one host", _cli.ONE_HOST_MODULES),
+                                            ("across hosts", _cli.ACROSS_HOSTS_MODULES)])
+def test_fast_paths_are_what_the_code_reports_and_never_a_schedule(where, modules):
+    table = _cli.fast_paths()[where]
+    for coll, name in _labels_in_source(*modules):
+        assert name in _registry.names(coll) or name in table.get(coll, []), (coll, name)
+    for coll, names in table.items():
+        assert not set(names) & set(_registry.names(coll)), coll
+
+
+def test_the_derived_fast_paths_include_the_generic_sites():
+    fast = _cli.fast_paths()
+    # ProcessGroup._submit's f"{kind}/cma" (single=) and f"{kind}/oneshot" (direct=)
+    assert "cma" in fast["one host"]["reduce"] and "cma" in fast["one host"]["gather"]
+    assert "oneshot" in fast["one host"]["all_to_all"]
+    # spanning.py's f"{coll}/{family}": rails only where hierarchical.supports allows it
+    assert fast["across hosts"]["all_to_all"] == ["leader", "flat"]
+    assert fast["across hosts"]["barrier"] == ["agreement"]
+
+
+def test_summary_takes_the_list_after_a_bare_steps_heading():
+    arena = _registry.get("all_to_all", "arena")
+    steps = next(line for line in _cli.summary(arena) if line.startswith("Steps"))
+    assert steps.startswith("Steps: first round: Put the header")
