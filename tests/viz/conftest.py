@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tracegen import HANG_SCRIPT, REPO, record_run, write_trace
 
 CANDIDATES = ("/usr/lib/chromium/chromium", "chromium", "chromium-browser", "google-chrome")
 LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -67,3 +68,31 @@ def guide_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("viz") / "guide.html"
     path.write_text(build_guide(), encoding="utf-8")
     return path
+
+
+@pytest.fixture
+def hang_trace(tmp_path: Path) -> Path:
+    """A 4-rank trace where rank 2 never enters all_reduce #17 on WORLD (and EVEN #1 mismatches)."""
+    return write_trace(tmp_path / "hang")
+
+
+@pytest.fixture(scope="session")
+def recorded_hang(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real 4-rank run where rank 2 never enters all_reduce #4 on WORLD; the all_reduces
+    run the ring schedule (forced: 4 KiB would take the one-shot path, which records no
+    rounds), so the trace has rounds, hence arrows."""
+    base = tmp_path_factory.mktemp("realhang")
+    script = base / "hang.py"
+    script.write_text(HANG_SCRIPT, encoding="utf-8")
+    proc = record_run(base / "trace", script, env={"MESHCAST_ALGO": "all_reduce:ring"})
+    assert proc.returncode != 0, proc.stdout + proc.stderr  # the launcher reports the failure
+    return base / "trace"
+
+
+@pytest.fixture(scope="session")
+def recorded_tour(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``MESHCAST_TRACE=DIR meshcast run -n 4 examples/tour.py``, as a user would run it."""
+    base = tmp_path_factory.mktemp("realtour")
+    proc = record_run(base / "trace", REPO / "examples" / "tour.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return base / "trace"

@@ -1,10 +1,12 @@
-"""``meshcast viz``: write the animated guide (``guide``) or serve it on 127.0.0.1 (``serve``).
+"""``meshcast viz``: the animated guide (``guide``, ``serve``) and the replay of a run (``trace``).
 
 ``guide`` writes one self-contained HTML file that opens from ``file://``;
 ``serve`` builds the same page and serves it from memory with
 :mod:`http.server` on the loopback interface only, so nothing is exposed to
-the network. (The replay of a recorded run, ``viz trace``, waits for the
-tracer.)
+the network. ``trace DIR`` turns a recorded run (``MESHCAST_TRACE=DIR``)
+into a replay page, optionally a merged Perfetto/Chrome trace
+(``--perfetto``), and prints the hang view when the run hung (``--hang``
+prints it always).
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ from pathlib import Path
 
 from .page import DEFAULT_TITLE, build_guide
 
-HELP = "an animated guide to every collective, drawn from meshcast's own schedules"
+HELP = ("an animated guide to every collective, drawn from meshcast's own schedules; "
+        "the replay of a recorded run")
 
 DESCRIPTION = """\
   meshcast viz guide -o guide.html     write the guide (one self-contained HTML file)
   meshcast viz serve [--port 8000]     serve it on http://127.0.0.1:PORT/
+  meshcast viz trace DIR [-o replay.html] [--perfetto FILE] [--hang]
+                                       replay a run recorded with MESHCAST_TRACE=DIR
 """
 
 
@@ -36,6 +41,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s = sub.add_parser("serve", help="serve the guide on 127.0.0.1")
     s.add_argument("--port", type=int, default=8000, help="port (0: any free one; default %(default)s)")
     s.add_argument("--title", default=DEFAULT_TITLE, help="the page's title")
+    t = sub.add_parser("trace", help="replay a run recorded with MESHCAST_TRACE=DIR",
+                       description="Turn a recorded run into a replay page (a lane per rank, "
+                       "spans, message arrows, skew, busbw, the hang view).")
+    t.add_argument("directory", metavar="DIR", help="the trace directory (rank-*.jsonl)")
+    t.add_argument("-o", "--output", default="replay.html",
+                   help="the replay page (default: %(default)s; '-' for stdout; '' for none)")
+    t.add_argument("--perfetto", metavar="FILE", default=None,
+                   help="also write one Chrome trace event JSON of every rank (ui.perfetto.dev)")
+    t.add_argument("--hang", action="store_true",
+                   help="print the hang view even if every call finished")
+    t.add_argument("--title", default=None, help="the page's title")
 
 
 def _serve(page: bytes, port: int) -> int:
@@ -63,6 +79,35 @@ def _serve(page: bytes, port: int) -> int:
     return 0
 
 
+def _trace(ns: argparse.Namespace) -> int:
+    from . import hang, perfetto, trace_data, trace_page
+
+    try:
+        tl = trace_data.load(ns.directory)
+    except (OSError, ValueError) as exc:
+        print(f"meshcast viz trace: {exc}", file=sys.stderr)
+        return 1
+    report = hang.analyze(tl)
+    # the page goes to stdout with '-': then the report must not mix into it
+    say = sys.stderr if ns.output == "-" else sys.stdout
+    if ns.output:
+        page = trace_page.render(tl, title=ns.title)
+        if ns.output == "-":
+            sys.stdout.write(page)
+        else:
+            out = Path(ns.output)
+            out.write_text(page, encoding="utf-8")
+            print(f"meshcast viz: wrote {out} ({len(tl.traces)} ranks, {len(tl.calls)} calls); "
+                  f"open it in a browser (file://{out.resolve()})", file=say)
+    if ns.perfetto:
+        n = perfetto.write(tl, ns.perfetto)
+        print(f"meshcast viz: wrote {ns.perfetto} ({n} events); open it in "
+              "https://ui.perfetto.dev or chrome://tracing", file=say)
+    if ns.hang or report["hung"]:
+        say.write(hang.report_text(tl, report))
+    return 0
+
+
 def handle(ns: argparse.Namespace) -> int:
     """Run ``meshcast viz <action>``; returns the exit status (2: no or unknown action)."""
     action = getattr(ns, "viz_action", None)
@@ -78,6 +123,8 @@ def handle(ns: argparse.Namespace) -> int:
         return 0
     if action == "serve":
         return _serve(build_guide(title=ns.title).encode("utf-8"), ns.port)
-    print("meshcast viz: choose an action: guide or serve (see meshcast viz --help)",
+    if action == "trace":
+        return _trace(ns)
+    print("meshcast viz: choose an action: guide, serve or trace (see meshcast viz --help)",
           file=sys.stderr)
     return 2
