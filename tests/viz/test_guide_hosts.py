@@ -36,7 +36,6 @@ def test_across_hosts_ends_with_numpys_result(key: str, family: str, shape: tupl
     run = hosts.extract(key, family, shape, n)
     p = shape[0] * shape[1]
     assert run["p"] == p and run["hosts"] == hosts.hosts_of(shape)
-    assert run["before"] == [[v for v in vals] for vals in run["before"]]
     for r, want in enumerate(primitives.reference(key, p, n)):
         if want is None:
             continue
@@ -54,11 +53,12 @@ def test_across_hosts_ends_with_numpys_result(key: str, family: str, shape: tupl
             else:
                 assert x["link"] == ("net-local" if inside else "net")
         assert s["bytes"] == s["shm_bytes"] + s["net_bytes"]
-        # a rank takes part in at most one call per step (calls of one rank are ordered)
-        per_rank = Counter()
-        for call in s["calls"]:
-            per_rank[call] += 1
-        assert all(v == 1 for v in per_rank.values())
+        # a rank takes part in at most one call per step (one rank's calls run in order)
+        calls_of: dict[int, set[str]] = {}
+        for x in s["xfers"]:
+            for r in (x["s"], x["d"]):
+                calls_of.setdefault(r, set()).add(x["via"])
+        assert all(len(v) == 1 for v in calls_of.values()), calls_of
 
 
 def _moved(key: str, family: str, shape: tuple[int, int], n: int) -> Counter:
@@ -86,7 +86,7 @@ def _moved(key: str, family: str, shape: tuple[int, int], n: int) -> Counter:
                                         ("all_gather", "rails"), ("reduce_scatter", "leader"),
                                         ("broadcast", "flat")])
 def test_steps_are_the_calls_the_code_made(key: str, family: str) -> None:
-    shape, n = (2, 3), 2
+    shape, n = (2, 3), 4  # 4 elements over 3 rails: no shard is empty (an empty call takes no step)
     run = hosts.extract(key, family, shape, n)
     calls = Counter()
     for s in run["steps"]:

@@ -355,9 +355,13 @@ def extract(key: str, family: str, shape: tuple[int, int], n: int) -> dict[str, 
             if not s:
                 continue
             st = steps[s - 1]
-            if op["via"] not in st["calls"]:
+            if op["via"] not in st["calls"] and any(b for _, b, _ in op["sends"]):
                 st["calls"].append(op["via"])
             for d, nbytes, src in op["sends"]:
+                if not nbytes:
+                    # an empty piece (1 element over 2 rails: one rail's shard is empty):
+                    # its call takes no step of its own, so drawing it would misplace it
+                    continue
                 if op["comm"][0] == "local":
                     link = "shm"
                 else:
