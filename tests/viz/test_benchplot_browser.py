@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pages import open_page
 
 from meshcast.bench import plot
 
@@ -35,15 +36,7 @@ def test_plot_page_draws(browser: Any, tmp_path: Path) -> None:
     path = tmp_path / "plot.html"
     plot.write(str(path), _records(), ["all_reduce", "all_gather"], ["meshcast", "gloo"], 4,
                ["# meshcast bench -n 4 (made-up numbers for the test)"])
-    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
-    page = ctx.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("request", lambda r: errors.append("network: " + r.url)
-            if not r.url.startswith("file:") else None)
-    page.goto(path.as_uri())
-    page.wait_for_selector("body[data-ready='1']")
+    ctx, page, errors = open_page(browser, path, fake_clock=False)
     assert page.locator("section.op").count() == 2
     assert page.locator("section.op svg").count() == 4
     # every chart has a visible line per library, and it has a size on screen

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from pages import open_page
 
 from meshcast.algorithms import _simulate
 from meshcast.viz import primitives, schedules
@@ -26,19 +27,7 @@ KEYS = [p.key for p in primitives.PRIMITIVES]
 
 
 def _open(browser: Any, guide_file: Path, **context: Any) -> tuple[Any, Any, list[str]]:
-    ctx = browser.new_context(viewport={"width": 1280, "height": 800}, **context)
-    page = ctx.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("request", lambda r: errors.append("network: " + r.url)
-            if not r.url.startswith("file:") else None)
-    # fake time that moves only when a test says so (installed, it would follow real time)
-    page.clock.install(time=0)
-    page.clock.pause_at(1000)
-    page.goto(guide_file.as_uri() + f"?step_ms={STEP_MS}")
-    page.wait_for_selector("body[data-ready='1']")
-    return ctx, page, errors
+    return open_page(browser, guide_file, f"?step_ms={STEP_MS}", **context)
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pages import open_page
 from tracegen import MS
 
 from meshcast.viz import hang, trace_data, trace_page
@@ -34,18 +35,7 @@ def _write_page(trace: Path, out: Path) -> tuple[Path, trace_data.Timeline]:
 
 def _open(browser: Any, page_file: Path, query: str = "", **context: Any
           ) -> tuple[Any, Any, list[str]]:
-    ctx = browser.new_context(viewport={"width": 1280, "height": 800}, **context)
-    page = ctx.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("request", lambda r: errors.append("network: " + r.url)
-            if not r.url.startswith("file:") else None)
-    page.clock.install(time=0)
-    page.clock.pause_at(1000)
-    page.goto(page_file.as_uri() + query)
-    page.wait_for_selector("body[data-ready='1']")
-    return ctx, page, errors
+    return open_page(browser, page_file, query, **context)
 
 
 @pytest.fixture(scope="module")
