@@ -421,9 +421,12 @@ def run(ns: argparse.Namespace, spec: SweepSpec, libraries: list[str], notes: li
     out = sys.stdout
     head = report.header(spec, n, mem, libraries, ns.rounds, where=_where(ns))
     if shape is not None:
-        from .hosts import LAUNCH_TEXT, LIBRARIES
+        from .hosts import LAUNCH_TEXT, LIBRARIES, passed_knobs
 
         head += [f"# {lib}: {LAUNCH_TEXT[LIBRARIES[lib][0]]}" for lib in libraries]
+        knobs = passed_knobs()
+        if knobs:
+            head.append("# meshcast's ranks get " + " ".join(f"{k}={v}" for k, v in knobs.items()))
     head += [f"# note: {x}" for x in notes]
     print("\n".join(head), file=out, flush=True)
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import signal
 import time
@@ -53,6 +54,14 @@ LIBRARIES: dict[str, tuple[str, str, dict[str, str]]] = {
     "mpi": ("mpiexec", "meshcast.bench.mpi_worker", {}),
     "gloo": ("torchrun", "meshcast.bench.gloo_worker", {"GLOO_SOCKET_IFNAME": "eth0"}),
 }
+
+#: meshcast's tuning knobs that reach the ranks on the emulated hosts when set here. The
+#: harness scrubs every other MESHCAST_* (and MPI's, libfabric's, UCX's) variable: the
+#: secret, run id, host id, shm dir, engine and interface belong to each launch, and a
+#: stray FI_PROVIDER or MESHCAST_HOST_ID would make the emulated hosts share memory.
+PASSED_KNOBS = ("MESHCAST_ALGO", "MESHCAST_TIMEOUT", "MESHCAST_SLOT_BYTES", "MESHCAST_RING_BYTES",
+                "MESHCAST_CMA_BYTES", "MESHCAST_COMPILED", "MESHCAST_SPIN_US",
+                "MESHCAST_LIVENESS_S", "MESHCAST_TRACE")
 
 #: How each library is started, for the header and the results page.
 LAUNCH_TEXT = {
@@ -169,6 +178,11 @@ def libraries(compare: str, internode: str = "auto") -> list[str]:
     return names
 
 
+def passed_knobs() -> dict[str, str]:
+    """The :data:`PASSED_KNOBS` set in this process's environment."""
+    return {k: os.environ[k] for k in PASSED_KNOBS if k in os.environ}
+
+
 def _mpi_problem() -> str:
     from ..testing.emuhosts import _tool
 
@@ -263,6 +277,8 @@ def run_library(hosts: Any, name: str, shape: HostShape, spec: SweepSpec,
     from ..testing.emuhosts import run_job
 
     style, module, env = LIBRARIES[name]
+    if name.startswith("meshcast"):
+        env = {**passed_knobs(), **env}
     result = LibraryRun(name)
     start = time.monotonic()
     job = run_job(hosts, style, list(shape.per_host), ["-m", module, "--spec", spec.to_json()],
@@ -283,7 +299,12 @@ def _failure(job: Any) -> str:
     """A short reason plus the end of the launchers' stderr."""
     head = ("timed out after " + f"{job.timeout:g} s" if job.timed_out
             else f"exit code {job.returncode}" + (f" ({job.note})" if job.note else ""))
+    from .peers import _EXCEPTION
+
     lines = [ln.rstrip() for r in job.runs for ln in r.stderr.splitlines() if ln.strip()]
+    errors = [ln.strip() for ln in lines if _EXCEPTION.match(ln.strip())]
+    if errors:  # the exception a rank raised says more than the exit code
+        head += f": {errors[-1]}"
     tail = "\n    ".join(lines[-12:])
     return head + (":\n    " + tail if tail else "")
 
