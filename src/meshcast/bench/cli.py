@@ -18,6 +18,7 @@ that the user's own launcher (``mpiexec``, ``srun``, ``torchrun``,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import sys
@@ -165,6 +166,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "prints the table and writes --json/--report")
     g.add_argument("--library", default="meshcast", choices=("meshcast", "mpi", "gloo"),
                    help="with --launched: which library these ranks measure (default meshcast)")
+    g.add_argument("--from", dest="inputs", default="", metavar="FILES",
+                   help="run nothing: read --json files (comma-separated; e.g. one --launched "
+                        "run per library) and print their tables and comparison; --json, "
+                        "--plot and --report write the merged results")
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -377,6 +382,8 @@ def handle(ns: argparse.Namespace) -> int:
     if ns.list_algorithms:
         return _list_algorithms()
     try:
+        if ns.inputs:
+            return run_from(ns)
         _resolve_ranks(ns)
         spec, notes = spec_from_args(ns)
         if ns.launched:
@@ -489,6 +496,12 @@ def run_launched(ns: argparse.Namespace, spec: SweepSpec, notes: list[str]) -> i
     args = argparse.Namespace(init="", rank=-1, world_size=-1, symmetric=ns.symmetric)
     comm = getattr(worker, comm_class)(args)  # init_process_group() / COMM_WORLD, as users do
     n, rank = comm.size, comm.rank
+    if ns.library == "meshcast":
+        from .. import _world
+
+        engine = _world.current.internode if _world.current is not None else None
+        if engine is not None:  # across hosts: say which engine, as --hosts does
+            comm.library = f"meshcast+{engine.name}"
     if ns.expected is not None and ns.expected != n:
         if rank == 0:
             print(f"meshcast bench: error: -n {ns.expected}, but the launcher started {n} "
@@ -520,6 +533,62 @@ def run_launched(ns: argparse.Namespace, spec: SweepSpec, notes: list[str]) -> i
             "libraries": {comm.library: {"versions": versions, "skipped": "", "error": "",
                                          "seconds": 0.0}}}
     _write_files(ns, meta, records, spec, [comm.library], head, n, mem["large_gbps"])
+    return 1 if any(r["wrong"] for r in records) else 0
+
+
+def run_from(ns: argparse.Namespace) -> int:
+    """``--from a.jsonl,b.jsonl``: the tables and comparison of results already measured.
+
+    Meant for the results of ``--launched`` runs (one per library, each under its own
+    launcher), but any ``--json`` files of the same sweep merge. A library found in two
+    files is an error (which one to show would be a guess).
+
+    Raises:
+        UsageError: other run flags given, a file unreadable or without results.
+    """
+    from . import report
+    from .page import _where as where_of
+
+    clash = [flag for flag, on in (("--hosts", ns.hosts), ("--launched", ns.launched),
+                                   ("--compare", ns.compare)) if on]
+    if clash:
+        raise UsageError(f"--from runs nothing; leave out {', '.join(clash)}")
+    metas, records, libraries = [], [], []
+    for path in (x.strip() for x in ns.inputs.split(",") if x.strip()):
+        try:
+            meta, results = report.read_jsonl(path)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--from {path}: {exc}") from None
+        if not meta or not results:
+            raise UsageError(f"--from {path}: no meshcast bench results in it (written by --json?)")
+        libs = list(dict.fromkeys(r["library"] for r in results))
+        again = [lib for lib in libs if lib in libraries]
+        if again:
+            raise UsageError(f"--from {path}: {', '.join(again)} is in an earlier file too")
+        metas.append(meta)
+        records += results
+        libraries += libs
+    libraries.sort(key=lambda lib: not lib.startswith("meshcast"))  # meshcast first, stable
+    first = metas[0]
+    spec = SweepSpec.from_json(json.dumps(first["spec"]))
+    ops = list(dict.fromkeys(op for m in metas for op in m["spec"]["ops"]))
+    spec = dataclasses.replace(spec, ops=tuple(ops))
+    n = first["nranks"]
+    mem = first["memory_copy"]
+    head = report.header(spec, n, mem, libraries, where=where_of(first))
+    head += [f"# from {m['command']}" for m in metas]
+    if len({m["nranks"] for m in metas}) > 1:
+        head.append("# note: the files ran on different numbers of ranks: "
+                    + ", ".join(f"{m['nranks']}" for m in metas))
+    infos: dict[str, Any] = {}
+    for m in metas:
+        infos.update(m.get("libraries", {}))
+    runs = [LibraryRun(lib, [r for r in records if r["library"] == lib],
+                       error=infos.get(lib, {}).get("error", "")) for lib in libraries]
+    print("\n".join(head + _tables(spec, records, runs, libraries, n, mem["large_gbps"],
+                                   every=True)), flush=True)
+    meta = {**first, "command": f"meshcast bench --from {ns.inputs}", "libraries": infos}
+    _write_files(ns, meta, records, spec, libraries, head, n, mem["large_gbps"])
     return 1 if any(r["wrong"] for r in records) else 0
 
 
