@@ -100,3 +100,29 @@ def test_sigterm_mid_run_takes_the_hosts_down() -> None:
             proc.wait()
     assert not [n for n in _netns() if n.startswith(BENCH_PREFIX + "-")]
     assert not (STATE_ROOT / BENCH_PREFIX).exists()
+
+
+@pytest.mark.timeout(180)
+def test_launched_ranks_under_mpiexec_and_the_merge_of_their_files(two_hosts, tmp_path: Path
+                                                                    ) -> None:
+    # the real-cluster path: the user's launcher starts `meshcast bench --launched` as every
+    # rank, once per library; `--from` compares the files
+    from .hosts import run_job
+
+    files = []
+    for lib in ("meshcast", "mpi"):
+        out = tmp_path / f"{lib}.jsonl"
+        job = run_job(two_hosts, "mpiexec", 2,
+                      ["-m", "meshcast", "bench", "--launched", "--library", lib, "--op",
+                       "all_reduce", "-b", "8", "-e", "4K", "-f", "8", "-w", "1", "--iters", "2",
+                       "--json", str(out)], timeout=120)
+        assert job.ok, job.describe()
+        label = "meshcast+mpi" if lib == "meshcast" else lib
+        assert f"# [{label}] all_reduce:" in job.stdout
+        assert f"{label}: out of bounds values: 0 OK" in job.stdout
+        files.append(str(out))
+    proc = subprocess.run([sys.executable, "-m", "meshcast", "bench", "--from", ",".join(files)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ratio = meshcast+mpi busbw / peer busbw" in proc.stdout
+    assert "4 ranks started by the launcher" in proc.stdout

@@ -89,6 +89,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help="multiply the size by F each step (default 2)")
     step.add_argument("-i", "--stepbytes", default=None, metavar="SIZE",
                       help="add SIZE each step instead")
+    step.add_argument("--sizes", default="", metavar="LIST",
+                      help="exactly these sizes instead of -b/-e/-f (e.g. 8,128K,2M,32M: a few "
+                           "points of interest, as across hosts where every size is slow)")
     g = p.add_argument_group("what to run")
     g.add_argument("--op", default="all_reduce", metavar="OPS",
                    help=f"comma-separated collectives or 'all' ({','.join(ALL_OPS)}); "
@@ -317,7 +320,15 @@ def spec_from_args(ns: argparse.Namespace) -> tuple[SweepSpec, list[str]]:
         raise UsageError(f"-a {ns.average}: choose 0-3 or {', '.join(AVERAGES)}")
     algorithms, notes = _algorithms(ns.algo, ops)
     placements = PLACEMENTS if ns.placement == "both" else (ns.placement,)
-    spec = SweepSpec(ops=ops, sizes=sizes(lo, hi, ns.stepfactor, step), dtype=_dtype(ns.dtype),
+    if ns.sizes:
+        listed = tuple(dict.fromkeys(_size(x.strip(), "--sizes") for x in ns.sizes.split(",")
+                                     if x.strip()))
+        if not listed:
+            raise UsageError("--sizes: give at least one size")
+        swept = tuple(sorted(listed))
+    else:
+        swept = sizes(lo, hi, ns.stepfactor, step)
+    spec = SweepSpec(ops=ops, sizes=swept, dtype=_dtype(ns.dtype),
                      redop=ns.redop, root=ns.root, warmup=ns.warmup, iters=ns.iters,
                      check=bool(ns.check), average=average, algorithms=algorithms,
                      rotate=not ns.no_rotate, placements=placements)
@@ -345,10 +356,13 @@ def command_line(ns: argparse.Namespace, spec: SweepSpec) -> str:
              + ([f"--internode {ns.internode}"] if ns.internode != "auto" else [])
              if shape else [f"--launched --library {ns.library}"] if ns.launched
              else [f"-n {ns.nproc}"])
-    parts = ["meshcast bench", *where, f"--op {ns.op}", f"-b {ns.minbytes}",
-             f"-e {ns.maxbytes}"]
-    parts.append(f"-i {ns.stepbytes}" if ns.stepbytes is not None
-                 else f"-f {ns.stepfactor or 2}")
+    parts = ["meshcast bench", *where, f"--op {ns.op}"]
+    if ns.sizes:
+        parts.append(f"--sizes {ns.sizes}")
+    else:
+        parts += [f"-b {ns.minbytes}", f"-e {ns.maxbytes}"]
+        parts.append(f"-i {ns.stepbytes}" if ns.stepbytes is not None
+                     else f"-f {ns.stepfactor or 2}")
     parts += [f"-d {spec.dtype}", f"-o {spec.redop}", f"-r {spec.root}", f"-w {spec.warmup}",
               f"--iters {spec.iters}", f"-a {ns.average}"]
     if ns.algo:
