@@ -57,8 +57,10 @@ reduce_scatter, gather, scatter, all_to_all (n-1)/n; broadcast, reduce,
 sendrecv 1. The header of each table states S and the factor.
 
 Exit status: 0; 1 if any library returned a wrong result (#wrong > 0) or
-meshcast itself failed; 2 for bad arguments. A peer that is missing is
-skipped with its reason; one that fails is reported and the rest goes on.
+meshcast itself failed; 2 for bad arguments, and with --hosts for a
+missing prerequisite (root, iproute2, mpi4py/mpiexec or torch for a library
+asked for), said before any host is made. A peer that is missing is skipped
+with its reason; one that fails is reported and the rest goes on.
 """
 
 _DTYPE_ALIASES = {"float": "float32", "half": "float16", "double": "float64", "int": "int32",
@@ -139,7 +141,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "each call's best time (steadier ratios on a busy machine; default 1)")
     g.add_argument("--timeout", type=float, default=300.0,
                    help="stop a library's ranks after this many seconds without a result "
-                        "(default 300)")
+                        "(with --hosts: for its whole sweep, read when the job ends; default 300)")
     g.add_argument("--list-algorithms", action="store_true",
                    help="list meshcast's algorithms per collective and exit")
     g = p.add_argument_group(

@@ -99,10 +99,12 @@ class HostShape:
 
     @property
     def nhosts(self) -> int:
+        """Number of hosts."""
         return len(self.per_host)
 
     @property
     def nranks(self) -> int:
+        """Number of ranks over all hosts."""
         return sum(self.per_host)
 
     def describe(self) -> str:
