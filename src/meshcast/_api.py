@@ -12,6 +12,7 @@ take group ranks.
 from __future__ import annotations
 
 import datetime
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -149,6 +150,20 @@ def _root(pg: ProcessGroup, global_root: int | None, group_root: int | None, *, 
     except ValueError:
         raise usage(caller, f"'{name}'={global_root} is not a rank of {pg.group_name} "
                             f"(its ranks: {pg.global_ranks})", me) from None
+
+
+def _torch_view(t: Any) -> np.ndarray | None:
+    """A torch CPU tensor's memory seen as an ndarray, for the tiny-call lane (which
+    works on ndarrays in place), or None: not a plain tensor, or one NumPy cannot view
+    (bfloat16, on another device, requiring grad, with a conjugate/negative bit); the
+    general path takes those. Only asked once the ndarray check failed."""
+    torch = sys.modules.get("torch")
+    if torch is None or type(t) is not torch.Tensor:
+        return None
+    try:
+        return t.numpy()
+    except (TypeError, RuntimeError):
+        return None
 
 
 def _lane(group: GroupLike) -> SmallCalls | None:
@@ -511,11 +526,12 @@ def broadcast(tensor: Any, src: int | None = None, group: GroupLike = None,
         MismatchError: ranks disagree on the call (count, dtype, root...).
         CommTimeout / PeerGoneError: a rank did not take part in time / exited.
     """
-    if (type(tensor) is np.ndarray and type(src) is int and async_op is False
-            and algorithm is None and group_src is None):
-        lane = _lane(group)
-        if lane is not None and lane.broadcast(tensor, src):
-            return None
+    if type(src) is int and async_op is False and algorithm is None and group_src is None:
+        arr = tensor if type(tensor) is np.ndarray else _torch_view(tensor)
+        if arr is not None:
+            lane = _lane(group)
+            if lane is not None and lane.broadcast(arr, src):
+                return None
     caller = "broadcast"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)
@@ -554,6 +570,12 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: GroupLike = None,
         lane = _lane(group)
         if lane is not None and lane.all_reduce(tensor, op):
             return None
+    elif async_op is False and algorithm is None:
+        arr = _torch_view(tensor)  # a torch CPU tensor takes the same lane through a view
+        if arr is not None:
+            lane = _lane(group)
+            if lane is not None and lane.all_reduce(arr, op):
+                return None
     caller = "all_reduce"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)
@@ -575,11 +597,12 @@ def reduce(tensor: Any, dst: int | None = None, op: Any = ReduceOp.SUM, group: G
     truncates toward zero (the integer sum divided by the group size, e.g.
     -7 over 2 ranks gives -3), as in :func:`all_reduce`.
     """
-    if (type(tensor) is np.ndarray and async_op is False and algorithm is None
-            and group_dst is None and type(dst) is int):
-        lane = _lane(group)  # tiny calls: see all_reduce
-        if lane is not None and lane.reduce(tensor, op, dst):
-            return None
+    if async_op is False and algorithm is None and group_dst is None and type(dst) is int:
+        arr = tensor if type(tensor) is np.ndarray else _torch_view(tensor)
+        if arr is not None:
+            lane = _lane(group)  # tiny calls: see all_reduce
+            if lane is not None and lane.reduce(arr, op, dst):
+                return None
     caller = "reduce"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)
@@ -632,11 +655,13 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: GroupLi
     ``output_tensor`` holds ``world_size`` times the input's elements (shape
     ``(ws*N, ...)`` or ``(ws, N, ...)``).
     """
-    if (type(output_tensor) is np.ndarray and type(input_tensor) is np.ndarray
-            and async_op is False and algorithm is None):
-        lane = _lane(group)  # tiny calls: see all_reduce
-        if lane is not None and lane.all_gather(output_tensor, input_tensor):
-            return None
+    if async_op is False and algorithm is None:
+        out = output_tensor if type(output_tensor) is np.ndarray else _torch_view(output_tensor)
+        inp = input_tensor if type(input_tensor) is np.ndarray else _torch_view(input_tensor)
+        if out is not None and inp is not None:
+            lane = _lane(group)  # tiny calls: see all_reduce
+            if lane is not None and lane.all_gather(out, inp):
+                return None
     caller = "all_gather_into_tensor"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)
@@ -771,11 +796,13 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM,  # no
     toward zero (the integer sum divided by the group size, e.g. -7 over 2
     ranks gives -3).
     """
-    if (type(output) is np.ndarray and type(input) is np.ndarray and async_op is False
-            and algorithm is None):
-        lane = _lane(group)  # tiny calls: see all_reduce
-        if lane is not None and lane.reduce_scatter(output, input, op):
-            return None
+    if async_op is False and algorithm is None:
+        out = output if type(output) is np.ndarray else _torch_view(output)
+        inp = input if type(input) is np.ndarray else _torch_view(input)
+        if out is not None and inp is not None:
+            lane = _lane(group)  # tiny calls: see all_reduce
+            if lane is not None and lane.reduce_scatter(out, inp, op):
+                return None
     caller = "reduce_scatter_tensor"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)
@@ -859,11 +886,14 @@ def all_to_all_single(output: Any, input: Any, output_split_sizes: Sequence[int]
         output_split_sizes / input_split_sizes (list[int], optional): rows of
             dim 0 received from / sent to each rank; equal splits if omitted.
     """
-    if (type(output) is np.ndarray and type(input) is np.ndarray and async_op is False
-            and output_split_sizes is None and input_split_sizes is None and algorithm is None):
-        lane = _lane(group)  # tiny calls: see all_reduce
-        if lane is not None and lane.all_to_all(output, input):
-            return None
+    if (async_op is False and output_split_sizes is None and input_split_sizes is None
+            and algorithm is None):
+        out = output if type(output) is np.ndarray else _torch_view(output)
+        inp = input if type(input) is np.ndarray else _torch_view(input)
+        if out is not None and inp is not None:
+            lane = _lane(group)  # tiny calls: see all_reduce
+            if lane is not None and lane.all_to_all(out, inp):
+                return None
     caller = "all_to_all_single"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)
@@ -959,10 +989,12 @@ def send(tensor: Any, dst: int | None = None, group: GroupLike = None, tag: int 
         InvalidUsage: bad argument. PeerGoneError / CommTimeout: the receiver
         exited or did not take the data in time.
     """
-    if type(tensor) is np.ndarray and type(dst) is int and type(tag) is int and group_dst is None:
-        lane = _lane(group)  # small messages: see small_calls.SmallCalls.send
-        if lane is not None and lane.send(tensor, dst, tag):
-            return
+    if type(dst) is int and type(tag) is int and group_dst is None:
+        arr = tensor if type(tensor) is np.ndarray else _torch_view(tensor)
+        if arr is not None:
+            lane = _lane(group)  # small messages: see small_calls.SmallCalls.send
+            if lane is not None and lane.send(arr, dst, tag):
+                return
     work = isend(tensor, dst, group, tag, group_dst)
     if work is not None:
         work.wait()
@@ -977,10 +1009,12 @@ def recv(tensor: Any, src: int | None = None, group: GroupLike = None, tag: int 
         from ``tensor``'s. PeerGoneError / CommTimeout: the sender exited or
         did not send in time.
     """
-    if type(tensor) is np.ndarray and type(src) is int and type(tag) is int and group_src is None:
-        lane = _lane(group)  # small messages: see small_calls.SmallCalls.recv
-        if lane is not None and lane.recv(tensor, src, tag):
-            return src
+    if type(src) is int and type(tag) is int and group_src is None:
+        arr = tensor if type(tensor) is np.ndarray else _torch_view(tensor)
+        if arr is not None:
+            lane = _lane(group)  # small messages: see small_calls.SmallCalls.recv
+            if lane is not None and lane.recv(arr, src, tag):
+                return src
     work = irecv(tensor, src, group, tag, group_src)
     if work is None:
         return -1

@@ -76,7 +76,8 @@ KNOBS: dict[str, Knob] = {
              "Overrides this process's host identity (hostname/boot id): ranks with "
              "different ids never share memory."),
         Knob("MESHCAST_TRACE", str, "",
-             "Directory to write per-rank trace files into (off when empty)."),
+             "Directory where every rank writes a record of every call it runs "
+             "(rank-NNNNN.jsonl; see meshcast.trace.records); off when empty."),
     )
 }
 

@@ -465,6 +465,57 @@ def torch_inputs() -> None:
     assert torch.equal(a2a_out, torch.arange(n, dtype=torch.int32) * n + r)
 
 
+def torch_lane() -> list:
+    """Torch CPU tensors through every call the tiny-call lane takes, against NumPy;
+    returns, per call, whether the lane was expected to take it."""
+    import torch
+
+    r, n = dist.get_rank(), dist.get_world_size()
+    expect = []
+    for dt in (torch.float32, torch.int64, torch.float64, torch.bool):
+        t = torch.full((3, 2), r % 2 if dt is torch.bool else r + 1, dtype=dt)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        want = np.full((3, 2), (n - 1) % 2 if n == 1 else 1, bool) if dt is torch.bool else (
+            np.full((3, 2), n, t.numpy().dtype))
+        assert (t.numpy() == want).all(), (dt, t)
+        expect.append(("all_reduce", True))
+    b = torch.arange(5, dtype=torch.int32) * (r + 1)
+    dist.broadcast(b, src=n - 1)
+    assert (b.numpy() == np.arange(5) * n).all()
+    expect.append(("broadcast", True))
+    red = torch.ones(4, dtype=torch.float64)
+    dist.reduce(red, dst=0)
+    assert r != 0 or (red.numpy() == n).all()
+    expect.append(("reduce", True))
+    out = torch.zeros(n * 2)
+    dist.all_gather_into_tensor(out, torch.full((2,), float(r)))
+    assert (out.numpy() == np.repeat(np.arange(n), 2)).all()
+    expect.append(("all_gather", True))
+    rs = torch.zeros(2)
+    dist.reduce_scatter_tensor(rs, torch.ones(2 * n) * (r + 1))
+    assert (rs.numpy() == n * (n + 1) / 2).all()
+    expect.append(("reduce_scatter", True))
+    a2a_out = torch.zeros(n, dtype=torch.int32)
+    dist.all_to_all_single(a2a_out, torch.arange(n, dtype=torch.int32) + r * n)
+    assert (a2a_out.numpy() == np.arange(n) * n + r).all()
+    expect.append(("all_to_all", True))
+    # what NumPy cannot view goes the general way, with the same results
+    v = torch.zeros(4, 4).t()
+    v.fill_(r + 1)
+    dist.all_reduce(v)  # non-contiguous: the lane declines, the general path writes back
+    assert (v.numpy() == n * (n + 1) / 2).all()
+    expect.append(("all_reduce", False))
+    bf = torch.full((3,), float(r + 1), dtype=torch.bfloat16)
+    dist.all_reduce(bf)
+    assert bf.float().tolist() == [n * (n + 1) / 2] * 3
+    expect.append(("all_reduce", False))
+    g = torch.ones(3, requires_grad=True)
+    dist.all_reduce(g)
+    assert (g.detach().numpy() == n).all()
+    expect.append(("all_reduce", False))
+    return expect if n > 1 else [(k, False) for k, _ in expect]
+
+
 def async_everything() -> None:
     """Every collective with async_op=True, all outstanding at once (small and large
     sizes), waited on in reverse order; results checked after the waits only."""

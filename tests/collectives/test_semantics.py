@@ -220,6 +220,19 @@ def test_torch_tensors(n):
     spawn_world(bodies.torch_inputs, n, timeout=90)
 
 
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_torch_cpu_tensors_take_the_tiny_call_lane(n, tmp_path):
+    # A contiguous torch CPU tensor is viewed as an ndarray and takes the compiled lane,
+    # as NumPy arrays do; the trace says which calls the lane ran.
+    pytest.importorskip("torch")
+    from meshcast.trace import read_dir
+
+    out = spawn_world(bodies.torch_lane, n, timeout=90, env={"MESHCAST_TRACE": str(tmp_path)})
+    for t, expect in zip(read_dir(str(tmp_path)), out):
+        calls = [(c["kind"], c["lane"]) for c in t.calls]
+        assert calls == [tuple(e) for e in expect], (t.rank, calls)
+
+
 def test_async_variants():
     spawn_world(bodies.async_everything, 3, timeout=60)
 

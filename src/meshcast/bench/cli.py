@@ -132,7 +132,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--json", default="", metavar="FILE",
                    help="write every result as JSON lines (first line: the run's metadata)")
     g.add_argument("--plot", default="", metavar="FILE",
-                   help="busbw and time against size: .png (matplotlib), .html or .svg")
+                   help="busbw and time against size: .html (a self-contained page) or .svg; "
+                        ".png needs matplotlib (pip install 'meshcast[plot]')")
     g.add_argument("--report", default="", metavar="DIR",
                    help="write a results page DIR/README.md with tables, plots and machine "
                         "description (data in DIR/results/)")
@@ -317,6 +318,13 @@ def spec_from_args(ns: argparse.Namespace) -> tuple[SweepSpec, list[str]]:
         raise UsageError(f"--rounds must be >= 1, got {ns.rounds}")
     if ns.warmup < 0 or ns.iters < 1:
         raise UsageError("-w must be >= 0 and --iters >= 1")
+    if getattr(ns, "plot", ""):
+        # before the sweep: a missing matplotlib must not cost the user a whole run
+        from . import plot
+
+        why = plot.problem(ns.plot)
+        if why:
+            raise UsageError(why)
     average = _AVERAGE_NAMES.get(ns.average, ns.average)
     if average not in AVERAGES:
         raise UsageError(f"-a {ns.average}: choose 0-3 or {', '.join(AVERAGES)}")
@@ -569,6 +577,12 @@ def run_from(ns: argparse.Namespace) -> int:
                                    ("--compare", ns.compare)) if on]
     if clash:
         raise UsageError(f"--from runs nothing; leave out {', '.join(clash)}")
+    if ns.plot:
+        from . import plot
+
+        why = plot.problem(ns.plot)
+        if why:
+            raise UsageError(why)
     metas, records, libraries = [], [], []
     for path in (x.strip() for x in ns.inputs.split(",") if x.strip()):
         try:
@@ -728,8 +742,7 @@ def _write_files(ns: argparse.Namespace, meta: dict[str, Any], records: list[dic
         from . import plot
 
         written = plot.write(ns.plot, records, spec.ops, libraries, n, head)
-        why = "" if written == ns.plot else " (matplotlib is not importable: HTML instead)"
-        print(f"# wrote {written}{why}", file=out)
+        print(f"# wrote {written}", file=out)
     if ns.report:
         from . import page
 

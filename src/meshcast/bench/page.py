@@ -5,8 +5,10 @@ the machine and the software versions, states the definitions, and shows a
 summary, then per collective a markdown table (meshcast beside each peer,
 with ratios) and two SVG charts. The raw results go to
 ``results/bench.jsonl`` (the ``--json`` format), the charts to
-``results/<op>_busbw.svg`` / ``<op>_time.svg``, a self-contained
-``results/bench.html``, and ``results/bench.png`` when matplotlib is there.
+``results/<op>_busbw.svg`` / ``<op>_time.svg``, ``results/bench.html`` (the
+``--plot`` page: self-contained, built by the viz pages' machinery), and
+``results/bench.png`` when matplotlib is there (the ``plot`` extra; the page
+does not need it).
 Python scripts already in DIR are listed at the end with their first
 docstring line, so hand-written benchmarks stay discoverable.
 """

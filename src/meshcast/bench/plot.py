@@ -1,10 +1,15 @@
 """Plots of a sweep: busbw and time against size, one line per library, one pair per collective.
 
-``--plot FILE.png`` draws with matplotlib when it is importable;
-``--plot FILE.html`` (and ``.png`` without matplotlib, which then writes
-``FILE.html`` and says so) is a self-contained page of inline SVG drawn here,
-no JavaScript and nothing fetched from anywhere. ``.svg`` writes the charts
-as one SVG file. The results page embeds the per-collective SVGs.
+``--plot FILE.png`` draws with matplotlib, the optional extra
+``pip install 'meshcast[plot]'``; without it the command refuses the flag
+before it runs anything (:func:`problem`), never after a long sweep.
+``--plot FILE.html`` is a self-contained page assembled by the viz pages'
+machinery (:func:`meshcast.viz.page.self_contained`): the charts as inline
+SVG drawn here, the numbers as inline JSON (a table per collective and a
+checkbox per library come from a small inline script), nothing fetched from
+anywhere. ``.svg`` writes the charts as one SVG file and needs nothing
+either. The results page (``--report``) embeds the per-collective SVGs and
+writes the same HTML page.
 """
 
 from __future__ import annotations
@@ -24,6 +29,15 @@ Series = dict[str, list[tuple[int, float, float]]]  # library -> [(size, busbw, 
 COLORS = {"meshcast": "#1f6fb4", "meshcast-symmetric": "#17becf", "gloo": "#e8710a",
           "mpi": "#2a9d3c"}
 _EXTRA = ("#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+
+
+#: The file types ``--plot`` writes, and what each needs.
+KINDS = {".png": "matplotlib", ".html": "", ".htm": "", ".svg": ""}
+EXTRA = "pip install 'meshcast[plot]'"
+
+
+class PlotUnavailable(RuntimeError):
+    """The plot asked for cannot be written here (its message says what to do instead)."""
 
 
 def _color(library: str, i: int) -> str:
@@ -124,14 +138,19 @@ def svg_chart(title: str, data: dict[str, list[tuple[int, float]]], ylabel: str,
         if not good:
             continue
         path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in good)
-        parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" '
+        # data-lib: the HTML page's checkboxes hide a library by it (quoted: escaped)
+        tag = f'data-lib="{html.escape(lib)}"'
+        parts.append(f'<polyline {tag} points="{path}" fill="none" stroke="{color}" '
                      f'stroke-width="2"/>')
         for x, y in good:
-            parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5" fill="{color}"/>')
+            # a <title> is the hover text in browsers and SVG viewers alike
+            parts.append(f'<circle {tag} cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5" '
+                         f'fill="{color}"><title>{html.escape(lib)}: {human_bytes(x)}, '
+                         f'{y:.4g} {html.escape(ylabel)}</title></circle>')
         ly = top + 8 + 14 * i
-        parts.append(f'<line x1="{left + 8}" y1="{ly}" x2="{left + 26}" y2="{ly}" '
+        parts.append(f'<line {tag} x1="{left + 8}" y1="{ly}" x2="{left + 26}" y2="{ly}" '
                      f'stroke="{color}" stroke-width="2"/>')
-        parts.append(f'<text x="{left + 30}" y="{ly + 4}">{html.escape(lib)}</text>')
+        parts.append(f'<text {tag} x="{left + 30}" y="{ly + 4}">{html.escape(lib)}</text>')
     parts.append("</svg>")
     return "\n".join(parts)
 
@@ -146,21 +165,38 @@ def op_svgs(records: Sequence[Record], op: str, libraries: Sequence[str], n: int
             svg_chart(f"{op} time ({place}, {n} ranks)", tm, "time (us)", logy=True))
 
 
+def page_data(records: Sequence[Record], ops: Sequence[str], libraries: Sequence[str],
+              n: int) -> dict[str, Any]:
+    """The numbers the HTML page embeds: per op its placement and each library's points."""
+    out_ops = []
+    for op in ops:
+        place, data = series(records, op, libraries)
+        out_ops.append({"name": op, "placement": place,
+                        "series": [{"library": lib, "points": [list(p) for p in pts]}
+                                   for lib, pts in data.items()]})
+    return {"nranks": n, "ops": out_ops,
+            "libraries": [{"name": lib, "color": _color(lib, i)}
+                          for i, lib in enumerate(libraries)]}
+
+
 def html_page(title: str, records: Sequence[Record], ops: Sequence[str],
               libraries: Sequence[str], n: int, lines: Sequence[str] = ()) -> str:
-    """A self-contained page: ``lines`` (header text) and two inline charts per op."""
-    body = [f"<h1>{html.escape(title)}</h1>"]
-    if lines:
-        body.append("<pre>" + html.escape("\n".join(lines)) + "</pre>")
+    """A self-contained page: ``lines`` (header text), two inline charts per op, the numbers.
+
+    Built with the viz pages' machinery, so it escapes and inlines as the guide does.
+    """
+    from ..viz.page import _asset, self_contained
+
+    head = ("<pre class='head'>" + html.escape("\n".join(lines)) + "</pre>") if lines else ""
+    charts = []
     for op in ops:
         bw, tm = op_svgs(records, op, libraries, n)
-        body.append(f"<h2>{html.escape(op)}</h2><div class='row'>{bw}{tm}</div>")
-    style = ("body{font-family:sans-serif;margin:1.5em;color:#222}"
-             ".row{display:flex;flex-wrap:wrap;gap:12px}pre{font-size:12px;background:#f6f6f6;"
-             "padding:8px;overflow-x:auto}")
-    return ("<!doctype html>\n<html><head><meta charset='utf-8'>"
-            f"<title>{html.escape(title)}</title><style>{style}</style></head><body>\n"
-            + "\n".join(body) + "\n</body></html>\n")
+        oid = html.escape(op)
+        charts.append(f"<section id='op-{oid}' class='op' data-op='{oid}'>"
+                      f"<h2>{oid}</h2><div class='row'>{bw}{tm}</div></section>")
+    return self_contained(_asset("benchplot.html"), title=title, css=_asset("benchplot.css"),
+                          js=_asset("benchplot.js"), data=page_data(records, ops, libraries, n),
+                          HEAD=head, CHARTS="\n".join(charts))
 
 
 def combined_svg(records: Sequence[Record], ops: Sequence[str], libraries: Sequence[str],
@@ -180,7 +216,25 @@ def combined_svg(records: Sequence[Record], ops: Sequence[str], libraries: Seque
 
 
 def have_matplotlib() -> bool:
-    return importlib.util.find_spec("matplotlib") is not None
+    """Whether matplotlib can be imported (``--plot FILE.png`` needs it)."""
+    try:
+        return importlib.util.find_spec("matplotlib") is not None
+    except (ImportError, ValueError):  # a finder that refuses it, or a half-removed install
+        return False
+
+
+def problem(path: str) -> str | None:
+    """Why ``--plot path`` cannot be written here, or None: checked before any sweep runs."""
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in KINDS:
+        return (f"--plot {path}: unknown file type {ext or '(none)'!r}; "
+                f"write .png, .html or .svg")
+    if KINDS[ext] == "matplotlib" and not have_matplotlib():
+        stem = os.path.splitext(path)[0]
+        return (f"--plot {path}: a PNG needs matplotlib, which is not installed: "
+                f"{EXTRA} (or pip install matplotlib); or write {stem}.html (a "
+                f"self-contained page) or {stem}.svg, which need nothing")
+    return None
 
 
 def png(path: str, records: Sequence[Record], ops: Sequence[str], libraries: Sequence[str],
@@ -217,22 +271,23 @@ def png(path: str, records: Sequence[Record], ops: Sequence[str], libraries: Seq
 
 def write(path: str, records: Sequence[Record], ops: Sequence[str], libraries: Sequence[str],
           n: int, lines: Sequence[str] = ()) -> str:
-    """Write the plot ``path`` asks for; returns the path actually written.
+    """Write the plot ``path`` asks for (.png, .html, .svg); returns ``path``.
 
-    ``.png`` needs matplotlib; without it the HTML page is written beside it
-    (``name.html``) instead. ``.svg`` and ``.html`` need nothing.
+    Raises:
+        PlotUnavailable: the type is unknown, or ``.png`` without matplotlib (see
+            :func:`problem`, which the CLI asks before running the sweep).
     """
-    root, ext = os.path.splitext(path)
-    ext = ext.lower()
-    if ext == ".png" and have_matplotlib():
+    why = problem(path)
+    if why:
+        raise PlotUnavailable(why)
+    ext = os.path.splitext(path)[1].lower()
+    if ext == ".png":
         png(path, records, ops, libraries, n)
         return path
     if ext == ".svg":
         text = combined_svg(records, ops, libraries, n)
     else:
-        if ext == ".png":
-            path = root + ".html"
         text = html_page("meshcast bench", records, ops, libraries, n, lines)
-    with open(path, "w") as f:
+    with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     return path

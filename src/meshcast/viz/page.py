@@ -34,25 +34,41 @@ def json_for_script(data: Any) -> str:
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
-def render(data: dict[str, Any], *, title: str = DEFAULT_TITLE) -> str:
-    """The guide's HTML for already extracted ``data`` (see :func:`schedules.guide_data`)."""
+def release() -> str:
+    """meshcast's installed version (``unknown`` when run from a source tree)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        release = version("meshcast")
+        return version("meshcast")
     except PackageNotFoundError:
-        release = "unknown"
-    js, css = _asset("guide.js"), _asset("guide.css")
-    # the inline elements must not be closable from inside
-    assert "</script" not in js.lower() and "</style" not in css.lower()
-    fills = {
-        "TITLE": html.escape(title),
-        "VERSION": html.escape(release),
-        "CSS": css,
-        "JS": js,
-        "DATA": json_for_script(data),
-    }
-    return re.sub(r"@@([A-Z]+)@@", lambda m: fills[m.group(1)], _asset("guide.html"))
+        return "unknown"
+
+
+def self_contained(template: str, *, title: str, css: str, js: str, data: Any,
+                   **fills: str) -> str:
+    """Fill ``template`` (``@@NAME@@`` placeholders) into one self-contained page.
+
+    The one assembly step of every meshcast page (the guide, the replay, the
+    benchmark plots), so they all escape alike: ``title`` goes through
+    :func:`html.escape`, ``data`` through :func:`json_for_script`, and ``css``
+    and ``js`` are inlined after checking that they cannot close their element.
+    ``fills`` are further placeholders, already HTML (the caller escapes them).
+    The template is filled in one pass, so no asset can inject a placeholder.
+    """
+    if "</script" in js.lower() or "</style" in css.lower():
+        raise ValueError("an inline asset would close its own element")
+    # U+2028/9 as character references: harmless in HTML text, but a raw one is a
+    # line break to some tools that copy the page
+    safe_title = html.escape(title).replace("\u2028", "&#8232;").replace("\u2029", "&#8233;")
+    values = {"TITLE": safe_title, "VERSION": html.escape(release()), "CSS": css, "JS": js,
+              "DATA": json_for_script(data), **fills}
+    return re.sub(r"@@([A-Z]+)@@", lambda m: values[m.group(1)], template)
+
+
+def render(data: dict[str, Any], *, title: str = DEFAULT_TITLE) -> str:
+    """The guide's HTML for already extracted ``data`` (see :func:`schedules.guide_data`)."""
+    return self_contained(_asset("guide.html"), title=title, css=_asset("guide.css"),
+                          js=_asset("guide.js"), data=data)
 
 
 def build_guide(*, title: str = DEFAULT_TITLE) -> str:
@@ -62,4 +78,5 @@ def build_guide(*, title: str = DEFAULT_TITLE) -> str:
     return render(schedules.guide_data(), title=title)
 
 
-__all__ = ["DEFAULT_TITLE", "build_guide", "json_for_script", "render"]
+__all__ = ["DEFAULT_TITLE", "build_guide", "json_for_script", "release", "render",
+           "self_contained"]

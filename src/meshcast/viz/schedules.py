@@ -292,6 +292,12 @@ def extract(key: str, algo: str, size: int, n: int) -> dict[str, Any]:
     }
 
 
+def _host_shapes() -> tuple[tuple[int, int], ...]:
+    from .hosts import SHAPES
+
+    return SHAPES
+
+
 def guide_data(rank_counts: tuple[int, ...] = primitives.RANK_COUNTS) -> dict[str, Any]:
     """Everything the guide page embeds: the cards and every (algorithm, ranks, size) run."""
     cards, runs = [], {}
@@ -307,7 +313,13 @@ def guide_data(rank_counts: tuple[int, ...] = primitives.RANK_COUNTS) -> dict[st
             for p in rank_counts:
                 for n in prim.sizes:
                     runs[f"{prim.key}|{a['name']}|{p}|{n}"] = extract(prim.key, a["name"], p, n)
-    return {"cards": cards, "runs": runs, "rank_counts": list(rank_counts), "root": primitives.ROOT}
+        from . import hosts  # imports this module's helpers
+
+        # across hosts: the hierarchical code, recorded (runs keyed by shape, not rank count)
+        cards[-1]["hosts"], more = hosts.guide_runs(prim.key, prim.sizes)
+        runs.update(more)
+    return {"cards": cards, "runs": runs, "rank_counts": list(rank_counts), "root": primitives.ROOT,
+            "shapes": [f"{h}x{per}" for h, per in _host_shapes()]}
 
 
 __all__ = ["SLOT_BYTES", "algorithms_for", "extract", "guide_data", "simulate"]

@@ -12,11 +12,10 @@ JS puts into the DOM with ``textContent``/``setAttribute``, or through
 from __future__ import annotations
 
 import html
-import re
 from typing import Any
 
 from . import hang
-from .page import _asset, json_for_script
+from .page import _asset, self_contained
 from .trace_data import Timeline, busbw_factor, call_label, rank_label
 
 DEFAULT_TITLE = "meshcast replay"
@@ -60,28 +59,14 @@ def page_data(tl: Timeline, report: dict[str, Any] | None = None) -> dict[str, A
 
 def render(tl: Timeline, *, title: str | None = None) -> str:
     """The replay's HTML for the timeline ``tl``."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        release = version("meshcast")
-    except PackageNotFoundError:
-        release = "unknown"
     report = hang.analyze(tl)
-    js, css = _asset("replay.js"), _asset("replay.css")
-    assert "</script" not in js.lower() and "</style" not in css.lower()
-    fills = {
-        "TITLE": html.escape(title or f"{DEFAULT_TITLE}: {tl.directory}")
-        .replace("\u2028", "&#8232;").replace("\u2029", "&#8233;"),
-        "VERSION": html.escape(release),
-        "CSS": css,
-        "JS": js,
-        "DATA": json_for_script(page_data(tl, report)),
+    return self_contained(
+        _asset("replay.html"), title=title or f"{DEFAULT_TITLE}: {tl.directory}",
+        css=_asset("replay.css"), js=_asset("replay.js"), data=page_data(tl, report),
         # as character references: harmless in HTML text, but a raw U+2028 is a
         # line break to some tools that copy the page
-        "REPORT": html.escape(hang.report_text(tl, report))
-        .replace("\u2028", "&#8232;").replace("\u2029", "&#8233;"),
-    }
-    return re.sub(r"@@([A-Z]+)@@", lambda m: fills[m.group(1)], _asset("replay.html"))
+        REPORT=html.escape(hang.report_text(tl, report))
+        .replace("\u2028", "&#8232;").replace("\u2029", "&#8233;"))
 
 
 __all__ = ["DEFAULT_TITLE", "page_data", "render"]

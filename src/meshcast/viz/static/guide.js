@@ -42,8 +42,15 @@
     return (s * 1e3).toFixed(2) + ' ms';
   }
   function stepCost(step, link) {
-    return step.messages > 0 ? link.alpha + step.max_rank_bytes / link.bw : 0;
+    if (!(step.messages > 0)) return 0;
+    if (step.max_net === undefined) return link.alpha + step.max_rank_bytes / link.bw;
+    // across hosts: inside a host always shared memory, between hosts the chosen link;
+    // both kinds run at once in a step, so the slower one sets its time
+    const shm = step.shm_bytes ? LINKS[0].alpha + step.max_shm / LINKS[0].bw : 0;
+    const net = step.net_bytes ? link.alpha + step.max_net / link.bw : 0;
+    return Math.max(shm, net);
   }
+  const isHosts = name => name.startsWith('hosts:');
 
   // ------------------------------------------------------------ one card
   function Card(card) {
@@ -53,6 +60,8 @@
     c.p = Math.min(4, DATA.rank_counts[DATA.rank_counts.length - 1]);
     c.n = card.sizes[Math.min(1, card.sizes.length - 1)];
     c.speed = 1; c.link = LINKS[0];
+    c.shape = DATA.shapes ? DATA.shapes[0] : '';
+    c.hosts = card.hosts || [];
     c.step = 0; c.playing = false; c.raf = 0; c.timer = 0; c.t0 = 0;
 
     const sec = el('section', { class: 'card', id: 'card-' + card.key, tabindex: '0',
@@ -86,14 +95,17 @@
       lab.appendChild(s); ctr.appendChild(lab);
       return s;
     };
-    sel('algorithm', 'algo', card.algos.map(a => [a.name, a.name + (a.family === 'arena' ? ' (shared memory)' : '')]),
+    sel('algorithm', 'algo', card.algos.map(a => [a.name, a.name + (a.family === 'arena' ? ' (shared memory)' : '')])
+      .concat(c.hosts.map(a => [a.name, a.name.slice(6) + ' (across hosts)'])),
       c.algo, v => { c.algo = v; c.load(); });
-    sel('ranks', 'ranks', DATA.rank_counts.map(p => [p, String(p)]), c.p, v => { c.p = Number(v); c.load(); });
+    c.selRanks = sel('ranks', 'ranks', DATA.rank_counts.map(p => [p, String(p)]), c.p, v => { c.p = Number(v); c.load(); });
+    c.selShape = sel('hosts × ranks', 'shape', (DATA.shapes || []).map(s => [s, s.replace('x', ' hosts × ') + ' ranks']),
+      c.shape, v => { c.shape = v; c.load(); });
     sel(card.whole ? 'elements' : 'elements per piece', 'size',
       card.sizes.map(n => [n, n + ' (' + 4 * n + ' B)']), c.n,
       v => { c.n = Number(v); c.load(); });
     sel('speed', 'speed', SPEEDS.map(s => [s, s + '×']), c.speed, v => { c.speed = Number(v); });
-    sel('link', 'link', LINKS.map(l => [l.id, l.label]), c.link.id,
+    c.selLink = sel('link', 'link', LINKS.map(l => [l.id, l.label]), c.link.id,
       v => { c.link = LINKS.find(l => l.id === v); c.renderTable(); c.renderInfo(); });
     const btns = el('span', { class: 'buttons' });
     c.bReset = el('button', { type: 'button', class: 'reset', 'aria-label': 'reset (R)' }, 'Reset');
@@ -114,6 +126,13 @@
     lg('var(--src)', 'sent from (solid arrow: a message)');
     lg('var(--arena)', 'read from a peer\'s shared-memory slot', true);
     lg('var(--hit)', 'written in this step');
+    c.hostLegend = [];
+    for (const [cls, text] of [['shm', 'inside a host: shared memory'], ['net', 'between hosts: the network (MPI/Gloo)'],
+      ['net-local', 'the network engine between ranks of one host']]) {
+      const s = el('span', { class: 'lg-' + cls });
+      s.append(el('i'), document.createTextNode(text));
+      legend.appendChild(s); c.hostLegend.push(s);
+    }
     right.appendChild(legend);
     c.info = el('div', { class: 'stepinfo', 'aria-live': 'polite' }); right.appendChild(c.info);
     c.tableWrap = el('div', { class: 'steps-wrap' }); right.appendChild(c.tableWrap);
@@ -139,9 +158,18 @@
 
   Card.prototype.load = function () {
     this.stop();
-    const key = [this.card.key, this.algo, this.p, this.n].join('|');
+    const hosts = isHosts(this.algo);
+    const key = [this.card.key, this.algo, hosts ? this.shape : this.p, this.n].join('|');
     this.run = DATA.runs[key];
-    const a = this.card.algos.find(x => x.name === this.algo);
+    const a = this.card.algos.concat(this.hosts).find(x => x.name === this.algo);
+    // across hosts the user picks a shape, not a rank count
+    this.selRanks.parentNode.hidden = hosts;
+    this.selShape.parentNode.hidden = !hosts;
+    for (const s of this.hostLegend) s.hidden = !hosts;
+    this.root.setAttribute('data-hosts', hosts ? '1' : '0');
+    if (hosts && this.link.id === 'shm') {  // between hosts the link is a network
+      this.link = LINKS[1]; this.selLink.value = this.link.id;
+    }
     this.desc.textContent = this.algo + ': ' + a.description +
       (a.requires ? ' (requires ' + a.requires + ')' : '') + '.';
     this.step = 0;
@@ -185,7 +213,12 @@
     this.gRanks = sv('g', { class: 'ranks' });
     this.gPackets = sv('g', { class: 'packets' });
     this.cells = [];
+    const hostOf = {};
+    (run.hosts || []).forEach((h, i) => h.forEach(g => { hostOf[g] = i; }));
+    this.gHosts = sv('g', { class: 'hosts' });
+    let hostTop = 0;
     for (let r = 0; r < run.p; r++) {
+      if (run.hosts && (r === 0 || hostOf[r] !== hostOf[r - 1])) { y += r ? 14 : 10; hostTop = y - 8; }
       const rows = run.rows[r];
       const h = Math.max(1, rows.length) * ROW_H + 6;
       this.geo.y.push(y); this.geo.h.push(h);
@@ -217,13 +250,20 @@
       this.cells.push(mine);
       this.gRanks.appendChild(g);
       y += h + RANK_GAP;
+      if (run.hosts && (r === run.p - 1 || hostOf[r + 1] !== hostOf[r])) {
+        const hy = y - RANK_GAP + 4;
+        this.gHosts.appendChild(sv('rect', { class: 'host', x: '2', y: String(hostTop), width: String(W - 4),
+          height: String(hy - hostTop), rx: '8', 'data-host': String(hostOf[r]) }));
+        this.gHosts.appendChild(sv('text', { class: 'host-label', x: String(W - 10), y: String(hostTop + 14),
+          'text-anchor': 'end' }, 'host ' + hostOf[r] + ' (shared memory inside)'));
+      }
     }
     const H = y + 4;
     svg.setAttribute('viewBox', '0 0 ' + W + ' ' + H);
     svg.setAttribute('data-steps', String(run.steps.length));
     svg.setAttribute('aria-label', this.card.title + ' with ' + this.algo + ' on ' + run.p +
       ' ranks: ' + run.steps.length + ' steps');
-    svg.append(this.gArrows, this.gRanks, this.gPackets);
+    svg.append(this.gHosts, this.gArrows, this.gRanks, this.gPackets);
   };
 
   Card.prototype.anchor = function (r, loc) {
@@ -237,7 +277,8 @@
   Card.prototype.pathFor = function (x) {
     const [ax, ay] = this.anchor(x.s, x.from), [bx, by] = this.anchor(x.d, x.to);
     const span = Math.abs(x.d - x.s) / Math.max(1, this.run.p - 1);
-    const bulge = 12 + (LANE - 96) * span + (x.d > x.s ? 0 : 12);  // stays right of the labels
+    let bulge = 12 + (LANE - 96) * span + (x.d > x.s ? 0 : 12);  // stays right of the labels
+    if (x.link && x.link !== 'shm') bulge += 30;  // network arrows swing wider than shared memory
     return 'M' + ax + ' ' + ay + ' C' + (ax - bulge) + ' ' + ay + ' ' + (bx - bulge) + ' ' + by + ' ' + (bx - 2) + ' ' + by;
   };
 
@@ -258,12 +299,14 @@
     if (active) {
       for (const x of active.xfers) {
         const arena = x.k !== 'send';
-        const path = sv('path', { class: 'arrow' + (arena ? ' arena' : ''), d: this.pathFor(x),
-          'marker-end': 'url(#' + (arena ? 'arrowA-' : 'arrowS-') + this.card.key + ')' });
+        const marker = arena ? 'arrowA-' : x.link && x.link !== 'shm' ? 'arrowN-' : 'arrowS-';
+        const path = sv('path', { class: 'arrow' + (arena ? ' arena' : '') + (x.link ? ' link-' + x.link : ''),
+          d: this.pathFor(x), 'marker-end': 'url(#' + marker + this.card.key + ')' });
+        if (x.link) path.setAttribute('data-link', x.link);
         this.gArrows.appendChild(path);
         if (x.from[0] >= 0) this.mark(x.s, x.from, 'src');
         if (phase === 'moving') {
-          const pg = sv('g', { class: 'packet' + (arena ? ' arena' : '') });
+          const pg = sv('g', { class: 'packet' + (arena ? ' arena' : '') + (x.link && x.link !== 'shm' ? ' net' : '') });
           const label = x.from[0] >= 0 && x.from[2] <= 2 && prev
             ? prev[x.s][x.from[0]].slice(x.from[1], x.from[1] + x.from[2]).map(fmt).join(',')
             : fmtBytes(x.bytes);
@@ -288,7 +331,7 @@
   Card.prototype.defs = function () {
     if (this.svg.querySelector('defs')) return;
     const d = sv('defs');
-    for (const [id, color] of [['arrowS-', 'var(--accent)'], ['arrowA-', 'var(--arena)']]) {
+    for (const [id, color] of [['arrowS-', 'var(--accent)'], ['arrowA-', 'var(--arena)'], ['arrowN-', 'var(--net)']]) {
       const m = sv('marker', { id: id + this.card.key, viewBox: '0 0 10 10', refX: '9', refY: '5',
         markerWidth: '7', markerHeight: '7', orient: 'auto-start-reverse' });
       m.appendChild(sv('path', { d: 'M0 0 L10 5 L0 10 z', style: 'fill:' + color }));
@@ -308,8 +351,9 @@
     let total = 0;
     for (const s of run.steps) total += stepCost(s, this.link);
     let text;
+    const where = run.hosts ? run.hosts.length + ' hosts × ' + run.hosts[0].length + ' ranks' : run.p + ' ranks';
     if (k === 0) {
-      text = N + ' step' + (N === 1 ? '' : 's') + ' on ' + run.p + ' ranks; α-β estimate ' +
+      text = N + ' step' + (N === 1 ? '' : 's') + ' on ' + where + '; α-β estimate ' +
         fmtTime(total) + ' on ' + this.link.label.split(' (')[0] + '. Press Play or Step.';
     } else {
       const s = run.steps[k - 1];
@@ -317,6 +361,11 @@
         s.messages + ' transfer' + (s.messages === 1 ? '' : 's') + ', ' + fmtBytes(s.bytes) + ' in all, ' +
         'at most ' + fmtBytes(s.max_rank_bytes) + ' per rank; α-β ' + fmtTime(stepCost(s, this.link)) +
         ' (all steps ' + fmtTime(total) + ').';
+      if (run.hosts) {
+        text = 'Step ' + k + ' of ' + N + ': ' + s.calls.join('; ') + '. Inside hosts (shared memory) ' +
+          fmtBytes(s.shm_bytes) + ', between hosts (network, ' + this.link.label.split(' (')[0] + ') ' +
+          fmtBytes(s.net_bytes) + '; α-β ' + fmtTime(stepCost(s, this.link)) + ' (all steps ' + fmtTime(total) + ').';
+      }
     }
     this.info.textContent = text;
   };
@@ -324,12 +373,14 @@
   Card.prototype.renderTable = function () {
     const t = el('table', { class: 'steps' });
     const head = el('tr');
-    for (const h of ['step', 'round', 'transfers', 'bytes', 'max/rank', 'α-β']) head.appendChild(el('th', { scope: 'col' }, h));
+    const hosts = !!this.run.hosts;
+    for (const h of ['step', hosts ? 'calls' : 'round', 'transfers', hosts ? 'shm / network' : 'bytes', 'max/rank', 'α-β']) head.appendChild(el('th', { scope: 'col' }, h));
     t.appendChild(head);
     this.run.steps.forEach((s, i) => {
       const tr = el('tr', { 'data-step': String(i + 1) });
-      for (const v of [String(i + 1), s.round + (s.wave ? '.' + s.wave : ''), String(s.messages),
-        fmtBytes(s.bytes), fmtBytes(s.max_rank_bytes), fmtTime(stepCost(s, this.link))]) tr.appendChild(el('td', {}, v));
+      for (const v of [String(i + 1), hosts ? s.calls.join('; ') : s.round + (s.wave ? '.' + s.wave : ''), String(s.messages),
+        hosts ? fmtBytes(s.shm_bytes) + ' / ' + fmtBytes(s.net_bytes) : fmtBytes(s.bytes), fmtBytes(s.max_rank_bytes),
+        fmtTime(stepCost(s, this.link))]) tr.appendChild(el('td', {}, v));
       t.appendChild(tr);
     });
     this.tableWrap.textContent = '';
