@@ -315,7 +315,7 @@ def test_up_refuses_a_live_owner_and_cleans_up_after_a_crashed_one():
 
 @pytest.mark.timeout(60)
 def test_a_failure_half_way_through_up_leaves_nothing(monkeypatch):
-    from . import hosts as hosts_module
+    from meshcast.testing import emuhosts as hosts_module  # where _run lives
 
     prefix = PREFIX + "f"
     real_run = hosts_module._run

@@ -4,6 +4,8 @@ Modules: :mod:`.collectives` (nccl-tests' counts and bus factors, the data
 and its closed-form results), :mod:`.sweep` (the loop every library runs),
 ``meshcast_worker`` / ``gloo_worker`` / ``mpi_worker`` (one adapter per
 library, each a ``python -m`` entry point), :mod:`.peers` (launching them),
+:mod:`.hosts` (``--hosts``: the same on emulated hosts, each library started
+as its users start it across hosts),
 :mod:`.report`, :mod:`.plot`, :mod:`.page` (text, charts, results page),
 :mod:`.machine` (machine facts and memory copy bandwidth), :mod:`.cli`.
 """

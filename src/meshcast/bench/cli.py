@@ -7,12 +7,20 @@ measures the memory copy bandwidth first (the ``%mem`` column), runs the
 sweep on meshcast and then on every ``--compare`` peer, and prints
 nccl-tests' table for meshcast, one comparison table per collective and a
 summary.
+
+Across hosts: ``--hosts 2x2`` makes emulated hosts on this machine (network
+namespaces; needs root) and starts every library there the way its users
+start it across hosts (:mod:`.hosts`); ``--launched`` runs the sweep in ranks
+that the user's own launcher (``mpiexec``, ``srun``, ``torchrun``,
+``meshcast run``) has already started on real hosts (:func:`run_launched`).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -36,6 +44,11 @@ and on MPI (mpi4py + mpiexec) and prints the ratios.
   meshcast bench -n 4 --op all -b 8 -e 16M -f 4 --compare gloo,mpi
   meshcast bench --op all_reduce --algo ring --json out.jsonl --plot out.html
   meshcast bench --op all --compare gloo,mpi --report benchmarks/
+
+Across hosts (see "across hosts" below):
+
+  sudo meshcast bench --hosts 2x2 --rate 2gbit --op all_reduce,all_gather -b 8 -e 32M -f 4 --compare gloo,mpi
+  mpiexec -n 8 -ppn 4 -hosts node0,node1 meshcast bench --launched --op all_reduce -e 32M
 """
 
 EPILOG = """\
@@ -44,8 +57,10 @@ reduce_scatter, gather, scatter, all_to_all (n-1)/n; broadcast, reduce,
 sendrecv 1. The header of each table states S and the factor.
 
 Exit status: 0; 1 if any library returned a wrong result (#wrong > 0) or
-meshcast itself failed; 2 for bad arguments. A peer that is missing is
-skipped with its reason; one that fails is reported and the rest goes on.
+meshcast itself failed; 2 for bad arguments, and with --hosts for a
+missing prerequisite (root, iproute2, mpi4py/mpiexec or torch for a library
+asked for), said before any host is made. A peer that is missing is skipped
+with its reason; one that fails is reported and the rest goes on.
 """
 
 _DTYPE_ALIASES = {"float": "float32", "half": "float16", "double": "float64", "int": "int32",
@@ -65,8 +80,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = EPILOG
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     g = p.add_argument_group("ranks and sizes")
-    g.add_argument("-n", "--nproc", type=int, default=2, metavar="N",
-                   help="ranks to launch (default 2)")
+    g.add_argument("-n", "--nproc", type=int, default=None, metavar="N",
+                   help="ranks to launch (default 2; with --hosts, the hosts' ranks)")
     g.add_argument("-b", "--minbytes", default="8", metavar="SIZE",
                    help="smallest size, bytes with optional K/M/G (default 8)")
     g.add_argument("-e", "--maxbytes", default="64M", metavar="SIZE",
@@ -76,6 +91,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help="multiply the size by F each step (default 2)")
     step.add_argument("-i", "--stepbytes", default=None, metavar="SIZE",
                       help="add SIZE each step instead")
+    step.add_argument("--sizes", default="", metavar="LIST",
+                      help="exactly these sizes instead of -b/-e/-f (e.g. 8,128K,2M,32M: a few "
+                           "points of interest, as across hosts where every size is slow)")
     g = p.add_argument_group("what to run")
     g.add_argument("--op", default="all_reduce", metavar="OPS",
                    help=f"comma-separated collectives or 'all' ({','.join(ALL_OPS)}); "
@@ -124,9 +142,40 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "each call's best time (steadier ratios on a busy machine; default 1)")
     g.add_argument("--timeout", type=float, default=300.0,
                    help="stop a library's ranks after this many seconds without a result "
-                        "(default 300)")
+                        "(with --hosts: for its whole sweep, read when the job ends; default 300)")
     g.add_argument("--list-algorithms", action="store_true",
                    help="list meshcast's algorithms per collective and exit")
+    g = p.add_argument_group(
+        "across hosts",
+        "--hosts makes emulated hosts on this machine (network namespaces with their own "
+        "hostname, /dev/shm and a rate-limited link; needs root and iproute2) and takes them "
+        "down afterwards. meshcast runs as meshcast+mpi (under one mpiexec, MPI between hosts) "
+        "or meshcast+gloo (meshcast run --nnodes per host, Gloo between hosts); --compare takes "
+        "mpi (MPICH under one mpiexec, ofi/tcp), gloo (torchrun --nnodes) and the other "
+        "meshcast+ENGINE. On real machines, start `meshcast bench --launched ...` as every rank "
+        "with your own launcher instead.")
+    g.add_argument("--hosts", default="", metavar="SHAPE",
+                   help="HxL: H emulated hosts with L ranks each (2x2, 3x1), or ranks per host "
+                        "(3+1)")
+    g.add_argument("--rate", default="", metavar="RATE",
+                   help="with --hosts: each host's link rate, tc syntax (2gbit, 500mbit); "
+                        "default unlimited")
+    g.add_argument("--internode", default="auto", choices=("auto", "mpi", "gloo"),
+                   help="with --hosts: meshcast's engine between hosts (default auto: MPI when "
+                        "mpi4py and mpiexec are there, else Gloo)")
+    g.add_argument("--prefix", default="", metavar="NAME",
+                   help="with --hosts: name prefix of the emulated hosts' namespaces (default "
+                        "mcb; lower-case letters and digits, at most 8)")
+    g.add_argument("--launched", action="store_true",
+                   help="this process is one rank of a job your launcher started (mpiexec, srun, "
+                        "torchrun, meshcast run): run the sweep for --library in it; rank 0 "
+                        "prints the table and writes --json/--report")
+    g.add_argument("--library", default="meshcast", choices=("meshcast", "mpi", "gloo"),
+                   help="with --launched: which library these ranks measure (default meshcast)")
+    g.add_argument("--from", dest="inputs", default="", metavar="FILES",
+                   help="run nothing: read --json files (comma-separated; e.g. one --launched "
+                        "run per library) and print their tables and comparison; --json, "
+                        "--plot and --report write the merged results")
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -221,8 +270,43 @@ def _algorithms(text: str, ops: Sequence[str]) -> tuple[dict[str, str], list[str
     return out, notes
 
 
+def _resolve_ranks(ns: argparse.Namespace) -> None:
+    """Check the across-hosts flags against each other; set ``ns.shape`` and ``ns.nproc``."""
+    from .hosts import ShapeError, parse_hosts
+
+    ns.shape = None
+    hosts_only = [flag for flag, on in (("--rate", ns.rate), ("--prefix", ns.prefix),
+                                        ("--internode", ns.internode != "auto")) if on]
+    if not ns.hosts:
+        if hosts_only:
+            raise UsageError(f"{', '.join(hosts_only)} only with --hosts (emulated hosts)")
+        ns.expected = ns.nproc  # --launched: the launcher decides; -n, if given, must agree
+        if ns.nproc is None:
+            # with --launched the world size is known once connected; -r is checked then
+            ns.nproc = max(2, ns.root + 1) if ns.launched else 2
+        return
+    if ns.launched:
+        raise UsageError("--hosts makes emulated hosts and starts the ranks itself; "
+                         "--launched is for ranks your launcher started: use one of them")
+    try:
+        ns.shape = parse_hosts(ns.hosts)
+    except ShapeError as exc:
+        raise UsageError(str(exc)) from None
+    if ns.nproc is not None and ns.nproc != ns.shape.nranks:
+        raise UsageError(f"-n {ns.nproc} disagrees with --hosts {ns.hosts} "
+                         f"({ns.shape.nranks} ranks); leave -n out")
+    if ns.symmetric:
+        raise UsageError("--symmetric is measured on one host only; leave it out with --hosts")
+    if ns.prefix and not re.match(r"^[a-z][a-z0-9]{0,7}$", ns.prefix):
+        raise UsageError(f"--prefix {ns.prefix!r}: lower-case letters and digits, starting "
+                         f"with a letter, at most 8 (network interface names are short)")
+    ns.nproc = ns.shape.nranks
+
+
 def spec_from_args(ns: argparse.Namespace) -> tuple[SweepSpec, list[str]]:
     """The sweep the flags describe, and notes to print; raises UsageError."""
+    if ns.nproc is None:
+        ns.nproc = 2
     if ns.nproc < 1:
         raise UsageError(f"-n must be >= 1, got {ns.nproc}")
     ops = _ops(ns.op)
@@ -246,7 +330,15 @@ def spec_from_args(ns: argparse.Namespace) -> tuple[SweepSpec, list[str]]:
         raise UsageError(f"-a {ns.average}: choose 0-3 or {', '.join(AVERAGES)}")
     algorithms, notes = _algorithms(ns.algo, ops)
     placements = PLACEMENTS if ns.placement == "both" else (ns.placement,)
-    spec = SweepSpec(ops=ops, sizes=sizes(lo, hi, ns.stepfactor, step), dtype=_dtype(ns.dtype),
+    if ns.sizes:
+        listed = tuple(dict.fromkeys(_size(x.strip(), "--sizes") for x in ns.sizes.split(",")
+                                     if x.strip()))
+        if not listed:
+            raise UsageError("--sizes: give at least one size")
+        swept = tuple(sorted(listed))
+    else:
+        swept = sizes(lo, hi, ns.stepfactor, step)
+    spec = SweepSpec(ops=ops, sizes=swept, dtype=_dtype(ns.dtype),
                      redop=ns.redop, root=ns.root, warmup=ns.warmup, iters=ns.iters,
                      check=bool(ns.check), average=average, algorithms=algorithms,
                      rotate=not ns.no_rotate, placements=placements)
@@ -269,10 +361,18 @@ def _libraries(text: str, symmetric: bool = False) -> list[str]:
 
 def command_line(ns: argparse.Namespace, spec: SweepSpec) -> str:
     """The ``meshcast bench`` command that reproduces this run (for the results page)."""
-    parts = ["meshcast bench", f"-n {ns.nproc}", f"--op {ns.op}", f"-b {ns.minbytes}",
-             f"-e {ns.maxbytes}"]
-    parts.append(f"-i {ns.stepbytes}" if ns.stepbytes is not None
-                 else f"-f {ns.stepfactor or 2}")
+    shape = getattr(ns, "shape", None)
+    where = ([f"--hosts {ns.hosts}"] + ([f"--rate {ns.rate}"] if ns.rate else [])
+             + ([f"--internode {ns.internode}"] if ns.internode != "auto" else [])
+             if shape else [f"--launched --library {ns.library}"] if ns.launched
+             else [f"-n {ns.nproc}"])
+    parts = ["meshcast bench", *where, f"--op {ns.op}"]
+    if ns.sizes:
+        parts.append(f"--sizes {ns.sizes}")
+    else:
+        parts += [f"-b {ns.minbytes}", f"-e {ns.maxbytes}"]
+        parts.append(f"-i {ns.stepbytes}" if ns.stepbytes is not None
+                     else f"-f {ns.stepfactor or 2}")
     parts += [f"-d {spec.dtype}", f"-o {spec.redop}", f"-r {spec.root}", f"-w {spec.warmup}",
               f"--iters {spec.iters}", f"-a {ns.average}"]
     if ns.algo:
@@ -306,8 +406,32 @@ def handle(ns: argparse.Namespace) -> int:
     if ns.list_algorithms:
         return _list_algorithms()
     try:
+        if ns.inputs:
+            return run_from(ns)
+        _resolve_ranks(ns)
         spec, notes = spec_from_args(ns)
-        libraries = _libraries(ns.compare, ns.symmetric)
+        if ns.launched:
+            if ns.compare:
+                raise UsageError("--compare starts other libraries' ranks, which --launched "
+                                 "cannot: run once per library (--library mpi|gloo) under "
+                                 "its launcher, each with --json, and compare the files")
+            return run_launched(ns, spec, notes)
+        if ns.shape is not None:
+            from . import hosts
+
+            try:
+                libraries = hosts.libraries(ns.compare, ns.internode)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+            missing = hosts.problems(libraries)
+            if missing:
+                print("meshcast bench: error: cannot run across emulated hosts here:\n  "
+                      + "\n  ".join(missing)
+                      + "\n(install what is named, or leave that library out of --compare)",
+                      file=sys.stderr)
+                return 2
+        else:
+            libraries = _libraries(ns.compare, ns.symmetric)
     except UsageError as exc:
         print(f"meshcast bench: error: {exc}", file=sys.stderr)
         return 2
@@ -315,21 +439,204 @@ def handle(ns: argparse.Namespace) -> int:
 
 
 def run(ns: argparse.Namespace, spec: SweepSpec, libraries: list[str], notes: list[str]) -> int:
-    """Measure, sweep every library, print, write the requested files."""
+    """Measure, sweep every library (on this machine, or on emulated hosts with
+    ``--hosts``), print, write the requested files; returns the exit status."""
     from . import machine, report
-    from .peers import run_library
     from .progress import Progress
 
     n = ns.nproc
+    shape = getattr(ns, "shape", None)
     host = machine.describe()
     mem = machine.copy_bandwidth().to_dict()
     mem_gbps = mem["large_gbps"]
     out = sys.stdout
-    head = report.header(spec, n, mem, libraries, ns.rounds) + [f"# note: {x}" for x in notes]
+    head = report.header(spec, n, mem, libraries, ns.rounds, where=_where(ns))
+    if shape is not None:
+        from .hosts import LAUNCH_TEXT, LIBRARIES, passed_knobs
+
+        head += [f"# {lib}: {LAUNCH_TEXT[LIBRARIES[lib][0]]}" for lib in libraries]
+        knobs = passed_knobs()
+        if knobs:
+            head.append("# meshcast's ranks get " + " ".join(f"{k}={v}" for k, v in knobs.items()))
+    head += [f"# note: {x}" for x in notes]
     print("\n".join(head), file=out, flush=True)
 
-    rounds = ns.rounds
-    progress = Progress(spec.units() * len(libraries) * rounds)
+    progress = Progress(spec.units() * len(libraries) * ns.rounds)
+    if shape is None:
+        by_lib = _run_here(ns, spec, libraries, progress)
+        hosts_meta = None
+    else:
+        try:
+            by_lib, hosts_meta = _run_on_hosts(ns, spec, libraries, progress)
+        except Exception as exc:  # noqa: BLE001 - hosts could not be made: say why, exit 1
+            progress.close()
+            print(f"meshcast bench: error: emulated hosts: {exc}", file=sys.stderr)
+            return 1
+    progress.close()
+    runs = [by_lib[lib] for lib in libraries if lib in by_lib]
+
+    records = [r for run_ in runs for r in run_.records]
+    ran = [r.library for r in runs if r.records]
+    print("\n".join(_tables(spec, records, runs, ran, n, mem_gbps, every=shape is not None)),
+          file=out, flush=True)
+    total_wrong = sum(r["wrong"] or 0 for r in records)
+
+    meta = {"kind": "meta", "command": command_line(ns, spec), "nranks": n, "rounds": ns.rounds,
+            "spec": json.loads(spec.to_json()), "machine": host, "memory_copy": mem,
+            "libraries": {r.library: {"versions": r.meta.get("versions", {}),
+                                      "skipped": r.skipped, "error": r.error,
+                                      "seconds": round(r.seconds, 2)} for r in runs}}
+    if hosts_meta is not None:
+        meta["hosts"] = hosts_meta
+    _write_files(ns, meta, records, spec, ran or libraries, head, n, mem_gbps)
+    meshcast_failed = any(r.library.startswith("meshcast") and (r.error or not r.records) for r in runs)
+    return 1 if total_wrong or meshcast_failed else 0
+
+
+def run_launched(ns: argparse.Namespace, spec: SweepSpec, notes: list[str]) -> int:
+    """One rank of a sweep whose ranks the user's own launcher started (``--launched``).
+
+    This is how the bench runs on real hosts: every rank runs the same command line,
+    e.g. ``mpiexec -n 8 -ppn 4 -hosts node0,node1 meshcast bench --launched --op
+    all_reduce -e 32M`` (or ``srun``, ``torchrun --nnodes``, ``meshcast run --nnodes``
+    with ``--library gloo`` / ``meshcast``). The library's worker connects through the
+    launcher's environment exactly as a user's program would, the sweep is the one every
+    other mode runs, and rank 0 prints nccl-tests' table and writes ``--json`` /
+    ``--plot`` / ``--report``. Comparing libraries takes one run per library (each under
+    the launcher its users use), each with ``--json``; ``meshcast bench --from
+    a.jsonl,b.jsonl`` then prints the comparison.
+
+    Returns:
+        The exit status: on rank 0, 1 if a result was wrong; 0 on the other ranks.
+    """
+    import importlib
+    import socket
+
+    from . import machine, report
+    from .sweep import run_sweep
+
+    worker = importlib.import_module(f".{ns.library}_worker", __package__)
+    comm_class = {"meshcast": "MeshcastComm", "mpi": "MpiComm", "gloo": "GlooComm"}[ns.library]
+    args = argparse.Namespace(init="", rank=-1, world_size=-1, symmetric=ns.symmetric)
+    comm = getattr(worker, comm_class)(args)  # init_process_group() / COMM_WORLD, as users do
+    n, rank = comm.size, comm.rank
+    if ns.library == "meshcast":
+        from .. import _world
+
+        engine = _world.current.internode if _world.current is not None else None
+        if engine is not None:  # across hosts: say which engine, as --hosts does
+            comm.library = f"meshcast+{engine.name}"
+    if ns.expected is not None and ns.expected != n:
+        if rank == 0:
+            print(f"meshcast bench: error: -n {ns.expected}, but the launcher started {n} "
+                  f"ranks; leave -n out with --launched", file=sys.stderr)
+        return 2
+    if not 0 <= spec.root < n:
+        if rank == 0:
+            print(f"meshcast bench: error: -r {spec.root}: the root must be a rank in [0, {n})",
+                  file=sys.stderr)
+        return 2
+    ns.nproc = n
+    mem = machine.copy_bandwidth().to_dict() if rank == 0 else None
+    records = list(rec for rec in run_sweep(comm, spec))  # every rank takes every step
+    versions = worker.versions()
+    if hasattr(comm, "dist"):
+        comm.dist.destroy_process_group()
+    if rank != 0:
+        return 0
+    assert mem is not None
+    where = f"started by the launcher (rank 0 on {socket.gethostname()})"
+    head = report.header(spec, n, mem, [comm.library], where=where)
+    head += [f"# note: {x}" for x in notes]
+    run_ = LibraryRun(comm.library, records, {"versions": versions})
+    lines = _tables(spec, records, [run_], [comm.library], n, mem["large_gbps"], every=True)
+    print("\n".join(head + lines), flush=True)
+    meta = {"kind": "meta", "command": command_line(ns, spec), "nranks": n, "rounds": 1,
+            "spec": json.loads(spec.to_json()), "machine": machine.describe(),
+            "memory_copy": mem, "hosts": {"emulated": False, "launched": True},
+            "libraries": {comm.library: {"versions": versions, "skipped": "", "error": "",
+                                         "seconds": 0.0}}}
+    _write_files(ns, meta, records, spec, [comm.library], head, n, mem["large_gbps"])
+    return 1 if any(r["wrong"] for r in records) else 0
+
+
+def run_from(ns: argparse.Namespace) -> int:
+    """``--from a.jsonl,b.jsonl``: the tables and comparison of results already measured.
+
+    Meant for the results of ``--launched`` runs (one per library, each under its own
+    launcher), but any ``--json`` files of the same sweep merge. A library found in two
+    files is an error (which one to show would be a guess).
+
+    Raises:
+        UsageError: other run flags given, a file unreadable or without results.
+    """
+    from . import report
+    from .page import _where as where_of
+
+    clash = [flag for flag, on in (("--hosts", ns.hosts), ("--launched", ns.launched),
+                                   ("--compare", ns.compare)) if on]
+    if clash:
+        raise UsageError(f"--from runs nothing; leave out {', '.join(clash)}")
+    if ns.plot:
+        from . import plot
+
+        why = plot.problem(ns.plot)
+        if why:
+            raise UsageError(why)
+    metas, records, libraries = [], [], []
+    for path in (x.strip() for x in ns.inputs.split(",") if x.strip()):
+        try:
+            meta, results = report.read_jsonl(path)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--from {path}: {exc}") from None
+        if not meta or not results:
+            raise UsageError(f"--from {path}: no meshcast bench results in it (written by --json?)")
+        libs = list(dict.fromkeys(r["library"] for r in results))
+        again = [lib for lib in libs if lib in libraries]
+        if again:
+            raise UsageError(f"--from {path}: {', '.join(again)} is in an earlier file too")
+        metas.append(meta)
+        records += results
+        libraries += libs
+    libraries.sort(key=lambda lib: not lib.startswith("meshcast"))  # meshcast first, stable
+    first = metas[0]
+    spec = SweepSpec.from_json(json.dumps(first["spec"]))
+    ops = list(dict.fromkeys(op for m in metas for op in m["spec"]["ops"]))
+    spec = dataclasses.replace(spec, ops=tuple(ops))
+    n = first["nranks"]
+    mem = first["memory_copy"]
+    head = report.header(spec, n, mem, libraries, where=where_of(first))
+    head += [f"# from {m['command']}" for m in metas]
+    if len({m["nranks"] for m in metas}) > 1:
+        head.append("# note: the files ran on different numbers of ranks: "
+                    + ", ".join(f"{m['nranks']}" for m in metas))
+    infos: dict[str, Any] = {}
+    for m in metas:
+        infos.update(m.get("libraries", {}))
+    runs = [LibraryRun(lib, [r for r in records if r["library"] == lib],
+                       error=infos.get(lib, {}).get("error", "")) for lib in libraries]
+    print("\n".join(head + _tables(spec, records, runs, libraries, n, mem["large_gbps"],
+                                   every=True)), flush=True)
+    meta = {**first, "command": f"meshcast bench --from {ns.inputs}", "libraries": infos}
+    _write_files(ns, meta, records, spec, libraries, head, n, mem["large_gbps"])
+    return 1 if any(r["wrong"] for r in records) else 0
+
+
+def _where(ns: argparse.Namespace) -> str:
+    """Where the ranks ran, for the header line."""
+    shape = getattr(ns, "shape", None)
+    if shape is None:
+        return "on this machine"
+    return (f"on {shape.describe()} (emulated: network namespaces on this machine; links "
+            f"{ns.rate or 'unlimited'} per host)")
+
+
+def _run_here(ns: argparse.Namespace, spec: SweepSpec, libraries: list[str],
+              progress: Any) -> dict[str, LibraryRun]:
+    """Every library's sweep on this machine, ``--rounds`` times, libraries taking turns."""
+    from .peers import run_library
+
+    n, rounds = ns.nproc, ns.rounds
     by_lib: dict[str, LibraryRun] = {}
     for k in range(rounds):
         for lib in libraries:
@@ -344,42 +651,89 @@ def run(ns: argparse.Namespace, spec: SweepSpec, libraries: list[str], notes: li
                                  on_record=lambda rec, lib=lib: progress.advance(rec, lib))
             progress.skip(spec.units() - (progress.done - before))
             by_lib[lib] = result if prev is None else _best_of(prev, result)
-    progress.close()
-    runs = [by_lib[lib] for lib in libraries]
+    return by_lib
 
-    records = [r for run_ in runs for r in run_.records]
-    ran = [r.library for r in runs if r.records]
+
+def _run_on_hosts(ns: argparse.Namespace, spec: SweepSpec, libraries: list[str],
+                  progress: Any) -> tuple[dict[str, LibraryRun], dict[str, Any]]:
+    """Every library's sweep on emulated hosts (made and taken down here)."""
+    from .hosts import DEFAULT_PREFIX, run_all
+
+    shape, rounds = ns.shape, ns.rounds
+
+    def on_run(lib: str, k: int, result: LibraryRun | None) -> None:
+        if result is None:
+            which = f" (round {k + 1}/{rounds})" if rounds > 1 else ""
+            progress.begin(f"[{lib}] starting {shape.describe()}{which}")
+            return
+        for rec in result.records:  # the job's output is read when it ends
+            progress.advance(rec, lib)
+        progress.skip(spec.units() - len(result.records))
+
+    per_round, hosts_meta = run_all(shape, libraries, spec, rate=ns.rate or None,
+                                    prefix=ns.prefix or DEFAULT_PREFIX, rounds=rounds,
+                                    timeout=ns.timeout, on_run=on_run)
+    by_lib: dict[str, LibraryRun] = {}
+    for results in per_round:
+        for result in results:
+            prev = by_lib.get(result.library)
+            by_lib[result.library] = result if prev is None else _best_of(prev, result)
+    return by_lib, hosts_meta
+
+
+def _tables(spec: SweepSpec, records: list[dict[str, Any]], runs: Sequence[LibraryRun],
+            ran: list[str], n: int, mem_gbps: float | None, every: bool) -> list[str]:
+    """The text after the header: nccl-tests' table (for meshcast, or ``every`` library),
+    the comparisons and summary (one per meshcast library that ran), the closing lines."""
+    from . import report
+
     lines: list[str] = []
     for r in runs:
         if r.skipped:
             lines.append(f"# {r.library}: skipped: {r.skipped}")
         elif r.error:
             lines.append(f"# {r.library}: FAILED after {len(r.records)} results: {r.error}")
-    primary = ran[0] if ran else "meshcast"
+    # One host: meshcast (the first library) against every other, as always. Across hosts
+    # each meshcast+ENGINE is compared with the peers (mpi, gloo and the better of them).
+    ours = ([lib for lib in ran if lib.startswith("meshcast")] or ran[:1]) if every else ran[:1]
+    peers = [lib for lib in ran if lib not in ours]
+    shown = ran if every else ran[:1]
     for op in spec.ops if ran else ():
-        lines.append("#")
-        lines += report.table(op, records, n, mem_gbps, primary)
-        if len(ran) > 1:
+        for lib in shown:
             lines.append("#")
-            lines += report.comparison(op, records, ran, mem_gbps)
+            lines += report.table(op, records, n, mem_gbps, lib)
+        if len(ran) > 1:
+            for lib in ours:
+                others = peers
+                if not others:
+                    continue
+                recs, libs = report.with_best(records, [lib, *others])
+                lines.append("#")
+                lines += report.comparison(op, recs, libs, mem_gbps)
     if len(ran) > 1:
-        lines.append("#")
-        lines += report.summary(records, spec.ops, ran)
+        for lib in ours:
+            others = peers
+            if not others:
+                continue
+            recs, libs = report.with_best(records, [lib, *others])
+            lines.append("#")
+            lines += report.summary(recs, spec.ops, libs)
     lines.append("#")
-    total_wrong = 0
     for lib in ran:
         wrong = sum(r["wrong"] or 0 for r in records if r["library"] == lib)
-        total_wrong += wrong
         avg = report.avg_busbw(records, lib)
         lines.append(f"# {lib}: out of bounds values: {wrong} {'OK' if wrong == 0 else 'FAILED'}"
                      f"; avg bus bandwidth: {'N/A' if avg is None else f'{avg:.3f}'} GB/s")
-    print("\n".join(lines), file=out, flush=True)
+    return lines
 
-    meta = {"kind": "meta", "command": command_line(ns, spec), "nranks": n, "rounds": ns.rounds,
-            "spec": json.loads(spec.to_json()), "machine": host, "memory_copy": mem,
-            "libraries": {r.library: {"versions": r.meta.get("versions", {}),
-                                      "skipped": r.skipped, "error": r.error,
-                                      "seconds": round(r.seconds, 2)} for r in runs}}
+
+def _write_files(ns: argparse.Namespace, meta: dict[str, Any], records: list[dict[str, Any]],
+                 spec: SweepSpec, libraries: list[str], head: list[str], n: int,
+                 mem_gbps: float | None) -> None:
+    """``--json``, ``--plot`` and ``--report``, as asked."""
+    from . import report
+
+    out = sys.stdout
     if ns.json:
         with open(ns.json, "w") as f:
             report.write_jsonl(f, meta, records, mem_gbps)
@@ -387,15 +741,13 @@ def run(ns: argparse.Namespace, spec: SweepSpec, libraries: list[str], notes: li
     if ns.plot:
         from . import plot
 
-        written = plot.write(ns.plot, records, spec.ops, ran or libraries, n, head)
+        written = plot.write(ns.plot, records, spec.ops, libraries, n, head)
         print(f"# wrote {written}", file=out)
     if ns.report:
         from . import page
 
-        for path in page.write_report(ns.report, meta, records, spec, ran or libraries):
+        for path in page.write_report(ns.report, meta, records, spec, libraries):
             print(f"# wrote {path}", file=out)
-    meshcast_failed = any(r.library.startswith("meshcast") and (r.error or not r.records) for r in runs)
-    return 1 if total_wrong or meshcast_failed else 0
 
 
 def _best_of(a: LibraryRun, b: LibraryRun) -> LibraryRun:

@@ -10,7 +10,10 @@ for all_reduce, broadcast and reduce, for instance).
 The comparison puts, for each size, meshcast's time and busbw beside each
 peer's and ``ratio = meshcast busbw / peer busbw`` (equal to peer time /
 meshcast time, which is what is computed so that a size of 0 bytes still
-compares): above 1, meshcast is faster.
+compares): above 1, meshcast is faster. When both MPI and Gloo ran, a last
+peer ``best`` is added: per size the faster of the two (:func:`with_best`),
+so the ratio against it says whether meshcast beats what a user would
+otherwise pick.
 """
 
 from __future__ import annotations
@@ -65,12 +68,15 @@ def _pct(busbw: float | None, mem_gbps: float | None) -> str:
 
 
 def header(spec: SweepSpec, n: int, mem: dict[str, Any] | None, libraries: Sequence[str],
-           rounds: int = 1) -> list[str]:
-    """The lines that say what was measured and how (printed once, before the tables)."""
+           rounds: int = 1, where: str = "on this machine") -> list[str]:
+    """The lines that say what was measured and how (printed once, before the tables).
+
+    ``where`` says where the ranks ran ("on this machine", "on 2 hosts x 2 ranks ...").
+    """
     sizes = (f"{human_bytes(spec.sizes[0])} .. {human_bytes(spec.sizes[-1])} "
              f"({len(spec.sizes)} sizes)" if spec.sizes else "none")
     lines = [
-        f"# meshcast bench: {n} ranks on this machine; {', '.join(libraries)}",
+        f"# meshcast bench: {n} ranks {where}; {', '.join(libraries)}",
         f"# ops {','.join(spec.ops)} | sizes {sizes} | type {spec.dtype} | redop {spec.redop}"
         f" | root {spec.root} | warm-up {spec.warmup} | iters {spec.iters}"
         f" | check {'on' if spec.check else 'off'} | rotate {'on' if spec.rotate else 'off'}",
@@ -178,7 +184,9 @@ def comparison(op: str, records: Sequence[Record], libraries: Sequence[str],
              if r["op"] == op and r["placement"] == place}
     sizes = list(dict.fromkeys(r["requested_size"] for r in records if r["op"] == op))
     lines = [f"# {op} ({place}): time (us), busbw (GB/s); ratio = {primary} busbw / peer busbw"
-             f" (>1: {primary} faster)"]
+             f" (>1: {primary} faster)"
+             + (f"; {BEST} = the faster of {' and '.join(BEST_OF)} at that size"
+                if BEST in peers else "")]
     head = f"#{'size':>11}  {'count':>10}  {primary + ' time':>14} {'busbw':>7} {'%mem':>5}"
     for p in peers:
         head += f"  {p + ' time':>12} {'busbw':>7} {'ratio':>6}"
@@ -200,6 +208,35 @@ def comparison(op: str, records: Sequence[Record], libraries: Sequence[str],
                      f"{'N/A' if rat is None else f'{rat:.2f}':>6}")
         lines.append(line)
     return lines
+
+
+#: The pseudo-peer of :func:`with_best`: per size, the faster of MPI and Gloo.
+BEST = "best"
+#: The peers it picks from.
+BEST_OF = ("mpi", "gloo")
+
+
+def with_best(records: Sequence[Record], libraries: Sequence[str]
+              ) -> tuple[list[Record], list[str]]:
+    """``records`` and ``libraries`` plus :data:`BEST` when both MPI and Gloo are among
+    ``libraries[1:]`` (otherwise both unchanged).
+
+    A ``best`` record is a copy of the faster of the ``mpi`` and ``gloo`` records of the
+    same (op, size, placement) with ``library`` "best" and ``note`` naming which it was.
+    It is for the comparison and summary only: ``--json`` and the plots never hold it.
+    """
+    recs, libs = list(records), list(libraries)
+    if not all(p in libs[1:] for p in BEST_OF):
+        return recs, libs
+    best: dict[tuple[Any, ...], Record] = {}
+    for r in records:
+        if r["library"] not in BEST_OF or r["time_us"] is None:
+            continue
+        key = (r["op"], r["requested_size"], r["placement"])
+        if key not in best or r["time_us"] < best[key]["time_us"]:
+            best[key] = r
+    recs += [{**r, "library": BEST, "note": f"best = {r['library']}"} for r in best.values()]
+    return recs, libs + [BEST]
 
 
 def geomean(values: Iterable[float]) -> float | None:
