@@ -34,6 +34,22 @@ VARIANTS = {
 }
 FUNCTIONS = {**{c: c for c in _registry.COLLECTIVES}, **VARIANTS}
 
+def path_count(label: str, n: int) -> int:
+    """A float32 count past the one-shot sizes, where the single-copy path takes over at
+    world size ``n`` (algorithms/_select.fast_path), as small as that allows: past the
+    one-shot rule (1 MiB per rank, 2 MiB of reading for the whole call), pieces of at
+    least 64 KiB, a gathered array of at least 256 KiB (all_gather), 2 MiB for
+    all_reduce."""
+    if label == "all_reduce":
+        return 600_000
+    if label in ("broadcast", "reduce", "gather"):
+        return 600_000 // n
+    if label in ("scatter", "reduce_scatter", "reduce_scatter_tensor"):
+        return 300_000 // n
+    if label in ("all_gather", "all_gather_into_tensor"):
+        return 40_000
+    return 20_000  # all_to_all: 80 KB for each peer
+
 
 def _valid(op, dtype) -> bool:
     try:
@@ -76,9 +92,22 @@ def _cases(label: str, counts: Sequence[int], dtype_counts: Sequence[int]) -> li
     return cases + [("float32", sum_op, c) for c in counts]
 
 
+def _path_cases(label: str, count: int, every_op: bool) -> list[tuple]:
+    """The cases at :func:`path_count`: float32 (with every op if ``every_op``: the
+    single-copy reductions combine in rank order, bit for bit as NumPy), float16 SUM
+    (reduced in a float32 working copy)."""
+    if label not in ("all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor"):
+        return [("float32", None, count)]
+    if not every_op:
+        return [("float32", ops.ReduceOp.SUM, count)]
+    return ([("float32", op, count) for op in OPS if _valid(op, "float32")]
+            + [("float16", ops.ReduceOp.SUM, count)])
+
+
 def sweep(counts: Sequence[int] = (0, 1, 7, 300), dtype_counts: Sequence[int] = (5,),
           colls: Sequence[str] | None = None, members: Sequence[int] | None = None,
-          async_op: bool = False) -> dict[tuple[str, str], int]:
+          async_op: bool = False, strided: bool = False, path_counts: bool = False
+          ) -> dict[tuple[str, str], int]:
     """Run every function of ``colls`` (default: all of :data:`FUNCTIONS`) with the
     default path and each algorithm forced, at every root, and check every result.
 
@@ -87,6 +116,10 @@ def sweep(counts: Sequence[int] = (0, 1, 7, 300), dtype_counts: Sequence[int] = 
             group-rank order); roots are then passed as global ranks or as group
             ranks, alternately, which checks the translation between the two.
         async_op: make every call with ``async_op=True`` and wait on its Work.
+        strided: pass non-contiguous arrays (every other element of a larger one),
+            inputs and outputs alike.
+        path_counts: also run the default path at :func:`path_count`, past one-shot,
+            where the single-copy path takes over.
 
     Returns:
         ``{(function, algorithm): calls checked}``, where algorithm is what
@@ -105,12 +138,18 @@ def sweep(counts: Sequence[int] = (0, 1, 7, 300), dtype_counts: Sequence[int] = 
     for label in colls or list(FUNCTIONS):
         coll = FUNCTIONS[label]
         for algo in [None, *_registry.names(coll)]:  # None: the default path (one-shot when small)
-            for dt, op, count in _cases(label, counts, dtype_counts):
+            cases = _cases(label, counts, dtype_counts)
+            big = path_count(label, n)
+            if algo is None and path_counts and label != "barrier":
+                cases += _path_cases(label, big, every_op=not strided)
+            for dt, op, count in cases:
                 roots = range(n) if dt in ("float32", None) else [n - 1]
+                if count == big and op not in (None, ops.ReduceOp.SUM):
+                    roots = [n - 1]  # every root once is enough at these sizes
                 for root in (roots if label in ROOTED else [0]):
                     case = (f"{label}/{algo} n={n} rank={r} dtype={dt} op={op} count={count} "
                             f"root={root} members={members} async={async_op}")
-                    call = _Call(group, pg, algo, async_op, case)
+                    call = _Call(group, pg, algo, async_op, case, strided)
                     # Roots by group rank on odd counts, by global rank otherwise.
                     by_group_rank = count % 2 == 1
                     if _run_one(label, call, dt, op, count, root, n, r, by_group_rank):
@@ -123,9 +162,24 @@ def sweep(counts: Sequence[int] = (0, 1, 7, 300), dtype_counts: Sequence[int] = 
 class _Call:
     """How one sweep case calls meshcast: group, forced algorithm, async or not."""
 
-    def __init__(self, group: Any, pg: Any, algo: str | None, async_op: bool, case: str
-                 ) -> None:
+    def __init__(self, group: Any, pg: Any, algo: str | None, async_op: bool, case: str,
+                 strided: bool = False) -> None:
         self.group, self.pg, self.algo, self.async_op, self.case = group, pg, algo, async_op, case
+        self.strided = strided
+
+    def zeros(self, shape: Any, dtype: Any) -> np.ndarray:
+        """A zeroed array to pass: contiguous, or every other element of a larger one."""
+        if not self.strided:
+            return np.zeros(shape, dtype)
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        return np.zeros((*shape[:-1], 2 * shape[-1]), dtype)[..., ::2]
+
+    def own(self, a: np.ndarray) -> np.ndarray:
+        """A copy of ``a`` to pass (so the reference inputs stay untouched), laid out
+        as :meth:`zeros` lays it out."""
+        out = self.zeros(a.shape, a.dtype)
+        out[...] = a
+        return out
 
     def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
         """Run ``fn(*args, **kwargs)``; False when the forced algorithm refuses the call."""
@@ -166,20 +220,20 @@ def _run_one(label, call, dt, op, count, root, n, r, by_group_rank) -> bool:
     if label == "barrier":
         return call(dist.barrier)
     ins = _inputs(n, count, dt)
-    mine = ins[r].copy()
+    mine = ins[r]
     case = call.case
     if label == "broadcast":
-        x = mine.copy()
+        x = call.own(mine)
         if not call(dist.broadcast, x, **_root_kw("src", root, call, by_group_rank)):
             return False
         _check(x, ref.broadcast(ins, root)[r], case)
     elif label == "all_reduce":
-        x = mine.copy()
+        x = call.own(mine)
         if not call(dist.all_reduce, x, op=op):
             return False
         _check(x, ref.all_reduce(ins, op)[r], case)
     elif label == "reduce":
-        x = mine.copy()
+        x = call.own(mine)
         if not call(dist.reduce, x, op=op, **_root_kw("dst", root, call, by_group_rank)):
             return False
         want = ref.reduce(ins, op, root)[r]
@@ -187,27 +241,27 @@ def _run_one(label, call, dt, op, count, root, n, r, by_group_rank) -> bool:
     elif label == "all_gather":
         # uneven pieces: rank q contributes count + q elements
         pieces = [ref.rank_input(q, count + q, dt) for q in range(n)]
-        out = [np.zeros(count + q, dt) for q in range(n)]
-        if not call(dist.all_gather, out, pieces[r].copy()):
+        out = [call.zeros(count + q, dt) for q in range(n)]
+        if not call(dist.all_gather, out, call.own(pieces[r])):
             return False
         _check(np.concatenate(out), ref.all_gather(pieces)[r], case)
     elif label == "all_gather_into_tensor":
         out = np.zeros((n, count), dt)  # the (ws, N) form; its flat form is the same bytes
-        if not call(dist.all_gather_into_tensor, out, mine.copy()):
+        if not call(dist.all_gather_into_tensor, out, call.own(mine)):
             return False
         _check(out, ref.all_gather(ins)[r], case)
     elif label == "gather":
         pieces = [ref.rank_input(q, count + q, dt) for q in range(n)]
-        out = [np.zeros(count + q, dt) for q in range(n)] if r == root else None
-        if not call(dist.gather, pieces[r].copy(), out,
+        out = [call.zeros(count + q, dt) for q in range(n)] if r == root else None
+        if not call(dist.gather, call.own(pieces[r]), out,
                     **_root_kw("dst", root, call, by_group_rank)):
             return False
         if r == root:
             _check(np.concatenate(out), ref.gather(pieces, root)[r], case)
     elif label == "scatter":
         pieces = [ref.rank_input(q, count + q, dt, seed=5) for q in range(n)]
-        x = np.zeros(count + r, dt)
-        if not call(dist.scatter, x, pieces if r == root else None,
+        x = call.zeros(count + r, dt)
+        if not call(dist.scatter, x, [call.own(p) for p in pieces] if r == root else None,
                     **_root_kw("src", root, call, by_group_rank)):
             return False
         _check(x, pieces[r], case)
@@ -216,15 +270,15 @@ def _run_one(label, call, dt, op, count, root, n, r, by_group_rank) -> bool:
         full = _inputs(n, sum(sizes), dt)
         inp = full[r]
         offs = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
-        x = np.zeros(sizes[r], dt)
-        lst = [inp[offs[q]:offs[q + 1]].copy() for q in range(n)]
+        x = call.zeros(sizes[r], dt)
+        lst = [call.own(inp[offs[q]:offs[q + 1]]) for q in range(n)]
         if not call(dist.reduce_scatter, x, lst, op=op):
             return False
         _check(x, ref.reduce_scatter(full, op, sizes)[r], case)
     elif label == "reduce_scatter_tensor":
         full = _inputs(n, n * count, dt, seed=7)
-        x = np.zeros(count, dt)
-        if not call(dist.reduce_scatter_tensor, x, full[r].copy(), op=op):
+        x = call.zeros(count, dt)
+        if not call(dist.reduce_scatter_tensor, x, call.own(full[r]), op=op):
             return False
         _check(x, ref.reduce_scatter(full, op, [count] * n)[r], case)
     elif label in ("all_to_all", "all_to_all_list"):
@@ -234,14 +288,14 @@ def _run_one(label, call, dt, op, count, root, n, r, by_group_rank) -> bool:
             send = [[count] * n for _ in range(n)]
         ins = [ref.rank_input(s, sum(send[s]), dt, seed=3) for s in range(n)]
         recv = [send[s][r] for s in range(n)]
-        inp = ins[r]
+        inp = call.own(ins[r])
         if label == "all_to_all":
-            out = np.zeros(sum(recv), dt)
+            out = call.zeros(sum(recv), dt)
             if not call(dist.all_to_all_single, out, inp, recv, send[r]):
                 return False
         else:
             at = np.concatenate([[0], np.cumsum(send[r])]).astype(int)
-            outs = [np.zeros(c, dt) for c in recv]
+            outs = [call.zeros(c, dt) for c in recv]
             if not call(dist.all_to_all, outs, [inp[at[q]:at[q + 1]] for q in range(n)]):
                 return False
             out = np.concatenate(outs)

@@ -1,4 +1,6 @@
-"""Bodies for test_fast_path_table: every collective at both sides of every threshold."""
+"""Bodies for the fast-path table checks of tests/collectives/test_<collective>.py: a
+collective at both sides of every threshold, the path that ran beside the path
+algorithms/_select.fast_path names."""
 
 from __future__ import annotations
 
@@ -76,13 +78,14 @@ def _call(kind: str, piece: int, symmetric: bool) -> None:
         assert (out.reshape(n, c) == (np.arange(n) * 10 + r)[:, None]).all()
 
 
-def run_table(symmetric: bool) -> list[tuple]:
-    """(kind, piece, what ran, what the table says) for every kind and boundary size."""
+def run_table(symmetric: bool, kinds: tuple[str, ...] = KINDS) -> list[tuple]:
+    """(kind, piece, what ran, what the table says) for every kind of ``kinds`` and
+    boundary size."""
     pg = dist.group.WORLD
     caps = pg.caps
     head = split_head(caps.size)
     seen = []
-    for kind in KINDS:
+    for kind in kinds:
         if symmetric and kind not in ("broadcast", "all_reduce", "all_gather", "reduce_scatter"):
             continue
         for piece in boundaries(caps) if kind != "barrier" else [0]:

@@ -1,5 +1,10 @@
-"""The group's fast paths (one-shot and single-copy) on real processes: results, and proof
-that the path under test ran."""
+"""The group's fast paths (one-shot and single-copy) across collectives on real processes:
+the tiny-call lane beside the general path, hand-overs, chunked and in-place lists, a
+random mix, MESHCAST_ALGO, and the schedules when single-copy is off.
+
+Each collective's own paths (one-shot, single-copy and symmetric at every rank count,
+root, dtype and op, and the fast-path table's thresholds) are in
+tests/collectives/test_<collective>.py."""
 
 from __future__ import annotations
 
@@ -25,25 +30,6 @@ def _paths(seen: list[str]) -> set[str]:
     return {name.split("/")[1] for name in seen}
 
 
-@pytest.mark.parametrize("n", [2, 3, 5])
-def test_one_shot_gather_scatter_all_to_all(n):
-    out = spawn_world(bodies.rooted_and_gathering, n, timeout=120, base=bodies.SMALL)
-    assert {s for s in out[0] if s.split("/")[0] in ("gather", "scatter")} == {
-        "gather/oneshot", "scatter/oneshot"}, out[0]
-    out = spawn_world(bodies.all_to_alls, n, timeout=120, base=bodies.SMALL)
-    assert set(out[0]) == {"all_to_all/oneshot"}, out[0]
-
-
-@pytest.mark.parametrize("n, compiled", [(2, "1"), (3, "1"), (5, "1"), (3, "0")])
-def test_single_copy_paths(n, compiled, single_copy):
-    """With the compiled reads (transport/_tiny.c) and with Python's."""
-    env = {"MESHCAST_COMPILED": compiled}
-    out = spawn_world(bodies.rooted_and_gathering, n, timeout=180, base=bodies.LARGE, env=env)
-    assert _paths(out[0]) == {"cma"}, out[0]
-    out = spawn_world(bodies.all_to_alls, n, timeout=180, base=bodies.LARGE, env=env)
-    assert _paths(out[0]) == {"cma"}, out[0]
-
-
 @pytest.mark.parametrize("n", [2, 3])
 @pytest.mark.parametrize("base", [bodies.SMALL, bodies.LARGE])
 def test_chunked_lists_and_in_place_all_to_all(n, base, request):
@@ -53,9 +39,11 @@ def test_chunked_lists_and_in_place_all_to_all(n, base, request):
     assert _paths(out[0]) == ({"oneshot"} if base == bodies.SMALL else {"cma"}), out[0]
 
 
-@pytest.mark.parametrize("n", [2, 3, 5])
-def test_single_copy_all_reduce(n, single_copy):
-    out = spawn_world(bodies.large_all_reduces, n, timeout=180)
+def test_single_copy_all_reduce_mixed_with_the_lane(single_copy):
+    # Every op, dtype and root at these sizes runs in test_all_reduce.py and
+    # test_reduce.py; this adds a rank on the tiny-call lane's entry beside ranks on
+    # the general path, and float16 MAX on reduce.
+    out = spawn_world(bodies.large_all_reduces, 3, timeout=180)
     assert _paths(out[0]) == {"cma"}, out[0]
 
 

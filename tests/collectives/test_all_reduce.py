@@ -1,0 +1,37 @@
+"""all_reduce on real
+processes, against the NumPy reference (meshcast.testing.reference).
+
+Where it lives:
+
+* the schedules: ``src/meshcast/algorithms/all_reduce.py``; every one registered there
+  (``meshcast algorithms all_reduce`` lists them) runs here, forced by name, and must
+  run under that name (``last_algorithm``);
+* the path a call takes with no algorithm named: ``algorithms/_select.py``
+  (``fast_path("all_reduce", ...)``, its thresholds beside it):
+  the symmetric path on ``meshcast.empty`` buffers from SYMMETRIC_ALL_REDUCE_MIN_BYTES
+  (512 KiB) or past one-shot; one-shot while the buffer fits the 1 MiB region and ``n``
+  x its bytes stay within 2 MiB; single-copy from ALL_REDUCE_SINGLE_MIN_BYTES (2 MiB);
+  in between, the schedules (``decide``: the arena schedule first);
+* the engine: ``transport/arena.py`` (the group's signal words, fingerprints,
+  one-shot regions and slots; its compiled round in ``transport/_tiny.c``),
+  ``transport/shm.py`` (the rings the p2p schedules send through) and
+  ``transport/cma.py`` (single-copy reads). Their own checks: ``tests/transport``.
+
+What one world runs (every algorithm and path, dtype x op, root, zero-size and
+non-contiguous arrays; at 2 and 3 ranks the fast-path table on both sides of every
+threshold; at 3 ranks async, subgroups, 4 KiB slots and no compiled helper) is in
+``per_collective.py``; the first wrong result fails with its exact case.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from . import per_collective
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.mark.parametrize("n", per_collective.SIZES)
+def test_every_algorithm_and_fast_path(n):
+    per_collective.check("all_reduce", n)

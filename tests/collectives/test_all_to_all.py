@@ -1,0 +1,36 @@
+"""all_to_all_single (and the list form, all_to_all) on real
+processes, against the NumPy reference (meshcast.testing.reference).
+
+Where it lives:
+
+* the schedules: ``src/meshcast/algorithms/all_to_all.py``; every one registered there
+  (``meshcast algorithms all_to_all`` lists them) runs here, forced by name, and must
+  run under that name (``last_algorithm``);
+* the path a call takes with no algorithm named: ``algorithms/_select.py``
+  (``fast_path("all_to_all", ...)``, its thresholds beside it):
+  one-shot while the input, with its split-size header, fits ``all_to_all_direct_limit``
+  (under 64 KiB for each peer); single-copy from 64 KiB for each peer; otherwise the
+  schedules;
+* the engine: ``transport/arena.py`` (the group's signal words, fingerprints,
+  one-shot regions and slots; its compiled round in ``transport/_tiny.c``),
+  ``transport/shm.py`` (the rings the p2p schedules send through) and
+  ``transport/cma.py`` (single-copy reads). Their own checks: ``tests/transport``.
+
+What one world runs (every algorithm and path, dtype x op, root, zero-size and
+non-contiguous arrays; at 2 and 3 ranks the fast-path table on both sides of every
+threshold; at 3 ranks async, subgroups, 4 KiB slots and no compiled helper) is in
+``per_collective.py``; the first wrong result fails with its exact case.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from . import per_collective
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.mark.parametrize("n", per_collective.SIZES)
+def test_every_algorithm_and_fast_path(n):
+    per_collective.check("all_to_all", n)

@@ -1,0 +1,36 @@
+"""reduce on real
+processes, against the NumPy reference (meshcast.testing.reference).
+
+Where it lives:
+
+* the schedules: ``src/meshcast/algorithms/reduce.py``; every one registered there
+  (``meshcast algorithms reduce`` lists them) runs here, forced by name, and must
+  run under that name (``last_algorithm``);
+* the path a call takes with no algorithm named: ``algorithms/_select.py``
+  (``fast_path("reduce", ...)``, its thresholds beside it):
+  one-shot under the same rule as broadcast (float16/bfloat16 count their float32
+  working bytes); past it single-copy from 64 KiB (the root reads every rank's array and
+  reduces in rank order); otherwise the schedules;
+* the engine: ``transport/arena.py`` (the group's signal words, fingerprints,
+  one-shot regions and slots; its compiled round in ``transport/_tiny.c``),
+  ``transport/shm.py`` (the rings the p2p schedules send through) and
+  ``transport/cma.py`` (single-copy reads). Their own checks: ``tests/transport``.
+
+What one world runs (every algorithm and path, dtype x op, root, zero-size and
+non-contiguous arrays; at 2 and 3 ranks the fast-path table on both sides of every
+threshold; at 3 ranks async, subgroups, 4 KiB slots and no compiled helper) is in
+``per_collective.py``; the first wrong result fails with its exact case.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from . import per_collective
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.mark.parametrize("n", per_collective.SIZES)
+def test_every_algorithm_and_fast_path(n):
+    per_collective.check("reduce", n)
