@@ -2,9 +2,9 @@
 
 The answer comes from the same functions the library decides with: on one
 host :func:`._select.fast_path` and then :func:`._select.decide`; across hosts
-the eager rule of meshcast.spanning and :func:`.hierarchical.choose`. A test
-(tests/collectives/test_fast_path_table.py) checks on real processes that
-the table's answer is what runs.
+the eager rule of meshcast.spanning and :func:`.hierarchical.choose`. Every
+collective's test (tests/collectives/test_<collective>.py) checks on real
+processes that the table's answer is what runs.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from ._simulate import make_plans
 _FAST_WHERE = {
     "oneshot": ("group.py (general path) and small_calls.py (the tiny-call lane, compiled "
                 "in transport/_tiny.c)", "transport/arena.py: one-shot regions, one signal",
-                "tests/collectives/test_fast_paths.py, test_fast_path_table.py"),
+                "tests/collectives/test_{coll}.py, test_fast_paths.py"),
     "cma": ("group.py (_Single bodies, _single_copy)",
             "transport/cma.py (process_vm_readv) + transport/arena.py (entry, closing round)",
-            "tests/collectives/test_fast_paths.py, test_fast_path_table.py"),
+            "tests/collectives/test_{coll}.py, test_fast_paths.py"),
     "symmetric": ("group.py (_run_symmetric) and symmetric.py",
                   "symmetric.py: the peers' arrays mapped in this process",
-                  "tests/collectives/test_symmetric.py, test_fast_path_table.py"),
+                  "tests/collectives/test_{coll}.py, test_symmetric.py"),
 }
 
 
@@ -50,7 +50,8 @@ def explain(coll: str, nbytes: int, n: int, hosts: int = 1, cma: bool = True) ->
         code, engine, tests = _FAST_WHERE[fast]
         lines += [f"  runs      {coll}/{fast} (a fast path: "
                   "algorithms/_select.py fast_path() says so)",
-                  f"  code      {code}", f"  engine    {engine}", f"  tested in {tests}"]
+                  f"  code      {code}", f"  engine    {engine}",
+                  f"  tested in {tests.format(coll=coll)}"]
     else:
         entry = _schedule(coll, nbytes, n)
         engine = ("transport/arena.py (shared slots)" if entry.family == "arena"
@@ -59,8 +60,8 @@ def explain(coll: str, nbytes: int, n: int, hosts: int = 1, cma: bool = True) ->
                   f"  code      algorithms/{coll}.py::{entry.name}, run by "
                   "algorithms/_execute.py",
                   f"  engine    {engine}",
-                  "  tested in tests/collectives/test_collectives.py (every registered "
-                  "algorithm) and tests/unit/test_simulate*.py"]
+                  f"  tested in tests/collectives/test_{coll}.py (every registered "
+                  "algorithm) and tests/unit/test_schedules.py (the simulator)"]
     if cma:
         lines.append("  (if the kernel forbids process_vm_readv: --no-cma)")
     return "\n".join(lines)
