@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _sync, config, ops, symmetric
+from . import _wait, config, ops, symmetric
 from ._fingerprint import SYMMETRIC_PATH, Fingerprint, counts_hash, path_digest, symmetric_extra
 from .algorithms import _execute
 from .algorithms import _select as _fast
@@ -312,7 +312,7 @@ class ProcessGroup(GroupRanks):
 
     def __init__(self, *, group_id: int, name: str, global_ranks: Sequence[int], rank: int,
                  transport: ShmTransport, arena: Arena, timeout: float,
-                 liveness: _sync.Liveness, store: Any = None) -> None:
+                 liveness: _wait.Liveness, store: Any = None) -> None:
         super().__init__(group_id, name, global_ranks, rank)
         self.transport = transport
         self.arena = arena

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _sync, ops
+from . import _wait, ops
 from ._fingerprint import Fingerprint, counts_hash, path_digest
 from .algorithms import _select as _fast
 from .buffers import SUPPORTED, as_buffer
@@ -78,7 +78,7 @@ class SmallCalls:
         self.plans: dict[tuple, tuple | bool] = {}
         self._last_address: tuple[np.ndarray, int] | None = None
         self._last_all_reduce: tuple = (None, None, None, False)
-        self._spec = _sync.spec()  # the process's wait settings (spin time)
+        self._spec = _wait.spec()  # the process's wait settings (spin time)
         self._whats = {kind: _What(group, kind) for kind in (
             "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all",
             "gather", "scatter", "barrier")}
