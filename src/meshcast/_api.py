@@ -351,7 +351,7 @@ def destroy_process_group(group: GroupLike = None) -> None:
         return
     if group is None or group is w.default_group:
         for g in w.groups:
-            g.engine.drain(timeout=w.timeout)
+            g.fifo.drain(timeout=w.timeout)
         w.exit_barrier()
         w.close()
         _world.current = None
@@ -359,7 +359,7 @@ def destroy_process_group(group: GroupLike = None) -> None:
         globals()["group"].WORLD = None
         return
     if isinstance(group, _GROUP_TYPES) and group in w.groups:
-        group.engine.drain(timeout=w.timeout)
+        group.fifo.drain(timeout=w.timeout)
         group.shutdown()
         w.groups.remove(group)
 

@@ -4,7 +4,7 @@ A ProcessGroup is the backend in torch's sense. It receives already
 validated, flattened buffers from the front door (_api.py), and for each
 call it: assigns the next sequence number, builds the fingerprint and the
 Plan, picks an algorithm (algorithms/_select.py), and submits a job to its
-:class:`~meshcast.engine.Engine`. The job enters the collective on the arena
+:class:`~meshcast._fifo.CallFifo`. The job enters the collective on the arena
 (fingerprint exchange), runs the schedule with the executor, then finishes
 (AVG division, float16/bfloat16 down-conversion, write-back of staged
 buffers). Ranks here are group ranks; the global <-> group mapping is
@@ -24,12 +24,12 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _wait, config, ops, symmetric
+from ._fifo import CallFifo
 from ._fingerprint import SYMMETRIC_PATH, Fingerprint, counts_hash, path_digest, symmetric_extra
 from .algorithms import _execute
 from .algorithms import _select as _fast
 from .algorithms._plan import Plan
 from .buffers import Buffer, span, store_back, working_copy
-from .engine import Engine
 from .errors import GroupAbortedError, InvalidUsage, MismatchError
 from .small_calls import SmallCalls
 from .transport import cma
@@ -320,7 +320,7 @@ class ProcessGroup(GroupRanks):
         self.liveness = liveness
         # every member's pid, by group rank (single-copy reads; -1: not on this host)
         self._pids = tuple(liveness.pids.get(g, -1) for g in self.global_ranks)
-        self.engine = Engine(name)
+        self.fifo = CallFifo(name)
         self._seq = itertools.count(1)
         # Numbers point-to-point calls for error messages ("recv #3 from rank 1 ..."): one
         # count over sends and receives in call order, as _seq is over collective kinds.
@@ -364,8 +364,8 @@ class ProcessGroup(GroupRanks):
     def _run(self, what: str, job: Callable[[], None], async_op: bool) -> Work | None:
         """Run ``job`` in call order: return a Work (async) or wait for it and return None."""
         if async_op:
-            return self.engine.submit(job, Work(what), inline=False)
-        self.engine.call(job, what)
+            return self.fifo.submit(job, Work(what), inline=False)
+        self.fifo.call(job, what)
         return None
 
     def _submit(self, kind: str, fp: Fingerprint, make_plan: Callable[[list[int]], Plan],
@@ -380,7 +380,7 @@ class ProcessGroup(GroupRanks):
         ``entered``: a tiny-call lane already did everything up to and including
         the entry (the same bytes, see small_calls) and found every rank's counts,
         which are these; the rest runs here, at once, inside the lane's claim on
-        the engine.
+        the FIFO.
         """
         what = self._what(kind, fp.seq)
 
@@ -1281,5 +1281,5 @@ class ProcessGroup(GroupRanks):
 
     def shutdown(self) -> None:
         """Refuse new work and release the symmetric allocations' mappings."""
-        self.engine.close()
+        self.fifo.close()
         self.symmetric.close()

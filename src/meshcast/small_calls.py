@@ -104,8 +104,8 @@ class SmallCalls:
         if views is None:
             return self._all_reduce_single(arr, tail, kernel, average)
         group = self.group
-        engine = group.engine
-        if not engine.enter_inline():  # queued async work goes first: the closure path
+        fifo = group.fifo
+        if not fifo.enter_inline():  # queued async work goes first: the closure path
             if self._run("all_reduce", tail, arr,
                          lambda parity: _reduce(arr, views[parity], kernel, average), arr,
                          code) and average:
@@ -121,9 +121,9 @@ class SmallCalls:
             else:
                 _reduce(arr, views[seq & 1], kernel, average)
         except BaseException as exc:
-            engine.leave_inline(exc)
+            fifo.leave_inline(exc)
             raise
-        engine.leave_inline(None)
+        fifo.leave_inline(None)
         group.last_algorithm = "all_reduce/oneshot"
         return True
 
@@ -514,15 +514,15 @@ class SmallCalls:
     def _inline(self, run: Callable[[int], None]) -> bool:
         """``run(seq)`` as the group's next call, in this thread; False (nothing done)
         while async work is queued: the general path then queues behind it."""
-        engine = self.group.engine
-        if not engine.enter_inline():
+        fifo = self.group.fifo
+        if not fifo.enter_inline():
             return False
         try:
             run(next(self.group._seq))
         except BaseException as exc:
-            engine.leave_inline(exc)
+            fifo.leave_inline(exc)
             raise
-        engine.leave_inline(None)
+        fifo.leave_inline(None)
         return True
 
     def _rooted(self, kind: str, arr: np.ndarray, pieces: Any, root_rank: int | None, *,
@@ -547,11 +547,11 @@ class SmallCalls:
         regions of that parity; behind queued async work, if any. Returns True when
         the compiled combine filled ``out``."""
         group = self.group
-        engine = group.engine
+        fifo = group.fifo
         what = self._whats[kind]
         if code is None:
             out = None
-        if engine.enter_inline():  # the group is idle: run it right here
+        if fifo.enter_inline():  # the group is idle: run it right here
             try:
                 seq = next(group._seq)
                 done = group.arena.combined_oneshot(seq, tail, what, group.timeout, data, out,
@@ -559,9 +559,9 @@ class SmallCalls:
                 if not done:
                     use(seq & 1)
             except BaseException as exc:
-                engine.leave_inline(exc)
+                fifo.leave_inline(exc)
                 raise
-            engine.leave_inline(None)
+            fifo.leave_inline(None)
         else:  # behind queued async work, in call order
             seq = next(group._seq)
 
@@ -572,7 +572,7 @@ class SmallCalls:
                 use(seq & 1)
                 return False
 
-            done = engine.call(job, f"{kind} #{seq}")
+            done = fifo.call(job, f"{kind} #{seq}")
         group.last_algorithm = _ONESHOT[kind]
         return done
 
