@@ -31,7 +31,7 @@ from .algorithms import _select as _fast
 from .algorithms._plan import Plan
 from .buffers import Buffer, span, store_back, working_copy
 from .errors import GroupAbortedError, InvalidUsage, MismatchError
-from .small_calls import SmallCalls
+from .lanes import TinyCallLane
 from .transport import cma
 from .transport.arena import Arena
 from .transport.shm import KIND_COLL, KIND_P2P, Handle, ShmTransport
@@ -336,7 +336,7 @@ class ProcessGroup(GroupRanks):
         # What the fast paths' table (algorithms/_select.py) decides by.
         self.caps = _fast.HostCaps(self._size, arena.small_bytes if self._size > 1 else 0,
                                    transport.cma_min_bytes > 0)
-        self.small = SmallCalls(self)  # the cached lane for tiny synchronous calls
+        self.lane = TinyCallLane(self)  # the cached lane for tiny synchronous calls
 
     def __repr__(self) -> str:
         return f"<ProcessGroup {self.group_name} rank {self._rank}/{self._size}>"
@@ -378,7 +378,7 @@ class ProcessGroup(GroupRanks):
         entering, then take the one-shot, single-copy or schedule path.
 
         ``entered``: a tiny-call lane already did everything up to and including
-        the entry (the same bytes, see small_calls) and found every rank's counts,
+        the entry (the same bytes, see lanes) and found every rank's counts,
         which are these; the rest runs here, at once, inside the lane's claim on
         the FIFO.
         """

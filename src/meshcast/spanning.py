@@ -81,12 +81,12 @@ class LocalOps:
             self._slots = (block, [block[i * n:(i + 1) * n] for i in range(self.size)]
                            if self.pg.rank() == 0 else None)
         outs = self._slots[1]
-        if not self.pg.small.gather(slot, outs, self._leader):
+        if not self.pg.lane.gather(slot, outs, self._leader):
             self.gather(outs, slot, 0)
 
     def broadcast_table(self, table: np.ndarray) -> None:
         """The agreement's last phase: the leader's ``table`` to every rank of the host."""
-        if self.size > 1 and not self.pg.small.broadcast(table, self._leader):
+        if self.size > 1 and not self.pg.lane.broadcast(table, self._leader):
             self.broadcast(table, 0)
 
     @staticmethod

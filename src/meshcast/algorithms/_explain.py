@@ -17,7 +17,7 @@ from ._simulate import make_plans
 
 # Where each path's code, engine and tests are (file names a reader can open).
 _FAST_WHERE = {
-    "oneshot": ("group.py (general path) and small_calls.py (the tiny-call lane, compiled "
+    "oneshot": ("group.py (general path) and lanes.py (the tiny-call lane, compiled "
                 "in transport/_tiny.c)", "transport/arena.py: one-shot regions, one signal",
                 "tests/collectives/test_fast_paths.py, test_fast_path_table.py"),
     "cma": ("group.py (_Single bodies, _single_copy)",

@@ -301,7 +301,7 @@ class Arena:
         from byte ``offset`` (broadcast), -2 the concatenation of every region's first
         ``out.nbytes / n`` bytes (all_gather), otherwise the reduce kernel ``code``
         over every region from byte ``offset``, in rank order (see ``_tiny.c`` and
-        ``small_calls._c_kernel``).
+        ``lanes._c_kernel``).
 
         Returns True when ``out`` holds the result; False when the caller combines
         (``out`` None, no compiled helper, or a round that needed Python's slow

@@ -70,7 +70,7 @@ class _P2PWhat:
         return f"{self.verb} {way} rank {self.peer} (tag {self.tag}) on {self.group.group_name}"
 
 
-class SmallCalls:
+class TinyCallLane:
     """A group's tiny-call lane (one per :class:`~meshcast.group.ProcessGroup`)."""
 
     def __init__(self, group: ProcessGroup) -> None:
