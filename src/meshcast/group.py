@@ -35,7 +35,7 @@ from .lanes import TinyCallLane
 from .transport import cma
 from .transport.arena import Arena
 from .transport.shm import KIND_COLL, KIND_P2P, Handle, ShmTransport
-from .work import Work
+from .work import P2PWork, Work
 
 _TAG_ROUNDS = 20
 TUNED = ""  # the algorithm of a call MESHCAST_ALGO decides (see ProcessGroup._effective)
@@ -222,53 +222,6 @@ def _exposing(arr: np.ndarray | None, meta: int = 0) -> tuple[int, int, int]:
     if arr is None or not arr.nbytes:
         return (0, 0, meta)
     return (arr.ctypes.data, arr.nbytes, meta)
-
-
-class P2PWork(Work):
-    """Work of a point-to-point operation: completes when the transport handle does."""
-
-    def __init__(self, describe: str, handle: Handle, deadline: float,
-                 finish: Callable[[], None] | None = None) -> None:
-        super().__init__(describe)
-        self._handle = handle
-        self._deadline = deadline
-        self._finish = finish
-
-    def _settle(self) -> None:
-        if self._finished or not self._handle.test():
-            return
-        err = self._handle.error
-        if err is None and self._finish is not None:
-            self._finish()
-        self.source_rank = self._handle.source
-        self._complete(error=err)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        if timeout is not None and hasattr(timeout, "total_seconds"):
-            timeout = timeout.total_seconds()
-        deadline = self._deadline if timeout is None else min(self._deadline,
-                                                              time.monotonic() + timeout)
-        if not self._finished:
-            try:
-                self._handle.wait(deadline)
-            except BaseException as exc:
-                if self._handle.test() or time.monotonic() >= self._deadline:
-                    self._complete(error=exc)
-                raise
-            self._settle()
-        return super().wait(0)
-
-    def is_completed(self) -> bool:
-        self._settle()
-        return self._finished
-
-    def is_success(self) -> bool:
-        self._settle()
-        return super().is_success()
-
-    def exception(self) -> BaseException | None:
-        self._settle()
-        return super().exception()
 
 
 class GroupRanks:
