@@ -24,7 +24,7 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -33,11 +33,10 @@ from ._fingerprint import Fingerprint, counts_hash, path_digest
 from .algorithms import _select as _fast
 from .buffers import SUPPORTED, as_buffer
 from .errors import InvalidUsage
+from .paths import GroupView, single_copy
+from .paths.oneshot import split_head, split_header
 from .transport.shm import KIND_P2P
 from .work import Work
-
-if TYPE_CHECKING:
-    from .group import ProcessGroup
 
 _SEQ = struct.Struct("<Q")  # the fingerprint's first field (see _fingerprint._STRUCT)
 _PLANS_MAX = 64
@@ -50,7 +49,7 @@ class _What:
 
     __slots__ = ("group", "kind")
 
-    def __init__(self, group: ProcessGroup, kind: str) -> None:
+    def __init__(self, group: GroupView, kind: str) -> None:
         self.group, self.kind = group, kind
 
     def __str__(self) -> str:
@@ -62,7 +61,7 @@ class _P2PWhat:
 
     __slots__ = ("group", "verb", "peer", "tag")
 
-    def __init__(self, group: ProcessGroup, verb: str, peer: int, tag: int) -> None:
+    def __init__(self, group: GroupView, verb: str, peer: int, tag: int) -> None:
         self.group, self.verb, self.peer, self.tag = group, verb, peer, tag
 
     def __str__(self) -> str:
@@ -73,7 +72,7 @@ class _P2PWhat:
 class TinyCallLane:
     """A group's tiny-call lane (one per :class:`~meshcast.group.ProcessGroup`)."""
 
-    def __init__(self, group: ProcessGroup) -> None:
+    def __init__(self, group: GroupView) -> None:
         self.group = group
         self.plans: dict[tuple, tuple | bool] = {}
         self._last_address: tuple[np.ndarray, int] | None = None
@@ -138,7 +137,7 @@ class TinyCallLane:
     def _all_reduce_single(self, arr: np.ndarray, tail: bytes, op: ops.ReduceOp,
                            average: bool) -> bool:
         """all_reduce past the one-shot sizes: the general path's single-copy form (see
-        ProcessGroup.reduce_then_collect), entered here. The entry compares every
+        paths.single_copy.reduce_then_collect), entered here. The entry compares every
         field, so ranks that disagree get the general path's MismatchError."""
         group = self.group
         arena, n = group.arena, group._size
@@ -150,8 +149,8 @@ class TinyCallLane:
                                       time.monotonic() + group.timeout):
                 arena.compare_entered(seq, False)  # raises the MismatchError
             group.last_algorithm = "all_reduce/cma"
-            group._single_copy(group.reduce_then_collect(flat, op), 2, [arr.size] * n,
-                               self._whats["all_reduce"])
+            body = single_copy.reduce_then_collect(arena, flat, op, group._rank, n)
+            single_copy.run(group, body, 2, [arr.size] * n, self._whats["all_reduce"])
             if average:
                 ops.finish_average(flat, n)
 
@@ -217,15 +216,15 @@ class TinyCallLane:
         arena, n = group.arena, group._size
         mine = inp.reshape(-1).view(np.uint8)
         p = mine.nbytes
-        gather_pieces = group.gather_pieces(flat_out.view(np.uint8), mine,
-                                            [q * p for q in range(n + 1)])
+        gather_pieces = single_copy.gather_pieces(flat_out.view(np.uint8), mine,
+                                                  [q * p for q in range(n + 1)], group._rank, n)
 
         def run(seq: int) -> None:
             arena.expose(seq, self._address(inp), p, 0)
             if arena.packed_enter(seq, _SEQ.pack(seq) + tail, self._whats["all_gather"],
                                   time.monotonic() + group.timeout):
                 group.last_algorithm = "all_gather/cma"
-                group._single_copy(gather_pieces, 1, [inp.size] * n, self._whats["all_gather"])
+                single_copy.run(group, gather_pieces, 1, [inp.size] * n, self._whats["all_gather"])
                 return
             counts = arena.compare_entered(seq, True)
             group.all_gather(flat_out, inp.reshape(-1), [inp.size] * n, inp.dtype.name,
@@ -252,7 +251,7 @@ class TinyCallLane:
     def _reduce_scatter_single(self, out: np.ndarray, inp: np.ndarray, tail: bytes,
                                op: ops.ReduceOp, average: bool) -> bool:
         """reduce_scatter past the one-shot sizes: the general path's single-copy form
-        (ProcessGroup.reduce_my_piece) when every rank agrees; anything else is handed
+        (paths.single_copy.reduce_my_piece) when every rank agrees; anything else is handed
         over to the general path after the entry."""
         group = self.group
         arena, me, n = group.arena, group._rank, group._size
@@ -263,8 +262,8 @@ class TinyCallLane:
             if arena.packed_enter(seq, _SEQ.pack(seq) + tail, self._whats["reduce_scatter"],
                                   time.monotonic() + group.timeout):
                 group.last_algorithm = "reduce_scatter/cma"
-                group._single_copy(group.reduce_my_piece(inp, me * c, out, op), 1, [c] * n,
-                                   self._whats["reduce_scatter"])
+                single_copy.run(group, single_copy.reduce_my_piece(inp, me * c, out, op, me, n),
+                                1, [c] * n, self._whats["reduce_scatter"])
                 if average:
                     ops.finish_average(out, n)
                 return
@@ -352,11 +351,12 @@ class TinyCallLane:
             for q, src in enumerate(pieces):
                 dst[q * p:(q + 1) * p] = mine[me * p:(me + 1) * p] if q == me else src
             group.last_algorithm = "all_to_all/oneshot"
-        elif uniform and group.single_copy_fits(nbytes, n):
+        elif uniform and _fast.single_copy(group.caps, nbytes, n):
             # The general path's single-copy all_to_all, without rebuilding it.
             group.last_algorithm = "all_to_all/cma"
-            group._single_copy(
-                group.read_pieces(dst, mine, [q * p for q in range(n + 1)], [me * p] * n),
+            single_copy.run(
+                group, single_copy.read_pieces(dst, mine, [q * p for q in range(n + 1)],
+                                               [me * p] * n, me, n),
                 1, [inp.size] * n, self._whats["all_to_all"])
         else:
             counts = [inp.size] * n if agreed else group.arena.compare_entered(seq, True)
@@ -689,7 +689,7 @@ class TinyCallLane:
         fields = dict(dtype=dtype.name, count=inp.size, extra=counts_hash((inp.size,) * n))
         if group._oneshot_gathering(inp.nbytes, None):
             return self._tail("all_gather", **fields), self._views(inp.reshape(-1))
-        if group.single_copy_fits(inp.nbytes):
+        if _fast.single_copy(group.caps, inp.nbytes):
             return self._tail("all_gather", False, **fields), None
         return False
 
@@ -699,7 +699,7 @@ class TinyCallLane:
         group = self.group
         dtype, n, me = inp.dtype, group.size(), group.rank()
         oneshot = self._fits(inp.nbytes)
-        single = not oneshot and n > 1 and group.single_copy_fits(out.nbytes)
+        single = not oneshot and n > 1 and _fast.single_copy(group.caps, out.nbytes)
         if (dtype.name not in ops.FAST_DTYPES or not dtype.isnative or out.dtype != dtype
                 or inp.size != out.size * n or not (oneshot or single)):
             return False
@@ -719,8 +719,6 @@ class TinyCallLane:
                 _c_kernel(sched_op, dtype))
 
     def _all_to_all_plan(self, out: np.ndarray, inp: np.ndarray) -> tuple | bool:
-        from .group import split_head, split_header
-
         group = self.group
         dtype, n, me = inp.dtype, group.size(), group.rank()
         if (n < 2 or dtype.name not in _MOVE_DTYPES or not dtype.isnative
@@ -738,8 +736,8 @@ class TinyCallLane:
         # what rank q's staged input holds for me, per parity
         pieces = [[small[q][parity][head + me * p:head + (me + 1) * p] for q in range(n)]
                   for parity in (0, 1)]
-        return (tail, header, headers, head, group.a2a_direct_limit(), pieces, dtype.name,
-                (tail,) * n)
+        limit = _fast.all_to_all_direct_limit(group.caps, head)
+        return tail, header, headers, head, limit, pieces, dtype.name, (tail,) * n
 
     def _rooted_plan(self, arr: np.ndarray, root_rank: int | None, kind: str
                      ) -> tuple | bool:
@@ -750,7 +748,7 @@ class TinyCallLane:
         root = group._group_rank_of.get(group.global_ranks[0] if root_rank is None
                                         else root_rank)
         readers = n if kind == "gather" else 1  # whose pieces one region holds
-        limit = group._direct_bytes(readers)
+        limit = _fast.direct_bytes(group.caps, readers)
         if (root is None or n < 2 or dtype.name not in _MOVE_DTYPES or not dtype.isnative
                 or arr.nbytes * (n // readers) > limit):
             return False

@@ -15,7 +15,7 @@ import meshcast.algorithms
 
 PACKAGE = Path(meshcast.algorithms.__file__).parent
 # the runners are not algorithms: _execute meets I/O, _simulate and _select drive schedules,
-# _cli lists them (and reads the group's source for the fast paths)
+# _cli lists them (and reads the sources that report the fast paths)
 RUNNERS = {"__init__", "_execute", "_simulate", "_select", "_cli"}
 SCHEDULE_MODULES = sorted(p for p in PACKAGE.glob("*.py") if p.stem not in RUNNERS)
 # hierarchical.py composes every collective across hosts (its families are picked by

@@ -30,11 +30,12 @@ from ._registry import AlgorithmEntry
 HELP = "list the algorithms of every collective (or one): schedules and fast paths"
 
 #: Modules whose ``last_algorithm = ...`` assignments report the fast paths.
-ONE_HOST_MODULES = ("meshcast.group", "meshcast.lanes")
+ONE_HOST_MODULES = ("meshcast.group", "meshcast.lanes", "meshcast.paths.oneshot",
+                    "meshcast.paths.symmetric")
 ACROSS_HOSTS_MODULES = ("meshcast.spanning",)
 
 SOURCES = {
-    "one host": "group.py, lanes.py",
+    "one host": "group.py, lanes.py, paths/",
     "across hosts": "spanning.py; families from algorithms/hierarchical.py",
 }
 FAST_PATHS_TITLE = "fast paths (not yet schedules, see issue 13)"
@@ -201,7 +202,7 @@ def _values(value: ast.expr, at: ast.AST, parents: dict[ast.AST, ast.AST], tree:
     if isinstance(first, ast.FormattedValue) and isinstance(second, ast.Constant):
         # f"{kind}/oneshot" in a method taking kind: the kinds its callers pass along
         # with the argument that guards the assignment (ProcessGroup._submit's
-        # direct= for oneshot, single= for cma)
+        # staged= for oneshot, single= for cma)
         name = str(second.value).lstrip("/")
         return [(kind, name) for kind in _guarded_kinds(at, parents, tree)]
     return []

@@ -137,7 +137,7 @@ class Arena:
         self._round = None if compiled is None else compiled.run  # type: ignore[attr-defined]
         self._combining = None if compiled is None else compiled.oneshot  # type: ignore[attr-defined]
         self.compiled_rooted = None if compiled is None else compiled.rooted  # type: ignore[attr-defined]
-        # single-copy reads, then a round (ProcessGroup._single_copy)
+        # single-copy reads, then a round (paths.single_copy.run)
         self.compiled_reads = None if compiled is None else compiled.reads  # type: ignore[attr-defined]
         self._spec = _wait.spec()  # the process's wait settings (spin budget)
         self.spin_ns = int(self._spec.spin_s * 1e9)  # the compiled helper's spin budget
