@@ -11,8 +11,8 @@ group mapping is :attr:`global_ranks`.
 
 Which path runs is decided by algorithms/_select.py alone: its fast-path
 rules send a call to one of the fast paths meshcast/paths/ builds (one-shot,
-single-copy, symmetric), its table to a schedule of algorithms/ that the
-executor runs (algorithms/_execute.py). This module keeps the call protocol
+single-copy, symmetric), the rest to a schedule of algorithms/ that
+paths/schedule.py runs. This module keeps the call protocol
 that every path shares (:meth:`ProcessGroup._submit`: publish, stage,
 expose, enter, then one path; abort on failure) and the per-collective
 methods that build the pieces.
@@ -31,59 +31,20 @@ import numpy as np
 from . import _wait, config, ops, symmetric
 from ._fifo import CallFifo
 from ._fingerprint import SYMMETRIC_PATH, Fingerprint, counts_hash, path_digest, symmetric_extra
-from .algorithms import _execute
 from .algorithms import _select as _fast
 from .algorithms._plan import Plan
 from .buffers import Buffer, span, store_back, working_copy
-from .errors import GroupAbortedError, InvalidUsage, MismatchError
+from .errors import MismatchError
 from .lanes import TinyCallLane
-from .paths import Job, oneshot, single_copy
+from .paths import Job, oneshot, schedule, single_copy
 from .paths import symmetric as symmetric_path
 from .paths.oneshot import Layout, Staged
 from .paths.single_copy import SingleCopy, exposing
 from .transport.arena import Arena
-from .transport.shm import KIND_COLL, KIND_P2P, Handle, ShmTransport
+from .transport.shm import KIND_P2P, ShmTransport
 from .work import P2PWork, Work
 
-_TAG_ROUNDS = 20
 TUNED = ""  # the algorithm of a call MESHCAST_ALGO decides (see ProcessGroup._effective)
-
-
-class _CollHandle:
-    """A transport handle whose wait also notices that another rank aborted the call."""
-
-    __slots__ = ("handle", "arena")
-
-    def __init__(self, handle: Handle, arena: Arena) -> None:
-        self.handle, self.arena = handle, arena
-
-    def wait(self, deadline: float) -> None:
-        self.handle.wait(deadline, self.arena.check_abort)
-
-
-class _Ctx:
-    """Executor context for one call (see algorithms/_execute.ExecContext)."""
-
-    __slots__ = ("group", "seq", "op", "deadline", "arena", "what")
-
-    def __init__(self, group: ProcessGroup, seq: int, op: Any, deadline: float, what: str
-                 ) -> None:
-        self.group, self.seq, self.op, self.deadline = group, seq, op, deadline
-        self.arena = group.arena
-        self.what = what
-
-    def _tag(self, round_index: int) -> int:
-        return (self.seq << _TAG_ROUNDS) | round_index
-
-    def isend(self, peer: int, buf: np.ndarray, round_index: int) -> _CollHandle:
-        g = self.group
-        return _CollHandle(g.transport.isend(g.global_ranks[peer], g.group_id, KIND_COLL,
-                                             self._tag(round_index), buf, self.what), self.arena)
-
-    def irecv(self, peer: int, buf: np.ndarray, round_index: int) -> _CollHandle:
-        g = self.group
-        return _CollHandle(g.transport.irecv(g.global_ranks[peer], g.group_id, KIND_COLL,
-                                             self._tag(round_index), buf, self.what), self.arena)
 
 
 class GroupRanks:
@@ -236,29 +197,7 @@ class ProcessGroup(GroupRanks):
                 finish(None)
                 return
             plan = make_plan(counts)
-            # supports() is rank-invariant and sees the same counts everywhere, so a
-            # forced algorithm that cannot run is refused on every rank alike.
-            try:
-                entry = _fast.select(plan, algorithm, config.get("MESHCAST_ALGO"))
-            except InvalidUsage as exc:
-                if kind == "all_to_all" and "bruck" in (algorithm or ""):
-                    # The one algorithm whose supports() sees per-rank data (bruck needs
-                    # equal splits on every rank): another rank may have accepted it
-                    # and be waiting for us, so it must not wait in vain.
-                    self.arena.abort(str(exc))
-                raise
-            self.last_algorithm = f"{kind}/{entry.name}"
-            try:
-                ctx = _Ctx(self, fp.seq, plan.op, deadline, f"{what} [{entry.name}]")
-                _execute.execute(entry.fn(plan), ctx, None if self.tracer is None
-                                 else self.tracer.rounds_of(self, fp.seq))
-            except (GroupAbortedError, MismatchError) as exc:
-                # Peers that are still waiting must fail the same way, not time out.
-                self.arena.abort(str(exc), mismatch=isinstance(exc, MismatchError))
-                raise
-            except BaseException as exc:
-                self.arena.abort(f"rank {self.global_ranks[self._rank]} failed in {what}: {exc}")
-                raise
+            schedule.run(self, kind, fp, plan, algorithm, deadline, what)
             finish(plan)
 
         if entered is not None:

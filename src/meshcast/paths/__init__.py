@@ -19,6 +19,9 @@ enter, then one path):
 * :mod:`.symmetric`: buffers of a symmetric allocation
   (:mod:`meshcast.symmetric`), read and written in place in the peers'
   parts (``_select.SYMMETRIC_MIN_BYTES``, ``SYMMETRIC_ALL_REDUCE_MIN_BYTES``).
+* :mod:`.schedule`: everything else, a registered algorithm of
+  algorithms/ run by the executor (``_select.select``: explicit >
+  ``MESHCAST_ALGO`` > ``TABLE``).
 
 The tiny-call lane (:mod:`meshcast.lanes`) runs the one-shot and
 single-copy protocols of these modules in the same bytes, with its work
@@ -58,6 +61,7 @@ class GroupView(Protocol):
     timeout: float
     tuned: frozenset[str]
     last_algorithm: str | None
+    tracer: Any  # meshcast.trace.recorder.Tracer when MESHCAST_TRACE is set
     _rank: int
     _size: int
     _pids: tuple[int, ...]  # every member's pid by group rank (-1: not on this host)
