@@ -2,9 +2,10 @@
 
 Which calls come here: the "oneshot" answer of
 :func:`meshcast.algorithms._select.fast_path`, i.e. ``_select.oneshot``
-(the call's bytes fit a region, ``SMALL_BYTES`` by default), for all_gather
-``_select.oneshot_all_gather``, and for the calls below whose layout only
-the entry reveals ``_select.direct_bytes`` / ``all_to_all_direct_limit``.
+(the call's bytes fit a region, ``SMALL_BYTES`` of transport/arena.py, and
+reading every rank's stays under ``ONESHOT_WORK_BYTES``), for all_gather
+``_select.oneshot_all_gather``, and for the calls whose layout only the
+entry reveals ``_select.direct_bytes`` / ``all_to_all_direct_limit``.
 Every rank decides alike: the rules read the group and fields the
 fingerprint compares (counts, after the entry).
 
