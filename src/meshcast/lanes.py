@@ -77,6 +77,7 @@ class TinyCallLane:
         self.plans: dict[tuple, tuple | bool] = {}
         self._last_address: tuple[np.ndarray, int] | None = None
         self._last_all_reduce: tuple = (None, None, None, False)
+        self._last_broadcast: tuple = (None, None, None, False)
         self._spec = _wait.spec()  # the process's wait settings (spin time)
         self._whats = {kind: _What(group, kind) for kind in (
             "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all",
@@ -105,9 +106,8 @@ class TinyCallLane:
         group = self.group
         fifo = group.fifo
         if not fifo.enter_inline():  # queued async work goes first: the closure path
-            if self._run("all_reduce", tail, arr,
-                         lambda parity: _reduce(arr, views[parity], kernel, average), arr,
-                         code) and average:
+            if self._run("all_reduce", tail, arr, arr, code, -1, 0, _reduce_parity, arr, views,
+                         kernel, average) and average:
                 ops.finish_average(arr, group._size)
             return True
         # The hottest call of all, inline: no closures, no Work.
@@ -131,7 +131,19 @@ class TinyCallLane:
         plan = self._plan(("barrier",), self._barrier_plan)
         if not plan:
             return False
-        self._run("barrier", plan[0], None, _ignore)
+        group = self.group
+        fifo = group.fifo
+        if not fifo.enter_inline():  # queued async work goes first
+            self._run("barrier", plan[0], None, None, None, -1, 0, _ignore)
+            return True
+        try:  # inline, as all_reduce: entering the round is the barrier
+            group.arena.combined_oneshot(next(group._seq), plan[0], self._whats["barrier"],
+                                         group.timeout, None, None, None)
+        except BaseException as exc:
+            fifo.leave_inline(exc)
+            raise
+        fifo.leave_inline(None)
+        group.last_algorithm = "barrier/oneshot"
         return True
 
     def _all_reduce_single(self, arr: np.ndarray, tail: bytes, op: ops.ReduceOp,
@@ -163,32 +175,66 @@ class TinyCallLane:
         if not plan or not _writable(arr):
             return False
         tail, views, kernel, average, code, root = plan
-        at_root = self.group._rank == root
-
-        def reduce_at_root(parity: int) -> None:
-            if at_root:
-                _reduce(arr, views[parity], kernel, average)
-
-        if self._run("reduce", tail, arr, reduce_at_root,
-                     arr if at_root and code is not None else None, code) and average:
-            ops.finish_average(arr, self.group._size)
+        group = self.group
+        at_root = group._rank == root
+        fifo = group.fifo
+        if not fifo.enter_inline():  # queued async work goes first
+            if self._run("reduce", tail, arr, arr if at_root and code is not None else None,
+                         code, -1, 0, _reduce_parity if at_root else _ignore, arr, views, kernel,
+                         average) and average:
+                ops.finish_average(arr, group._size)
+            return True
+        try:  # inline, as all_reduce
+            seq = next(group._seq)
+            if group.arena.combined_oneshot(
+                    seq, tail, self._whats["reduce"], group.timeout, arr,
+                    arr if at_root and code is not None else None, code):
+                if average:
+                    ops.finish_average(arr, group._size)
+            elif at_root:
+                _reduce(arr, views[seq & 1], kernel, average)
+        except BaseException as exc:
+            fifo.leave_inline(exc)
+            raise
+        fifo.leave_inline(None)
+        group.last_algorithm = "reduce/oneshot"
         return True
 
     def broadcast(self, arr: np.ndarray, src: int) -> bool:
         """:meth:`ProcessGroup.broadcast` of ``arr`` from global rank ``src``."""
-        plan = self._plan(("broadcast", arr.dtype, arr.shape, src), self._broadcast_plan,
-                          arr, src)
-        if not plan or not _writable(arr):
+        last = self._last_broadcast  # a program repeats one call: skip hashing the key
+        if last[0] is arr.dtype and last[1] == arr.shape and last[2] == src:
+            plan = last[3]
+        else:
+            plan = self._plan(("broadcast", arr.dtype, arr.shape, src), self._broadcast_plan,
+                              arr, src)
+            self._last_broadcast = (arr.dtype, arr.shape, src, plan)
+        flags = arr.flags
+        if not (plan and flags.c_contiguous and flags.writeable):
             return False
         tail, views, root = plan
-        at_root = self.group._rank == root
-
-        def copy_out(parity: int) -> None:
-            if not at_root:
-                arr[...] = views[parity][root]
-
-        self._run("broadcast", tail, arr if at_root else None, copy_out,
-                  None if at_root else arr, _COPY_ROOT, root)
+        group = self.group
+        at_root = group._rank == root
+        fifo = group.fifo
+        if not fifo.enter_inline():  # queued async work goes first
+            if at_root:
+                self._run("broadcast", tail, arr, None, _COPY_ROOT, root, 0, _ignore)
+            else:
+                self._run("broadcast", tail, None, arr, _COPY_ROOT, root, 0, _copy_root, arr,
+                          views, root)
+            return True
+        # Inline, as all_reduce: a call through _run costs a third of the whole call.
+        try:
+            seq = next(group._seq)
+            if not group.arena.combined_oneshot(
+                    seq, tail, self._whats["broadcast"], group.timeout, arr if at_root else None,
+                    None if at_root else arr, _COPY_ROOT, root) and not at_root:
+                arr[...] = views[seq & 1][root]
+        except BaseException as exc:
+            fifo.leave_inline(exc)
+            raise
+        fifo.leave_inline(None)
+        group.last_algorithm = "broadcast/oneshot"
         return True
 
     def all_gather(self, out: np.ndarray, inp: np.ndarray) -> bool:
@@ -202,10 +248,23 @@ class TinyCallLane:
         if views is None:
             return self._all_gather_single(flat_out, inp, tail)
 
-        def concatenate(parity: int) -> None:
-            np.concatenate(views[parity], out=flat_out)
-
-        self._run("all_gather", tail, inp.reshape(-1), concatenate, flat_out, _COPY_ALL)
+        group = self.group
+        fifo = group.fifo
+        if not fifo.enter_inline():  # queued async work goes first
+            self._run("all_gather", tail, inp.reshape(-1), flat_out, _COPY_ALL, -1, 0,
+                      _concatenate, views, flat_out)
+            return True
+        try:  # inline, as all_reduce
+            seq = next(group._seq)
+            if not group.arena.combined_oneshot(seq, tail, self._whats["all_gather"],
+                                                group.timeout, inp.reshape(-1), flat_out,
+                                                _COPY_ALL):
+                np.concatenate(views[seq & 1], out=flat_out)
+        except BaseException as exc:
+            fifo.leave_inline(exc)
+            raise
+        fifo.leave_inline(None)
+        group.last_algorithm = "all_gather/oneshot"
         return True
 
     def _all_gather_single(self, flat_out: np.ndarray, inp: np.ndarray, tail: bytes) -> bool:
@@ -242,10 +301,29 @@ class TinyCallLane:
         flat_out = out.reshape(-1)
         if views is None:
             return self._reduce_scatter_single(flat_out, inp.reshape(-1), tail, kernel, average)
-        if self._run("reduce_scatter", tail, inp.reshape(-1),
-                     lambda parity: _reduce(flat_out, pieces[parity], kernel, average),
-                     flat_out, code, -1, self.group._rank * out.nbytes) and average:
-            ops.finish_average(flat_out, self.group._size)
+        group = self.group
+        fifo = group.fifo
+        offset = group._rank * out.nbytes
+        if not fifo.enter_inline():  # queued async work goes first
+            if self._run("reduce_scatter", tail, inp.reshape(-1), flat_out, code, -1, offset,
+                         _reduce_parity, flat_out, pieces, kernel, average) and average:
+                ops.finish_average(flat_out, group._size)
+            return True
+        try:  # inline, as all_reduce
+            seq = next(group._seq)
+            if group.arena.combined_oneshot(seq, tail, self._whats["reduce_scatter"],
+                                            group.timeout, inp.reshape(-1),
+                                            None if code is None else flat_out, code, -1,
+                                            offset):
+                if average:
+                    ops.finish_average(flat_out, group._size)
+            else:
+                _reduce(flat_out, pieces[seq & 1], kernel, average)
+        except BaseException as exc:
+            fifo.leave_inline(exc)
+            raise
+        fifo.leave_inline(None)
+        group.last_algorithm = "reduce_scatter/oneshot"
         return True
 
     def _reduce_scatter_single(self, out: np.ndarray, inp: np.ndarray, tail: bytes,
@@ -538,38 +616,41 @@ class TinyCallLane:
             return plan if _alike(pieces, arr, group._size, writable=writable) else None
         return plan if pieces is None else None
 
-    def _run(self, kind: str, tail: bytes, data: np.ndarray | None,
-             use: Callable[[int], None], out: np.ndarray | None = None, code: int | None = None,
-             root: int = -1, offset: int = 0) -> bool:
+    def _run(self, kind: str, tail: bytes, data: np.ndarray | None, out: np.ndarray | None,
+             code: int | None, root: int, offset: int, combine: Callable[..., None],
+             *args: Any) -> bool:
         """One call: my ``data`` into my region, one signal, then the combine of every
         rank's region into ``out`` (see :meth:`Arena.combined_oneshot`, ``code``,
-        ``root`` and ``offset`` are its), or, when that did not happen, ``use(parity)`` reads the
-        regions of that parity; behind queued async work, if any. Returns True when
-        the compiled combine filled ``out``."""
+        ``root`` and ``offset`` are its), or, when that did not happen,
+        ``combine(parity, *args)`` reads the regions of that parity; behind queued
+        async work, if any. Returns True when the compiled combine filled ``out``.
+
+        ``combine`` is a module-level function and its arguments are passed along, not
+        bound in a closure: building one per call cost a third of a tiny broadcast."""
         group = self.group
         fifo = group.fifo
-        what = self._whats[kind]
         if code is None:
             out = None
         if fifo.enter_inline():  # the group is idle: run it right here
             try:
                 seq = next(group._seq)
-                done = group.arena.combined_oneshot(seq, tail, what, group.timeout, data, out,
-                                                    code, root, offset)
+                done = group.arena.combined_oneshot(seq, tail, self._whats[kind], group.timeout,
+                                                    data, out, code, root, offset)
                 if not done:
-                    use(seq & 1)
+                    combine(seq & 1, *args)
             except BaseException as exc:
                 fifo.leave_inline(exc)
                 raise
             fifo.leave_inline(None)
         else:  # behind queued async work, in call order
             seq = next(group._seq)
+            what = self._whats[kind]
 
             def job() -> bool:
                 if group.arena.combined_oneshot(seq, tail, what, group.timeout, data, out, code,
                                                 root, offset):
                     return True
-                use(seq & 1)
+                combine(seq & 1, *args)
                 return False
 
             done = fifo.call(job, f"{kind} #{seq}")
@@ -772,8 +853,25 @@ def _nothing() -> None:
     """The finish of a call whose buffers need no write-back."""
 
 
-def _ignore(parity: int) -> None:
-    """What a barrier reads from the one-shot regions: nothing."""
+def _ignore(parity: int, *args: Any) -> None:
+    """What a barrier (or a broadcast's root) reads from the one-shot regions: nothing."""
+
+
+# The Python combines of the one-shot lane calls (used where the compiled one did not
+# run): module-level, their arguments passed along by TinyCallLane._run.
+
+
+def _reduce_parity(parity: int, arr: np.ndarray, views: list, kernel: Any,
+                   average: bool) -> None:
+    _reduce(arr, views[parity], kernel, average)
+
+
+def _copy_root(parity: int, arr: np.ndarray, views: list, root: int) -> None:
+    arr[...] = views[parity][root]
+
+
+def _concatenate(parity: int, views: list, out: np.ndarray) -> None:
+    np.concatenate(views[parity], out=out)
 
 
 # The compiled combine's kernels (transport/_tiny.c): code = type * 8 + op, only where
