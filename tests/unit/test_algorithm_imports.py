@@ -15,8 +15,9 @@ import meshcast.algorithms
 
 PACKAGE = Path(meshcast.algorithms.__file__).parent
 # the runners are not algorithms: _execute meets I/O, _simulate and _select drive schedules,
-# _cli lists them (and reads the sources that report the fast paths)
-RUNNERS = {"__init__", "_execute", "_simulate", "_select", "_cli"}
+# _cli lists them (and reads the sources that report the fast paths); _explain says which
+# one a call would run (it asks the table, and across hosts the spanning group's rules)
+RUNNERS = {"__init__", "_execute", "_simulate", "_select", "_cli", "_explain"}
 SCHEDULE_MODULES = sorted(p for p in PACKAGE.glob("*.py") if p.stem not in RUNNERS)
 # hierarchical.py composes every collective across hosts (its families are picked by
 # spanning.py, not by the registry); it is held to the same import rule as the rest.
