@@ -22,8 +22,8 @@ from . import _world, config, ops
 from .buffers import Buffer, as_buffer, span
 from .errors import InvalidUsage, usage
 from .group import ProcessGroup
+from .lanes import TAGS, TinyCallLane
 from .ops import ReduceOp
-from .small_calls import TAGS, SmallCalls
 from .spanning import HostSpanningGroup
 from .work import Work
 
@@ -166,14 +166,14 @@ def _torch_view(t: Any) -> np.ndarray | None:
         return None
 
 
-def _lane(group: GroupLike) -> SmallCalls | None:
+def _lane(group: GroupLike) -> TinyCallLane | None:
     """The tiny-call lane of ``group`` (None: the default group) when it is a live
     meshcast group of this process; the lane itself decides whether a call qualifies."""
     w = _world.current
     if w is None:
         return None
     pg = w.default_group if group is None else group
-    return pg.small if type(pg) is ProcessGroup and pg in w.groups else None
+    return pg.lane if type(pg) is ProcessGroup and pg in w.groups else None
 
 
 def _finish(work: Work | None, async_op: bool) -> Work | None:
@@ -351,7 +351,7 @@ def destroy_process_group(group: GroupLike = None) -> None:
         return
     if group is None or group is w.default_group:
         for g in w.groups:
-            g.engine.drain(timeout=w.timeout)
+            g.fifo.drain(timeout=w.timeout)
         w.exit_barrier()
         w.close()
         _world.current = None
@@ -359,7 +359,7 @@ def destroy_process_group(group: GroupLike = None) -> None:
         globals()["group"].WORLD = None
         return
     if isinstance(group, _GROUP_TYPES) and group in w.groups:
-        group.engine.drain(timeout=w.timeout)
+        group.fifo.drain(timeout=w.timeout)
         group.shutdown()
         w.groups.remove(group)
 
@@ -566,7 +566,7 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: GroupLike = None,
     """
     if type(tensor) is np.ndarray and async_op is False and algorithm is None:
         # Tiny calls on NumPy arrays skip the general checks when the group has seen
-        # this (dtype, shape, op) before: meshcast.small_calls decides.
+        # this (dtype, shape, op) before: meshcast.lanes decides.
         lane = _lane(group)
         if lane is not None and lane.all_reduce(tensor, op):
             return None
@@ -945,7 +945,7 @@ def isend(tensor: Any, dst: int | None = None, group: GroupLike = None, tag: int
     two ranks with the same tag arrive in the order they were sent.
     """
     if type(tensor) is np.ndarray and type(dst) is int and type(tag) is int and group_dst is None:
-        lane = _lane(group)  # small messages: see small_calls.SmallCalls.isend
+        lane = _lane(group)  # small messages: see lanes.TinyCallLane.isend
         work = None if lane is None else lane.isend(tensor, dst, tag)
         if work is not None:
             return work
@@ -966,7 +966,7 @@ def irecv(tensor: Any, src: int | None = None, group: GroupLike = None, tag: int
     The returned Work's ``source_rank`` (and ``_source_rank()``) tell the sender.
     """
     if type(tensor) is np.ndarray and type(src) is int and type(tag) is int and group_src is None:
-        lane = _lane(group)  # small messages: see small_calls.SmallCalls.irecv
+        lane = _lane(group)  # small messages: see lanes.TinyCallLane.irecv
         work = None if lane is None else lane.irecv(tensor, src, tag)
         if work is not None:
             return work
@@ -992,7 +992,7 @@ def send(tensor: Any, dst: int | None = None, group: GroupLike = None, tag: int 
     if type(dst) is int and type(tag) is int and group_dst is None:
         arr = tensor if type(tensor) is np.ndarray else _torch_view(tensor)
         if arr is not None:
-            lane = _lane(group)  # small messages: see small_calls.SmallCalls.send
+            lane = _lane(group)  # small messages: see lanes.TinyCallLane.send
             if lane is not None and lane.send(arr, dst, tag):
                 return
     work = isend(tensor, dst, group, tag, group_dst)
@@ -1012,7 +1012,7 @@ def recv(tensor: Any, src: int | None = None, group: GroupLike = None, tag: int 
     if type(src) is int and type(tag) is int and group_src is None:
         arr = tensor if type(tensor) is np.ndarray else _torch_view(tensor)
         if arr is not None:
-            lane = _lane(group)  # small messages: see small_calls.SmallCalls.recv
+            lane = _lane(group)  # small messages: see lanes.TinyCallLane.recv
             if lane is not None and lane.recv(arr, src, tag):
                 return src
     work = irecv(tensor, src, group, tag, group_src)
@@ -1073,14 +1073,14 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
         prepared.append((pg, p.kind, buf, peer, t))
     works = []
     for pg, kind, buf, peer, t in prepared:
-        # Small messages that can move at once do (see small_calls.SmallCalls.isend);
+        # Small messages that can move at once do (see lanes.TinyCallLane.isend);
         # groups across hosts have no such lane.
-        small = getattr(pg, "small", None)
+        lane = getattr(pg, "lane", None)
         if kind == "isend":
-            work = small.isend(buf.flat, pg.global_rank(peer), t) if small else None
+            work = lane.isend(buf.flat, pg.global_rank(peer), t) if lane else None
             works.append(work if work is not None else pg.isend(buf.flat, peer, t))
         else:
-            work = small.irecv(buf.flat, pg.global_rank(peer), t) if small else None
+            work = lane.irecv(buf.flat, pg.global_rank(peer), t) if lane else None
             if work is not None:
                 buf.finish()  # a staged (non-contiguous) receive is written back now
             works.append(work if work is not None else pg.irecv(buf, peer, t))
@@ -1103,7 +1103,7 @@ def _batch_lane(ops: Sequence[P2POp]) -> list[Work] | None:
             return None
         pg = w.default_group if p.group is None else p.group
         if (type(pg) is not ProcessGroup or pg not in w.groups
-                or not pg.small.p2p_ok(arr, p.peer, p.tag, writes=p.kind == "irecv")):
+                or not pg.lane.p2p_ok(arr, p.peer, p.tag, writes=p.kind == "irecv")):
             return None
         groups.append(pg)
     # Sends first (a batch has no order between its sends and its receives), so a
@@ -1115,11 +1115,11 @@ def _batch_lane(ops: Sequence[P2POp]) -> list[Work] | None:
     works: list[Work | None] = [None] * len(ops)
     for i, (p, pg) in enumerate(zip(ops, groups)):
         if p.kind == "isend":
-            work = pg.small.post_send(p.tensor, p.peer, p.tag)
+            work = pg.lane.post_send(p.tensor, p.peer, p.tag)
             works[i] = work or pg.isend(p.tensor.reshape(-1), pg.group_rank(p.peer), p.tag)
     for i, (p, pg) in enumerate(zip(ops, groups)):
         if p.kind != "isend":
-            work = pg.small.post_recv(p.tensor, p.peer, p.tag, wait=True)
+            work = pg.lane.post_recv(p.tensor, p.peer, p.tag, wait=True)
             if work is None:
                 buf = as_buffer(p.tensor, name="tensor", caller="batch_isend_irecv",
                                 rank=_rank())

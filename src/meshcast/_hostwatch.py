@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-Inside a host, a dead peer is found by its pid (:class:`meshcast._sync.Liveness`)
+Inside a host, a dead peer is found by its pid (:class:`meshcast._wait.Liveness`)
 and a failure reaches the host's other ranks through the group's abort word in
 shared memory. Neither crosses hosts, and the engines between hosts do not make
 up for it: Gloo and MPI notice a lost peer only when its TCP connections are
@@ -61,7 +61,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from . import _sync, config
+from . import _wait, config
 from .errors import MeshcastError, PeerGoneError
 
 #: Every key of this module lives under this prefix of the job's store.
@@ -366,7 +366,7 @@ def _store_address(store: Any) -> str:
     return ""
 
 
-class HostLiveness(_sync.Liveness):
+class HostLiveness(_wait.Liveness):
     """The pid checks of this host's ranks plus the hosts of a group spanning several.
 
     The shared-memory waits of a cross-host group's host-local phases use it: a
@@ -380,7 +380,7 @@ class HostLiveness(_sync.Liveness):
         ranks: the global ranks of the group (their hosts are watched).
     """
 
-    def __init__(self, base: _sync.Liveness, watch: HostWatch, ranks: Sequence[int]) -> None:
+    def __init__(self, base: _wait.Liveness, watch: HostWatch, ranks: Sequence[int]) -> None:
         super().__init__(base.pids)
         self.watch = watch
         self.ranks = tuple(ranks)

@@ -2,7 +2,7 @@
 
 The mechanism (one shared segment per allocation, every rank's part visible
 to all) is in symmetric.py; the collectives that use it in place are in
-group.py. This module validates the request, makes every member agree on it,
+paths/symmetric.py. This module validates the request, makes every member agree on it,
 and hands back a NumPy array or a torch tensor over the caller's part.
 """
 

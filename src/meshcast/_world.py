@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _sync, config
+from . import _wait, config
 from ._hostwatch import HostLiveness, HostWatch
 from .errors import CommTimeout, RendezvousError
 from .group import ProcessGroup
@@ -59,7 +59,7 @@ def _boot_id() -> str:
 
 
 def wait_for_ranks(store: Any, keys: Mapping[int, str], timeout: float, what: str,
-                   liveness: _sync.PeerCheck | None) -> None:
+                   liveness: _wait.PeerCheck | None) -> None:
     """Return once every key of ``keys`` exists; each is set by the rank it is filed under.
 
     Args:
@@ -98,12 +98,12 @@ def wait_for_ranks(store: Any, keys: Mapping[int, str], timeout: float, what: st
                 del missing[rank]
         return list(missing)
 
-    _sync.wait_until(ready, deadline=time.monotonic() + timeout, describe=lambda: what,
+    _wait.wait_until(ready, deadline=time.monotonic() + timeout, describe=lambda: what,
                      pending=pending, liveness=liveness, block=block)
 
 
 def rank_barrier(store: Any, key: str, me: int, ranks: Sequence[int], timeout: float,
-                 what: str, liveness: _sync.PeerCheck | None) -> None:
+                 what: str, liveness: _wait.PeerCheck | None) -> None:
     """Return once every global rank of ``ranks`` (``me`` among them) reached ``key``.
 
     Raises:
@@ -123,7 +123,7 @@ class World:
     store: Any
     timeout: float
     backend: str
-    liveness: _sync.Liveness
+    liveness: _wait.Liveness
     transport: ShmTransport
     node_segment: Segment
     host_of: list[str] = field(default_factory=list)  # host id of every global rank
@@ -198,7 +198,7 @@ class World:
         return comm
 
     def _shm_group(self, group_id: int, ranks: list[int], name: str, store: Any,
-                   key: str, liveness: _sync.Liveness | None = None) -> ProcessGroup:
+                   key: str, liveness: _wait.Liveness | None = None) -> ProcessGroup:
         liveness = self.liveness if liveness is None else liveness
         n = len(ranks)
         me = ranks.index(self.rank)
@@ -254,7 +254,7 @@ class World:
             try:
                 self.store.wait([f"meshcast/exit/{r}"], 0.1)
             except CommTimeout:
-                if _sync.pid_alive(self.liveness.pids.get(r, -1)):
+                if _wait.pid_alive(self.liveness.pids.get(r, -1)):
                     continue
             except Exception:  # noqa: BLE001 - a broken store cannot be waited on
                 return
@@ -311,10 +311,10 @@ def bring_up(store: Any, rank: int, size: int, timeout: float, backend: str,
     # Shared memory only among the ranks of this host; every key below is per host.
     local = [r for r in range(size) if host_of[r] == host_of[rank]]
     pids = {r: peers[r]["pid"] for r in local}
-    liveness = _sync.Liveness(pids)
+    liveness = _wait.Liveness(pids)
     # Cores are the machine's, not the host's: emulated hosts (and containers) on one
     # machine share them, and a spinning waiter would hold a core its peer needs.
-    _sync.spec().share_cores(sum(p.get("machine") == me["machine"] for p in peers))
+    _wait.spec().share_cores(sum(p.get("machine") == me["machine"] for p in peers))
     ring = config.get("MESHCAST_RING_BYTES")
     node_key = "meshcast/node" if len(hosts) == 1 else f"meshcast/node/{h}"
     if rank == local[0]:

@@ -23,7 +23,7 @@ every rank computes from the slots (in group-rank order, so bitwise alike
 everywhere): an 8-byte all_reduce crosses hosts once. The exchange doubles
 as the barrier.
 
-Calls run one at a time in call order on the group's :class:`Engine`
+Calls run one at a time in call order on the group's :class:`~meshcast._fifo.CallFifo`
 (inline when idle, on its worker for ``async_op``), as on one host.
 """
 
@@ -38,12 +38,12 @@ from typing import Any
 import numpy as np
 
 from . import config, ops
+from ._fifo import CallFifo
 from ._fingerprint import SIZE as FP_SIZE
 from ._fingerprint import Fingerprint, compare, counts_hash
 from .algorithms import hierarchical as hier
 from .algorithms.hierarchical import Layout
 from .buffers import Buffer, store_back, working_copy
-from .engine import Engine
 from .errors import MismatchError, usage
 from .group import GroupRanks, ProcessGroup
 from .transport.interhost import HostComm, Request
@@ -81,12 +81,12 @@ class LocalOps:
             self._slots = (block, [block[i * n:(i + 1) * n] for i in range(self.size)]
                            if self.pg.rank() == 0 else None)
         outs = self._slots[1]
-        if not self.pg.small.gather(slot, outs, self._leader):
+        if not self.pg.lane.gather(slot, outs, self._leader):
             self.gather(outs, slot, 0)
 
     def broadcast_table(self, table: np.ndarray) -> None:
         """The agreement's last phase: the leader's ``table`` to every rank of the host."""
-        if self.size > 1 and not self.pg.small.broadcast(table, self._leader):
+        if self.size > 1 and not self.pg.lane.broadcast(table, self._leader):
             self.broadcast(table, 0)
 
     @staticmethod
@@ -176,7 +176,7 @@ class HostSpanningGroup(GroupRanks):
         self.timeout = timeout
         self.internode = engine_name
         self.hostnames = list(hostnames)  # per host index, for messages
-        self.engine = Engine(name)
+        self.fifo = CallFifo(name)
         self._seq = itertools.count(1)
         self._p2p_seq = itertools.count(1)
         self.last_algorithm: str | None = None
@@ -238,8 +238,8 @@ class HostSpanningGroup(GroupRanks):
                 body(_Ctx(self, deadline, what), counts, auxes)
 
         if async_op:
-            return self.engine.submit(job, Work(what), inline=False)
-        self.engine.call(job, what)
+            return self.fifo.submit(job, Work(what), inline=False)
+        self.fifo.call(job, what)
         return None
 
     def _agree(self, fp: Fingerprint, mine: int, aux: int, payload: np.ndarray | None,
@@ -576,7 +576,7 @@ class HostSpanningGroup(GroupRanks):
         return _InterHostP2PWork(what, self, req, deadline, after)
 
     def shutdown(self) -> None:
-        self.engine.close()
+        self.fifo.close()
         for comm in (self.rail, self.flat):
             if comm is not None:
                 comm.close()

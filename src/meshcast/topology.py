@@ -81,6 +81,12 @@ def ring_neighbours(rank: int, size: int) -> tuple[int, int]:
     return (rank - 1) % size, (rank + 1) % size
 
 
+def rotation(rank: int, size: int) -> list[int]:
+    """``rank, rank+1, ..., rank-1`` (mod size): readers that start at different ranks
+    spread the load over the ranks they read from."""
+    return [(rank + i) % size for i in range(size)]
+
+
 # --------------------------------------------------------------- relativity
 
 

@@ -1,13 +1,17 @@
-"""``Work``: the handle of a submitted operation, as in torch.distributed."""
+"""``Work`` (and ``P2PWork``): the handle of a submitted operation, as in torch.distributed."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import CommTimeout
+
+if TYPE_CHECKING:
+    from .transport.shm import Handle
 
 
 class Work:
@@ -131,3 +135,50 @@ class Work:
     def __repr__(self) -> str:
         state = "done" if self.is_completed() else "pending"
         return f"<Work {self._describe} {state}>"
+
+
+class P2PWork(Work):
+    """Work of a point-to-point operation: completes when the transport handle does."""
+
+    def __init__(self, describe: str, handle: Handle, deadline: float,
+                 finish: Callable[[], None] | None = None) -> None:
+        super().__init__(describe)
+        self._handle = handle
+        self._deadline = deadline
+        self._finish = finish
+
+    def _settle(self) -> None:
+        if self._finished or not self._handle.test():
+            return
+        err = self._handle.error
+        if err is None and self._finish is not None:
+            self._finish()
+        self.source_rank = self._handle.source
+        self._complete(error=err)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if timeout is not None and hasattr(timeout, "total_seconds"):
+            timeout = timeout.total_seconds()
+        deadline = self._deadline if timeout is None else min(self._deadline,
+                                                              time.monotonic() + timeout)
+        if not self._finished:
+            try:
+                self._handle.wait(deadline)
+            except BaseException as exc:
+                if self._handle.test() or time.monotonic() >= self._deadline:
+                    self._complete(error=exc)
+                raise
+            self._settle()
+        return super().wait(0)
+
+    def is_completed(self) -> bool:
+        self._settle()
+        return self._finished
+
+    def is_success(self) -> bool:
+        self._settle()
+        return super().is_success()
+
+    def exception(self) -> BaseException | None:
+        self._settle()
+        return super().exception()

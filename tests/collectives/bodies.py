@@ -639,7 +639,7 @@ def numpy_bfloat16() -> None:
 
 
 def tiny_call_paths() -> bool:
-    """The cached tiny-call lane (meshcast.small_calls) and the general path agree, keep
+    """The cached tiny-call lane (meshcast.lanes) and the general path agree, keep
     call order, and refuse bad input the same way. Returns whether the arena round ran
     compiled."""
     r, n = dist.get_rank(), dist.get_world_size()
@@ -683,9 +683,9 @@ def tiny_call_paths() -> bool:
         whole[4 * r:4 * r + 4] = r + 10
         dist.all_gather_into_tensor(whole, whole[4 * r:4 * r + 4])  # in place
         assert (whole.reshape(n, 4) == (np.arange(n) + 10)[:, None]).all()
-    assert {key[0] for key in pg.small.plans} >= {"all_reduce", "broadcast", "all_gather",
-                                                  "reduce_scatter", "reduce"}, pg.small.plans.keys()
-    assert any(plan for key, plan in pg.small.plans.items() if key[0] == "reduce") or r != 0
+    assert {key[0] for key in pg.lane.plans} >= {"all_reduce", "broadcast", "all_gather",
+                                                  "reduce_scatter", "reduce"}, pg.lane.plans.keys()
+    assert any(plan for key, plan in pg.lane.plans.items() if key[0] == "reduce") or r != 0
     # Call order: a tiny synchronous call queues behind pending async work.
     big = np.full(300_000, r, np.float64)
     tiny = np.full(3, r, np.float64)
@@ -724,7 +724,7 @@ def tiny_call_paths() -> bool:
     dist.all_reduce(b, op=ReduceOp.BOR)
     assert b.tolist() == [True, False]
     dist.barrier()
-    assert pg.last_algorithm == "barrier/oneshot" and ("barrier",) in pg.small.plans
+    assert pg.last_algorithm == "barrier/oneshot" and ("barrier",) in pg.lane.plans
     return pg.arena._round is not None
 
 

@@ -302,7 +302,7 @@ def all_to_all_lane(base: int) -> list[str]:
     assert (big == n * (n - 1) // 2).all()
     np.testing.assert_array_equal(out.reshape(n, 2), [[100 * s + 2 * r, 100 * s + 2 * r + 1]
                                                       for s in range(n)])
-    assert any(key[0] == "all_to_all" and plan for key, plan in pg.small.plans.items())
+    assert any(key[0] == "all_to_all" and plan for key, plan in pg.lane.plans.items())
     return seen
 
 
@@ -346,7 +346,7 @@ def rooted_lane(base: int) -> list[str]:
     assert (big == n * (n - 1) // 2).all()
     if r == 0:
         np.testing.assert_array_equal(outs, [[q + 0.5] * 2 for q in range(n)])
-    lanes = {key[0] for key, plan in pg.small.plans.items() if plan}
+    lanes = {key[0] for key, plan in pg.lane.plans.items() if plan}
     assert lanes >= {"gather", "scatter"}, lanes
     return seen
 

@@ -9,7 +9,7 @@ import numpy as np
 import meshcast as dist
 from meshcast.algorithms import _explain
 from meshcast.algorithms import _select as table
-from meshcast.group import split_head
+from meshcast.paths.oneshot import split_head
 
 KINDS = ("barrier", "broadcast", "all_reduce", "reduce", "all_gather", "gather", "scatter",
          "reduce_scatter", "all_to_all")

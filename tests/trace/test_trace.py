@@ -72,7 +72,7 @@ def _untouched() -> list:
 
     pg = dist.group.WORLD
     return [name for name in ("all_reduce", "broadcast", "isend") if name in vars(pg)] + [
-        name for name in ("all_reduce", "send") if name in vars(pg.small)] + (
+        name for name in ("all_reduce", "send") if name in vars(pg.lane)] + (
         [] if pg.tracer is None else ["tracer"])
 
 

@@ -15,7 +15,7 @@ import meshcast.algorithms
 
 PACKAGE = Path(meshcast.algorithms.__file__).parent
 # the runners are not algorithms: _execute meets I/O, _simulate and _select drive schedules,
-# _cli lists them (and reads the group's source for the fast paths); _explain says which
+# _cli lists them (and reads the sources that report the fast paths); _explain says which
 # one a call would run (it asks the table, and across hosts the spanning group's rules)
 RUNNERS = {"__init__", "_execute", "_simulate", "_select", "_cli", "_explain"}
 SCHEDULE_MODULES = sorted(p for p in PACKAGE.glob("*.py") if p.stem not in RUNNERS)

@@ -84,7 +84,7 @@ def test_fast_paths_are_what_the_code_reports_and_never_a_schedule(where, module
 
 def test_the_derived_fast_paths_include_the_generic_sites():
     fast = _cli.fast_paths()
-    # ProcessGroup._submit's f"{kind}/cma" (single=) and f"{kind}/oneshot" (direct=)
+    # ProcessGroup._submit's f"{kind}/cma" (single=) and f"{kind}/oneshot" (staged=)
     assert "cma" in fast["one host"]["reduce"] and "cma" in fast["one host"]["gather"]
     assert "oneshot" in fast["one host"]["all_to_all"]
     # spanning.py's f"{coll}/{family}": rails only where hierarchical.supports allows it

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from meshcast import _sync
+from meshcast import _wait
 from meshcast._hostwatch import NOTICE_KEY, HostLiveness, HostWatch
 from meshcast.errors import PeerGoneError
 from meshcast.rendezvous import TCPStore, TCPStoreServer
@@ -154,7 +154,7 @@ def test_host_liveness_announces_a_dead_local_rank(store):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     try:
-        live = HostLiveness(_sync.Liveness({0: 1, 1: dead.pid}), a, [0, 1, 2])
+        live = HostLiveness(_wait.Liveness({0: 1, 1: dead.pid}), a, [0, 1, 2])
         with pytest.raises(PeerGoneError, match=r"rank 1 \(pid \d+\) exited"):
             live.check([1], "broadcast #3 on WORLD on alpha (rank 0)")
         exc, _ = _raises_within(b, [2], 1.0)  # beta learns who died on alpha

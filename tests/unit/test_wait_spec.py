@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from meshcast._sync import WaitSpec
+from meshcast._wait import WaitSpec
 
 
 def _cores() -> int:

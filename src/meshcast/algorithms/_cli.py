@@ -30,11 +30,12 @@ from ._registry import AlgorithmEntry
 HELP = "list the algorithms of every collective (or one): schedules and fast paths"
 
 #: Modules whose ``last_algorithm = ...`` assignments report the fast paths.
-ONE_HOST_MODULES = ("meshcast.group", "meshcast.small_calls")
+ONE_HOST_MODULES = ("meshcast.group", "meshcast.lanes", "meshcast.paths.oneshot",
+                    "meshcast.paths.symmetric")
 ACROSS_HOSTS_MODULES = ("meshcast.spanning",)
 
 SOURCES = {
-    "one host": "group.py, small_calls.py",
+    "one host": "group.py, lanes.py, paths/",
     "across hosts": "spanning.py; families from algorithms/hierarchical.py",
 }
 FAST_PATHS_TITLE = "fast paths (not yet schedules, see issue 13)"
@@ -189,7 +190,7 @@ def _values(value: ast.expr, at: ast.AST, parents: dict[ast.AST, ast.AST], tree:
     if isinstance(value, ast.Constant) and isinstance(value.value, str):
         return [_split(value.value)]
     if isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name):
-        # a module-level table of labels (small_calls._ONESHOT): its values
+        # a module-level table of labels (lanes._ONESHOT): its values
         table = getattr(importlib.import_module(module), value.value.id, {})
         return [_split(v) for v in table.values() if isinstance(v, str) and "/" in v]
     if not isinstance(value, ast.JoinedStr) or len(value.values) != 2:
@@ -201,7 +202,7 @@ def _values(value: ast.expr, at: ast.AST, parents: dict[ast.AST, ast.AST], tree:
     if isinstance(first, ast.FormattedValue) and isinstance(second, ast.Constant):
         # f"{kind}/oneshot" in a method taking kind: the kinds its callers pass along
         # with the argument that guards the assignment (ProcessGroup._submit's
-        # direct= for oneshot, single= for cma)
+        # staged= for oneshot, single= for cma)
         name = str(second.value).lstrip("/")
         return [(kind, name) for kind in _guarded_kinds(at, parents, tree)]
     return []

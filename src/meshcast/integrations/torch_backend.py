@@ -329,7 +329,7 @@ def _scaled(flat: np.ndarray, dtype_name: str, factor: float) -> np.ndarray:
 
 
 class _Written(Buffer):
-    """A Buffer whose ``finish()`` (run by the engine when the call succeeded) also runs ``after``."""
+    """A Buffer whose ``finish()`` (run by the group's FIFO when the call succeeded) also runs ``after``."""
 
     __slots__ = ("_after",)
 
@@ -777,7 +777,7 @@ def _make_pg_class() -> type:
                 return
             self._closed = True
             if drain:
-                self._group.engine.drain(timeout=self._group.timeout)
+                self._group.fifo.drain(timeout=self._group.timeout)
             if self._owns_world:
                 _close_world(self._world)
             else:
@@ -848,7 +848,7 @@ def _close_world(world: Any) -> None:
     from .. import _api, _world
 
     for g in world.groups:
-        g.engine.drain(timeout=world.timeout)
+        g.fifo.drain(timeout=world.timeout)
     world.close()
     if _state.world is world:
         _state.world = None

@@ -200,7 +200,7 @@ class Tracer:
             method = getattr(group, name, None)
             if method is not None:
                 setattr(group, name, self._wrap(group, name, method, where, lane=False))
-        lane = getattr(group, "small", None)
+        lane = getattr(group, "lane", None)
         if lane is not None:
             for name, where in _LANE_ARGS.items():
                 method = getattr(lane, name, None)

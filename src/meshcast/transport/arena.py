@@ -21,7 +21,7 @@ Rule 3: fingerprints are double-buffered by seq parity: a rank can be at most
 one collective ahead of the slowest rank that still reads its fingerprint,
 because entering ``seq + 1`` requires everyone to have entered ``seq``.
 
-Waiting uses meshcast._sync.wait_until with a futex on the low 32 bits of the
+Waiting uses meshcast._wait.wait_until with a futex on the low 32 bits of the
 peer's signal word; a waiter publishes which rank it sleeps on so a signaller
 only makes the wake syscall when someone sleeps.
 """
@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _sync, config
+from .. import _wait, config
 from .._fingerprint import SIZE as FP_SIZE
 from .._fingerprint import Fingerprint, compare, counts_hash
 from ..errors import CommTimeout, GroupAbortedError, MeshcastError, MismatchError
@@ -67,7 +67,7 @@ def _compiled_round(segment: Segment, rank: int, n: int, ranks_off: int, fp_off:
         from . import _tiny
     except ImportError:
         return None
-    yield_ns = int(_sync.spec().yield_s * 1e9)
+    yield_ns = int(_wait.spec().yield_s * 1e9)
     return _tiny.Round(segment.address, n, rank, ranks_off, fp_off, small_off, small_bytes,
                        FP_SIZE, yield_ns, segment)
 
@@ -98,7 +98,7 @@ class Arena:
         return cls.layout(n, slot_bytes)[4]
 
     def __init__(self, segment: Segment, rank: int, n: int, slot_bytes: int,
-                 global_ranks: Sequence[int], liveness: _sync.Liveness, name: str) -> None:
+                 global_ranks: Sequence[int], liveness: _wait.Liveness, name: str) -> None:
         self.segment = segment
         self.rank = rank
         self.n = n
@@ -137,9 +137,9 @@ class Arena:
         self._round = None if compiled is None else compiled.run  # type: ignore[attr-defined]
         self._combining = None if compiled is None else compiled.oneshot  # type: ignore[attr-defined]
         self.compiled_rooted = None if compiled is None else compiled.rooted  # type: ignore[attr-defined]
-        # single-copy reads, then a round (ProcessGroup._single_copy)
+        # single-copy reads, then a round (paths.single_copy.run)
         self.compiled_reads = None if compiled is None else compiled.reads  # type: ignore[attr-defined]
-        self._spec = _sync.spec()  # the process's wait settings (spin budget)
+        self._spec = _wait.spec()  # the process's wait settings (spin budget)
         self.spin_ns = int(self._spec.spin_s * 1e9)  # the compiled helper's spin budget
 
     # ------------------------------------------------------------------ signals
@@ -152,10 +152,10 @@ class Arena:
         # Words through the memoryview: item access costs a fraction of NumPy's.
         q, me = self._qwords, self.rank
         q[me * 8] = (self.seq << _PHASE_BITS) | phase
-        _sync.fence()  # the store above before reading the sleeping words
+        _wait.fence()  # the store above before reading the sleeping words
         for r in range(self.n):
             if q[r * 8 + 1] == me + 1:
-                _sync.futex_wake(self._word_addr[me])
+                _wait.futex_wake(self._word_addr[me])
                 break
 
     def wait(self, ranks: Sequence[int], phase: int) -> None:
@@ -173,15 +173,15 @@ class Arena:
         def block(timeout: float) -> None:
             seen = int(words[r])
             self._sleeping[self.rank] = r + 1
-            _sync.fence()
+            _wait.fence()
             if int(words[r]) == seen and not self._abort[0]:
-                _sync.futex_wait(addr, seen & 0xFFFFFFFF, timeout)
+                _wait.futex_wait(addr, seen & 0xFFFFFFFF, timeout)
             self._sleeping[self.rank] = 0
 
         q = self._qwords
         at = r * 8
         try:
-            _sync.wait_until(
+            _wait.wait_until(
                 lambda: q[at] >= target,
                 deadline=self.deadline,
                 describe=lambda: f"{self.what} (phase {phase})",
@@ -301,7 +301,7 @@ class Arena:
         from byte ``offset`` (broadcast), -2 the concatenation of every region's first
         ``out.nbytes / n`` bytes (all_gather), otherwise the reduce kernel ``code``
         over every region from byte ``offset``, in rank order (see ``_tiny.c`` and
-        ``small_calls._c_kernel``).
+        ``lanes._c_kernel``).
 
         Returns True when ``out`` holds the result; False when the caller combines
         (``out`` None, no compiled helper, or a round that needed Python's slow
@@ -513,9 +513,9 @@ class Arena:
             self._abort_msg[:len(data)] = np.frombuffer(data, np.uint8)
             self._abort_msg[len(data)] = 0
             self._abort[0] = 2 if mismatch else 1
-        _sync.fence()
+        _wait.fence()
         for addr in self._word_addr:
-            _sync.futex_wake(addr)
+            _wait.futex_wake(addr)
 
     def aborted(self) -> str | None:
         if not self._abort[0]:

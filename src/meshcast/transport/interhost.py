@@ -13,7 +13,7 @@ meshcast's own kernels, so every dtype and op works on every engine, and the
 result is bitwise the same whichever engine carried it.
 
 Every exchange is non-blocking underneath and waited for through
-:func:`meshcast._sync.wait_until` (spin, yield, then short sleeps): a call
+:func:`meshcast._wait.wait_until` (spin, yield, then short sleeps): a call
 has a deadline and names what it waits for, and a waiting rank does not
 hold a core that an oversubscribed host needs.
 
@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _sync
+from .. import _wait
 from ..errors import CommTimeout, InvalidUsage, PeerGoneError, TransportError
 from ..ops import ReduceOp
 
@@ -83,7 +83,7 @@ class HostComm:
     #: lost host, until the engine's own timeout), which engines heed when closing.
     failed = False
     #: How long a wait polls (yielding the core between polls) before it sleeps between
-    #: polls; None: the process's setting (see meshcast._sync.wait_until).
+    #: polls; None: the process's setting (see meshcast._wait.wait_until).
     poll_s: float | None = None
 
     def __init__(self, ranks: Sequence[int], rank: int, name: str) -> None:
@@ -157,7 +157,7 @@ class HostComm:
             if req.block is not None:
                 self._block(req, deadline, describe, pending)
             else:
-                _sync.wait_until(req.test, deadline=deadline, describe=describe,
+                _wait.wait_until(req.test, deadline=deadline, describe=describe,
                                  pending=pending, liveness=self.watch, yield_s=self.poll_s)
         except (CommTimeout, TransportError):
             self.failed = True
@@ -171,7 +171,7 @@ class HostComm:
         """Wait on an engine that progresses only inside its own blocking wait (Gloo), in
         slices of one liveness interval with the hosts' checks between them."""
         assert req.block is not None
-        step = _sync.spec().liveness_s
+        step = _wait.spec().liveness_s
         while True:
             left = deadline - time.monotonic()
             if left <= 0:

@@ -26,7 +26,7 @@ user threads only post operations (under ``self._lock``) and ring the
 process's own doorbell.
 
 Rule 2: the producer of a ring writes data, then ``head`` (stores in order,
-see meshcast._sync), then bumps the consumer's doorbell; the consumer reads
+see meshcast._wait), then bumps the consumer's doorbell; the consumer reads
 ``head``, then data, then writes ``tail`` and bumps the producer's doorbell.
 Doorbells are 32-bit futex words; a bump from two processes at once may lose
 an increment, which is harmless because the sleeper only cares that the value
@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from .. import _sync
+from .. import _wait
 from ..errors import GroupAbortedError, MismatchError, PeerGoneError, TransportError
 from . import cma
 from .segment import Segment
@@ -117,7 +117,7 @@ class Handle:
         return self.peers if source is None else (source,)
 
     def check(self, ranks: Iterable[int], what: str) -> None:
-        """The liveness check of :meth:`wait` (a :class:`meshcast._sync.PeerCheck`).
+        """The liveness check of :meth:`wait` (a :class:`meshcast._wait.PeerCheck`).
 
         A dead rank among ``ranks`` fails, through the transport, every operation
         waiting on it, once what it sent before dying has been drained; so this
@@ -177,7 +177,7 @@ class Handle:
 
             transport.begin_poll()
             try:
-                _sync.wait_until(
+                _wait.wait_until(
                     ready,
                     deadline=deadline,
                     describe=lambda: self.describe,
@@ -252,7 +252,7 @@ class ShmTransport:
         return nlocal * _LINE + nlocal * nlocal * (_RING_HEADER + ring_bytes)
 
     def __init__(self, segment: Segment, ranks: list[int], me: int, ring_bytes: int,
-                 liveness: _sync.Liveness, cma_min_bytes: int = 0) -> None:
+                 liveness: _wait.Liveness, cma_min_bytes: int = 0) -> None:
         self.segment = segment
         self.ranks = list(ranks)
         self.local = {g: i for i, g in enumerate(ranks)}
@@ -524,7 +524,7 @@ class ShmTransport:
             if blocked:
                 self._blocked += 1
             self._words[self._sleep_at[self.li]] = self._wake_flag()
-        _sync.fence()
+        _wait.fence()
         self.poll()
 
     def _wake_flag(self) -> int:
@@ -546,13 +546,13 @@ class ShmTransport:
         """Bump local rank ``li``'s doorbell; wake its progress thread if it asked to be
         woken for this (``urgent``: a stalled ring, see Rule 5)."""
         self._words[self._bell_at[li]] = (int(self._words[self._bell_at[li]]) + 1) & 0xFFFFFFFF
-        _sync.fence()
+        _wait.fence()
         flag = self._words[self._sleep_at[li]]
         if flag == _WAKE_ALWAYS or (urgent and flag == _WAKE_URGENT):
-            _sync.futex_wake(self._bell_addr[li])
+            _wait.futex_wake(self._bell_addr[li])
 
     def _run(self) -> None:
-        s = _sync.spec()
+        s = _wait.spec()
         next_live = time.monotonic() + s.liveness_s
         my_bell = self._bell_addr[self.li]
         while self._closed is None:
@@ -574,9 +574,9 @@ class ShmTransport:
             with self._flag_lock:
                 self._asleep = True
                 self._words[self._sleep_at[self.li]] = self._wake_flag()
-            _sync.fence()
+            _wait.fence()
             if int(self._words[self._bell_at[self.li]]) == seen and self._closed is None:
-                _sync.futex_wait(my_bell, seen, s.liveness_s if busy else 1.0)
+                _wait.futex_wait(my_bell, seen, s.liveness_s if busy else 1.0)
             with self._flag_lock:
                 self._asleep = False
                 self._words[self._sleep_at[self.li]] = _WAKE_NEVER
@@ -640,7 +640,7 @@ class ShmTransport:
             # Ring full: ask the consumer to ring our doorbell when it frees space
             # (Rule 4), then look once more in case it freed some meanwhile.
             waiting_v[0] = 1
-            _sync.fence()
+            _wait.fence()
             if int(tail_v[0]) != tail:
                 more, done = self._push(j, op)
                 return moved > 0 or more, done
@@ -648,7 +648,7 @@ class ShmTransport:
 
     def _space_freed(self, j: int, waiting_v: memoryview) -> None:
         """After consuming: wake the producer only if it waits for space (Rule 4)."""
-        _sync.fence()
+        _wait.fence()
         if waiting_v[0]:
             self._ring_bell(j, urgent=True)
 
@@ -854,7 +854,7 @@ class ShmTransport:
                 recv.handle._finish(reason)
             self._posted.clear()
         self._ring_bell(self.li, urgent=True)
-        _sync.futex_wake(self._bell_addr[self.li])  # whatever its flag says: it must stop
+        _wait.futex_wake(self._bell_addr[self.li])  # whatever its flag says: it must stop
 
     def close(self) -> None:
         """Stop the progress thread; pending operations fail with GroupAbortedError."""

@@ -24,20 +24,19 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from . import _sync, ops
+from . import _wait, ops
 from ._fingerprint import Fingerprint, counts_hash, path_digest
 from .algorithms import _select as _fast
 from .buffers import SUPPORTED, as_buffer
 from .errors import InvalidUsage
+from .paths import GroupView, single_copy
+from .paths.oneshot import split_head, split_header
 from .transport.shm import KIND_P2P
 from .work import Work
-
-if TYPE_CHECKING:
-    from .group import ProcessGroup
 
 _SEQ = struct.Struct("<Q")  # the fingerprint's first field (see _fingerprint._STRUCT)
 _PLANS_MAX = 64
@@ -50,7 +49,7 @@ class _What:
 
     __slots__ = ("group", "kind")
 
-    def __init__(self, group: ProcessGroup, kind: str) -> None:
+    def __init__(self, group: GroupView, kind: str) -> None:
         self.group, self.kind = group, kind
 
     def __str__(self) -> str:
@@ -62,7 +61,7 @@ class _P2PWhat:
 
     __slots__ = ("group", "verb", "peer", "tag")
 
-    def __init__(self, group: ProcessGroup, verb: str, peer: int, tag: int) -> None:
+    def __init__(self, group: GroupView, verb: str, peer: int, tag: int) -> None:
         self.group, self.verb, self.peer, self.tag = group, verb, peer, tag
 
     def __str__(self) -> str:
@@ -70,16 +69,16 @@ class _P2PWhat:
         return f"{self.verb} {way} rank {self.peer} (tag {self.tag}) on {self.group.group_name}"
 
 
-class SmallCalls:
+class TinyCallLane:
     """A group's tiny-call lane (one per :class:`~meshcast.group.ProcessGroup`)."""
 
-    def __init__(self, group: ProcessGroup) -> None:
+    def __init__(self, group: GroupView) -> None:
         self.group = group
         self.plans: dict[tuple, tuple | bool] = {}
         self._last_address: tuple[np.ndarray, int] | None = None
         self._last_all_reduce: tuple = (None, None, None, False)
         self._last_broadcast: tuple = (None, None, None, False)
-        self._spec = _sync.spec()  # the process's wait settings (spin time)
+        self._spec = _wait.spec()  # the process's wait settings (spin time)
         self._whats = {kind: _What(group, kind) for kind in (
             "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all",
             "gather", "scatter", "barrier")}
@@ -105,8 +104,8 @@ class SmallCalls:
         if views is None:
             return self._all_reduce_single(arr, tail, kernel, average)
         group = self.group
-        engine = group.engine
-        if not engine.enter_inline():  # queued async work goes first: the closure path
+        fifo = group.fifo
+        if not fifo.enter_inline():  # queued async work goes first: the closure path
             if self._run("all_reduce", tail, arr, arr, code, -1, 0, _reduce_parity, arr, views,
                          kernel, average) and average:
                 ops.finish_average(arr, group._size)
@@ -121,9 +120,9 @@ class SmallCalls:
             else:
                 _reduce(arr, views[seq & 1], kernel, average)
         except BaseException as exc:
-            engine.leave_inline(exc)
+            fifo.leave_inline(exc)
             raise
-        engine.leave_inline(None)
+        fifo.leave_inline(None)
         group.last_algorithm = "all_reduce/oneshot"
         return True
 
@@ -133,24 +132,24 @@ class SmallCalls:
         if not plan:
             return False
         group = self.group
-        engine = group.engine
-        if not engine.enter_inline():  # queued async work goes first
+        fifo = group.fifo
+        if not fifo.enter_inline():  # queued async work goes first
             self._run("barrier", plan[0], None, None, None, -1, 0, _ignore)
             return True
         try:  # inline, as all_reduce: entering the round is the barrier
             group.arena.combined_oneshot(next(group._seq), plan[0], self._whats["barrier"],
                                          group.timeout, None, None, None)
         except BaseException as exc:
-            engine.leave_inline(exc)
+            fifo.leave_inline(exc)
             raise
-        engine.leave_inline(None)
+        fifo.leave_inline(None)
         group.last_algorithm = "barrier/oneshot"
         return True
 
     def _all_reduce_single(self, arr: np.ndarray, tail: bytes, op: ops.ReduceOp,
                            average: bool) -> bool:
         """all_reduce past the one-shot sizes: the general path's single-copy form (see
-        ProcessGroup.reduce_then_collect), entered here. The entry compares every
+        paths.single_copy.reduce_then_collect), entered here. The entry compares every
         field, so ranks that disagree get the general path's MismatchError."""
         group = self.group
         arena, n = group.arena, group._size
@@ -162,8 +161,8 @@ class SmallCalls:
                                       time.monotonic() + group.timeout):
                 arena.compare_entered(seq, False)  # raises the MismatchError
             group.last_algorithm = "all_reduce/cma"
-            group._single_copy(group.reduce_then_collect(flat, op), 2, [arr.size] * n,
-                               self._whats["all_reduce"])
+            body = single_copy.reduce_then_collect(arena, flat, op, group._rank, n)
+            single_copy.run(group, body, 2, [arr.size] * n, self._whats["all_reduce"])
             if average:
                 ops.finish_average(flat, n)
 
@@ -178,8 +177,8 @@ class SmallCalls:
         tail, views, kernel, average, code, root = plan
         group = self.group
         at_root = group._rank == root
-        engine = group.engine
-        if not engine.enter_inline():  # queued async work goes first
+        fifo = group.fifo
+        if not fifo.enter_inline():  # queued async work goes first
             if self._run("reduce", tail, arr, arr if at_root and code is not None else None,
                          code, -1, 0, _reduce_parity if at_root else _ignore, arr, views, kernel,
                          average) and average:
@@ -195,9 +194,9 @@ class SmallCalls:
             elif at_root:
                 _reduce(arr, views[seq & 1], kernel, average)
         except BaseException as exc:
-            engine.leave_inline(exc)
+            fifo.leave_inline(exc)
             raise
-        engine.leave_inline(None)
+        fifo.leave_inline(None)
         group.last_algorithm = "reduce/oneshot"
         return True
 
@@ -216,8 +215,8 @@ class SmallCalls:
         tail, views, root = plan
         group = self.group
         at_root = group._rank == root
-        engine = group.engine
-        if not engine.enter_inline():  # queued async work goes first
+        fifo = group.fifo
+        if not fifo.enter_inline():  # queued async work goes first
             if at_root:
                 self._run("broadcast", tail, arr, None, _COPY_ROOT, root, 0, _ignore)
             else:
@@ -232,9 +231,9 @@ class SmallCalls:
                     None if at_root else arr, _COPY_ROOT, root) and not at_root:
                 arr[...] = views[seq & 1][root]
         except BaseException as exc:
-            engine.leave_inline(exc)
+            fifo.leave_inline(exc)
             raise
-        engine.leave_inline(None)
+        fifo.leave_inline(None)
         group.last_algorithm = "broadcast/oneshot"
         return True
 
@@ -250,8 +249,8 @@ class SmallCalls:
             return self._all_gather_single(flat_out, inp, tail)
 
         group = self.group
-        engine = group.engine
-        if not engine.enter_inline():  # queued async work goes first
+        fifo = group.fifo
+        if not fifo.enter_inline():  # queued async work goes first
             self._run("all_gather", tail, inp.reshape(-1), flat_out, _COPY_ALL, -1, 0,
                       _concatenate, views, flat_out)
             return True
@@ -262,9 +261,9 @@ class SmallCalls:
                                                 _COPY_ALL):
                 np.concatenate(views[seq & 1], out=flat_out)
         except BaseException as exc:
-            engine.leave_inline(exc)
+            fifo.leave_inline(exc)
             raise
-        engine.leave_inline(None)
+        fifo.leave_inline(None)
         group.last_algorithm = "all_gather/oneshot"
         return True
 
@@ -276,15 +275,15 @@ class SmallCalls:
         arena, n = group.arena, group._size
         mine = inp.reshape(-1).view(np.uint8)
         p = mine.nbytes
-        gather_pieces = group.gather_pieces(flat_out.view(np.uint8), mine,
-                                            [q * p for q in range(n + 1)])
+        gather_pieces = single_copy.gather_pieces(flat_out.view(np.uint8), mine,
+                                                  [q * p for q in range(n + 1)], group._rank, n)
 
         def run(seq: int) -> None:
             arena.expose(seq, self._address(inp), p, 0)
             if arena.packed_enter(seq, _SEQ.pack(seq) + tail, self._whats["all_gather"],
                                   time.monotonic() + group.timeout):
                 group.last_algorithm = "all_gather/cma"
-                group._single_copy(gather_pieces, 1, [inp.size] * n, self._whats["all_gather"])
+                single_copy.run(group, gather_pieces, 1, [inp.size] * n, self._whats["all_gather"])
                 return
             counts = arena.compare_entered(seq, True)
             group.all_gather(flat_out, inp.reshape(-1), [inp.size] * n, inp.dtype.name,
@@ -303,9 +302,9 @@ class SmallCalls:
         if views is None:
             return self._reduce_scatter_single(flat_out, inp.reshape(-1), tail, kernel, average)
         group = self.group
-        engine = group.engine
+        fifo = group.fifo
         offset = group._rank * out.nbytes
-        if not engine.enter_inline():  # queued async work goes first
+        if not fifo.enter_inline():  # queued async work goes first
             if self._run("reduce_scatter", tail, inp.reshape(-1), flat_out, code, -1, offset,
                          _reduce_parity, flat_out, pieces, kernel, average) and average:
                 ops.finish_average(flat_out, group._size)
@@ -321,16 +320,16 @@ class SmallCalls:
             else:
                 _reduce(flat_out, pieces[seq & 1], kernel, average)
         except BaseException as exc:
-            engine.leave_inline(exc)
+            fifo.leave_inline(exc)
             raise
-        engine.leave_inline(None)
+        fifo.leave_inline(None)
         group.last_algorithm = "reduce_scatter/oneshot"
         return True
 
     def _reduce_scatter_single(self, out: np.ndarray, inp: np.ndarray, tail: bytes,
                                op: ops.ReduceOp, average: bool) -> bool:
         """reduce_scatter past the one-shot sizes: the general path's single-copy form
-        (ProcessGroup.reduce_my_piece) when every rank agrees; anything else is handed
+        (paths.single_copy.reduce_my_piece) when every rank agrees; anything else is handed
         over to the general path after the entry."""
         group = self.group
         arena, me, n = group.arena, group._rank, group._size
@@ -341,8 +340,8 @@ class SmallCalls:
             if arena.packed_enter(seq, _SEQ.pack(seq) + tail, self._whats["reduce_scatter"],
                                   time.monotonic() + group.timeout):
                 group.last_algorithm = "reduce_scatter/cma"
-                group._single_copy(group.reduce_my_piece(inp, me * c, out, op), 1, [c] * n,
-                                   self._whats["reduce_scatter"])
+                single_copy.run(group, single_copy.reduce_my_piece(inp, me * c, out, op, me, n),
+                                1, [c] * n, self._whats["reduce_scatter"])
                 if average:
                     ops.finish_average(out, n)
                 return
@@ -430,11 +429,12 @@ class SmallCalls:
             for q, src in enumerate(pieces):
                 dst[q * p:(q + 1) * p] = mine[me * p:(me + 1) * p] if q == me else src
             group.last_algorithm = "all_to_all/oneshot"
-        elif uniform and group.single_copy_fits(nbytes, n):
+        elif uniform and _fast.single_copy(group.caps, nbytes, n):
             # The general path's single-copy all_to_all, without rebuilding it.
             group.last_algorithm = "all_to_all/cma"
-            group._single_copy(
-                group.read_pieces(dst, mine, [q * p for q in range(n + 1)], [me * p] * n),
+            single_copy.run(
+                group, single_copy.read_pieces(dst, mine, [q * p for q in range(n + 1)],
+                                               [me * p] * n, me, n),
                 1, [inp.size] * n, self._whats["all_to_all"])
         else:
             counts = [inp.size] * n if agreed else group.arena.compare_entered(seq, True)
@@ -592,15 +592,15 @@ class SmallCalls:
     def _inline(self, run: Callable[[int], None]) -> bool:
         """``run(seq)`` as the group's next call, in this thread; False (nothing done)
         while async work is queued: the general path then queues behind it."""
-        engine = self.group.engine
-        if not engine.enter_inline():
+        fifo = self.group.fifo
+        if not fifo.enter_inline():
             return False
         try:
             run(next(self.group._seq))
         except BaseException as exc:
-            engine.leave_inline(exc)
+            fifo.leave_inline(exc)
             raise
-        engine.leave_inline(None)
+        fifo.leave_inline(None)
         return True
 
     def _rooted(self, kind: str, arr: np.ndarray, pieces: Any, root_rank: int | None, *,
@@ -628,10 +628,10 @@ class SmallCalls:
         ``combine`` is a module-level function and its arguments are passed along, not
         bound in a closure: building one per call cost a third of a tiny broadcast."""
         group = self.group
-        engine = group.engine
+        fifo = group.fifo
         if code is None:
             out = None
-        if engine.enter_inline():  # the group is idle: run it right here
+        if fifo.enter_inline():  # the group is idle: run it right here
             try:
                 seq = next(group._seq)
                 done = group.arena.combined_oneshot(seq, tail, self._whats[kind], group.timeout,
@@ -639,9 +639,9 @@ class SmallCalls:
                 if not done:
                     combine(seq & 1, *args)
             except BaseException as exc:
-                engine.leave_inline(exc)
+                fifo.leave_inline(exc)
                 raise
-            engine.leave_inline(None)
+            fifo.leave_inline(None)
         else:  # behind queued async work, in call order
             seq = next(group._seq)
             what = self._whats[kind]
@@ -653,7 +653,7 @@ class SmallCalls:
                 combine(seq & 1, *args)
                 return False
 
-            done = engine.call(job, f"{kind} #{seq}")
+            done = fifo.call(job, f"{kind} #{seq}")
         group.last_algorithm = _ONESHOT[kind]
         return done
 
@@ -770,7 +770,7 @@ class SmallCalls:
         fields = dict(dtype=dtype.name, count=inp.size, extra=counts_hash((inp.size,) * n))
         if group._oneshot_gathering(inp.nbytes, None):
             return self._tail("all_gather", **fields), self._views(inp.reshape(-1))
-        if group.single_copy_fits(inp.nbytes):
+        if _fast.single_copy(group.caps, inp.nbytes):
             return self._tail("all_gather", False, **fields), None
         return False
 
@@ -780,7 +780,7 @@ class SmallCalls:
         group = self.group
         dtype, n, me = inp.dtype, group.size(), group.rank()
         oneshot = self._fits(inp.nbytes)
-        single = not oneshot and n > 1 and group.single_copy_fits(out.nbytes)
+        single = not oneshot and n > 1 and _fast.single_copy(group.caps, out.nbytes)
         if (dtype.name not in ops.FAST_DTYPES or not dtype.isnative or out.dtype != dtype
                 or inp.size != out.size * n or not (oneshot or single)):
             return False
@@ -800,8 +800,6 @@ class SmallCalls:
                 _c_kernel(sched_op, dtype))
 
     def _all_to_all_plan(self, out: np.ndarray, inp: np.ndarray) -> tuple | bool:
-        from .group import split_head, split_header
-
         group = self.group
         dtype, n, me = inp.dtype, group.size(), group.rank()
         if (n < 2 or dtype.name not in _MOVE_DTYPES or not dtype.isnative
@@ -819,8 +817,8 @@ class SmallCalls:
         # what rank q's staged input holds for me, per parity
         pieces = [[small[q][parity][head + me * p:head + (me + 1) * p] for q in range(n)]
                   for parity in (0, 1)]
-        return (tail, header, headers, head, group.a2a_direct_limit(), pieces, dtype.name,
-                (tail,) * n)
+        limit = _fast.all_to_all_direct_limit(group.caps, head)
+        return tail, header, headers, head, limit, pieces, dtype.name, (tail,) * n
 
     def _rooted_plan(self, arr: np.ndarray, root_rank: int | None, kind: str
                      ) -> tuple | bool:
@@ -831,7 +829,7 @@ class SmallCalls:
         root = group._group_rank_of.get(group.global_ranks[0] if root_rank is None
                                         else root_rank)
         readers = n if kind == "gather" else 1  # whose pieces one region holds
-        limit = group._direct_bytes(readers)
+        limit = _fast.direct_bytes(group.caps, readers)
         if (root is None or n < 2 or dtype.name not in _MOVE_DTYPES or not dtype.isnative
                 or arr.nbytes * (n // readers) > limit):
             return False
@@ -860,7 +858,7 @@ def _ignore(parity: int, *args: Any) -> None:
 
 
 # The Python combines of the one-shot lane calls (used where the compiled one did not
-# run): module-level, their arguments passed along by SmallCalls._run.
+# run): module-level, their arguments passed along by TinyCallLane._run.
 
 
 def _reduce_parity(parity: int, arr: np.ndarray, views: list, kernel: Any,

@@ -29,7 +29,7 @@ from .work import Work
 Job = Callable[[], Any]
 
 
-class Engine:
+class CallFifo:
     """The FIFO of one group."""
 
     def __init__(self, name: str) -> None:

@@ -1,0 +1,88 @@
+"""The paths a call on one host can take, one module each; ``ProcessGroup._submit`` runs them.
+
+Which path runs is decided by algorithms/_select.py alone, on every rank
+alike (its rules read only the group and fields the fingerprint compares):
+:func:`~meshcast.algorithms._select.fast_path` and its predicates for the
+fast paths, which are not schedules yet (issue 13), then
+:func:`~meshcast.algorithms._select.select` for the schedules.
+:class:`~meshcast.group.ProcessGroup` asks them and runs the pieces these
+modules build through its one call protocol (publish, stage, expose,
+enter, then one path):
+
+* :mod:`.oneshot`: every rank's data through the arena's one-shot regions
+  and one signal (``_select.oneshot``, ``oneshot_all_gather``,
+  ``direct_bytes``, ``all_to_all_direct_limit``); also all_to_all's split
+  header, which every path of all_to_all publishes.
+* :mod:`.single_copy` (reported as "cma"): each rank reads (or writes)
+  straight from the buffers its peers exposed, with process_vm_readv
+  (``_select.single_copy``, ``all_reduce_single_copy``).
+* :mod:`.symmetric`: buffers of a symmetric allocation
+  (:mod:`meshcast.symmetric`), read and written in place in the peers'
+  parts (``_select.SYMMETRIC_MIN_BYTES``, ``SYMMETRIC_ALL_REDUCE_MIN_BYTES``).
+* :mod:`.schedule`: everything else, a registered algorithm of
+  algorithms/ run by the executor (``_select.select``: explicit >
+  ``MESHCAST_ALGO`` > ``TABLE``).
+
+The tiny-call lane (:mod:`meshcast.lanes`) runs the one-shot and
+single-copy protocols of these modules in the same bytes, with its work
+cached per call shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from .._fifo import CallFifo
+    from ..algorithms._select import HostCaps
+    from ..symmetric import SymmetricHeap
+    from ..transport.arena import Arena
+    from ..transport.shm import ShmTransport
+
+
+class GroupView(Protocol):
+    """What the paths and the tiny-call lane use of a ProcessGroup.
+
+    group.py imports them, so they name the group by this protocol instead
+    of importing it (no import cycle); :class:`~meshcast.group.ProcessGroup`
+    is its one implementation. The underscored members are the group's
+    internals the lane still reads (issue 13 gives it a narrower view).
+    """
+
+    group_id: int
+    group_name: str
+    global_ranks: list[int]
+    arena: Arena
+    transport: ShmTransport
+    fifo: CallFifo
+    symmetric: SymmetricHeap
+    caps: HostCaps
+    timeout: float
+    tuned: frozenset[str]
+    last_algorithm: str | None
+    tracer: Any  # meshcast.trace.recorder.Tracer when MESHCAST_TRACE is set
+    _rank: int
+    _size: int
+    _pids: tuple[int, ...]  # every member's pid by group rank (-1: not on this host)
+    _group_rank_of: dict[int, int]
+    _seq: Iterator[int]
+    _p2p_seq: Iterator[int]
+    # the general path's methods a lane hands an entered call over to (``entered=``)
+    all_gather: Callable[..., Any]
+    reduce_scatter: Callable[..., Any]
+    all_to_all: Callable[..., Any]
+    gather: Callable[..., Any]
+    scatter: Callable[..., Any]
+
+    def rank(self) -> int: ...
+    def size(self) -> int: ...
+    def _what(self, kind: str, seq: int) -> str: ...
+    def _deadline(self) -> float: ...
+    def _oneshot(self, nbytes: int, algorithm: str | None) -> bool: ...
+    def _oneshot_gathering(self, nbytes: int, algorithm: str | None) -> bool: ...
+
+
+Job = Callable[[], None]  # what ProcessGroup._run runs in call order
+
+__all__ = ["GroupView", "Job"]

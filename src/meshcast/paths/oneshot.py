@@ -1,0 +1,292 @@
+"""One-shot calls: every rank's data through the arena's one-shot regions and a single signal.
+
+Which calls come here: the "oneshot" answer of
+:func:`meshcast.algorithms._select.fast_path`, i.e. ``_select.oneshot``
+(the call's bytes fit a region, ``SMALL_BYTES`` of transport/arena.py, and
+reading every rank's stays under ``ONESHOT_WORK_BYTES``), for all_gather
+``_select.oneshot_all_gather``, and for the calls whose layout only the
+entry reveals ``_select.direct_bytes`` / ``all_to_all_direct_limit``.
+Every rank decides alike: the rules read the group and fields the
+fingerprint compares (counts, after the entry).
+
+Two forms:
+
+* Decided before the call (barrier, broadcast, all_reduce, reduce,
+  all_gather, reduce_scatter): the group runs one of the jobs below in
+  place of the schedule. ``Arena.oneshot`` copies my data into my region of
+  the call's parity, enters (fingerprint exchange and the one signal) and
+  returns every rank's region; the job reads or reduces them.
+* Decided after the entry (gather, scatter, all_to_all: a rank does not
+  know the other ranks' sizes): :class:`Staged`. Each rank stages its data
+  before entering if its own part is small enough, and
+  ``ProcessGroup._submit`` reads the regions if every rank did.
+
+Plus all_to_all's split header (:class:`Layout`, :func:`split_header`),
+published on every path of all_to_all, schedules included. The tiny-call
+lane (meshcast/lanes.py) runs the same protocol in the same bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import struct
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import ops
+from ..errors import MismatchError
+from ..topology import rotation
+
+if TYPE_CHECKING:
+    from .._fingerprint import Fingerprint
+    from ..buffers import Buffer
+    from ..transport.arena import Arena
+    from . import GroupView, Job
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Per-rank facts of a call that its fingerprint cannot hold (all_to_all's split
+    sizes): ``publish(parity)`` writes them into my one-shot region before the entry,
+    ``check(parity)`` reads every rank's after it and raises the same MismatchError on
+    every rank if they disagree. Runs on every path, forced algorithms included."""
+
+    publish: Callable[[int], None]
+    check: Callable[[int], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Staged:
+    """The one-shot form of a collective whose layout only the entry reveals.
+
+    gather, scatter and all_to_all cannot choose the one-shot path before the
+    call, as the others do: a rank does not know the other ranks' sizes. So
+    each rank whose own contribution is small stages it in its one-shot region
+    (of the call's parity) *before* entering, and after the entry, where every
+    rank learns every rank's count, ``fits(counts)`` decides the same way on
+    every rank whether all of them staged. If so, ``read`` takes what this rank
+    needs straight from the regions and the schedule never runs; if not, the
+    staged bytes are ignored. Regions of parity ``p`` are reused two calls
+    later, when every rank has entered the call in between, i.e. finished this one.
+
+    stage(parity): write my contribution into my region if it is small enough
+        (the same rule ``fits`` applies to every rank's count).
+    fits(counts): whether every rank staged (rank-invariant: counts only).
+    read(counts, regions): copy this rank's result out of every rank's region.
+    """
+
+    stage: Callable[[int], None]
+    fits: Callable[[list[int]], bool]
+    read: Callable[[list[int], list[np.ndarray]], None]
+
+
+@functools.lru_cache(maxsize=16)
+def split_header(n: int) -> struct.Struct:
+    """all_to_all's per-rank header: offsets of my pieces, send counts, receive counts."""
+    return struct.Struct(f"<{3 * n}q")
+
+
+def split_head(n: int) -> int:
+    """Bytes before all_to_all's staged data in a one-shot region: the header, padded
+    so that the data stays 16-byte aligned."""
+    return (24 * n + 15) // 16 * 16
+
+
+# ------------------------------------------------- decided before the call
+
+
+def barrier(group: GroupView, fp: Fingerprint, what: str) -> Job:
+    """Entering the call already proves every rank arrived: that is a barrier."""
+
+    def job() -> None:
+        group.last_algorithm = "barrier/oneshot"
+        group.arena.oneshot(fp, None, what, group._deadline())
+
+    return job
+
+
+def broadcast(group: GroupView, fp: Fingerprint, what: str, buf: Buffer, root: int) -> Job:
+    """The root's bytes through its region; every other rank copies them out."""
+    data = buf.flat.reshape(-1).view(np.uint8)
+
+    def job() -> None:
+        group.last_algorithm = "broadcast/oneshot"
+        regions = group.arena.oneshot(fp, data if group._rank == root else None, what,
+                                      group._deadline())
+        if group._rank != root:
+            data[:] = regions[root][:data.nbytes]
+            buf.finish()
+
+    return job
+
+
+def all_reduce(group: GroupView, fp: Fingerprint, what: str, arr: np.ndarray,
+               op: ops.ReduceOp, finish: Callable[[Any], None]) -> Job:
+    """Every rank reduces every rank's region into its ``arr``; ``finish(None)`` after."""
+    nbytes, dtype = arr.nbytes, arr.dtype
+
+    def job() -> None:
+        group.last_algorithm = "all_reduce/oneshot"
+        regions = group.arena.oneshot(fp, arr.view(np.uint8), what, group._deadline())
+        # Every rank reduces all inputs in rank order: bitwise identical results.
+        ops.reduce_many(op, arr, [r[:nbytes].view(dtype) for r in regions])
+        finish(None)
+
+    return job
+
+
+def reduce(group: GroupView, fp: Fingerprint, what: str, arr: np.ndarray, op: ops.ReduceOp,
+           at_root: bool, finish: Callable[[Any], None]) -> Job:
+    """The root reduces every rank's region into its own ``arr``; ``finish(None)`` after."""
+    nbytes, dtype = arr.nbytes, arr.dtype
+
+    def job() -> None:
+        group.last_algorithm = "reduce/oneshot"
+        regions = group.arena.oneshot(fp, arr.view(np.uint8), what, group._deadline())
+        if at_root:  # the operands are the regions: arr is free
+            ops.reduce_many(op, arr, [r[:nbytes].view(dtype) for r in regions])
+        finish(None)
+
+    return job
+
+
+def all_gather(group: GroupView, fp: Fingerprint, what: str, out_flat: np.ndarray,
+               in_flat: np.ndarray, counts: Sequence[int], finish: Callable[[], None]) -> Job:
+    """Every rank concatenates every rank's region (``counts[q]`` elements of rank q)."""
+    out_bytes = out_flat.reshape(-1).view(np.uint8)
+    itemsize = in_flat.dtype.itemsize
+
+    def job() -> None:
+        group.last_algorithm = "all_gather/oneshot"
+        regions = group.arena.oneshot(fp, in_flat.reshape(-1).view(np.uint8), what,
+                                      group._deadline(), per_rank_counts=True)
+        off = 0
+        for region, c in zip(regions, counts):
+            nb = c * itemsize
+            out_bytes[off:off + nb] = region[:nb]
+            off += nb
+        finish()
+
+    return job
+
+
+def reduce_scatter(group: GroupView, fp: Fingerprint, what: str, out: np.ndarray,
+                   inp: np.ndarray, counts: Sequence[int], op: ops.ReduceOp,
+                   finish: Callable[[Any], None]) -> Job:
+    """Every rank reduces its piece (``counts[me]`` elements) of every rank's region."""
+    start = sum(counts[:group._rank]) * inp.dtype.itemsize
+    nbytes, dtype = out.nbytes, inp.dtype
+
+    def job() -> None:
+        group.last_algorithm = "reduce_scatter/oneshot"
+        regions = group.arena.oneshot(fp, inp.view(np.uint8), what, group._deadline(),
+                                      per_rank_counts=True)
+        ops.reduce_many(op, out, [r[start:start + nbytes].view(dtype) for r in regions])
+        finish(None)
+
+    return job
+
+
+# ------------------------------------------------- decided after the entry
+
+
+def gather(arena: Arena, root: int, me: int, mine: np.ndarray,
+           outs: list[np.ndarray] | None, isz: int, limit: int) -> Staged:
+    """gather's :class:`Staged`: every rank but the root stages ``mine`` (bytes) when it
+    holds at most ``limit`` bytes; the root copies every region into its ``outs``."""
+
+    def stage(parity: int) -> None:
+        if me != root and 0 < mine.nbytes <= limit:
+            arena.small[me][parity][:mine.nbytes] = mine
+
+    def read(counts: list[int], regions: list[np.ndarray]) -> None:
+        for q, out in enumerate(outs or ()):
+            out[:] = mine if q == me else regions[q][:out.nbytes]
+
+    return Staged(stage, lambda counts: max(counts) * isz <= limit, read)
+
+
+def scatter(arena: Arena, root: int, me: int, out: np.ndarray, inp: np.ndarray | None,
+            isz: int, limit: int) -> Staged:
+    """scatter's :class:`Staged`: the root stages its whole ``inp`` (bytes, every rank's
+    piece) when it holds at most ``limit`` bytes; every rank copies its piece to ``out``."""
+
+    def stage(parity: int) -> None:
+        if inp is not None and inp.nbytes <= limit:
+            arena.small[me][parity][:inp.nbytes] = inp
+
+    def read(counts: list[int], regions: list[np.ndarray]) -> None:
+        lo = sum(counts[:me]) * isz
+        src = regions[root] if inp is None else inp
+        out[:] = src[lo:lo + counts[me] * isz]
+
+    return Staged(stage, lambda counts: sum(counts) * isz <= limit, read)
+
+
+def all_to_all(group: GroupView, seq: int, out: np.ndarray, mine: np.ndarray,
+               send: Sequence[int], recv: Sequence[int], isz: int, limit: int
+               ) -> tuple[Layout, Staged, list[int], list[int]]:
+    """all_to_all's split header and :class:`Staged` form, for ``mine`` (my input, bytes)
+    split by ``send`` and ``out`` (bytes) split by ``recv`` (element counts per rank).
+
+    Returns ``(layout, staged, offsets, at)``: ``offsets[q]`` is where my piece lies in
+    rank q's input (filled by ``layout.check``), ``at[q]`` where q's piece goes in
+    ``out``; the single-copy form reads by them too.
+    """
+    arena, n, me = group.arena, group._size, group._rank
+    # Split sizes are per rank and not in the fingerprint, so every rank publishes
+    # its own in a header of its one-shot region before entering: [offset of my
+    # piece for each rank, send counts, receive counts] (int64), then, for the
+    # one-shot path, my input. After the entry every rank checks the whole matrix
+    # (the same verdict and message everywhere) and finds its pieces' offsets.
+    head = split_head(n)
+    # Plain ints and struct, not NumPy: at small sizes these few lines were most of
+    # the call's cost.
+    sd = list(itertools.accumulate(send, initial=0))
+    rd = [x * isz for x in itertools.accumulate(recv, initial=0)]
+    layout = split_header(n)
+    header = layout.pack(*sd[:-1], *send, *recv)
+    uniform = len(set(send) | set(recv)) <= 1
+    offsets: list[int] = []  # where my piece lies in each rank's input (after the check)
+
+    def publish(parity: int) -> None:
+        memoryview(arena.small[me][parity])[:layout.size] = header
+
+    def check(parity: int) -> None:
+        regions = [arena.small[q][parity] for q in range(n)]
+        if uniform and all(memoryview(g)[:layout.size] == header for g in regions):
+            # Everyone splits evenly and the same way: nothing to cross-check.
+            offsets[:] = [sd[me] * isz] * n
+            return
+        table = [layout.unpack_from(g) for g in regions]
+        bad = [(q, r) for q in range(n) for r in range(n)
+               if table[q][n + r] != table[r][2 * n + q]]
+        if bad:
+            q, r = bad[0]
+            raise MismatchError(
+                f"all_to_all #{seq} on {group.group_name}: rank {group.global_ranks[q]} "
+                f"sends {table[q][n + r]} elements to rank {group.global_ranks[r]}, which "
+                f"expects {table[r][2 * n + q]} from it (check the split sizes; "
+                f"{len(bad)} pair(s) disagree)")
+        offsets[:] = [row[me] * isz for row in table]
+
+    def stage(parity: int) -> None:
+        if mine.nbytes <= limit:
+            # Everything but my own piece, which only I read (from my input): at
+            # 2 ranks that halves the copy in.
+            region = arena.small[me][parity]
+            lo, hi = sd[me] * isz, sd[me + 1] * isz
+            region[head:head + lo] = mine[:lo]
+            region[head + hi:head + mine.nbytes] = mine[hi:]
+
+    def read(counts: list[int], regions: list[np.ndarray]) -> None:
+        for q in rotation(me, n):
+            src, at = (mine, offsets[q]) if q == me else (regions[q], head + offsets[q])
+            out[rd[q]:rd[q + 1]] = src[at:at + rd[q + 1] - rd[q]]
+
+    return (Layout(publish, check),
+            Staged(stage, lambda counts: max(counts) * isz <= limit, read), offsets, rd)

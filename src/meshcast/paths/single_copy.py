@@ -1,0 +1,314 @@
+"""Single-copy calls ("cma"): each rank copies straight from or into its peers' exposed buffers.
+
+Which calls come here: the "cma" answer of
+:func:`meshcast.algorithms._select.fast_path`, i.e. ``_select.single_copy``
+(``SINGLE_COPY_MIN_BYTES`` per piece) for every collective but all_reduce,
+whose rule is ``_select.all_reduce_single_copy``
+(``ALL_REDUCE_SINGLE_MIN_BYTES``), on a host whose kernel lets members read
+each other's memory (``MESHCAST_CMA_BYTES`` > 0, ``HostCaps.single_copy``).
+
+Protocol (``ProcessGroup._submit``): every rank exposes one buffer of its
+own (address, bytes and a word of its choice, ``Arena.expose``) before
+entering; after the entry, where every rank learns every rank's count,
+``SingleCopy.fits(counts)`` decides alike on every rank, and :func:`run`
+runs the body: ``peers.read(q, dest, offset)`` copies ``dest.nbytes`` bytes
+at ``offset`` of rank q's exposed buffer into ``dest`` with
+process_vm_readv (one copy, where the arena needs two), ``peers.write`` the
+other way. A closing round keeps every rank in until nobody reads any more.
+A body that only reads is a :class:`Reads` list, which the compiled helper
+runs in one C call. The tiny-call lane (meshcast/lanes.py) runs the same
+bodies after its own entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from .. import ops, symmetric
+from ..algorithms import _select as _fast
+from ..errors import MismatchError
+from ..topology import rotation
+from ..transport import cma
+
+if TYPE_CHECKING:
+    from ..algorithms._select import HostCaps
+    from ..transport.arena import Arena
+    from . import GroupView
+
+
+class Peers(NamedTuple):
+    """Copies between this rank and the buffers the peers exposed (see :class:`SingleCopy`)."""
+
+    read: Callable[..., None]
+    write: Callable[..., None]
+
+
+Body = Callable[[list[int], Peers], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class SingleCopy:
+    """The single-copy form of a collective: every rank exposes one buffer of its own
+    (address, bytes, and a word of its choice; see Arena.expose) before entering, and
+    after the entry, if ``fits(counts)`` (rank-invariant), ``body(counts, peers)`` moves
+    what this rank needs with ``peers.read(q, dest, offset)``: ``dest.nbytes`` bytes at
+    ``offset`` in rank q's exposed buffer, straight into ``dest`` (one copy, where the
+    arena needs two), or ``peers.write(q, src, offset)``, the other way. Nobody
+    returns before every rank finished.
+    """
+
+    expose: tuple[int, int, int]
+    fits: Callable[[list[int]], bool]
+    body: Body
+    phases: int = 1  # the body's own barriers (signal/wait of phases 1..) plus the last one
+
+
+class Reads:
+    """A :class:`SingleCopy` body that only reads: ``(q, offset, length, at)`` copies
+    ``length`` bytes at ``offset`` of rank q's exposed buffer (of ``mine`` when q is this
+    rank) into ``dest[at:at + length]``, in list order. Being data, not code, it runs in
+    the compiled helper when that was built (Arena.compiled_reads, one C call for the
+    reads and the closing round); calling it runs the same reads in Python, which also
+    explains any disagreement about the sizes."""
+
+    __slots__ = ("dest", "mine", "me", "_reads")
+
+    def __init__(self, dest: np.ndarray, mine: np.ndarray, me: int,
+                 reads: Callable[[], tuple[tuple[int, int, int, int], ...]]) -> None:
+        self.dest, self.mine, self.me, self._reads = dest, mine, me, reads
+
+    @property
+    def reads(self) -> tuple[tuple[int, int, int, int], ...]:
+        """The list, built when the call runs (all_to_all's offsets are known only then)."""
+        return self._reads()
+
+    def __call__(self, _: list[int], peers: Peers) -> None:
+        dest, mine = self.dest, self.mine
+        for q, offset, length, at in self.reads:
+            if q == self.me:
+                dest[at:at + length] = mine[offset:offset + length]
+            else:
+                peers.read(q, dest[at:at + length], offset)
+
+
+def exposing(arr: np.ndarray | None, meta: int = 0) -> tuple[int, int, int]:
+    """What a rank exposes of ``arr`` (address, bytes, ``meta``): nothing for no bytes."""
+    if arr is None or not arr.nbytes:
+        return (0, 0, meta)
+    return (arr.ctypes.data, arr.nbytes, meta)
+
+
+def fits(caps: HostCaps, itemsize: int, pieces: int = 1) -> Callable[[list[int]], bool]:
+    """``fits`` of a :class:`SingleCopy` whose counts hold ``pieces`` pieces per rank
+    (the table's ``single_copy`` rule on the largest contribution)."""
+    return lambda counts: _fast.single_copy(caps, max(counts) * itemsize, pieces)
+
+
+def run(group: GroupView, body: Body, phases: int, counts: list[int], what: object) -> None:
+    """Run ``body`` of a :class:`SingleCopy` (reads straight from the peers' exposed
+    buffers; its own barriers use phases 1 .. ``phases - 1``), then wait until every
+    rank is done reading before anyone may return and reuse its buffer."""
+    arena = group.arena
+    seq = arena.seq
+    pids = group._pids
+    fast = arena.compiled_reads
+    if fast is not None and phases == 1 and type(body) is Reads:
+        try:
+            status = fast(seq, pids, body.dest, body.mine, body.reads, 1, arena.spin_ns)
+        except OSError:
+            status = None  # Python's reads below raise with the whole story
+        if status == 0:
+            return
+        if status == 2:  # read and signalled; someone is still reading
+            arena.wait(range(group._size), 1)
+            return
+        if status == 3:
+            arena.check_abort()
+
+    def at(q: int, offset: int, length: int, verb: str) -> int:
+        """The address of bytes ``[offset, offset + length)`` of rank q's buffer."""
+        address, nbytes, _ = arena.exposed(q, seq)
+        if offset < 0 or offset + length > nbytes:
+            raise MismatchError(
+                f"{what}: rank {group.global_ranks[group._rank]} would {verb} bytes "
+                f"{offset}..{offset + length} of rank {group.global_ranks[q]}'s buffer, "
+                f"which holds {nbytes} (the ranks disagree about the sizes)")
+        return address + offset
+
+    def read(q: int, dest: np.ndarray, offset: int = 0) -> None:
+        if dest.nbytes:
+            cma.read(pids[q], at(q, offset, dest.nbytes, "read"), dest)
+
+    def write(q: int, src: np.ndarray, offset: int = 0) -> None:
+        if src.nbytes:
+            cma.write(pids[q], at(q, offset, src.nbytes, "write"), src)
+
+    try:
+        body(counts, Peers(read, write))
+    except BaseException as exc:
+        arena.abort(f"rank {group.global_ranks[group._rank]} failed in {what}: {exc}",
+                    mismatch=isinstance(exc, MismatchError))
+        raise
+    arena.signal(phases)
+    arena.wait(range(group._size), phases)
+
+
+def reduce_from_all(read: Callable[..., None], mine: np.ndarray, lo: int, hi: int,
+                    dst: np.ndarray, op: ops.ReduceOp, me: int, n: int) -> None:
+    """``dst`` = elements ``[lo, hi)`` of every rank's exposed array reduced in rank order
+    (my own operand is ``mine[lo:hi]``), read in cache-sized chunks so each is reduced
+    while it is still in the cache."""
+    if hi <= lo:
+        return
+    step = max(1, symmetric.CHUNK_BYTES // mine.dtype.itemsize)
+    width = min(step, hi - lo)
+    peers = {q: np.empty(width, mine.dtype) for q in range(n) if q != me}
+    # reduce_many may write into its first two operands only (see all_reduce_share)
+    tmp = (np.empty(width, mine.dtype) if me > 1 and np.shares_memory(dst, mine[lo:hi])
+           else None)
+    isz = mine.dtype.itemsize
+    for c0 in range(lo, hi, step):
+        c1 = min(c0 + step, hi)
+        operands = []
+        for q in range(n):
+            if q == me:
+                operands.append(mine[c0:c1])
+            else:
+                read(q, peers[q][:c1 - c0], c0 * isz)
+                operands.append(peers[q][:c1 - c0])
+        out = dst[c0 - lo:c1 - lo]
+        ops.reduce_many(op, out if tmp is None else tmp[:c1 - c0], operands)
+        if tmp is not None:
+            out[...] = tmp[:c1 - c0]
+
+
+# ------------------------------------------------------------------ bodies
+
+
+def broadcast(data: np.ndarray, root: int, me: int, n: int) -> Body:
+    """The body of the single-copy broadcast of ``data`` (bytes, exposed by every rank)."""
+
+    def copy_from_root(_: list[int], peers: Peers) -> None:
+        # Reader q's copy is split in n parts: the root writes part q into it
+        # while q reads the others, so the root's core works too (at 2 ranks each
+        # side copies half: about twice as fast as the reader copying it all).
+        bounds = [data.nbytes * k // n for k in range(n + 1)]
+        if me == root:
+            for q in rotation(me, n)[1:]:
+                peers.write(q, data[bounds[q]:bounds[q + 1]], bounds[q])
+            return
+        for k in rotation(me, n)[1:]:  # every part but mine (part `root` included)
+            peers.read(root, data[bounds[k]:bounds[k + 1]], bounds[k])
+
+    return copy_from_root
+
+
+def reduce_then_collect(arena: Arena, arr: np.ndarray, op: ops.ReduceOp, me: int, n: int
+                        ) -> Body:
+    """The body of the single-copy all_reduce of ``arr`` (a :class:`SingleCopy` of two
+    phases, every rank exposing its ``arr``):
+
+    1. my share of every rank's array, reduced into my own array;
+    2. once every rank is done with 1 (nobody reads my other shares any more),
+       every other share, reduced, read straight from its owner.
+    """
+
+    def body(_: list[int], peers: Peers) -> None:
+        isz = arr.dtype.itemsize
+        lo, hi = symmetric.share(arr.size, isz, me, n)
+        reduce_from_all(peers.read, arr, lo, hi, arr[lo:hi], op, me, n)
+        arena.signal(1)
+        arena.wait(range(n), 1)
+        for q in rotation(me, n)[1:]:
+            qlo, qhi = symmetric.share(arr.size, isz, q, n)
+            peers.read(q, arr[qlo:qhi], qlo * isz)
+
+    return body
+
+
+def reduce(arr: np.ndarray, op: ops.ReduceOp, at_root: bool, me: int, n: int) -> Body:
+    """The body of the single-copy reduce of ``arr`` into the root's own ``arr``."""
+
+    def reduce_at_root(_: list[int], peers: Peers) -> None:
+        # The root reads every other rank's array in cache-sized chunks and reduces
+        # them in rank order; the others only expose theirs (2 ranks, 8 MiB: about
+        # half the arena schedule's time).
+        if at_root:
+            reduce_from_all(peers.read, arr, 0, arr.size, arr, op, me, n)
+
+    return reduce_at_root
+
+
+def gather_pieces(out: np.ndarray, mine: np.ndarray, at: Sequence[int], me: int, n: int
+                  ) -> Reads:
+    """The body of the single-copy all_gather into ``out`` (bytes): rank q's piece
+    goes to ``out[at[q]:at[q + 1]]``, mine copied (unless it is there already, in
+    place), the others read straight from their owners."""
+    in_place = np.shares_memory(out[at[me]:at[me + 1]], mine)
+    # rank q's piece is read by one rank at a time
+    reads = tuple((q, 0, at[q + 1] - at[q], at[q]) for q in rotation(me, n)
+                  if q != me or not in_place)
+    return Reads(out, mine, me, lambda: reads)
+
+
+def gather(arena: Arena, root: int, mine: np.ndarray, outs: list[np.ndarray] | None,
+           whole: np.ndarray | None, isz: int, me: int) -> tuple[tuple[int, int, int], Body]:
+    """The single-copy gather's exposure and body: the root's pieces ``outs`` (None
+    elsewhere), ``whole`` when they lie back to back (see ProcessGroup.gather)."""
+    # When the root's pieces lie back to back it exposes them as one buffer and says
+    # so in the exposure's word (1): every rank then writes its own piece into it,
+    # all at once, instead of the root reading them one after the other.
+    exposure = exposing(whole, 1) if whole is not None else exposing(mine)
+
+    def move_pieces(counts: list[int], peers: Peers) -> None:
+        if arena.exposed(root, arena.seq)[2] == 1:
+            if me != root:
+                peers.write(root, mine, sum(counts[:me]) * isz)
+            elif outs:
+                outs[me][:] = mine
+            return
+        for q, out in enumerate(outs or ()):
+            if q == me:
+                out[:] = mine
+            else:
+                peers.read(q, out)
+
+    return exposure, move_pieces
+
+
+def scatter(out: np.ndarray, inp: np.ndarray | None, root: int, isz: int, me: int) -> Body:
+    """The body of the single-copy scatter: my piece of the root's ``inp`` (bytes; None
+    but on the root) into ``out`` (bytes)."""
+
+    def read_piece(counts: list[int], peers: Peers) -> None:
+        lo = sum(counts[:me]) * isz
+        if inp is not None:
+            out[:] = inp[lo:lo + out.nbytes]
+        else:
+            peers.read(root, out, lo)
+
+    return read_piece
+
+
+def reduce_my_piece(inp: np.ndarray, lo: int, out: np.ndarray, op: ops.ReduceOp, me: int,
+                    n: int) -> Body:
+    """The body of the single-copy reduce_scatter: ``out`` = elements ``[lo, lo +
+    out.size)`` of every rank's exposed ``inp``, reduced in rank order."""
+
+    def body(_: list[int], peers: Peers) -> None:
+        reduce_from_all(peers.read, inp, lo, lo + out.size, out, op, me, n)
+
+    return body
+
+
+def read_pieces(out: np.ndarray, mine: np.ndarray, at: Sequence[int],
+                offsets: Sequence[int], me: int, n: int) -> Reads:
+    """The body of the single-copy all_to_all into ``out`` (bytes): the piece from
+    rank q goes to ``out[at[q]:at[q + 1]]`` and lies at byte ``offsets[q]`` of q's
+    exposed input (of ``mine`` for my own)."""
+    return Reads(out, mine, me, lambda: tuple(
+        (q, offsets[q], at[q + 1] - at[q], at[q]) for q in rotation(me, n)))
