@@ -106,8 +106,8 @@ def _path_cases(label: str, count: int, every_op: bool) -> list[tuple]:
 
 def sweep(counts: Sequence[int] = (0, 1, 7, 300), dtype_counts: Sequence[int] = (5,),
           colls: Sequence[str] | None = None, members: Sequence[int] | None = None,
-          async_op: bool = False, strided: bool = False, path_counts: bool = False
-          ) -> dict[tuple[str, str], int]:
+          async_op: bool = False, strided: bool = False, path_counts: bool = False,
+          path_ops: bool = True) -> dict[tuple[str, str], int]:
     """Run every function of ``colls`` (default: all of :data:`FUNCTIONS`) with the
     default path and each algorithm forced, at every root, and check every result.
 
@@ -120,6 +120,7 @@ def sweep(counts: Sequence[int] = (0, 1, 7, 300), dtype_counts: Sequence[int] = 
             inputs and outputs alike.
         path_counts: also run the default path at :func:`path_count`, past one-shot,
             where the single-copy path takes over.
+        path_ops: there, every op and float16 too (else float32 SUM only).
 
     Returns:
         ``{(function, algorithm): calls checked}``, where algorithm is what
@@ -141,7 +142,7 @@ def sweep(counts: Sequence[int] = (0, 1, 7, 300), dtype_counts: Sequence[int] = 
             cases = _cases(label, counts, dtype_counts)
             big = path_count(label, n)
             if algo is None and path_counts and label != "barrier":
-                cases += _path_cases(label, big, every_op=not strided)
+                cases += _path_cases(label, big, every_op=path_ops)
             for dt, op, count in cases:
                 roots = range(n) if dt in ("float32", None) else [n - 1]
                 if count == big and op not in (None, ops.ReduceOp.SUM):

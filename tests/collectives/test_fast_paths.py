@@ -43,7 +43,7 @@ def test_single_copy_all_reduce_mixed_with_the_lane(single_copy):
     # Every op, dtype and root at these sizes runs in test_all_reduce.py and
     # test_reduce.py; this adds a rank on the tiny-call lane's entry beside ranks on
     # the general path, and float16 MAX on reduce.
-    out = spawn_world(bodies.large_all_reduces, 3, timeout=180)
+    out = spawn_world(bodies.large_all_reduces, 2, timeout=180)
     assert _paths(out[0]) == {"cma"}, out[0]
 
 
