@@ -15,12 +15,12 @@ Where it lives:
   ``transport/shm.py`` (the rings the p2p schedules send through) and
   ``transport/cma.py`` (single-copy reads). Their own checks: ``tests/transport``.
 
-What one world runs (every algorithm and path, dtype x op, root, zero-size and non-
-contiguous arrays, against meshcast.testing.reference; at 2 and 3 ranks the fast-path
-table on both sides of every threshold; at 3 ranks async, subgroups, 4 KiB slots and no
-compiled helper) is in ``per_collective.py``; the first wrong result fails with its
-exact case. Across collectives: test_fast_paths.py (the tiny-call lane beside the
-general path, hand-overs, a random mix), test_symmetric.py, test_semantics.py,
+What one world runs (every algorithm and path, dtype x op, root, zero-size and
+non-contiguous arrays, against meshcast.testing.reference; at 2 and 3 ranks the
+fast-path table on both sides of every threshold; at 3 ranks async, subgroups, 4 KiB
+slots and no compiled helper) is in ``per_collective.py``; the first wrong result fails
+with its exact case. Across collectives: test_fast_paths.py (the tiny-call lane beside
+the general path, hand-overs, a random mix), test_symmetric.py, test_semantics.py,
 test_numerics.py.
 """
 
