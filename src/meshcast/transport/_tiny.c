@@ -1,7 +1,7 @@
 /* The arena's hottest round, compiled: copy in, fingerprint, signal, spin, compare.
  *
  * A tiny collective spends its few microseconds in interpreter work, not in
- * waiting (see meshcast.small_calls). This module does the mechanical middle
+ * waiting (see meshcast.lanes). This module does the mechanical middle
  * of one round of the arena protocol (transport/arena.py, whose rules it
  * follows exactly) in one C call; everything that can go wrong or must wait
  * long is handed back to Python, which owns the slow paths and the messages:
@@ -264,11 +264,11 @@ static PyObject *Round_run(Round *self, PyObject *const *args, Py_ssize_t nargs)
  * loops have a kernel here: integer arithmetic (wrapping, so computed unsigned)
  * and bitwise ops, integer MIN/MAX, and floating-point SUM and PRODUCT (one IEEE
  * operation per element, in the same left-to-right rank order as
- * meshcast.small_calls._reduce). Float MIN/MAX (NaN and signed-zero choices), bool
+ * meshcast.lanes._reduce). Float MIN/MAX (NaN and signed-zero choices), bool
  * and complex stay with NumPy, so a rank that takes the general path still ends
  * with bitwise the same result.
  *
- * A kernel code is type * 8 + op, the numbering of small_calls._C_TYPES and
+ * A kernel code is type * 8 + op, the numbering of lanes._C_TYPES and
  * _C_OPS; COPY_ROOT, COPY_ALL, COPY_EACH and COPY_COLUMN are the copies.
  */
 #define COPY_ROOT (-1)
@@ -595,7 +595,7 @@ static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nar
 
 /* ------------------------------------------------------------ single copy
  *
- * The single-copy collectives (group.py's _Single) read every piece they need
+ * The single-copy collectives (paths/single_copy.py's SingleCopy) read every piece they need
  * straight from the buffer its owner exposed (Arena.expose: address, bytes and a
  * word, in the tail of the owner's fingerprint line), with process_vm_readv; then
  * every rank signals that it is done reading, and nobody returns before everyone
