@@ -35,8 +35,9 @@ from meshcast.testing.world import spawn_world
 from . import sweep, table_bodies
 
 #: Rank counts every collective runs at: one rank, the smallest pair, and odd counts;
-#: at 5 the schedules for powers of two fold a rank in and take two steps among 4.
-SIZES = (1, 2, 3, 5)
+#: at 5 the schedules for powers of two fold a rank in and take two steps among 4; 8 is
+#: a power of two past 4 (three recursive steps) and the largest world the mission names.
+SIZES = (1, 2, 3, 5, 8)
 TABLE_SIZES = (2, 3)
 EXTRAS_SIZE = 3
 SYMMETRIC = ("broadcast", "all_reduce", "all_gather", "reduce_scatter")
