@@ -16,9 +16,10 @@ to run two test sessions on one machine at once.
 from __future__ import annotations
 
 import os
-import signal
 
 import pytest
+
+from meshcast.testing.emuhosts import TermAsInterrupt
 
 from .hosts import EmulatedHosts, requirements_problem
 
@@ -53,28 +54,6 @@ def _multihost_requirements() -> None:
     _check_requirements()
 
 
-class _TermAsInterrupt:
-    """While hosts are up, SIGTERM to the test run raises KeyboardInterrupt (main thread
-    only), so that fixtures are torn down instead of the process dying with hosts up."""
-
-    def __enter__(self) -> _TermAsInterrupt:
-        self.old = None
-        try:
-            if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-                self.old = signal.signal(signal.SIGTERM, self._raise)
-        except ValueError:  # not the main thread
-            pass
-        return self
-
-    @staticmethod
-    def _raise(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    def __exit__(self, *exc: object) -> None:
-        if self.old is not None:
-            signal.signal(signal.SIGTERM, self.old)
-
-
 @pytest.fixture(scope="module")
 def emulated_hosts():
     """Factory ``emulated_hosts(n, rate=None, **kw) -> EmulatedHosts`` (already up).
@@ -92,7 +71,7 @@ def emulated_hosts():
         made.append(hosts)
         return hosts
 
-    with _TermAsInterrupt():
+    with TermAsInterrupt():
         try:
             yield make
         finally:

@@ -36,7 +36,6 @@ import importlib.util
 import json
 import os
 import re
-import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -240,28 +239,6 @@ def records_in(stdout: str) -> list[dict[str, Any]]:
     return out
 
 
-class _TermAsInterrupt:
-    """While hosts are up, SIGTERM raises KeyboardInterrupt, so ``with`` tears them down
-    (the default action would end the process with the namespaces still there)."""
-
-    def __enter__(self) -> _TermAsInterrupt:
-        self.old: Any = None
-        try:
-            if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-                self.old = signal.signal(signal.SIGTERM, self._raise)
-        except ValueError:  # not the main thread: leave signals alone
-            pass
-        return self
-
-    @staticmethod
-    def _raise(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    def __exit__(self, *exc: object) -> None:
-        if self.old is not None:
-            signal.signal(signal.SIGTERM, self.old)
-
-
 def run_library(hosts: Any, name: str, shape: HostShape, spec: SweepSpec,
                 timeout: float) -> LibraryRun:
     """Run ``spec`` for library ``name`` on emulated ``hosts``; never raises for its failures.
@@ -333,12 +310,12 @@ def run_all(shape: HostShape, names: Sequence[str], spec: SweepSpec, *, rate: st
         ``(runs, hosts_meta)``: one list of :class:`LibraryRun` per round, and what the
         results page says about the hosts.
     """
-    from ..testing.emuhosts import EmulatedHosts
+    from ..testing.emuhosts import EmulatedHosts, TermAsInterrupt
 
     runs: list[list[LibraryRun]] = []
     failed: set[str] = set()  # a library that failed once is not started again
     hosts = EmulatedHosts(shape.nhosts, rate=rate, prefix=prefix)
-    with _TermAsInterrupt(), hosts:
+    with TermAsInterrupt(), hosts:
         meta = {"shape": shape.text, "per_host": list(shape.per_host), "emulated": True,
                 "rate": rate or "", "names": list(hosts.hosts),
                 "setup_seconds": round(hosts.setup_seconds, 3),

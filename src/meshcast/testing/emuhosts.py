@@ -850,3 +850,25 @@ def run_job(hosts: EmulatedHosts, style: str, nproc_per_host: int | Sequence[int
         code = 0
     return JobResult(style, code if code is not None else 137, runs, timed_out,
                      time.monotonic() - t0, timeout, note, leftovers)
+
+
+class TermAsInterrupt:
+    """While hosts are up, SIGTERM raises KeyboardInterrupt, so ``with`` tears them down
+    (the default action would end the process with the namespaces still there)."""
+
+    def __enter__(self) -> TermAsInterrupt:
+        self.old: object = None
+        try:
+            if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+                self.old = signal.signal(signal.SIGTERM, self._raise)
+        except ValueError:  # not the main thread: leave signals alone
+            pass
+        return self
+
+    @staticmethod
+    def _raise(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.old is not None:
+            signal.signal(signal.SIGTERM, self.old)
