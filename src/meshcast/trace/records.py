@@ -141,17 +141,22 @@ def _latest(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def read_dir(directory: str) -> list[RankTrace]:
-    """Every rank's trace in ``directory``, by rank.
+    """Every rank's trace in ``directory``, by rank. An empty file (a rank killed before
+    its header reached the disk) is left out: that rank is missing, not unreadable.
 
     Raises:
         FileNotFoundError: no trace files there.
-        ValueError: a file is not a readable trace (see :func:`read_rank`).
+        ValueError: a file is not a readable trace (see :func:`read_rank`), or every
+            file is empty.
     """
     names = sorted(n for n in os.listdir(directory)
                    if n.startswith("rank-") and n.endswith(".jsonl"))
     if not names:
         raise FileNotFoundError(f"no meshcast trace files (rank-*.jsonl) in {directory}")
-    traces = [read_rank(os.path.join(directory, n)) for n in names]
+    paths = [os.path.join(directory, n) for n in names]
+    traces = [read_rank(p) for p in paths if os.path.getsize(p) > 0]
+    if not traces:
+        raise ValueError(f"every trace file in {directory} is empty")
     return sorted(traces, key=lambda t: t.rank)
 
 

@@ -21,12 +21,11 @@ peak whatever the collective.
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..trace import RankTrace, calls_by_key, read_rank
+from ..trace import RankTrace, calls_by_key, read_dir
 from ..trace.records import file_name
 
 P2P_KINDS = ("send", "recv")
@@ -94,43 +93,6 @@ def _rel(ns: Any, start: int) -> float | None:
     return None if ns is None else float(ns - start)
 
 
-def _read_dir_tolerant(directory: str) -> list[RankTrace]:
-    # records.read_dir, but a rank killed before its header reached the disk
-    # leaves an empty file: count that rank as missing instead of refusing the run
-    names = sorted(n for n in os.listdir(directory)
-                   if n.startswith("rank-") and n.endswith(".jsonl"))
-    if not names:
-        raise FileNotFoundError(f"no meshcast trace files (rank-*.jsonl) in {directory}")
-    traces = []
-    for n in names:
-        path = os.path.join(directory, n)
-        if os.path.getsize(path) == 0:
-            continue
-        traces.append(_dedupe(read_rank(path)))
-    if not traces:
-        raise ValueError(f"every trace file in {directory} is empty")
-    return sorted(traces, key=lambda t: t.rank)
-
-
-def _dedupe(trace: RankTrace) -> RankTrace:
-    # The recorder writes running calls with end=null when it flushes (on a
-    # failure, at exit, on SIGTERM); if such a call finishes later it is
-    # written again. Keep one record per call, where it first appeared, with
-    # its latest content.
-    seen: dict[tuple[Any, ...], int] = {}
-    out: list[dict[str, Any]] = []
-    for c in trace.calls:
-        p2p = c.get("kind") in P2P_KINDS
-        key = (c.get("group"), p2p, c.get("kind") if p2p else None, c.get("seq"))
-        if key in seen:
-            out[seen[key]] = c
-        else:
-            seen[key] = len(out)
-            out.append(c)
-    trace.calls = out
-    return trace
-
-
 def load(directory: str) -> Timeline:
     """Read a trace directory and derive the matched collectives and the messages.
 
@@ -141,7 +103,7 @@ def load(directory: str) -> Timeline:
         FileNotFoundError: no trace files there.
         ValueError: a file is not a meshcast trace (see :func:`meshcast.trace.read_rank`).
     """
-    traces = _read_dir_tolerant(directory)
+    traces = read_dir(directory)  # one record per call, empty files left out
     world = max([int(t.header.get("world_size") or 0) for t in traces]
                 + [t.rank + 1 for t in traces])
     have = {t.rank for t in traces}
