@@ -249,11 +249,10 @@ class Tracer:
             try:
                 result = method(*args, **kwargs)
             except BaseException as exc:
-                if group.last_algorithm == chosen and not rec["rounds"]:
-                    # Failed before choosing (in the entry round): what the group says
-                    # is the call before's; write null rather than a wrong name.
-                    rec["algorithm"] = False
-                self._finish(rec, group, exc)
+                # Failed before choosing (in the entry round): what the group says is the
+                # call before's; write null rather than a wrong name.
+                self._finish(rec, group, exc,
+                             chose=group.last_algorithm != chosen or bool(rec["rounds"]))
                 self._failed(exc)
                 raise
             finally:
@@ -318,11 +317,10 @@ class Tracer:
                     del self._pending[i]
                     break
 
-    def _finish(self, rec: dict[str, Any], group: Any, exc: BaseException | None) -> None:
+    def _finish(self, rec: dict[str, Any], group: Any, exc: BaseException | None,
+                chose: bool = True) -> None:
         rec["end"] = time.time_ns()
-        if rec["algorithm"] is False:
-            rec["algorithm"] = None
-        elif rec["kind"] not in ("send", "recv"):
+        if chose and rec["kind"] not in ("send", "recv"):
             algorithm = group.last_algorithm
             rec["algorithm"] = algorithm
             if algorithm:
