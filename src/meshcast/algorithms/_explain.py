@@ -89,9 +89,9 @@ def _across(coll: str, nbytes: int, n: int, hosts: int, what: str) -> str:
 
 
 def _oneshot_bytes() -> int:
-    from ..transport.arena import SMALL_BYTES
+    from ..transport.arena import oneshot_bytes
 
-    return SMALL_BYTES if config.get("MESHCAST_SLOT_BYTES") else 0
+    return oneshot_bytes(config.get("MESHCAST_SLOT_BYTES"))
 
 
 def _schedule(coll: str, nbytes: int, n: int) -> _select.AlgorithmEntry:

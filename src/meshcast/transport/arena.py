@@ -53,6 +53,12 @@ _U64 = struct.Struct("<Q")
 assert FP_SIZE + _EXPOSED.size <= _LINE
 
 
+def oneshot_bytes(slot_bytes: int) -> int:
+    """Bytes of each one-shot region of an arena with ``slot_bytes`` slots (none
+    without slots: a world of one, or MESHCAST_SLOT_BYTES=0)."""
+    return SMALL_BYTES if slot_bytes else 0
+
+
 def _align(n: int, a: int) -> int:
     return (n + a - 1) // a * a
 
@@ -88,7 +94,7 @@ class Arena:
         ranks_off = 16 * _LINE
         fp_off = ranks_off + n * _LINE
         small_off = _align(fp_off + 2 * n * _LINE, _PAGE)
-        small_bytes = SMALL_BYTES if slot_bytes else 0
+        small_bytes = oneshot_bytes(slot_bytes)
         slots_off = small_off + n * 2 * small_bytes
         total = slots_off + n * _align(slot_bytes, _PAGE)
         return ranks_off, fp_off, small_off, slots_off, total
@@ -117,7 +123,7 @@ class Arena:
         stride = _align(slot_bytes, _PAGE)
         self.slots = [segment.view(slots_off + r * stride, slot_bytes) for r in range(n)]
         # One-shot regions for tiny calls, two per rank (by seq parity; see oneshot()).
-        self.small_bytes = SMALL_BYTES if slot_bytes else 0
+        self.small_bytes = oneshot_bytes(slot_bytes)
         self.small = [[segment.view(small_off + (r * 2 + p) * self.small_bytes, self.small_bytes)
                        for p in (0, 1)] for r in range(n)]
         self._fp_tables = [segment.view(fp_off + p * _LINE, n * 2 * _LINE)
