@@ -56,6 +56,13 @@ class _Exchange:
             return out
 
 
+class _Done:
+    """A posted exchange that the simulation already carried out."""
+
+    def wait(self) -> None:
+        pass
+
+
 class SimAcross:
     """An in-memory inter-host communicator (hierarchical.Across)."""
 
@@ -69,6 +76,16 @@ class SimAcross:
         assert all(c == list(counts) for _, c in got), "allgatherv counts disagree"
         out[:] = np.concatenate([m for m, _ in got]) if got else out
 
+    def start_allgatherv(self, out: np.ndarray, mine: np.ndarray, counts: Sequence[int],
+                         displs: Sequence[int]) -> _Done:
+        packed = np.empty(sum(counts), out.dtype)
+        self.allgatherv(packed, mine, counts)
+        at = 0
+        for n, d in zip(counts, displs):
+            out[d:d + n] = packed[at:at + n]
+            at += n
+        return _Done()
+
     def alltoallv(self, out: np.ndarray, recv_counts: Sequence[int], inp: np.ndarray,
                   send_counts: Sequence[int]) -> None:
         got = self.x(self.rank, "alltoallv", (inp.copy(), list(send_counts)))
@@ -78,6 +95,11 @@ class SimAcross:
             assert sends[self.rank] == recv_counts[src], "alltoallv counts disagree"
             pieces.append(data[at:at + sends[self.rank]])
         out[:] = np.concatenate(pieces)
+
+    def start_alltoallv(self, out: np.ndarray, recv_counts: Sequence[int], inp: np.ndarray,
+                        send_counts: Sequence[int]) -> _Done:
+        self.alltoallv(out, recv_counts, inp, send_counts)
+        return _Done()
 
     def bcast(self, w: np.ndarray, root: int) -> None:
         got = self.x(self.rank, "bcast", w.copy() if self.rank == root else None)

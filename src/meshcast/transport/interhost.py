@@ -96,6 +96,15 @@ class HostComm:
     def _iallgatherv(self, out: np.ndarray, mine: np.ndarray, counts: list[int]) -> Request:
         raise NotImplementedError
 
+    def _iallgatherv_at(self, out: np.ndarray, mine: np.ndarray, counts: list[int],
+                        displs: list[int]) -> Request:
+        """Member i's bytes land at ``out[displs[i]:displs[i] + counts[i]]``. Engines without
+        displacements (Gloo) gather back to back into scratch and place on completion."""
+        if displs == offsets(counts):
+            return self._iallgatherv(out[:sum(counts)], mine, counts)
+        packed = np.empty(sum(counts), np.uint8)
+        return _Placed(self._iallgatherv(packed, mine, counts), packed, out, counts, displs)
+
     def _ialltoallv(self, out: np.ndarray, recv: list[int], inp: np.ndarray,
                     send: list[int]) -> Request:
         raise NotImplementedError
@@ -205,14 +214,17 @@ class HostComm:
         return TransportError(f"{what}: the {self.engine} engine between hosts failed on "
                               f"{self.name} (ranks {list(self.ranks)}): {exc}")
 
-    def run(self, start: Callable[[], Request], deadline: float, what: str) -> None:
+    def start(self, make: Callable[[], Request], what: str) -> Request:
+        """Post an operation (``make()``); the engine's errors become ours."""
         try:
-            req = start()
+            return make()
         except (TransportError, InvalidUsage):
             raise
         except Exception as exc:  # noqa: BLE001
             raise self.failure(what, exc) from exc
-        self.wait(req, deadline, what)
+
+    def run(self, make: Callable[[], Request], deadline: float, what: str) -> None:
+        self.wait(self.start(make, what), deadline, what)
 
     def allgather(self, out: np.ndarray, mine: np.ndarray, deadline: float, what: str) -> None:
         """``out`` (bytes) = every member's ``mine`` (bytes, all the same size), in member
@@ -226,6 +238,51 @@ class HostComm:
 
 def _bytes(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1).view(np.uint8)
+
+
+def offsets(counts: Sequence[int]) -> list[int]:
+    """Offsets of pieces of ``counts`` laid back to back."""
+    out, at = [], 0
+    for c in counts:
+        out.append(at)
+        at += c
+    return out
+
+
+class _Placed(Request):
+    """An all-gather into scratch whose pieces are copied to their places once it is done."""
+
+    def __init__(self, req: Request, packed: np.ndarray, out: np.ndarray,
+                 counts: Sequence[int], displs: Sequence[int]) -> None:
+        self.req, self.packed, self.out = req, packed, out
+        self.counts, self.displs = counts, displs
+        if req.block is not None:
+            self.block = lambda seconds: req.block(seconds) and self._place()
+
+    def _place(self) -> bool:
+        at = 0
+        for n, d in zip(self.counts, self.displs):
+            self.out[d:d + n] = self.packed[at:at + n]
+            at += n
+        return True
+
+    def test(self) -> bool:
+        return self.req.test() and self._place()
+
+
+class Posted:
+    """An exchange posted on a :class:`Bound` communicator; :meth:`wait` finishes it."""
+
+    __slots__ = ("bound", "req")
+
+    def __init__(self, bound: Bound, req: Request | None) -> None:
+        self.bound, self.req = bound, req
+
+    def wait(self) -> None:
+        if self.req is not None:
+            b = self.bound
+            b.comm.wait(self.req, b.deadline, b.what)
+            self.req = None
 
 
 class Bound:
@@ -245,14 +302,31 @@ class Bound:
         c.run(lambda: c._iallgatherv(_bytes(out), _bytes(mine), [n * isz for n in counts]),
               self.deadline, self.what)
 
+    def start_allgatherv(self, out: np.ndarray, mine: np.ndarray, counts: Sequence[int],
+                         displs: Sequence[int]) -> Posted:
+        """Post an all-gather whose member i's piece lands at ``out[displs[i]:]`` (counts
+        and displacements in elements); the returned :class:`Posted` waits for it."""
+        if not sum(counts):
+            return Posted(self, None)
+        isz = out.itemsize
+        c = self.comm
+        return Posted(self, c.start(lambda: c._iallgatherv_at(
+            _bytes(out), _bytes(mine), [n * isz for n in counts], [d * isz for d in displs]),
+            self.what))
+
     def alltoallv(self, out: np.ndarray, recv_counts: Sequence[int], inp: np.ndarray,
                   send_counts: Sequence[int]) -> None:
+        self.start_alltoallv(out, recv_counts, inp, send_counts).wait()
+
+    def start_alltoallv(self, out: np.ndarray, recv_counts: Sequence[int], inp: np.ndarray,
+                        send_counts: Sequence[int]) -> Posted:
+        """Post :meth:`alltoallv`; the returned :class:`Posted` waits for it."""
         isz = out.itemsize
         c = self.comm
         recv = [n * isz for n in recv_counts]
         send = [n * isz for n in send_counts]
-        c.run(lambda: c._ialltoallv(_bytes(out), recv, _bytes(inp), send),
-              self.deadline, self.what)
+        return Posted(self, c.start(lambda: c._ialltoallv(_bytes(out), recv, _bytes(inp), send),
+                                    self.what))
 
     def bcast(self, w: np.ndarray, root: int) -> None:
         if not w.size:

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import TransportError
 from ..ops import ReduceOp
-from .interhost import COLL_TAG, Engine, HostComm, Request
+from .interhost import COLL_TAG, Engine, HostComm, Request, offsets
 
 
 def _mpi() -> Any:
@@ -56,14 +56,6 @@ class _MpiRequest(Request):
         return self.status.Get_source() if self.status is not None else None
 
 
-def _displs(counts: Sequence[int]) -> list[int]:
-    out, at = [], 0
-    for c in counts:
-        out.append(at)
-        at += c
-    return out
-
-
 _NATIVE_OPS = {"SUM": "SUM", "PRODUCT": "PROD", "MIN": "MIN", "MAX": "MAX", "BAND": "BAND",
                "BOR": "BOR", "BXOR": "BXOR", "AVG": "SUM"}
 
@@ -83,7 +75,13 @@ class MpiComm(HostComm):
     def _iallgatherv(self, out: np.ndarray, mine: np.ndarray, counts: list[int]) -> Request:
         MPI = _mpi()
         return _MpiRequest(self.comm.Iallgatherv(
-            [mine, MPI.BYTE], [out, (counts, _displs(counts)), MPI.BYTE]), out, mine)
+            [mine, MPI.BYTE], [out, (counts, offsets(counts)), MPI.BYTE]), out, mine)
+
+    def _iallgatherv_at(self, out: np.ndarray, mine: np.ndarray, counts: list[int],
+                        displs: list[int]) -> Request:
+        MPI = _mpi()
+        return _MpiRequest(self.comm.Iallgatherv([mine, MPI.BYTE], [out, (counts, displs),
+                                                                   MPI.BYTE]), out, mine)
 
     def allgather(self, out: np.ndarray, mine: np.ndarray, deadline: float, what: str) -> None:
         # Every call's agreement: the request is tested right away (a small exchange
@@ -100,7 +98,7 @@ class MpiComm(HostComm):
                     send: list[int]) -> Request:
         MPI = _mpi()
         return _MpiRequest(self.comm.Ialltoallv(
-            [inp, (send, _displs(send)), MPI.BYTE], [out, (recv, _displs(recv)), MPI.BYTE]),
+            [inp, (send, offsets(send)), MPI.BYTE], [out, (recv, offsets(recv)), MPI.BYTE]),
             out, inp)
 
     def _ibcast(self, buf: np.ndarray, root: int) -> Request:
