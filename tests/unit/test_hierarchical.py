@@ -85,6 +85,27 @@ def _uneven(n, base):
     return [base + (g % 3) for g in range(n)]
 
 
+@pytest.mark.parametrize("shape", [[[0, 1], [2, 3]], [[0, 1, 2], [3]], [[0], [1], [2]]],
+                         ids=["2x2", "3+1", "3x1"])
+def test_leader_all_reduce_in_chunks(shape, monkeypatch):
+    """Large leader all_reduces run in chunks, each on the link while the host works on
+    the next; the chunk edges (an uneven last chunk) must not change the result."""
+    monkeypatch.setattr(hier, "PIPELINE_BYTES", 24 << 10)  # 5 chunks of 20003 float32
+    n = _size(shape)
+    count = 20003
+    for op in (ReduceOp.SUM, ReduceOp.MAX):
+        inputs = [ref.rank_input(r, count, "float32") for r in range(n)]
+        want = ref.reduced(inputs, op)
+
+        def body(ctx, g, inputs=inputs, op=op):
+            w = inputs[g].copy()
+            hier.all_reduce(ctx, "leader", w, op)
+            return w
+
+        for g, got in enumerate(simulate(shape, body)):
+            np.testing.assert_array_equal(got, want, err_msg=f"{op} rank {g}")
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=IDS)
 @pytest.mark.parametrize("base", [0, 1, 5000])
 def test_all_gather_and_reduce_scatter_even_and_uneven(shape, base):

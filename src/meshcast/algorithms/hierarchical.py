@@ -42,6 +42,7 @@ agreement step (``spanning.py``) made every rank know.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -55,6 +56,12 @@ from ._plan import split_even
 #: Below this many bytes per rank the leader family wins (one exchange instead of two,
 #: no local reduce-scatter). Measured on 2 emulated hosts x 2 ranks; see benchmarks/multihost.
 RAILS_MIN_BYTES = 64 << 10
+#: Chunk size of the leader family's pipelined all_reduce (the link carries one chunk
+#: while the host reduces the next). 32 MiB on 2 emulated hosts x 2 ranks, 2 Gbit/s, four
+#: alternating runs in one job (ms): one piece 188/186/163/161, 8 MiB chunks
+#: 172/173/156/153, 4 MiB 164/169/177/156 (link floor 134). The gain is small on 2 cores:
+#: the hosts' work and the kernel's network work share them.
+PIPELINE_BYTES = 8 << 20
 
 FAMILIES = ("leader", "rails", "flat")
 
@@ -250,13 +257,41 @@ def all_reduce(ctx: Ctx, family: str, w: np.ndarray, op: ReduceOp) -> None:
             _rail_all_reduce(ctx.rail, shard, op)
         ctx.local.all_gather(w, shard, counts)
         return
+    if w.nbytes >= RAILS_MIN_BYTES:
+        _all_reduce_leader_pipelined(ctx, w, op)
+        return
     ctx.local.reduce(w, op, 0)
     if ctx.leaders is not None:
-        if w.nbytes >= RAILS_MIN_BYTES:
-            _rail_all_reduce(ctx.leaders, w, op)
-        else:
-            _allgather_reduce(ctx.leaders, w, op)
+        _allgather_reduce(ctx.leaders, w, op)
     ctx.local.broadcast(w, 0)
+
+
+def _all_reduce_leader_pipelined(ctx: Ctx, w: np.ndarray, op: ReduceOp) -> None:
+    """The leader family for large data, in chunks of about :data:`PIPELINE_BYTES`.
+
+    Each chunk is reduced to the host's leader, and the leaders reduce-scatter it
+    among themselves right away (posted, not waited for), so the link carries chunk
+    k while the host reduces chunk k + 1; then each chunk is combined, all-gathered
+    among the leaders and broadcast inside the host while later chunks are still on
+    the link. Elementwise ops make every chunk an all_reduce of its own.
+    """
+    spans = split_even(w.size, max(1, w.nbytes // PIPELINE_BYTES))
+    chunks = [w[start:start + length] for start, length in spans]
+    leaders = ctx.leaders
+    halves = []
+    for c in chunks:
+        ctx.local.reduce(c, op, 0)
+        if leaders is not None:
+            halves.append(_start_reduce_scatter(leaders, c))
+    gathers = []
+    for c, (posted, got, counts) in zip(chunks, halves):
+        posted.wait()
+        gathers.append(leaders.start_allgatherv(c, _reduced_piece(leaders, got, counts, op),
+                                                counts, _offsets(counts)))
+    for i, c in enumerate(chunks):
+        if gathers:
+            gathers[i].wait()
+        ctx.local.broadcast(c, 0)
 
 
 def _allgather_reduce(comm: Across, w: np.ndarray, op: ReduceOp) -> None:
@@ -268,14 +303,33 @@ def _allgather_reduce(comm: Across, w: np.ndarray, op: ReduceOp) -> None:
 
 def _rail_all_reduce(comm: Across, w: np.ndarray, op: ReduceOp) -> None:
     """Reduce-scatter then all-gather among ``comm``'s members: each sends 2(P-1)/P of ``w``."""
+    posted, got, counts = _start_reduce_scatter(comm, w)
+    posted.wait()
+    comm.allgatherv(w, _reduced_piece(comm, got, counts, op), counts)
+
+
+def _start_reduce_scatter(comm: Across, w: np.ndarray) -> tuple[Pending, np.ndarray, list[int]]:
+    """Post the first half of a reduce-scatter/all-gather all-reduce among ``comm``'s
+    members: every member's piece i of ``w`` to member i. Returns (posted, what arrives:
+    member-major pieces of mine, the piece counts)."""
     P = comm.size
     counts = [c for _, c in split_even(w.size, P)]
     mine = counts[comm.rank]
     got = np.empty(mine * P, w.dtype)
-    comm.alltoallv(got, [mine] * P, w, counts)
-    part = np.empty(mine, w.dtype)
-    _combine(op, part, [got[i * mine:(i + 1) * mine] for i in range(P)])
-    comm.allgatherv(w, part, counts)
+    return comm.start_alltoallv(got, [mine] * P, w, counts), got, counts
+
+
+def _reduced_piece(comm: Across, got: np.ndarray, counts: Sequence[int],
+                   op: ReduceOp) -> np.ndarray:
+    """My piece, combined from what :func:`_start_reduce_scatter` brought (member order)."""
+    mine = counts[comm.rank]
+    part = np.empty(mine, got.dtype)
+    _combine(op, part, [got[i * mine:(i + 1) * mine] for i in range(comm.size)])
+    return part
+
+
+def _offsets(counts: Sequence[int]) -> list[int]:
+    return [0, *itertools.accumulate(counts)][:-1]
 
 
 # ------------------------------------------------------------------ broadcast
@@ -379,7 +433,7 @@ def _all_gather_rails_in_place(ctx: Ctx, out: np.ndarray, mine: np.ndarray,
     ``out``; while those bytes cross the link, my host's own span is all-gathered
     inside the host (the two touch different parts of ``out``). Then each other
     host's span is completed inside my host, every rank passing the piece its rail
-    brought. Measured at 32 MiB on 2 emulated hosts x 2 ranks, 2 Gbit/s: 96 -> 78 ms
+    brought. Measured at 32 MiB on 2 emulated hosts x 2 ranks, 2 Gbit/s: 96 -> 80 ms
     (link floor 67 ms), the scratch blocks and their placement copies gone.
     """
     lay = ctx.layout
@@ -467,7 +521,7 @@ def _reduce_scatter_rails_by_host(ctx: Ctx, out: np.ndarray, w: np.ndarray,
     rail can carry my share of their results while my own host's span is
     reduce-scattered (into ``out``). Then ``out`` combines the hosts' partials, in
     host order. Measured at 32 MiB on 2 emulated hosts x 2 ranks, 2 Gbit/s:
-    106 -> 79 ms (link floor 67 ms), the input's repacking into rail order gone.
+    106 -> 91..101 ms (link floor 67 ms), the input's repacking into rail order gone.
     """
     lay = ctx.layout
     j = lay.local
