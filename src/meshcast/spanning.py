@@ -213,7 +213,7 @@ class HostSpanningGroup(GroupRanks):
         why = hier.supports(kind, forced, self.layout) if forced else None
         if why:
             raise usage(kind, why, self.global_ranks[self._rank])
-        return hier.choose(kind, self.layout, nbytes, forced)
+        return hier.choose(kind, self.layout, nbytes, forced, self.flat.engine)
 
     def _call(self, fp: Fingerprint, mine: int, aux: int, async_op: bool,
               body: Callable[[_Ctx, list[int], list[int]], None],

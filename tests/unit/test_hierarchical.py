@@ -172,11 +172,13 @@ def test_choose_follows_the_measured_table_on_both_sides_of_every_step():
     even = hier.Layout(((0, 1), (2, 3)), 0)
     uneven = hier.Layout(((0, 1, 2), (3,)), 0)
     single = hier.Layout(((0,), (1,)), 0)
-    for kind, steps in hier.DEFAULTS.items():
-        for i, (start, family) in enumerate(steps):
-            assert hier.choose(kind, even, start, None) == family, (kind, start)
-            if start:
-                assert hier.choose(kind, even, start - 1, None) == steps[i - 1][1], (kind, start)
+    for engine, table in hier.DEFAULTS.items():
+        for kind, steps in table.items():
+            for i, (start, family) in enumerate(steps):
+                assert hier.choose(kind, even, start, None, engine) == family, (kind, start)
+                if start:
+                    assert hier.choose(kind, even, start - 1, None, engine) == steps[i - 1][1]
+    assert hier.choose("broadcast", even, 32 << 20, None, "gloo") == "leader"
     assert hier.choose("all_gather", even, 1 << 20, None) == "rails"
     assert hier.choose("all_gather", uneven, 1 << 20, None) == "leader"  # rails cannot
     assert hier.choose("reduce_scatter", single, 8 << 20, None) == "leader"

@@ -78,9 +78,11 @@ def _across(coll: str, nbytes: int, n: int, hosts: int, what: str) -> str:
         lines.append(f"  runs      {coll}/eager: the data travels with the call's agreement "
                      f"(every rank's data <= {EAGER_BYTES} B; spanning.py)")
     else:
-        family = hierarchical.choose(coll, layout, nbytes, None)
-        lines.append(f"  runs      {coll}/{family} (algorithms/hierarchical.py DEFAULTS and "
-                     "choose())")
+        family = hierarchical.choose(coll, layout, nbytes, None, "mpi")
+        over_gloo = hierarchical.choose(coll, layout, nbytes, None, "gloo")
+        engines = "" if family == over_gloo else f" over MPI, {coll}/{over_gloo} over Gloo"
+        lines.append(f"  runs      {coll}/{family}{engines} (algorithms/hierarchical.py "
+                     "DEFAULTS and choose())")
         lines.append(f"  code      algorithms/hierarchical.py::{coll}, shared memory inside "
                      "each host (the one-host paths above), MPI or Gloo between hosts "
                      "(transport/interhost.py)")

@@ -42,7 +42,6 @@ agreement step (``spanning.py``) made every rank know.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -53,8 +52,9 @@ from ..ops import ReduceOp, reduce_many
 from ._common import split as _pieces
 from ._plan import split_even
 
-#: Below this many bytes per rank the leader family wins (one exchange instead of two,
-#: no local reduce-scatter). Measured on 2 emulated hosts x 2 ranks; see benchmarks/multihost.
+#: From this many bytes, an all-reduce among hosts (the leaders', or a rail's) is a
+#: reduce-scatter plus an all-gather; below, one all-gather of everything and a local
+#: combine (one exchange instead of two). Measured on 2 emulated hosts x 2 ranks.
 RAILS_MIN_BYTES = 64 << 10
 #: Chunk size of the leader family's pipelined all_reduce (the link carries one chunk
 #: while the host reduces the next). 32 MiB on 2 emulated hosts x 2 ranks, 2 Gbit/s, four
@@ -167,42 +167,61 @@ class Layout:
         return [h[j] for h in self.hosts if len(h) > j]
 
 
-#: The default family per collective: ascending ``(from bytes, family)`` steps, ``bytes``
-#: being the call's nccl-tests size (the buffer; the gathered array for all_gather, the
-#: input for reduce_scatter). Measured with every family forced side by side beside
-#: MPICH's own call (benchmarks/multihost: 2 emulated hosts x 2 ranks, 2 Gbit/s links,
-#: MPI between hosts, float32; times in ms at 128 KiB / 2 MiB / 8 MiB / 32 MiB):
+#: The default family per engine and collective: ascending ``(from bytes, family)``
+#: steps, ``bytes`` being the call's nccl-tests size (the buffer; the gathered array for
+#: all_gather, the input for reduce_scatter). Measured with every family forced, the
+#: three alternating in one job (2 emulated hosts x 2 ranks, 2 Gbit/s links, float32;
+#: the best of two runs, ms; ``flat`` is meshcast's agreement plus the engine's own call).
 #:
-#: ==============  ==========================  ==========================  =====================
-#: collective      leader                      rails                       flat (MPICH itself)
-#: ==============  ==========================  ==========================  =====================
-#: all_reduce      1.40 / 12.3 / 46.2 / 171    2.28 / 13.7 / 46.3 / 187    1.03 / 11.2 / 41.0 / 180
-#: broadcast       0.69 / 10.4 / 39.9 / 156    0.75 / 10.2 / 40.5 / 159    0.50 / 9.71 / 39.7 / 147
-#: all_gather      1.16 / 6.18 / 25.6 / 106    0.65 / 5.48 / 25.0 / 101    0.71 / 6.84 / 29.4 / 119
-#: reduce_scatter  1.08 / 8.17 / 38.8 / 121    0.97 / 7.39 / 26.8 / 114    0.68 / 9.50 / 51.1 / 186
-#: ==============  ==========================  ==========================  =====================
+#: Over MPI (MPICH 5, ofi/tcp), at 128 KiB / 512 KiB / 2 MiB / 32 MiB:
 #:
-#: (flat waited on MPI's non-blocking call by polling; MPICH's blocking calls took 0.48 /
-#: 15.0 / 61.7 / 235 for all_reduce on those oversubscribed cores.) ``rails`` needs every
-#: host to hold the same number (> 1) of ranks; where it cannot run, ``leader`` does.
-#: Calls of at most ``spanning.EAGER_BYTES`` per rank never get here: their data rides
-#: in the agreement.
-DEFAULTS: dict[str, tuple[tuple[int, str], ...]] = {
-    "all_reduce": ((0, "flat"), (16 << 20, "leader")),
-    "broadcast": ((0, "flat"),),
-    "all_gather": ((0, "leader"), (RAILS_MIN_BYTES, "rails")),
-    "reduce_scatter": ((0, "flat"), (1 << 20, "rails")),
-    "all_to_all": ((0, "flat"),),
+#: ==============  ==========================  ==========================  ======================
+#: collective      leader                      rails                       flat
+#: ==============  ==========================  ==========================  ======================
+#: all_reduce      1.63 / 2.17 / 9.46 / 161    1.67 / 2.32 / 10.7 / 167    1.10 / 2.67 / 9.11 / 171
+#: broadcast       0.79 / 2.17 / 9.09 / 145    0.85 / 2.17 / 8.96 / 150    0.55 / 2.18 / 8.75 / 146
+#: all_gather      0.76 / 1.14 / 4.94 / 97.0   0.71 / 1.07 / 4.37 / 76.5   0.50 / 1.60 / 6.70 / 113
+#: reduce_scatter  0.88 / 3.66 / 11.7 / 116    0.82 / 1.11 / 4.82 / 92.4   0.62 / 2.26 / 10.7 / 157
+#: ==============  ==========================  ==========================  ======================
+#:
+#: and all_gather / reduce_scatter at 32 / 64 / 256 KiB: leader 0.77 / 0.71 / 1.32 and
+#: 0.86 / 0.80 / 1.81, rails 0.71 / 0.70 / 0.74 and 0.79 / 0.83 / 0.93, flat 0.41 / 0.39 /
+#: 1.10 and 0.57 / 0.59 / 1.06.
+#:
+#: Over Gloo (torch 2.13), noisier (runs differ up to 2x), at 128 KiB / 2 MiB / 32 MiB:
+#: broadcast leader 1.28 / 10.7 / 149, flat 3.68 / 18.0 / 281 (Gloo's own broadcast uses
+#: half the link); reduce_scatter leader 1.95 / 10.5 / 179, rails 3.61 / 8.28 / 152, flat
+#: 6.62 / 12.7 / 204; all_reduce leader 4.46 / 15.3 / 189, flat 8.88 / 14.1 / 219.
+#:
+#: ``rails`` needs every host to hold the same number (> 1) of ranks; where it cannot run,
+#: ``leader`` does. Calls of at most ``spanning.EAGER_BYTES`` per rank never get here:
+#: their data rides in the agreement.
+DEFAULTS: dict[str, dict[str, tuple[tuple[int, str], ...]]] = {
+    "mpi": {
+        "all_reduce": ((0, "flat"), (16 << 20, "leader")),
+        "broadcast": ((0, "flat"),),
+        "all_gather": ((0, "flat"), (256 << 10, "rails")),
+        "reduce_scatter": ((0, "flat"), (256 << 10, "rails")),
+        "all_to_all": ((0, "flat"),),
+    },
+    "gloo": {
+        "all_reduce": ((0, "leader"), (1 << 20, "flat"), (16 << 20, "leader")),
+        "broadcast": ((0, "leader"),),
+        "all_gather": ((0, "flat"), (256 << 10, "rails")),
+        "reduce_scatter": ((0, "leader"), (1 << 20, "rails")),
+        "all_to_all": ((0, "flat"),),
+    },
 }
 
 
-def choose(kind: str, layout: Layout, nbytes: int, forced: str | None) -> str:
-    """The family that runs a call: ``forced`` if given, else :data:`DEFAULTS` (``leader``
-    for the collectives it does not list)."""
+def choose(kind: str, layout: Layout, nbytes: int, forced: str | None,
+           engine: str = "mpi") -> str:
+    """The family that runs a call: ``forced`` if given, else :data:`DEFAULTS` of the
+    inter-host ``engine`` (``leader`` for the collectives it does not list)."""
     if forced:
         return forced
     family = "leader"
-    for start, name in DEFAULTS.get(kind, ()):
+    for start, name in DEFAULTS[engine].get(kind, ()):
         if nbytes >= start:
             family = name
     if family == "rails" and not (layout.uniform and len(layout.hosts[0]) > 1):
@@ -329,7 +348,8 @@ def _reduced_piece(comm: Across, got: np.ndarray, counts: Sequence[int],
 
 
 def _offsets(counts: Sequence[int]) -> list[int]:
-    return [0, *itertools.accumulate(counts)][:-1]
+    """Where pieces of ``counts`` start when laid back to back."""
+    return [int(c) for c in np.cumsum([0, *counts[:-1]])]
 
 
 # ------------------------------------------------------------------ broadcast
