@@ -507,8 +507,7 @@ class HostSpanningGroup(GroupRanks):
             check(got)
             self.last_algorithm = f"reduce_scatter/{family}"
             out_w, _ = self._working(out_buf, op)
-            hier.reduce_scatter(ctx, family, out_w, w if upcast else w.copy(), expected,
-                                combine)  # (a copy: the input stays as the caller gave it)
+            hier.reduce_scatter(ctx, family, out_w, w, expected, combine)
             self._finish_reduction(out_buf, out_w, out_w is not out_buf.flat, op)
             finish()
 

@@ -126,7 +126,9 @@ def test_all_gather_and_reduce_scatter_even_and_uneven(shape, base):
         for family in families("reduce_scatter", shape):
             def body(ctx, g, family=family, counts=counts, full=full):
                 out = np.empty(counts[g], np.float32)
-                hier.reduce_scatter(ctx, family, out, full[g].copy(), counts, ReduceOp.SUM)
+                w = full[g].copy()
+                hier.reduce_scatter(ctx, family, out, w, counts, ReduceOp.SUM)
+                np.testing.assert_array_equal(w, full[g], err_msg=f"{family}: input changed")
                 return out
 
             for g, got in enumerate(simulate(shape, body)):
