@@ -507,7 +507,9 @@ class HostSpanningGroup(GroupRanks):
             check(got)
             self.last_algorithm = f"reduce_scatter/{family}"
             out_w, _ = self._working(out_buf, op)
-            hier.reduce_scatter(ctx, family, out_w, w, expected, combine)
+            # the algorithms read the input while they write the output: not one buffer
+            inp = w.copy() if np.may_share_memory(out_w, w) else w
+            hier.reduce_scatter(ctx, family, out_w, inp, expected, combine)
             self._finish_reduction(out_buf, out_w, out_w is not out_buf.flat, op)
             finish()
 

@@ -69,6 +69,11 @@ def every_primitive(families=(None,)):
                         dist.reduce_scatter_tensor(out, full[r].copy(), op, algorithm=fam)
                         _eq(out, ref.reduce_scatter(full, op)[r], f"reduce_scatter {op.name} {case}")
                         note("reduce_scatter")
+                        whole = full[r].copy()  # in place: the output is my piece of the input
+                        mine = whole[r * count:(r + 1) * count]
+                        dist.reduce_scatter_tensor(mine, whole, op, algorithm=fam)
+                        _eq(mine, ref.reduce_scatter(full, op)[r],
+                            f"reduce_scatter in place {op.name} {case}")
                 for root in range(n):
                     x = inputs[r].copy()
                     dist.broadcast(x, root, algorithm=fam)
@@ -78,6 +83,12 @@ def every_primitive(families=(None,)):
                 dist.all_gather(outs, inputs[r], algorithm=fam)
                 _eq(np.concatenate(outs), np.concatenate(inputs), f"all_gather {case}")
                 note("all_gather")
+                # in place: my input is my piece of the output (torch's own idiom)
+                whole = np.empty(count * n, inputs[r].dtype)
+                whole[r * count:(r + 1) * count] = inputs[r]
+                dist.all_gather_into_tensor(whole, whole[r * count:(r + 1) * count],
+                                            algorithm=fam)
+                _eq(whole, np.concatenate(inputs), f"all_gather in place {case}")
                 if fam == "rails":
                     continue
                 for root in range(n):

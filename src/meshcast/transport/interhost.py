@@ -295,12 +295,7 @@ class Bound:
         self.size, self.rank = comm.size, comm.rank
 
     def allgatherv(self, out: np.ndarray, mine: np.ndarray, counts: Sequence[int]) -> None:
-        if not sum(counts):
-            return
-        isz = out.itemsize
-        c = self.comm
-        c.run(lambda: c._iallgatherv(_bytes(out), _bytes(mine), [n * isz for n in counts]),
-              self.deadline, self.what)
+        self.start_allgatherv(out, mine, counts, offsets(counts)).wait()
 
     def start_allgatherv(self, out: np.ndarray, mine: np.ndarray, counts: Sequence[int],
                          displs: Sequence[int]) -> Posted:
@@ -308,6 +303,8 @@ class Bound:
         and displacements in elements); the returned :class:`Posted` waits for it."""
         if not sum(counts):
             return Posted(self, None)
+        if np.may_share_memory(out, mine):
+            mine = mine.copy()  # an in-place all_gather: engines want two distinct buffers
         isz = out.itemsize
         c = self.comm
         return Posted(self, c.start(lambda: c._iallgatherv_at(
