@@ -24,6 +24,7 @@ from meshcast.algorithms._simulate import (
     MatchError,
     RaceError,
     ScheduleError,
+    host_options,
     make_plans,
     run,
     simulate,
@@ -32,7 +33,8 @@ from meshcast.errors import InvalidUsage
 from meshcast.ops import ReduceOp
 from meshcast.testing import reference
 
-ALL = registry.entries()
+# the described one-host fast paths too (one-shot, cma, symmetric): simulated like the rest
+ALL = registry.entries(described=True)
 ARENA = [e for e in ALL if e.family == "arena"]
 ROOTED = {"broadcast", "reduce", "gather", "scatter"}
 REDUCING = {"reduce", "all_reduce", "reduce_scatter"}
@@ -74,8 +76,9 @@ def check(
     all_to_all) when ``counts``/``send`` do not say otherwise.
     """
     coll = entry.coll
-    if slot_bytes is None:
-        slot_bytes = 1 << 12 if entry.family == "arena" else 0
+    options = host_options(entry.family)  # an arena, one-shot regions, ... as the family needs
+    if slot_bytes is not None:
+        options["slot_bytes"] = slot_bytes
     if coll in PIECES and counts is None:
         counts = [count] * size
     if coll == "all_to_all" and send is None:
@@ -95,8 +98,8 @@ def check(
         counts=counts,
         send_counts=send,
         in_place=in_place,
-        slot_bytes=slot_bytes,
         segment_bytes=segment_bytes,
+        **options,
     )
     why = entry.why_not(plans[0])
     if why is not None:
@@ -213,7 +216,9 @@ def test_dtypes_of_data_movement(entry):
         check(entry, 5, 7, root=3, dtype=dtype)
 
 
-UNEVEN = [e for e in ALL if e.coll in PIECES or (e.coll == "all_to_all" and e.name != "bruck")]
+EQUAL_PIECES_ONLY = {"all_to_all/bruck", "all_gather/symmetric"}
+UNEVEN = [e for e in ALL if (e.coll in PIECES or e.coll == "all_to_all")
+          and e.qualname not in EQUAL_PIECES_ONLY]
 
 
 @pytest.mark.parametrize("entry", UNEVEN, ids=ids(UNEVEN))
@@ -237,7 +242,8 @@ def test_in_place(entry):
         for count in (0, 1, size + 2, 29):
             root = (count + 1) % size
             counts = [(q + count) % 5 for q in range(size)] if entry.coll in PIECES else None
-            check(entry, size, count, root=root, counts=counts, in_place=True)
+            check(entry, size, count, root=root, counts=counts, in_place=True,
+                  require=entry.qualname not in EQUAL_PIECES_ONLY)
 
 
 SEGMENTED = [
@@ -317,9 +323,9 @@ def test_all_reduce_is_bitwise_identical_on_every_rank(entry):
             rng.standard_normal(41).astype(np.float32) * 10.0 ** rng.integers(-3, 4)
             for _ in range(size)
         ]
-        plans = make_plans(
-            "all_reduce", size, data, op="sum", slot_bytes=200 if entry.family == "arena" else 0
-        )
+        options = {**host_options(entry.family),
+                   **({"slot_bytes": 200} if entry.family == "arena" else {})}
+        plans = make_plans("all_reduce", size, data, op="sum", **options)
         simulate("all_reduce", entry.name, plans, order="random", seed=size)
         for plan in plans[1:]:
             assert plans[0].output.tobytes() == plan.output.tobytes(), entry.qualname

@@ -229,10 +229,11 @@ class _Slot:
     """One rank's arena slot (or one-shot region, or exposed buffer) plus the race
     detector's shadow state, grown on demand."""
 
-    def __init__(self, size: int, limit: int, owner: int) -> None:
+    def __init__(self, size: int, limit: int, owner: int, kind: str = SLOT) -> None:
         self.size = size
         self.limit = limit
         self.owner = owner
+        self.kind = kind  # a _plan.SPACES name, for messages
         self.data = np.empty(0, dtype=np.uint8)
         # step counters as int32: p * p * extent of them per collective adds up
         self.last_write = np.empty(0, dtype=np.int32)
@@ -242,7 +243,7 @@ class _Slot:
     @classmethod
     def exposing(cls, size: int, owner: int, buf: np.ndarray, clock: int) -> _Slot:
         """The shadow of ``buf`` exposed by ``owner``: valid as of its step ``clock``."""
-        slot = cls(size, buf.nbytes, owner)
+        slot = cls(size, buf.nbytes, owner, EXPOSED)
         slot.data = buf.reshape(-1).view(np.uint8)
         slot.last_write = np.full(buf.nbytes, clock, dtype=np.int32)
         slot.writer = np.full(buf.nbytes, owner, dtype=np.int32)
@@ -283,7 +284,7 @@ class _Simulator:
         self.slot_bytes = plans[0].slot_bytes if plans else 0
         self.region_bytes = plans[0].region_bytes if plans else 0
         self.slots = [_Slot(p, self.slot_bytes, r) for r in range(p)]
-        self.regions = [_Slot(p, self.region_bytes, r) for r in range(p)]
+        self.regions = [_Slot(p, self.region_bytes, r, REGION) for r in range(p)]
         self.events: list[Event] = []
 
     # ---------------------------------------------------------- messages
@@ -586,8 +587,8 @@ class _Simulator:
             self.fail(
                 ScheduleError,
                 st,
-                f"{what} of {n} bytes at offset {offset} is outside rank {slot.owner}'s "
-                f"{slot.limit}-byte space",
+                f"{what} of {n} bytes at offset {offset} is outside the {slot.limit}-byte "
+                f"{slot.kind} of rank {slot.owner}",
             )
         slot.ensure(offset + n)
         return slot.data[offset : offset + n]
@@ -633,7 +634,7 @@ class _Simulator:
         if len(late):
             q = int(late[0])
             raise RaceError(
-                f"{self.where(st)}: writes bytes [{lo}, {lo + n}) of rank {slot.owner}'s space "
+                f"{self.where(st)}: writes bytes [{lo}, {lo + n}) of rank {slot.owner}'s {slot.kind} "
                 f"that rank {q} may still be reading (rank {q} read them at its step {seen[q]}, "
                 f"rank {st.rank} has synchronised with rank {q} only up to step {st.clock[q]}): "
                 f"wait for a phase rank {q} signals after that read (Rule 2)"
@@ -650,7 +651,7 @@ class _Simulator:
         if len(late):
             q, at = int(writer[late[0]]), int(written[late[0]])
             raise RaceError(
-                f"{self.where(st)}: {verb} bytes [{lo}, {lo + n}) of rank {slot.owner}'s space "
+                f"{self.where(st)}: {verb} bytes [{lo}, {lo + n}) of rank {slot.owner}'s {slot.kind} "
                 f"written by rank {q} at its step {at}, but rank {st.rank} has synchronised "
                 f"with rank {q} only up to step {st.clock[q]}: wait for a phase rank "
                 f"{q} signals after that write (Rule 3)"
@@ -663,7 +664,7 @@ class _Simulator:
         if written.min() < 0:
             first = lo + int(np.flatnonzero(written < 0)[0])
             raise RaceError(
-                f"{self.where(st)}: reads byte {first} of rank {slot.owner}'s space, which "
+                f"{self.where(st)}: reads byte {first} of rank {slot.owner}'s {slot.kind}, which "
                 f"nothing wrote in this collective (stale data)"
             )
         self.ordered_after_writes(st, slot, lo, n, "reads")
@@ -796,6 +797,22 @@ def simulate(coll: str, name: str, plans: Sequence[Plan], **kwargs: Any) -> SimR
 
 
 # ------------------------------------------------------------- plan builder
+
+SLOT_BYTES = 1 << 12  # the arena slot of simulated one-host calls: many chunks at small sizes
+REGION_BYTES = 1 << 16  # the one-shot region of simulated calls (the runtime's: arena.oneshot_bytes)
+
+
+def host_options(family: str) -> dict[str, Any]:
+    """The :func:`make_plans` keywords of a group a family's schedules can run on:
+    none for ``p2p``; an arena for ``arena``; for a described fast path also the
+    one-shot regions, and the host capability or buffers it needs."""
+    if family == "p2p":
+        return {}
+    if family == "arena":
+        return {"slot_bytes": SLOT_BYTES}
+    return {"slot_bytes": SLOT_BYTES, "region_bytes": REGION_BYTES,
+            "single_copy": family == "cma", "symmetric": family == "symmetric"}
+
 
 
 def make_plans(
@@ -936,7 +953,10 @@ __all__ = [
     "RaceError",
     "ScheduleError",
     "SimResult",
+    "SLOT_BYTES",
+    "REGION_BYTES",
     "garbage",
+    "host_options",
     "make_plans",
     "run",
     "simulate",
