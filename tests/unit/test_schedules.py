@@ -17,7 +17,24 @@ from hypothesis import strategies as st
 
 from meshcast import ops, topology
 from meshcast.algorithms import _registry as registry
-from meshcast.algorithms._plan import Copy, Get, Put, Recv, Reduce, Round, Send, Signal, Wait
+from meshcast.algorithms import _select
+from meshcast.algorithms._plan import (
+    EXPOSED,
+    REGION,
+    Copy,
+    Enter,
+    Expose,
+    Get,
+    Put,
+    Recv,
+    Reduce,
+    ReduceSlots,
+    Round,
+    Send,
+    Signal,
+    Wait,
+    Write,
+)
 from meshcast.algorithms._simulate import (
     DeadlockError,
     Event,
@@ -570,3 +587,71 @@ def test_sim_names_the_schedule_when_a_generator_fails():
 
     with pytest.raises(ScheduleError, match="rank 0 failed building round 1"):
         run(boom, _plans())
+
+
+# ------------------------------------------- the one-host fast paths' steps
+
+
+def _host_plans(family, coll="all_reduce", size=2, count=4):
+    data = [np.arange(count, dtype=np.float32) + r for r in range(size)]
+    return make_plans(coll, size, data, op="sum", in_place=True, **host_options(family))
+
+
+def test_sim_reports_a_region_read_before_the_entry():
+    def early(plan):
+        # rank 1 reads rank 0's region without entering: nothing orders the Put before it
+        yield Round(then=[Put(0, plan.input, REGION), Get(0, 0, plan.output, REGION), Enter()])
+
+    with pytest.raises(RaceError, match="region of rank 0|rank 0's region"):
+        run(early, _host_plans("oneshot"), order="reverse")
+
+
+def test_sim_reports_single_copy_without_its_middle_barrier():
+    """cma all_reduce with the phase-1 barrier left out: a rank would read a peer's
+    share before the peer has reduced it (and overwrite what the peer still reads)."""
+
+    def hasty(plan):
+        out, n, me = plan.output, plan.size, plan.rank
+        lo, hi = topology.share(len(out), plan.itemsize, me, n)
+        q = 1 - me
+        qlo, qhi = topology.share(len(out), plan.itemsize, q, n)
+        yield Round(then=[Expose(out), Enter(),
+                          ReduceSlots(out[lo:hi], (0, 1), lo * plan.itemsize, EXPOSED),
+                          Get(q, qlo * plan.itemsize, out[qlo:qhi], EXPOSED),
+                          Signal(1), Wait((0, 1), 1)])
+
+    with pytest.raises(RaceError, match="exposed"):
+        run(hasty, _host_plans("cma", count=64), order="greedy")
+
+
+def test_sim_reports_a_write_into_a_buffer_nobody_exposed():
+    def blind(plan):
+        yield Round(then=[Enter(), Write(1 - plan.rank, 0, plan.input)])
+
+    with pytest.raises(ScheduleError, match="has exposed no buffer"):
+        run(blind, _host_plans("cma"))
+
+
+def test_sim_reports_a_rank_that_never_enters():
+    def lonely(plan):
+        if plan.rank == 0:
+            yield Round(then=[Enter()])
+
+    with pytest.raises(DeadlockError, match=r"ranks \[1\] never entered"):
+        run(lonely, _host_plans("oneshot"))
+
+
+def test_described_paths_never_reach_the_selector():
+    """Registering the fast paths changes no decision: the selector, ``algorithm=`` and
+    ``MESHCAST_ALGO`` see only the families the executor runs."""
+    described = [e for e in registry.entries(described=True) if not e.executed]
+    assert {e.family for e in described} == set(registry.DESCRIBED)
+    assert not set(registry.entries()) & set(described)
+    for e in described:
+        assert e.name not in registry.names(e.coll)
+        plans = _host_plans(e.family, e.coll if e.coll != "barrier" else "barrier")
+        assert _select.select(plans[0]).family not in registry.DESCRIBED
+        with pytest.raises(InvalidUsage, match="unknown algorithm"):
+            _select.select(plans[0], explicit=e.name)
+        with pytest.raises(InvalidUsage, match="unknown algorithm"):
+            _select.parse_tune(f"{e.coll}:{e.name}")
