@@ -85,6 +85,12 @@ class AlgorithmEntry:
         """Whether the executor runs it (False: a described fast path, see :data:`DESCRIBED`)."""
         return self.family in EXECUTED
 
+    @property
+    def conditions(self) -> str:
+        """All it needs, in words: its family's resource (described families) and ``requires``."""
+        parts = [_NEEDS[self.family][1]] if self.family in _NEEDS else []
+        return "; ".join(parts + ([self.requires] if self.requires else []))
+
     def why_not(self, plan: Plan) -> str | None:
         """None if this algorithm can run ``plan``, else the reason in words."""
         if self.family == "arena" and plan.slot_bytes <= 0:

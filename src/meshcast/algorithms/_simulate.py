@@ -149,12 +149,15 @@ class SimResult:
         plans: the plans it ran on (outputs hold the results).
         events: every executed step in global order.
         rounds: rounds yielded per rank.
+        regions: each rank's one-shot region as the schedule left it, the bytes it
+            never wrote masked (known when races are checked, the default).
     """
 
     label: str
     plans: list[Plan]
     events: list[Event]
     rounds: list[int]
+    regions: list[np.ma.MaskedArray] = field(default_factory=list)
 
     @property
     def outputs(self) -> list[np.ndarray | None]:
@@ -784,7 +787,8 @@ def run(
                              "region_bytes")
     sim = _Simulator([fn(plan) for plan in plans], plans, label, check_races)
     sim.run(order, seed, max_units)
-    return SimResult(label, plans, sim.events, [st.idx + 1 for st in sim.ranks])
+    regions = [np.ma.masked_array(r.data.copy(), mask=r.last_write < 0) for r in sim.regions]
+    return SimResult(label, plans, sim.events, [st.idx + 1 for st in sim.ranks], regions)
 
 
 def simulate(coll: str, name: str, plans: Sequence[Plan], **kwargs: Any) -> SimResult:

@@ -264,6 +264,10 @@ def cma(plan: Plan) -> Iterator[Round]:
     Bytes sent per rank: my piece written once; the root copies only its own.
 
     Requires: a host that lets members read each other's memory.
+
+    When the root's gather_list pieces do not lie back to back (the plan's
+    output always does), the runtime's root reads each piece from its owner
+    instead: the same bytes, read by the root rather than written by the owners.
     """
     me, root = plan.rank, plan.root
     d = displs(piece_counts(plan))
