@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..topology import rotation
+from ._common import piece_counts
 from ._plan import (
     EXPOSED,
     REGION,
@@ -30,6 +31,21 @@ from ._plan import (
     Wait,
     Write,
 )
+
+
+def buffer_fits(plan: Plan) -> bool:
+    """The call's buffer (broadcast, reduce, all_reduce) fits a one-shot region."""
+    return plan.count * plan.itemsize <= plan.region_bytes
+
+
+def piece_fits(plan: Plan) -> bool:
+    """The largest rank's piece (gather, all_gather) fits a one-shot region."""
+    return max(piece_counts(plan), default=0) * plan.itemsize <= plan.region_bytes
+
+
+def pieces_fit(plan: Plan) -> bool:
+    """All pieces together (the scatter root's input, a reduce_scatter input) fit a region."""
+    return sum(piece_counts(plan)) * plan.itemsize <= plan.region_bytes
 
 
 def enter(plan: Plan, *, stage: np.ndarray | None = None, expose: np.ndarray | None = None,
@@ -101,5 +117,5 @@ def offsets_of_mine(plan: Plan, heads: Sequence[np.ndarray]) -> list[int]:
     return [int(h[plan.rank]) * plan.itemsize for h in heads]
 
 
-__all__ = ["closing", "enter", "offsets_of_mine", "read_headers", "reduce_all", "split_copy",
+__all__ = ["buffer_fits", "closing", "enter", "piece_fits", "pieces_fit", "offsets_of_mine", "read_headers", "reduce_all", "split_copy",
            "publish_header", "split_head"]

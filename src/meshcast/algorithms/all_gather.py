@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from .. import topology
 from ._common import copy_steps, displs, others, piece_counts, slot_elems
-from ._onehost import closing, enter
+from ._onehost import closing, enter, piece_fits
 from ._plan import (
     EXPOSED,
     REGION,
@@ -215,7 +215,7 @@ def arena(plan: Plan) -> Iterator[Round]:
     "all_gather",
     "oneshot",
     description="every rank's piece through its one-shot region and one entry; each copies all out",
-    supports=lambda plan: max(piece_counts(plan), default=0) * plan.itemsize <= plan.region_bytes,
+    supports=piece_fits,
     requires="every piece fits a one-shot region",
     family="oneshot",
 )

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from .. import ops, topology
 from ._common import copy_steps, others, same_memory, segment_elems
-from ._onehost import closing, enter, reduce_all
+from ._onehost import buffer_fits, closing, enter, reduce_all
 from ._plan import (
     EXPOSED,
     REGION,
@@ -281,15 +281,11 @@ def arena(plan: Plan) -> Iterator[Round]:
 # ------------------------------------------- one-host fast paths (described schedules)
 
 
-def _fits_region(plan: Plan) -> bool:
-    return plan.count * plan.itemsize <= plan.region_bytes
-
-
 @register(
     "all_reduce",
     "oneshot",
     description="every rank's data through its one-shot region and one entry; each reduces all",
-    supports=_fits_region,
+    supports=buffer_fits,
     requires="the buffer fits a one-shot region",
     family="oneshot",
 )

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import topology
 from ._common import others, segment_elems, slot_elems
-from ._onehost import closing, enter, split_copy
+from ._onehost import buffer_fits, closing, enter, split_copy
 from ._plan import REGION, Get, Plan, Put, Recv, Round, Send, Signal, Wait
 from ._registry import register
 
@@ -180,7 +180,7 @@ def arena(plan: Plan) -> Iterator[Round]:
     "broadcast",
     "oneshot",
     description="the root's data through its one-shot region and one entry; the others copy it out",
-    supports=lambda plan: plan.count * plan.itemsize <= plan.region_bytes,
+    supports=buffer_fits,
     requires="the buffer fits a one-shot region",
     family="oneshot",
 )

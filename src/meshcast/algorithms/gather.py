@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import topology
 from ._common import copy_steps, displs, others, piece_counts, slot_elems
-from ._onehost import closing, enter
+from ._onehost import closing, enter, piece_fits
 from ._plan import REGION, Get, LocalStep, Plan, Put, Recv, Round, Send, Signal, Wait, Write
 from ._registry import register
 
@@ -220,7 +220,7 @@ def arena(plan: Plan) -> Iterator[Round]:
     "gather",
     "oneshot",
     description="every piece through its owner's one-shot region and one entry; the root copies them out",
-    supports=lambda plan: max(piece_counts(plan), default=0) * plan.itemsize <= plan.region_bytes,
+    supports=piece_fits,
     requires="every piece fits a one-shot region",
     family="oneshot",
 )

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import ops, topology
 from ._common import copy_steps, others, same_memory, segment_elems
-from ._onehost import closing, enter, reduce_all
+from ._onehost import buffer_fits, closing, enter, reduce_all
 from ._plan import (
     EXPOSED,
     REGION,
@@ -333,7 +333,7 @@ def arena_sections(
     "reduce",
     "oneshot",
     description="every rank's data through its one-shot region and one entry; the root reduces all",
-    supports=lambda plan: plan.count * plan.itemsize <= plan.region_bytes,
+    supports=buffer_fits,
     requires="the buffer fits a one-shot region",
     family="oneshot",
 )

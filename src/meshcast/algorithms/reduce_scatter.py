@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from .. import ops, topology
 from ._common import copy_steps, displs, others, piece_counts, slot_elems
-from ._onehost import closing, enter, reduce_all
+from ._onehost import closing, enter, pieces_fit, reduce_all
 from ._plan import (
     EXPOSED,
     REGION,
@@ -267,7 +267,7 @@ def arena(plan: Plan) -> Iterator[Round]:
     "reduce_scatter",
     "oneshot",
     description="every rank's input through its one-shot region and one entry; each reduces its piece",
-    supports=lambda plan: sum(piece_counts(plan)) * plan.itemsize <= plan.region_bytes,
+    supports=pieces_fit,
     requires="the input fits a one-shot region",
     family="oneshot",
 )

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from .. import topology
 from ._common import copy_steps, displs, others, piece_counts, slot_elems
-from ._onehost import closing, enter
+from ._onehost import closing, enter, pieces_fit
 from ._plan import EXPOSED, REGION, Get, LocalStep, Plan, Put, Recv, Round, Send, Signal, Wait
 from ._registry import register
 from .gather import relative_displs, subtree_views
@@ -184,7 +184,7 @@ def arena(plan: Plan) -> Iterator[Round]:
     "scatter",
     "oneshot",
     description="the root's pieces through its one-shot region and one entry; each copies its own out",
-    supports=lambda plan: sum(piece_counts(plan)) * plan.itemsize <= plan.region_bytes,
+    supports=pieces_fit,
     requires="the root's input fits a one-shot region",
     family="oneshot",
 )
