@@ -655,3 +655,25 @@ def test_described_paths_never_reach_the_selector():
             _select.select(plans[0], explicit=e.name)
         with pytest.raises(InvalidUsage, match="unknown algorithm"):
             _select.parse_tune(f"{e.coll}:{e.name}")
+
+
+def test_sim_keeps_fast_path_steps_out_of_executed_plans():
+    """What the executor runs (p2p and arena plans) cannot use the entry or exposures."""
+
+    def entering(plan):
+        yield Round(then=[Enter()])
+
+    with pytest.raises(ScheduleError, match="fast-path step"):
+        run(entering, _plans(slot_bytes=64))
+
+    def exposing(plan):
+        yield Round(then=[Expose(plan.input)])
+
+    with pytest.raises(ScheduleError, match="Expose needs"):
+        run(exposing, _host_plans("oneshot"))
+
+    def twice(plan):
+        yield Round(then=[Enter(), Enter()])
+
+    with pytest.raises(ScheduleError, match="Enter twice"):
+        run(twice, _host_plans("oneshot"))

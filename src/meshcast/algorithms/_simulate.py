@@ -225,6 +225,7 @@ class _Rank:
     sig_phases: list[int] = field(default_factory=list)
     sig_clocks: list[np.ndarray] = field(default_factory=list)
     arrived: np.ndarray | None = None  # my clock when I reached Enter (None: not yet)
+    entered: bool = False  # past my Enter (every rank arrived)
     exposure: _Slot | None = None  # the buffer I exposed, with its race shadow
 
 
@@ -332,7 +333,10 @@ class _Simulator:
     def enter(self, st: _Rank) -> bool:
         """``Enter``: arrive (once), then pass when every rank has arrived, synchronised
         with all of them."""
+        if st.entered:
+            self.fail(ScheduleError, st, "Enter twice: a call has one entry")
         if st.arrived is None:
+            self.need_fast_path_host(st, "Enter")
             self.tick(st, "enter")
             st.arrived = st.clock.copy()
             return True
@@ -340,6 +344,7 @@ class _Simulator:
             return False
         for other in self.ranks:
             np.maximum(st.clock, other.arrived, out=st.clock)
+        st.entered = True
         st.pc += 1
         return True
 
@@ -514,6 +519,9 @@ class _Simulator:
         elif isinstance(step, Expose):
             if st.exposure is not None or st.arrived is not None:
                 self.fail(ScheduleError, st, "Expose twice, or after Enter")
+            if not (st.plan.single_copy or st.plan.symmetric):
+                self.fail(ScheduleError, st, "Expose needs plan.single_copy or plan.symmetric "
+                                             "(a host or buffers that let peers reach it)")
             _raw(step.buf, lambda: f"{self.where(st)}: Expose")
             self.tick(st, "expose", nbytes=step.buf.nbytes)
             st.exposure = _Slot.exposing(self.p, st.rank, step.buf, int(st.clock[st.rank]))
@@ -558,6 +566,15 @@ class _Simulator:
     def need_arena(self, st: _Rank, what: str) -> None:
         if self.slot_bytes <= 0:
             self.fail(ScheduleError, st, f"{what} needs an arena but plan.slot_bytes is 0")
+
+    def need_fast_path_host(self, st: _Rank, what: str) -> None:
+        """The fast paths' own steps (the entry, regions, exposures) exist only in their
+        described schedules: a plan without one-shot regions or exposures (what the
+        executor runs) must not use them (_plan, "The one-host fast paths")."""
+        plan = st.plan
+        if not (plan.region_bytes > 0 or plan.single_copy or plan.symmetric):
+            self.fail(ScheduleError, st, f"{what} is a fast-path step, but the plan has no "
+                                         "one-shot regions or exposures")
 
     def need_signals(self, st: _Rank, what: str) -> None:
         """Signal words are the arena's: there is one if the plan has slots or the
