@@ -37,10 +37,10 @@ from typing import Any
 import numpy as np
 
 from . import ops
+from .topology import share
 from .transport.segment import Segment
 
 _PAGE = 4096
-_LINE = 64
 # Elements reduced per step: the P operands and the result of one chunk stay
 # in L2 (2 MiB per core here) between the reduce and the copies out.
 CHUNK_BYTES = 256 << 10
@@ -131,16 +131,6 @@ class SymmetricHeap:
         for alloc in self.allocations:
             alloc.segment.close()
         self.allocations.clear()
-
-
-def share(count: int, itemsize: int, rank: int, size: int) -> tuple[int, int]:
-    """Element range ``[lo, hi)`` rank ``rank`` reduces: 1/size of ``count``, in whole
-    cache lines so that two ranks never write the same line."""
-    unit = max(1, _LINE // itemsize)
-    blocks = -(-count // unit)
-    lo = min(count, blocks * rank // size * unit)
-    hi = min(count, blocks * (rank + 1) // size * unit)
-    return lo, hi
 
 
 def all_reduce_share(parts: Sequence[np.ndarray], rank: int, op: ops.ReduceOp,

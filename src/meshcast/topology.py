@@ -87,6 +87,20 @@ def rotation(rank: int, size: int) -> list[int]:
     return [(rank + i) % size for i in range(size)]
 
 
+_LINE = 64  # bytes of a cache line
+
+
+def share(count: int, itemsize: int, rank: int, size: int) -> tuple[int, int]:
+    """Element range ``[lo, hi)`` rank ``rank`` reduces: 1/size of ``count``, in whole
+    cache lines so that two ranks never write the same line (the single-copy and
+    symmetric all_reduce, and their schedules in algorithms/all_reduce.py)."""
+    unit = max(1, _LINE // itemsize)
+    blocks = -(-count // unit)
+    lo = min(count, blocks * rank // size * unit)
+    hi = min(count, blocks * (rank + 1) // size * unit)
+    return lo, hi
+
+
 # --------------------------------------------------------------- relativity
 
 
@@ -313,6 +327,7 @@ __all__ = [
     "pow2_floor",
     "relative",
     "ring_neighbours",
+    "share",
     "unfold_range",
     "unfold_rank",
     "wrap_split",

@@ -32,6 +32,7 @@ OURS = {
     "meshcast.algorithms._plan",
     "meshcast.algorithms._registry",
     "meshcast.algorithms._common",
+    "meshcast.algorithms._onehost",
 }
 OURS |= {f"meshcast.algorithms.{name}" for name in COLLECTIVE_MODULES}
 

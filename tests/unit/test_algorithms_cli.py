@@ -39,10 +39,15 @@ def test_one_collective_lists_its_schedules_with_family_requires_and_docstring()
 
 def test_fast_paths_are_marked_and_listed_per_place():
     out = _run("all_reduce").stdout
+    described = out[out.index(_cli.DESCRIBED_TITLE):out.index(_cli.FAST_PATHS_TITLE)]
+    for name, family in (("oneshot", "oneshot"), ("cma", "cma"), ("symmetric", "symmetric")):
+        entry = _registry.get("all_reduce", name)
+        row = re.search(rf"^  {name} +{family} +requires: (.*)$", described, re.M)
+        assert row and row.group(1) == entry.conditions, name
+    assert "Steps: 1 round: Put my data into my one-shot region" in described
     block = out[out.index(_cli.FAST_PATHS_TITLE):]
-    one_host = re.search(r"one host: +(.*?) +\(reported", block).group(1).split(", ")
+    assert "one host:" not in block  # every one-host path of all_reduce is a schedule now
     across = re.search(r"across hosts: +(.*?) +\(reported", block).group(1).split(", ")
-    assert sorted(one_host) == ["cma", "oneshot", "symmetric"]
     assert sorted(across) == ["eager", "flat", "leader", "rails"]
 
 
@@ -52,7 +57,8 @@ def test_without_a_collective_every_registered_algorithm_is_listed(capsys):
     for coll in _registry.COLLECTIVES:
         assert re.search(rf"^{coll}: {len(_registry.names(coll))} schedules", out, re.M), coll
     assert out.count(_cli.FAST_PATHS_TITLE) == len(_registry.COLLECTIVES)
-    for entry in _registry.entries():
+    assert out.count(_cli.DESCRIBED_TITLE) == len(_registry.COLLECTIVES)
+    for entry in _registry.entries(described=True):
         assert re.search(rf"^  {entry.name} +{entry.family} ", out, re.M), entry.qualname
 
 
@@ -77,16 +83,25 @@ def _labels_in_source(*modules: str) -> set[tuple[str, str]]:
 def test_fast_paths_are_what_the_code_reports_and_never_a_schedule(where, modules):
     table = _cli.fast_paths()[where]
     for coll, name in _labels_in_source(*modules):
-        assert name in _registry.names(coll) or name in table.get(coll, []), (coll, name)
+        assert name in _registry.names(coll, described=True) or name in table.get(coll, []), (
+            coll, name)
     for coll, names in table.items():
-        assert not set(names) & set(_registry.names(coll)), coll
+        assert not set(names) & set(_registry.names(coll, described=True)), coll
+
+
+def test_every_one_host_fast_path_is_a_described_schedule():
+    """What group.py, lanes.py and paths/ can report on one host (their every
+    ``last_algorithm = ...``, generic sites included) is a registered generator."""
+    assert _cli.fast_paths()["one host"] == {}
+    reported = {pair for m in _cli.ONE_HOST_MODULES for pair in _cli._reported(m)}
+    assert ("reduce", "cma") in reported and ("all_to_all", "oneshot") in reported
+    for coll, name in reported:
+        entry = _registry.get(coll, name)
+        assert not entry.executed and entry.family == name, entry.qualname
 
 
 def test_the_derived_fast_paths_include_the_generic_sites():
     fast = _cli.fast_paths()
-    # ProcessGroup._submit's f"{kind}/cma" (single=) and f"{kind}/oneshot" (staged=)
-    assert "cma" in fast["one host"]["reduce"] and "cma" in fast["one host"]["gather"]
-    assert "oneshot" in fast["one host"]["all_to_all"]
     # spanning.py's f"{coll}/{family}": rails only where hierarchical.supports allows it
     assert fast["across hosts"]["all_to_all"] == ["leader", "flat"]
     assert fast["across hosts"]["barrier"] == ["agreement"]

@@ -17,13 +17,31 @@ from hypothesis import strategies as st
 
 from meshcast import ops, topology
 from meshcast.algorithms import _registry as registry
-from meshcast.algorithms._plan import Copy, Get, Put, Recv, Reduce, Round, Send, Signal, Wait
+from meshcast.algorithms import _select
+from meshcast.algorithms._plan import (
+    EXPOSED,
+    REGION,
+    Copy,
+    Enter,
+    Expose,
+    Get,
+    Put,
+    Recv,
+    Reduce,
+    ReduceSlots,
+    Round,
+    Send,
+    Signal,
+    Wait,
+    Write,
+)
 from meshcast.algorithms._simulate import (
     DeadlockError,
     Event,
     MatchError,
     RaceError,
     ScheduleError,
+    host_options,
     make_plans,
     run,
     simulate,
@@ -32,7 +50,8 @@ from meshcast.errors import InvalidUsage
 from meshcast.ops import ReduceOp
 from meshcast.testing import reference
 
-ALL = registry.entries()
+# the described one-host fast paths too (one-shot, cma, symmetric): simulated like the rest
+ALL = registry.entries(described=True)
 ARENA = [e for e in ALL if e.family == "arena"]
 ROOTED = {"broadcast", "reduce", "gather", "scatter"}
 REDUCING = {"reduce", "all_reduce", "reduce_scatter"}
@@ -74,8 +93,9 @@ def check(
     all_to_all) when ``counts``/``send`` do not say otherwise.
     """
     coll = entry.coll
-    if slot_bytes is None:
-        slot_bytes = 1 << 12 if entry.family == "arena" else 0
+    options = host_options(entry.family)  # an arena, one-shot regions, ... as the family needs
+    if slot_bytes is not None:
+        options["slot_bytes"] = slot_bytes
     if coll in PIECES and counts is None:
         counts = [count] * size
     if coll == "all_to_all" and send is None:
@@ -95,8 +115,8 @@ def check(
         counts=counts,
         send_counts=send,
         in_place=in_place,
-        slot_bytes=slot_bytes,
         segment_bytes=segment_bytes,
+        **options,
     )
     why = entry.why_not(plans[0])
     if why is not None:
@@ -213,7 +233,9 @@ def test_dtypes_of_data_movement(entry):
         check(entry, 5, 7, root=3, dtype=dtype)
 
 
-UNEVEN = [e for e in ALL if e.coll in PIECES or (e.coll == "all_to_all" and e.name != "bruck")]
+EQUAL_PIECES_ONLY = {"all_to_all/bruck", "all_gather/symmetric"}
+UNEVEN = [e for e in ALL if (e.coll in PIECES or e.coll == "all_to_all")
+          and e.qualname not in EQUAL_PIECES_ONLY]
 
 
 @pytest.mark.parametrize("entry", UNEVEN, ids=ids(UNEVEN))
@@ -237,7 +259,8 @@ def test_in_place(entry):
         for count in (0, 1, size + 2, 29):
             root = (count + 1) % size
             counts = [(q + count) % 5 for q in range(size)] if entry.coll in PIECES else None
-            check(entry, size, count, root=root, counts=counts, in_place=True)
+            check(entry, size, count, root=root, counts=counts, in_place=True,
+                  require=entry.qualname not in EQUAL_PIECES_ONLY)
 
 
 SEGMENTED = [
@@ -317,9 +340,9 @@ def test_all_reduce_is_bitwise_identical_on_every_rank(entry):
             rng.standard_normal(41).astype(np.float32) * 10.0 ** rng.integers(-3, 4)
             for _ in range(size)
         ]
-        plans = make_plans(
-            "all_reduce", size, data, op="sum", slot_bytes=200 if entry.family == "arena" else 0
-        )
+        options = {**host_options(entry.family),
+                   **({"slot_bytes": 200} if entry.family == "arena" else {})}
+        plans = make_plans("all_reduce", size, data, op="sum", **options)
         simulate("all_reduce", entry.name, plans, order="random", seed=size)
         for plan in plans[1:]:
             assert plans[0].output.tobytes() == plan.output.tobytes(), entry.qualname
@@ -564,3 +587,93 @@ def test_sim_names_the_schedule_when_a_generator_fails():
 
     with pytest.raises(ScheduleError, match="rank 0 failed building round 1"):
         run(boom, _plans())
+
+
+# ------------------------------------------- the one-host fast paths' steps
+
+
+def _host_plans(family, coll="all_reduce", size=2, count=4):
+    data = [np.arange(count, dtype=np.float32) + r for r in range(size)]
+    return make_plans(coll, size, data, op="sum", in_place=True, **host_options(family))
+
+
+def test_sim_reports_a_region_read_before_the_entry():
+    def early(plan):
+        # rank 1 reads rank 0's region without entering: nothing orders the Put before it
+        yield Round(then=[Put(0, plan.input, REGION), Get(0, 0, plan.output, REGION), Enter()])
+
+    with pytest.raises(RaceError, match="region of rank 0|rank 0's region"):
+        run(early, _host_plans("oneshot"), order="reverse")
+
+
+def test_sim_reports_single_copy_without_its_middle_barrier():
+    """cma all_reduce with the phase-1 barrier left out: a rank would read a peer's
+    share before the peer has reduced it (and overwrite what the peer still reads)."""
+
+    def hasty(plan):
+        out, n, me = plan.output, plan.size, plan.rank
+        lo, hi = topology.share(len(out), plan.itemsize, me, n)
+        q = 1 - me
+        qlo, qhi = topology.share(len(out), plan.itemsize, q, n)
+        yield Round(then=[Expose(out), Enter(),
+                          ReduceSlots(out[lo:hi], (0, 1), lo * plan.itemsize, EXPOSED),
+                          Get(q, qlo * plan.itemsize, out[qlo:qhi], EXPOSED),
+                          Signal(1), Wait((0, 1), 1)])
+
+    with pytest.raises(RaceError, match="exposed"):
+        run(hasty, _host_plans("cma", count=64), order="greedy")
+
+
+def test_sim_reports_a_write_into_a_buffer_nobody_exposed():
+    def blind(plan):
+        yield Round(then=[Enter(), Write(1 - plan.rank, 0, plan.input)])
+
+    with pytest.raises(ScheduleError, match="has exposed no buffer"):
+        run(blind, _host_plans("cma"))
+
+
+def test_sim_reports_a_rank_that_never_enters():
+    def lonely(plan):
+        if plan.rank == 0:
+            yield Round(then=[Enter()])
+
+    with pytest.raises(DeadlockError, match=r"ranks \[1\] never entered"):
+        run(lonely, _host_plans("oneshot"))
+
+
+def test_described_paths_never_reach_the_selector():
+    """Registering the fast paths changes no decision: the selector, ``algorithm=`` and
+    ``MESHCAST_ALGO`` see only the families the executor runs."""
+    described = [e for e in registry.entries(described=True) if not e.executed]
+    assert {e.family for e in described} == set(registry.DESCRIBED)
+    assert not set(registry.entries()) & set(described)
+    for e in described:
+        assert e.name not in registry.names(e.coll)
+        plans = _host_plans(e.family, e.coll if e.coll != "barrier" else "barrier")
+        assert _select.select(plans[0]).family not in registry.DESCRIBED
+        with pytest.raises(InvalidUsage, match="unknown algorithm"):
+            _select.select(plans[0], explicit=e.name)
+        with pytest.raises(InvalidUsage, match="unknown algorithm"):
+            _select.parse_tune(f"{e.coll}:{e.name}")
+
+
+def test_sim_keeps_fast_path_steps_out_of_executed_plans():
+    """What the executor runs (p2p and arena plans) cannot use the entry or exposures."""
+
+    def entering(plan):
+        yield Round(then=[Enter()])
+
+    with pytest.raises(ScheduleError, match="fast-path step"):
+        run(entering, _plans(slot_bytes=64))
+
+    def exposing(plan):
+        yield Round(then=[Expose(plan.input)])
+
+    with pytest.raises(ScheduleError, match="Expose needs"):
+        run(exposing, _host_plans("oneshot"))
+
+    def twice(plan):
+        yield Round(then=[Enter(), Enter()])
+
+    with pytest.raises(ScheduleError, match="Enter twice"):
+        run(twice, _host_plans("oneshot"))

@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 from pages import open_page
+from schedule_steps import step_count
 
-from meshcast.algorithms import _simulate
+from meshcast.algorithms import _registry
 from meshcast.viz import primitives, schedules
 
 pytestmark = pytest.mark.browser
@@ -46,14 +47,9 @@ def page(shared_page: tuple[Any, list[str]]) -> Iterator[Any]:
 
 
 def _schedule_steps(key: str, algo: str, p: int, n: int) -> int:
-    """Steps the page must show: the schedule's rounds (arena: rounds cut at waits)."""
-    if algo == "arena":
-        return len(schedules.extract(key, algo, p, n)["steps"])
-    if key == "send_recv":
-        res = _simulate.run(schedules._send_recv, schedules._plans(key, p, n, "p2p"))
-    else:
-        res = _simulate.simulate(key, algo, schedules._plans(key, p, n, "p2p"))
-    return max(res.rounds)
+    """Steps the page must show: the schedule's rounds (shared memory: rounds cut at waits
+    and at the entry), from the schedule run again in the simulator, unwatched."""
+    return step_count(key, algo, p, n)
 
 
 def _stage(page: Any, key: str) -> tuple[str, int, int]:
@@ -132,6 +128,42 @@ def test_keyboard_steps_one_round_at_a_time(page: Any, key: str, algo: str) -> N
     assert stage.get_attribute("data-step") == "0"
 
 
+FAST_PATH_CARDS = [(key, algo) for key in ("all_reduce", "broadcast", "all_gather")
+                   for algo in ("oneshot", "cma")]
+
+
+@pytest.mark.parametrize("key,algo", FAST_PATH_CARDS)
+def test_fast_path_cards_step_their_schedules(page: Any, key: str, algo: str) -> None:
+    """The one-shot and single-copy cards: as many steps as the described generator's
+    (independent simulator run), one-shot regions drawn beside the ranks and lit by the
+    puts, single-copy lines from the peer's own cells, and NumPy's result at the end."""
+    assert not _registry.get(key, algo).executed  # a described fast path, not a forced one
+    card = page.locator(f"#card-{key}")
+    stage = card.locator("svg.stage")
+    for p in (2, 3, 5):
+        card.locator("select.ranks").select_option(str(p))
+        card.locator("select.algo").select_option(algo)
+        n = int(card.locator("select.size").input_value())
+        run = schedules.extract(key, algo, p, n)
+        steps = step_count(key, algo, p, n)
+        assert _stage(page, key) == ("idle", 0, steps), (key, algo, p)
+        assert card.locator("svg.stage g.region").count() == (p if algo == "oneshot" else 0)
+        card.focus()
+        for k, step in enumerate(run["steps"], start=1):
+            page.keyboard.press("ArrowRight")
+            assert stage.get_attribute("data-step") == str(k)
+            puts = [loc for loc in step["local"] if loc.get("space") == "region"]
+            assert card.locator("svg.stage path.arrow.put").count() == len(puts)
+            assert card.locator("svg.stage g.region.hit").count() == len(puts)
+            cma = [x for x in step["xfers"] if x.get("space") == "exposed"]
+            assert card.locator("svg.stage path.arrow.cma").count() == len(cma)
+            assert card.locator("svg.stage path.arrow").count() == len(step["xfers"]) + len(puts)
+        assert _stage(page, key) == ("done", steps, steps), (key, algo, p)
+        _check_result(page, key, algo, p, n)
+        assert card.locator(".legend .lg-region").is_visible() == (algo == "oneshot")
+        assert card.locator(".legend .lg-cma").is_visible() == (algo == "cma")
+
+
 def test_play_pause_and_packets_in_flight(page: Any) -> None:
     card = page.locator("#card-all_gather")
     stage = card.locator("svg.stage")
@@ -164,6 +196,20 @@ def test_reduced_motion_moves_no_packets(browser: Any, guide_file: Path) -> None
     _check_result(page, "broadcast", "tree", 8, int(card.locator("select.size").input_value()))
     ctx.close()
     assert errors == []
+
+
+def test_screenshot_of_a_one_shot_card(page: Any, tmp_path: Path) -> None:
+    """The one-shot all_reduce at 4 ranks, its regions being read (MESHCAST_VIZ_SHOTS=docs/viz
+    keeps it as guide_all_reduce_oneshot.png)."""
+    out = Path(os.environ.get("MESHCAST_VIZ_SHOTS") or tmp_path)
+    out.mkdir(parents=True, exist_ok=True)
+    card = page.locator("#card-all_reduce")
+    card.locator("select.ranks").select_option("4")
+    card.locator("select.algo").select_option("oneshot")
+    card.locator("button.step").click()
+    card.locator("button.step").click()
+    card.screenshot(path=str(out / "guide_all_reduce_oneshot.png"))
+    assert (out / "guide_all_reduce_oneshot.png").stat().st_size > 10_000
 
 
 def test_screenshots_of_every_card(page: Any, tmp_path: Path) -> None:

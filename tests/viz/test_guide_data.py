@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import html.parser
 import json
-from collections import Counter, defaultdict
+from collections import Counter
 
 import numpy as np
 import pytest
+from schedule_steps import expected_steps, independent_run
 
-from meshcast.algorithms import _simulate
+from meshcast.algorithms import _registry
 from meshcast.viz import page, primitives, schedules
 
 CASES = [
@@ -27,42 +28,10 @@ CASES = [
 ]
 
 
-def _independent_run(key: str, algo: str, p: int, n: int) -> _simulate.SimResult:
-    """The schedule run again, straight through the simulator, with nothing watching it."""
-    if key == "send_recv":
-        plans = schedules._plans(key, p, n, "p2p")
-        return _simulate.run(schedules._send_recv, plans)
-    family = "arena" if algo == "arena" else "p2p"
-    return _simulate.simulate(key, algo, schedules._plans(key, p, n, family))
-
-
-def _expected_steps(res: _simulate.SimResult) -> dict[tuple[int, int], Counter]:
-    """Events grouped as the guide groups them: (round, waits passed on that rank in it)."""
-    waves: dict[tuple[int, int], int] = defaultdict(int)
-    steps: dict[tuple[int, int], Counter] = defaultdict(Counter)
-    events = res.events
-    for i in range(max(res.rounds, default=0)):
-        steps[(i, 0)]  # noqa: B018  (a round with nothing in it is still a step)
-    for e in events:
-        w = waves[(e.rank, e.round)]
-        if e.kind == "wait":
-            waves[(e.rank, e.round)] = w + 1
-        elif e.kind == "send":
-            steps[(e.round, 0)][("send", e.rank, e.peer, e.nbytes)] += 1
-        elif e.kind == "get":
-            steps[(e.round, w)][("get", e.peer, e.rank, e.nbytes)] += 1
-        elif e.kind == "reduce_slots":
-            for q in e.ranks:
-                steps[(e.round, w)][("reduce_slots", q, e.rank, e.nbytes)] += 1
-        elif e.kind in ("reduce", "copy", "put"):
-            steps[(e.round, w)][(e.kind, e.rank, e.nbytes)] += 1
-    return steps
-
-
 @pytest.mark.parametrize("key,algo,p,n", CASES, ids=["-".join(map(str, c)) for c in CASES])
 def test_steps_are_the_schedules_and_values_are_numpys(key: str, algo: str, p: int, n: int) -> None:
     run = schedules.extract(key, algo, p, n)
-    res = _independent_run(key, algo, p, n)
+    res = independent_run(key, algo, p, n)
     events = res.events
 
     got: dict[tuple[int, int], Counter] = {}
@@ -73,10 +42,11 @@ def test_steps_are_the_schedules_and_values_are_numpys(key: str, algo: str, p: i
         for loc in s["local"]:
             c[(loc["k"], loc["r"], loc["bytes"])] += 1
         got[(s["round"], s["wave"])] = c
-    assert got == dict(_expected_steps(res))
+    assert got == dict(expected_steps(res))
     rounds = max(res.rounds, default=0)
     assert sorted({s["round"] for s in run["steps"]}) == list(range(rounds))
-    if algo != "arena":  # point to point: one animation step per round, exactly
+    if key == "send_recv" or _registry.get(key, algo).family == "p2p":
+        # point to point: one animation step per round, exactly
         assert len(run["steps"]) == rounds
     assert run["events"] == len(events)
 

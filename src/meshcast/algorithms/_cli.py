@@ -1,15 +1,20 @@
 """``meshcast algorithms [COLLECTIVE]``: what can run a collective, from the registry and the code.
 
-Two kinds of rows:
+Three kinds of rows:
 
 * the registered schedules (:mod:`._registry`): family, what ``supports``
   requires, and from each generator's docstring its first line and the first
   sentence of its ``Steps`` and ``Bytes`` paragraphs;
-* the fast paths: names ``ProcessGroup.last_algorithm`` can report that are
-  not registered schedules (one-shot, single-copy "cma" and symmetric on one
-  host; the eager, agreement and hierarchical families across hosts). Issue 13
-  turns them into schedules; until then they are found by reading the code
-  that reports them (:func:`fast_paths`), so this listing cannot drift from it.
+* the described schedules (:data:`._registry.DESCRIBED`): the one-host fast
+  paths (one-shot, single-copy "cma", symmetric) written as schedules, listed
+  the same way; the runtime still runs paths/*.py for them (issue 13 item 3)
+  and the decision rules of ``_select.fast_path`` pick them, so they cannot
+  be forced;
+* the fast paths that are not schedules yet: names
+  ``ProcessGroup.last_algorithm`` can report that are not registered (the
+  eager, agreement and hierarchical families across hosts). They are found
+  by reading the code that reports them (:func:`fast_paths`), so this
+  listing cannot drift from it.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ SOURCES = {
     "across hosts": "spanning.py; families from algorithms/hierarchical.py",
 }
 FAST_PATHS_TITLE = "fast paths (not yet schedules, see issue 13)"
+DESCRIBED_TITLE = ("described schedules, the one-host fast paths (run by paths/*.py until issue 13 "
+                   "item 3; _select.fast_path picks them, never forced)")
 WIDTH = 110  # a Steps/Bytes sentence longer than this is cut (the docstring has it all)
 
 
@@ -46,8 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of ``meshcast algorithms``."""
     p.description = (
         "List every registered algorithm (schedule) per collective with its family, its "
-        "requirements and the first lines of its docstring, then the fast paths that "
-        "group.last_algorithm can report but that are not schedules yet."
+        "requirements and the first lines of its docstring, then the one-host fast paths "
+        "as described schedules, and the fast paths that group.last_algorithm can report "
+        "but that are not schedules yet."
     )
     p.add_argument("collective", nargs="?", default=None,
                    help=f"only this collective (one of: {', '.join(_registry.COLLECTIVES)})")
@@ -97,17 +105,23 @@ def render(coll: str | None = None) -> str:
 
 
 def _render_collective(coll: str, fast: dict[str, dict[str, list[str]]]) -> str:
-    entries = _registry.entries(coll)
+    every = _registry.entries(coll, described=True)
+    entries = [e for e in every if e.executed]
+    described = [e for e in every if not e.executed]
     lines = [f"{coll}: {len(entries)} schedules (algorithms/{coll}.py; force one with "
              f"algorithm='NAME' or MESHCAST_ALGO='{coll}:NAME')"]
-    width = max(len(e.name) for e in entries)
-    for e in entries:
-        lines.append(f"  {e.name.ljust(width)}  {e.family:5}  requires: {e.requires or '-'}")
-        lines.extend(f"  {' ' * width}    {text}" for text in summary(e))
-    lines.append(f"  {FAST_PATHS_TITLE}:")
-    for where, table in fast.items():
-        names = ", ".join(table.get(coll, [])) or "-"
-        lines.append(f"    {where + ':':14}{names:34}(reported by {SOURCES[where]})")
+    width = max(len(e.name) for e in every)
+    for title, group in ((None, entries), (DESCRIBED_TITLE, described)):
+        if title and group:
+            lines.append(f"  {title}:")
+        for e in group:
+            lines.append(f"  {e.name.ljust(width)}  {e.family:9}  requires: {e.conditions or '-'}")
+            lines.extend(f"  {' ' * width}        {text}" for text in summary(e))
+    left = {where: table[coll] for where, table in fast.items() if table.get(coll)}
+    if left:
+        lines.append(f"  {FAST_PATHS_TITLE}:")
+    for where, names in left.items():
+        lines.append(f"    {where + ':':14}{', '.join(names):34}(reported by {SOURCES[where]})")
     return "\n".join(lines)
 
 
@@ -161,7 +175,7 @@ def _finish(found: Iterable[list[tuple[str, str]]]) -> dict[str, list[str]]:
     order = list(dict.fromkeys(name for _, name in pairs))
     table: dict[str, list[str]] = {}
     for coll, name in pairs:
-        if coll in _registry.COLLECTIVES and name not in _registry.names(coll):
+        if coll in _registry.COLLECTIVES and name not in _registry.names(coll, described=True):
             table.setdefault(coll, [])
             if name not in table[coll]:
                 table[coll].append(name)

@@ -51,6 +51,9 @@ def explain(coll: str, nbytes: int, n: int, hosts: int = 1, cma: bool = True) ->
         lines += [f"  runs      {coll}/{fast} (a fast path: "
                   "algorithms/_select.py fast_path() says so)",
                   f"  code      {code}", f"  engine    {engine}",
+                  f"  schedule  algorithms/{coll}.py::{fast} (described: simulated in "
+                  "tests/unit/test_schedules.py, pinned to the runtime in "
+                  "tests/collectives/test_fast_path_schedules.py)",
                   f"  tested in {tests.format(coll=coll)}"]
     else:
         entry = _schedule(coll, nbytes, n)

@@ -45,6 +45,41 @@ that has seen that signal (the executor provides the ordering).
 
 Offsets are in bytes within a slot; ``Put``/``Get``/``ReduceSlots`` move
 ``buf.nbytes`` bytes.
+
+The one-host fast paths (entered schedules)
+-------------------------------------------
+The one-shot, single-copy ("cma") and symmetric paths of paths/*.py are
+written in the same vocabulary, with three more memory *spaces* for the
+``space`` of ``Put``/``Get``/``ReduceSlots`` and three more steps:
+
+* ``space=REGION``: my *one-shot region* of ``plan.region_bytes`` bytes (the
+  arena's region of the call's parity; the executor picks the parity, and
+  the entry of the call in between guarantees nobody still reads it).
+  Only its owner ``Put``s into it, every rank may read it.
+* ``space=EXPOSED``: the buffer a rank published with ``Expose(buf)`` for
+  this call (single-copy: its user buffer, read or written by the peers
+  with process_vm_readv/writev; symmetric: its part of a symmetric
+  allocation, mapped by every rank, so the exposure costs nothing).
+  ``Get``/``ReduceSlots`` read a peer's exposed bytes, ``Write(peer, offset,
+  src)`` writes into them; the owner changes its own through its buffer.
+* ``Enter()``: the call's entry, run by the schedule itself: my fingerprint
+  and one signal, then wait until every rank has entered. It is the rule
+  that makes reading every region safe: whatever a rank ``Put`` into its
+  region or exposed before its ``Enter`` is visible to every rank after
+  its own ``Enter``. A schedule that has an ``Enter`` gets no entry from the
+  executor before its first round (Rule 1 becomes this step); phases of its
+  signals count from 1 after it.
+
+Rule 4: a rank must not return (or change its exposed buffer) while a peer
+may still read or write it: single-copy and symmetric schedules end with a
+closing ``Signal``/``Wait`` of every rank, as the runtime does.
+
+These schedules are registered *described* (families ``oneshot``, ``cma``,
+``symmetric``, see ``_registry``): the simulator runs them against the NumPy
+references with the race checker, the guide animates them and ``meshcast
+algorithms`` lists them, but the executor runs only the ``slot`` space and
+the runtime keeps running paths/*.py (issue 13 item 3 makes it run these
+programs); the selector never picks them.
 """
 
 from __future__ import annotations
@@ -90,21 +125,29 @@ class Copy:
     src: np.ndarray
 
 
+# The memory a Put/Get/ReduceSlots addresses (see "The one-host fast paths" above).
+SLOT, REGION, EXPOSED = "slot", "region", "exposed"
+SPACES = (SLOT, REGION, EXPOSED)
+
+
 @dataclass(frozen=True, eq=False)
 class Put:
-    """Copy ``src`` into my own arena slot at byte ``offset``."""
+    """Copy ``src`` into my own arena slot (or one-shot region) at byte ``offset``."""
 
     offset: int
     src: np.ndarray
+    space: str = SLOT  # SLOT or REGION
 
 
 @dataclass(frozen=True, eq=False)
 class Get:
-    """Copy ``dst.nbytes`` bytes from ``peer``'s slot at byte ``offset`` into ``dst``."""
+    """Copy ``dst.nbytes`` bytes from ``peer``'s slot (region, exposed buffer) at byte
+    ``offset`` into ``dst``."""
 
     peer: int
     offset: int
     dst: np.ndarray
+    space: str = SLOT
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,11 +157,37 @@ class ReduceSlots:
     Operands are combined left to right in the order given, so every rank that
     reduces the same region with the same ``ranks`` gets bitwise the same
     result. ``dst`` is overwritten (it may be a view of the caller's data).
+    With ``space=REGION`` or ``EXPOSED`` the operands are the ranks' one-shot
+    regions or exposed buffers (single-copy: reduce while reading).
     """
 
     dst: np.ndarray
     ranks: tuple[int, ...]
     offset: int
+    space: str = SLOT
+
+
+@dataclass(frozen=True, eq=False)
+class Enter:
+    """The call's entry (fingerprint exchange and one signal); returns when every rank
+    entered, after which every rank's earlier region puts and exposure are visible."""
+
+
+@dataclass(frozen=True, eq=False)
+class Expose:
+    """Publish ``buf`` (before ``Enter``) as my exposed buffer of this call."""
+
+    buf: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class Write:
+    """Copy ``src`` into ``peer``'s exposed buffer at byte ``offset`` (process_vm_writev,
+    or a store into its symmetric part)."""
+
+    peer: int
+    offset: int
+    src: np.ndarray
 
 
 @dataclass(frozen=True, eq=False)
@@ -137,7 +206,7 @@ class Wait:
 
 
 CommStep = Union[Send, Recv]
-LocalStep = Union[Reduce, Copy, Put, Get, ReduceSlots, Signal, Wait]
+LocalStep = Union[Reduce, Copy, Put, Get, ReduceSlots, Signal, Wait, Enter, Expose, Write]
 
 
 @dataclass(frozen=True, eq=False)
@@ -172,6 +241,11 @@ class Plan:
             counts this rank *sends* to each peer.
         recv_counts: all_to_all only: counts this rank receives from each peer.
         slot_bytes: bytes of each rank's arena slot (0 when there is no arena).
+        region_bytes: bytes of each rank's one-shot region (0: none; ``REGION`` space).
+        single_copy: ranks may read and write each other's exposed buffers
+            (process_vm_readv; the host allows it).
+        symmetric: the call's buffers lie in a symmetric allocation (every rank
+            maps every rank's part; ``EXPOSED`` space without system calls).
         segment_bytes: preferred size of one piece in flight for pipelining.
         scratch: ``scratch(n)`` returns a fresh flat array of ``n`` elements of
             ``dtype`` (contents undefined).
@@ -204,6 +278,9 @@ class Plan:
     counts: tuple[int, ...] | None = None
     recv_counts: tuple[int, ...] | None = None
     slot_bytes: int = 0
+    region_bytes: int = 0
+    single_copy: bool = False
+    symmetric: bool = False
     segment_bytes: int = 1 << 20
     scratch: Callable[[int], np.ndarray] = field(default=None, repr=False)  # type: ignore[assignment]
 

@@ -20,7 +20,19 @@ from dataclasses import dataclass
 from ._plan import Plan, Round
 
 ScheduleFn = Callable[[Plan], Iterator[Round]]
-FAMILIES = ("p2p", "arena")
+#: Families the executor runs: the selector picks among these only.
+EXECUTED = ("p2p", "arena")
+#: The one-host fast paths, registered *described* (see _plan's "The one-host fast
+#: paths"): simulated, animated and listed, while the runtime still runs paths/*.py
+#: (issue 13 item 3). Their names are what ``last_algorithm`` reports for them.
+DESCRIBED = ("oneshot", "cma", "symmetric")
+FAMILIES = EXECUTED + DESCRIBED
+# what a described family needs of the plan, in words, when the plan lacks it
+_NEEDS = {
+    "oneshot": ("region_bytes", "the arena's one-shot regions (all ranks of the group on one host)"),
+    "cma": ("single_copy", "a host that lets members read each other's memory (process_vm_readv)"),
+    "symmetric": ("symmetric", "the call's buffers in a symmetric allocation (meshcast.empty)"),
+}
 
 COLLECTIVES = (
     "broadcast",
@@ -51,8 +63,9 @@ class AlgorithmEntry:
         requires: human wording of what ``supports`` checks, shown when a forced
             algorithm cannot run ("a commutative op", "equal split counts").
         supports: ``supports(plan) -> bool``; rank-invariant (see module doc).
-        family: ``"p2p"`` (tag-matched channels, any transport) or ``"arena"``
-            (shared slots; only when ``plan.slot_bytes > 0``).
+        family: ``"p2p"`` (tag-matched channels, any transport), ``"arena"``
+            (shared slots; only when ``plan.slot_bytes > 0``), or one of the
+            described fast paths :data:`DESCRIBED` (never run by the executor).
     """
 
     coll: str
@@ -67,10 +80,23 @@ class AlgorithmEntry:
     def qualname(self) -> str:
         return f"{self.coll}/{self.name}"
 
+    @property
+    def executed(self) -> bool:
+        """Whether the executor runs it (False: a described fast path, see :data:`DESCRIBED`)."""
+        return self.family in EXECUTED
+
+    @property
+    def conditions(self) -> str:
+        """All it needs, in words: its family's resource (described families) and ``requires``."""
+        parts = [_NEEDS[self.family][1]] if self.family in _NEEDS else []
+        return "; ".join(parts + ([self.requires] if self.requires else []))
+
     def why_not(self, plan: Plan) -> str | None:
         """None if this algorithm can run ``plan``, else the reason in words."""
         if self.family == "arena" and plan.slot_bytes <= 0:
             return "it needs a shared-memory arena (all ranks of the group on one host)"
+        if self.family in _NEEDS and not getattr(plan, _NEEDS[self.family][0]):
+            return f"it needs {_NEEDS[self.family][1]}"
         if not self.supports(plan):
             return (
                 f"it requires {self.requires}" if self.requires else "it does not support this call"
@@ -101,7 +127,7 @@ def register(
         description: one line for ``meshcast`` listings.
         supports: ``supports(plan) -> bool`` (rank-invariant); default: always.
         requires: what ``supports`` checks, in words.
-        family: ``"p2p"`` or ``"arena"``.
+        family: one of :data:`FAMILIES`.
 
     Returns:
         The undecorated function (so modules can call and compose schedules).
@@ -143,17 +169,22 @@ def get(coll: str, name: str) -> AlgorithmEntry:
     return table[name]
 
 
-def names(coll: str, family: str | None = None) -> list[str]:
-    """Names registered for ``coll`` (optionally only one family), in registration order."""
-    return [
-        e.name for e in _REGISTRY.get(coll, {}).values() if family is None or e.family == family
-    ]
+def names(coll: str, family: str | None = None, *, described: bool = False) -> list[str]:
+    """Names registered for ``coll`` (optionally only one family), in registration order.
+
+    ``described``: include the described fast paths; the default leaves them out,
+    so that what the selector, ``algorithm=`` and ``MESHCAST_ALGO`` accept is
+    what the executor runs.
+    """
+    return [e.name for e in entries(coll, described=described)
+            if family is None or e.family == family]
 
 
-def entries(coll: str | None = None) -> list[AlgorithmEntry]:
-    """Every entry (of one collective, or all), collectives in :data:`COLLECTIVES` order."""
+def entries(coll: str | None = None, *, described: bool = False) -> list[AlgorithmEntry]:
+    """Every entry (of one collective, or all), collectives in :data:`COLLECTIVES` order;
+    the described fast paths only with ``described=True`` (see :func:`names`)."""
     colls = [coll] if coll is not None else list(COLLECTIVES)
-    return [e for c in colls for e in _REGISTRY.get(c, {}).values()]
+    return [e for c in colls for e in _REGISTRY.get(c, {}).values() if described or e.executed]
 
 
 def listing(coll: str | None = None) -> str:
@@ -171,6 +202,8 @@ def listing(coll: str | None = None) -> str:
 
 __all__ = [
     "COLLECTIVES",
+    "DESCRIBED",
+    "EXECUTED",
     "FAMILIES",
     "AlgorithmEntry",
     "entries",

@@ -36,7 +36,10 @@ Before any of this, a call on one host with no algorithm named may take a
 *fast path*: ``oneshot`` (data through the arena's one-shot regions, one
 signal), ``cma`` (single-copy: straight from the owner's memory with
 process_vm_readv) or ``symmetric`` (on buffers of a symmetric allocation).
-They are not schedules yet (issue 13); their thresholds live here, in
+Each is registered as a *described* schedule of its collective
+(``algorithms/<coll>.py``, families ``oneshot``/``cma``/``symmetric``: simulated,
+listed and animated), but the runtime still runs paths/*.py for them (issue 13
+item 3), so :func:`select` never sees them; their thresholds live here, in
 :func:`fast_path` and the predicates it is made of, which the group and its
 tiny-call lane ask (they decide nothing of their own). Across hosts,
 :data:`meshcast.algorithms.hierarchical.DEFAULTS` picks the family.
@@ -190,8 +193,8 @@ def parse_tune(tune: str) -> dict[str, tuple[Choice, ...]]:
 def tuned_collectives(tune: str) -> frozenset[str]:
     """The collectives a ``MESHCAST_ALGO`` string names a choice for.
 
-    The group's fast paths (one-shot, single-copy, symmetric) are not
-    schedules; a collective named here skips them so that the choice applies.
+    The group's fast paths (one-shot, single-copy, symmetric) are not chosen by
+    :func:`select`; a collective named here skips them so that the choice applies.
 
     Raises:
         InvalidUsage: ``tune`` is malformed (see :func:`parse_tune`).

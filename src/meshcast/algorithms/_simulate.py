@@ -30,13 +30,19 @@ and must not partially overlap; sends to oneself are errors.
 
 Arena: a slot of ``plan.slot_bytes`` per rank, filled with garbage
 at the start; signal words only grow; ``Put``/``Get``/``ReduceSlots`` stay
-inside the slot. With ``check_races`` every arena access is checked with
+inside the slot. The one-host fast paths' spaces work alike: a one-shot
+region of ``plan.region_bytes`` per rank, and the buffer a rank exposed
+(which its owner may also change through local steps, and peers through
+``Write``). ``Enter`` blocks until every rank has reached its own and then
+synchronises with all of them (what the fingerprint exchange guarantees). With ``check_races`` every arena access is checked with
 vector clocks: a ``Wait`` synchronises with the *earliest* signal that
 satisfies it (the weakest guarantee real hardware gives), a ``Recv`` with
 its sender. A read of slot bytes that the reader has not synchronised with
 (``Put`` not ordered before it, or never written in this collective) and a
 ``Put`` over bytes a peer may still be reading (its read not ordered before
-the ``Put``) are reported as :class:`RaceError`, whatever the interleaving.
+the ``Put``) are reported as :class:`RaceError`, whatever the interleaving;
+so are writes into an exposed buffer (the owner's or a peer's ``Write``)
+not ordered against another rank's read or write of those bytes.
 
 Deadlock: when no rank can move, :class:`DeadlockError` lists every
 unfinished rank's round and pending step.
@@ -59,7 +65,12 @@ import numpy as np
 from .. import ops
 from . import _registry
 from ._plan import (
+    EXPOSED,
+    REGION,
+    SLOT,
     Copy,
+    Enter,
+    Expose,
     Get,
     Plan,
     Put,
@@ -70,6 +81,7 @@ from ._plan import (
     Send,
     Signal,
     Wait,
+    Write,
     split_even,
 )
 
@@ -94,7 +106,8 @@ class RaceError(ScheduleError):
 
 # --------------------------------------------------------------------- events
 
-EVENT_KINDS = ("send", "recv", "copy", "reduce", "put", "get", "reduce_slots", "signal", "wait")
+EVENT_KINDS = ("send", "recv", "copy", "reduce", "put", "get", "reduce_slots", "signal", "wait",
+               "enter", "expose", "write")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +119,13 @@ class Event:
         rank: the rank that ran the step.
         round: index of the round on that rank.
         kind: one of :data:`EVENT_KINDS`.
-        peer: the other rank (send/recv: the partner; get: the slot owner), else -1.
+        peer: the other rank (send/recv: the partner; get: the slot owner; write: the
+            owner of the exposed buffer), else -1.
         nbytes: bytes moved, reduced or written (0 for signal/wait).
         ranks: slots read by reduce_slots, ranks waited on by wait.
         offset: byte offset in a slot (put/get/reduce_slots), else -1.
         phase: the phase of a signal or wait, else 0.
+        space: the memory put/get/reduce_slots address (``_plan.SPACES``), else "".
     """
 
     tick: int
@@ -122,6 +137,7 @@ class Event:
     ranks: tuple[int, ...] = ()
     offset: int = -1
     phase: int = 0
+    space: str = ""
 
 
 @dataclass
@@ -133,12 +149,15 @@ class SimResult:
         plans: the plans it ran on (outputs hold the results).
         events: every executed step in global order.
         rounds: rounds yielded per rank.
+        regions: each rank's one-shot region as the schedule left it, the bytes it
+            never wrote masked (known when races are checked, the default).
     """
 
     label: str
     plans: list[Plan]
     events: list[Event]
     rounds: list[int]
+    regions: list[np.ma.MaskedArray] = field(default_factory=list)
 
     @property
     def outputs(self) -> list[np.ndarray | None]:
@@ -205,18 +224,35 @@ class _Rank:
     phase: int = 0
     sig_phases: list[int] = field(default_factory=list)
     sig_clocks: list[np.ndarray] = field(default_factory=list)
+    arrived: np.ndarray | None = None  # my clock when I reached Enter (None: not yet)
+    entered: bool = False  # past my Enter (every rank arrived)
+    exposure: _Slot | None = None  # the buffer I exposed, with its race shadow
 
 
 class _Slot:
-    """One rank's arena slot plus the race detector's shadow state, grown on demand."""
+    """One rank's arena slot (or one-shot region, or exposed buffer) plus the race
+    detector's shadow state, grown on demand."""
 
-    def __init__(self, size: int, limit: int) -> None:
+    def __init__(self, size: int, limit: int, owner: int, kind: str = SLOT) -> None:
         self.size = size
         self.limit = limit
+        self.owner = owner
+        self.kind = kind  # a _plan.SPACES name, for messages
         self.data = np.empty(0, dtype=np.uint8)
         # step counters as int32: p * p * extent of them per collective adds up
         self.last_write = np.empty(0, dtype=np.int32)
+        self.writer = np.empty(0, dtype=np.int32)  # who wrote each byte last (Write: a peer)
         self.last_read = np.empty((size, 0), dtype=np.int32)
+
+    @classmethod
+    def exposing(cls, size: int, owner: int, buf: np.ndarray, clock: int) -> _Slot:
+        """The shadow of ``buf`` exposed by ``owner``: valid as of its step ``clock``."""
+        slot = cls(size, buf.nbytes, owner, EXPOSED)
+        slot.data = buf.reshape(-1).view(np.uint8)
+        slot.last_write = np.full(buf.nbytes, clock, dtype=np.int32)
+        slot.writer = np.full(buf.nbytes, owner, dtype=np.int32)
+        slot.last_read = np.full((size, buf.nbytes), -1, dtype=np.int32)
+        return slot
 
     def ensure(self, hi: int) -> None:
         n = len(self.data)
@@ -225,6 +261,7 @@ class _Slot:
         m = min(self.limit, max(hi, 2 * n, 256))
         self.data = np.concatenate([self.data, np.full(m - n, 0xA5, dtype=np.uint8)])
         self.last_write = np.concatenate([self.last_write, np.full(m - n, -1, dtype=np.int32)])
+        self.writer = np.concatenate([self.writer, np.full(m - n, self.owner, dtype=np.int32)])
         pad = np.full((self.size, m - n), -1, dtype=np.int32)
         self.last_read = np.concatenate([self.last_read, pad], axis=1)
 
@@ -249,7 +286,9 @@ class _Simulator:
             _Rank(r, plans[r], iter(schedules[r]), np.zeros(p, dtype=np.int64)) for r in range(p)
         ]
         self.slot_bytes = plans[0].slot_bytes if plans else 0
-        self.slots = [_Slot(p, self.slot_bytes) for _ in range(p)]
+        self.region_bytes = plans[0].region_bytes if plans else 0
+        self.slots = [_Slot(p, self.slot_bytes, r) for r in range(p)]
+        self.regions = [_Slot(p, self.region_bytes, r, REGION) for r in range(p)]
         self.events: list[Event] = []
 
     # ---------------------------------------------------------- messages
@@ -282,12 +321,32 @@ class _Simulator:
                 st.stage = _FETCH
                 return True
             step = st.rnd.then[st.pc]
+            if isinstance(step, Enter):
+                return self.enter(st)
             if isinstance(step, Wait) and not self.satisfied(step):
                 return False
             self.run_local(st, step)
             st.pc += 1
             return True
         return False
+
+    def enter(self, st: _Rank) -> bool:
+        """``Enter``: arrive (once), then pass when every rank has arrived, synchronised
+        with all of them."""
+        if st.entered:
+            self.fail(ScheduleError, st, "Enter twice: a call has one entry")
+        if st.arrived is None:
+            self.need_fast_path_host(st, "Enter")
+            self.tick(st, "enter")
+            st.arrived = st.clock.copy()
+            return True
+        if any(other.arrived is None for other in self.ranks):
+            return False
+        for other in self.ranks:
+            np.maximum(st.clock, other.arrived, out=st.clock)
+        st.entered = True
+        st.pc += 1
+        return True
 
     def fetch(self, st: _Rank) -> None:
         try:
@@ -421,26 +480,51 @@ class _Simulator:
     def run_local(self, st: _Rank, step: Any) -> None:
         if isinstance(step, Copy):
             self.check_operands(st, step.dst, step.src, "Copy")
+            self.local_write(st, step.dst)
             np.copyto(step.dst, step.src)
             self.tick(st, "copy", nbytes=step.dst.nbytes)
         elif isinstance(step, Reduce):
             self.check_operands(st, step.dst, step.src, "Reduce")
             if st.plan.op is None:
                 self.fail(ScheduleError, st, "Reduce in a plan without an op")
+            self.local_write(st, step.dst)
             ops.reduce_into(st.plan.op, step.dst, step.src)
             self.tick(st, "reduce", nbytes=step.dst.nbytes)
         elif isinstance(step, Put):
             src = _raw(step.src, lambda: f"{self.where(st)}: Put")
-            slot = self.slot_range(st, st.rank, step.offset, len(src), "Put")
-            self.tick(st, "put", nbytes=len(src), offset=step.offset)
-            self.race_write(st, step.offset, len(src))
+            if step.space == EXPOSED:
+                self.fail(ScheduleError, st, "Put into an exposed buffer: use Write")
+            space = self.space(st, st.rank, step.space, "Put")
+            slot = self.slot_range(st, space, step.offset, len(src), "Put")
+            self.tick(st, "put", nbytes=len(src), offset=step.offset, space=step.space)
+            self.race_write(st, space, step.offset, len(src))
             slot[:] = src
         elif isinstance(step, Get):
             dst = _raw(step.dst, lambda: f"{self.where(st)}: Get")
-            slot = self.slot_range(st, step.peer, step.offset, len(dst), "Get")
-            self.tick(st, "get", peer=step.peer, nbytes=len(dst), offset=step.offset)
-            self.race_read(st, step.peer, step.offset, len(dst))
-            dst[:] = slot
+            space = self.space(st, step.peer, step.space, "Get")
+            raw = self.slot_range(st, space, step.offset, len(dst), "Get")
+            self.tick(st, "get", peer=step.peer, nbytes=len(dst), offset=step.offset,
+                      space=step.space)
+            self.race_read(st, space, step.offset, len(dst))
+            self.local_write(st, step.dst)
+            dst[:] = raw
+        elif isinstance(step, Write):
+            src = _raw(step.src, lambda: f"{self.where(st)}: Write")
+            space = self.space(st, step.peer, EXPOSED, "Write")
+            raw = self.slot_range(st, space, step.offset, len(src), "Write")
+            self.tick(st, "write", peer=step.peer, nbytes=len(src), offset=step.offset,
+                      space=EXPOSED)
+            self.race_write(st, space, step.offset, len(src))
+            raw[:] = src
+        elif isinstance(step, Expose):
+            if st.exposure is not None or st.arrived is not None:
+                self.fail(ScheduleError, st, "Expose twice, or after Enter")
+            if not (st.plan.single_copy or st.plan.symmetric):
+                self.fail(ScheduleError, st, "Expose needs plan.single_copy or plan.symmetric "
+                                             "(a host or buffers that let peers reach it)")
+            _raw(step.buf, lambda: f"{self.where(st)}: Expose")
+            self.tick(st, "expose", nbytes=step.buf.nbytes)
+            st.exposure = _Slot.exposing(self.p, st.rank, step.buf, int(st.clock[st.rank]))
         elif isinstance(step, ReduceSlots):
             self.reduce_slots(st, step)
         elif isinstance(step, Signal):
@@ -452,12 +536,12 @@ class _Simulator:
                     "phases start at 1 and never go down",
                 )
             self.tick(st, "signal", phase=step.phase)
-            self.need_arena(st, "Signal")
+            self.need_signals(st, "Signal")
             st.phase = step.phase
             st.sig_phases.append(step.phase)
             st.sig_clocks.append(st.clock.copy())
         elif isinstance(step, Wait):
-            self.need_arena(st, "Wait")
+            self.need_signals(st, "Wait")
             for q in step.ranks:
                 if not 0 <= q < self.p:
                     self.fail(ScheduleError, st, f"Wait on invalid rank {q}")
@@ -483,19 +567,62 @@ class _Simulator:
         if self.slot_bytes <= 0:
             self.fail(ScheduleError, st, f"{what} needs an arena but plan.slot_bytes is 0")
 
-    def slot_range(self, st: _Rank, owner: int, offset: int, n: int, what: str) -> np.ndarray:
-        self.need_arena(st, what)
+    def need_fast_path_host(self, st: _Rank, what: str) -> None:
+        """The fast paths' own steps (the entry, regions, exposures) exist only in their
+        described schedules: a plan without one-shot regions or exposures (what the
+        executor runs) must not use them (_plan, "The one-host fast paths")."""
+        plan = st.plan
+        if not (plan.region_bytes > 0 or plan.single_copy or plan.symmetric):
+            self.fail(ScheduleError, st, f"{what} is a fast-path step, but the plan has no "
+                                         "one-shot regions or exposures")
+
+    def need_signals(self, st: _Rank, what: str) -> None:
+        """Signal words are the arena's: there is one if the plan has slots or the
+        schedule entered the call itself (the entry is the arena's)."""
+        if st.arrived is None:
+            self.need_arena(st, what)
+
+    def space(self, st: _Rank, owner: int, space: str, what: str) -> _Slot:
+        """Rank ``owner``'s memory of kind ``space`` (``_plan.SPACES``)."""
         if not 0 <= owner < self.p:
             self.fail(ScheduleError, st, f"{what} from invalid rank {owner}")
-        if offset < 0 or offset + n > self.slot_bytes:
+        if space == SLOT:
+            self.need_arena(st, what)
+            return self.slots[owner]
+        if space == REGION:
+            if self.region_bytes <= 0:
+                self.fail(ScheduleError, st, f"{what} needs one-shot regions but "
+                                             "plan.region_bytes is 0")
+            return self.regions[owner]
+        if space != EXPOSED:
+            self.fail(ScheduleError, st, f"{what} in unknown space {space!r}")
+        exposure = self.ranks[owner].exposure
+        if exposure is None:
+            self.fail(ScheduleError, st, f"{what}: rank {owner} has exposed no buffer")
+        assert exposure is not None
+        return exposure
+
+    def slot_range(self, st: _Rank, slot: _Slot, offset: int, n: int, what: str) -> np.ndarray:
+        if offset < 0 or offset + n > slot.limit:
             self.fail(
                 ScheduleError,
                 st,
-                f"{what} of {n} bytes at offset {offset} is outside the {self.slot_bytes}-byte slot",
+                f"{what} of {n} bytes at offset {offset} is outside the {slot.limit}-byte "
+                f"{slot.kind} of rank {slot.owner}",
             )
-        slot = self.slots[owner]
         slot.ensure(offset + n)
         return slot.data[offset : offset + n]
+
+    def local_write(self, st: _Rank, dst: np.ndarray) -> None:
+        """Note a local step's write into my own exposed buffer (peers may read it)."""
+        exposure = st.exposure
+        if exposure is None or not dst.nbytes or not len(exposure.data):
+            return
+        d0, d1 = _span(dst)
+        e0, e1 = _span(exposure.data)
+        lo, hi = max(d0, e0), min(d1, e1)
+        if lo < hi:
+            self.race_write(st, exposure, lo - e0, hi - lo)
 
     def reduce_slots(self, st: _Rank, step: ReduceSlots) -> None:
         dst = step.dst
@@ -505,51 +632,62 @@ class _Simulator:
         if st.plan.op is None:
             self.fail(ScheduleError, st, "ReduceSlots in a plan without an op")
         n = dst.nbytes
-        self.tick(st, "reduce_slots", nbytes=n, ranks=tuple(step.ranks), offset=step.offset)
+        self.tick(st, "reduce_slots", nbytes=n, ranks=tuple(step.ranks), offset=step.offset,
+                  space=step.space)
         operands = []
         for q in step.ranks:
-            raw = self.slot_range(st, q, step.offset, n, "ReduceSlots")
-            self.race_read(st, q, step.offset, n)
+            space = self.space(st, q, step.space, "ReduceSlots")
+            raw = self.slot_range(st, space, step.offset, n, "ReduceSlots")
+            self.race_read(st, space, step.offset, n)
             operands.append(raw.copy().view(dst.dtype))  # copy: aligned, and immune to aliasing
+        self.local_write(st, dst)
         ops.reduce_many(st.plan.op, dst, operands)
 
     # ------------------------------------------------------------ races
 
-    def race_write(self, st: _Rank, lo: int, n: int) -> None:
+    def race_write(self, st: _Rank, slot: _Slot, lo: int, n: int) -> None:
         if not self.check_races or n == 0:
             return
-        slot = self.slots[st.rank]
         seen = slot.last_read[:, lo : lo + n].max(axis=1)
         late = np.flatnonzero(seen > st.clock)
         late = late[late != st.rank]
         if len(late):
             q = int(late[0])
             raise RaceError(
-                f"{self.where(st)}: Put over bytes [{lo}, {lo + n}) of its slot that rank {q} "
-                f"may still be reading (rank {q} read them at its step {seen[q]}, rank "
-                f"{st.rank} has synchronised with rank {q} only up to step {st.clock[q]}): "
+                f"{self.where(st)}: writes bytes [{lo}, {lo + n}) of rank {slot.owner}'s {slot.kind} "
+                f"that rank {q} may still be reading (rank {q} read them at its step {seen[q]}, "
+                f"rank {st.rank} has synchronised with rank {q} only up to step {st.clock[q]}): "
                 f"wait for a phase rank {q} signals after that read (Rule 2)"
             )
+        self.ordered_after_writes(st, slot, lo, n, "writes")
         slot.last_write[lo : lo + n] = st.clock[st.rank]
+        slot.writer[lo : lo + n] = st.rank
 
-    def race_read(self, st: _Rank, owner: int, lo: int, n: int) -> None:
+    def ordered_after_writes(self, st: _Rank, slot: _Slot, lo: int, n: int, verb: str) -> None:
+        """Fail unless every write of bytes ``[lo, lo + n)`` by another rank happened
+        before ``st``'s current step (Rule 3; an exposed buffer has many writers)."""
+        written, writer = slot.last_write[lo : lo + n], slot.writer[lo : lo + n]
+        late = np.flatnonzero((writer != st.rank) & (written > st.clock[writer]))
+        if len(late):
+            q, at = int(writer[late[0]]), int(written[late[0]])
+            raise RaceError(
+                f"{self.where(st)}: {verb} bytes [{lo}, {lo + n}) of rank {slot.owner}'s {slot.kind} "
+                f"written by rank {q} at its step {at}, but rank {st.rank} has synchronised "
+                f"with rank {q} only up to step {st.clock[q]}: wait for a phase rank "
+                f"{q} signals after that write (Rule 3)"
+            )
+
+    def race_read(self, st: _Rank, slot: _Slot, lo: int, n: int) -> None:
         if not self.check_races or n == 0:
             return
-        slot = self.slots[owner]
         written = slot.last_write[lo : lo + n]
         if written.min() < 0:
             first = lo + int(np.flatnonzero(written < 0)[0])
             raise RaceError(
-                f"{self.where(st)}: reads byte {first} of rank {owner}'s slot, which nothing "
-                f"wrote in this collective (stale data)"
+                f"{self.where(st)}: reads byte {first} of rank {slot.owner}'s {slot.kind}, which "
+                f"nothing wrote in this collective (stale data)"
             )
-        if owner != st.rank and written.max() > st.clock[owner]:
-            raise RaceError(
-                f"{self.where(st)}: reads bytes [{lo}, {lo + n}) of rank {owner}'s slot written "
-                f"by rank {owner} at its step {written.max()}, but rank {st.rank} has synchronised "
-                f"with rank {owner} only up to step {st.clock[owner]}: wait for a phase rank "
-                f"{owner} signals after that Put (Rule 3)"
-            )
+        self.ordered_after_writes(st, slot, lo, n, "reads")
         slot.last_read[st.rank, lo : lo + n] = st.clock[st.rank]
 
     # ------------------------------------------------------------ driver
@@ -604,6 +742,11 @@ class _Simulator:
             else:
                 assert st.rnd is not None
                 step = st.rnd.then[st.pc]
+                if isinstance(step, Enter):
+                    missing = [o.rank for o in self.ranks if o.arrived is None]
+                    lines.append(f"  rank {st.rank} round {st.idx} step {st.pc}: Enter; "
+                                 f"ranks {missing} never entered")
+                    continue
                 assert isinstance(step, Wait)
                 have = {
                     q: self.ranks[q].phase for q in step.ranks if self.ranks[q].phase < step.phase
@@ -656,11 +799,13 @@ def run(
             raise ValueError(
                 f"plans[{r}] has rank {plan.rank} size {plan.size}; expected {r}, {len(plans)}"
             )
-        if plan.slot_bytes != plans[0].slot_bytes:
-            raise ValueError("every plan of one call must have the same slot_bytes")
+        if (plan.slot_bytes, plan.region_bytes) != (plans[0].slot_bytes, plans[0].region_bytes):
+            raise ValueError("every plan of one call must have the same slot_bytes and "
+                             "region_bytes")
     sim = _Simulator([fn(plan) for plan in plans], plans, label, check_races)
     sim.run(order, seed, max_units)
-    return SimResult(label, plans, sim.events, [st.idx + 1 for st in sim.ranks])
+    regions = [np.ma.masked_array(r.data.copy(), mask=r.last_write < 0) for r in sim.regions]
+    return SimResult(label, plans, sim.events, [st.idx + 1 for st in sim.ranks], regions)
 
 
 def simulate(coll: str, name: str, plans: Sequence[Plan], **kwargs: Any) -> SimResult:
@@ -673,6 +818,22 @@ def simulate(coll: str, name: str, plans: Sequence[Plan], **kwargs: Any) -> SimR
 
 
 # ------------------------------------------------------------- plan builder
+
+SLOT_BYTES = 1 << 12  # the arena slot of simulated one-host calls: many chunks at small sizes
+REGION_BYTES = 1 << 16  # the one-shot region of simulated calls (the runtime's: arena.oneshot_bytes)
+
+
+def host_options(family: str) -> dict[str, Any]:
+    """The :func:`make_plans` keywords of a group a family's schedules can run on:
+    none for ``p2p``; an arena for ``arena``; for a described fast path also the
+    one-shot regions, and the host capability or buffers it needs."""
+    if family == "p2p":
+        return {}
+    if family == "arena":
+        return {"slot_bytes": SLOT_BYTES}
+    return {"slot_bytes": SLOT_BYTES, "region_bytes": REGION_BYTES,
+            "single_copy": family == "cma", "symmetric": family == "symmetric"}
+
 
 
 def make_plans(
@@ -688,6 +849,9 @@ def make_plans(
     in_place: bool = False,
     slot_bytes: int = 0,
     segment_bytes: int = 1 << 20,
+    region_bytes: int = 0,
+    single_copy: bool = False,
+    symmetric: bool = False,
 ) -> list[Plan]:
     """Build one plan per rank with garbage-filled outputs and scratch (for tests, CLI, viz).
 
@@ -706,7 +870,8 @@ def make_plans(
             (default: equal splits of each input).
         in_place: output aliases input where the collective allows it
             (all_reduce; all_gather; reduce, gather and scatter on the root).
-        slot_bytes, segment_bytes: copied into every plan.
+        slot_bytes, segment_bytes, region_bytes, single_copy, symmetric: copied
+            into every plan.
     """
     first = next((x for x in inputs or () if x is not None), None)
     dt = np.dtype(dtype if dtype is not None else (first.dtype if first is not None else np.uint8))
@@ -727,6 +892,9 @@ def make_plans(
             output=out,
             slot_bytes=slot_bytes,
             segment_bytes=segment_bytes,
+            region_bytes=region_bytes,
+            single_copy=single_copy,
+            symmetric=symmetric,
             scratch=scratch,
             **kw,
         )
@@ -806,7 +974,10 @@ __all__ = [
     "RaceError",
     "ScheduleError",
     "SimResult",
+    "SLOT_BYTES",
+    "REGION_BYTES",
     "garbage",
+    "host_options",
     "make_plans",
     "run",
     "simulate",

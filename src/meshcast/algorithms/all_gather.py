@@ -12,7 +12,21 @@ from collections.abc import Iterator
 
 from .. import topology
 from ._common import copy_steps, displs, others, piece_counts, slot_elems
-from ._plan import Get, LocalStep, Plan, Put, Recv, Round, Send, Signal, Wait
+from ._onehost import closing, enter, piece_fits
+from ._plan import (
+    EXPOSED,
+    REGION,
+    Get,
+    LocalStep,
+    Plan,
+    Put,
+    Recv,
+    Round,
+    Send,
+    Signal,
+    Wait,
+    Write,
+)
 from ._registry import register
 
 
@@ -192,3 +206,82 @@ def arena(plan: Plan) -> Iterator[Round]:
         if k == 0:
             steps += copy_steps(out[d[r] : d[r + 1]], x)
         yield Round(then=steps)
+
+
+# ------------------------------------------- one-host fast paths (described schedules)
+
+
+@register(
+    "all_gather",
+    "oneshot",
+    description="every rank's piece through its one-shot region and one entry; each copies all out",
+    supports=piece_fits,
+    requires="every piece fits a one-shot region",
+    family="oneshot",
+)
+def oneshot(plan: Plan) -> Iterator[Round]:
+    """One-shot all-gather (paths/oneshot.all_gather; ``_select.oneshot_all_gather``).
+
+    Steps: 1 round: ``Put`` my piece into my one-shot region, ``Enter``, then
+    ``Get`` every rank's piece (mine too, from my region) into its place.
+
+    Bytes sent per rank: my piece into my region; the whole output read.
+
+    Requires: every piece fits a one-shot region.
+    """
+    d, out = displs(piece_counts(plan)), plan.output
+    yield Round(then=enter(plan, stage=plan.input)
+                + [Get(q, 0, out[d[q]:d[q + 1]], REGION) for q in range(plan.size)
+                   if d[q + 1] > d[q]])
+
+
+@register(
+    "all_gather",
+    "cma",
+    description="single-copy: each rank reads every piece straight from its owner's buffer",
+    family="cma",
+)
+def cma(plan: Plan) -> Iterator[Round]:
+    """Single-copy all-gather (paths/single_copy.gather_pieces; ``_select.single_copy``).
+
+    Steps: 1 round: ``Expose`` my piece and ``Enter``; copy my own piece into
+    place (unless it is there, in place) and ``Get`` every other piece from its
+    owner, starting at the next rank so that readers spread over the owners;
+    the closing signal and wait.
+
+    Bytes sent per rank: the other ranks' pieces read once each.
+
+    Requires: a host that lets members read each other's memory.
+    """
+    d, out, me = displs(piece_counts(plan)), plan.output, plan.rank
+    reads = [Get(q, 0, out[d[q]:d[q + 1]], EXPOSED)
+             for q in topology.rotation(me, plan.size)[1:] if d[q + 1] > d[q]]
+    yield Round(then=enter(plan, expose=plan.input) + copy_steps(out[d[me]:d[me + 1]], plan.input)
+                + reads + closing(plan))
+
+
+@register(
+    "all_gather",
+    "symmetric",
+    description="on a symmetric allocation: each rank writes its piece into every rank's output",
+    supports=lambda plan: len(set(piece_counts(plan))) <= 1,
+    requires="equal pieces",
+    family="symmetric",
+)
+def symmetric(plan: Plan) -> Iterator[Round]:
+    """Symmetric all-gather (paths/symmetric.all_gather).
+
+    Steps: 1 round: ``Enter`` (every rank's output is its part of one symmetric
+    allocation); copy my piece into my own output and ``Write`` it into every
+    other rank's; the closing signal and wait. Nothing is staged.
+
+    Bytes sent per rank: my piece written ``P-1`` times.
+
+    Requires: the output in a symmetric allocation; equal pieces.
+    """
+    d, out, me = displs(piece_counts(plan)), plan.output, plan.rank
+    mine = out[d[me]:d[me + 1]]
+    spread = [Write(q, d[me] * plan.itemsize, mine)
+              for q in topology.rotation(me, plan.size)[1:] if len(mine)]
+    yield Round(then=copy_steps(mine, plan.input) + enter(plan, expose=out) + spread
+                + closing(plan))

@@ -15,14 +15,19 @@ from collections.abc import Iterator
 
 from .. import ops, topology
 from ._common import copy_steps, others, same_memory, segment_elems
+from ._onehost import buffer_fits, closing, enter, reduce_all
 from ._plan import (
+    EXPOSED,
+    REGION,
     Copy,
+    Get,
     LocalStep,
     Plan,
     Recv,
     Reduce,
     Round,
     Send,
+    Write,
     split_even,
 )
 from ._registry import register
@@ -271,3 +276,93 @@ def arena(plan: Plan) -> Iterator[Round]:
         yield from trivial
         return
     yield from arena_sections(plan, plan.input, plan.output, everyone_gets=True)
+
+
+# ------------------------------------------- one-host fast paths (described schedules)
+
+
+@register(
+    "all_reduce",
+    "oneshot",
+    description="every rank's data through its one-shot region and one entry; each reduces all",
+    supports=buffer_fits,
+    requires="the buffer fits a one-shot region",
+    family="oneshot",
+)
+def oneshot(plan: Plan) -> Iterator[Round]:
+    """One-shot all-reduce (paths/oneshot.all_reduce; chosen by ``_select.oneshot``).
+
+    Steps: 1 round: ``Put`` my data into my one-shot region, ``Enter`` (the
+    fingerprint exchange and one signal: after it every region is complete),
+    then ``ReduceSlots`` over every rank's region, in rank order, into my output.
+    No closing round: a region is reused two calls later, after the entry of the
+    call in between.
+
+    Bytes sent per rank: ``S`` into my region; ``P S`` read from the regions.
+
+    Requires: ``S`` fits a one-shot region (``plan.region_bytes``).
+    """
+    yield Round(then=enter(plan, stage=plan.input)
+                + reduce_all(plan, plan.output, 0, REGION))
+
+
+@register(
+    "all_reduce",
+    "cma",
+    description="single-copy: reduce my share straight from every rank's buffer, then read "
+                "the reduced shares from their owners",
+    family="cma",
+)
+def cma(plan: Plan) -> Iterator[Round]:
+    """Single-copy all-reduce (paths/single_copy.reduce_then_collect).
+
+    Chosen past the one-shot sizes by ``_select.all_reduce_single_copy``.
+
+    Steps: 1 round: ``Expose`` my buffer (the output, holding my data: the
+    runtime's call is in place) and ``Enter``; ``ReduceSlots`` my cache-line
+    aligned share (``topology.share``) of every rank's exposed buffer, in rank
+    order, into my own buffer; signal 1 and wait for everyone's 1 (every share
+    reduced, nobody reads the unreduced data any more); ``Get`` every other
+    share from its owner; the closing signal and wait of phase 2.
+
+    Bytes sent per rank: ``P S/P`` read to reduce my share, ``S (P-1)/P`` read
+    back (two copies where the arena needs three).
+
+    Requires: a host that lets members read each other's memory.
+    """
+    out, n, me = plan.output, plan.size, plan.rank
+    lo, hi = topology.share(len(out), plan.itemsize, me, n)
+    collect = []
+    for q in topology.rotation(me, n)[1:]:
+        qlo, qhi = topology.share(len(out), plan.itemsize, q, n)
+        if qhi > qlo:
+            collect.append(Get(q, qlo * plan.itemsize, out[qlo:qhi], EXPOSED))
+    yield Round(then=copy_steps(out, plan.input) + enter(plan, expose=out)
+                + reduce_all(plan, out[lo:hi], lo, EXPOSED) + closing(plan, 1)
+                + collect + closing(plan, 2))
+
+
+@register(
+    "all_reduce",
+    "symmetric",
+    description="on a symmetric allocation: reduce my share of every part, write it into every part",
+    family="symmetric",
+)
+def symmetric(plan: Plan) -> Iterator[Round]:
+    """Symmetric all-reduce (paths/symmetric.all_reduce; ``symmetric.all_reduce_share``).
+
+    Steps: 1 round: ``Enter`` (every rank's buffer is its part of one symmetric
+    allocation, mapped by all: its exposure); ``ReduceSlots`` my cache-line
+    aligned share of every part, in rank order, into my own part; ``Write`` it
+    into every other part; the closing signal and wait.
+
+    Bytes sent per rank: ``P S/P`` read, ``(P-1) S/P`` written; nothing staged.
+
+    Requires: the buffer in a symmetric allocation (``meshcast.empty``).
+    """
+    out, n, me = plan.output, plan.size, plan.rank
+    lo, hi = topology.share(len(out), plan.itemsize, me, n)
+    spread = [Write(q, lo * plan.itemsize, out[lo:hi])
+              for q in topology.rotation(me, n)[1:] if hi > lo]
+    yield Round(then=copy_steps(out, plan.input) + enter(plan, expose=out)
+                + reduce_all(plan, out[lo:hi], lo, EXPOSED) + spread + closing(plan))

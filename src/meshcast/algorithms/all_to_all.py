@@ -16,7 +16,8 @@ import numpy as np
 
 from .. import topology
 from ._common import displs, others, segment_elems
-from ._plan import Copy, Get, LocalStep, Plan, Put, Recv, Round, Send, Signal, Wait
+from ._onehost import closing, enter, offsets_of_mine, publish_header, read_headers, split_head
+from ._plan import EXPOSED, REGION, Copy, Get, LocalStep, Plan, Put, Recv, Round, Send, Signal, Wait
 from ._registry import register
 
 
@@ -293,3 +294,83 @@ def arena(plan: Plan) -> Iterator[Round]:
         if t + 1 < total:
             steps.append(Signal(t + 2))
         yield Round(then=steps)
+
+
+# ------------------------------------------- one-host fast paths (described schedules)
+
+
+def _fits_region(plan: Plan) -> bool:
+    # per rank, as bruck's rule: the split sizes are not shared before the entry,
+    # and the runtime decides after it, from every rank's header
+    inp = 0 if plan.input is None else plan.input.nbytes
+    return split_head(plan.size) + inp <= plan.region_bytes
+
+
+@register(
+    "all_to_all",
+    "oneshot",
+    description="split header and every piece through the one-shot regions and one entry",
+    supports=_fits_region,
+    requires="the split header and this rank's input fit a one-shot region",
+    family="oneshot",
+)
+def oneshot(plan: Plan) -> Iterator[Round]:
+    """One-shot all-to-all (paths/oneshot.all_to_all).
+
+    Decided after the entry, by ``_select.all_to_all_direct_limit``.
+
+    Steps: 2 rounds. Round 0: ``Put`` my split header (where my piece for each
+    rank lies, send and receive counts) and every piece of my input but my own
+    into my one-shot region; ``Enter``; ``Get`` every rank's header. Round 1:
+    copy my own piece; ``Get`` the piece from each other rank at the offset its
+    header gives, starting at the next rank.
+
+    Bytes sent per rank: ``3 P`` int64 of header and my input but my own piece
+    into my region; every rank's header and my pieces read.
+
+    Requires: the header and my input fit a one-shot region (a per-rank rule,
+    as bruck's: the runtime decides after the entry, from every header).
+    """
+    sc, rc, sd, rd = _layout(plan)
+    me, n, isz, x = plan.rank, plan.size, plan.itemsize, plan.input
+    head = split_head(n)
+    stage = [publish_header(sc, rc, sd)]
+    stage += [Put(head + sd[a] * isz, x[sd[a]:sd[b]], REGION)
+              for a, b in ((0, me), (me + 1, n)) if sd[b] > sd[a]]
+    heads, gets = read_headers(plan)
+    yield Round(then=enter(plan, before=stage) + gets)
+    at = offsets_of_mine(plan, heads)
+    yield Round(then=_own(plan) + [
+        Get(q, head + at[q], plan.output[rd[q]:rd[q + 1]], REGION)
+        for q in topology.rotation(me, n)[1:] if rc[q]])
+
+
+@register(
+    "all_to_all",
+    "cma",
+    description="single-copy: each rank reads its piece straight from every rank's exposed input",
+    supports=lambda plan: split_head(plan.size) <= plan.region_bytes,
+    requires="a one-shot region for the split header",
+    family="cma",
+)
+def cma(plan: Plan) -> Iterator[Round]:
+    """Single-copy all-to-all (paths/single_copy.read_pieces; ``_select.single_copy``).
+
+    Steps: 2 rounds. Round 0: ``Put`` my split header into my one-shot region,
+    ``Expose`` my input, ``Enter``, ``Get`` every rank's header. Round 1: copy
+    my own piece; ``Get`` the piece from each other rank straight from its
+    exposed input at the offset its header gives; the closing signal and wait.
+
+    Bytes sent per rank: ``3 P`` int64 of header; my pieces read once each.
+
+    Requires: a host that lets members read each other's memory; a one-shot
+    region for the header.
+    """
+    sc, rc, sd, rd = _layout(plan)
+    me, n = plan.rank, plan.size
+    heads, gets = read_headers(plan)
+    yield Round(then=enter(plan, expose=plan.input, before=[publish_header(sc, rc, sd)]) + gets)
+    at = offsets_of_mine(plan, heads)
+    yield Round(then=_own(plan) + [
+        Get(q, at[q], plan.output[rd[q]:rd[q + 1]], EXPOSED)
+        for q in topology.rotation(me, n)[1:] if rc[q]] + closing(plan))

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import topology
 from ._common import others
-from ._plan import Plan, Recv, Round, Send, Signal, Wait
+from ._plan import Enter, Plan, Recv, Round, Send, Signal, Wait
 from ._registry import register
 
 _NOTHING = np.empty(0, dtype=np.uint8)  # the payload of every barrier message (read-only use)
@@ -90,3 +90,22 @@ def arena(plan: Plan) -> Iterator[Round]:
     """
     if plan.size > 1:
         yield Round(then=[Signal(1), Wait(others(plan.rank, plan.size), 1)])
+
+
+@register(
+    "barrier",
+    "oneshot",
+    description="the call's entry alone: every rank has arrived once it returns",
+    family="oneshot",
+)
+def oneshot(plan: Plan) -> Iterator[Round]:
+    """One-shot barrier (paths/oneshot.barrier; ``_select.oneshot(caps, 0)``).
+
+    Steps: 1 round: ``Enter`` (the fingerprint exchange and one signal); it
+    returns once every rank has entered, which is what a barrier is.
+
+    Bytes sent per rank: 0 (one fingerprint and one signal word).
+
+    Requires: the arena's entry (all ranks of the group on one host).
+    """
+    yield Round(then=[Enter()])

@@ -13,7 +13,8 @@ import numpy as np
 
 from .. import topology
 from ._common import others, segment_elems, slot_elems
-from ._plan import Get, Plan, Put, Recv, Round, Send, Signal, Wait
+from ._onehost import buffer_fits, closing, enter, split_copy
+from ._plan import REGION, Get, Plan, Put, Recv, Round, Send, Signal, Wait
 from ._registry import register
 
 
@@ -170,3 +171,78 @@ def arena(plan: Plan) -> Iterator[Round]:
             if k + 2 < nchunks:  # the root waits for this before reusing the buffer
                 steps.append(Signal(k + 1))
         yield Round(then=steps)
+
+
+# ------------------------------------------- one-host fast paths (described schedules)
+
+
+@register(
+    "broadcast",
+    "oneshot",
+    description="the root's data through its one-shot region and one entry; the others copy it out",
+    supports=buffer_fits,
+    requires="the buffer fits a one-shot region",
+    family="oneshot",
+)
+def oneshot(plan: Plan) -> Iterator[Round]:
+    """One-shot broadcast (paths/oneshot.broadcast; chosen by ``_select.oneshot``).
+
+    Steps: 1 round: the root ``Put``s its data into its one-shot region; every
+    rank ``Enter``s; every other rank ``Get``s the data from the root's region.
+
+    Bytes sent per rank: root ``S`` into its region; every other rank reads ``S``.
+
+    Requires: ``S`` fits a one-shot region.
+    """
+    root = plan.root == plan.rank
+    yield Round(then=enter(plan, stage=plan.output if root else None)
+                + ([] if root or not len(plan.output) else [Get(plan.root, 0, plan.output, REGION)]))
+
+
+def _reader_split(plan: Plan) -> Iterator[Round]:
+    """Expose my buffer, enter, copy reader-split (``_onehost.split_copy``), close."""
+    data = plan.output.reshape(-1).view(np.uint8)
+    yield Round(then=enter(plan, expose=data) + split_copy(plan, data) + closing(plan))
+
+
+@register(
+    "broadcast",
+    "cma",
+    description="single-copy: each reader copies the root's buffer straight, the root writes "
+                "a part of each reader's",
+    family="cma",
+)
+def cma(plan: Plan) -> Iterator[Round]:
+    """Single-copy broadcast (paths/single_copy.broadcast; ``_select.single_copy``).
+
+    Steps: 1 round: every rank ``Expose``s its buffer and ``Enter``s. Reader
+    ``q``'s copy is cut in ``P`` parts: the root ``Write``s part ``q`` into
+    it while ``q`` ``Get``s the other parts from the root, so the root's core
+    copies too; the closing signal and wait.
+
+    Bytes sent per rank: root ``S (P-1)/P`` written; reader ``S (P-1)/P`` read.
+
+    Requires: a host that lets members read each other's memory.
+    """
+    yield from _reader_split(plan)
+
+
+@register(
+    "broadcast",
+    "symmetric",
+    description="on a symmetric allocation: the single-copy program, with plain loads and stores",
+    family="symmetric",
+)
+def symmetric(plan: Plan) -> Iterator[Round]:
+    """Symmetric broadcast (paths/symmetric.broadcast).
+
+    Steps: the single-copy broadcast's (see broadcast/cma): enter, the root
+    writes part ``q`` of reader ``q``'s part while ``q`` copies the others from
+    the root's part, close; every part is mapped by every rank, so no system
+    call and no exposure beyond the allocation.
+
+    Bytes sent per rank: as broadcast/cma.
+
+    Requires: the buffer in a symmetric allocation (``meshcast.empty``).
+    """
+    yield from _reader_split(plan)

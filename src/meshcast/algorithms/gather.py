@@ -15,7 +15,8 @@ import numpy as np
 
 from .. import topology
 from ._common import copy_steps, displs, others, piece_counts, slot_elems
-from ._plan import Get, LocalStep, Plan, Put, Recv, Round, Send, Signal, Wait
+from ._onehost import closing, enter, piece_fits
+from ._plan import REGION, Get, LocalStep, Plan, Put, Recv, Round, Send, Signal, Wait, Write
 from ._registry import register
 
 
@@ -210,3 +211,70 @@ def arena(plan: Plan) -> Iterator[Round]:
         if any(nchunks[q] > k + 2 for q in rest):
             steps.append(Signal(k + 1))
         yield Round(then=steps)
+
+
+# ------------------------------------------- one-host fast paths (described schedules)
+
+
+@register(
+    "gather",
+    "oneshot",
+    description="every piece through its owner's one-shot region and one entry; the root copies them out",
+    supports=piece_fits,
+    requires="every piece fits a one-shot region",
+    family="oneshot",
+)
+def oneshot(plan: Plan) -> Iterator[Round]:
+    """One-shot gather (paths/oneshot.gather, decided after the entry: ``_select.direct_bytes``).
+
+    Steps: 1 round: every rank but the root ``Put``s its piece into its
+    one-shot region (before the entry: the runtime stages it when its own piece
+    is small and, after the entry, takes this path if every rank did);
+    ``Enter``; the root copies its own piece and ``Get``s every other from its
+    owner's region.
+
+    Bytes sent per rank: my piece into my region; the root reads ``P-1`` pieces.
+
+    Requires: every piece fits a one-shot region.
+    """
+    me, root = plan.rank, plan.root
+    steps = enter(plan, stage=None if me == root else plan.input)
+    if me == root:
+        d, out = displs(piece_counts(plan)), plan.output
+        steps += copy_steps(out[d[me]:d[me + 1]], plan.input)
+        steps += [Get(q, 0, out[d[q]:d[q + 1]], REGION) for q in range(plan.size)
+                  if q != me and d[q + 1] > d[q]]
+    yield Round(then=steps)
+
+
+@register(
+    "gather",
+    "cma",
+    description="single-copy: every rank writes its piece straight into the root's exposed output",
+    family="cma",
+)
+def cma(plan: Plan) -> Iterator[Round]:
+    """Single-copy gather (paths/single_copy.gather, its back-to-back form; ``_select.single_copy``).
+
+    Steps: 1 round: the root ``Expose``s its output (its pieces lie back to
+    back), the others their piece, and all ``Enter``; every rank but the root
+    ``Write``s its piece into the root's output, all at once; the root copies
+    its own; the closing signal and wait.
+
+    Bytes sent per rank: my piece written once; the root copies only its own.
+
+    Requires: a host that lets members read each other's memory.
+
+    When the root's gather_list pieces do not lie back to back (the plan's
+    output always does), the runtime's root reads each piece from its owner
+    instead: the same bytes, read by the root rather than written by the owners.
+    """
+    me, root = plan.rank, plan.root
+    d = displs(piece_counts(plan))
+    if me == root:
+        moves = copy_steps(plan.output[d[me]:d[me + 1]], plan.input)
+        exposed = plan.output
+    else:
+        moves = [Write(root, d[me] * plan.itemsize, plan.input)] if len(plan.input) else []
+        exposed = plan.input
+    yield Round(then=enter(plan, expose=exposed) + moves + closing(plan))

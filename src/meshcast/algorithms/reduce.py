@@ -13,7 +13,10 @@ import numpy as np
 
 from .. import ops, topology
 from ._common import copy_steps, others, same_memory, segment_elems
+from ._onehost import buffer_fits, closing, enter, reduce_all
 from ._plan import (
+    EXPOSED,
+    REGION,
     Copy,
     Get,
     LocalStep,
@@ -321,3 +324,54 @@ def arena_sections(
                 steps.append(Put(in_off(k + 1), x[start : start + length]))
             steps.append(Signal(k + 2))
         yield Round(then=steps)
+
+
+# ------------------------------------------- one-host fast paths (described schedules)
+
+
+@register(
+    "reduce",
+    "oneshot",
+    description="every rank's data through its one-shot region and one entry; the root reduces all",
+    supports=buffer_fits,
+    requires="the buffer fits a one-shot region",
+    family="oneshot",
+)
+def oneshot(plan: Plan) -> Iterator[Round]:
+    """One-shot reduce (paths/oneshot.reduce; chosen by ``_select.oneshot``).
+
+    Steps: 1 round: every rank ``Put``s its data into its one-shot region and
+    ``Enter``s; the root ``ReduceSlots`` every region, in rank order, into its
+    output.
+
+    Bytes sent per rank: ``S`` into my region; the root reads ``P S``.
+
+    Requires: ``S`` fits a one-shot region.
+    """
+    at_root = plan.rank == plan.root
+    yield Round(then=enter(plan, stage=plan.input)
+                + (reduce_all(plan, plan.output, 0, REGION) if at_root else []))
+
+
+@register(
+    "reduce",
+    "cma",
+    description="single-copy: the root reduces straight from every rank's exposed buffer",
+    family="cma",
+)
+def cma(plan: Plan) -> Iterator[Round]:
+    """Single-copy reduce (paths/single_copy.reduce; ``_select.single_copy``).
+
+    Steps: 1 round: every rank ``Expose``s its data and ``Enter``s; the root
+    ``ReduceSlots`` every rank's exposed buffer, in rank order, into its output
+    (the runtime reads it in cache-sized chunks and reduces each while it is
+    hot; the bytes are these); the closing signal and wait.
+
+    Bytes sent per rank: the root reads ``(P-1) S``; the others nothing.
+
+    Requires: a host that lets members read each other's memory.
+    """
+    at_root = plan.rank == plan.root
+    yield Round(then=enter(plan, expose=plan.input)
+                + (reduce_all(plan, plan.output, 0, EXPOSED) if at_root else [])
+                + closing(plan))

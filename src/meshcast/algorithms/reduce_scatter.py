@@ -12,7 +12,10 @@ from collections.abc import Iterator
 
 from .. import ops, topology
 from ._common import copy_steps, displs, others, piece_counts, slot_elems
+from ._onehost import closing, enter, pieces_fit, reduce_all
 from ._plan import (
+    EXPOSED,
+    REGION,
     Copy,
     LocalStep,
     Plan,
@@ -255,3 +258,76 @@ def arena(plan: Plan) -> Iterator[Round]:
             mine = out[lo : min(counts[r], lo + c)]
             steps.append(ReduceSlots(mine, everyone, (base + r * c) * isz))
         yield Round(then=steps)
+
+
+# ------------------------------------------- one-host fast paths (described schedules)
+
+
+@register(
+    "reduce_scatter",
+    "oneshot",
+    description="every rank's input through its one-shot region and one entry; each reduces its piece",
+    supports=pieces_fit,
+    requires="the input fits a one-shot region",
+    family="oneshot",
+)
+def oneshot(plan: Plan) -> Iterator[Round]:
+    """One-shot reduce-scatter (paths/oneshot.reduce_scatter; ``_select.oneshot``).
+
+    Steps: 1 round: ``Put`` my whole input into my one-shot region, ``Enter``,
+    then ``ReduceSlots`` my piece of every region, in rank order, into my output.
+
+    Bytes sent per rank: the input ``S`` into my region; ``P`` times my piece read.
+
+    Requires: the input fits a one-shot region.
+    """
+    d = displs(piece_counts(plan))
+    yield Round(then=enter(plan, stage=plan.input)
+                + reduce_all(plan, plan.output, d[plan.rank], REGION))
+
+
+def _reduce_my_piece(plan: Plan) -> Iterator[Round]:
+    """Expose my input, enter, reduce my piece of every exposed input, close."""
+    d = displs(piece_counts(plan))
+    yield Round(then=enter(plan, expose=plan.input)
+                + reduce_all(plan, plan.output, d[plan.rank], EXPOSED) + closing(plan))
+
+
+@register(
+    "reduce_scatter",
+    "cma",
+    description="single-copy: each rank reduces its piece straight from every rank's input",
+    family="cma",
+)
+def cma(plan: Plan) -> Iterator[Round]:
+    """Single-copy reduce-scatter (paths/single_copy.reduce_my_piece; ``_select.single_copy``).
+
+    Steps: 1 round: ``Expose`` my input and ``Enter``; ``ReduceSlots`` my piece
+    of every rank's exposed input, in rank order, into my output (read in
+    cache-sized chunks at run time); the closing signal and wait.
+
+    Bytes sent per rank: my piece read from each of the ``P-1`` others.
+
+    Requires: a host that lets members read each other's memory.
+    """
+    yield from _reduce_my_piece(plan)
+
+
+@register(
+    "reduce_scatter",
+    "symmetric",
+    description="on a symmetric allocation: the single-copy program, with plain loads",
+    family="symmetric",
+)
+def symmetric(plan: Plan) -> Iterator[Round]:
+    """Symmetric reduce-scatter (paths/symmetric.reduce_scatter).
+
+    Steps: the single-copy reduce-scatter's (see reduce_scatter/cma) on the
+    parts of a symmetric allocation: enter, reduce my piece of every rank's
+    input into my output, close; no system calls.
+
+    Bytes sent per rank: as reduce_scatter/cma.
+
+    Requires: the input in a symmetric allocation (``meshcast.empty``).
+    """
+    yield from _reduce_my_piece(plan)

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 
 from .. import topology
 from ._common import copy_steps, displs, others, piece_counts, slot_elems
-from ._plan import Get, LocalStep, Plan, Put, Recv, Round, Send, Signal, Wait
+from ._onehost import closing, enter, pieces_fit
+from ._plan import EXPOSED, REGION, Get, LocalStep, Plan, Put, Recv, Round, Send, Signal, Wait
 from ._registry import register
 from .gather import relative_displs, subtree_views
 
@@ -174,3 +175,63 @@ def arena(plan: Plan) -> Iterator[Round]:
             steps.append(Put(((k % 2) * p + q) * c * isz, x[start:stop]))
         steps.append(Signal(k + 1))
         yield Round(then=steps)
+
+
+# ------------------------------------------- one-host fast paths (described schedules)
+
+
+@register(
+    "scatter",
+    "oneshot",
+    description="the root's pieces through its one-shot region and one entry; each copies its own out",
+    supports=pieces_fit,
+    requires="the root's input fits a one-shot region",
+    family="oneshot",
+)
+def oneshot(plan: Plan) -> Iterator[Round]:
+    """One-shot scatter (paths/oneshot.scatter, decided after the entry: ``_select.direct_bytes``).
+
+    Steps: 1 round: the root ``Put``s its whole input into its one-shot region
+    (staged before the entry); ``Enter``; every other rank ``Get``s its piece
+    from the root's region, the root copies its own.
+
+    Bytes sent per rank: the root's input into its region; every rank reads its piece.
+
+    Requires: the root's input fits a one-shot region.
+    """
+    me, root = plan.rank, plan.root
+    d = displs(piece_counts(plan))
+    if me == root:
+        steps = enter(plan, stage=plan.input) + copy_steps(plan.output, plan.input[d[me]:d[me + 1]])
+    else:
+        steps = enter(plan) + ([Get(root, d[me] * plan.itemsize, plan.output, REGION)]
+                               if len(plan.output) else [])
+    yield Round(then=steps)
+
+
+@register(
+    "scatter",
+    "cma",
+    description="single-copy: each rank reads its piece straight from the root's exposed input",
+    family="cma",
+)
+def cma(plan: Plan) -> Iterator[Round]:
+    """Single-copy scatter (paths/single_copy.scatter; ``_select.single_copy``).
+
+    Steps: 1 round: the root ``Expose``s its input; every rank ``Enter``s;
+    every other rank ``Get``s its piece straight from the root's input, the root
+    copies its own; the closing signal and wait.
+
+    Bytes sent per rank: every rank reads its piece once.
+
+    Requires: a host that lets members read each other's memory.
+    """
+    me, root = plan.rank, plan.root
+    d = displs(piece_counts(plan))
+    if me == root:
+        steps = enter(plan, expose=plan.input) + copy_steps(plan.output,
+                                                            plan.input[d[me]:d[me + 1]])
+    else:
+        steps = enter(plan) + ([Get(root, d[me] * plan.itemsize, plan.output, EXPOSED)]
+                               if len(plan.output) else [])
+    yield Round(then=steps + closing(plan))

@@ -15,10 +15,17 @@ Animation steps
 One animation step is one *round* of the schedule (the executor's unit: all
 sends and receives of a round are posted together). Shared-memory (arena)
 schedules do much of their work inside one round, ordered by signal/wait
-phases; there a round is cut further at each ``Wait`` on a rank: step
-``(round, wave)`` holds what ranks do after their ``wave``-th wait of that
-round. For point-to-point schedules ``wave`` is always 0, so the number of
-steps is exactly the number of rounds.
+phases; there a round is cut further at each ``Wait`` (and ``Enter``, the
+one-host fast paths' entry) on a rank: step ``(round, wave)`` holds what
+ranks do after their ``wave``-th wait of that round. For point-to-point
+schedules ``wave`` is always 0, so the number of steps is exactly the
+number of rounds.
+
+The one-host fast paths (one-shot, single-copy, symmetric; described
+schedules) move data through two more places: a rank's one-shot region
+(``space: "region"``; the page draws a region box beside each rank) and a
+peer's exposed buffer, which is one of its visible tensors, so those
+transfers are located on the peer's cells like a message's.
 
 Locations
 ---------
@@ -39,7 +46,11 @@ import numpy as np
 from .. import algorithms  # noqa: F401  (registers every algorithm)
 from ..algorithms import _registry, _simulate
 from ..algorithms._plan import (
+    EXPOSED,
+    REGION,
     Copy,
+    Enter,
+    Expose,
     Get,
     Plan,
     Put,
@@ -50,12 +61,13 @@ from ..algorithms._plan import (
     Send,
     Signal,
     Wait,
+    Write,
 )
 from . import primitives
 
-# Arena size for the shared-memory schedules; small messages fit in one chunk.
-SLOT_BYTES = 4096
 P2P_NAME = "direct"  # the send/recv card's one "algorithm"
+ENTER_NOTE = "every rank enters the call (fingerprints compared, one signal), then reads"
+EXPOSE_NOTE = "ranks expose their buffer to the peers"
 
 
 def _addr(a: np.ndarray) -> int:
@@ -70,13 +82,23 @@ class _Watch:
     rounds: list[Round] = field(default_factory=list)
     snaps: list[list[list[float | None]]] = field(default_factory=list)
 
+    exposed: np.ndarray | None = None  # the buffer this rank exposed (fast paths)
+
     def locate(self, buf: np.ndarray) -> list[int]:
         lo, n = _addr(buf), buf.nbytes
         for i, (_, arr) in enumerate(self.rows):
             a0 = _addr(arr)
             if arr.nbytes and a0 <= lo and lo + n <= a0 + arr.nbytes:
-                return [i, (lo - a0) // arr.itemsize, len(buf)]
-        return [-1, 0, len(buf)]
+                # every element the bytes touch (a byte-split copy may cut one in two)
+                first, end = (lo - a0) // arr.itemsize, -(-(lo + n - a0) // arr.itemsize)
+                return [i, first, end - first]
+        return [-1, 0, -(-n // max(1, buf.itemsize))]
+
+    def locate_exposed(self, offset: int, nbytes: int) -> list[int]:
+        """Where bytes ``[offset, offset + nbytes)`` of my exposed buffer are shown."""
+        assert self.exposed is not None, "a peer reads a buffer this rank never exposed"
+        raw = self.exposed.reshape(-1).view(np.uint8)[offset:offset + nbytes]
+        return self.locate(raw)
 
     def snapshot(self) -> list[list[float | None]]:
         return [_values(arr) for _, arr in self.rows]
@@ -135,7 +157,6 @@ def _send_recv(plan: Plan) -> Iterator[Round]:
 
 def _plans(key: str, size: int, n: int, family: str) -> list[Plan]:
     xs = primitives.inputs(key, size, n)
-    slot = SLOT_BYTES if family == "arena" else 0
     if key == "send_recv":
         dt = primitives.DTYPE
         return [
@@ -145,7 +166,8 @@ def _plans(key: str, size: int, n: int, family: str) -> list[Plan]:
             for r in range(size)
         ]
     prim = primitives.BY_KEY[key]
-    kw: dict[str, Any] = {"dtype": primitives.DTYPE, "slot_bytes": slot}
+    # an arena, one-shot regions, ... as the family needs (_simulate.host_options)
+    kw: dict[str, Any] = {"dtype": primitives.DTYPE, **_simulate.host_options(family)}
     if prim.reduces:
         kw["op"] = "sum"
     if prim.rooted:
@@ -160,7 +182,7 @@ def algorithms_for(key: str) -> list[_registry.AlgorithmEntry] | list[dict[str, 
     if key == "send_recv":
         return [{"name": P2P_NAME, "family": "p2p",
                  "description": "one message on the channel between the two ranks"}]
-    return _registry.entries(key)
+    return _registry.entries(key, described=True)
 
 
 def _algo_info(key: str) -> list[dict[str, str]]:
@@ -170,7 +192,7 @@ def _algo_info(key: str) -> list[dict[str, str]]:
             out.append(dict(e))
         else:
             out.append({"name": e.name, "family": e.family, "description": e.description,
-                        "requires": e.requires})
+                        "requires": e.conditions})
     return out
 
 
@@ -197,9 +219,17 @@ def _steps_of(watches: list[_Watch]) -> list[dict[str, Any]]:
 
     def step(i: int, wave: int) -> dict[str, Any]:
         if (i, wave) not in steps:
-            steps[(i, wave)] = {"round": i, "wave": wave, "xfers": [], "local": []}
+            steps[(i, wave)] = {"round": i, "wave": wave, "xfers": [], "local": [], "notes": []}
         return steps[(i, wave)]
 
+    def note(i: int, wave: int, text: str) -> None:
+        """Words for what the arrows cannot show (an exposure, the entry), once per step."""
+        if text not in step(i, wave)["notes"]:
+            step(i, wave)["notes"].append(text)
+
+    for w in watches:  # the exposures first: a peer may read one in the round it is made
+        w.exposed = next((st.buf for rnd in w.rounds for st in rnd.then
+                          if isinstance(st, Expose)), None)
     nrounds = max((len(w.rounds) for w in watches), default=0)
     for i in range(nrounds):
         # comm steps: pair the k-th send a->b with the k-th recv on b from a (the
@@ -223,31 +253,50 @@ def _steps_of(watches: list[_Watch]) -> list[dict[str, Any]]:
                 continue
             w, wave = watches[r], 0
             for st in w.rounds[i].then:
-                if isinstance(st, Wait):
+                if isinstance(st, Enter):
+                    note(i, wave, ENTER_NOTE)
+                if isinstance(st, Expose):
+                    note(i, wave, EXPOSE_NOTE)
+                if isinstance(st, (Wait, Enter)):
                     wave += 1
                     continue
-                if isinstance(st, Signal):
+                if isinstance(st, (Signal, Expose)):
                     continue
                 if isinstance(st, Get):
                     step(i, wave)["xfers"].append({
                         "s": st.peer, "d": r, "k": "get", "bytes": st.dst.nbytes,
-                        "from": [-1, 0, len(st.dst)], "to": w.locate(st.dst)})
+                        "space": st.space, "to": w.locate(st.dst),
+                        "from": _source(watches[st.peer], st.space, st.offset, st.dst)})
                 elif isinstance(st, ReduceSlots):
                     for q in st.ranks:
                         step(i, wave)["xfers"].append({
                             "s": q, "d": r, "k": "reduce_slots", "bytes": st.dst.nbytes,
-                            "from": [-1, 0, len(st.dst)], "to": w.locate(st.dst)})
+                            "space": st.space, "to": w.locate(st.dst),
+                            "from": _source(watches[q], st.space, st.offset, st.dst)})
+                elif isinstance(st, Write):
+                    step(i, wave)["xfers"].append({
+                        "s": r, "d": st.peer, "k": "write", "bytes": st.src.nbytes,
+                        "space": EXPOSED, "from": w.locate(st.src),
+                        "to": watches[st.peer].locate_exposed(st.offset, st.src.nbytes)})
                 elif isinstance(st, (Reduce, Copy)):
                     step(i, wave)["local"].append({
                         "r": r, "k": "reduce" if isinstance(st, Reduce) else "copy",
                         "bytes": st.dst.nbytes, "to": w.locate(st.dst), "from": w.locate(st.src)})
                 elif isinstance(st, Put):
                     step(i, wave)["local"].append({
-                        "r": r, "k": "put", "bytes": st.src.nbytes, "to": [-1, 0, len(st.src)],
-                        "from": w.locate(st.src)})
+                        "r": r, "k": "put", "bytes": st.src.nbytes, "space": st.space,
+                        "to": [-1, 0, len(st.src)], "from": w.locate(st.src)})
         # a round in which nothing at all happens still counts (the executor runs it)
         step(i, 0)
     return [steps[k] for k in sorted(steps)]
+
+
+def _source(owner: _Watch, space: str, offset: int, dst: np.ndarray) -> list[int]:
+    """Where a read's bytes come from: the owner's cells for its exposed buffer, else
+    memory the page draws apart (row -1: its arena slot or one-shot region)."""
+    if space == EXPOSED:
+        return owner.locate_exposed(offset, dst.nbytes)
+    return [-1, 0, len(dst)]
 
 
 def _attach_values(steps: list[dict[str, Any]], watches: list[_Watch]) -> None:
@@ -272,6 +321,7 @@ def extract(key: str, algo: str, size: int, n: int) -> dict[str, Any]:
         "values"}], "events": simulator event count}``; see the module doc.
     """
     res, watches = simulate(key, algo, size, n)
+    family = "p2p" if key == "send_recv" else _registry.get(key, algo).family
     steps = _steps_of(watches)
     _attach_values(steps, watches)
     for s in steps:
@@ -284,7 +334,10 @@ def extract(key: str, algo: str, size: int, n: int) -> dict[str, Any]:
         s["max_rank_bytes"] = max(max(sent), max(recv)) if size else 0
         s["messages"] = len(s["xfers"])
     return {
-        "key": key, "algo": algo, "p": size, "n": n, "itemsize": primitives.DTYPE.itemsize,
+        "key": key, "algo": algo, "family": family, "p": size, "n": n,
+        "itemsize": primitives.DTYPE.itemsize,
+        # one-shot regions to draw beside the ranks (the page's region boxes)
+        "regions": any(x.get("space") == REGION for s in steps for x in s["xfers"] + s["local"]),
         "rows": [[[name, len(arr)] for name, arr in w.rows] for w in watches],
         "before": [w.snaps[0] for w in watches],
         "steps": steps,
@@ -322,4 +375,4 @@ def guide_data(rank_counts: tuple[int, ...] = primitives.RANK_COUNTS) -> dict[st
             "shapes": [f"{h}x{per}" for h, per in _host_shapes()]}
 
 
-__all__ = ["SLOT_BYTES", "algorithms_for", "extract", "guide_data", "simulate"]
+__all__ = ["algorithms_for", "extract", "guide_data", "simulate"]

@@ -20,6 +20,12 @@
   ];
   const SPEEDS = [0.25, 0.5, 1, 2, 4];
   const W = 780, LANE = 150, ROW_H = 24, RANK_GAP = 10, LABEL_W = 58, TOP = 12;
+  // one-shot regions (the fast paths' shared memory) are drawn as boxes right of the ranks
+  const REGION_GAP = 70, REGION_W = 52, REGION_H = 20;
+  // what kind of line a transfer is: a message, a read of shared memory (arena slot or
+  // one-shot region), or a copy straight from or into a peer's own buffer (single-copy,
+  // symmetric)
+  const lineKind = x => x.k === 'send' ? 'msg' : x.space === 'exposed' ? 'cma' : 'arena';
 
   function el(tag, attrs, text) {
     const e = document.createElement(tag);
@@ -51,6 +57,9 @@
     return Math.max(shm, net);
   }
   const isHosts = name => name.startsWith('hosts:');
+  // how the algorithm menu tells the families apart (p2p: plain messages, no note)
+  const FAMILY_NOTE = { arena: ' (shared memory)', oneshot: ' (one-shot fast path)',
+    cma: ' (single-copy fast path)', symmetric: ' (symmetric buffers)' };
 
   // ------------------------------------------------------------ one card
   function Card(card) {
@@ -95,7 +104,7 @@
       lab.appendChild(s); ctr.appendChild(lab);
       return s;
     };
-    sel('algorithm', 'algo', card.algos.map(a => [a.name, a.name + (a.family === 'arena' ? ' (shared memory)' : '')])
+    sel('algorithm', 'algo', card.algos.map(a => [a.name, a.name + (FAMILY_NOTE[a.family] || '')])
       .concat(c.hosts.map(a => [a.name, a.name.slice(6) + ' (across hosts)'])),
       c.algo, v => { c.algo = v; c.load(); });
     c.selRanks = sel('ranks', 'ranks', DATA.rank_counts.map(p => [p, String(p)]), c.p, v => { c.p = Number(v); c.load(); });
@@ -126,6 +135,13 @@
     lg('var(--src)', 'sent from (solid arrow: a message)');
     lg('var(--arena)', 'read from a peer\'s shared-memory slot', true);
     lg('var(--hit)', 'written in this step');
+    c.spaceLegend = {};
+    for (const [cls, text] of [['region', 'a rank\'s one-shot region: copied in, then read by every rank'],
+      ['cma', 'straight from or into a peer\'s own buffer (single-copy, symmetric)']]) {
+      const s = el('span', { class: 'lg-' + cls });
+      s.append(el('i'), document.createTextNode(text));
+      legend.appendChild(s); c.spaceLegend[cls] = s;
+    }
     c.hostLegend = [];
     for (const [cls, text] of [['shm', 'inside a host: shared memory'], ['net', 'between hosts: the network (MPI/Gloo)'],
       ['net-local', 'the network engine between ranks of one host']]) {
@@ -166,6 +182,8 @@
     this.selRanks.parentNode.hidden = hosts;
     this.selShape.parentNode.hidden = !hosts;
     for (const s of this.hostLegend) s.hidden = !hosts;
+    this.spaceLegend.region.hidden = !this.run.regions;
+    this.spaceLegend.cma.hidden = !this.run.steps.some(s => s.xfers.some(x => x.space === 'exposed'));
     this.root.setAttribute('data-hosts', hosts ? '1' : '0');
     if (hosts && this.link.id === 'shm') {  // between hosts the link is a network
       this.link = LINKS[1]; this.selLink.value = this.link.id;
@@ -206,8 +224,10 @@
     let maxCells = 1;
     for (const rows of run.rows) for (const row of rows) maxCells = Math.max(maxCells, row[1]);
     const x0 = LANE, cellsX = x0 + LABEL_W + 6;
-    const cw = Math.max(18, Math.min(44, Math.floor((W - cellsX - 10) / maxCells)));
-    this.geo = { x0, cellsX, cw, y: [], h: [] };
+    const room = W - cellsX - 10 - (run.regions ? REGION_GAP + REGION_W : 0);
+    const cw = Math.max(18, Math.min(44, Math.floor(room / maxCells)));
+    this.geo = { x0, cellsX, cw, y: [], h: [], right: [] };
+    this.regions = [];
     let y = TOP;
     this.gArrows = sv('g', { class: 'arrows' });
     this.gRanks = sv('g', { class: 'ranks' });
@@ -228,6 +248,15 @@
       const boxW = Math.max(LABEL_W + 60, cellsX - x0 + (rows.length ? Math.max(...rows.map(q => q[1])) : 1) * cw + 6);
       g.appendChild(sv('rect', { class: 'box', x: String(x0), y: String(y), width: String(boxW),
         height: String(h), rx: '5' }));
+      this.geo.right.push(x0 + boxW);
+      if (run.regions) {
+        const rg = sv('g', { class: 'region', 'data-rank': String(r) });
+        rg.appendChild(sv('rect', { x: String(x0 + boxW + REGION_GAP), y: String(y + h / 2 - REGION_H / 2),
+          width: String(REGION_W), height: String(REGION_H), rx: '4' }));
+        rg.appendChild(sv('text', { x: String(x0 + boxW + REGION_GAP + REGION_W / 2), y: String(y + h / 2) }, 'region'));
+        g.appendChild(rg);
+        this.regions.push(rg);
+      }
       const mine = [];
       if (!rows.length) {
         g.appendChild(sv('text', { class: 'row-label', x: String(x0 + 6), y: String(y + h / 2 + 4) },
@@ -274,7 +303,25 @@
     return [g.x0, g.y[r] + g.h[r] / 2];
   };
 
+  // the left middle of rank r's one-shot region box
+  Card.prototype.regionAnchor = function (r) {
+    const g = this.geo;
+    return [g.right[r] + REGION_GAP, g.y[r] + g.h[r] / 2];
+  };
+
+  // a row's right end (where arrows to and from the region boxes meet the rank box)
+  Card.prototype.rightAnchor = function (r, loc) {
+    const [, y] = this.anchor(r, loc);
+    return [this.geo.right[r], y];
+  };
+
   Card.prototype.pathFor = function (x) {
+    if (x.space === 'region') {  // out of the owner's region box, into the reader's row
+      const [ax, ay] = this.regionAnchor(x.s), [bx, row] = this.rightAnchor(x.d, x.to);
+      // readers of several regions: the arrows fan in over the row, in rank order
+      const by = row + (x.s - (this.run.p - 1) / 2) * Math.min(4, (ROW_H - 8) / this.run.p);
+      return 'M' + ax + ' ' + ay + ' C' + (ax - 30) + ' ' + ay + ' ' + (bx + 30) + ' ' + by + ' ' + (bx + 2) + ' ' + by;
+    }
     const [ax, ay] = this.anchor(x.s, x.from), [bx, by] = this.anchor(x.d, x.to);
     const span = Math.abs(x.d - x.s) / Math.max(1, this.run.p - 1);
     let bulge = 12 + (LANE - 96) * span + (x.d > x.s ? 0 : 12);  // stays right of the labels
@@ -296,17 +343,28 @@
     this.gArrows.textContent = '';
     this.gPackets.textContent = '';
     this.packets = [];
+    for (const rg of this.regions) rg.classList.remove('hit', 'src');
     if (active) {
+      for (const l of active.local) {  // copies into my own one-shot region
+        if (l.space !== 'region' || !this.regions[l.r]) continue;
+        const [ax, ay] = this.rightAnchor(l.r, l.from), [bx, by] = this.regionAnchor(l.r);
+        this.gArrows.appendChild(sv('path', { class: 'arrow arena put', d: 'M' + ax + ' ' + ay + ' L' + (bx - 2) + ' ' + by,
+          'marker-end': 'url(#arrowA-' + this.card.key + ')' }));
+        if (phase !== 'moving') this.regions[l.r].classList.add('hit');
+        if (l.from[0] >= 0) this.mark(l.r, l.from, 'src');
+      }
       for (const x of active.xfers) {
-        const arena = x.k !== 'send';
-        const marker = arena ? 'arrowA-' : x.link && x.link !== 'shm' ? 'arrowN-' : 'arrowS-';
-        const path = sv('path', { class: 'arrow' + (arena ? ' arena' : '') + (x.link ? ' link-' + x.link : ''),
+        const kind = lineKind(x), arena = kind !== 'msg';
+        if (x.space === 'region' && this.regions[x.s]) this.regions[x.s].classList.add('src');
+        const marker = kind === 'arena' ? 'arrowA-' : kind === 'cma' ? 'arrowC-'
+          : x.link && x.link !== 'shm' ? 'arrowN-' : 'arrowS-';
+        const path = sv('path', { class: 'arrow' + (arena ? ' ' + kind : '') + (x.link ? ' link-' + x.link : ''),
           d: this.pathFor(x), 'marker-end': 'url(#' + marker + this.card.key + ')' });
         if (x.link) path.setAttribute('data-link', x.link);
         this.gArrows.appendChild(path);
         if (x.from[0] >= 0) this.mark(x.s, x.from, 'src');
         if (phase === 'moving') {
-          const pg = sv('g', { class: 'packet' + (arena ? ' arena' : '') + (x.link && x.link !== 'shm' ? ' net' : '') });
+          const pg = sv('g', { class: 'packet' + (arena ? ' ' + kind : '') + (x.link && x.link !== 'shm' ? ' net' : '') });
           const label = x.from[0] >= 0 && x.from[2] <= 2 && prev
             ? prev[x.s][x.from[0]].slice(x.from[1], x.from[1] + x.from[2]).map(fmt).join(',')
             : fmtBytes(x.bytes);
@@ -331,7 +389,8 @@
   Card.prototype.defs = function () {
     if (this.svg.querySelector('defs')) return;
     const d = sv('defs');
-    for (const [id, color] of [['arrowS-', 'var(--accent)'], ['arrowA-', 'var(--arena)'], ['arrowN-', 'var(--net)']]) {
+    for (const [id, color] of [['arrowS-', 'var(--accent)'], ['arrowA-', 'var(--arena)'], ['arrowN-', 'var(--net)'],
+      ['arrowC-', 'var(--cma)']]) {
       const m = sv('marker', { id: id + this.card.key, viewBox: '0 0 10 10', refX: '9', refY: '5',
         markerWidth: '7', markerHeight: '7', orient: 'auto-start-reverse' });
       m.appendChild(sv('path', { d: 'M0 0 L10 5 L0 10 z', style: 'fill:' + color }));
@@ -361,6 +420,10 @@
         s.messages + ' transfer' + (s.messages === 1 ? '' : 's') + ', ' + fmtBytes(s.bytes) + ' in all, ' +
         'at most ' + fmtBytes(s.max_rank_bytes) + ' per rank; α-β ' + fmtTime(stepCost(s, this.link)) +
         ' (all steps ' + fmtTime(total) + ').';
+      const puts = s.local.filter(l => l.space === 'region').map(l => l.r);
+      const notes = (puts.length ? ['rank' + (puts.length > 1 ? 's ' : ' ') + puts.join(', ') +
+        ' copy their data into their one-shot region'] : []).concat(s.notes || []);
+      if (notes.length) text += ' Here ' + notes.join('; ') + '.';
       if (run.hosts) {
         text = 'Step ' + k + ' of ' + N + ': ' + s.calls.join('; ') + '. Inside hosts (shared memory) ' +
           fmtBytes(s.shm_bytes) + ', between hosts (network, ' + this.link.label.split(' (')[0] + ') ' +

@@ -1,0 +1,121 @@
+"""Program fragments the one-host fast paths share (one-shot, single-copy "cma", symmetric).
+
+Each collective module writes its fast paths as described schedules (see
+``_plan``'s "The one-host fast paths") beside ring, tree and arena; what
+several of them do alike lives here, once: the entry with what is staged or
+exposed before it, the closing round of the single-copy and symmetric paths
+(Rule 4), the reader-split copy of a broadcast, every rank's piece reduced
+while reading, and all_to_all's split header. Like the algorithms, it
+imports only ``_plan``, rank math and NumPy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..topology import rotation
+from ._common import piece_counts
+from ._plan import (
+    EXPOSED,
+    REGION,
+    Enter,
+    Expose,
+    Get,
+    LocalStep,
+    Plan,
+    Put,
+    ReduceSlots,
+    Signal,
+    Wait,
+    Write,
+)
+
+
+def buffer_fits(plan: Plan) -> bool:
+    """The call's buffer (broadcast, reduce, all_reduce) fits a one-shot region."""
+    return plan.count * plan.itemsize <= plan.region_bytes
+
+
+def piece_fits(plan: Plan) -> bool:
+    """The largest rank's piece (gather, all_gather) fits a one-shot region."""
+    return max(piece_counts(plan), default=0) * plan.itemsize <= plan.region_bytes
+
+
+def pieces_fit(plan: Plan) -> bool:
+    """All pieces together (the scatter root's input, a reduce_scatter input) fit a region."""
+    return sum(piece_counts(plan)) * plan.itemsize <= plan.region_bytes
+
+
+def enter(plan: Plan, *, stage: np.ndarray | None = None, expose: np.ndarray | None = None,
+          before: Sequence[LocalStep] = ()) -> list[LocalStep]:
+    """Stage ``stage`` in my one-shot region and/or expose ``expose``, then ``Enter``:
+    what the runtime does before and in the call's entry (``before``: steps of my own
+    that go first, e.g. all_to_all's header)."""
+    steps: list[LocalStep] = list(before)
+    if stage is not None and stage.nbytes:
+        steps.append(Put(0, stage, REGION))
+    if expose is not None:
+        steps.append(Expose(expose))
+    steps.append(Enter())
+    return steps
+
+
+def closing(plan: Plan, phase: int = 1) -> list[LocalStep]:
+    """Signal ``phase`` and wait for every rank's: nobody returns (and reuses its buffer)
+    while a peer may still read or write it (Rule 4; paths/single_copy.run's last round)."""
+    return [Signal(phase), Wait(tuple(range(plan.size)), phase)]
+
+
+def split_copy(plan: Plan, data: np.ndarray) -> list[LocalStep]:
+    """Broadcast ``data`` (every rank's exposed bytes) from the root, reader-split: reader
+    q's copy is cut in P parts; the root writes part q into q while q reads the others
+    from the root, so the root's core copies too (paths/single_copy.broadcast)."""
+    n, me, root = plan.size, plan.rank, plan.root
+    bounds = [data.nbytes * k // n for k in range(n + 1)]
+    if me == root:
+        return [Write(q, bounds[q], data[bounds[q]:bounds[q + 1]])
+                for q in rotation(me, n)[1:] if bounds[q + 1] > bounds[q]]
+    return [Get(root, bounds[k], data[bounds[k]:bounds[k + 1]], EXPOSED)
+            for k in rotation(me, n)[1:] if bounds[k + 1] > bounds[k]]
+
+
+def reduce_all(plan: Plan, dst: np.ndarray, lo: int, space: str) -> list[LocalStep]:
+    """``dst`` = elements ``[lo, lo + len(dst))`` of every rank's region or exposed buffer,
+    reduced in rank order (bitwise the same on every rank that reduces them)."""
+    if not len(dst):
+        return []
+    return [ReduceSlots(dst, tuple(range(plan.size)), lo * plan.itemsize, space)]
+
+
+def split_head(n: int) -> int:
+    """Bytes of all_to_all's split header in front of the staged data of a one-shot region
+    (``3 n`` int64: offsets of my pieces, send counts, receive counts), padded so the data
+    stays 16-byte aligned (paths/oneshot.split_header is its layout)."""
+    return (24 * n + 15) // 16 * 16
+
+
+def publish_header(send: Sequence[int], recv: Sequence[int], send_displs: Sequence[int]
+                   ) -> Put:
+    """My all_to_all split header into my one-shot region (every path of all_to_all
+    publishes it, paths/oneshot.all_to_all): where my piece for each rank lies in my
+    input, my send counts, my receive counts."""
+    return Put(0, np.array([*send_displs[:-1], *send, *recv], dtype=np.int64), REGION)
+
+
+def read_headers(plan: Plan) -> tuple[list[np.ndarray], list[LocalStep]]:
+    """Buffers for every rank's split header and the Gets that fill them (after the entry;
+    the group checks them against each other, on every path)."""
+    n = plan.size
+    heads = [np.empty(3 * n, dtype=np.int64) for _ in range(n)]
+    return heads, [Get(q, 0, heads[q], REGION) for q in range(n)]
+
+
+def offsets_of_mine(plan: Plan, heads: Sequence[np.ndarray]) -> list[int]:
+    """Where my piece lies in each rank's input (bytes), read from their headers."""
+    return [int(h[plan.rank]) * plan.itemsize for h in heads]
+
+
+__all__ = ["buffer_fits", "closing", "enter", "piece_fits", "pieces_fit", "offsets_of_mine", "read_headers", "reduce_all", "split_copy",
+           "publish_header", "split_head"]
