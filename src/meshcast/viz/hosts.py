@@ -165,11 +165,22 @@ class _RecAcross:
         self._note("allgatherv", [(self.m[i], mine) for i in self._others()], out)
         self.inner.allgatherv(out, mine, counts)
 
+    def start_allgatherv(self, out: np.ndarray, mine: np.ndarray, counts: Sequence[int],
+                         displs: Sequence[int]) -> Any:
+        # posted exchanges are drawn where they are posted: the simulator completes them there
+        self._note("allgatherv", [(self.m[i], mine) for i in self._others()], out)
+        return self.inner.start_allgatherv(out, mine, counts, displs)
+
     def alltoallv(self, out: np.ndarray, recv_counts: Sequence[int], inp: np.ndarray,
                   send_counts: Sequence[int]) -> None:
+        self.start_alltoallv(out, recv_counts, inp, send_counts).wait()
+
+    def start_alltoallv(self, out: np.ndarray, recv_counts: Sequence[int], inp: np.ndarray,
+                        send_counts: Sequence[int]) -> Any:
         at = np.concatenate([[0], np.cumsum(send_counts)]).astype(int)
-        self._note("alltoallv", [(self.m[i], inp[at[i]:at[i + 1]]) for i in self._others()], out)
-        self.inner.alltoallv(out, recv_counts, inp, send_counts)
+        self._note("alltoallv", [(self.m[i], inp[at[i]:at[i + 1]]) for i in self._others()
+                                 if send_counts[i]], out)
+        return self.inner.start_alltoallv(out, recv_counts, inp, send_counts)
 
     def bcast(self, w: np.ndarray, root: int) -> None:
         self._note("bcast", [(self.m[i], w) for i in self._others()] if self.rank == root
