@@ -3,8 +3,9 @@
 Which path runs is decided by algorithms/_select.py alone, on every rank
 alike (its rules read only the group and fields the fingerprint compares):
 :func:`~meshcast.algorithms._select.fast_path` and its predicates for the
-fast paths, which are not schedules yet (issue 13), then
-:func:`~meshcast.algorithms._select.select` for the schedules.
+fast paths (described as schedules in ``algorithms/<collective>.py``, families
+oneshot/cma/symmetric, but run by these modules until issue 13's one executor),
+then :func:`~meshcast.algorithms._select.select` for the schedules.
 :class:`~meshcast.group.ProcessGroup` asks them and runs the pieces these
 modules build through its one call protocol (publish, stage, expose,
 enter, then one path):
