@@ -23,7 +23,6 @@ Ranks are group ranks.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -31,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import ops
-from ._fingerprint import counts_hash, path_digest
+from ._fingerprint import counts_hash
 from .algorithms import _select as _fast
 from .algorithms._plan import Plan
 from .buffers import Buffer, span, store_back, working_copy
@@ -90,35 +89,29 @@ def _working(buf_flat: np.ndarray, dtype_name: str, op: Any) -> tuple[np.ndarray
     return buf_flat, False
 
 
-def _sched_op(op: ops.ReduceOp) -> ops.ReduceOp:
-    """The op the paths run: AVG sums, and the finish divides."""
-    return ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op
-
-
 def barrier(m: Machinery, algorithm: str | None, async_op: bool) -> Work | None:
-    if _oneshot(m, 0, algorithm):
-        fp = m.next("barrier", algorithm, True)
+    small = _oneshot(m, 0, algorithm)
+    fp = m.next("barrier", algorithm, small)
+    if small:
         what = m.what("barrier", fp.seq)
         return m.run(what, oneshot.barrier(m.group, fp, what), async_op)
-    fp = m.next("barrier", algorithm)
     return m.submit("barrier", fp, lambda c: m.plan("barrier", np.dtype(np.uint8)),
                     lambda p: None, algorithm=algorithm, async_op=async_op)
 
 
 def broadcast(m: Machinery, buf: Buffer, root: int, algorithm: str | None, async_op: bool
               ) -> Work | None:
-    fields = dict(dtype=buf.dtype_name, root=root, count=buf.count)
     small = _oneshot(m, buf.nbytes, algorithm)
     region = None if small else m.region(buf.flat, algorithm, 0)
     if region is not None:
         parts = region.views(buf.flat.nbytes, np.dtype(np.uint8))
         body = symmetric_path.broadcast(m.group, parts, root)
-        return m.in_place("broadcast", region, body, async_op, **fields)
+        return m.in_place("broadcast", region, body, async_op, dtype=buf.dtype_name,
+                          root=root, count=buf.count)
+    fp = m.next("broadcast", algorithm, small, dtype=buf.dtype_name, root=root, count=buf.count)
     if small:
-        fp = m.next("broadcast", algorithm, True, **fields)
         what = m.what("broadcast", fp.seq)
         return m.run(what, oneshot.broadcast(m.group, fp, what, buf, root), async_op)
-    fp = m.next("broadcast", algorithm, **fields)
     data = buf.flat.reshape(-1).view(np.uint8)
     # count and dtype are in the fingerprint, so every rank decides alike
     single = SingleCopy(exposing(data), lambda _: _fast.single_copy(m.caps, data.nbytes),
@@ -132,8 +125,7 @@ def broadcast(m: Machinery, buf: Buffer, root: int, algorithm: str | None, async
 def all_reduce(m: Machinery, buf: Buffer, op: ops.ReduceOp, algorithm: str | None,
                async_op: bool) -> Work | None:
     work_arr, upcast = _working(buf.flat, buf.dtype_name, op)
-    sched_op = _sched_op(op)
-    fields = dict(dtype=buf.dtype_name, op=op.name, count=buf.count)
+    sched_op = ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op  # the finish divides
 
     def finish(plan: Plan | None) -> None:
         if op is ops.ReduceOp.AVG:
@@ -150,13 +142,14 @@ def all_reduce(m: Machinery, buf: Buffer, op: ops.ReduceOp, algorithm: str | Non
     if region is not None:
         parts = region.views(work_arr.nbytes, work_arr.dtype)
         body = symmetric_path.all_reduce(m.group, parts, sched_op, op is ops.ReduceOp.AVG)
-        return m.in_place("all_reduce", region, body, async_op, **fields)
+        return m.in_place("all_reduce", region, body, async_op, dtype=buf.dtype_name,
+                          op=op.name, count=buf.count)
+    fp = m.next("all_reduce", algorithm, small, dtype=buf.dtype_name, op=op.name,
+                count=buf.count)
     if small:
-        fp = m.next("all_reduce", algorithm, True, **fields)
         what = m.what("all_reduce", fp.seq)
         return m.run(what, oneshot.all_reduce(m.group, fp, what, work_arr, sched_op, finish),
                      async_op)
-    fp = m.next("all_reduce", algorithm, **fields)
     # count and dtype are in the fingerprint, so every rank decides alike
     single = SingleCopy(exposing(work_arr),
                         lambda _: _fast.all_reduce_single_copy(m.caps, work_arr.nbytes),
@@ -174,8 +167,7 @@ def reduce(m: Machinery, buf: Buffer, op: ops.ReduceOp, root: int, algorithm: st
     # The schedules reduce into a separate output; the one-shot and single-copy
     # paths straight into the root's own array (no fresh pages to fault in).
     out = np.empty_like(work_arr) if m.rank == root else None
-    sched_op = _sched_op(op)
-    fields = dict(dtype=buf.dtype_name, op=op.name, root=root, count=buf.count)
+    sched_op = ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op
 
     def finish(plan: Plan | None) -> None:
         if out is None:
@@ -187,12 +179,13 @@ def reduce(m: Machinery, buf: Buffer, op: ops.ReduceOp, root: int, algorithm: st
             store_back(buf.flat, result, buf.dtype_name)
         buf.finish()
 
-    if _oneshot(m, work_arr.nbytes, algorithm):
-        fp = m.next("reduce", algorithm, True, **fields)
+    small = _oneshot(m, work_arr.nbytes, algorithm)
+    fp = m.next("reduce", algorithm, small, dtype=buf.dtype_name, op=op.name, root=root,
+                count=buf.count)
+    if small:
         what = m.what("reduce", fp.seq)
         return m.run(what, oneshot.reduce(m.group, fp, what, work_arr, sched_op,
                                           out is not None, finish), async_op)
-    fp = m.next("reduce", algorithm, **fields)
     # count and dtype are in the fingerprint, so every rank decides alike
     single = SingleCopy(exposing(work_arr), lambda _: _fast.single_copy(m.caps, work_arr.nbytes),
                         single_copy.reduce(work_arr, sched_op, out is not None, m.rank, m.size))
@@ -215,13 +208,15 @@ def all_gather(m: Machinery, out_flat: np.ndarray, in_flat: np.ndarray, counts: 
         body = symmetric_path.all_gather(m.group, parts, in_flat, counts[0])
         return m.in_place("all_gather", region, body, async_op, dtype=dtype_name,
                           count=in_flat.size)
-    fields = dict(dtype=dtype_name, count=in_flat.size, extra=counts_hash(counts))
-    if algorithm is None and _fast.oneshot_all_gather(m.caps, max(counts, default=0) * itemsize):
-        fp = m.next("all_gather", algorithm, True, **fields)
+    small = (algorithm is None
+             and _fast.oneshot_all_gather(m.caps, max(counts, default=0) * itemsize))
+    # a lane hands a call over (entered) only past the one-shot sizes
+    fp = m.next("all_gather", algorithm, small, seq=entered[0] if entered else None,
+                dtype=dtype_name, count=in_flat.size, extra=counts_hash(counts))
+    if small:
         what = m.what("all_gather", fp.seq)
         return m.run(what, oneshot.all_gather(m.group, fp, what, out_flat, in_flat, counts,
                                               finish), async_op)
-    fp = m.next("all_gather", algorithm, seq=entered[0] if entered else None, **fields)
     mine = in_flat.reshape(-1).view(np.uint8)
     at = [0, *itertools.accumulate(c * itemsize for c in counts)]
     single = SingleCopy(exposing(mine), single_copy.fits(m.caps, itemsize),
@@ -297,7 +292,7 @@ def reduce_scatter(m: Machinery, out_buf: Buffer, in_flat: np.ndarray, counts: S
     counts = tuple(int(c) for c in counts)
     in_work, in_upcast = _working(in_flat, out_buf.dtype_name, op)
     out_work, upcast = _working(out_buf.flat, out_buf.dtype_name, op)
-    sched_op = _sched_op(op)
+    sched_op = ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op
 
     def done(plan: Plan | None) -> None:
         if op is ops.ReduceOp.AVG:
@@ -317,11 +312,11 @@ def reduce_scatter(m: Machinery, out_buf: Buffer, in_flat: np.ndarray, counts: S
         body = symmetric_path.reduce_scatter(m.group, srcs, out_work, sched_op, done)
         return m.in_place("reduce_scatter", region, body, async_op, dtype=out_buf.dtype_name,
                           op=op.name, count=out_buf.count)
-    fp = m.next("reduce_scatter", algorithm, dtype=out_buf.dtype_name, op=op.name,
-                count=out_buf.count, extra=counts_hash(counts),
-                seq=entered[0] if entered else None)
-    if _oneshot(m, in_work.nbytes, algorithm):
-        fp = dataclasses.replace(fp, path=path_digest(None, True))
+    small = _oneshot(m, in_work.nbytes, algorithm)
+    fp = m.next("reduce_scatter", algorithm, small, seq=entered[0] if entered else None,
+                dtype=out_buf.dtype_name, op=op.name, count=out_buf.count,
+                extra=counts_hash(counts))
+    if small:
         what = m.what("reduce_scatter", fp.seq)
         return m.run(what, oneshot.reduce_scatter(m.group, fp, what, out_work, in_work, counts,
                                                   sched_op, done), async_op)

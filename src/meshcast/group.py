@@ -100,6 +100,7 @@ class ProcessGroup(GroupRanks):
         # every member's pid, by group rank (single-copy reads; -1: not on this host)
         self._pids = tuple(liveness.pids.get(g, -1) for g in self.global_ranks)
         self.fifo = CallFifo(name)
+        self._where = f" on {name} (rank {self.global_ranks[rank]})"  # ends each call's name
         self._seq = itertools.count(1)
         # Numbers point-to-point calls for error messages ("recv #3 from rank 1 ..."): one
         # count over sends and receives in call order, as _seq is over collective kinds.
@@ -137,7 +138,7 @@ class ProcessGroup(GroupRanks):
         return algorithm
 
     def _what(self, kind: str, seq: int) -> str:
-        return f"{kind} #{seq} on {self.group_name} (rank {self.global_ranks[self._rank]})"
+        return f"{kind} #{seq}{self._where}"
 
     def _run(self, what: str, job: Job, async_op: bool) -> Work | None:
         """Run ``job`` in call order: return a Work (async) or wait for it and return None."""
@@ -216,9 +217,8 @@ class ProcessGroup(GroupRanks):
 
     def _region(self, flat: np.ndarray, algorithm: str | None,
                 min_bytes: int) -> symmetric.Region | None:
-        """Where ``flat`` lies in a symmetric allocation, if the call may use it in place.
-
-        Whether ranks agree is checked by the fingerprint (the region is part of it);
+        """Where ``flat`` lies in a symmetric allocation, if the call may use it in place:
+        whether ranks agree is checked by the fingerprint (the region is part of it);
         the size rule depends only on compared fields, so all ranks apply it alike."""
         if algorithm is not None or self._size == 1 or flat.nbytes < min_bytes:
             return None
