@@ -89,6 +89,17 @@ def _working(buf_flat: np.ndarray, dtype_name: str, op: Any) -> tuple[np.ndarray
     return buf_flat, False
 
 
+def _reduced(n: int, op: ops.ReduceOp, result: np.ndarray, copied: bool, buf: Buffer) -> None:
+    """Finish a reduction into ``buf``: AVG's division of ``result`` by the group size
+    ``n``, then ``result`` rounded back into ``buf`` if it is a copy, then ``buf``'s own
+    finish (a torch tensor's write-back)."""
+    if op is ops.ReduceOp.AVG:
+        ops.finish_average(result, n)
+    if copied:
+        store_back(buf.flat, result, buf.dtype_name)
+    buf.finish()
+
+
 def barrier(m: Machinery, algorithm: str | None, async_op: bool) -> Work | None:
     small = _oneshot(m, 0, algorithm)
     fp = m.next("barrier", algorithm, small)
@@ -128,11 +139,7 @@ def all_reduce(m: Machinery, buf: Buffer, op: ops.ReduceOp, algorithm: str | Non
     sched_op = ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op  # the finish divides
 
     def finish(plan: Plan | None) -> None:
-        if op is ops.ReduceOp.AVG:
-            ops.finish_average(work_arr, m.size)
-        if upcast:
-            store_back(buf.flat, work_arr, buf.dtype_name)
-        buf.finish()
+        _reduced(m.size, op, work_arr, upcast, buf)
 
     small = _oneshot(m, work_arr.nbytes, algorithm)
     region = None
@@ -173,11 +180,7 @@ def reduce(m: Machinery, buf: Buffer, op: ops.ReduceOp, root: int, algorithm: st
         if out is None:
             return
         result = out if plan is not None else work_arr
-        if op is ops.ReduceOp.AVG:
-            ops.finish_average(result, m.size)
-        if upcast or result is out:
-            store_back(buf.flat, result, buf.dtype_name)
-        buf.finish()
+        _reduced(m.size, op, result, upcast or result is out, buf)
 
     small = _oneshot(m, work_arr.nbytes, algorithm)
     fp = m.next("reduce", algorithm, small, dtype=buf.dtype_name, op=op.name, root=root,
@@ -295,11 +298,7 @@ def reduce_scatter(m: Machinery, out_buf: Buffer, in_flat: np.ndarray, counts: S
     sched_op = ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op
 
     def done(plan: Plan | None) -> None:
-        if op is ops.ReduceOp.AVG:
-            ops.finish_average(out_work, m.size)
-        if upcast:
-            store_back(out_buf.flat, out_work, out_buf.dtype_name)
-        out_buf.finish()
+        _reduced(m.size, op, out_work, upcast, out_buf)
         finish()
 
     region = None
