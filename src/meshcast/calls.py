@@ -39,7 +39,11 @@ from .paths import symmetric as symmetric_path
 from .paths.single_copy import SingleCopy, exposing
 
 if TYPE_CHECKING:
-    from .paths import GroupView
+    from ._fingerprint import Fingerprint
+    from .algorithms._select import HostCaps
+    from .paths import GroupView, Job
+    from .symmetric import Region
+    from .transport.arena import Arena
     from .work import Work
 
 Entered = tuple[int, list[int]]  # (seq, every rank's counts) of a call a lane hands over
@@ -60,6 +64,17 @@ class Machinery:
 
     __slots__ = ("group", "rank", "size", "caps", "arena", "next", "what", "run", "submit",
                  "region", "in_place")
+    group: GroupView
+    rank: int
+    size: int
+    caps: HostCaps
+    arena: Arena
+    next: Callable[..., Fingerprint]  # ProcessGroup._next
+    what: Callable[[str, int], str]  # ProcessGroup._what
+    run: Callable[[str, Job, bool], Work | None]  # ProcessGroup._run
+    submit: Callable[..., Work | None]  # ProcessGroup._submit
+    region: Callable[[np.ndarray, str | None, int], Region | None]  # ProcessGroup._region
+    in_place: Callable[..., Work | None]  # ProcessGroup._in_place
 
     def __init__(self, group: GroupView, **machinery: Callable[..., Any]) -> None:
         self.group = group
