@@ -690,7 +690,7 @@ class TinyCallLane:
                 and heap.find(arr.reshape(-1)) is not None)
 
     def _fits(self, nbytes: int) -> bool:
-        return self.group._oneshot(nbytes, None)
+        return _fast.oneshot(self.group.caps, nbytes)
 
     @staticmethod
     def _tail(kind: str, oneshot: bool = True, **fields: Any) -> bytes:
@@ -768,7 +768,7 @@ class TinyCallLane:
                 or out.size != inp.size * n or n < 2):
             return False
         fields = dict(dtype=dtype.name, count=inp.size, extra=counts_hash((inp.size,) * n))
-        if group._oneshot_gathering(inp.nbytes, None):
+        if _fast.oneshot_all_gather(group.caps, inp.nbytes):
             return self._tail("all_gather", **fields), self._views(inp.reshape(-1))
         if _fast.single_copy(group.caps, inp.nbytes):
             return self._tail("all_gather", False, **fields), None

@@ -38,6 +38,9 @@ HELP = "list the algorithms of every collective (or one): schedules and fast pat
 ONE_HOST_MODULES = ("meshcast.group", "meshcast.lanes", "meshcast.paths.oneshot",
                     "meshcast.paths.symmetric")
 ACROSS_HOSTS_MODULES = ("meshcast.spanning",)
+# Where a module's call protocol is called from, besides the module itself: calls.py
+# calls ProcessGroup._submit through the group's Machinery, as ``m.submit(kind, ...)``.
+CALLERS = {"meshcast.group": ("meshcast.calls",)}
 
 SOURCES = {
     "one host": "group.py, lanes.py, paths/",
@@ -184,10 +187,7 @@ def _finish(found: Iterable[list[tuple[str, str]]]) -> dict[str, list[str]]:
 
 def _reported(module: str) -> list[tuple[str, str]]:
     """Every ``(collective, name)`` a ``*.last_algorithm = ...`` in ``module`` can set."""
-    spec = importlib.util.find_spec(module)
-    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
-        return []
-    tree = ast.parse(Path(spec.origin).read_text(), spec.origin)
+    tree = _tree(module)
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     out: list[tuple[int, tuple[str, str]]] = []
     for node in ast.walk(tree):
@@ -218,7 +218,8 @@ def _values(value: ast.expr, at: ast.AST, parents: dict[ast.AST, ast.AST], tree:
         # with the argument that guards the assignment (ProcessGroup._submit's
         # staged= for oneshot, single= for cma)
         name = str(second.value).lstrip("/")
-        return [(kind, name) for kind in _guarded_kinds(at, parents, tree)]
+        trees = [tree, *(_tree(m) for m in CALLERS.get(module, ()))]
+        return [(kind, name) for kind in _guarded_kinds(at, parents, trees)]
     return []
 
 
@@ -235,9 +236,19 @@ def _families(coll: str) -> list[str]:
     return [fam for fam in hier.FAMILIES if hier.supports(coll, fam, uniform) is None]
 
 
-def _guarded_kinds(at: ast.AST, parents: dict[ast.AST, ast.AST], tree: ast.Module) -> list[str]:
-    """The first arguments of the calls of the method around ``at`` that pass a keyword
-    the ``if`` around ``at`` tests (the method may define the closure ``at`` is in)."""
+def _tree(module: str) -> ast.Module:
+    """The parsed source of ``module`` (empty if its source is not installed)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        return ast.Module(body=[], type_ignores=[])
+    return ast.parse(Path(spec.origin).read_text(), spec.origin)
+
+
+def _guarded_kinds(at: ast.AST, parents: dict[ast.AST, ast.AST], trees: list[ast.Module]
+                   ) -> list[str]:
+    """The first arguments of the calls (in ``trees``) of the method around ``at`` that
+    pass a keyword the ``if`` around ``at`` tests (the method may define the closure
+    ``at`` is in); a call may name the method without its underscore (a bound alias)."""
     node, guard = at, None
     while guard is None and node in parents:
         parent = parents[node]
@@ -255,9 +266,10 @@ def _guarded_kinds(at: ast.AST, parents: dict[ast.AST, ast.AST], tree: ast.Modul
     if not tested or not isinstance(func, ast.FunctionDef):
         return []
     kinds = []
-    for call in ast.walk(tree):
+    names = {func.name, func.name.lstrip("_")}
+    for call in (c for tree in trees for c in ast.walk(tree)):
         if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-                and call.func.attr == func.name and call.args
+                and call.func.attr in names and call.args
                 and isinstance(call.args[0], ast.Constant)):
             continue
         passed = {k.arg for k in call.keywords

@@ -17,13 +17,13 @@ from ._simulate import make_plans
 
 # Where each path's code, engine and tests are (file names a reader can open).
 _FAST_WHERE = {
-    "oneshot": ("paths/oneshot.py (run by group.py) and lanes.py (the tiny-call lane, "
+    "oneshot": ("paths/oneshot.py (picked by calls.py) and lanes.py (the tiny-call lane, "
                 "compiled in transport/_tiny.c)", "transport/arena.py: one-shot regions, one signal",
                 "tests/collectives/test_{coll}.py, test_fast_paths.py"),
-    "cma": ("paths/single_copy.py (bodies and their runner; run by group.py and lanes.py)",
+    "cma": ("paths/single_copy.py (bodies and their runner; picked by calls.py and lanes.py)",
             "transport/cma.py (process_vm_readv) + transport/arena.py (entry, closing round)",
             "tests/collectives/test_{coll}.py, test_fast_paths.py"),
-    "symmetric": ("paths/symmetric.py (run by group.py) and symmetric.py (the allocations)",
+    "symmetric": ("paths/symmetric.py (picked by calls.py) and symmetric.py (the allocations)",
                   "symmetric.py: the peers' arrays mapped in this process",
                   "tests/collectives/test_{coll}.py, test_symmetric.py"),
 }

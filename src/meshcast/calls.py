@@ -1,0 +1,372 @@
+"""Each collective's call, in one place: what its fingerprint compares, which path
+it takes, the Plan its schedules get and how it finishes.
+
+:class:`~meshcast.group.ProcessGroup` validates nothing more and decides
+nothing per collective: its method for a collective resolves the algorithm
+(``MESHCAST_ALGO``) and calls the function of the same name here, with the
+group's :class:`Machinery`. A function here then, for its collective:
+
+* makes the arrays the call runs on: float32 working copies for float16 and
+  bfloat16 reductions, staging where the schedules want one flat array;
+* picks the path, as algorithms/_select.py says (every rule reads only the
+  group and fingerprint fields, so every rank picks alike): in place in a
+  symmetric allocation, one-shot, or the group's call protocol
+  (:meth:`ProcessGroup._submit`), which takes single-copy when it fits and a
+  schedule otherwise;
+* names the fingerprint's fields (dtype, count, op, root, counts' hash);
+* builds the Plan the schedules run on (called with every rank's counts);
+* finishes: AVG's division, the write-back of working copies and staging,
+  the Buffer's own finish (torch tensors), the front door's ``finish``.
+
+Ranks are group ranks.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import ops
+from ._fingerprint import counts_hash
+from .algorithms import _select as _fast
+from .algorithms._plan import Plan
+from .buffers import Buffer, span, store_back, working_copy
+from .paths import oneshot, single_copy
+from .paths import symmetric as symmetric_path
+from .paths.single_copy import SingleCopy, exposing
+
+if TYPE_CHECKING:
+    from ._fingerprint import Fingerprint
+    from .algorithms._select import HostCaps
+    from .paths import GroupView, Job
+    from .symmetric import Region
+    from .transport.arena import Arena
+    from .work import Work
+
+Entered = tuple[int, list[int]]  # (seq, every rank's counts) of a call a lane hands over
+
+
+class Machinery:
+    """What a call uses of its group: the group itself (the paths take it), its
+    rank and size, and its call machinery, bound once per group (group.py).
+
+    ``next(kind, algorithm, oneshot=False, seq=None, **fields)`` draws the
+    call's fingerprint; ``what(kind, seq)`` names the call for errors;
+    ``run(what, job, async_op)`` runs a job in call order; ``submit(...)`` is
+    the call protocol (publish, stage, expose, enter, then one path);
+    ``region(flat, algorithm, min_bytes)`` finds a symmetric region the call
+    may use in place and ``in_place(kind, region, body, async_op, **fields)``
+    runs there.
+    """
+
+    __slots__ = ("group", "rank", "size", "caps", "arena", "next", "what", "run", "submit",
+                 "region", "in_place")
+    group: GroupView
+    rank: int
+    size: int
+    caps: HostCaps
+    arena: Arena
+    next: Callable[..., Fingerprint]  # ProcessGroup._next
+    what: Callable[[str, int], str]  # ProcessGroup._what
+    run: Callable[[str, Job, bool], Work | None]  # ProcessGroup._run
+    submit: Callable[..., Work | None]  # ProcessGroup._submit
+    region: Callable[[np.ndarray, str | None, int], Region | None]  # ProcessGroup._region
+    in_place: Callable[..., Work | None]  # ProcessGroup._in_place
+
+    def __init__(self, group: GroupView, **machinery: Callable[..., Any]) -> None:
+        self.group = group
+        self.rank, self.size = group.rank(), group.size()
+        self.caps, self.arena = group.caps, group.arena
+        for name, method in machinery.items():
+            setattr(self, name, method)
+
+    def plan(self, kind: str, dtype: np.dtype, **kw: Any) -> Plan:
+        """The Plan of a call that runs a schedule."""
+        return Plan(coll=kind, rank=self.rank, size=self.size, dtype=dtype,
+                    slot_bytes=self.arena.slot_bytes if self.size > 1 else 0, **kw)
+
+
+def _oneshot(m: Machinery, nbytes: int, algorithm: str | None) -> bool:
+    """Whether a call of ``nbytes`` takes the one-shot path (same verdict on every rank:
+    it depends only on the group and on fields the fingerprint compares)."""
+    return algorithm is None and _fast.oneshot(m.caps, nbytes)
+
+
+def _working(buf_flat: np.ndarray, dtype_name: str, op: Any) -> tuple[np.ndarray, bool]:
+    """The array the reduction runs on (float32 for float16/bfloat16)."""
+    if dtype_name in ("float16", "bfloat16"):
+        work_dtype = ops.working_dtype(np.dtype(np.float16), op)
+        if dtype_name == "bfloat16" or work_dtype != buf_flat.dtype:
+            return working_copy(buf_flat, dtype_name, work_dtype), True
+    return buf_flat, False
+
+
+def _reduced(n: int, op: ops.ReduceOp, result: np.ndarray, copied: bool, buf: Buffer) -> None:
+    """Finish a reduction into ``buf``: AVG's division of ``result`` by the group size
+    ``n``, then ``result`` rounded back into ``buf`` if it is a copy, then ``buf``'s own
+    finish (a torch tensor's write-back)."""
+    if op is ops.ReduceOp.AVG:
+        ops.finish_average(result, n)
+    if copied:
+        store_back(buf.flat, result, buf.dtype_name)
+    buf.finish()
+
+
+def barrier(m: Machinery, algorithm: str | None, async_op: bool) -> Work | None:
+    small = _oneshot(m, 0, algorithm)
+    fp = m.next("barrier", algorithm, small)
+    if small:
+        what = m.what("barrier", fp.seq)
+        return m.run(what, oneshot.barrier(m.group, fp, what), async_op)
+    return m.submit("barrier", fp, lambda c: m.plan("barrier", np.dtype(np.uint8)),
+                    lambda p: None, algorithm=algorithm, async_op=async_op)
+
+
+def broadcast(m: Machinery, buf: Buffer, root: int, algorithm: str | None, async_op: bool
+              ) -> Work | None:
+    small = _oneshot(m, buf.nbytes, algorithm)
+    region = None if small else m.region(buf.flat, algorithm, 0)
+    if region is not None:
+        parts = region.views(buf.flat.nbytes, np.dtype(np.uint8))
+        body = symmetric_path.broadcast(m.group, parts, root)
+        return m.in_place("broadcast", region, body, async_op, dtype=buf.dtype_name,
+                          root=root, count=buf.count)
+    fp = m.next("broadcast", algorithm, small, dtype=buf.dtype_name, root=root, count=buf.count)
+    if small:
+        what = m.what("broadcast", fp.seq)
+        return m.run(what, oneshot.broadcast(m.group, fp, what, buf, root), async_op)
+    data = buf.flat.reshape(-1).view(np.uint8)
+    # count and dtype are in the fingerprint, so every rank decides alike
+    single = SingleCopy(exposing(data), lambda _: _fast.single_copy(m.caps, data.nbytes),
+                        single_copy.broadcast(data, root, m.rank, m.size))
+    return m.submit("broadcast", fp,
+                    lambda c: m.plan("broadcast", buf.flat.dtype, root=root, output=buf.flat),
+                    lambda p: buf.finish(), algorithm=algorithm, async_op=async_op,
+                    single=single)
+
+
+def all_reduce(m: Machinery, buf: Buffer, op: ops.ReduceOp, algorithm: str | None,
+               async_op: bool) -> Work | None:
+    work_arr, upcast = _working(buf.flat, buf.dtype_name, op)
+    sched_op = ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op  # the finish divides
+
+    def finish(plan: Plan | None) -> None:
+        _reduced(m.size, op, work_arr, upcast, buf)
+
+    small = _oneshot(m, work_arr.nbytes, algorithm)
+    region = None
+    if not upcast:
+        region = m.region(work_arr, algorithm,
+                          _fast.SYMMETRIC_ALL_REDUCE_MIN_BYTES if small else 0)
+    if region is not None:
+        parts = region.views(work_arr.nbytes, work_arr.dtype)
+        body = symmetric_path.all_reduce(m.group, parts, sched_op, op is ops.ReduceOp.AVG)
+        return m.in_place("all_reduce", region, body, async_op, dtype=buf.dtype_name,
+                          op=op.name, count=buf.count)
+    fp = m.next("all_reduce", algorithm, small, dtype=buf.dtype_name, op=op.name,
+                count=buf.count)
+    if small:
+        what = m.what("all_reduce", fp.seq)
+        return m.run(what, oneshot.all_reduce(m.group, fp, what, work_arr, sched_op, finish),
+                     async_op)
+    # count and dtype are in the fingerprint, so every rank decides alike
+    single = SingleCopy(exposing(work_arr),
+                        lambda _: _fast.all_reduce_single_copy(m.caps, work_arr.nbytes),
+                        single_copy.reduce_then_collect(m.arena, work_arr, sched_op, m.rank,
+                                                        m.size), phases=2)
+    return m.submit("all_reduce", fp,
+                    lambda c: m.plan("all_reduce", work_arr.dtype, op=sched_op, input=work_arr,
+                                     output=work_arr),
+                    finish, algorithm=algorithm, async_op=async_op, single=single)
+
+
+def reduce(m: Machinery, buf: Buffer, op: ops.ReduceOp, root: int, algorithm: str | None,
+           async_op: bool) -> Work | None:
+    work_arr, upcast = _working(buf.flat, buf.dtype_name, op)
+    # The schedules reduce into a separate output; the one-shot and single-copy
+    # paths straight into the root's own array (no fresh pages to fault in).
+    out = np.empty_like(work_arr) if m.rank == root else None
+    sched_op = ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op
+
+    def finish(plan: Plan | None) -> None:
+        if out is None:
+            return
+        result = out if plan is not None else work_arr
+        _reduced(m.size, op, result, upcast or result is out, buf)
+
+    small = _oneshot(m, work_arr.nbytes, algorithm)
+    fp = m.next("reduce", algorithm, small, dtype=buf.dtype_name, op=op.name, root=root,
+                count=buf.count)
+    if small:
+        what = m.what("reduce", fp.seq)
+        return m.run(what, oneshot.reduce(m.group, fp, what, work_arr, sched_op,
+                                          out is not None, finish), async_op)
+    # count and dtype are in the fingerprint, so every rank decides alike
+    single = SingleCopy(exposing(work_arr), lambda _: _fast.single_copy(m.caps, work_arr.nbytes),
+                        single_copy.reduce(work_arr, sched_op, out is not None, m.rank, m.size))
+    return m.submit("reduce", fp,
+                    lambda c: m.plan("reduce", work_arr.dtype, op=sched_op, root=root,
+                                     input=work_arr, output=out),
+                    finish, algorithm=algorithm, async_op=async_op, single=single)
+
+
+def all_gather(m: Machinery, out_flat: np.ndarray, in_flat: np.ndarray, counts: Sequence[int],
+               dtype_name: str, finish: Callable[[], None], algorithm: str | None,
+               async_op: bool, entered: Entered | None) -> Work | None:
+    counts = tuple(int(c) for c in counts)
+    itemsize = in_flat.dtype.itemsize
+    region = None
+    if len(set(counts)) == 1:
+        region = m.region(out_flat, algorithm, _fast.SYMMETRIC_MIN_BYTES)
+    if region is not None:
+        parts = region.views(out_flat.nbytes, out_flat.dtype)
+        body = symmetric_path.all_gather(m.group, parts, in_flat, counts[0])
+        return m.in_place("all_gather", region, body, async_op, dtype=dtype_name,
+                          count=in_flat.size)
+    small = (algorithm is None
+             and _fast.oneshot_all_gather(m.caps, max(counts, default=0) * itemsize))
+    # a lane hands a call over (entered) only past the one-shot sizes
+    fp = m.next("all_gather", algorithm, small, seq=entered[0] if entered else None,
+                dtype=dtype_name, count=in_flat.size, extra=counts_hash(counts))
+    if small:
+        what = m.what("all_gather", fp.seq)
+        return m.run(what, oneshot.all_gather(m.group, fp, what, out_flat, in_flat, counts,
+                                              finish), async_op)
+    mine = in_flat.reshape(-1).view(np.uint8)
+    at = [0, *itertools.accumulate(c * itemsize for c in counts)]
+    single = SingleCopy(exposing(mine), single_copy.fits(m.caps, itemsize),
+                        single_copy.gather_pieces(out_flat.reshape(-1).view(np.uint8), mine,
+                                                  at, m.rank, m.size))
+    return m.submit("all_gather", fp,
+                    lambda c: m.plan("all_gather", in_flat.dtype, input=in_flat,
+                                     output=out_flat, counts=counts),
+                    lambda p: finish(), algorithm=algorithm, async_op=async_op,
+                    per_rank_counts=True, single=single,
+                    entered=entered[1] if entered else None)
+
+
+def gather(m: Machinery, out_pieces: Sequence[np.ndarray] | None, in_flat: np.ndarray,
+           root: int, dtype_name: str, finish: Callable[[], None], algorithm: str | None,
+           async_op: bool, expected_counts: Sequence[int] | None, entered: Entered | None
+           ) -> Work | None:
+    fp = m.next("gather", algorithm, dtype=dtype_name, root=root, count=in_flat.size,
+                extra=counts_hash(expected_counts), seq=entered[0] if entered else None)
+    isz, me = in_flat.dtype.itemsize, m.rank
+    mine = in_flat.reshape(-1).view(np.uint8)
+    outs = [p.reshape(-1).view(np.uint8) for p in out_pieces] if out_pieces else None
+    staged = oneshot.gather(m.arena, root, me, mine, outs, isz,
+                            _fast.direct_bytes(m.caps, m.size))
+    exposure, move_pieces = single_copy.gather(
+        m.arena, root, mine, outs, span(outs) if outs and me == root else None, isz, me)
+    # The schedules gather into one flat array, spread into the pieces afterwards.
+    staging: list[np.ndarray] = []
+
+    def make_plan(counts: list[int]) -> Plan:
+        if out_pieces:
+            staging.append(np.empty(sum(counts), in_flat.dtype))
+        return m.plan("gather", in_flat.dtype, root=root, input=in_flat,
+                      output=staging[0] if staging else None, counts=tuple(counts))
+
+    def done(plan: Plan | None) -> None:
+        if staging and out_pieces:
+            at = 0
+            for piece in out_pieces:
+                piece[...] = staging[0][at:at + piece.size]
+                at += piece.size
+        finish()
+
+    return m.submit("gather", fp, make_plan, done, algorithm=algorithm, async_op=async_op,
+                    per_rank_counts=True, root_layout=root, staged=staged,
+                    single=SingleCopy(exposure, single_copy.fits(m.caps, isz), move_pieces),
+                    entered=entered[1] if entered else None)
+
+
+def scatter(m: Machinery, out_flat: np.ndarray, in_flat: np.ndarray | None, root: int,
+            dtype_name: str, finish: Callable[[], None], algorithm: str | None, async_op: bool,
+            expected_counts: Sequence[int] | None, entered: Entered | None) -> Work | None:
+    fp = m.next("scatter", algorithm, dtype=dtype_name, root=root, count=out_flat.size,
+                extra=counts_hash(expected_counts), seq=entered[0] if entered else None)
+    isz, me = out_flat.dtype.itemsize, m.rank
+    out = out_flat.reshape(-1).view(np.uint8)
+    inp = None if in_flat is None else in_flat.reshape(-1).view(np.uint8)
+    # the root's region holds every piece: one reader's worth of bytes
+    staged = oneshot.scatter(m.arena, root, me, out, inp, isz, _fast.direct_bytes(m.caps, 1))
+    single = SingleCopy(exposing(in_flat), single_copy.fits(m.caps, isz),
+                        single_copy.scatter(out, inp, root, isz, me))
+    return m.submit("scatter", fp,
+                    lambda c: m.plan("scatter", out_flat.dtype, root=root, input=in_flat,
+                                     output=out_flat, counts=tuple(c)),
+                    lambda p: finish(), algorithm=algorithm, async_op=async_op,
+                    per_rank_counts=True, root_layout=root, staged=staged, single=single,
+                    entered=entered[1] if entered else None)
+
+
+def reduce_scatter(m: Machinery, out_buf: Buffer, in_flat: np.ndarray, counts: Sequence[int],
+                   op: ops.ReduceOp, finish: Callable[[], None], algorithm: str | None,
+                   async_op: bool, entered: Entered | None) -> Work | None:
+    counts = tuple(int(c) for c in counts)
+    in_work, in_upcast = _working(in_flat, out_buf.dtype_name, op)
+    out_work, upcast = _working(out_buf.flat, out_buf.dtype_name, op)
+    sched_op = ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op
+
+    def done(plan: Plan | None) -> None:
+        _reduced(m.size, op, out_work, upcast, out_buf)
+        finish()
+
+    region = None
+    if len(set(counts)) == 1 and not in_upcast:
+        region = m.region(in_work, algorithm, _fast.SYMMETRIC_MIN_BYTES)
+    if region is not None:
+        c = counts[0]
+        lo = m.rank * c
+        srcs = [p[lo:lo + c] for p in region.views(in_work.nbytes, in_work.dtype)]
+        body = symmetric_path.reduce_scatter(m.group, srcs, out_work, sched_op, done)
+        return m.in_place("reduce_scatter", region, body, async_op, dtype=out_buf.dtype_name,
+                          op=op.name, count=out_buf.count)
+    small = _oneshot(m, in_work.nbytes, algorithm)
+    fp = m.next("reduce_scatter", algorithm, small, seq=entered[0] if entered else None,
+                dtype=out_buf.dtype_name, op=op.name, count=out_buf.count,
+                extra=counts_hash(counts))
+    if small:
+        what = m.what("reduce_scatter", fp.seq)
+        return m.run(what, oneshot.reduce_scatter(m.group, fp, what, out_work, in_work, counts,
+                                                  sched_op, done), async_op)
+    single = SingleCopy(exposing(in_work), single_copy.fits(m.caps, in_work.dtype.itemsize),
+                        single_copy.reduce_my_piece(in_work, sum(counts[:m.rank]), out_work,
+                                                    sched_op, m.rank, m.size))
+    return m.submit("reduce_scatter", fp,
+                    lambda c: m.plan("reduce_scatter", in_work.dtype, op=sched_op,
+                                     input=in_work, output=out_work, counts=counts),
+                    done, algorithm=algorithm, async_op=async_op, per_rank_counts=True,
+                    single=single, entered=entered[1] if entered else None)
+
+
+def all_to_all(m: Machinery, out_flat: np.ndarray, in_flat: np.ndarray,
+               send_counts: Sequence[int], recv_counts: Sequence[int], dtype_name: str,
+               finish: Callable[[], None], algorithm: str | None, async_op: bool,
+               entered: Entered | None) -> Work | None:
+    if np.may_share_memory(in_flat, out_flat):
+        # In place (or lists spanning the same memory): the peers must read what I
+        # send while I write what I receive, so what I send is staged first.
+        in_flat = in_flat.copy()
+    fp = m.next("all_to_all", algorithm, dtype=dtype_name, count=in_flat.size,
+                seq=entered[0] if entered else None)
+    send = tuple(int(c) for c in send_counts)
+    recv = tuple(int(c) for c in recv_counts)
+    n, isz = m.size, in_flat.dtype.itemsize
+    mine = in_flat.reshape(-1).view(np.uint8)
+    out = out_flat.reshape(-1).view(np.uint8)
+    limit = _fast.all_to_all_direct_limit(m.caps, oneshot.split_head(n))
+    layout, staged, offsets, at = oneshot.all_to_all(m.group, fp.seq, out, mine, send, recv,
+                                                     isz, limit)
+    single = SingleCopy(exposing(mine), single_copy.fits(m.caps, isz, n),
+                        single_copy.read_pieces(out, mine, at, offsets, m.rank, n))
+    return m.submit("all_to_all", fp,
+                    lambda c: m.plan("all_to_all", in_flat.dtype, input=in_flat,
+                                     output=out_flat, counts=send, recv_counts=recv),
+                    lambda p: finish(), algorithm=algorithm, async_op=async_op,
+                    per_rank_counts=True, layout=layout, staged=staged, single=single,
+                    entered=entered[1] if entered else None)
