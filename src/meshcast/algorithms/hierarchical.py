@@ -49,6 +49,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..ops import ReduceOp, reduce_many
+from ._common import displs
 from ._common import split as _pieces
 from ._plan import split_even
 
@@ -306,7 +307,7 @@ def _all_reduce_leader_pipelined(ctx: Ctx, w: np.ndarray, op: ReduceOp) -> None:
     for c, (posted, got, counts) in zip(chunks, halves):
         posted.wait()
         gathers.append(leaders.start_allgatherv(c, _reduced_piece(leaders, got, counts, op),
-                                                counts, _offsets(counts)))
+                                                counts, displs(counts)[:-1]))
     for i, c in enumerate(chunks):
         if gathers:
             gathers[i].wait()
@@ -345,11 +346,6 @@ def _reduced_piece(comm: Across, got: np.ndarray, counts: Sequence[int],
     part = np.empty(mine, got.dtype)
     _combine(op, part, [got[i * mine:(i + 1) * mine] for i in range(comm.size)])
     return part
-
-
-def _offsets(counts: Sequence[int]) -> list[int]:
-    """Where pieces of ``counts`` start when laid back to back."""
-    return [int(c) for c in np.cumsum([0, *counts[:-1]])]
 
 
 # ------------------------------------------------------------------ broadcast

@@ -73,9 +73,7 @@ class MpiComm(HostComm):
         self.comm = comm
 
     def _iallgatherv(self, out: np.ndarray, mine: np.ndarray, counts: list[int]) -> Request:
-        MPI = _mpi()
-        return _MpiRequest(self.comm.Iallgatherv(
-            [mine, MPI.BYTE], [out, (counts, offsets(counts)), MPI.BYTE]), out, mine)
+        return self._iallgatherv_at(out, mine, counts, offsets(counts))
 
     def _iallgatherv_at(self, out: np.ndarray, mine: np.ndarray, counts: list[int],
                         displs: list[int]) -> Request:
