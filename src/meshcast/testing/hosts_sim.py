@@ -24,6 +24,7 @@ import numpy as np
 
 from ..algorithms.hierarchical import Layout
 from ..ops import ReduceOp, reduce_many
+from ..transport.interhost import place
 
 
 class _Exchange:
@@ -80,10 +81,7 @@ class SimAcross:
                          displs: Sequence[int]) -> _Done:
         packed = np.empty(sum(counts), out.dtype)
         self.allgatherv(packed, mine, counts)
-        at = 0
-        for n, d in zip(counts, displs):
-            out[d:d + n] = packed[at:at + n]
-            at += n
+        place(out, packed, counts, displs)
         return _Done()
 
     def alltoallv(self, out: np.ndarray, recv_counts: Sequence[int], inp: np.ndarray,

@@ -249,6 +249,15 @@ def offsets(counts: Sequence[int]) -> list[int]:
     return out
 
 
+def place(out: np.ndarray, packed: np.ndarray, counts: Sequence[int],
+          displs: Sequence[int]) -> None:
+    """Copy the back-to-back pieces of ``packed`` (``counts`` long) to ``out[displs[i]:]``."""
+    at = 0
+    for n, d in zip(counts, displs):
+        out[d:d + n] = packed[at:at + n]
+        at += n
+
+
 class _Placed(Request):
     """An all-gather into scratch whose pieces are copied to their places once it is done."""
 
@@ -260,10 +269,7 @@ class _Placed(Request):
             self.block = lambda seconds: req.block(seconds) and self._place()
 
     def _place(self) -> bool:
-        at = 0
-        for n, d in zip(self.counts, self.displs):
-            self.out[d:d + n] = self.packed[at:at + n]
-            at += n
+        place(self.out, self.packed, self.counts, self.displs)
         return True
 
     def test(self) -> bool:
