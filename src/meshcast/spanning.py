@@ -10,12 +10,13 @@ composition (:mod:`meshcast.algorithms.hierarchical`) of
 * ``flat``: an inter-host communicator of every member (point-to-point, the
   collectives' own messages, and the whole-call ``flat`` family).
 
-Agreement. Every call starts with an exchange of fixed-size slots: a
-fingerprint (kind, dtype, count, op, root), each rank's own piece size, and,
-when the call's data is small (``EAGER_BYTES``), the data itself. Slots are
-gathered to each host's leader over shared memory, all-gathered among the
-leaders, broadcast back inside each host. The slot size never depends on the
-call, so ranks that disagree still exchange alike: every rank then holds
+Agreement. Every call starts with an exchange of rows: a fingerprint (kind,
+dtype, count, op, root), each rank's own piece size, and, when the call's
+data is small (``EAGER_BYTES``), the data itself. Rows are gathered to each
+host's leader over shared memory, exchanged among the leaders (each host's
+rows back to back, as long as they are: every row says its own length, so
+ranks that disagree about the call still exchange alike), broadcast back
+inside each host. Every rank then holds
 every rank's fingerprint and raises the same :class:`MismatchError`, or
 learns the piece size of every rank (uneven all_gather, gather, scatter). No
 data moves before the ranks agree, except an *eager* call's, whose result
@@ -49,17 +50,18 @@ from .group import GroupRanks, ProcessGroup
 from .transport.interhost import HostComm, Request
 from .work import Work
 
-#: One rank's slot in the agreement exchange: the packed fingerprint, this rank's piece
-#: size, an aux word, the size of the payload it carries (-1: none), then the payload.
-_WORDS = struct.Struct("<qqq")
-CELL = FP_SIZE + _WORDS.size
-#: Payload bytes a rank's slot carries. A call whose every rank's data fits (8 B
-#: all_reduce, a small broadcast...) is *eager*: its data rides in the agreement
-#: exchange, so it crosses hosts once instead of twice. The slot size is fixed, never
-#: the call's, so ranks that disagree about a call still exchange alike and see why.
-#: A 1 KiB slot: every call's agreement moves it, about 4 us per rank on a 2 Gbit/s link.
+#: One rank's row in the agreement exchange: the packed fingerprint, this rank's piece
+#: size, an aux word (a crc32), the size of the payload it carries (-1: none), then the
+#: payload. A row is as long as its payload makes it (CELL bytes without one).
+_WORDS = struct.Struct("<qIi")
+CELL = FP_SIZE + _WORDS.size  # 48
+_CARRIED = struct.Struct("<i")  # read alone, at CARRIED_AT
+CARRIED_AT = FP_SIZE + 12
+#: The longest row. A call whose every rank's data fits (an 8 B all_reduce, a small
+#: broadcast...) is *eager*: its data rides in the agreement exchange, so it crosses
+#: hosts once instead of twice.
 SLOT = 1024
-EAGER_BYTES = SLOT - CELL  # 968
+EAGER_BYTES = SLOT - CELL  # 976
 
 
 class LocalOps:
@@ -182,16 +184,21 @@ class HostSpanningGroup(GroupRanks):
         self.last_algorithm: str | None = None
         self.store = local.store
         self._forced = _forced_families(config.get("MESHCAST_ALGO"))
-        # The agreement exchange's buffers (calls of a group run one at a time): host
-        # major, each host's block padded to the widest host's.
+        # The agreement exchange's buffers (calls of a group run one at a time). The
+        # leader gathers its host's rows one SLOT apart (block), packs them back to back
+        # into its host's part of the table (cap bytes a host), and the leaders exchange
+        # those parts at the length they have.
         widest = max(len(h) for h in layout.hosts)
+        self._cap = widest * SLOT
         self._slot = np.zeros(SLOT, np.uint8)
         self._slot_view = memoryview(self._slot)
-        self._block = np.zeros(widest * SLOT, np.uint8)
-        self._table = np.zeros(len(layout.hosts) * widest * SLOT, np.uint8)
-        where = {g: (h * widest + i) * SLOT for h, members in enumerate(layout.hosts)
-                 for i, g in enumerate(members)}
-        self._row_offsets = [where[g] for g in range(self._size)]  # group-rank order
+        self._block = np.zeros(self._cap, np.uint8)
+        self._table = np.zeros(len(layout.hosts) * self._cap, np.uint8)
+        self._host_sizes = [len(h) for h in layout.hosts]
+        self._my_host = layout.host
+        # where group rank g's row is among the rows read host by host
+        order = [g for members in layout.hosts for g in members]
+        self._row_of = [order.index(g) for g in range(self._size)]
         self._leaders = rail if layout.local == 0 else None
 
     def algorithm_names(self, kind: str) -> tuple[str, ...]:
@@ -259,29 +266,44 @@ class HostSpanningGroup(GroupRanks):
             carried = payload.nbytes
             slot[CELL:CELL + carried] = payload
         _WORDS.pack_into(slot, FP_SIZE, mine, aux, carried)
-        # Through each host's leader: local gather, one all-gather among the leaders, local
+        # Through each host's leader: local gather, one exchange among the leaders, local
         # broadcast. Three rounds against two for rails (every rank's slot on its own
         # rail, then a local all-gather), but only one inter-host message per host, and
         # measured faster at 2 emulated hosts x 2 ranks on 2 cores: 8 B all_reduce 240 us
         # against 473 us over MPI, 4.7 ms against 7.8 ms over Gloo.
         self.local_ops.gather_slots(self._block, self._slot)
+        table, cap = self._table, self._cap
         if self._leaders is not None:
-            self._leaders.allgather(self._table, self._block, deadline, what)
-        self.local_ops.broadcast_table(self._table)
-        table = self._table.tobytes()
+            at = self._my_host * cap
+            block = self._block
+            for i in range(self._host_sizes[self._my_host]):
+                row = i * SLOT
+                used = CELL + max(_CARRIED.unpack_from(block, row + CARRIED_AT)[0], 0)
+                table[at:at + used] = block[row:row + used]
+                at += used
+            self._leaders.allgather_sized(table, at - self._my_host * cap, cap, deadline, what)
+        self.local_ops.broadcast_table(table)
+        raw = table.tobytes()
+        starts = []  # every row's offset, host by host
+        for h, members in enumerate(self._host_sizes):
+            at = h * cap
+            for _ in range(members):
+                starts.append(at)
+                at += CELL + max(_CARRIED.unpack_from(raw, at + CARRIED_AT)[0], 0)
+        rows = [starts[i] for i in self._row_of]  # group-rank order
         counts, auxes, sizes = [], [], []
-        for at in self._row_offsets:
-            if table[at:at + FP_SIZE] != packed:
-                fps = [Fingerprint.unpack(table[o:o + FP_SIZE]) for o in self._row_offsets]
+        for at in rows:
+            if raw[at:at + FP_SIZE] != packed:
+                fps = [Fingerprint.unpack(raw[o:o + FP_SIZE]) for o in rows]
                 compare(fps, self.global_ranks, self.group_name)
-            count, word, size = _WORDS.unpack_from(table, at + FP_SIZE)
+            count, word, size = _WORDS.unpack_from(raw, at + FP_SIZE)
             counts.append(count)
             auxes.append(word)
             sizes.append(size)
         if min(sizes) < 0:
             return counts, auxes, None
-        return counts, auxes, [np.frombuffer(table, np.uint8, size, at + CELL)
-                               for at, size in zip(self._row_offsets, sizes)]
+        return counts, auxes, [np.frombuffer(raw, np.uint8, size, at + CELL)
+                               for at, size in zip(rows, sizes)]
 
     def _eager_payload(self, kind: str, algorithm: str | None, data: np.ndarray
                        ) -> np.ndarray | None:

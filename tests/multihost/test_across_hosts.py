@@ -4,6 +4,7 @@ bytes really crossing the emulated link."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -33,5 +34,10 @@ def test_every_primitive_over_mpi(emulated_hosts, per_host):
     r = run_job(hosts, "mpiexec", per_host, [EVERY], timeout=200)
     assert r.returncode == 0, r.describe()
     assert "every primitive: ok" in r.describe(), r.describe()
+    ranks = 4 if per_host == 2 else sum(per_host)
+    # hosts' lines may interleave mid-line: count whole verdicts, not lines
+    verdict = re.search(r"mismatch: (collective #\d+ on WORLD: ranks disagree .*?count=5, "
+                        r"op=SUM\))", r.stdout)
+    assert verdict and r.stdout.count(verdict[1]) == ranks, r.describe()
     after = traffic(hosts, hosts.hosts[1])
     assert after[0] - before[0] > 1 << 20, (before, after)  # data crossed the link

@@ -47,6 +47,8 @@ ENGINES = ("mpi", "gloo")
 #: Calls of one group run one at a time and both engines keep messages between a pair
 #: in order, so one tag serves every call.
 COLL_TAG = 32000
+#: Tag of the agreement's exchange among the hosts' leaders (HostComm.allgather_sized).
+AGREE_TAG = COLL_TAG + 1
 
 
 class Request:
@@ -230,6 +232,20 @@ class HostComm:
         """``out`` (bytes) = every member's ``mine`` (bytes, all the same size), in member
         order. Every call's agreement runs this: engines may override it with a leaner path."""
         self.run(lambda: self._iallgather(out, mine), deadline, what)
+
+    def allgather_sized(self, out: np.ndarray, n: int, cap: int, deadline: float,
+                        what: str) -> None:
+        """Member i's first ``n_i`` bytes of ``out[i * cap:]`` to every member's ``out``, where
+        each member's ``n_i <= cap`` may differ and nobody knows the others'.
+
+        The caller has written its own ``n`` bytes at ``out[rank * cap:]``; what follows
+        each member's bytes in its row is unspecified, so they must say their own length
+        (the agreement's rows do). Engines that receive a message of unknown size (MPI)
+        move only the ``n_i`` bytes; this default moves ``cap`` bytes per member.
+        """
+        mine = np.empty(cap, np.uint8)  # a send buffer apart from out: MPI refuses overlap
+        mine[:n] = out[self.rank * cap:self.rank * cap + n]
+        self.allgather(out[:self.size * cap], mine, deadline, what)
 
     def bind(self, deadline: float, what: str) -> Bound:
         """This communicator for one call (see algorithms.hierarchical.Across)."""
