@@ -282,6 +282,7 @@ def collectives(rank: int, n: int) -> dict[str, Any]:
 
     _async_forms(rank, n)
     _backend_methods(rank, n)
+    _tiny_calls_take_the_lane(rank, n)
     return {"ok": True}
 
 
@@ -325,6 +326,35 @@ def _async_forms(rank: int, n: int) -> None:
         "async reduce_scatter")
     _eq(a2a_single, torch.cat([torch.full((q + 1,), float(q)) for q in range(n)]),
         "async all_to_all_single")
+
+
+def _tiny_calls_take_the_lane(rank: int, n: int) -> None:
+    """Synchronous small all_reduce and broadcast go through the group's compiled tiny-call
+    lane, as the front door's do: with the group's general methods made to fail, they still
+    give the right values (a subgroup's root is a group rank, the lane's a global one)."""
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the general path ran")
+
+    members = list(range(1, n)) if n > 2 else list(range(n))
+    sub = dist.new_group(members, backend="meshcast")
+    for pg in (dist.group.WORLD, sub):
+        if rank not in members and pg is sub:
+            continue
+        group = pg.meshcast_group
+        group.all_reduce = group.broadcast = refuse  # instance attributes: undone below
+        try:
+            for op, want in ((dist.ReduceOp.SUM, sum(members if pg is sub else range(n))),
+                             (dist.ReduceOp.MAX, max(members if pg is sub else range(n)))):
+                t = torch.full((2,), float(rank))
+                dist.all_reduce(t, op=op, group=pg)
+                _eq(t, torch.full((2,), float(want)), f"lane all_reduce {op}")
+            root = members[-1] if pg is sub else n - 1
+            t = torch.full((3,), float(rank))
+            dist.broadcast(t, src=root, group=pg)
+            _eq(t, torch.full((3,), float(root)), "lane broadcast")
+        finally:
+            del group.all_reduce, group.broadcast
+    dist.destroy_process_group(sub)
 
 
 def _backend_methods(rank: int, n: int) -> None:

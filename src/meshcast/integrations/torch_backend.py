@@ -319,6 +319,24 @@ def _reduce_op(op: Any, dtype_name: str, caller: str) -> tuple[Any, float | None
     return _op(kind, dtype_name, caller), None
 
 
+_LANE_OPS: dict[Any, Any] = {}  # torch's RedOpType -> meshcast ReduceOp (PREMUL_SUM: None)
+
+
+def _lane_op(op: Any) -> Any:
+    """The meshcast ReduceOp the tiny-call lane takes for torch's ``op``, or None (PREMUL_SUM,
+    whose factor needs the general path). The lane itself checks it against the dtype."""
+    kind = getattr(op, "op", op)
+    try:
+        return _LANE_OPS[kind]
+    except KeyError:
+        pass
+    from ..ops import ReduceOp
+
+    mine = ReduceOp.__members__.get(getattr(kind, "name", ""))
+    _LANE_OPS[kind] = mine
+    return mine
+
+
 def _scaled(flat: np.ndarray, dtype_name: str, factor: float) -> np.ndarray:
     """A new array holding ``factor * flat`` in the same storage dtype (PREMUL_SUM's first step)."""
     from ..buffers import bf16_to_f32, f32_to_bf16
@@ -378,9 +396,18 @@ def _make_pg_class() -> type:
     # torch.distributed re-exports every options struct but this one (torch 2.13).
     from torch._C._distributed_c10d import AllgatherOptions
 
-    from .._api import _concat, _gather_target, _list, _same_dtype, _scatter_back, _splits
+    from .._api import (
+        _concat,
+        _gather_target,
+        _list,
+        _same_dtype,
+        _scatter_back,
+        _splits,
+        _torch_view,
+    )
     from ..buffers import as_buffer
     from ..errors import usage
+    from ..group import ProcessGroup
 
     MeshcastWork = _work_class()
 
@@ -458,11 +485,26 @@ def _make_pg_class() -> type:
         def _async(opts: Any) -> bool:
             return bool(getattr(opts, "asyncOp", True))
 
+        def _tiny(self, tensors: list[Any], opts: Any) -> tuple[Any, np.ndarray] | None:
+            """(lane, the tensor's memory as an ndarray) when a call may take the group's
+            tiny-call lane, as the front door's synchronous calls do (the lane then decides
+            whether the call qualifies); else None."""
+            group = self._group
+            if (len(tensors) != 1 or self._coalesced is not None or self._async(opts)
+                    or type(group) is not ProcessGroup or group not in self._world.groups):
+                return None
+            arr = _torch_view(tensors[0])
+            return None if arr is None else (group.lane, arr)
+
         # ------------------------------------------------------ collectives
 
         @_translated
         def broadcast(self, tensors: list[Any], opts: Any = None) -> Any:
             opts = opts if opts is not None else dist.BroadcastOptions()
+            tiny = self._tiny(tensors, opts)
+            if tiny is not None and tiny[0].broadcast(
+                    tiny[1], self._group.global_ranks[opts.rootRank]):
+                return MeshcastWork((), tensors)
             works = [self._group.broadcast(self._buf(t, "tensor", "broadcast"), opts.rootRank,
                                            async_op=self._async(opts)) for t in tensors]
             return self._done(works, tensors)
@@ -470,6 +512,11 @@ def _make_pg_class() -> type:
         @_translated
         def allreduce(self, tensors: list[Any], opts: Any = None) -> Any:
             opts = opts if opts is not None else dist.AllreduceOptions()
+            tiny = self._tiny(tensors, opts)
+            if tiny is not None:
+                op = _lane_op(opts.reduceOp)
+                if op is not None and tiny[0].all_reduce(tiny[1], op):
+                    return MeshcastWork((), tensors)
             works = []
             for t in tensors:
                 buf = self._buf(t, "tensor", "all_reduce")
