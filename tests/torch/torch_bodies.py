@@ -329,31 +329,47 @@ def _async_forms(rank: int, n: int) -> None:
 
 
 def _tiny_calls_take_the_lane(rank: int, n: int) -> None:
-    """Synchronous small all_reduce and broadcast go through the group's compiled tiny-call
-    lane, as the front door's do: with the group's general methods made to fail, they still
-    give the right values (a subgroup's root is a group rank, the lane's a global one)."""
+    """Synchronous small calls go through the group's compiled tiny-call lane, as the front
+    door's do: with the group's general methods made to fail, they still give the right
+    values (a subgroup's root is a group rank, the lane's a global one)."""
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the general path ran")
 
+    general = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter")
     members = list(range(1, n)) if n > 2 else list(range(n))
     sub = dist.new_group(members, backend="meshcast")
-    for pg in (dist.group.WORLD, sub):
-        if rank not in members and pg is sub:
+    for pg, ranks in ((dist.group.WORLD, list(range(n))), (sub, members)):
+        if rank not in ranks:
             continue
         group = pg.meshcast_group
-        group.all_reduce = group.broadcast = refuse  # instance attributes: undone below
+        for name in general:
+            setattr(group, name, refuse)  # instance attributes: deleted below
         try:
-            for op, want in ((dist.ReduceOp.SUM, sum(members if pg is sub else range(n))),
-                             (dist.ReduceOp.MAX, max(members if pg is sub else range(n)))):
+            m = len(ranks)
+            for op, want in ((dist.ReduceOp.SUM, sum(ranks)), (dist.ReduceOp.MAX, max(ranks))):
                 t = torch.full((2,), float(rank))
                 dist.all_reduce(t, op=op, group=pg)
                 _eq(t, torch.full((2,), float(want)), f"lane all_reduce {op}")
-            root = members[-1] if pg is sub else n - 1
+            root = ranks[-1]
             t = torch.full((3,), float(rank))
             dist.broadcast(t, src=root, group=pg)
             _eq(t, torch.full((3,), float(root)), "lane broadcast")
+            t = torch.full((3,), float(rank + 1))
+            dist.reduce(t, dst=root, group=pg)
+            if rank == root:
+                _eq(t, torch.full((3,), float(sum(ranks) + m)), "lane reduce")
+            out = torch.empty(2 * m)
+            dist.all_gather_into_tensor(out, torch.full((2,), float(rank)), group=pg)
+            _eq(out, torch.tensor([float(r) for r in ranks for _ in range(2)]),
+                "lane all_gather_into_tensor")
+            piece = torch.empty(2)
+            dist.reduce_scatter_tensor(piece, torch.arange(2.0 * m) + rank, group=pg)
+            me = ranks.index(rank)
+            _eq(piece, torch.arange(2.0 * me, 2.0 * me + 2) * m + sum(ranks),
+                "lane reduce_scatter_tensor")
         finally:
-            del group.all_reduce, group.broadcast
+            for name in general:
+                delattr(group, name)
     dist.destroy_process_group(sub)
 
 

@@ -485,25 +485,25 @@ def _make_pg_class() -> type:
         def _async(opts: Any) -> bool:
             return bool(getattr(opts, "asyncOp", True))
 
-        def _tiny(self, tensors: list[Any], opts: Any) -> tuple[Any, np.ndarray] | None:
-            """(lane, the tensor's memory as an ndarray) when a call may take the group's
-            tiny-call lane, as the front door's synchronous calls do (the lane then decides
-            whether the call qualifies); else None."""
+        def _tiny(self, opts: Any, *tensors: Any) -> tuple[Any, list[np.ndarray]] | None:
+            """(lane, each tensor's memory as an ndarray) when a call may take the group's
+            compiled tiny-call lane, as the front door's synchronous calls do (the lane
+            then decides whether the call qualifies); else None."""
             group = self._group
-            if (len(tensors) != 1 or self._coalesced is not None or self._async(opts)
+            if (self._coalesced is not None or self._async(opts)
                     or type(group) is not ProcessGroup or group not in self._world.groups):
                 return None
-            arr = _torch_view(tensors[0])
-            return None if arr is None else (group.lane, arr)
+            arrays = [_torch_view(t) for t in tensors]
+            return None if any(a is None for a in arrays) else (group.lane, arrays)
 
         # ------------------------------------------------------ collectives
 
         @_translated
         def broadcast(self, tensors: list[Any], opts: Any = None) -> Any:
             opts = opts if opts is not None else dist.BroadcastOptions()
-            tiny = self._tiny(tensors, opts)
+            tiny = self._tiny(opts, *tensors) if len(tensors) == 1 else None
             if tiny is not None and tiny[0].broadcast(
-                    tiny[1], self._group.global_ranks[opts.rootRank]):
+                    tiny[1][0], self._group.global_ranks[opts.rootRank]):
                 return MeshcastWork((), tensors)
             works = [self._group.broadcast(self._buf(t, "tensor", "broadcast"), opts.rootRank,
                                            async_op=self._async(opts)) for t in tensors]
@@ -512,10 +512,10 @@ def _make_pg_class() -> type:
         @_translated
         def allreduce(self, tensors: list[Any], opts: Any = None) -> Any:
             opts = opts if opts is not None else dist.AllreduceOptions()
-            tiny = self._tiny(tensors, opts)
+            tiny = self._tiny(opts, *tensors) if len(tensors) == 1 else None
             if tiny is not None:
                 op = _lane_op(opts.reduceOp)
-                if op is not None and tiny[0].all_reduce(tiny[1], op):
+                if op is not None and tiny[0].all_reduce(tiny[1][0], op):
                     return MeshcastWork((), tensors)
             works = []
             for t in tensors:
@@ -552,6 +552,12 @@ def _make_pg_class() -> type:
         @_translated
         def reduce(self, tensors: list[Any], opts: Any = None) -> Any:
             opts = opts if opts is not None else dist.ReduceOptions()
+            tiny = self._tiny(opts, *tensors) if len(tensors) == 1 else None
+            if tiny is not None:
+                op = _lane_op(opts.reduceOp)
+                if op is not None and tiny[0].reduce(
+                        tiny[1][0], op, self._group.global_ranks[opts.rootRank]):
+                    return MeshcastWork((), tensors)
             works = []
             for t in tensors:
                 buf = self._buf(t, "tensor", "reduce")
@@ -624,6 +630,9 @@ def _make_pg_class() -> type:
         def all_gather_single(self, output: Any, input: Any,  # noqa: A002
                               opts: Any = None) -> Any:
             opts = opts if opts is not None else AllgatherOptions()
+            tiny = self._tiny(opts, output, input)
+            if tiny is not None and tiny[0].all_gather(*tiny[1]):
+                return MeshcastWork((), [output])
             work = self._gather_single(output, input, "all_gather_into_tensor",
                                        self._async(opts))
             return self._done([work], [output])
@@ -718,6 +727,11 @@ def _make_pg_class() -> type:
         def reduce_scatter_single(self, output: Any, input: Any,  # noqa: A002
                                   opts: Any = None) -> Any:
             opts = opts if opts is not None else dist.ReduceScatterOptions()
+            tiny = self._tiny(opts, output, input)
+            if tiny is not None:
+                op = _lane_op(opts.reduceOp)
+                if op is not None and tiny[0].reduce_scatter(*tiny[1], op):
+                    return MeshcastWork((), [output])
             work = self._reduce_scatter_single(output, input, opts, "reduce_scatter_tensor")
             return self._done([work], [output])
 
