@@ -55,13 +55,18 @@ from .work import Work
 #: payload. A row is as long as its payload makes it (CELL bytes without one).
 _WORDS = struct.Struct("<qIi")
 CELL = FP_SIZE + _WORDS.size  # 48
-_CARRIED = struct.Struct("<i")  # read alone, at CARRIED_AT
-CARRIED_AT = FP_SIZE + 12
+_CARRIED = struct.Struct("<i")  # the words' last field, read alone to walk the rows
+CARRIED_AT = FP_SIZE + _WORDS.size - _CARRIED.size
 #: The longest row. A call whose every rank's data fits (an 8 B all_reduce, a small
 #: broadcast...) is *eager*: its data rides in the agreement exchange, so it crosses
 #: hosts once instead of twice.
 SLOT = 1024
 EAGER_BYTES = SLOT - CELL  # 976
+
+
+def _row_length(buf: Any, at: int) -> int:
+    """Bytes of the agreement row at ``buf[at:]``: its cell, plus the payload it carries."""
+    return CELL + max(_CARRIED.unpack_from(buf, at + CARRIED_AT)[0], 0)
 
 
 class LocalOps:
@@ -278,7 +283,7 @@ class HostSpanningGroup(GroupRanks):
             block = self._block
             for i in range(self._host_sizes[self._my_host]):
                 row = i * SLOT
-                used = CELL + max(_CARRIED.unpack_from(block, row + CARRIED_AT)[0], 0)
+                used = _row_length(block, row)
                 table[at:at + used] = block[row:row + used]
                 at += used
             self._leaders.allgather_sized(table, at - self._my_host * cap, cap, deadline, what)
@@ -289,7 +294,7 @@ class HostSpanningGroup(GroupRanks):
             at = h * cap
             for _ in range(members):
                 starts.append(at)
-                at += CELL + max(_CARRIED.unpack_from(raw, at + CARRIED_AT)[0], 0)
+                at += _row_length(raw, at)
         rows = [starts[i] for i in self._row_of]  # group-rank order
         counts, auxes, sizes = [], [], []
         for at in rows:

@@ -228,11 +228,6 @@ class HostComm:
     def run(self, make: Callable[[], Request], deadline: float, what: str) -> None:
         self.wait(self.start(make, what), deadline, what)
 
-    def allgather(self, out: np.ndarray, mine: np.ndarray, deadline: float, what: str) -> None:
-        """``out`` (bytes) = every member's ``mine`` (bytes, all the same size), in member
-        order. Every call's agreement runs this: engines may override it with a leaner path."""
-        self.run(lambda: self._iallgather(out, mine), deadline, what)
-
     def allgather_sized(self, out: np.ndarray, n: int, cap: int, deadline: float,
                         what: str) -> None:
         """Member i's first ``n_i`` bytes of ``out[i * cap:]`` to every member's ``out``, where
@@ -245,7 +240,7 @@ class HostComm:
         """
         mine = np.empty(cap, np.uint8)  # a send buffer apart from out: MPI refuses overlap
         mine[:n] = out[self.rank * cap:self.rank * cap + n]
-        self.allgather(out[:self.size * cap], mine, deadline, what)
+        self.run(lambda: self._iallgather(out[:self.size * cap], mine), deadline, what)
 
     def bind(self, deadline: float, what: str) -> Bound:
         """This communicator for one call (see algorithms.hierarchical.Across)."""

@@ -93,17 +93,6 @@ class MpiComm(HostComm):
         return _MpiRequest(self.comm.Iallgatherv([mine, MPI.BYTE], [out, (counts, displs),
                                                                    MPI.BYTE]), out, mine)
 
-    def allgather(self, out: np.ndarray, mine: np.ndarray, deadline: float, what: str) -> None:
-        # Every call's agreement: the request is tested right away (a small exchange
-        # among idle peers is often done by then), and no wrapper object is made.
-        try:
-            req = self.comm.Iallgather(mine, out)
-            if req.Test():
-                return
-        except Exception as exc:  # noqa: BLE001 - MPI's error, made ours
-            raise self.failure(what, exc) from exc
-        self.wait(_MpiRequest(req, out, mine), deadline, what)
-
     #: Members up to which allgather_sized sends each member its bytes directly (n - 1
     #: messages per member); past it, padded pieces in one all-gather (log n steps).
     DIRECT_MEMBERS = 8
