@@ -25,6 +25,7 @@ from .group import ProcessGroup
 from .lanes import TAGS, TinyCallLane
 from .ops import ReduceOp
 from .spanning import HostSpanningGroup
+from .spanning_lane import AcrossHostsLane
 from .work import Work
 
 
@@ -166,14 +167,14 @@ def _torch_view(t: Any) -> np.ndarray | None:
         return None
 
 
-def _lane(group: GroupLike) -> TinyCallLane | None:
+def _lane(group: GroupLike) -> TinyCallLane | AcrossHostsLane | None:
     """The tiny-call lane of ``group`` (None: the default group) when it is a live
     meshcast group of this process; the lane itself decides whether a call qualifies."""
     w = _world.current
     if w is None:
         return None
     pg = w.default_group if group is None else group
-    return pg.lane if type(pg) is ProcessGroup and pg in w.groups else None
+    return pg.lane if type(pg) in _GROUP_TYPES and pg in w.groups else None
 
 
 def _finish(work: Work | None, async_op: bool) -> Work | None:

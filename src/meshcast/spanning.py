@@ -31,7 +31,6 @@ Calls run one at a time in call order on the group's :class:`~meshcast._fifo.Cal
 from __future__ import annotations
 
 import itertools
-import struct
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -41,32 +40,16 @@ import numpy as np
 from . import config, ops
 from ._fifo import CallFifo
 from ._fingerprint import SIZE as FP_SIZE
-from ._fingerprint import Fingerprint, compare, counts_hash
+from ._fingerprint import Fingerprint, compare, counts_hash, path_digest
+from .agreement_rows import _WORDS, CELL, EAGER_BYTES, SLOT, _row_length
 from .algorithms import hierarchical as hier
 from .algorithms.hierarchical import Layout
 from .buffers import Buffer, store_back, working_copy
 from .errors import MismatchError, usage
 from .group import GroupRanks, ProcessGroup
+from .spanning_lane import AcrossHostsLane
 from .transport.interhost import HostComm, Request
 from .work import Work
-
-#: One rank's row in the agreement exchange: the packed fingerprint, this rank's piece
-#: size, an aux word (a crc32), the size of the payload it carries (-1: none), then the
-#: payload. A row is as long as its payload makes it (CELL bytes without one).
-_WORDS = struct.Struct("<qIi")
-CELL = FP_SIZE + _WORDS.size  # 48
-_CARRIED = struct.Struct("<i")  # the words' last field, read alone to walk the rows
-CARRIED_AT = FP_SIZE + _WORDS.size - _CARRIED.size
-#: The longest row. A call whose every rank's data fits (an 8 B all_reduce, a small
-#: broadcast...) is *eager*: its data rides in the agreement exchange, so it crosses
-#: hosts once instead of twice.
-SLOT = 1024
-EAGER_BYTES = SLOT - CELL  # 976
-
-
-def _row_length(buf: Any, at: int) -> int:
-    """Bytes of the agreement row at ``buf[at:]``: its cell, plus the payload it carries."""
-    return CELL + max(_CARRIED.unpack_from(buf, at + CARRIED_AT)[0], 0)
 
 
 class LocalOps:
@@ -205,6 +188,7 @@ class HostSpanningGroup(GroupRanks):
         order = [g for members in layout.hosts for g in members]
         self._row_of = [order.index(g) for g in range(self._size)]
         self._leaders = rail if layout.local == 0 else None
+        self.lane = AcrossHostsLane(self)  # tiny synchronous calls, cached (spanning_lane)
 
     def algorithm_names(self, kind: str) -> tuple[str, ...]:
         """The ``algorithm=`` names a call of ``kind`` accepts on this group."""
@@ -220,12 +204,17 @@ class HostSpanningGroup(GroupRanks):
     def _what(self, kind: str, seq: int) -> str:
         return f"{kind} #{seq} on {self.group_name} (rank {self.global_ranks[self._rank]})"
 
-    def _family(self, kind: str, nbytes: int, algorithm: str | None) -> str:
+    def _family(self, kind: str, nbytes: int, algorithm: str | None) -> tuple[str, int]:
+        """The family that runs the call, and the fingerprint's path byte: a family
+        forced on one rank but not another (``algorithm=``, ``MESHCAST_ALGO``) would
+        run different exchanges, so it is a MismatchError instead."""
         forced = algorithm or self._forced.get(kind) or self._forced.get("*")
-        why = hier.supports(kind, forced, self.layout) if forced else None
+        if not forced:
+            return hier.choose(kind, self.layout, nbytes, None, self.flat.engine), 0
+        why = hier.supports(kind, forced, self.layout)
         if why:
             raise usage(kind, why, self.global_ranks[self._rank])
-        return hier.choose(kind, self.layout, nbytes, forced, self.flat.engine)
+        return forced, path_digest(forced, False)
 
     def _call(self, fp: Fingerprint, mine: int, aux: int, async_op: bool,
               body: Callable[[_Ctx, list[int], list[int]], None],
@@ -271,6 +260,12 @@ class HostSpanningGroup(GroupRanks):
             carried = payload.nbytes
             slot[CELL:CELL + carried] = payload
         _WORDS.pack_into(slot, FP_SIZE, mine, aux, carried)
+        self._exchange(deadline, what)
+        return self._read_rows(packed)
+
+    def _exchange(self, deadline: float, what: Any) -> None:
+        """Every rank's row (its ``_slot``) into every rank's ``_table``: each host's rows
+        back to back from ``host * cap``, host by host."""
         # Through each host's leader: local gather, one exchange among the leaders, local
         # broadcast. Three rounds against two for rails (every rank's slot on its own
         # rail, then a local all-gather), but only one inter-host message per host, and
@@ -288,6 +283,12 @@ class HostSpanningGroup(GroupRanks):
                 at += used
             self._leaders.allgather_sized(table, at - self._my_host * cap, cap, deadline, what)
         self.local_ops.broadcast_table(table)
+
+    def _read_rows(self, packed: bytes
+                   ) -> tuple[list[int], list[int], list[np.ndarray] | None]:
+        """Parse the exchanged ``_table`` (see :meth:`_agree`); raise MismatchError, the
+        same on every rank, unless every row's fingerprint is ``packed``."""
+        table, cap = self._table, self._cap
         raw = table.tobytes()
         starts = []  # every row's offset, host by host
         for h, members in enumerate(self._host_sizes):
@@ -345,8 +346,8 @@ class HostSpanningGroup(GroupRanks):
 
     def barrier(self, *, algorithm: str | None = None, async_op: bool = False
                 ) -> Work | None:
-        fp = self._fp("barrier")
-        self._family("barrier", 0, algorithm)
+        _, path = self._family("barrier", 0, algorithm)
+        fp = self._fp("barrier", path=path)
 
         def body(ctx: _Ctx, counts: list[int], auxes: list[int]) -> None:
             self.last_algorithm = "barrier/agreement"  # the agreement is a full barrier
@@ -356,8 +357,8 @@ class HostSpanningGroup(GroupRanks):
 
     def broadcast(self, buf: Buffer, root: int, *, algorithm: str | None = None,
                   async_op: bool = False) -> Work | None:
-        family = self._family("broadcast", buf.nbytes, algorithm)
-        fp = self._fp("broadcast", dtype=buf.dtype_name, root=root, count=buf.count)
+        family, path = self._family("broadcast", buf.nbytes, algorithm)
+        fp = self._fp("broadcast", path=path, dtype=buf.dtype_name, root=root, count=buf.count)
 
         def body(ctx: _Ctx, counts: list[int], auxes: list[int]) -> None:
             self.last_algorithm = f"broadcast/{family}"
@@ -376,8 +377,8 @@ class HostSpanningGroup(GroupRanks):
 
     def all_reduce(self, buf: Buffer, op: ops.ReduceOp, *, algorithm: str | None = None,
                    async_op: bool = False) -> Work | None:
-        family = self._family("all_reduce", buf.nbytes, algorithm)
-        fp = self._fp("all_reduce", dtype=buf.dtype_name, op=op.name, count=buf.count)
+        family, path = self._family("all_reduce", buf.nbytes, algorithm)
+        fp = self._fp("all_reduce", path=path, dtype=buf.dtype_name, op=op.name, count=buf.count)
         w, upcast = self._working(buf, op)
         combine = ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op
 
@@ -396,8 +397,8 @@ class HostSpanningGroup(GroupRanks):
 
     def reduce(self, buf: Buffer, op: ops.ReduceOp, root: int, *, algorithm: str | None = None,
                async_op: bool = False) -> Work | None:
-        family = self._family("reduce", buf.nbytes, algorithm)
-        fp = self._fp("reduce", dtype=buf.dtype_name, op=op.name, root=root, count=buf.count)
+        family, path = self._family("reduce", buf.nbytes, algorithm)
+        fp = self._fp("reduce", path=path, dtype=buf.dtype_name, op=op.name, root=root, count=buf.count)
         w, upcast = self._working(buf, op)
         combine = ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op
         at_root = self._rank == root
@@ -421,9 +422,9 @@ class HostSpanningGroup(GroupRanks):
                    dtype_name: str, finish: Callable[[], None], *,
                    algorithm: str | None = None, async_op: bool = False, **_: Any
                    ) -> Work | None:
-        family = self._family("all_gather", out_flat.nbytes, algorithm)
+        family, path = self._family("all_gather", out_flat.nbytes, algorithm)
         expected = list(counts)
-        fp = self._fp("all_gather", dtype=dtype_name, extra=counts_hash(expected))
+        fp = self._fp("all_gather", path=path, dtype=dtype_name, extra=counts_hash(expected))
 
         def check(got: list[int]) -> None:
             if got != expected:
@@ -451,8 +452,8 @@ class HostSpanningGroup(GroupRanks):
                dtype_name: str, finish: Callable[[], None], *, algorithm: str | None = None,
                async_op: bool = False, expected_counts: Sequence[int] | None = None, **_: Any
                ) -> Work | None:
-        family = self._family("gather", in_flat.nbytes, algorithm)
-        fp = self._fp("gather", dtype=dtype_name, root=root)
+        family, path = self._family("gather", in_flat.nbytes, algorithm)
+        fp = self._fp("gather", path=path, dtype=dtype_name, root=root)
         aux = counts_hash(expected_counts) if self._rank == root else 0
 
         def check(counts: list[int], auxes: list[int]) -> None:
@@ -482,8 +483,8 @@ class HostSpanningGroup(GroupRanks):
                 dtype_name: str, finish: Callable[[], None], *, algorithm: str | None = None,
                 async_op: bool = False, expected_counts: Sequence[int] | None = None, **_: Any
                 ) -> Work | None:
-        family = self._family("scatter", out_flat.nbytes, algorithm)
-        fp = self._fp("scatter", dtype=dtype_name, root=root)
+        family, path = self._family("scatter", out_flat.nbytes, algorithm)
+        fp = self._fp("scatter", path=path, dtype=dtype_name, root=root)
         aux = counts_hash(expected_counts) if self._rank == root else 0
 
         def check(counts: list[int], auxes: list[int]) -> None:
@@ -517,9 +518,9 @@ class HostSpanningGroup(GroupRanks):
                        op: ops.ReduceOp, finish: Callable[[], None], *,
                        algorithm: str | None = None, async_op: bool = False, **_: Any
                        ) -> Work | None:
-        family = self._family("reduce_scatter", in_flat.nbytes, algorithm)
+        family, path = self._family("reduce_scatter", in_flat.nbytes, algorithm)
         expected = list(counts)
-        fp = self._fp("reduce_scatter", dtype=out_buf.dtype_name, op=op.name,
+        fp = self._fp("reduce_scatter", path=path, dtype=out_buf.dtype_name, op=op.name,
                       extra=counts_hash(expected))
         in_buf = Buffer(in_flat, out_buf.dtype_name, in_flat.shape, in_flat, staged=False)
         w, upcast = self._working(in_buf, op)
@@ -558,8 +559,8 @@ class HostSpanningGroup(GroupRanks):
                    recv_counts: Sequence[int], dtype_name: str, finish: Callable[[], None], *,
                    algorithm: str | None = None, async_op: bool = False, **_: Any
                    ) -> Work | None:
-        family = self._family("all_to_all", in_flat.nbytes, algorithm)
-        fp = self._fp("all_to_all", dtype=dtype_name)
+        family, path = self._family("all_to_all", in_flat.nbytes, algorithm)
+        fp = self._fp("all_to_all", path=path, dtype=dtype_name)
         send, recv = list(send_counts), list(recv_counts)
 
         def body(ctx: _Ctx, counts: list[int], auxes: list[int]) -> None:

@@ -201,3 +201,52 @@ def mismatch_is_the_same_error_everywhere(different_kinds: bool, odd_count: int 
     except dist.MismatchError as exc:
         return str(exc)
     raise AssertionError("no MismatchError")
+
+
+def lane_beside_general_path():
+    """Tiny calls across hosts: in the same call some ranks take the cached lane
+    (contiguous arrays) and one the general path (a strided view of its array); every
+    rank gets the oracle's result. Also: 2-D and zero-size arrays, a lane call queued
+    behind async work, and the lane's barrier. Returns what the last call ran."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    g = dist.group.WORLD
+
+    def placed(values, strided):
+        if not strided:
+            return values.copy()
+        x = np.empty(values.size * 2, values.dtype)[::2]
+        x[...] = values
+        return x
+
+    for general in range(n):
+        for dtype in ("float32", "int64", "complex64", "uint8"):
+            inputs = [ref.rank_input(q, 6, dtype) for q in range(n)]
+            for op in ops.ReduceOp:
+                if not _valid(op, dtype):
+                    continue
+                x = placed(inputs[r], r == general)
+                dist.all_reduce(x, op)
+                _eq(x, ref.reduced(inputs, op), f"all_reduce {op.name} {dtype}, rank "
+                                                f"{general} on the general path")
+                assert g.last_algorithm == "all_reduce/eager", g.last_algorithm
+            for root in range(n):
+                x = placed(inputs[r], r == general)
+                dist.broadcast(x, root)
+                _eq(x, inputs[root], f"broadcast root {root} {dtype}, rank {general} general")
+                assert g.last_algorithm == "broadcast/eager", g.last_algorithm
+    assert any(g.lane.plans.values()), "the lane took no call"
+    x = np.full((2, 3), r + 1, np.int32)
+    dist.all_reduce(x)
+    _eq(x, np.full((2, 3), n * (n + 1) // 2), "2-D all_reduce")
+    x = np.zeros((0, 4), np.float32)
+    dist.all_reduce(x)
+    dist.broadcast(x, n - 1)
+    big = np.full(200_000, r, np.float32)  # past the eager size: the general path, async
+    work = dist.all_reduce(big, async_op=True)
+    small = np.full(2, r, np.float64)
+    dist.all_reduce(small)  # the group is busy: the lane's call queues behind the work
+    work.wait()
+    _eq(big, np.full(200_000, n * (n - 1) // 2), "async all_reduce before a lane call")
+    _eq(small, np.full(2, n * (n - 1) // 2), "lane call behind async work")
+    dist.barrier()
+    return g.last_algorithm

@@ -66,3 +66,10 @@ def test_mismatch_across_hosts_is_the_same_error_on_every_rank(different_kinds, 
         assert "broadcast" in out[0] and "all_reduce" in out[0], out[0]
     else:
         assert "count=4" in out[0] and f"count={odd_count}" in out[0], out[0]
+
+
+@pytest.mark.parametrize("shape", ["2x2", "3+1"])
+def test_tiny_calls_take_the_lane_beside_the_general_path(shape):
+    out = spawn_world(bodies.lane_beside_general_path, len(SHAPES[shape]), hosts=SHAPES[shape],
+                      timeout=120)
+    assert out == ["barrier/agreement"] * len(SHAPES[shape]), out

@@ -408,6 +408,7 @@ def _make_pg_class() -> type:
     from ..buffers import as_buffer
     from ..errors import usage
     from ..group import ProcessGroup
+    from ..spanning import HostSpanningGroup
 
     MeshcastWork = _work_class()
 
@@ -491,7 +492,8 @@ def _make_pg_class() -> type:
             then decides whether the call qualifies); else None."""
             group = self._group
             if (self._coalesced is not None or self._async(opts)
-                    or type(group) is not ProcessGroup or group not in self._world.groups):
+                    or type(group) not in (ProcessGroup, HostSpanningGroup)
+                    or group not in self._world.groups):
                 return None
             arrays = [_torch_view(t) for t in tensors]
             return None if any(a is None for a in arrays) else (group.lane, arrays)

@@ -83,6 +83,8 @@ class MpiComm(HostComm):
     def __init__(self, comm: Any, ranks: Sequence[int], rank: int, name: str) -> None:
         super().__init__(ranks, rank, name)
         self.comm = comm
+        self._sized: dict[tuple[int, int, int], list[Any]] = {}
+        self._sized_keep: list[np.ndarray] = []
 
     def _iallgatherv(self, out: np.ndarray, mine: np.ndarray, counts: list[int]) -> Request:
         return self._iallgatherv_at(out, mine, counts, offsets(counts))
@@ -106,17 +108,45 @@ class MpiComm(HostComm):
         if self.size > self.DIRECT_MEMBERS:
             return super().allgather_sized(out, n, cap, deadline, what)
         MPI = _mpi()
-        me = self.rank
-        mine = [out[me * cap:me * cap + n], MPI.BYTE]
+        reqs = self._sized.get((out.ctypes.data, n, cap))
         try:
-            reqs = [self.comm.Irecv([out[i * cap:(i + 1) * cap], MPI.BYTE], i, AGREE_TAG)
-                    for i in range(self.size) if i != me]
-            reqs += [self.comm.Isend(mine, i, AGREE_TAG) for i in range(self.size) if i != me]
+            if reqs is None:
+                reqs = self._sized_requests(out, n, cap)
+            MPI.Prequest.Startall(reqs)
             if MPI.Request.Testall(reqs):
                 return
         except Exception as exc:  # noqa: BLE001 - MPI's error, made ours
             raise self.failure(what, exc) from exc
         self.wait(_MpiAll(reqs), deadline, what)
+
+    #: How many (buffer, length) shapes of allgather_sized keep their persistent requests.
+    SIZED_SHAPES = 16
+
+    def _sized_requests(self, out: np.ndarray, n: int, cap: int) -> list[Any]:
+        """Persistent requests of one allgather_sized shape: the agreement repeats the
+        same buffers and lengths call after call, and starting ready requests saves
+        building 2(n - 1) of them through mpi4py on every call (~10 us at 2 leaders)."""
+        MPI = _mpi()
+        if len(self._sized) >= self.SIZED_SHAPES:
+            self._free_sized()
+        me = self.rank
+        mine = [out[me * cap:me * cap + n], MPI.BYTE]
+        reqs = [self.comm.Recv_init([out[i * cap:(i + 1) * cap], MPI.BYTE], i, AGREE_TAG)
+                for i in range(self.size) if i != me]
+        reqs += [self.comm.Send_init(mine, i, AGREE_TAG) for i in range(self.size) if i != me]
+        self._sized[(out.ctypes.data, n, cap)] = reqs
+        self._sized_keep.append(out)  # the buffer must outlive its requests
+        return reqs
+
+    def _free_sized(self) -> None:
+        for reqs in self._sized.values():
+            for r in reqs:
+                try:
+                    r.Free()
+                except Exception:  # noqa: BLE001 - an active or already freed request
+                    pass
+        self._sized.clear()
+        self._sized_keep.clear()
 
     def _ialltoallv(self, out: np.ndarray, recv: list[int], inp: np.ndarray,
                     send: list[int]) -> Request:
@@ -154,6 +184,7 @@ class MpiComm(HostComm):
 
     def close(self) -> None:
         try:
+            self._free_sized()
             self.comm.Free()
         except Exception:  # noqa: BLE001 - MPI may already be finalized at exit
             pass

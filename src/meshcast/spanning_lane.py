@@ -1,0 +1,316 @@
+"""The lane for tiny synchronous calls across hosts: the eager agreement with nothing around it.
+
+An 8-byte all_reduce across hosts is one exchange of rows (see
+:mod:`meshcast.spanning`): every rank's fingerprint and data gathered to its
+host's leader, swapped between the leaders, broadcast back. What the general
+path spends around that exchange (Fingerprint objects, closures, a job for
+the group's call queue, parsing every row's words, per-call slicing) is
+Python on every rank, and on a machine whose cores the ranks share, every
+rank's Python is on every other rank's critical path. For the calls a program
+repeats (same group, dtype, shape, op or root), this lane caches what the
+general path recomputes: the row's cell (fingerprint less its sequence
+number, the piece size, the payload's length), where every rank's row lands
+in the exchanged table, and views of their payloads shaped like the array.
+
+Rule, as for :class:`meshcast.lanes.TinyCallLane`: the lane runs exactly the
+eager path of the :class:`~meshcast.spanning.HostSpanningGroup` method it
+stands for (the same row bytes, the same operand order), so one rank may take
+the lane while another takes the general path. A call the lane cannot take
+(torch tensors are viewed as arrays by the front door first; non-contiguous or
+read-only arrays, float16/bfloat16, data past the eager size, a forced
+family, an op invalid for the dtype) makes its method return False having
+done nothing, and the front door falls back to the general path, which
+validates and raises as usual. When the rows do not all say what this rank's
+says, the general reading of the table runs and raises the MismatchError
+every rank raises.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import numpy as np
+
+from . import ops
+from ._fingerprint import SIZE as FP_SIZE
+from ._fingerprint import Fingerprint
+from .agreement_rows import _WORDS, CELL, EAGER_BYTES
+from .errors import InvalidUsage, MismatchError
+
+_SEQ = struct.Struct("<Q")  # the fingerprint's first field (see _fingerprint._STRUCT)
+_PLANS_MAX = 64
+_MOVE_DTYPES = ops.FAST_DTYPES | {"float16"}  # dtypes a broadcast moves as they are
+
+
+class SpanningView(Protocol):
+    """What the lane uses of a :class:`~meshcast.spanning.HostSpanningGroup`.
+
+    spanning.py imports the lane, so the lane names the group by this protocol
+    instead of importing it (no import cycle). The underscored members are the
+    agreement's buffers and steps, which the lane shares with the general path.
+    """
+
+    group_name: str
+    layout: Any  # meshcast.algorithms.hierarchical.Layout
+    fifo: Any  # meshcast._fifo.CallFifo
+    timeout: float
+    last_algorithm: str | None
+    _seq: Iterator[int]
+    _forced: dict[str, str]
+    _group_rank_of: dict[int, int]
+    _slot: np.ndarray
+    _slot_view: memoryview
+    _table: np.ndarray
+    _cap: int
+
+    def rank(self) -> int: ...
+
+    def size(self) -> int: ...
+
+    def _what(self, kind: str, seq: int) -> str: ...
+
+    def _exchange(self, deadline: float, what: Any) -> None: ...
+
+    def _read_rows(self, packed: bytes) -> Any: ...
+
+
+class _What:
+    """Names the group's current call of ``kind`` for messages, formatted only when one
+    is needed."""
+
+    __slots__ = ("group", "kind", "seq")
+
+    def __init__(self, group: SpanningView, kind: str) -> None:
+        self.group, self.kind, self.seq = group, kind, 0
+
+    def __str__(self) -> str:
+        return self.group._what(self.kind, self.seq)
+
+
+class AcrossHostsLane:
+    """A :class:`~meshcast.spanning.HostSpanningGroup`'s lane for tiny synchronous calls.
+
+    It has the methods of :class:`meshcast.lanes.TinyCallLane` that the front door
+    and the torch backend call; those it does not take yet return False (or None for
+    the point-to-point ones), which sends the call down the general path.
+    """
+
+    def __init__(self, group: SpanningView) -> None:
+        self.group = group
+        self.plans: dict[tuple, tuple | bool] = {}
+        self._last_all_reduce: tuple = (None, None, None, False)
+        self._whats = {k: _What(group, k) for k in ("all_reduce", "broadcast", "barrier")}
+        self._slot = group._slot_view
+
+    # ------------------------------------------------------------------ calls
+
+    def all_reduce(self, arr: np.ndarray, op: Any) -> bool:
+        """:meth:`HostSpanningGroup.all_reduce` on ``arr`` in place; False if it does not
+        qualify."""
+        last = self._last_all_reduce  # a program repeats one call: skip hashing the key
+        if last[0] is arr.dtype and last[1] == arr.shape and last[2] is op:
+            plan = last[3]
+        else:
+            plan = self._plan(("all_reduce", arr.dtype, arr.shape, op), self._all_reduce_plan,
+                              arr, op)
+            self._last_all_reduce = (arr.dtype, arr.shape, op, plan)
+        flags = arr.flags
+        if not (plan and flags.c_contiguous and flags.writeable):
+            return False
+        mine, slot_in, checks, rows, kernel, average = plan
+        self._exchange("all_reduce", mine, slot_in, arr, checks)
+        # Left to right in group-rank order, as the general path's ops.reduce_many.
+        kernel(rows[0], rows[1], out=arr)
+        for row in rows[2:]:
+            kernel(arr, row, out=arr)
+        if average:
+            ops.finish_average(arr, len(rows))
+        self.group.last_algorithm = "all_reduce/eager"
+        return True
+
+    def broadcast(self, arr: np.ndarray, src: int) -> bool:
+        """:meth:`HostSpanningGroup.broadcast` of ``arr`` from global rank ``src``; False if
+        it does not qualify."""
+        plan = self._plan(("broadcast", arr.dtype, arr.shape, src), self._broadcast_plan,
+                          arr, src)
+        flags = arr.flags
+        if not (plan and flags.c_contiguous and flags.writeable):
+            return False
+        mine, slot_in, checks, row = plan
+        self._exchange("broadcast", mine, slot_in, arr, checks)
+        if row is not None:
+            arr[...] = row
+        self.group.last_algorithm = "broadcast/eager"
+        return True
+
+    def barrier(self) -> bool:
+        """:meth:`HostSpanningGroup.barrier`: the agreement alone."""
+        plan = self._plan(("barrier",), self._barrier_plan)
+        if not plan:
+            return False
+        mine, checks = plan
+        self._exchange("barrier", mine, None, None, checks)
+        self.group.last_algorithm = "barrier/agreement"
+        return True
+
+    def _exchange(self, kind: str, mine: bytes, slot_in: np.ndarray | None,
+                  arr: np.ndarray | None, checks: tuple[tuple[int, bytes], ...]) -> None:
+        """One eager agreement: this rank's row (cell ``mine`` after the sequence number,
+        then ``arr`` into ``slot_in``) exchanged, and every row checked against
+        ``checks`` (offset, cell); inline on the idle group, else behind its queued
+        async work, as the general path. Raises the general path's MismatchError when
+        the rows disagree."""
+        group = self.group
+        fifo = group.fifo
+        if not fifo.enter_inline():
+            group.fifo.call(lambda: self._round(kind, mine, slot_in, arr, checks),
+                            str(self._whats[kind]))
+            return
+        try:
+            self._round(kind, mine, slot_in, arr, checks)
+        except BaseException as exc:
+            fifo.leave_inline(exc)
+            raise
+        fifo.leave_inline(None)
+
+    def _round(self, kind: str, mine: bytes, slot_in: np.ndarray | None,
+               arr: np.ndarray | None, checks: tuple[tuple[int, bytes], ...]) -> None:
+        group = self.group
+        what = self._whats[kind]
+        seq = next(group._seq)
+        what.seq = seq
+        slot = self._slot
+        _SEQ.pack_into(slot, 0, seq)
+        slot[_SEQ.size:CELL] = mine
+        if slot_in is not None:
+            slot_in[...] = arr
+        group._exchange(time.monotonic() + group.timeout, what)
+        table = group._table.tobytes()  # one copy, then plain bytes compares
+        seqb = table[:0] + slot[:_SEQ.size]
+        for at, cell in checks:
+            if table[at:at + _SEQ.size] != seqb or table[at + _SEQ.size:at + CELL] != cell:
+                group._read_rows(bytes(slot[:FP_SIZE]))  # raises the MismatchError
+                raise MismatchError(f"{kind} #{seq} on {group.group_name}: the ranks' "
+                                    f"agreement rows differ in their sizes")
+
+    # ------------------------------------------------------------------ plans
+
+    def _plan(self, key: tuple, build: Any, *args: Any) -> tuple | bool:
+        """The cached work of a tiny call, built on first use; False: not tiny."""
+        try:
+            plan = self.plans.get(key)
+        except TypeError:  # an unhashable argument: the general path explains what is wrong
+            return False
+        if plan is None:
+            forced = self.group._forced
+            plan = False if key[0] in forced or "*" in forced else build(*args)
+            if len(self.plans) >= _PLANS_MAX:
+                self.plans.clear()
+            self.plans[key] = plan
+        return plan
+
+    @staticmethod
+    def _cell(kind: str, piece: int, carried: int, **fields: Any) -> bytes:
+        """A row's cell less the sequence number: the general path's bytes exactly."""
+        return Fingerprint(0, kind, **fields).pack()[_SEQ.size:] + _WORDS.pack(piece, 0, carried)
+
+    def _checks(self, cells: dict[int, bytes], lengths: dict[int, int]
+                ) -> tuple[tuple[int, bytes], ...]:
+        """(offset, cell) of every group rank's row in the exchanged table, when group rank
+        g's row carries ``lengths[g]`` bytes; host by host, as the leaders pack them."""
+        group = self.group
+        checks = []
+        for h, members in enumerate(group.layout.hosts):
+            at = h * group._cap
+            for g in members:
+                checks.append((at, cells[g]))
+                at += CELL + lengths[g]
+        return tuple(checks)
+
+    def _payload(self, at: int, like: np.ndarray) -> np.ndarray:
+        """The payload of the row at ``at`` in the table, seen as an array like ``like``."""
+        raw = self.group._table[at + CELL:at + CELL + like.nbytes]
+        return raw.view(like.dtype).reshape(like.shape)
+
+    def _offsets(self, checks: tuple[tuple[int, bytes], ...]) -> list[int]:
+        """The rows' offsets in group-rank order (``checks`` is host by host)."""
+        order = [g for members in self.group.layout.hosts for g in members]
+        at = dict(zip(order, (c[0] for c in checks)))
+        return [at[g] for g in range(self.group.size())]
+
+    def _all_reduce_plan(self, arr: np.ndarray, op: Any) -> tuple | bool:
+        group, dtype, n = self.group, arr.dtype, self.group.size()
+        if (dtype.name not in ops.FAST_DTYPES or not dtype.isnative
+                or arr.nbytes > EAGER_BYTES or n < 2):
+            return False
+        try:
+            rop = ops.validate(op, dtype, caller="all_reduce")
+        except InvalidUsage:  # the general path raises it, naming the rank
+            return False
+        mine = self._cell("all_reduce", arr.size, arr.nbytes, dtype=dtype.name, op=rop.name,
+                          count=arr.size)
+        checks = self._checks(dict.fromkeys(range(n), mine), dict.fromkeys(range(n), arr.nbytes))
+        combine = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
+        slot_in = group._slot[CELL:CELL + arr.nbytes].view(dtype).reshape(arr.shape)
+        rows = [self._payload(at, arr) for at in self._offsets(checks)]
+        return mine, slot_in, checks, rows, ops.kernel(combine, dtype), rop is ops.ReduceOp.AVG
+
+    def _broadcast_plan(self, arr: np.ndarray, src: Any) -> tuple | bool:
+        group, dtype, n = self.group, arr.dtype, self.group.size()
+        root = group._group_rank_of.get(src) if type(src) is int else None
+        if (root is None or dtype.name not in _MOVE_DTYPES or not dtype.isnative
+                or arr.nbytes > EAGER_BYTES):
+            return False
+        # Only the root's row carries the data: its cell says so, the others' say 0 bytes.
+        lengths = {g: arr.nbytes if g == root else 0 for g in range(n)}
+        cells = {g: self._cell("broadcast", arr.size, lengths[g], dtype=dtype.name, root=root,
+                               count=arr.size) for g in range(n)}
+        checks = self._checks(cells, lengths)
+        at_root = group.rank() == root
+        slot_in = (group._slot[CELL:CELL + arr.nbytes].view(dtype).reshape(arr.shape)
+                   if at_root else None)
+        row = None if at_root else self._payload(self._offsets(checks)[root], arr)
+        return cells[group.rank()], slot_in, checks, row
+
+    def _barrier_plan(self) -> tuple | bool:
+        n = self.group.size()
+        mine = self._cell("barrier", 0, 0)
+        return mine, self._checks(dict.fromkeys(range(n), mine), dict.fromkeys(range(n), 0))
+
+    # ------------------------------------------------ what the general path takes
+
+    def reduce(self, *args: Any) -> bool:
+        return False
+
+    def all_gather(self, *args: Any) -> bool:
+        return False
+
+    def gather(self, *args: Any) -> bool:
+        return False
+
+    def scatter(self, *args: Any) -> bool:
+        return False
+
+    def reduce_scatter(self, *args: Any) -> bool:
+        return False
+
+    def all_to_all(self, *args: Any) -> bool:
+        return False
+
+    def send(self, *args: Any) -> bool:
+        return False
+
+    def recv(self, *args: Any) -> bool:
+        return False
+
+    def isend(self, *args: Any) -> None:
+        return None
+
+    def irecv(self, *args: Any) -> None:
+        return None
+
+
+__all__ = ["AcrossHostsLane"]
