@@ -22,11 +22,10 @@ _WORDS = struct.Struct("<qIi")
 CELL = FP_SIZE + _WORDS.size  # 48
 _CARRIED = struct.Struct("<i")  # the words' last field, read alone to walk the rows
 CARRIED_AT = FP_SIZE + _WORDS.size - _CARRIED.size
-#: The longest row. A call whose every rank's data fits (an 8 B all_reduce, a small
-#: broadcast...) is *eager*: its data rides in the agreement exchange, so it crosses
-#: hosts once instead of twice.
-SLOT = 1024
-EAGER_BYTES = SLOT - CELL  # 976
+#: A call whose every rank's data fits in its row (up to the route's
+#: ``algorithms.hierarchical.EAGER_BYTES``: an 8 B all_reduce, a small broadcast...) is
+#: *eager*: its data rides in the agreement exchange, so it crosses hosts once instead of
+#: twice. A group's rows are then at most ``CELL + EAGER_BYTES[route]`` bytes long.
 
 
 def _row_length(buf: Any, at: int) -> int:
@@ -34,4 +33,4 @@ def _row_length(buf: Any, at: int) -> int:
     return CELL + max(_CARRIED.unpack_from(buf, at + CARRIED_AT)[0], 0)
 
 
-__all__ = ["CELL", "EAGER_BYTES", "SLOT"]
+__all__ = ["CELL"]

@@ -12,7 +12,8 @@ composition (:mod:`meshcast.algorithms.hierarchical`) of
 
 Agreement. Every call starts with an exchange of rows: a fingerprint (kind,
 dtype, count, op, root), each rank's own piece size, and, when the call's
-data is small (``EAGER_BYTES``), the data itself. Rows are gathered to each
+data is small (``eager_bytes``: ``algorithms.hierarchical.EAGER_BYTES``), the data
+itself. Rows are gathered to each
 host's leader over shared memory, exchanged among the leaders (each host's
 rows back to back, as long as they are: every row says its own length, so
 ranks that disagree about the call still exchange alike), broadcast back
@@ -41,7 +42,7 @@ from . import config, ops
 from ._fifo import CallFifo
 from ._fingerprint import SIZE as FP_SIZE
 from ._fingerprint import Fingerprint, compare, counts_hash, path_digest
-from .agreement_rows import _WORDS, CELL, EAGER_BYTES, SLOT, _row_length
+from .agreement_rows import _WORDS, CELL, _row_length
 from .algorithms import hierarchical as hier
 from .algorithms.hierarchical import Layout
 from .buffers import Buffer, store_back, working_copy
@@ -173,12 +174,16 @@ class HostSpanningGroup(GroupRanks):
         self.store = local.store
         self._forced = _forced_families(config.get("MESHCAST_ALGO"))
         # The agreement exchange's buffers (calls of a group run one at a time). The
-        # leader gathers its host's rows one SLOT apart (block), packs them back to back
+        # leader gathers its host's rows one slot apart (block), packs them back to back
         # into its host's part of the table (cap bytes a host), and the leaders exchange
         # those parts at the length they have.
+        route = hier.agreement_route(flat.engine, self._size)
+        self._flat_rows = route == "flat"
+        self.eager_bytes = hier.EAGER_BYTES[route]
+        self._slot_bytes = CELL + self.eager_bytes
         widest = max(len(h) for h in layout.hosts)
-        self._cap = widest * SLOT
-        self._slot = np.zeros(SLOT, np.uint8)
+        self._cap = widest * self._slot_bytes
+        self._slot = np.zeros(self._slot_bytes, np.uint8)
         self._slot_view = memoryview(self._slot)
         self._block = np.zeros(self._cap, np.uint8)
         self._table = np.zeros(len(layout.hosts) * self._cap, np.uint8)
@@ -256,7 +261,7 @@ class HostSpanningGroup(GroupRanks):
         slot = self._slot_view
         slot[:FP_SIZE] = packed
         carried = -1
-        if payload is not None and payload.nbytes <= EAGER_BYTES:
+        if payload is not None and payload.nbytes <= self.eager_bytes:
             carried = payload.nbytes
             slot[CELL:CELL + carried] = payload
         _WORDS.pack_into(slot, FP_SIZE, mine, aux, carried)
@@ -264,8 +269,15 @@ class HostSpanningGroup(GroupRanks):
         return self._read_rows(packed)
 
     def _exchange(self, deadline: float, what: Any) -> None:
-        """Every rank's row (its ``_slot``) into every rank's ``_table``: each host's rows
-        back to back from ``host * cap``, host by host."""
+        """Every rank's row (its ``_slot``) into every rank's ``_table``: group rank g's
+        at ``g * slot`` when the rows travel flat, else each host's rows back to back
+        from ``host * cap`` (:func:`~meshcast.algorithms.hierarchical.agreement_route`)."""
+        if self._flat_rows:
+            used = _row_length(self._slot, 0)
+            at = self._rank * self._slot_bytes
+            self._table[at:at + used] = self._slot[:used]
+            self.flat.allgather_sized(self._table, used, self._slot_bytes, deadline, what)
+            return
         # Through each host's leader: local gather, one exchange among the leaders, local
         # broadcast. Three rounds against two for rails (every rank's slot on its own
         # rail, then a local all-gather), but only one inter-host message per host, and
@@ -277,7 +289,7 @@ class HostSpanningGroup(GroupRanks):
             at = self._my_host * cap
             block = self._block
             for i in range(self._host_sizes[self._my_host]):
-                row = i * SLOT
+                row = i * self._slot_bytes
                 used = _row_length(block, row)
                 table[at:at + used] = block[row:row + used]
                 at += used
@@ -288,15 +300,8 @@ class HostSpanningGroup(GroupRanks):
                    ) -> tuple[list[int], list[int], list[np.ndarray] | None]:
         """Parse the exchanged ``_table`` (see :meth:`_agree`); raise MismatchError, the
         same on every rank, unless every row's fingerprint is ``packed``."""
-        table, cap = self._table, self._cap
-        raw = table.tobytes()
-        starts = []  # every row's offset, host by host
-        for h, members in enumerate(self._host_sizes):
-            at = h * cap
-            for _ in range(members):
-                starts.append(at)
-                at += _row_length(raw, at)
-        rows = [starts[i] for i in self._row_of]  # group-rank order
+        raw = self._table.tobytes()
+        rows = self.row_offsets(raw)
         counts, auxes, sizes = [], [], []
         for at in rows:
             if raw[at:at + FP_SIZE] != packed:
@@ -310,6 +315,24 @@ class HostSpanningGroup(GroupRanks):
             return counts, auxes, None
         return counts, auxes, [np.frombuffer(raw, np.uint8, size, at + CELL)
                                for at, size in zip(rows, sizes)]
+
+    def row_offsets(self, carried: Sequence[int] | bytes) -> list[int]:
+        """Every group rank's row offset in the exchanged table, in group-rank order.
+
+        Args:
+            carried: every group rank's payload bytes (in group-rank order), or the
+                leaders' table itself, whose rows say their own lengths.
+        """
+        if self._flat_rows:
+            return [g * self._slot_bytes for g in range(self._size)]
+        starts = []  # host by host, as the leaders pack them
+        for h, members in enumerate(self.layout.hosts):
+            at = h * self._cap
+            for g in members:
+                starts.append(at)
+                at += (_row_length(carried, at) if isinstance(carried, bytes)
+                       else CELL + max(carried[g], 0))
+        return [starts[i] for i in self._row_of]
 
     def _eager_payload(self, kind: str, algorithm: str | None, data: np.ndarray
                        ) -> np.ndarray | None:

@@ -36,8 +36,8 @@ import numpy as np
 
 from . import ops
 from ._fingerprint import SIZE as FP_SIZE
-from ._fingerprint import Fingerprint
-from .agreement_rows import _WORDS, CELL, EAGER_BYTES
+from ._fingerprint import Fingerprint, counts_hash
+from .agreement_rows import _WORDS, CELL
 from .errors import InvalidUsage, MismatchError
 
 _SEQ = struct.Struct("<Q")  # the fingerprint's first field (see _fingerprint._STRUCT)
@@ -54,7 +54,6 @@ class SpanningView(Protocol):
     """
 
     group_name: str
-    layout: Any  # meshcast.algorithms.hierarchical.Layout
     fifo: Any  # meshcast._fifo.CallFifo
     timeout: float
     last_algorithm: str | None
@@ -64,7 +63,7 @@ class SpanningView(Protocol):
     _slot: np.ndarray
     _slot_view: memoryview
     _table: np.ndarray
-    _cap: int
+    eager_bytes: int
 
     def rank(self) -> int: ...
 
@@ -75,6 +74,8 @@ class SpanningView(Protocol):
     def _exchange(self, deadline: float, what: Any) -> None: ...
 
     def _read_rows(self, packed: bytes) -> Any: ...
+
+    def row_offsets(self, carried: list[int]) -> list[int]: ...
 
 
 class _What:
@@ -102,7 +103,8 @@ class AcrossHostsLane:
         self.group = group
         self.plans: dict[tuple, tuple | bool] = {}
         self._last_all_reduce: tuple = (None, None, None, False)
-        self._whats = {k: _What(group, k) for k in ("all_reduce", "broadcast", "barrier")}
+        self._whats = {k: _What(group, k) for k in (
+            "all_reduce", "broadcast", "barrier", "reduce", "all_gather", "reduce_scatter")}
         self._slot = group._slot_view
 
     # ------------------------------------------------------------------ calls
@@ -122,12 +124,7 @@ class AcrossHostsLane:
             return False
         mine, slot_in, checks, rows, kernel, average = plan
         self._exchange("all_reduce", mine, slot_in, arr, checks)
-        # Left to right in group-rank order, as the general path's ops.reduce_many.
-        kernel(rows[0], rows[1], out=arr)
-        for row in rows[2:]:
-            kernel(arr, row, out=arr)
-        if average:
-            ops.finish_average(arr, len(rows))
+        _combine(kernel, arr, rows, average)
         self.group.last_algorithm = "all_reduce/eager"
         return True
 
@@ -144,6 +141,50 @@ class AcrossHostsLane:
         if row is not None:
             arr[...] = row
         self.group.last_algorithm = "broadcast/eager"
+        return True
+
+    def reduce(self, arr: np.ndarray, op: Any, dst: int) -> bool:
+        """:meth:`HostSpanningGroup.reduce` of ``arr`` into global rank ``dst`` (in place
+        there, the others' arrays unchanged); False if it does not qualify."""
+        plan = self._plan(("reduce", arr.dtype, arr.shape, op, dst), self._reduce_plan,
+                          arr, op, dst)
+        flags = arr.flags
+        if not (plan and flags.c_contiguous and flags.writeable):
+            return False
+        mine, slot_in, checks, rows, kernel, average = plan
+        self._exchange("reduce", mine, slot_in, arr, checks)
+        if rows is not None:  # the root
+            _combine(kernel, arr, rows, average)
+        self.group.last_algorithm = "reduce/eager"
+        return True
+
+    def all_gather(self, out: np.ndarray, inp: np.ndarray) -> bool:
+        """:meth:`HostSpanningGroup.all_gather` of ``inp`` into ``out``
+        (all_gather_into_tensor); False if it does not qualify."""
+        plan = self._plan(("all_gather", inp.dtype, inp.shape, out.dtype, out.shape),
+                          self._all_gather_plan, out, inp)
+        if not (plan and out.flags.c_contiguous and out.flags.writeable
+                and inp.flags.c_contiguous):
+            return False
+        mine, slot_in, checks, rows = plan
+        self._exchange("all_gather", mine, slot_in, inp, checks)
+        # (rows come from the table, so an input inside the output is no matter)
+        np.concatenate(rows, out=out.reshape(-1))
+        self.group.last_algorithm = "all_gather/eager"
+        return True
+
+    def reduce_scatter(self, out: np.ndarray, inp: np.ndarray, op: Any) -> bool:
+        """:meth:`HostSpanningGroup.reduce_scatter` of ``inp`` into ``out``
+        (reduce_scatter_tensor); False if it does not qualify."""
+        plan = self._plan(("reduce_scatter", inp.dtype, inp.shape, out.dtype, out.shape, op),
+                          self._reduce_scatter_plan, out, inp, op)
+        if not (plan and out.flags.c_contiguous and out.flags.writeable
+                and inp.flags.c_contiguous):
+            return False
+        mine, slot_in, checks, rows, kernel, average = plan
+        self._exchange("reduce_scatter", mine, slot_in, inp, checks)
+        _combine(kernel, out, rows, average)
+        self.group.last_algorithm = "reduce_scatter/eager"
         return True
 
     def barrier(self) -> bool:
@@ -217,84 +258,106 @@ class AcrossHostsLane:
         """A row's cell less the sequence number: the general path's bytes exactly."""
         return Fingerprint(0, kind, **fields).pack()[_SEQ.size:] + _WORDS.pack(piece, 0, carried)
 
-    def _checks(self, cells: dict[int, bytes], lengths: dict[int, int]
+    def _checks(self, cells: list[bytes], lengths: list[int]
                 ) -> tuple[tuple[int, bytes], ...]:
         """(offset, cell) of every group rank's row in the exchanged table, when group rank
-        g's row carries ``lengths[g]`` bytes; host by host, as the leaders pack them."""
-        group = self.group
-        checks = []
-        for h, members in enumerate(group.layout.hosts):
-            at = h * group._cap
-            for g in members:
-                checks.append((at, cells[g]))
-                at += CELL + lengths[g]
-        return tuple(checks)
+        g's row has cell ``cells[g]`` and carries ``lengths[g]`` bytes."""
+        return tuple(zip(self.group.row_offsets(lengths), cells))
 
     def _payload(self, at: int, like: np.ndarray) -> np.ndarray:
         """The payload of the row at ``at`` in the table, seen as an array like ``like``."""
         raw = self.group._table[at + CELL:at + CELL + like.nbytes]
         return raw.view(like.dtype).reshape(like.shape)
 
-    def _offsets(self, checks: tuple[tuple[int, bytes], ...]) -> list[int]:
-        """The rows' offsets in group-rank order (``checks`` is host by host)."""
-        order = [g for members in self.group.layout.hosts for g in members]
-        at = dict(zip(order, (c[0] for c in checks)))
-        return [at[g] for g in range(self.group.size())]
-
-    def _all_reduce_plan(self, arr: np.ndarray, op: Any) -> tuple | bool:
+    def _all_reduce_plan(self, arr: np.ndarray, op: Any, kind: str = "all_reduce",
+                         root: int = -1) -> tuple | bool:
         group, dtype, n = self.group, arr.dtype, self.group.size()
         if (dtype.name not in ops.FAST_DTYPES or not dtype.isnative
-                or arr.nbytes > EAGER_BYTES or n < 2):
+                or arr.nbytes > group.eager_bytes or n < 2):
             return False
         try:
-            rop = ops.validate(op, dtype, caller="all_reduce")
+            rop = ops.validate(op, dtype, caller=kind)
         except InvalidUsage:  # the general path raises it, naming the rank
             return False
-        mine = self._cell("all_reduce", arr.size, arr.nbytes, dtype=dtype.name, op=rop.name,
-                          count=arr.size)
-        checks = self._checks(dict.fromkeys(range(n), mine), dict.fromkeys(range(n), arr.nbytes))
+        mine = self._cell(kind, arr.size, arr.nbytes, dtype=dtype.name, op=rop.name,
+                          root=root, count=arr.size)
+        checks = self._checks([mine] * n, [arr.nbytes] * n)
         combine = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
         slot_in = group._slot[CELL:CELL + arr.nbytes].view(dtype).reshape(arr.shape)
-        rows = [self._payload(at, arr) for at in self._offsets(checks)]
+        rows = [self._payload(at, arr) for at, _ in checks]
         return mine, slot_in, checks, rows, ops.kernel(combine, dtype), rop is ops.ReduceOp.AVG
+
+    def _reduce_plan(self, arr: np.ndarray, op: Any, dst: Any) -> tuple | bool:
+        group = self.group
+        root = group._group_rank_of.get(dst) if type(dst) is int else None
+        plan = self._all_reduce_plan(arr, op, "reduce", root) if root is not None else False
+        if not plan:
+            return False
+        mine, slot_in, checks, rows, kernel, average = plan
+        return (mine, slot_in, checks, rows if group.rank() == root else None, kernel,
+                average)
+
+    def _all_gather_plan(self, out: np.ndarray, inp: np.ndarray) -> tuple | bool:
+        group, dtype, n = self.group, inp.dtype, self.group.size()
+        if (dtype.name not in _MOVE_DTYPES or not dtype.isnative or out.dtype != dtype
+                or out.size != inp.size * n or inp.nbytes > group.eager_bytes or n < 2):
+            return False
+        mine = self._cell("all_gather", inp.size, inp.nbytes, dtype=dtype.name,
+                          extra=counts_hash([inp.size] * n))
+        checks = self._checks([mine] * n, [inp.nbytes] * n)
+        slot_in = group._slot[CELL:CELL + inp.nbytes].view(dtype).reshape(inp.shape)
+        flat = inp.reshape(-1)
+        return mine, slot_in, checks, [self._payload(at, flat) for at, _ in checks]
+
+    def _reduce_scatter_plan(self, out: np.ndarray, inp: np.ndarray, op: Any
+                             ) -> tuple | bool:
+        group, dtype, n = self.group, inp.dtype, self.group.size()
+        if (dtype.name not in ops.FAST_DTYPES or not dtype.isnative or out.dtype != dtype
+                or inp.size != out.size * n or inp.nbytes > group.eager_bytes or n < 2):
+            return False
+        try:
+            rop = ops.validate(op, dtype, caller="reduce_scatter")
+        except InvalidUsage:
+            return False
+        mine = self._cell("reduce_scatter", out.size, inp.nbytes, dtype=dtype.name,
+                          op=rop.name, extra=counts_hash([out.size] * n))
+        checks = self._checks([mine] * n, [inp.nbytes] * n)
+        slot_in = group._slot[CELL:CELL + inp.nbytes].view(dtype).reshape(inp.shape)
+        piece = slice(group.rank() * out.size, (group.rank() + 1) * out.size)
+        whole = inp.reshape(-1)
+        rows = [self._payload(at, whole)[piece].reshape(out.shape) for at, _ in checks]
+        combine = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
+        return (mine, slot_in, checks, rows, ops.kernel(combine, dtype),
+                rop is ops.ReduceOp.AVG)
 
     def _broadcast_plan(self, arr: np.ndarray, src: Any) -> tuple | bool:
         group, dtype, n = self.group, arr.dtype, self.group.size()
         root = group._group_rank_of.get(src) if type(src) is int else None
         if (root is None or dtype.name not in _MOVE_DTYPES or not dtype.isnative
-                or arr.nbytes > EAGER_BYTES):
+                or arr.nbytes > group.eager_bytes):
             return False
         # Only the root's row carries the data: its cell says so, the others' say 0 bytes.
-        lengths = {g: arr.nbytes if g == root else 0 for g in range(n)}
-        cells = {g: self._cell("broadcast", arr.size, lengths[g], dtype=dtype.name, root=root,
-                               count=arr.size) for g in range(n)}
+        lengths = [arr.nbytes if g == root else 0 for g in range(n)]
+        cells = [self._cell("broadcast", arr.size, lengths[g], dtype=dtype.name, root=root,
+                            count=arr.size) for g in range(n)]
         checks = self._checks(cells, lengths)
         at_root = group.rank() == root
         slot_in = (group._slot[CELL:CELL + arr.nbytes].view(dtype).reshape(arr.shape)
                    if at_root else None)
-        row = None if at_root else self._payload(self._offsets(checks)[root], arr)
+        row = None if at_root else self._payload(checks[root][0], arr)
         return cells[group.rank()], slot_in, checks, row
 
     def _barrier_plan(self) -> tuple | bool:
         n = self.group.size()
         mine = self._cell("barrier", 0, 0)
-        return mine, self._checks(dict.fromkeys(range(n), mine), dict.fromkeys(range(n), 0))
+        return mine, self._checks([mine] * n, [0] * n)
 
     # ------------------------------------------------ what the general path takes
-
-    def reduce(self, *args: Any) -> bool:
-        return False
-
-    def all_gather(self, *args: Any) -> bool:
-        return False
 
     def gather(self, *args: Any) -> bool:
         return False
 
     def scatter(self, *args: Any) -> bool:
-        return False
-
-    def reduce_scatter(self, *args: Any) -> bool:
         return False
 
     def all_to_all(self, *args: Any) -> bool:
@@ -311,6 +374,17 @@ class AcrossHostsLane:
 
     def irecv(self, *args: Any) -> None:
         return None
+
+
+def _combine(kernel: Any, dst: np.ndarray, rows: list[np.ndarray], average: bool) -> None:
+    """``dst`` = the rows combined left to right in group-rank order, as the general
+    path's :func:`meshcast.ops.reduce_many` (bitwise the same result), then AVG's
+    division."""
+    kernel(rows[0], rows[1], out=dst)
+    for row in rows[2:]:
+        kernel(dst, row, out=dst)
+    if average:
+        ops.finish_average(dst, len(rows))
 
 
 __all__ = ["AcrossHostsLane"]

@@ -234,10 +234,45 @@ def lane_beside_general_path():
                 dist.broadcast(x, root)
                 _eq(x, inputs[root], f"broadcast root {root} {dtype}, rank {general} general")
                 assert g.last_algorithm == "broadcast/eager", g.last_algorithm
+                for op in (ops.ReduceOp.SUM, ops.ReduceOp.MAX, ops.ReduceOp.AVG):
+                    if not _valid(op, dtype):
+                        continue
+                    x = placed(inputs[r], r == general)
+                    dist.reduce(x, root, op)
+                    _eq(x, ref.reduced(inputs, op) if r == root else inputs[r],
+                        f"reduce {op.name} root {root} {dtype}, rank {general} general")
+                    assert g.last_algorithm == "reduce/eager", g.last_algorithm
+            whole = np.empty(6 * n * (2 if r == general else 1), inputs[r].dtype)
+            out = whole[::2] if r == general else whole
+            dist.all_gather_into_tensor(out, inputs[r])
+            _eq(out, np.concatenate(inputs), f"all_gather {dtype}, rank {general} general")
+            assert g.last_algorithm == "all_gather/eager", g.last_algorithm
+            out[r * 6:(r + 1) * 6] = inputs[r]  # in place: my input is my piece of the output
+            dist.all_gather_into_tensor(out, out[r * 6:(r + 1) * 6])
+            _eq(out, np.concatenate(inputs), f"all_gather in place {dtype}, rank {general}")
+            full = [ref.rank_input(q, 3 * n, dtype, 5) for q in range(n)]
+            for op in (ops.ReduceOp.SUM, ops.ReduceOp.MIN, ops.ReduceOp.AVG):
+                if not _valid(op, dtype):
+                    continue
+                got = placed(np.empty(3, inputs[r].dtype), r == general)
+                dist.reduce_scatter_tensor(got, full[r], op)
+                _eq(got, ref.reduce_scatter(full, op)[r], f"reduce_scatter {op.name} {dtype}, "
+                                                         f"rank {general} general")
+                assert g.last_algorithm == "reduce_scatter/eager", g.last_algorithm
+                mine = full[r].copy()  # in place: the output is my piece of the input
+                dist.reduce_scatter_tensor(mine[r * 3:(r + 1) * 3], mine, op)
+                _eq(mine[r * 3:(r + 1) * 3], ref.reduce_scatter(full, op)[r],
+                    f"reduce_scatter in place {op.name} {dtype}")
     assert any(g.lane.plans.values()), "the lane took no call"
     x = np.full((2, 3), r + 1, np.int32)
     dist.all_reduce(x)
     _eq(x, np.full((2, 3), n * (n + 1) // 2), "2-D all_reduce")
+    out = np.empty((n, 2, 3), np.int32)
+    dist.all_gather_into_tensor(out, np.full((2, 3), r, np.int32))
+    _eq(out, np.repeat(np.arange(n), 6), "2-D all_gather")
+    got = np.empty((1, 2), np.float64)
+    dist.reduce_scatter_tensor(got, np.ones((n, 2), np.float64))
+    _eq(got, np.full(2, float(n)), "2-D reduce_scatter")
     x = np.zeros((0, 4), np.float32)
     dist.all_reduce(x)
     dist.broadcast(x, n - 1)

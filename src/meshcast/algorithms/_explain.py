@@ -71,15 +71,22 @@ def explain(coll: str, nbytes: int, n: int, hosts: int = 1, cma: bool = True) ->
 
 
 def _across(coll: str, nbytes: int, n: int, hosts: int, what: str) -> str:
-    from ..spanning import EAGER_BYTES
-
     per = [n // hosts + (h < n % hosts) for h in range(hosts)]
+    eager = hierarchical.EAGER_BYTES[hierarchical.agreement_route("mpi", n)]
+    eager_gloo = hierarchical.EAGER_BYTES[hierarchical.agreement_route("gloo", n)]
     layout = hierarchical.Layout(tuple(tuple(range(sum(per[:h]), sum(per[:h + 1])))
                                        for h in range(hosts)), 0)
     lines = [f"{what}, {hosts} hosts ({' + '.join(map(str, per))} ranks):"]
-    if coll != "all_to_all" and nbytes <= EAGER_BYTES:
-        lines.append(f"  runs      {coll}/eager: the data travels with the call's agreement "
-                     f"(every rank's data <= {EAGER_BYTES} B; spanning.py)")
+    if coll != "all_to_all" and nbytes <= max(eager, eager_gloo):
+        over = "" if nbytes <= min(eager, eager_gloo) else (
+            " over MPI" if nbytes <= eager else " over Gloo")
+        lines.append(f"  runs      {coll}/eager{over}: the data travels with the call's "
+                     f"agreement (every rank's data <= {eager} B over MPI, {eager_gloo} B "
+                     "over Gloo; algorithms/hierarchical.py EAGER_BYTES, spanning.py)")
+        if eager_gloo < nbytes:
+            family = hierarchical.choose(coll, layout, nbytes, None, "gloo")
+            lines.append(f"            {coll}/{family} over Gloo (algorithms/hierarchical.py "
+                         "DEFAULTS and choose())")
     else:
         family = hierarchical.choose(coll, layout, nbytes, None, "mpi")
         over_gloo = hierarchical.choose(coll, layout, nbytes, None, "gloo")

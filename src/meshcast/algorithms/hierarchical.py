@@ -195,7 +195,7 @@ class Layout:
 #: 6.62 / 12.7 / 204; all_reduce leader 4.46 / 15.3 / 189, flat 8.88 / 14.1 / 219.
 #:
 #: ``rails`` needs every host to hold the same number (> 1) of ranks; where it cannot run,
-#: ``leader`` does. Calls of at most ``spanning.EAGER_BYTES`` per rank never get here:
+#: ``leader`` does. Calls of at most :data:`EAGER_BYTES` per rank never get here:
 #: their data rides in the agreement.
 DEFAULTS: dict[str, dict[str, tuple[tuple[int, str], ...]]] = {
     "mpi": {
@@ -228,6 +228,33 @@ def choose(kind: str, layout: Layout, nbytes: int, forced: str | None,
     if family == "rails" and not (layout.uniform and len(layout.hosts[0]) > 1):
         return "leader"
     return family
+
+
+#: Up to how many ranks the agreement's rows go straight from every rank to every other
+#: over an MPI engine (``flat``: one exchange, 2(n - 1) messages a rank); past it, and over
+#: Gloo, through each host's leader (``leaders``: local gather, one exchange among the
+#: leaders, local broadcast). Measured at 2 emulated hosts x 2 ranks on 2 cores, 8 B
+#: all_reduce over MPICH (ofi/tcp), alternating in one session: flat 66-80 us, leaders
+#: 115-150 us (MPICH's own 42-58 us); raw persistent sends and receives of 56 B rows
+#: among the 4 ranks take 55-58 us. Three phases cost three wake-ups of ranks that
+#: share cores, where MPI moves a row within a host through its own shared memory.
+#: Over Gloo every exchange pays Gloo's per-call overhead, so one among the leaders wins.
+AGREEMENT_FLAT_MAX = 8
+
+#: The most data bytes per rank that ride in the agreement's rows (an *eager* call, which
+#: crosses hosts once), per route. Flat rows go to each rank at their own length, so a
+#: larger cap costs only the receive buffers; at 2 emulated hosts x 2 ranks over MPICH,
+#: 2 Gbit/s, one session, caps of 976 B against 8 KiB: all_reduce of 2 / 4 / 8 KiB took
+#: 306 / 398 / 415 us against 188 / 183 / 202 us, broadcast 282 / 274 / 284 against 122 /
+#: 114 / 131 us, all_gather of 4 / 8 KiB 378 / 361 against 158 / 155 us. Through the
+#: leaders the rows are padded to the cap over Gloo, so it stays small there.
+EAGER_BYTES = {"flat": 8192, "leaders": 976}
+
+
+def agreement_route(engine: str, size: int) -> str:
+    """How a group's agreement rows travel: ``"flat"`` or ``"leaders"`` (see
+    :data:`AGREEMENT_FLAT_MAX`); :data:`EAGER_BYTES` of the route caps its eager calls."""
+    return "flat" if engine == "mpi" and size <= AGREEMENT_FLAT_MAX else "leaders"
 
 
 def supports(kind: str, family: str, layout: Layout) -> str | None:
