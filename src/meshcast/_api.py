@@ -174,7 +174,9 @@ def _lane(group: GroupLike) -> TinyCallLane | AcrossHostsLane | None:
     if w is None:
         return None
     pg = w.default_group if group is None else group
-    return pg.lane if type(pg) in _GROUP_TYPES and pg in w.groups else None
+    kind = type(pg)  # (two identity tests: cheaper than a tuple's membership test)
+    return (pg.lane if (kind is ProcessGroup or kind is HostSpanningGroup) and pg in w.groups
+            else None)
 
 
 def _finish(work: Work | None, async_op: bool) -> Work | None:
