@@ -137,14 +137,18 @@ class MpiComm(HostComm):
                     out, n, cap)
                 self._sized_last = (out, n, cap, reqs)
             _startall(reqs)
+        except Exception as exc:  # noqa: BLE001 - MPI's error, made ours
+            raise self.failure(what, exc) from exc
+        try:
             # A few yields before the general wait: the other members' rows are usually
             # on their way, and the wait's bookkeeping costs a core that ranks share.
             for _ in range(self.QUICK_POLLS):
                 if _testall(reqs):
                     return
                 _yield()
-        except Exception as exc:  # noqa: BLE001 - MPI's error, made ours
-            raise self.failure(what, exc) from exc
+        except Exception as exc:  # noqa: BLE001 - as the general wait: the lost host named
+            self.failed = True
+            raise self._explained(what, exc) from exc
         self.wait(_MpiAll(reqs), deadline, what)
 
     #: Yields of allgather_sized's quick poll before the general wait takes over (with
