@@ -9,12 +9,16 @@ sizes and flags of the published pages in one place::
 
     sudo python benchmarks/multihost/run.py --rate 2gbit --report benchmarks/multihost
     sudo python benchmarks/multihost/run.py --rate '' --report benchmarks/multihost/unlimited
+    sudo python benchmarks/multihost/run.py --rate 2gbit --sizes 8,64,512,4K,8K \\
+        --iters 1000 --warmup 100 --report benchmarks/multihost/small
 
-which run::
+the first of which runs::
 
     meshcast bench --hosts 2x2 --rate 2gbit --op all_reduce,all_gather,reduce_scatter,broadcast \\
-        --sizes 8,128K,2M,32M -w 3 --iters 10 --internode mpi --compare gloo,mpi,meshcast+gloo \\
+        --sizes 8,128K,2M,32M -w 5 --iters 50 --internode mpi --compare gloo,mpi,meshcast+gloo \\
         --report benchmarks/multihost
+
+(50 timed calls a size: with 10, two runs of a 128 KiB all_reduce differed twofold.)
 
 Needs root, iproute2, mpi4py + mpich and torch (the bench says what is missing before
 it starts anything). Other flags go to ``meshcast bench`` unchanged.
@@ -38,8 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter,broadcast")
     p.add_argument("--sizes", default="8,128K,2M,32M", help="bytes, comma separated")
     p.add_argument("--compare", default="gloo,mpi,meshcast+gloo")
-    p.add_argument("--iters", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--report", default="", metavar="DIR",
                    help="write the results page DIR/README.md (and DIR/results/)")

@@ -208,7 +208,7 @@ class AcrossHostsLane:
         fifo = group.fifo
         if not fifo.enter_inline():
             group.fifo.call(lambda: self._round(kind, mine, slot_in, arr, checks),
-                            str(self._whats[kind]))
+                            f"{kind} on {group.group_name}")
             return
         try:
             self._round(kind, mine, slot_in, arr, checks)
