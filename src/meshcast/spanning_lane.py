@@ -354,26 +354,16 @@ class AcrossHostsLane:
 
     # ------------------------------------------------ what the general path takes
 
-    def gather(self, *args: Any) -> bool:
+    def _declined(self, *args: Any) -> bool:
+        """A call the lane does not take (yet): the front door runs the general path."""
         return False
 
-    def scatter(self, *args: Any) -> bool:
-        return False
-
-    def all_to_all(self, *args: Any) -> bool:
-        return False
-
-    def send(self, *args: Any) -> bool:
-        return False
-
-    def recv(self, *args: Any) -> bool:
-        return False
-
-    def isend(self, *args: Any) -> None:
+    def _no_work(self, *args: Any) -> None:
+        """A point-to-point call the lane does not take: no Work, the general path's."""
         return None
 
-    def irecv(self, *args: Any) -> None:
-        return None
+    gather = scatter = all_to_all = send = recv = _declined
+    isend = irecv = _no_work
 
 
 def _combine(kernel: Any, dst: np.ndarray, rows: list[np.ndarray], average: bool) -> None:
