@@ -238,15 +238,23 @@ class HostSpanningGroup(GroupRanks):
         def job() -> None:
             deadline = time.monotonic() + self.timeout
             counts, auxes, rows = self._agree(fp, mine, aux, payload, deadline, what)
-            if rows is not None and eager is not None:
-                eager(rows, counts, auxes)
-            else:
-                body(_Ctx(self, deadline, what), counts, auxes)
+            self._settle(body, eager, counts, auxes, rows, deadline, what)
 
         if async_op:
             return self.fifo.submit(job, Work(what), inline=False)
         self.fifo.call(job, what)
         return None
+
+    def _settle(self, body: Callable[[_Ctx, list[int], list[int]], None],
+                eager: Callable[[list[np.ndarray], list[int], list[int]], None] | None,
+                counts: list[int], auxes: list[int], rows: list[np.ndarray] | None,
+                deadline: float, what: Any) -> None:
+        """Finish an agreed call: ``eager`` from the rows when every rank's data rode in
+        them, else ``body`` (the call's family)."""
+        if rows is not None and eager is not None:
+            eager(rows, counts, auxes)
+        else:
+            body(_Ctx(self, deadline, what), counts, auxes)
 
     def _agree(self, fp: Fingerprint, mine: int, aux: int, payload: np.ndarray | None,
                deadline: float, what: str
@@ -478,6 +486,16 @@ class HostSpanningGroup(GroupRanks):
         family, path = self._family("gather", in_flat.nbytes, algorithm)
         fp = self._fp("gather", path=path, dtype=dtype_name, root=root)
         aux = counts_hash(expected_counts) if self._rank == root else 0
+        body, eager = self._gather_steps(fp, family, out_pieces, in_flat, root, finish)
+        return self._call(fp, in_flat.size, aux, async_op, body,
+                          self._eager_payload("gather", algorithm, _bytes_of(in_flat)), eager)
+
+    def _gather_steps(self, fp: Fingerprint, family: str,
+                      out_pieces: Sequence[np.ndarray] | None, in_flat: np.ndarray, root: int,
+                      finish: Callable[[], None]) -> tuple[Callable[..., None],
+                                                           Callable[..., None]]:
+        """gather's (body, eager) once the ranks agreed (see :meth:`_settle`); the lane
+        finishes a call whose rows it did not expect with them too."""
 
         def check(counts: list[int], auxes: list[int]) -> None:
             if auxes[root] != counts_hash(counts):
@@ -499,8 +517,7 @@ class HostSpanningGroup(GroupRanks):
                     _bytes_of(piece)[:] = row
             finish()
 
-        return self._call(fp, in_flat.size, aux, async_op, body,
-                          self._eager_payload("gather", algorithm, _bytes_of(in_flat)), eager)
+        return body, eager
 
     def scatter(self, out_flat: np.ndarray, in_flat: np.ndarray | None, root: int,
                 dtype_name: str, finish: Callable[[], None], *, algorithm: str | None = None,
@@ -509,6 +526,15 @@ class HostSpanningGroup(GroupRanks):
         family, path = self._family("scatter", out_flat.nbytes, algorithm)
         fp = self._fp("scatter", path=path, dtype=dtype_name, root=root)
         aux = counts_hash(expected_counts) if self._rank == root else 0
+        body, eager = self._scatter_steps(fp, family, out_flat, in_flat, root, finish)
+        mine = _bytes_of(in_flat) if in_flat is not None else _NO_BYTES
+        return self._call(fp, out_flat.size, aux, async_op, body,
+                          self._eager_payload("scatter", algorithm, mine), eager)
+
+    def _scatter_steps(self, fp: Fingerprint, family: str, out_flat: np.ndarray,
+                       in_flat: np.ndarray | None, root: int, finish: Callable[[], None]
+                       ) -> tuple[Callable[..., None], Callable[..., None]]:
+        """scatter's (body, eager) once the ranks agreed, as :meth:`_gather_steps`."""
 
         def check(counts: list[int], auxes: list[int]) -> None:
             if auxes[root] != counts_hash(counts):
@@ -533,9 +559,7 @@ class HostSpanningGroup(GroupRanks):
             _bytes_of(out_flat)[:] = rows[root][start:start + out_flat.nbytes]
             finish()
 
-        mine = _bytes_of(in_flat) if in_flat is not None else _NO_BYTES
-        return self._call(fp, out_flat.size, aux, async_op, body,
-                          self._eager_payload("scatter", algorithm, mine), eager)
+        return body, eager
 
     def reduce_scatter(self, out_buf: Buffer, in_flat: np.ndarray, counts: Sequence[int],
                        op: ops.ReduceOp, finish: Callable[[], None], *,

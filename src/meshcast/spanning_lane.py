@@ -39,6 +39,7 @@ from ._fingerprint import SIZE as FP_SIZE
 from ._fingerprint import Fingerprint, counts_hash
 from .agreement_rows import _WORDS, CELL
 from .errors import InvalidUsage, MismatchError
+from .lanes import _alike, _nothing
 
 _SEQ = struct.Struct("<Q")  # the fingerprint's first field (see _fingerprint._STRUCT)
 _PLANS_MAX = 64
@@ -75,6 +76,15 @@ class SpanningView(Protocol):
 
     def _read_rows(self, packed: bytes) -> Any: ...
 
+    def _family(self, kind: str, nbytes: int, algorithm: str | None) -> tuple[str, int]: ...
+
+    def _settle(self, body: Any, eager: Any, counts: list[int], auxes: list[int],
+                rows: Any, deadline: float, what: Any) -> None: ...
+
+    def _gather_steps(self, *args: Any) -> Any: ...
+
+    def _scatter_steps(self, *args: Any) -> Any: ...
+
     def row_offsets(self, carried: list[int]) -> list[int]: ...
 
 
@@ -104,7 +114,8 @@ class AcrossHostsLane:
         self.plans: dict[tuple, tuple | bool] = {}
         self._last_all_reduce: tuple = (None, None, None, False)
         self._whats = {k: _What(group, k) for k in (
-            "all_reduce", "broadcast", "barrier", "reduce", "all_gather", "reduce_scatter")}
+            "all_reduce", "broadcast", "barrier", "reduce", "all_gather", "reduce_scatter",
+            "gather", "scatter")}
         self._slot = group._slot_view
 
     # ------------------------------------------------------------------ calls
@@ -187,6 +198,59 @@ class AcrossHostsLane:
         self.group.last_algorithm = "reduce_scatter/eager"
         return True
 
+    def gather(self, inp: np.ndarray, outs: Any, dst: int | None) -> bool:
+        """:meth:`HostSpanningGroup.gather` of ``inp`` into the list ``outs`` on global rank
+        ``dst`` (None: the group's first rank), every piece shaped like ``inp``; False if
+        it does not qualify. A rank whose call turns out to be a legal uneven gather (a
+        third rank's piece is larger) finishes it the general way."""
+        plan = self._plan(("gather", inp.dtype, inp.shape, dst), self._gather_plan, inp, dst)
+        if not plan or not inp.flags.c_contiguous:
+            return False
+        mine, slot_in, checks, rows, root = plan
+        group = self.group
+        at_root = group.rank() == root
+        if not (_alike(outs, inp, group.size(), writable=True) if at_root else outs is None):
+            return False
+        flat = inp.reshape(-1)
+
+        def steps(seq: int) -> Any:
+            fp = Fingerprint(seq, "gather", dtype=inp.dtype.name, root=root)
+            family = group._family("gather", inp.nbytes, None)[0]
+            return group._gather_steps(fp, family, outs if at_root else None, flat, root,
+                                       _nothing)
+
+        if self._exchange("gather", mine, slot_in, inp, checks, steps):
+            if at_root:
+                for piece, row in zip(outs, rows):
+                    piece[...] = row
+            group.last_algorithm = "gather/eager"
+        return True
+
+    def scatter(self, out: np.ndarray, ins: Any, src: int | None) -> bool:
+        """:meth:`HostSpanningGroup.scatter` of the list ``ins`` on global rank ``src``
+        (None: the group's first rank) into ``out``, every piece shaped like ``out``;
+        False if it does not qualify. As :meth:`gather`, a legal uneven call the lane
+        did not expect is finished the general way."""
+        plan = self._plan(("scatter", out.dtype, out.shape, src), self._scatter_plan, out, src)
+        if not plan or not (out.flags.c_contiguous and out.flags.writeable):
+            return False
+        mine, slot_in, checks, row, root = plan
+        group = self.group
+        at_root = group.rank() == root
+        if not (_alike(ins, out, group.size(), writable=False) if at_root else ins is None):
+            return False
+
+        def steps(seq: int) -> Any:
+            fp = Fingerprint(seq, "scatter", dtype=out.dtype.name, root=root)
+            family = group._family("scatter", out.nbytes, None)[0]
+            whole = np.concatenate([p.reshape(-1) for p in ins]) if at_root else None
+            return group._scatter_steps(fp, family, out.reshape(-1), whole, root, _nothing)
+
+        if self._exchange("scatter", mine, slot_in, ins, checks, steps):
+            out[...] = row
+            group.last_algorithm = "scatter/eager"
+        return True
+
     def barrier(self) -> bool:
         """:meth:`HostSpanningGroup.barrier`: the agreement alone."""
         plan = self._plan(("barrier",), self._barrier_plan)
@@ -197,28 +261,35 @@ class AcrossHostsLane:
         self.group.last_algorithm = "barrier/agreement"
         return True
 
-    def _exchange(self, kind: str, mine: bytes, slot_in: np.ndarray | None,
-                  arr: np.ndarray | None, checks: tuple[tuple[int, bytes], ...]) -> None:
+    def _exchange(self, kind: str, mine: bytes, slot_in: Any, arr: Any,
+                  checks: tuple[tuple[int, bytes], ...], steps: Any = None) -> bool:
         """One eager agreement: this rank's row (cell ``mine`` after the sequence number,
-        then ``arr`` into ``slot_in``) exchanged, and every row checked against
-        ``checks`` (offset, cell); inline on the idle group, else behind its queued
-        async work, as the general path. Raises the general path's MismatchError when
-        the rows disagree."""
+        then ``arr`` into ``slot_in``, or each of a list into each of a list) exchanged,
+        and every row checked against ``checks`` (offset, cell); inline on the idle
+        group, else behind its queued async work, as the general path.
+
+        Returns True when every row is as expected (the caller finishes the call from
+        the table). Rows that are not raise the general path's MismatchError, unless
+        they are a legal call the lane did not expect (an uneven gather's pieces):
+        ``steps(seq)`` then gives the general path's (body, eager), which finish the
+        call, and the result is False.
+        """
         group = self.group
         fifo = group.fifo
         if not fifo.enter_inline():
-            group.fifo.call(lambda: self._round(kind, mine, slot_in, arr, checks),
-                            f"{kind} on {group.group_name}")
-            return
+            return group.fifo.call(
+                lambda: self._round(kind, mine, slot_in, arr, checks, steps),
+                f"{kind} on {group.group_name}")
         try:
-            self._round(kind, mine, slot_in, arr, checks)
+            done = self._round(kind, mine, slot_in, arr, checks, steps)
         except BaseException as exc:
             fifo.leave_inline(exc)
             raise
         fifo.leave_inline(None)
+        return done
 
-    def _round(self, kind: str, mine: bytes, slot_in: np.ndarray | None,
-               arr: np.ndarray | None, checks: tuple[tuple[int, bytes], ...]) -> None:
+    def _round(self, kind: str, mine: bytes, slot_in: Any, arr: Any,
+               checks: tuple[tuple[int, bytes], ...], steps: Any) -> bool:
         group = self.group
         what = self._whats[kind]
         seq = next(group._seq)
@@ -226,16 +297,25 @@ class AcrossHostsLane:
         slot = self._slot
         _SEQ.pack_into(slot, 0, seq)
         slot[_SEQ.size:CELL] = mine
-        if slot_in is not None:
+        if type(slot_in) is list:
+            for into, piece in zip(slot_in, arr):
+                into[...] = piece
+        elif slot_in is not None:
             slot_in[...] = arr
-        group._exchange(time.monotonic() + group.timeout, what)
+        deadline = time.monotonic() + group.timeout
+        group._exchange(deadline, what)
         table = group._table.tobytes()  # one copy, then plain bytes compares
         seqb = table[:0] + slot[:_SEQ.size]
         for at, cell in checks:
             if table[at:at + _SEQ.size] != seqb or table[at + _SEQ.size:at + CELL] != cell:
-                group._read_rows(bytes(slot[:FP_SIZE]))  # raises the MismatchError
-                raise MismatchError(f"{kind} #{seq} on {group.group_name}: the ranks' "
-                                    f"agreement rows differ in their sizes")
+                counts, auxes, rows = group._read_rows(bytes(slot[:FP_SIZE]))  # may raise
+                if steps is None:
+                    raise MismatchError(f"{kind} #{seq} on {group.group_name}: the ranks' "
+                                        f"agreement rows differ in their sizes")
+                body, eager = steps(seq)
+                group._settle(body, eager, counts, auxes, rows, deadline, what)
+                return False
+        return True
 
     # ------------------------------------------------------------------ plans
 
@@ -254,9 +334,10 @@ class AcrossHostsLane:
         return plan
 
     @staticmethod
-    def _cell(kind: str, piece: int, carried: int, **fields: Any) -> bytes:
+    def _cell(kind: str, piece: int, carried: int, aux: int = 0, **fields: Any) -> bytes:
         """A row's cell less the sequence number: the general path's bytes exactly."""
-        return Fingerprint(0, kind, **fields).pack()[_SEQ.size:] + _WORDS.pack(piece, 0, carried)
+        return (Fingerprint(0, kind, **fields).pack()[_SEQ.size:]
+                + _WORDS.pack(piece, aux, carried))
 
     def _checks(self, cells: list[bytes], lengths: list[int]
                 ) -> tuple[tuple[int, bytes], ...]:
@@ -330,6 +411,51 @@ class AcrossHostsLane:
         return (mine, slot_in, checks, rows, ops.kernel(combine, dtype),
                 rop is ops.ReduceOp.AVG)
 
+    def _root_of(self, rank: Any) -> int | None:
+        """The group rank of global rank ``rank`` (None: the group's first rank)."""
+        group = self.group
+        if rank is None:
+            return 0
+        return group._group_rank_of.get(rank) if type(rank) is int else None
+
+    def _gather_plan(self, inp: np.ndarray, dst: Any) -> tuple | bool:
+        group, dtype, n = self.group, inp.dtype, self.group.size()
+        root = self._root_of(dst)
+        if (root is None or dtype.name not in _MOVE_DTYPES or not dtype.isnative
+                or inp.nbytes > group.eager_bytes):
+            return False
+        # The root's cell names the pieces it expects (all like its input): a rank whose
+        # input differs shows in its row, and the root's check decides as the general
+        # path's does.
+        cells = [self._cell("gather", inp.size, inp.nbytes, dtype=dtype.name, root=root,
+                            aux=counts_hash([inp.size] * n) if g == root else 0)
+                 for g in range(n)]
+        checks = self._checks(cells, [inp.nbytes] * n)
+        slot_in = group._slot[CELL:CELL + inp.nbytes].view(dtype).reshape(inp.shape)
+        rows = [self._payload(at, inp) for at, _ in checks] if group.rank() == root else None
+        return cells[group.rank()], slot_in, checks, rows, root
+
+    def _scatter_plan(self, out: np.ndarray, src: Any) -> tuple | bool:
+        group, dtype, n = self.group, out.dtype, self.group.size()
+        root = self._root_of(src)
+        whole = out.nbytes * n
+        if (root is None or dtype.name not in _MOVE_DTYPES or not dtype.isnative
+                or whole > group.eager_bytes):
+            return False
+        # Only the root's row carries data: every rank's piece, back to back.
+        lengths = [whole if g == root else 0 for g in range(n)]
+        cells = [self._cell("scatter", out.size, lengths[g], dtype=dtype.name, root=root,
+                            aux=counts_hash([out.size] * n) if g == root else 0)
+                 for g in range(n)]
+        checks = self._checks(cells, lengths)
+        me = group.rank()
+        slot_in = ([group._slot[CELL + i * out.nbytes:CELL + (i + 1) * out.nbytes]
+                    .view(dtype).reshape(out.shape) for i in range(n)]
+                   if me == root else None)
+        at = checks[root][0] + me * out.nbytes
+        row = group._table[at + CELL:at + CELL + out.nbytes].view(dtype).reshape(out.shape)
+        return cells[me], slot_in, checks, row, root
+
     def _broadcast_plan(self, arr: np.ndarray, src: Any) -> tuple | bool:
         group, dtype, n = self.group, arr.dtype, self.group.size()
         root = group._group_rank_of.get(src) if type(src) is int else None
@@ -362,7 +488,7 @@ class AcrossHostsLane:
         """A point-to-point call the lane does not take: no Work, the general path's."""
         return None
 
-    gather = scatter = all_to_all = send = recv = _declined
+    all_to_all = send = recv = _declined
     isend = irecv = _no_work
 
 

@@ -263,6 +263,32 @@ def lane_beside_general_path():
                 dist.reduce_scatter_tensor(mine[r * 3:(r + 1) * 3], mine, op)
                 _eq(mine[r * 3:(r + 1) * 3], ref.reduce_scatter(full, op)[r],
                     f"reduce_scatter in place {op.name} {dtype}")
+            for root in range(n):
+                x = placed(inputs[r], r == general)
+                outs = [np.empty(6, inputs[r].dtype) for _ in range(n)] if r == root else None
+                dist.gather(x, outs, dst=root)
+                if r == root:
+                    _eq(np.concatenate(outs), np.concatenate(inputs),
+                        f"gather root {root} {dtype}, rank {general} general")
+                assert g.last_algorithm == "gather/eager", g.last_algorithm
+                got = placed(np.empty(6, inputs[r].dtype), r == general)
+                dist.scatter(got, [q.copy() for q in inputs] if r == root else None, src=root)
+                _eq(got, inputs[r], f"scatter root {root} {dtype}, rank {general} general")
+                assert g.last_algorithm == "scatter/eager", g.last_algorithm
+    # A legal uneven gather and scatter: the last rank's piece is longer, so the root's
+    # list is uneven (the general path) while the others expect even pieces (the lane):
+    # they finish the call the general way, with no error.
+    sizes = [2] * (n - 1) + [5]
+    for root in range(n):
+        mine = np.full(sizes[r], r, np.int32)
+        outs = [np.empty(k, np.int32) for k in sizes] if r == root else None
+        dist.gather(mine, outs, dst=root)
+        if r == root:
+            _eq(np.concatenate(outs), np.repeat(np.arange(n), sizes), f"uneven gather {root}")
+        got = np.empty(sizes[r], np.int32)
+        dist.scatter(got, [np.full(k, q, np.int32) for q, k in enumerate(sizes)]
+                     if r == root else None, src=root)
+        _eq(got, np.full(sizes[r], r), f"uneven scatter root {root}")
     assert any(g.lane.plans.values()), "the lane took no call"
     x = np.full((2, 3), r + 1, np.int32)
     dist.all_reduce(x)
