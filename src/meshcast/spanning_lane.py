@@ -1,8 +1,8 @@
 """The lane for tiny synchronous calls across hosts: the eager agreement with nothing around it.
 
 An 8-byte all_reduce across hosts is one exchange of rows (see
-:mod:`meshcast.spanning`): every rank's fingerprint and data gathered to its
-host's leader, swapped between the leaders, broadcast back. What the general
+:mod:`meshcast.spanning`): every rank's fingerprint and data, sent straight to
+every other rank over MPI, or through the hosts' leaders. What the general
 path spends around that exchange (Fingerprint objects, closures, a job for
 the group's call queue, parsing every row's words, per-call slicing) is
 Python on every rank, and on a machine whose cores the ranks share, every
@@ -22,7 +22,13 @@ family, an op invalid for the dtype) makes its method return False having
 done nothing, and the front door falls back to the general path, which
 validates and raises as usual. When the rows do not all say what this rank's
 says, the general reading of the table runs and raises the MismatchError
-every rank raises.
+every rank raises, or, for a legal call the lane did not expect (a gather or
+scatter whose pieces differ between ranks), finishes it with the general
+path's own steps.
+
+It takes all_reduce, broadcast, reduce, all_gather_into_tensor,
+reduce_scatter_tensor, gather, scatter and barrier; all_to_all and
+point-to-point calls go the general way.
 """
 
 from __future__ import annotations
