@@ -13,11 +13,12 @@ composition (:mod:`meshcast.algorithms.hierarchical`) of
 Agreement. Every call starts with an exchange of rows: a fingerprint (kind,
 dtype, count, op, root), each rank's own piece size, and, when the call's
 data is small (``eager_bytes``: ``algorithms.hierarchical.EAGER_BYTES``), the data
-itself. Rows are gathered to each
-host's leader over shared memory, exchanged among the leaders (each host's
-rows back to back, as long as they are: every row says its own length, so
-ranks that disagree about the call still exchange alike), broadcast back
-inside each host. Every rank then holds
+itself. Every row says its own length, so ranks that disagree about the call
+still exchange alike. Over MPI, in groups of at most
+``hierarchical.AGREEMENT_FLAT_MAX`` ranks, every rank sends its row straight to
+every other; otherwise rows are gathered to each host's leader over shared
+memory, exchanged among the leaders (each host's rows back to back), broadcast
+back inside each host (``hierarchical.agreement_route``). Every rank then holds
 every rank's fingerprint and raises the same :class:`MismatchError`, or
 learns the piece size of every rank (uneven all_gather, gather, scatter). No
 data moves before the ranks agree, except an *eager* call's, whose result

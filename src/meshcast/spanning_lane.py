@@ -311,7 +311,7 @@ class AcrossHostsLane:
         deadline = time.monotonic() + group.timeout
         group._exchange(deadline, what)
         table = group._table.tobytes()  # one copy, then plain bytes compares
-        seqb = table[:0] + slot[:_SEQ.size]
+        seqb = bytes(slot[:_SEQ.size])
         for at, cell in checks:
             if table[at:at + _SEQ.size] != seqb or table[at + _SEQ.size:at + CELL] != cell:
                 counts, auxes, rows = group._read_rows(bytes(slot[:FP_SIZE]))  # may raise
@@ -351,6 +351,12 @@ class AcrossHostsLane:
         g's row has cell ``cells[g]`` and carries ``lengths[g]`` bytes."""
         return tuple(zip(self.group.row_offsets(lengths), cells))
 
+    def _slot_like(self, like: np.ndarray, at: int = 0) -> np.ndarray:
+        """This rank's row's payload (from byte ``at`` of it), seen as an array like
+        ``like``: where the call's data is copied in."""
+        raw = self.group._slot[CELL + at:CELL + at + like.nbytes]
+        return raw.view(like.dtype).reshape(like.shape)
+
     def _payload(self, at: int, like: np.ndarray) -> np.ndarray:
         """The payload of the row at ``at`` in the table, seen as an array like ``like``."""
         raw = self.group._table[at + CELL:at + CELL + like.nbytes]
@@ -370,13 +376,13 @@ class AcrossHostsLane:
                           root=root, count=arr.size)
         checks = self._checks([mine] * n, [arr.nbytes] * n)
         combine = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
-        slot_in = group._slot[CELL:CELL + arr.nbytes].view(dtype).reshape(arr.shape)
+        slot_in = self._slot_like(arr)
         rows = [self._payload(at, arr) for at, _ in checks]
         return mine, slot_in, checks, rows, ops.kernel(combine, dtype), rop is ops.ReduceOp.AVG
 
     def _reduce_plan(self, arr: np.ndarray, op: Any, dst: Any) -> tuple | bool:
         group = self.group
-        root = group._group_rank_of.get(dst) if type(dst) is int else None
+        root = self._root_of(dst)
         plan = self._all_reduce_plan(arr, op, "reduce", root) if root is not None else False
         if not plan:
             return False
@@ -392,7 +398,7 @@ class AcrossHostsLane:
         mine = self._cell("all_gather", inp.size, inp.nbytes, dtype=dtype.name,
                           extra=counts_hash([inp.size] * n))
         checks = self._checks([mine] * n, [inp.nbytes] * n)
-        slot_in = group._slot[CELL:CELL + inp.nbytes].view(dtype).reshape(inp.shape)
+        slot_in = self._slot_like(inp)
         flat = inp.reshape(-1)
         return mine, slot_in, checks, [self._payload(at, flat) for at, _ in checks]
 
@@ -409,7 +415,7 @@ class AcrossHostsLane:
         mine = self._cell("reduce_scatter", out.size, inp.nbytes, dtype=dtype.name,
                           op=rop.name, extra=counts_hash([out.size] * n))
         checks = self._checks([mine] * n, [inp.nbytes] * n)
-        slot_in = group._slot[CELL:CELL + inp.nbytes].view(dtype).reshape(inp.shape)
+        slot_in = self._slot_like(inp)
         piece = slice(group.rank() * out.size, (group.rank() + 1) * out.size)
         whole = inp.reshape(-1)
         rows = [self._payload(at, whole)[piece].reshape(out.shape) for at, _ in checks]
@@ -437,7 +443,7 @@ class AcrossHostsLane:
                             aux=counts_hash([inp.size] * n) if g == root else 0)
                  for g in range(n)]
         checks = self._checks(cells, [inp.nbytes] * n)
-        slot_in = group._slot[CELL:CELL + inp.nbytes].view(dtype).reshape(inp.shape)
+        slot_in = self._slot_like(inp)
         rows = [self._payload(at, inp) for at, _ in checks] if group.rank() == root else None
         return cells[group.rank()], slot_in, checks, rows, root
 
@@ -455,16 +461,14 @@ class AcrossHostsLane:
                  for g in range(n)]
         checks = self._checks(cells, lengths)
         me = group.rank()
-        slot_in = ([group._slot[CELL + i * out.nbytes:CELL + (i + 1) * out.nbytes]
-                    .view(dtype).reshape(out.shape) for i in range(n)]
+        slot_in = ([self._slot_like(out, i * out.nbytes) for i in range(n)]
                    if me == root else None)
-        at = checks[root][0] + me * out.nbytes
-        row = group._table[at + CELL:at + CELL + out.nbytes].view(dtype).reshape(out.shape)
+        row = self._payload(checks[root][0] + me * out.nbytes, out)
         return cells[me], slot_in, checks, row, root
 
     def _broadcast_plan(self, arr: np.ndarray, src: Any) -> tuple | bool:
         group, dtype, n = self.group, arr.dtype, self.group.size()
-        root = group._group_rank_of.get(src) if type(src) is int else None
+        root = self._root_of(src)
         if (root is None or dtype.name not in _MOVE_DTYPES or not dtype.isnative
                 or arr.nbytes > group.eager_bytes):
             return False
@@ -474,8 +478,7 @@ class AcrossHostsLane:
                             count=arr.size) for g in range(n)]
         checks = self._checks(cells, lengths)
         at_root = group.rank() == root
-        slot_in = (group._slot[CELL:CELL + arr.nbytes].view(dtype).reshape(arr.shape)
-                   if at_root else None)
+        slot_in = self._slot_like(arr) if at_root else None
         row = None if at_root else self._payload(checks[root][0], arr)
         return cells[group.rank()], slot_in, checks, row
 

@@ -101,9 +101,8 @@ class MpiComm(HostComm):
     def __init__(self, comm: Any, ranks: Sequence[int], rank: int, name: str) -> None:
         super().__init__(ranks, rank, name)
         self.comm = comm
-        self._sized: dict[tuple[int, int, int], list[Any]] = {}
+        self._sized: dict[tuple[int, int, int], tuple[np.ndarray, list[Any]]] = {}
         self._sized_last: tuple[Any, int, int, list[Any]] = (None, 0, 0, [])
-        self._sized_keep: list[np.ndarray] = []
 
     def _iallgatherv(self, out: np.ndarray, mine: np.ndarray, counts: list[int]) -> Request:
         return self._iallgatherv_at(out, mine, counts, offsets(counts))
@@ -133,8 +132,8 @@ class MpiComm(HostComm):
             reqs = None
         try:
             if reqs is None:
-                reqs = self._sized.get((out.ctypes.data, n, cap)) or self._sized_requests(
-                    out, n, cap)
+                kept = self._sized.get((id(out), n, cap))
+                reqs = kept[1] if kept else self._sized_requests(out, n, cap)
                 self._sized_last = (out, n, cap, reqs)
             _startall(reqs)
         except Exception as exc:  # noqa: BLE001 - MPI's error, made ours
@@ -171,19 +170,18 @@ class MpiComm(HostComm):
         reqs = [self.comm.Recv_init([out[i * cap:(i + 1) * cap], MPI.BYTE], i, AGREE_TAG)
                 for i in range(self.size) if i != me]
         reqs += [self.comm.Send_init(mine, i, AGREE_TAG) for i in range(self.size) if i != me]
-        self._sized[(out.ctypes.data, n, cap)] = reqs
-        self._sized_keep.append(out)  # the buffer must outlive its requests
+        # (kept with its requests: the buffer must outlive them, and its id stays its own)
+        self._sized[(id(out), n, cap)] = (out, reqs)
         return reqs
 
     def _free_sized(self) -> None:
-        for reqs in self._sized.values():
+        for _, reqs in self._sized.values():
             for r in reqs:
                 try:
                     r.Free()
                 except Exception:  # noqa: BLE001 - an active or already freed request
                     pass
         self._sized.clear()
-        self._sized_keep.clear()
         self._sized_last = (None, 0, 0, [])
 
     def _ialltoallv(self, out: np.ndarray, recv: list[int], inp: np.ndarray,
