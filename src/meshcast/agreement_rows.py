@@ -22,6 +22,9 @@ _WORDS = struct.Struct("<qIi")
 CELL = FP_SIZE + _WORDS.size  # 48
 _CARRIED = struct.Struct("<i")  # the words' last field, read alone to walk the rows
 CARRIED_AT = FP_SIZE + _WORDS.size - _CARRIED.size
+#: How a row says its length to a transport that forwards rows it cannot parse
+#: (``MpiComm.exchange_rows``): CELL bytes, plus the int32 at CARRIED_AT when positive.
+ROW_LENGTH = (CELL, CARRIED_AT)
 #: A call whose every rank's data fits in its row (up to the route's
 #: ``algorithms.hierarchical.EAGER_BYTES``: an 8 B all_reduce, a small broadcast...) is
 #: *eager*: its data rides in the agreement exchange, so it crosses hosts once instead of
@@ -33,4 +36,4 @@ def _row_length(buf: Any, at: int) -> int:
     return CELL + max(_CARRIED.unpack_from(buf, at + CARRIED_AT)[0], 0)
 
 
-__all__ = ["CELL"]
+__all__ = ["CELL", "ROW_LENGTH"]

@@ -43,7 +43,7 @@ from . import config, ops
 from ._fifo import CallFifo
 from ._fingerprint import SIZE as FP_SIZE
 from ._fingerprint import Fingerprint, compare, counts_hash, path_digest
-from .agreement_rows import _WORDS, CELL, _row_length
+from .agreement_rows import _WORDS, CELL, ROW_LENGTH, _row_length
 from .algorithms import hierarchical as hier
 from .algorithms.hierarchical import Layout
 from .buffers import Buffer, store_back, working_copy
@@ -180,6 +180,7 @@ class HostSpanningGroup(GroupRanks):
         # those parts at the length they have.
         route = hier.agreement_route(flat.engine, self._size)
         self._flat_rows = route == "flat"
+        self._row_steps = hier.agreement_steps(layout) if self._flat_rows else ()
         self.eager_bytes = hier.EAGER_BYTES[route]
         self._slot_bytes = CELL + self.eager_bytes
         widest = max(len(h) for h in layout.hosts)
@@ -285,7 +286,8 @@ class HostSpanningGroup(GroupRanks):
             used = _row_length(self._slot, 0)
             at = self._rank * self._slot_bytes
             self._table[at:at + used] = self._slot[:used]
-            self.flat.allgather_sized(self._table, used, self._slot_bytes, deadline, what)
+            self.flat.exchange_rows(self._table, self._row_steps, self._slot_bytes,
+                                    ROW_LENGTH, deadline, what)
             return
         # Through each host's leader: local gather, one exchange among the leaders, local
         # broadcast. Three rounds against two for rails (every rank's slot on its own

@@ -189,3 +189,31 @@ def test_choose_follows_the_measured_table_on_both_sides_of_every_step():
     assert hier.choose("all_reduce", even, 64, "rails") == "rails"
     assert "same number of ranks" in hier.supports("all_reduce", "rails", uneven)
     assert "unknown" in hier.supports("all_reduce", "ring", even)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
+def test_agreement_steps_bring_every_row_to_every_rank(shape):
+    """Run every rank's program phase by phase: a rank sends only rows it holds, every
+    pair's sends and receives list the same rows in the same order (MPI matches them
+    in order), and at the end every rank holds every row, each in its own place."""
+    n = _size(shape)
+    hosts = tuple(tuple(h) for h in shape)
+    programs = [hier.agreement_steps(hier.Layout(hosts, me)) for me in range(n)]
+    even = len({len(h) for h in shape}) == 1 and len(shape[0]) > 1
+    assert {len(p) for p in programs} == {2 if even else 1}
+    held = [{me: me} for me in range(n)]  # place -> whose row is there
+    for phase in range(max(len(p) for p in programs)):
+        sent: dict[tuple[int, int], list[int]] = {}
+        expected: dict[tuple[int, int], list[int]] = {}
+        for me, program in enumerate(programs):
+            for kind, peer, row in program[phase] if phase < len(program) else ():
+                if kind == 1:
+                    assert held[me].get(row) == row, (me, row)
+                    sent.setdefault((me, peer), []).append(row)
+                else:
+                    expected.setdefault((peer, me), []).append(row)
+        assert sorted(sent) == sorted(expected)
+        for (src, dst), rows in sent.items():
+            for row, place in zip(rows, expected[(src, dst)]):
+                held[dst][place] = row  # what arrives lands where the receiver put it
+    assert all(h == {g: g for g in range(n)} for h in held)

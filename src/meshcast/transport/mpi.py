@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import TransportError
 from ..ops import ReduceOp
+from . import mpi_rows
 from .interhost import AGREE_TAG, COLL_TAG, Engine, HostComm, Request, offsets
 
 
@@ -86,6 +87,21 @@ def _testall(reqs: list[Any]) -> bool:
     return _testall(reqs)
 
 
+class _ActivePhase(Request):
+    """The phase of a row exchange that outlasted its quick polls (see mpi_rows)."""
+
+    __slots__ = ("runner",)
+
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
+
+    def test(self) -> bool:
+        try:
+            return bool(self.runner.test())
+        except RuntimeError as exc:  # the compiled runner's MPI error code
+            raise mpi_rows.as_mpi_error(exc) from None
+
+
 _NATIVE_OPS = {"SUM": "SUM", "PRODUCT": "PROD", "MIN": "MIN", "MAX": "MAX", "BAND": "BAND",
                "BOR": "BOR", "BXOR": "BXOR", "AVG": "SUM"}
 
@@ -103,6 +119,9 @@ class MpiComm(HostComm):
         self.comm = comm
         self._sized: dict[tuple[int, int, int], tuple[np.ndarray, list[Any]]] = {}
         self._sized_last: tuple[Any, int, int, list[Any]] = (None, 0, 0, [])
+        # (table id, program, cap) -> (table, its runner: see mpi_rows)
+        self._runners: dict[tuple[int, tuple, int], tuple[np.ndarray, Any]] = {}
+        self._rows_last: tuple[Any, Any, Any] = (None, None, None)
 
     def _iallgatherv(self, out: np.ndarray, mine: np.ndarray, counts: list[int]) -> Request:
         return self._iallgatherv_at(out, mine, counts, offsets(counts))
@@ -138,9 +157,69 @@ class MpiComm(HostComm):
             _startall(reqs)
         except Exception as exc:  # noqa: BLE001 - MPI's error, made ours
             raise self.failure(what, exc) from exc
+        self._quick_wait(reqs, deadline, what)
+
+    def exchange_rows(self, out: np.ndarray, program: tuple, cap: int,
+                      length: tuple[int, int], deadline: float, what: Any) -> None:
+        """Run a program of row exchanges on the rows of ``out`` (row r at ``r * cap``).
+
+        Args:
+            out: the table of rows, every member's alike.
+            program: phases, run one after the other, each a tuple of operations
+                ``(kind, peer, row)``: kind 0 receives row ``row`` from member ``peer``
+                (at most ``cap`` bytes), kind 1 sends it, at the length the row says.
+                Every member's program must post its sends and receives between a pair
+                in the same order (MPI matches them in order).
+            cap: the bytes between rows (their largest length).
+            length: ``(base, word)``: a row is ``base`` bytes plus the int32 at ``word``
+                in it (when positive), at most ``cap``.
+            deadline, what: as for :meth:`wait`.
+
+        The compiled helper runs the program when it was built (one C call, see
+        transport/_mpi_rows.c); else mpi4py runs it on persistent requests
+        (:mod:`meshcast.transport.mpi_rows`).
+        """
+        last = self._rows_last  # the agreement passes one table and program, call after call
+        if not (last[0] is out and last[1] is program):
+            last = self._rows_last = (out, program, self._runner(out, program, cap, length))
+        runner = last[2]
+        done = self._run_phases(runner, 0, what)
+        while done < len(program):  # a phase outlasted the quick polls
+            self.wait(_ActivePhase(runner), deadline, what)
+            done = self._run_phases(runner, done + 1, what)
+
+    def _run_phases(self, runner: Any, first: int, what: Any) -> int:
         try:
-            # A few yields before the general wait: the other members' rows are usually
-            # on their way, and the wait's bookkeeping costs a core that ranks share.
+            return runner.run(first, self.QUICK_POLLS)
+        except Exception as exc:  # noqa: BLE001 - as the general wait: the lost host named
+            self.failed = True
+            error = mpi_rows.as_mpi_error(exc)
+            raise self._explained(what, error) from error
+
+    def _runner(self, out: np.ndarray, program: tuple, cap: int,
+                length: tuple[int, int]) -> Any:
+        """The runner of ``program`` on ``out`` (cached by the table's identity)."""
+        key = (id(out), program, cap)
+        kept = self._runners.get(key)
+        if kept is None:
+            if len(self._runners) >= self.SIZED_SHAPES:
+                self._free_runners()
+            kept = self._runners[key] = (out, mpi_rows.runner(self.comm, AGREE_TAG, out,
+                                                              program, cap, length))
+        return kept[1]  # (the table is kept with it: its id stays its own)
+
+    def _free_runners(self) -> None:
+        self._rows_last = (None, None, None)
+        for _, runner in self._runners.values():
+            if isinstance(runner, mpi_rows.PersistentRows):
+                runner.free()
+        self._runners.clear()
+
+    def _quick_wait(self, reqs: list[Any], deadline: float, what: Any) -> None:
+        """Wait for mpi4py requests: a few yields, then the general wait."""
+        try:
+            # The other members' rows are usually on their way, and the general wait's
+            # bookkeeping costs a core that ranks share.
             for _ in range(self.QUICK_POLLS):
                 if _testall(reqs):
                     return
@@ -220,6 +299,7 @@ class MpiComm(HostComm):
 
     def close(self) -> None:
         try:
+            self._free_runners()
             self._free_sized()
             self.comm.Free()
         except Exception:  # noqa: BLE001 - MPI may already be finalized at exit
