@@ -1,4 +1,4 @@
-"""Only the optional compiled helper lives here; everything else is in pyproject.toml."""
+"""Only the optional compiled helpers live here; everything else is in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -7,10 +7,12 @@ setup(
         # optional: without a C compiler meshcast installs and runs in pure Python
         # (the tiny calls' arena round then stays in transport/arena.py).
         Extension("meshcast.transport._tiny", ["src/meshcast/transport/_tiny.c"],
+                  depends=["src/meshcast/transport/_fold.h"],
                   extra_compile_args=["-O3", "-std=gnu11", "-ffp-contract=off"], optional=True),
-        # optional too: without it, the across-hosts agreement's rows are posted and
-        # polled through mpi4py (transport/mpi.py runs the same program).
+        # optional too: without it, mpi4py runs the across-hosts agreement's exchange
+        # of rows on persistent requests (transport/mpi_rows.py).
         Extension("meshcast.transport._mpi_rows", ["src/meshcast/transport/_mpi_rows.c"],
-                  extra_compile_args=["-O2", "-std=gnu11"], optional=True),
+                  depends=["src/meshcast/transport/_fold.h"],
+                  extra_compile_args=["-O3", "-std=gnu11", "-ffp-contract=off"], optional=True),
     ],
 )

@@ -307,6 +307,16 @@ class HostSpanningGroup(GroupRanks):
             self._leaders.allgather_sized(table, at - self._my_host * cap, cap, deadline, what)
         self.local_ops.broadcast_table(table)
 
+    def _eager_runner(self) -> Any:
+        """The compiled runner of this group's exchange of rows, which runs a tiny call
+        whole (``MpiComm.eager_rows``), when the rows go straight between ranks over MPI
+        and the helper was built; else None."""
+        if not self._flat_rows:
+            return None
+        runner = self.flat.rows_runner(self._table, self._row_steps, self._slot_bytes,
+                                       ROW_LENGTH)
+        return runner if hasattr(runner, "eager") else None
+
     def _read_rows(self, packed: bytes
                    ) -> tuple[list[int], list[int], list[np.ndarray] | None]:
         """Parse the exchanged ``_table`` (see :meth:`_agree`); raise MismatchError, the

@@ -43,13 +43,25 @@ import numpy as np
 from . import ops
 from ._fingerprint import SIZE as FP_SIZE
 from ._fingerprint import Fingerprint, counts_hash
-from .agreement_rows import _WORDS, CELL
+from .agreement_rows import _WORDS, CELL, _row_length
 from .errors import InvalidUsage, MismatchError
-from .lanes import _alike, _nothing
+from .lanes import _alike, _c_kernel, _nothing
 
 _SEQ = struct.Struct("<Q")  # the fingerprint's first field (see _fingerprint._STRUCT)
 _PLANS_MAX = 64
 _MOVE_DTYPES = ops.FAST_DTYPES | {"float16"}  # dtypes a broadcast moves as they are
+_COPY_ROW, _COPY_ALL = -1, -2  # the compiled runner's copies (transport/_mpi_rows.c)
+
+
+class _Combined:
+    """What :meth:`AcrossHostsLane._exchange` returns when the compiled runner also
+    combined the rows into the caller's array (truthy, as "every row as expected")."""
+
+    def __bool__(self) -> bool:
+        return True
+
+
+_COMBINED = _Combined()
 
 
 class SpanningView(Protocol):
@@ -70,6 +82,8 @@ class SpanningView(Protocol):
     _slot: np.ndarray
     _slot_view: memoryview
     _table: np.ndarray
+    _slot_bytes: int
+    flat: Any  # the inter-host communicator of the whole group (transport.interhost)
     eager_bytes: int
 
     def rank(self) -> int: ...
@@ -83,6 +97,8 @@ class SpanningView(Protocol):
     def _read_rows(self, packed: bytes) -> Any: ...
 
     def _family(self, kind: str, nbytes: int, algorithm: str | None) -> tuple[str, int]: ...
+
+    def _eager_runner(self) -> Any: ...
 
     def _settle(self, body: Any, eager: Any, counts: list[int], auxes: list[int],
                 rows: Any, deadline: float, what: Any) -> None: ...
@@ -139,9 +155,12 @@ class AcrossHostsLane:
         flags = arr.flags
         if not (plan and flags.c_contiguous and flags.writeable):
             return False
-        mine, slot_in, checks, rows, kernel, average = plan
-        self._exchange("all_reduce", mine, slot_in, arr, checks)
-        _combine(kernel, arr, rows, average)
+        mine, slot_in, checks, rows, kernel, average, fast = plan
+        if self._exchange("all_reduce", mine, slot_in, arr, checks, None, fast, arr) is _COMBINED:
+            if average:
+                ops.finish_average(arr, len(rows))
+        else:
+            _combine(kernel, arr, rows, average)
         self.group.last_algorithm = "all_reduce/eager"
         return True
 
@@ -153,9 +172,9 @@ class AcrossHostsLane:
         flags = arr.flags
         if not (plan and flags.c_contiguous and flags.writeable):
             return False
-        mine, slot_in, checks, row = plan
-        self._exchange("broadcast", mine, slot_in, arr, checks)
-        if row is not None:
+        mine, slot_in, checks, row, fast = plan
+        done = self._exchange("broadcast", mine, slot_in, arr, checks, None, fast, arr)
+        if row is not None and done is not _COMBINED:
             arr[...] = row
         self.group.last_algorithm = "broadcast/eager"
         return True
@@ -168,10 +187,13 @@ class AcrossHostsLane:
         flags = arr.flags
         if not (plan and flags.c_contiguous and flags.writeable):
             return False
-        mine, slot_in, checks, rows, kernel, average = plan
-        self._exchange("reduce", mine, slot_in, arr, checks)
+        mine, slot_in, checks, rows, kernel, average, fast = plan
+        done = self._exchange("reduce", mine, slot_in, arr, checks, None, fast, arr)
         if rows is not None:  # the root
-            _combine(kernel, arr, rows, average)
+            if done is not _COMBINED:
+                _combine(kernel, arr, rows, average)
+            elif average:
+                ops.finish_average(arr, len(rows))
         self.group.last_algorithm = "reduce/eager"
         return True
 
@@ -183,10 +205,11 @@ class AcrossHostsLane:
         if not (plan and out.flags.c_contiguous and out.flags.writeable
                 and inp.flags.c_contiguous):
             return False
-        mine, slot_in, checks, rows = plan
-        self._exchange("all_gather", mine, slot_in, inp, checks)
+        mine, slot_in, checks, rows, fast = plan
         # (rows come from the table, so an input inside the output is no matter)
-        np.concatenate(rows, out=out.reshape(-1))
+        if self._exchange("all_gather", mine, slot_in, inp, checks, None, fast,
+                          out) is not _COMBINED:
+            np.concatenate(rows, out=out.reshape(-1))
         self.group.last_algorithm = "all_gather/eager"
         return True
 
@@ -198,9 +221,13 @@ class AcrossHostsLane:
         if not (plan and out.flags.c_contiguous and out.flags.writeable
                 and inp.flags.c_contiguous):
             return False
-        mine, slot_in, checks, rows, kernel, average = plan
-        self._exchange("reduce_scatter", mine, slot_in, inp, checks)
-        _combine(kernel, out, rows, average)
+        mine, slot_in, checks, rows, kernel, average, fast = plan
+        if self._exchange("reduce_scatter", mine, slot_in, inp, checks, None, fast,
+                          out) is _COMBINED:
+            if average:
+                ops.finish_average(out, len(rows))
+        else:
+            _combine(kernel, out, rows, average)
         self.group.last_algorithm = "reduce_scatter/eager"
         return True
 
@@ -262,32 +289,34 @@ class AcrossHostsLane:
         plan = self._plan(("barrier",), self._barrier_plan)
         if not plan:
             return False
-        mine, checks = plan
-        self._exchange("barrier", mine, None, None, checks)
+        mine, checks, fast = plan
+        self._exchange("barrier", mine, None, None, checks, None, fast)
         self.group.last_algorithm = "barrier/agreement"
         return True
 
     def _exchange(self, kind: str, mine: bytes, slot_in: Any, arr: Any,
-                  checks: tuple[tuple[int, bytes], ...], steps: Any = None) -> bool:
+                  checks: tuple[tuple[int, bytes], ...], steps: Any = None,
+                  fast: tuple | None = None, out: Any = None) -> bool:
         """One eager agreement: this rank's row (cell ``mine`` after the sequence number,
         then ``arr`` into ``slot_in``, or each of a list into each of a list) exchanged,
         and every row checked against ``checks`` (offset, cell); inline on the idle
         group, else behind its queued async work, as the general path.
 
         Returns True when every row is as expected (the caller finishes the call from
-        the table). Rows that are not raise the general path's MismatchError, unless
-        they are a legal call the lane did not expect (an uneven gather's pieces):
-        ``steps(seq)`` then gives the general path's (body, eager), which finish the
-        call, and the result is False.
+        the table), or ``_COMBINED`` when the compiled runner also combined the rows
+        into ``out`` (``fast``: see :meth:`_fast`). Rows that are not as expected raise
+        the general path's MismatchError, unless they are a legal call the lane did
+        not expect (an uneven gather's pieces): ``steps(seq)`` then gives the general
+        path's (body, eager), which finish the call, and the result is False.
         """
         group = self.group
         fifo = group.fifo
         if not fifo.enter_inline():
             return group.fifo.call(
-                lambda: self._round(kind, mine, slot_in, arr, checks, steps),
+                lambda: self._round(kind, mine, slot_in, arr, checks, steps, fast, out),
                 f"{kind} on {group.group_name}")
         try:
-            done = self._round(kind, mine, slot_in, arr, checks, steps)
+            done = self._round(kind, mine, slot_in, arr, checks, steps, fast, out)
         except BaseException as exc:
             fifo.leave_inline(exc)
             raise
@@ -295,21 +324,36 @@ class AcrossHostsLane:
         return done
 
     def _round(self, kind: str, mine: bytes, slot_in: Any, arr: Any,
-               checks: tuple[tuple[int, bytes], ...], steps: Any) -> bool:
+               checks: tuple[tuple[int, bytes], ...], steps: Any, fast: tuple | None,
+               out: Any) -> bool:
         group = self.group
         what = self._whats[kind]
         seq = next(group._seq)
         what.seq = seq
         slot = self._slot
-        _SEQ.pack_into(slot, 0, seq)
-        slot[_SEQ.size:CELL] = mine
-        if type(slot_in) is list:
-            for into, piece in zip(slot_in, arr):
-                into[...] = piece
-        elif slot_in is not None:
-            slot_in[...] = arr
         deadline = time.monotonic() + group.timeout
-        group._exchange(deadline, what)
+        if fast is not None:
+            # The whole call in one C call: my row written, the program run, every row
+            # checked, the rows combined into out.
+            runner, expect, code, row, at = fast
+            me = group.rank()
+            if group.flat.eager_rows(runner, seq, me, mine, arr if slot_in is not None else None,
+                                     expect, None if code is None else out,
+                                     0 if code is None else code, row, at, deadline, what):
+                return True if code is None else _COMBINED
+            # Some row is not as expected: the reading below needs my row in the slot.
+            at = me * group._slot_bytes
+            used = _row_length(group._table, at)
+            slot[:used] = group._table[at:at + used]
+        else:
+            _SEQ.pack_into(slot, 0, seq)
+            slot[_SEQ.size:CELL] = mine
+            if type(slot_in) is list:
+                for into, piece in zip(slot_in, arr):
+                    into[...] = piece
+            elif slot_in is not None:
+                slot_in[...] = arr
+            group._exchange(deadline, what)
         table = group._table.tobytes()  # one copy, then plain bytes compares
         seqb = bytes(slot[:_SEQ.size])
         for at, cell in checks:
@@ -351,6 +395,16 @@ class AcrossHostsLane:
         g's row has cell ``cells[g]`` and carries ``lengths[g]`` bytes."""
         return tuple(zip(self.group.row_offsets(lengths), cells))
 
+    def _fast(self, cells: list[bytes], code: int | None, row: int = 0, at: int = 0
+              ) -> tuple | None:
+        """The call in one C call, when the group's rows go straight between ranks over
+        MPI and the compiled runner was built (see ``MpiComm.eager_rows``): (runner,
+        every rank's cell back to back, the combine's code (None: Python combines, or
+        nothing to combine), the row a copy takes, the byte of the payloads it starts
+        at); else None."""
+        runner = self.group._eager_runner()
+        return None if runner is None else (runner, b"".join(cells), code, row, at)
+
     def _slot_like(self, like: np.ndarray, at: int = 0) -> np.ndarray:
         """This rank's row's payload (from byte ``at`` of it), seen as an array like
         ``like``: where the call's data is copied in."""
@@ -378,7 +432,9 @@ class AcrossHostsLane:
         combine = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
         slot_in = self._slot_like(arr)
         rows = [self._payload(at, arr) for at, _ in checks]
-        return mine, slot_in, checks, rows, ops.kernel(combine, dtype), rop is ops.ReduceOp.AVG
+        fast = self._fast([mine] * n, _c_kernel(combine, dtype))
+        return (mine, slot_in, checks, rows, ops.kernel(combine, dtype),
+                rop is ops.ReduceOp.AVG, fast)
 
     def _reduce_plan(self, arr: np.ndarray, op: Any, dst: Any) -> tuple | bool:
         group = self.group
@@ -386,9 +442,11 @@ class AcrossHostsLane:
         plan = self._all_reduce_plan(arr, op, "reduce", root) if root is not None else False
         if not plan:
             return False
-        mine, slot_in, checks, rows, kernel, average = plan
-        return (mine, slot_in, checks, rows if group.rank() == root else None, kernel,
-                average)
+        mine, slot_in, checks, rows, kernel, average, fast = plan
+        at_root = group.rank() == root
+        if fast is not None and not at_root:
+            fast = fast[:2] + (None,) + fast[3:]  # only the root combines
+        return mine, slot_in, checks, rows if at_root else None, kernel, average, fast
 
     def _all_gather_plan(self, out: np.ndarray, inp: np.ndarray) -> tuple | bool:
         group, dtype, n = self.group, inp.dtype, self.group.size()
@@ -400,7 +458,8 @@ class AcrossHostsLane:
         checks = self._checks([mine] * n, [inp.nbytes] * n)
         slot_in = self._slot_like(inp)
         flat = inp.reshape(-1)
-        return mine, slot_in, checks, [self._payload(at, flat) for at, _ in checks]
+        return (mine, slot_in, checks, [self._payload(at, flat) for at, _ in checks],
+                self._fast([mine] * n, _COPY_ALL))
 
     def _reduce_scatter_plan(self, out: np.ndarray, inp: np.ndarray, op: Any
                              ) -> tuple | bool:
@@ -420,8 +479,9 @@ class AcrossHostsLane:
         whole = inp.reshape(-1)
         rows = [self._payload(at, whole)[piece].reshape(out.shape) for at, _ in checks]
         combine = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
+        fast = self._fast([mine] * n, _c_kernel(combine, dtype), at=piece.start * dtype.itemsize)
         return (mine, slot_in, checks, rows, ops.kernel(combine, dtype),
-                rop is ops.ReduceOp.AVG)
+                rop is ops.ReduceOp.AVG, fast)
 
     def _root_of(self, rank: Any) -> int | None:
         """The group rank of global rank ``rank`` (None: the group's first rank)."""
@@ -480,12 +540,13 @@ class AcrossHostsLane:
         at_root = group.rank() == root
         slot_in = self._slot_like(arr) if at_root else None
         row = None if at_root else self._payload(checks[root][0], arr)
-        return cells[group.rank()], slot_in, checks, row
+        fast = self._fast(cells, None if at_root else _COPY_ROW, row=root)
+        return cells[group.rank()], slot_in, checks, row, fast
 
     def _barrier_plan(self) -> tuple | bool:
         n = self.group.size()
         mine = self._cell("barrier", 0, 0)
-        return mine, self._checks([mine] * n, [0] * n)
+        return mine, self._checks([mine] * n, [0] * n), self._fast([mine] * n, None)
 
     # ------------------------------------------------ what the general path takes
 

@@ -130,7 +130,7 @@ done:
     return ok ? largest : -1;
 }
 
-static int Rows_init(Rows *self, PyObject *args, PyObject *kwds) {
+static int Rows_init(Rows *self, PyObject *args, PyObject *Py_UNUSED(kwds)) {
     unsigned long long isend, irecv, testall, comm, byte;
     Py_buffer table;
     Py_ssize_t status_size;
@@ -216,6 +216,27 @@ static PyObject *failed(int code, Py_ssize_t phase) {
     return NULL;
 }
 
+/* Post phase *p and the next ones, each once the previous is done, testing at most
+ * polls times in all (yielding between tests): the MPI error code, else 0 with *p the
+ * phases completed (nphases, or the one left active). Called without the GIL. */
+static int run_phases(Rows *self, Py_ssize_t *p, long polls) {
+    int code = 0;
+    for (; *p < self->nphases; (*p)++) {
+        if (self->bounds[*p + 1] == self->bounds[*p])
+            continue;
+        code = post(self, *p);
+        if (code != 0)
+            return code;
+        self->active = *p;
+        while (!done(self, &code) && code == 0 && polls-- > 0)
+            sched_yield();
+        if (code != 0 || polls < 0)
+            return code;
+        self->active = -1;
+    }
+    return 0;
+}
+
 static PyObject *Rows_run(Rows *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "run(first, polls)");
@@ -229,30 +250,18 @@ static PyObject *Rows_run(Rows *self, PyObject *const *args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_ValueError, "run: no such phase, or one is still active");
         return NULL;
     }
-    int code = 0;
+    int code;
     /* The GIL goes while MPI runs: the group's other threads (an async call's worker,
      * the hosts' heartbeats) keep going, and MPI was initialized for threads. */
     Py_BEGIN_ALLOW_THREADS
-    for (; p < self->nphases; p++) {
-        if (self->bounds[p + 1] == self->bounds[p])
-            continue;
-        code = post(self, p);
-        if (code != 0)
-            break;
-        self->active = p;
-        while (!done(self, &code) && code == 0 && polls-- > 0)
-            sched_yield();
-        if (code != 0 || polls < 0)
-            break;
-        self->active = -1;
-    }
+    code = run_phases(self, &p, polls);
     Py_END_ALLOW_THREADS
     if (code != 0)
         return failed(code, p);
     return PyLong_FromSsize_t(p);
 }
 
-static PyObject *Rows_test(Rows *self, PyObject *unused) {
+static PyObject *Rows_test(Rows *self, PyObject *Py_UNUSED(ignored)) {
     if (self->active < 0)
         Py_RETURN_TRUE;
     int code;
@@ -264,12 +273,260 @@ static PyObject *Rows_test(Rows *self, PyObject *unused) {
     return PyBool_FromLong(ready);
 }
 
+/* ------------------------------------------------------------------ eager calls
+ *
+ * A tiny call whose data rides in the rows (meshcast.spanning_lane), in one C call:
+ * write my row, run the program, check every row, combine the rows into the
+ * caller's array. A row (meshcast.agreement_rows) is its cell, len_base bytes that
+ * start with the call's sequence number (8 bytes, little-endian), then its payload.
+ *
+ * eager(seq, mine, head, data, expect, out, code, row, at, polls) -> status:
+ *   mine: my row's index; head: the rest of my cell; data: my payload (or None);
+ *   expect: the cells (less the sequence number) rows 0 .. n-1 must hold, back to
+ *   back; out, code, row, at: the combine (out None: none), as combine() says.
+ * Status 0: done, every row as expected, combined. 1: done, but some row is not as
+ * expected (the table holds every row: Python reads it and raises, or finishes the
+ * call the general way). 2 + p: phase p is still active: Python waits for it with
+ * test(), runs the rest with run(), then calls check() and combine().
+ * Everything is checked before anything is sent: a bad argument raises ValueError.
+ */
+#define COPY_ROW (-1)
+#define COPY_ALL (-2)
+
+#define FOLD_SOURCE(r) (first_row + (r) * stride)
+#define FOLD_SOURCES (n)
+#include "_fold.h"
+
+FOLD_CLONES
+static int fold_rows(const char *first_row, Py_ssize_t stride, Py_ssize_t n, int type, int op,
+                     char *out, Py_ssize_t count) {
+    FOLD_SWITCH(type, op);
+}
+
+static inline char *payload(Rows *self, Py_ssize_t row) {
+    return self->table + row * self->cap + self->len_base;
+}
+
+/* The rows expect names (n of them), or -1 with an exception. */
+static Py_ssize_t expected_rows(Rows *self, Py_buffer *expect) {
+    Py_ssize_t cell = self->len_base - 8;
+    Py_ssize_t n = cell > 0 ? expect->len / cell : 0;
+    if (cell <= 0 || n < 1 || n * cell != expect->len || n > self->rows) {
+        PyErr_SetString(PyExc_ValueError, "expect is not whole cells of rows in the table");
+        return -1;
+    }
+    return n;
+}
+
+static int combine_ok(Rows *self, Py_ssize_t n, Py_ssize_t len, long code, Py_ssize_t row,
+                      Py_ssize_t at) {
+    Py_ssize_t room = self->cap - self->len_base, piece = len;
+    const char *bad = NULL;
+    if (code == COPY_ALL) {
+        piece = len / n;
+        if (piece * n != len)
+            bad = "out is not n pieces";
+    } else if (code == COPY_ROW) {
+        if (row < 0 || row >= n)
+            bad = "no such row";
+    } else if (code < 0 || code / 8 >= N_TYPES || code % 8 >= N_OPS || n < 2 ||
+               len % type_size[code / 8] != 0) {
+        bad = "no such combine kernel for this size";
+    }
+    if (bad == NULL && (at < 0 || piece > room - at))
+        bad = "at and out beyond a row's payload";
+    if (bad != NULL)
+        PyErr_SetString(PyExc_ValueError, bad);
+    return bad == NULL;
+}
+
+/* The sequence number as the rows hold it (little-endian, as Python packs it). */
+static void seq_bytes(uint64_t seq, unsigned char le[8]) {
+    for (int i = 0; i < 8; i++)
+        le[i] = (unsigned char)(seq >> (8 * i));
+}
+
+static int check_rows(Rows *self, uint64_t seq, Py_buffer *expect, Py_ssize_t n) {
+    Py_ssize_t cell = self->len_base - 8;
+    unsigned char le[8];
+    seq_bytes(seq, le);
+    for (Py_ssize_t r = 0; r < n; r++) {
+        const char *row = self->table + r * self->cap;
+        if (memcmp(row, le, 8) != 0 ||
+            memcmp(row + 8, (const char *)expect->buf + r * cell, cell) != 0)
+            return 1;
+    }
+    return 0;
+}
+
+static void combine_rows(Rows *self, Py_ssize_t n, Py_buffer *out, long code, Py_ssize_t row,
+                         Py_ssize_t at) {
+    if (out->len == 0)
+        return;
+    if (code == COPY_ROW) {
+        memcpy(out->buf, payload(self, row) + at, out->len);
+    } else if (code == COPY_ALL) {
+        Py_ssize_t piece = out->len / n;
+        for (Py_ssize_t r = 0; r < n; r++)
+            memcpy((char *)out->buf + r * piece, payload(self, r) + at, piece);
+    } else {
+        fold_rows(payload(self, 0) + at, self->cap, n, (int)(code / 8), (int)(code % 8),
+                  out->buf, out->len / type_size[code / 8]);
+    }
+}
+
+/* The combine's output (None: no combine), checked: 1 when there is one, 0 when
+ * there is none, -1 with an exception. */
+static int get_out(Rows *self, PyObject *obj, Py_buffer *out, Py_ssize_t n, long code,
+                   Py_ssize_t row, Py_ssize_t at) {
+    if (obj == Py_None)
+        return 0;
+    if (PyObject_GetBuffer(obj, out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+        return -1;
+    if (!combine_ok(self, n, out->len, code, row, at)) {
+        PyBuffer_Release(out);
+        return -1;
+    }
+    return 1;
+}
+
+static PyObject *Rows_eager(Rows *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError,
+                        "eager(seq, mine, head, data, expect, out, code, row, at, polls)");
+        return NULL;
+    }
+    uint64_t seq = PyLong_AsUnsignedLongLong(args[0]);
+    Py_ssize_t mine = PyLong_AsSsize_t(args[1]);
+    long code = PyLong_AsLong(args[6]);
+    Py_ssize_t row = PyLong_AsSsize_t(args[7]), at = PyLong_AsSsize_t(args[8]);
+    long polls = PyLong_AsLong(args[9]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (self->active >= 0 || mine < 0 || mine >= self->rows) {
+        PyErr_SetString(PyExc_ValueError, "eager: a phase is still active, or no such row");
+        return NULL;
+    }
+    Py_buffer head, data, expect, out;
+    int has_data = 0, has_out = 0, code_mpi = 0;
+    PyObject *result = NULL;
+    if (PyObject_GetBuffer(args[2], &head, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[4], &expect, PyBUF_SIMPLE) < 0)
+        goto release_head;
+    Py_ssize_t n = expected_rows(self, &expect);
+    if (n < 0)
+        goto release_expect;
+    if (head.len != self->len_base - 8) {
+        PyErr_SetString(PyExc_ValueError, "head is not a cell less its sequence number");
+        goto release_expect;
+    }
+    if (args[3] != Py_None) {
+        if (PyObject_GetBuffer(args[3], &data, PyBUF_C_CONTIGUOUS) < 0)
+            goto release_expect;
+        has_data = 1;
+        if (data.len > self->cap - self->len_base) {
+            PyErr_SetString(PyExc_ValueError, "data longer than a row's payload");
+            goto release_data;
+        }
+    }
+    has_out = get_out(self, args[5], &out, n, code, row, at);
+    if (has_out < 0)
+        goto release_data;
+    char *my = self->table + mine * self->cap;
+    unsigned char le[8];
+    seq_bytes(seq, le);
+    memcpy(my, le, 8);
+    memcpy(my + 8, head.buf, head.len);
+    if (has_data)
+        memcpy(my + self->len_base, data.buf, data.len);
+    Py_ssize_t p = 0;
+    Py_BEGIN_ALLOW_THREADS
+    code_mpi = run_phases(self, &p, polls);
+    Py_END_ALLOW_THREADS
+    if (code_mpi != 0) {
+        failed(code_mpi, p);
+    } else if (p < self->nphases) {
+        result = PyLong_FromSsize_t(2 + p);
+    } else if (check_rows(self, seq, &expect, n)) {
+        result = PyLong_FromLong(1);
+    } else {
+        if (has_out)
+            combine_rows(self, n, &out, code, row, at);
+        result = PyLong_FromLong(0);
+    }
+    if (has_out)
+        PyBuffer_Release(&out);
+release_data:
+    if (has_data)
+        PyBuffer_Release(&data);
+release_expect:
+    PyBuffer_Release(&expect);
+release_head:
+    PyBuffer_Release(&head);
+    return result;
+}
+
+static PyObject *Rows_check(Rows *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "check(seq, expect)");
+        return NULL;
+    }
+    uint64_t seq = PyLong_AsUnsignedLongLong(args[0]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer expect;
+    if (PyObject_GetBuffer(args[1], &expect, PyBUF_SIMPLE) < 0)
+        return NULL;
+    Py_ssize_t n = expected_rows(self, &expect);
+    PyObject *result = n < 0 ? NULL : PyLong_FromLong(check_rows(self, seq, &expect, n));
+    PyBuffer_Release(&expect);
+    return result;
+}
+
+static PyObject *Rows_combine(Rows *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "combine(n, out, code, row, at)");
+        return NULL;
+    }
+    Py_ssize_t n = PyLong_AsSsize_t(args[0]);
+    long code = PyLong_AsLong(args[2]);
+    Py_ssize_t row = PyLong_AsSsize_t(args[3]), at = PyLong_AsSsize_t(args[4]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (n < 1 || n > self->rows) {
+        PyErr_SetString(PyExc_ValueError, "combine: no such number of rows");
+        return NULL;
+    }
+    Py_buffer out;
+    int has_out = get_out(self, args[1], &out, n, code, row, at);
+    if (has_out < 0)
+        return NULL;
+    if (has_out) {
+        combine_rows(self, n, &out, code, row, at);
+        PyBuffer_Release(&out);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Rows_phases(Rows *self, PyObject *Py_UNUSED(ignored)) {
+    return PyLong_FromSsize_t(self->nphases);
+}
+
 static PyMethodDef Rows_methods[] = {
     {"run", (PyCFunction)(void (*)(void))Rows_run, METH_FASTCALL,
      "run(first, polls) -> phases completed: post phase `first` and the next ones, yielding "
      "between tests at most `polls` times in all (see the module)."},
     {"test", (PyCFunction)Rows_test, METH_NOARGS,
      "test() -> whether the phase run left active is done."},
+    {"phases", (PyCFunction)Rows_phases, METH_NOARGS, "phases() -> the program's phases."},
+    {"eager", (PyCFunction)(void (*)(void))Rows_eager, METH_FASTCALL,
+     "eager(seq, mine, head, data, expect, out, code, row, at, polls) -> status: a tiny call "
+     "in one C call (see eager calls in the source)."},
+    {"check", (PyCFunction)(void (*)(void))Rows_check, METH_FASTCALL,
+     "check(seq, expect) -> 0 when every row is as expected, else 1."},
+    {"combine", (PyCFunction)(void (*)(void))Rows_combine, METH_FASTCALL,
+     "combine(n, out, code, row, at): the rows 0 .. n-1 into out (see eager calls)."},
     {NULL, NULL, 0, NULL},
 };
 

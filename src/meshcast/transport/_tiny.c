@@ -260,86 +260,22 @@ static PyObject *Round_run(Round *self, PyObject *const *args, Py_ssize_t nargs)
  * reduce_scatter), copy the root's (broadcast, scatter), concatenate them all
  * (all_gather), copy each into its own array (gather) or copy my column of every
  * other rank's region into that rank's piece of the caller's array (all_to_all).
- * Only the (dtype, op) pairs whose result is bitwise the same as NumPy's ufunc
- * loops have a kernel here: integer arithmetic (wrapping, so computed unsigned)
- * and bitwise ops, integer MIN/MAX, and floating-point SUM and PRODUCT (one IEEE
- * operation per element, in the same left-to-right rank order as
- * meshcast.lanes._reduce). Float MIN/MAX (NaN and signed-zero choices), bool
- * and complex stay with NumPy, so a rank that takes the general path still ends
- * with bitwise the same result.
- *
- * A kernel code is type * 8 + op, the numbering of lanes._C_TYPES and
- * _C_OPS; COPY_ROOT, COPY_ALL, COPY_EACH and COPY_COLUMN are the copies.
+ * The kernels, and which (dtype, op) pairs have one: _fold.h. COPY_ROOT, COPY_ALL,
+ * COPY_EACH and COPY_COLUMN are the copies.
  */
 #define COPY_ROOT (-1)
 #define COPY_ALL (-2)
 #define COPY_EACH (-3)
 #define COPY_COLUMN (-4)
-enum { OP_SUM, OP_PROD, OP_MIN, OP_MAX, OP_BAND, OP_BOR, OP_BXOR, N_OPS };
-enum { T_I8, T_U8, T_I16, T_U16, T_I32, T_U32, T_I64, T_U64, T_F32, T_F64, N_TYPES };
+/* (the kernels, with the sources this file folds: every rank's region at off) */
+#define FOLD_SOURCE(r) (region(s, (r), parity) + off)
+#define FOLD_SOURCES (s->n)
+#include "_fold.h"
 
-#define FOLD(T, F)                                                       \
-    do {                                                                 \
-        T *restrict o = (T *)out;                                        \
-        const T *restrict a = (const T *)(region(s, 0, parity) + off);   \
-        const T *restrict b = (const T *)(region(s, 1, parity) + off);   \
-        for (Py_ssize_t i = 0; i < count; i++)                           \
-            o[i] = F(a[i], b[i]);                                        \
-        for (Py_ssize_t r = 2; r < s->n; r++) {                          \
-            const T *restrict c = (const T *)(region(s, r, parity) + off); \
-            for (Py_ssize_t i = 0; i < count; i++)                       \
-                o[i] = F(o[i], c[i]);                                    \
-        }                                                                \
-    } while (0)
-
-#define ADD(x, y) ((x) + (y))
-#define MUL(x, y) ((x) * (y))
-#define LESSER(x, y) ((x) < (y) ? (x) : (y))
-#define GREATER(x, y) ((x) > (y) ? (x) : (y))
-#define AND(x, y) ((x) & (y))
-#define OR(x, y) ((x) | (y))
-#define XOR(x, y) ((x) ^ (y))
-
-/* Integer types: arithmetic and bitwise ops unsigned (wrapping), order signed. */
-#define INT_CASES(S, U)                                                  \
-    switch (op) {                                                        \
-    case OP_SUM: FOLD(U, ADD); return 0;                                 \
-    case OP_PROD: FOLD(U, MUL); return 0;                                \
-    case OP_MIN: FOLD(S, LESSER); return 0;                              \
-    case OP_MAX: FOLD(S, GREATER); return 0;                             \
-    case OP_BAND: FOLD(U, AND); return 0;                                \
-    case OP_BOR: FOLD(U, OR); return 0;                                  \
-    case OP_BXOR: FOLD(U, XOR); return 0;                                \
-    }                                                                    \
-    return -1
-
-static const int type_size[N_TYPES] = {1, 1, 2, 2, 4, 4, 8, 8, 4, 8};
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-/* Wider vectors where the CPU has them, picked at load time (the build stays portable). */
-__attribute__((target_clones("avx2", "default")))
-#endif
+FOLD_CLONES
 static int fold_regions(Round *s, int parity, Py_ssize_t off, int type, int op, char *out,
                         Py_ssize_t count) {
-    switch (type) {
-    case T_I8: INT_CASES(int8_t, uint8_t);
-    case T_U8: INT_CASES(uint8_t, uint8_t);
-    case T_I16: INT_CASES(int16_t, uint16_t);
-    case T_U16: INT_CASES(uint16_t, uint16_t);
-    case T_I32: INT_CASES(int32_t, uint32_t);
-    case T_U32: INT_CASES(uint32_t, uint32_t);
-    case T_I64: INT_CASES(int64_t, uint64_t);
-    case T_U64: INT_CASES(uint64_t, uint64_t);
-    case T_F32:
-        if (op == OP_SUM) { FOLD(float, ADD); return 0; }
-        if (op == OP_PROD) { FOLD(float, MUL); return 0; }
-        return -1;
-    case T_F64:
-        if (op == OP_SUM) { FOLD(double, ADD); return 0; }
-        if (op == OP_PROD) { FOLD(double, MUL); return 0; }
-        return -1;
-    }
-    return -1;
+    FOLD_SWITCH(type, op);
 }
 
 /* Check a combine request before the round, so a bad one raises with nothing sent. */

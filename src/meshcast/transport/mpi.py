@@ -181,10 +181,47 @@ class MpiComm(HostComm):
         """
         last = self._rows_last  # the agreement passes one table and program, call after call
         if not (last[0] is out and last[1] is program):
-            last = self._rows_last = (out, program, self._runner(out, program, cap, length))
+            last = self._rows_last = (out, program, self.rows_runner(out, program, cap, length))
         runner = last[2]
-        done = self._run_phases(runner, 0, what)
-        while done < len(program):  # a phase outlasted the quick polls
+        self._finish_phases(runner, self._run_phases(runner, 0, what), len(program), deadline,
+                            what)
+
+    def eager_rows(self, runner: Any, seq: int, mine: int, head: bytes, data: Any,
+                   expect: bytes, out: Any, code: int, row: int, at: int, deadline: float,
+                   what: Any) -> bool:
+        """A tiny call whose data rides in the rows, on a compiled runner (see
+        :meth:`rows_runner` and ``eager`` in transport/_mpi_rows.c): write my row (the
+        sequence number ``seq``, the rest of my cell ``head``, my payload ``data``) as
+        row ``mine``, run the program, check that rows 0 .. n-1 hold ``seq`` and the
+        cells ``expect`` (back to back), then combine them into ``out`` (None: none) by
+        ``code`` from byte ``at`` of their payloads (``row``: the one a copy takes).
+
+        Returns True when every row was as expected (``out`` then holds the result),
+        False when some row was not: the table holds every row, for the caller to read.
+
+        Raises:
+            as :meth:`wait`, and the engine's errors explained.
+        """
+        try:
+            status = runner.eager(seq, mine, head, data, expect, out, code, row, at,
+                                  self.QUICK_POLLS)
+        except RuntimeError as exc:  # MPI's error code, from C
+            self.failed = True
+            error = mpi_rows.as_mpi_error(exc)
+            raise self._explained(what, error) from error
+        if status < 2:
+            return status == 0
+        self._finish_phases(runner, status - 2, runner.phases(), deadline, what)
+        if runner.check(seq, expect):
+            return False
+        if out is not None:
+            runner.combine(len(expect) // len(head), out, code, row, at)
+        return True
+
+    def _finish_phases(self, runner: Any, done: int, phases: int, deadline: float,
+                       what: Any) -> None:
+        """Wait for the phase a runner left active (``done``), then run the rest."""
+        while done < phases:  # a phase outlasted the quick polls
             self.wait(_ActivePhase(runner), deadline, what)
             done = self._run_phases(runner, done + 1, what)
 
@@ -196,9 +233,11 @@ class MpiComm(HostComm):
             error = mpi_rows.as_mpi_error(exc)
             raise self._explained(what, error) from error
 
-    def _runner(self, out: np.ndarray, program: tuple, cap: int,
-                length: tuple[int, int]) -> Any:
-        """The runner of ``program`` on ``out`` (cached by the table's identity)."""
+    def rows_runner(self, out: np.ndarray, program: tuple, cap: int,
+                    length: tuple[int, int]) -> Any:
+        """The runner of ``program`` on the table ``out`` (cached by the table's identity;
+        see :mod:`meshcast.transport.mpi_rows`): the compiled one, which also runs
+        :meth:`eager_rows`, or :class:`~meshcast.transport.mpi_rows.PersistentRows`."""
         key = (id(out), program, cap)
         kept = self._runners.get(key)
         if kept is None:
