@@ -9,7 +9,8 @@ from meshcast import ops
 from meshcast.testing import reference as ref
 
 DTYPES = ["float32", "int64", "float16", "bool", "uint8", "complex64"]
-COUNTS = [0, 1, 7, 300, 40000]  # the last passes the rails threshold in float32
+COUNTS = [0, 1, 7, 300, 3000, 40000]  # 3000: eager on the direct route (at most 32 KiB);
+# the last passes the rails threshold in float32
 
 
 def _valid(op, dtype) -> bool:

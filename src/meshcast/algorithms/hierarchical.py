@@ -242,13 +242,19 @@ def choose(kind: str, layout: Layout, nbytes: int, forced: str | None,
 AGREEMENT_FLAT_MAX = 8
 
 #: The most data bytes per rank that ride in the agreement's rows (an *eager* call, which
-#: crosses hosts once), per route. Flat rows go to each rank at their own length, so a
+#: crosses hosts once), per route. Direct rows go to each rank at their own length, so a
 #: larger cap costs only the receive buffers; at 2 emulated hosts x 2 ranks over MPICH,
 #: 2 Gbit/s, one session, caps of 976 B against 8 KiB: all_reduce of 2 / 4 / 8 KiB took
 #: 306 / 398 / 415 us against 188 / 183 / 202 us, broadcast 282 / 274 / 284 against 122 /
-#: 114 / 131 us, all_gather of 4 / 8 KiB 378 / 361 against 158 / 155 us. Through the
-#: leaders the rows are padded to the cap over Gloo, so it stays small there.
-EAGER_BYTES = {"flat": 8192, "leaders": 976}
+#: 114 / 131 us, all_gather of 4 / 8 KiB 378 / 361 against 158 / 155 us. With the rows in
+#: two phases and the eager call in C, caps of 8 KiB against 64 KiB, unlimited links and
+#: 2 Gbit/s, two alternating jobs each: all_reduce of 16 / 32 KiB 583-726 / 396-647 us
+#: against 160-306 / 170-280 us, all_gather of 16 / 32 KiB 394-584 / 367-685 against
+#: 182-261 / 156-290 us, broadcast of 16 / 32 KiB 269-420 / 275-415 against 98-172 /
+#: 89-163 us; at 64 KiB it was mixed (all_reduce 413-691 against 223-863 us), so the cap
+#: stops at 32 KiB. Through the leaders the rows are padded to the cap over Gloo, so it
+#: stays small there.
+EAGER_BYTES = {"flat": 32 << 10, "leaders": 976}
 
 
 def agreement_route(engine: str, size: int) -> str:
