@@ -54,7 +54,9 @@ KNOBS: dict[str, Knob] = {
              "the sender's memory (process_vm_readv); 0 turns it off."),
         Knob("MESHCAST_COMPILED", _bool, True,
              "Run the tiny calls' arena round and combine, and the single-copy reads, in the "
-             "compiled helper (transport/_tiny.c) when it was built; 0 keeps them in Python."),
+             "compiled helper (transport/_tiny.c) when it was built, and across hosts over "
+             "MPI the agreement's exchange of rows and the tiny calls whole "
+             "(transport/_mpi_rows.c); 0 keeps them in Python."),
         Knob("MESHCAST_SPIN_US", float, 50.0,
              "Microseconds a waiter spins before it starts yielding, then blocking (when "
              "unset and a host runs more ranks than cores, waiters do not spin)."),
