@@ -82,6 +82,7 @@ class SpanningView(Protocol):
     _slot: np.ndarray
     _slot_view: memoryview
     _table: np.ndarray
+    _table_view: memoryview
     _slot_bytes: int
     flat: Any  # the inter-host communicator of the whole group (transport.interhost)
     eager_bytes: int
@@ -354,7 +355,7 @@ class AcrossHostsLane:
             elif slot_in is not None:
                 slot_in[...] = arr
             group._exchange(deadline, what)
-        table = group._table.tobytes()  # one copy, then plain bytes compares
+        table = group._table_view
         seqb = bytes(slot[:_SEQ.size])
         for at, cell in checks:
             if table[at:at + _SEQ.size] != seqb or table[at + _SEQ.size:at + CELL] != cell:
