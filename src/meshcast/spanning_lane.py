@@ -141,6 +141,15 @@ class AcrossHostsLane:
             "gather", "scatter")}
         self._slot = group._slot_view
 
+    @property
+    def compiled(self) -> frozenset[str]:
+        """The calls this lane runs whole in one C call (the compiled runner's ``eager``,
+        when the group's rows go straight between ranks over MPI), for the tracer."""
+        if self.group._eager_runner() is None:
+            return frozenset()
+        return frozenset(("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter",
+                          "barrier"))
+
     # ------------------------------------------------------------------ calls
 
     def all_reduce(self, arr: np.ndarray, op: Any) -> bool:

@@ -4,6 +4,7 @@ bytes really crossing the emulated link."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -16,6 +17,7 @@ pytestmark = pytest.mark.timeout(240)
 ROOT = Path(__file__).resolve().parents[2]
 TOUR = str(ROOT / "examples" / "tour.py")
 EVERY = str(Path(__file__).parent / "scripts" / "every_primitive.py")
+TRACED = str(Path(__file__).parent / "scripts" / "traced_tiny_calls.py")
 
 
 @pytest.mark.parametrize("style", ["mpiexec", "meshcast", "torchrun"])
@@ -46,3 +48,18 @@ def test_every_primitive_over_mpi(emulated_hosts, hosts_n, per_host, env):
     assert verdict and r.stdout.count(verdict[1]) == ranks, r.describe()
     after = traffic(hosts, hosts.hosts[1])
     assert after[0] - before[0] > 1 << 20, (before, after)  # data crossed the link
+
+
+def test_the_trace_says_which_tiny_calls_ran_compiled(two_hosts, tmp_path):
+    """Over MPI the lane runs all_reduce whole in one C call (transport/_mpi_rows.c) and
+    gather in Python: every rank's trace says so, call by call."""
+    tmp_path.chmod(0o777)
+    r = run_job(two_hosts, "mpiexec", 2, [TRACED], env={"MESHCAST_TRACE": str(tmp_path)},
+                timeout=120)
+    assert r.returncode == 0, r.describe()
+    for rank in range(4):
+        lines = (tmp_path / f"rank-{rank:05d}.jsonl").read_text().splitlines()
+        calls = [c for c in map(json.loads, lines) if c["type"] == "call"]
+        seen = [(c["kind"], c["lane"], c["compiled"], c["algorithm"]) for c in calls]
+        assert seen == [("all_reduce", True, True, "all_reduce/eager")] * 3 + [
+            ("gather", True, False, "gather/eager")], (rank, seen)

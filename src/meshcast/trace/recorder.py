@@ -230,8 +230,11 @@ class Tracer:
         data_at, root_at, op_at, dtype_at = where
         tap_name = "_p2p_seq" if p2p else "_seq"
         gid = id(group)
-        # the lane's calls run the compiled helper when the arena has one
-        compiled = lane and getattr(getattr(group, "arena", None), "_combining", None) is not None
+        # the lane's calls run the compiled helper when the arena has one (one host), or
+        # when the group's exchange of rows has the compiled runner (across hosts)
+        compiled = lane and (
+            getattr(getattr(group, "arena", None), "_combining", None) is not None
+            or name in getattr(getattr(group, "lane", None), "compiled", ()))
 
         def recorded(*args: Any, **kwargs: Any) -> Any:
             busy = self._busy()
