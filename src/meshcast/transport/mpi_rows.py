@@ -49,12 +49,18 @@ def runner(comm: Any, tag: int, out: np.ndarray, program: Program, cap: int,
     (messages tagged ``tag``): the compiled one when it can be used, else
     :class:`PersistentRows`."""
     functions = _mpi_functions()
-    if not functions:
-        return PersistentRows(comm, tag, out, program, cap, length)
-    MPI = _mpi()
-    *addresses, Rows = functions
-    return Rows(*addresses, MPI._handleof(comm), MPI._handleof(MPI.BYTE), tag, out, cap,
-                *length, MPI._sizeof(MPI.Request), MPI._sizeof(MPI.Status), program)
+    if functions:
+        MPI = _mpi()
+        *addresses, Rows = functions
+        try:
+            return Rows(*addresses, MPI._handleof(comm), MPI._handleof(MPI.BYTE), tag, out,
+                        cap, *length, MPI._sizeof(MPI.Request), MPI._sizeof(MPI.Status),
+                        program)
+        except (AttributeError, TypeError, ValueError, OverflowError):
+            # an mpi4py without _handleof/_sizeof, or handles that do not fit: the same
+            # program through mpi4py sends the same messages
+            pass
+    return PersistentRows(comm, tag, out, program, cap, length)
 
 
 def as_mpi_error(exc: BaseException) -> BaseException:
