@@ -1,5 +1,6 @@
 """Every primitive against the oracle on a world across hosts (started by a launcher)."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -9,6 +10,10 @@ from tests.runtime import spanning_bodies as bodies  # noqa: E402
 
 import meshcast as dist  # noqa: E402
 
+if "QUICK_POLLS" in os.environ:  # 0: every exchange phase ends in the general wait
+    from meshcast.transport.mpi import MpiComm
+
+    MpiComm.QUICK_POLLS = int(os.environ["QUICK_POLLS"])
 dist.init_process_group()
 ran = bodies.every_primitive()
 bodies.uneven_and_shapes()
