@@ -148,7 +148,7 @@ class AcrossHostsLane:
         if self.group._eager_runner() is None:
             return frozenset()
         return frozenset(("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter",
-                          "barrier"))
+                          "gather", "scatter", "barrier"))
 
     # ------------------------------------------------------------------ calls
 
@@ -249,7 +249,7 @@ class AcrossHostsLane:
         plan = self._plan(("gather", inp.dtype, inp.shape, dst), self._gather_plan, inp, dst)
         if not plan or not inp.flags.c_contiguous:
             return False
-        mine, slot_in, checks, rows, root = plan
+        mine, slot_in, checks, rows, root, fast = plan
         group = self.group
         at_root = group.rank() == root
         if not (_alike(outs, inp, group.size(), writable=True) if at_root else outs is None):
@@ -262,7 +262,7 @@ class AcrossHostsLane:
             return group._gather_steps(fp, family, outs if at_root else None, flat, root,
                                        _nothing)
 
-        if self._exchange("gather", mine, slot_in, inp, checks, steps):
+        if self._exchange("gather", mine, slot_in, inp, checks, steps, fast):
             if at_root:
                 for piece, row in zip(outs, rows):
                     piece[...] = row
@@ -277,7 +277,7 @@ class AcrossHostsLane:
         plan = self._plan(("scatter", out.dtype, out.shape, src), self._scatter_plan, out, src)
         if not plan or not (out.flags.c_contiguous and out.flags.writeable):
             return False
-        mine, slot_in, checks, row, root = plan
+        mine, slot_in, checks, row, root, fast = plan
         group = self.group
         at_root = group.rank() == root
         if not (_alike(ins, out, group.size(), writable=False) if at_root else ins is None):
@@ -289,8 +289,10 @@ class AcrossHostsLane:
             whole = np.concatenate([p.reshape(-1) for p in ins]) if at_root else None
             return group._scatter_steps(fp, family, out.reshape(-1), whole, root, _nothing)
 
-        if self._exchange("scatter", mine, slot_in, ins, checks, steps):
-            out[...] = row
+        done = self._exchange("scatter", mine, slot_in, ins, checks, steps, fast, out)
+        if done:
+            if done is not _COMBINED:
+                out[...] = row
             group.last_algorithm = "scatter/eager"
         return True
 
@@ -345,9 +347,14 @@ class AcrossHostsLane:
         if fast is not None:
             # The whole call in one C call: my row written, the program run, every row
             # checked, the rows combined into out.
-            runner, expect, code, row, at = fast
+            runner, expect, code, row, at, table_in = fast
             me = group.rank()
-            if group.flat.eager_rows(runner, seq, me, mine, arr if slot_in is not None else None,
+            data = arr if slot_in is not None else None
+            if table_in is not None:
+                for into, piece in zip(table_in, arr):
+                    into[...] = piece
+                data = None
+            if group.flat.eager_rows(runner, seq, me, mine, data,
                                      expect, None if code is None else out,
                                      0 if code is None else code, row, at, deadline, what):
                 return True if code is None else _COMBINED
@@ -405,15 +412,16 @@ class AcrossHostsLane:
         g's row has cell ``cells[g]`` and carries ``lengths[g]`` bytes."""
         return tuple(zip(self.group.row_offsets(lengths), cells))
 
-    def _fast(self, cells: list[bytes], code: int | None, row: int = 0, at: int = 0
-              ) -> tuple | None:
+    def _fast(self, cells: list[bytes], code: int | None, row: int = 0, at: int = 0,
+              table_in: list[np.ndarray] | None = None) -> tuple | None:
         """The call in one C call, when the group's rows go straight between ranks over
         MPI and the compiled runner was built (see ``MpiComm.eager_rows``): (runner,
         every rank's cell back to back, the combine's code (None: Python combines, or
         nothing to combine), the row a copy takes, the byte of the payloads it starts
-        at); else None."""
+        at, and for a list of pieces (scatter's root) where in this rank's row of the
+        table each goes); else None."""
         runner = self.group._eager_runner()
-        return None if runner is None else (runner, b"".join(cells), code, row, at)
+        return None if runner is None else (runner, b"".join(cells), code, row, at, table_in)
 
     def _slot_like(self, like: np.ndarray, at: int = 0) -> np.ndarray:
         """This rank's row's payload (from byte ``at`` of it), seen as an array like
@@ -515,7 +523,7 @@ class AcrossHostsLane:
         checks = self._checks(cells, [inp.nbytes] * n)
         slot_in = self._slot_like(inp)
         rows = [self._payload(at, inp) for at, _ in checks] if group.rank() == root else None
-        return cells[group.rank()], slot_in, checks, rows, root
+        return cells[group.rank()], slot_in, checks, rows, root, self._fast(cells, None)
 
     def _scatter_plan(self, out: np.ndarray, src: Any) -> tuple | bool:
         group, dtype, n = self.group, out.dtype, self.group.size()
@@ -534,7 +542,12 @@ class AcrossHostsLane:
         slot_in = ([self._slot_like(out, i * out.nbytes) for i in range(n)]
                    if me == root else None)
         row = self._payload(checks[root][0] + me * out.nbytes, out)
-        return cells[me], slot_in, checks, row, root
+        # (the root writes its pieces straight into its row of the table for the C call)
+        fast = self._fast(cells, None if me == root else _COPY_ROW, row=root,
+                          at=me * out.nbytes,
+                          table_in=[self._payload(checks[me][0] + i * out.nbytes, out)
+                                    for i in range(n)] if me == root else None)
+        return cells[me], slot_in, checks, row, root, fast
 
     def _broadcast_plan(self, arr: np.ndarray, src: Any) -> tuple | bool:
         group, dtype, n = self.group, arr.dtype, self.group.size()

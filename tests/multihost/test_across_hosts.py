@@ -54,15 +54,18 @@ def test_every_primitive_over_mpi(emulated_hosts, hosts_n, per_host, env):
 
 
 def test_the_trace_says_which_tiny_calls_ran_compiled(two_hosts, tmp_path):
-    """Over MPI the lane runs all_reduce whole in one C call (transport/_mpi_rows.c) and
-    gather in Python: every rank's trace says so, call by call."""
-    tmp_path.chmod(0o777)
-    r = run_job(two_hosts, "mpiexec", 2, [TRACED], env={"MESHCAST_TRACE": str(tmp_path)},
-                timeout=120)
-    assert r.returncode == 0, r.describe()
-    for rank in range(4):
-        lines = (tmp_path / f"rank-{rank:05d}.jsonl").read_text().splitlines()
-        calls = [c for c in map(json.loads, lines) if c["type"] == "call"]
-        seen = [(c["kind"], c["lane"], c["compiled"], c["algorithm"]) for c in calls]
-        assert seen == [("all_reduce", True, True, "all_reduce/eager")] * 3 + [
-            ("gather", True, False, "gather/eager")], (rank, seen)
+    """Over MPI the lane runs tiny calls in one C call (transport/_mpi_rows.c), and
+    without the compiled helper in Python: every rank's trace says so, call by call."""
+    for compiled in (True, False):
+        where = tmp_path / str(compiled)
+        where.mkdir(mode=0o777)
+        where.chmod(0o777)
+        env = {"MESHCAST_TRACE": str(where), "MESHCAST_COMPILED": "1" if compiled else "0"}
+        r = run_job(two_hosts, "mpiexec", 2, [TRACED], env=env, timeout=120)
+        assert r.returncode == 0, r.describe()
+        for rank in range(4):
+            lines = (where / f"rank-{rank:05d}.jsonl").read_text().splitlines()
+            calls = [c for c in map(json.loads, lines) if c["type"] == "call"]
+            seen = [(c["kind"], c["lane"], c["compiled"], c["algorithm"]) for c in calls]
+            assert seen == [("all_reduce", True, compiled, "all_reduce/eager")] * 3 + [
+                ("gather", True, compiled, "gather/eager")], (rank, seen)
