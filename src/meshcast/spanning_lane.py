@@ -166,11 +166,8 @@ class AcrossHostsLane:
         if not (plan and flags.c_contiguous and flags.writeable):
             return False
         mine, slot_in, checks, rows, kernel, average, fast = plan
-        if self._exchange("all_reduce", mine, slot_in, arr, checks, None, fast, arr) is _COMBINED:
-            if average:
-                ops.finish_average(arr, len(rows))
-        else:
-            _combine(kernel, arr, rows, average)
+        done = self._exchange("all_reduce", mine, slot_in, arr, checks, None, fast, arr)
+        _reduced(done, kernel, arr, rows, average)
         self.group.last_algorithm = "all_reduce/eager"
         return True
 
@@ -200,10 +197,7 @@ class AcrossHostsLane:
         mine, slot_in, checks, rows, kernel, average, fast = plan
         done = self._exchange("reduce", mine, slot_in, arr, checks, None, fast, arr)
         if rows is not None:  # the root
-            if done is not _COMBINED:
-                _combine(kernel, arr, rows, average)
-            elif average:
-                ops.finish_average(arr, len(rows))
+            _reduced(done, kernel, arr, rows, average)
         self.group.last_algorithm = "reduce/eager"
         return True
 
@@ -232,12 +226,8 @@ class AcrossHostsLane:
                 and inp.flags.c_contiguous):
             return False
         mine, slot_in, checks, rows, kernel, average, fast = plan
-        if self._exchange("reduce_scatter", mine, slot_in, inp, checks, None, fast,
-                          out) is _COMBINED:
-            if average:
-                ops.finish_average(out, len(rows))
-        else:
-            _combine(kernel, out, rows, average)
+        done = self._exchange("reduce_scatter", mine, slot_in, inp, checks, None, fast, out)
+        _reduced(done, kernel, out, rows, average)
         self.group.last_algorithm = "reduce_scatter/eager"
         return True
 
@@ -583,6 +573,16 @@ class AcrossHostsLane:
 
     all_to_all = send = recv = _declined
     isend = irecv = _no_work
+
+
+def _reduced(done: Any, kernel: Any, dst: np.ndarray, rows: list[np.ndarray],
+             average: bool) -> None:
+    """Finish a reduction after the exchange: ``dst`` = the rows combined, unless the
+    compiled runner already did (``done`` is ``_COMBINED``: then only AVG's division)."""
+    if done is not _COMBINED:
+        _combine(kernel, dst, rows, average)
+    elif average:
+        ops.finish_average(dst, len(rows))
 
 
 def _combine(kernel: Any, dst: np.ndarray, rows: list[np.ndarray], average: bool) -> None:

@@ -206,9 +206,7 @@ class MpiComm(HostComm):
             status = runner.eager(seq, mine, head, data, expect, out, code, row, at,
                                   self.QUICK_POLLS)
         except RuntimeError as exc:  # MPI's error code, from C
-            self.failed = True
-            error = mpi_rows.as_mpi_error(exc)
-            raise self._explained(what, error) from error
+            raise self._runner_failed(what, exc) from exc
         if status < 2:
             return status == 0
         self._finish_phases(runner, status - 2, runner.phases(), deadline, what)
@@ -229,9 +227,13 @@ class MpiComm(HostComm):
         try:
             return runner.run(first, self.QUICK_POLLS)
         except Exception as exc:  # noqa: BLE001 - as the general wait: the lost host named
-            self.failed = True
-            error = mpi_rows.as_mpi_error(exc)
-            raise self._explained(what, error) from error
+            raise self._runner_failed(what, exc) from exc
+
+    def _runner_failed(self, what: Any, exc: BaseException) -> BaseException:
+        """A runner's error (the compiled one's MPI error code, or mpi4py's), explained as
+        the general wait explains the engine's: the lost host named when there is one."""
+        self.failed = True
+        return self._explained(what, mpi_rows.as_mpi_error(exc))
 
     def rows_runner(self, out: np.ndarray, program: tuple, cap: int,
                     length: tuple[int, int]) -> Any:
