@@ -50,7 +50,7 @@ from .buffers import Buffer, store_back, working_copy
 from .errors import MismatchError, usage
 from .group import GroupRanks, ProcessGroup
 from .spanning_lane import AcrossHostsLane
-from .transport.interhost import HostComm, Request
+from .transport.interhost import AGREE_TAGS, HostComm, Request
 from .work import Work
 
 
@@ -199,6 +199,7 @@ class HostSpanningGroup(GroupRanks):
         self._row_of = [order.index(g) for g in range(self._size)]
         self._leaders = rail if layout.local == 0 else None
         self.lane = AcrossHostsLane(self)  # tiny synchronous calls, cached (spanning_lane)
+        self._fused_plans: dict = {}  # the fused all_reduce's, per size (hierarchical)
 
     def algorithm_names(self, kind: str) -> tuple[str, ...]:
         """The ``algorithm=`` names a call of ``kind`` accepts on this group."""
@@ -221,7 +222,7 @@ class HostSpanningGroup(GroupRanks):
         forced = algorithm or self._forced.get(kind) or self._forced.get("*")
         if not forced:
             return hier.choose(kind, self.layout, nbytes, None, self.flat.engine), 0
-        why = hier.supports(kind, forced, self.layout)
+        why = hier.supports(kind, forced, self.layout, self.flat.engine)
         if why:
             raise usage(kind, why, self.global_ranks[self._rank])
         return forced, path_digest(forced, False)
@@ -244,6 +245,30 @@ class HostSpanningGroup(GroupRanks):
             deadline = time.monotonic() + self.timeout
             counts, auxes, rows = self._agree(fp, mine, aux, payload, deadline, what)
             self._settle(body, eager, counts, auxes, rows, deadline, what)
+
+        if async_op:
+            return self.fifo.submit(job, Work(what), inline=False)
+        self.fifo.call(job, what)
+        return None
+
+    def _call_fused(self, fp: Fingerprint, mine: int, async_op: bool,
+                    run: Callable[[_Ctx], bool]) -> Work | None:
+        """Run a call whose exchanges carry its agreement (family ``fused``): ``run(ctx)``
+        returns False when the ranks' calls differ, and then every rank does; the
+        agreement's rows, which every rank then exchanges, say how (the same
+        MismatchError everywhere)."""
+        what = self._what(fp.kind, fp.seq)
+
+        def job() -> None:
+            deadline = time.monotonic() + self.timeout
+            ctx = _Ctx(self, deadline, what)
+            # a member whose call runs another family sends this call's rows instead
+            ctx.p2p.probe = AGREE_TAGS[fp.seq & 1]
+            if run(ctx):
+                return
+            self._agree(fp, mine, 0, None, deadline, what)  # raises the MismatchError
+            raise self._mismatch(fp, "the ranks' messages differ in length, though their "
+                                     "agreement rows agree")
 
         if async_op:
             return self.fifo.submit(job, Work(what), inline=False)
@@ -278,19 +303,20 @@ class HostSpanningGroup(GroupRanks):
             carried = payload.nbytes
             slot[CELL:CELL + carried] = payload
         _WORDS.pack_into(slot, FP_SIZE, mine, aux, carried)
-        self._exchange(deadline, what)
+        self._exchange(deadline, what, fp.seq)
         return self._read_rows(packed)
 
-    def _exchange(self, deadline: float, what: Any) -> None:
+    def _exchange(self, deadline: float, what: Any, seq: int) -> None:
         """Every rank's row (its ``_slot``) into every rank's ``_table``: group rank g's
         at ``g * slot`` when the rows travel flat, else each host's rows back to back
-        from ``host * cap`` (:func:`~meshcast.algorithms.hierarchical.agreement_route`)."""
+        from ``host * cap`` (:func:`~meshcast.algorithms.hierarchical.agreement_route`).
+        ``seq``: the call's sequence number (its parity picks the direct rows' tag)."""
         if self._flat_rows:
             used = _row_length(self._slot, 0)
             at = self._rank * self._slot_bytes
             self._table[at:at + used] = self._slot[:used]
             self.flat.exchange_rows(self._table, self._row_steps, self._slot_bytes,
-                                    ROW_LENGTH, deadline, what)
+                                    ROW_LENGTH, deadline, what, AGREE_TAGS[seq & 1])
             return
         # Through each host's leader: local gather, one exchange among the leaders, local
         # broadcast. Three rounds against two for rails (every rank's slot on its own
@@ -310,15 +336,16 @@ class HostSpanningGroup(GroupRanks):
             self._leaders.allgather_sized(table, at - self._my_host * cap, cap, deadline, what)
         self.local_ops.broadcast_table(table)
 
-    def _eager_runner(self) -> Any:
-        """The compiled runner of this group's exchange of rows, which runs a tiny call
+    def _eager_runners(self) -> tuple[Any, Any] | None:
+        """The compiled runners of this group's exchange of rows (for calls of even and
+        of odd sequence numbers: see ``interhost.AGREE_TAGS``), which run a tiny call
         whole (``MpiComm.eager_rows``), when the rows go straight between ranks over MPI
         and the helper was built; else None."""
         if not self._flat_rows:
             return None
-        runner = self.flat.rows_runner(self._table, self._row_steps, self._slot_bytes,
-                                       ROW_LENGTH)
-        return runner if hasattr(runner, "eager") else None
+        runners = tuple(self.flat.rows_runner(self._table, self._row_steps, self._slot_bytes,
+                                              ROW_LENGTH, tag) for tag in AGREE_TAGS)
+        return runners if hasattr(runners[0], "eager") else None
 
     def _read_rows(self, packed: bytes
                    ) -> tuple[list[int], list[int], list[np.ndarray] | None]:
@@ -439,6 +466,15 @@ class HostSpanningGroup(GroupRanks):
             ops.reduce_many(combine, w, [r.view(w.dtype) for r in rows])
             self._finish_reduction(buf, w, upcast, op)
 
+        if family == "fused":
+            def fused(ctx: _Ctx) -> bool:
+                if not hier.all_reduce_fused(ctx, w, combine, fp.pack(), self._fused_plans):
+                    return False
+                self.last_algorithm = "all_reduce/fused"
+                self._finish_reduction(buf, w, upcast, op)
+                return True
+
+            return self._call_fused(fp, buf.count, async_op, fused)
         return self._call(fp, buf.count, 0, async_op, body,
                           self._eager_payload("all_reduce", algorithm, _bytes_of(w)), eager)
 
@@ -669,6 +705,9 @@ class HostSpanningGroup(GroupRanks):
 
     def shutdown(self) -> None:
         self.fifo.close()
+        for plan in self._fused_plans.values():
+            plan.free()
+        self._fused_plans.clear()
         for comm in (self.rail, self.flat):
             if comm is not None:
                 comm.close()

@@ -93,13 +93,13 @@ class SpanningView(Protocol):
 
     def _what(self, kind: str, seq: int) -> str: ...
 
-    def _exchange(self, deadline: float, what: Any) -> None: ...
+    def _exchange(self, deadline: float, what: Any, seq: int) -> None: ...
 
     def _read_rows(self, packed: bytes) -> Any: ...
 
     def _family(self, kind: str, nbytes: int, algorithm: str | None) -> tuple[str, int]: ...
 
-    def _eager_runner(self) -> Any: ...
+    def _eager_runners(self) -> Any: ...
 
     def _settle(self, body: Any, eager: Any, counts: list[int], auxes: list[int],
                 rows: Any, deadline: float, what: Any) -> None: ...
@@ -145,7 +145,7 @@ class AcrossHostsLane:
     def compiled(self) -> frozenset[str]:
         """The calls this lane runs whole in one C call (the compiled runner's ``eager``,
         when the group's rows go straight between ranks over MPI), for the tracer."""
-        if self.group._eager_runner() is None:
+        if self.group._eager_runners() is None:
             return frozenset()
         return frozenset(("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter",
                           "gather", "scatter", "barrier"))
@@ -337,7 +337,8 @@ class AcrossHostsLane:
         if fast is not None:
             # The whole call in one C call: my row written, the program run, every row
             # checked, the rows combined into out.
-            runner, expect, code, row, at, table_in = fast
+            runners, expect, code, row, at, table_in = fast
+            runner = runners[seq & 1]
             me = group.rank()
             data = arr if slot_in is not None else None
             if table_in is not None:
@@ -360,7 +361,7 @@ class AcrossHostsLane:
                     into[...] = piece
             elif slot_in is not None:
                 slot_in[...] = arr
-            group._exchange(deadline, what)
+            group._exchange(deadline, what, seq)
         table = group._table_view
         seqb = bytes(slot[:_SEQ.size])
         for at, cell in checks:
@@ -405,13 +406,14 @@ class AcrossHostsLane:
     def _fast(self, cells: list[bytes], code: int | None, row: int = 0, at: int = 0,
               table_in: list[np.ndarray] | None = None) -> tuple | None:
         """The call in one C call, when the group's rows go straight between ranks over
-        MPI and the compiled runner was built (see ``MpiComm.eager_rows``): (runner,
+        MPI and the compiled runner was built (see ``MpiComm.eager_rows``): (runners,
         every rank's cell back to back, the combine's code (None: Python combines, or
         nothing to combine), the row a copy takes, the byte of the payloads it starts
         at, and for a list of pieces (scatter's root) where in this rank's row of the
         table each goes); else None."""
-        runner = self.group._eager_runner()
-        return None if runner is None else (runner, b"".join(cells), code, row, at, table_in)
+        runners = self.group._eager_runners()
+        return None if runners is None else (runners, b"".join(cells), code, row, at,
+                                             table_in)
 
     def _slot_like(self, like: np.ndarray, at: int = 0) -> np.ndarray:
         """This rank's row's payload (from byte ``at`` of it), seen as an array like

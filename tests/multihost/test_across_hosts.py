@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TOUR = str(ROOT / "examples" / "tour.py")
 EVERY = str(Path(__file__).parent / "scripts" / "every_primitive.py")
 TRACED = str(Path(__file__).parent / "scripts" / "traced_tiny_calls.py")
+FUSED = str(Path(__file__).parent / "scripts" / "fused_all_reduce.py")
 
 
 @pytest.mark.parametrize("style", ["mpiexec", "meshcast", "torchrun"])
@@ -52,6 +53,21 @@ def test_every_primitive_over_mpi(emulated_hosts, hosts_n, per_host, env):
     assert verdict and r.stdout.count(verdict[1]) == ranks, r.describe()
     after = traffic(hosts, hosts.hosts[1])
     assert after[0] - before[0] > 1 << 20, (before, after)  # data crossed the link
+
+
+@pytest.mark.parametrize("scenario", ["cells", "eager", "count", "kind"])
+def test_fused_all_reduce_and_its_mismatches(two_hosts, scenario):
+    """algorithm='fused' (the agreement rides in the data's messages) against the oracle;
+    then a rank whose call differs: by its cells, by running the agreement's rows (a
+    tiny call, another collective), or by sending longer messages. Every rank must
+    raise the same MismatchError, and the job end (no hang, no stuck MPI requests)."""
+    r = run_job(two_hosts, "mpiexec", 2, [FUSED], env={"SCENARIO": scenario}, timeout=150)
+    assert r.returncode == 0, r.describe()
+    assert "fused all_reduce: ok" in r.stdout, r.describe()
+    # hosts' lines may interleave mid-line: a verdict ends where the next one starts
+    errors = re.findall(r"rank (\d) mismatch: (.*?)(?=rank \d mismatch|\n|$)", r.stdout)
+    assert sorted(int(k) for k, _ in errors) == [0, 1, 2, 3], r.describe()
+    assert len({e for _, e in errors}) == 1, errors
 
 
 def test_the_trace_says_which_tiny_calls_ran_compiled(two_hosts, tmp_path):

@@ -48,7 +48,7 @@ def test_fast_paths_are_marked_and_listed_per_place():
     block = out[out.index(_cli.FAST_PATHS_TITLE):]
     assert "one host:" not in block  # every one-host path of all_reduce is a schedule now
     across = re.search(r"across hosts: +(.*?) +\(reported", block).group(1).split(", ")
-    assert sorted(across) == ["eager", "flat", "leader", "rails"]
+    assert sorted(across) == ["eager", "flat", "fused", "leader", "rails"]
 
 
 def test_without_a_collective_every_registered_algorithm_is_listed(capsys):

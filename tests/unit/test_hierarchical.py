@@ -217,3 +217,26 @@ def test_agreement_steps_bring_every_row_to_every_rank(shape):
             for row, place in zip(rows, expected[(src, dst)]):
                 held[dst][place] = row  # what arrives lands where the receiver put it
     assert all(h == {g: g for g in range(n)} for h in held)
+
+
+@pytest.mark.parametrize("shape", [s for s in SHAPES if len({len(h) for h in s}) == 1],
+                         ids=[i for s, i in zip(SHAPES, IDS) if len({len(h) for h in s}) == 1])
+def test_fused_all_reduce_refuses_together_when_one_cell_differs(shape):
+    """A rank whose call differs (its cell) makes every rank refuse the fused call, with
+    its data unchanged: inside its host through the cells, on the other hosts through
+    the marked cell its host's rails send, or the differing cell itself."""
+    n = _size(shape)
+    inputs = [ref.rank_input(r, 300, "float32") for r in range(n)]
+    for odd in range(n):
+        def body(ctx, g, odd=odd):
+            w = inputs[g].copy()
+            cell = (b"this call" if g != odd else b"another call").ljust(24, b".")
+            return hier.all_reduce_fused(ctx, w, ReduceOp.SUM, cell), w
+
+        for g, (done, w) in enumerate(simulate(shape, body)):
+            assert done is False, f"rank {g} finished though rank {odd}'s call differs"
+            np.testing.assert_array_equal(w, inputs[g], err_msg=f"rank {g} wrote its data")
+    # and the same cells everywhere finish the call
+    done = simulate(shape, lambda ctx, g: hier.all_reduce_fused(
+        ctx, inputs[g].copy(), ReduceOp.SUM, b"this call"))
+    assert all(done), done

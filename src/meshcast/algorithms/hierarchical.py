@@ -30,6 +30,10 @@ Three families, picked per call by :func:`choose` from the measured
             what a flat ring would make it send, without the intra-host hops.
 ``flat``    the whole call on the inter-host engine, every rank a peer: the
             baseline (and what MPI's own hierarchy, if any, does).
+``fused``   (all_reduce; every host the same number of ranks; MPI, in groups
+            whose agreement rows go straight between ranks) the data path of
+            ``rails`` in point-to-point messages that also carry the call's
+            agreement (:func:`all_reduce_fused`): one synchronisation fewer.
 
 Reductions across hosts combine the hosts' partial results in host order, so
 every rank gets bitwise the same result; the order differs from a flat
@@ -64,7 +68,7 @@ RAILS_MIN_BYTES = 64 << 10
 #: the hosts' work and the kernel's network work share them.
 PIPELINE_BYTES = 8 << 20
 
-FAMILIES = ("leader", "rails", "flat")
+FAMILIES = ("leader", "rails", "flat", "fused")
 
 
 class LocalOps(Protocol):
@@ -107,6 +111,11 @@ class Across(Protocol):
     def send(self, w: np.ndarray, peer: int) -> None: ...
     def recv(self, w: np.ndarray, peer: int) -> None: ...
     def allreduce(self, w: np.ndarray, op: ReduceOp) -> bool: ...
+    def exchange(self, recvs: Sequence[tuple[int, np.ndarray]],
+                 sends: Sequence[tuple[int, np.ndarray]], settled: bool = False) -> bool: ...
+    def prepare(self, recvs: Sequence[tuple[int, np.ndarray]],
+                sends: Sequence[tuple[int, np.ndarray]]) -> Any: ...
+    def run(self, prepared: Any, settled: bool = False) -> bool: ...
 
 
 class Ctx(Protocol):
@@ -194,6 +203,16 @@ class Layout:
 #: half the link); reduce_scatter leader 1.95 / 10.5 / 179, rails 3.61 / 8.28 / 152, flat
 #: 6.62 / 12.7 / 204; all_reduce leader 4.46 / 15.3 / 189, flat 8.88 / 14.1 / 219.
 #:
+#: ``fused`` (all_reduce, forced), against ``flat`` and MPICH's own Iallreduce in one job,
+#: 3 rounds of 60 calls, at 64 / 128 / 256 / 512 KiB / 1 MiB (us): at 2 Gbit/s fused
+#: 678-1470 / 779-1003 / 1286-2605 / 2327-2939 / 4705-5576, flat 555-798 / 566-789 /
+#: 1325-2240 / 2637-4868 / 5112-6386, MPICH 271-1307 / 541-550 / 1534-2799 / 2327-2914 /
+#: 4407-5237; unlimited, with its plans kept, fused 496-619 / 545-604 / 650-720 / 844-851
+#: / 1442-2287, flat 471-495 / 466-509 / 545-553 / 685-790 / 989-1381, MPICH 211-227 /
+#: 237-280 / 308-330 / 443-452 / 739-1166. A raw mpi4py loop of the same messages took
+#: 188-281 us at 64-128 KiB unlimited: what fused loses is in its waits' Python, which
+#: four ranks on two cores pay twice. So it is not a default yet.
+#:
 #: ``rails`` needs every host to hold the same number (> 1) of ranks; where it cannot run,
 #: ``leader`` does. Calls of at most :data:`EAGER_BYTES` per rank never get here:
 #: their data rides in the agreement.
@@ -227,6 +246,8 @@ def choose(kind: str, layout: Layout, nbytes: int, forced: str | None,
             family = name
     if family == "rails" and not (layout.uniform and len(layout.hosts[0]) > 1):
         return "leader"
+    if family == "fused" and supports(kind, family, layout, engine):
+        return "flat"
     return family
 
 
@@ -306,8 +327,17 @@ def agreement_steps(layout: Layout) -> tuple[tuple[RowStep, ...], ...]:
     return first, tuple(second)
 
 
-def supports(kind: str, family: str, layout: Layout) -> str | None:
-    """Why ``family`` cannot run ``kind`` on ``layout`` (None: it can)."""
+def supports(kind: str, family: str, layout: Layout, engine: str = "mpi") -> str | None:
+    """Why ``family`` cannot run ``kind`` on ``layout`` over ``engine`` (None: it can)."""
+    if family == "fused":
+        if kind != "all_reduce":
+            return f"'fused' runs all_reduce, not {kind}"
+        if engine != "mpi" or agreement_route(engine, layout.size) != "flat":
+            return (f"'fused' needs MPI between hosts and at most {AGREEMENT_FLAT_MAX} ranks "
+                    f"(this group: {engine}, {layout.size} ranks)")
+        if not layout.uniform:
+            return ("'fused' needs the same number of ranks on every host "
+                    f"(this group has {[len(h) for h in layout.hosts]})")
     if family not in FAMILIES:
         return f"unknown algorithm {family!r} across hosts (known: {', '.join(FAMILIES)})"
     if family == "rails" and kind not in ("all_reduce", "broadcast", "all_gather",
@@ -344,6 +374,10 @@ def all_reduce(ctx: Ctx, family: str, w: np.ndarray, op: ReduceOp) -> None:
             ctx.flat.allgatherv(everyone, w, [w.size] * lay.size)
             _combine(op, w, [everyone[g * w.size:(g + 1) * w.size] for g in range(lay.size)])
         return
+    if family == "fused":
+        if not all_reduce_fused(ctx, w, op):
+            raise RuntimeError("all_reduce_fused: the ranks' calls differ (no cell told)")
+        return
     if family == "rails":
         L = ctx.local.size
         counts = [c for _, c in split_even(w.size, L)]
@@ -360,6 +394,142 @@ def all_reduce(ctx: Ctx, family: str, w: np.ndarray, op: ReduceOp) -> None:
     if ctx.leaders is not None:
         _allgather_reduce(ctx.leaders, w, op)
     ctx.local.broadcast(w, 0)
+
+
+#: The byte after a fused exchange's cell: the sender's host found that its ranks'
+#: calls differ, and the sender sends no data.
+_DIFFER = 1
+
+
+def all_reduce_fused(ctx: Ctx, w: np.ndarray, op: ReduceOp, cell: bytes = b"",
+                     plans: dict | None = None) -> bool:
+    """``w`` becomes the reduction over every rank, with the call's agreement riding in
+    the data's messages (family ``fused``): no exchange of rows before the data moves.
+
+    Every host the same number L of ranks; three exchanges of point-to-point messages
+    (``ctx.p2p``), the ``rails`` data path with shared memory replaced by the engine's
+    own messages inside a host:
+
+    1. inside the host, each rank sends local rank j its ``cell`` and piece j of ``w``
+       (``split_even`` in L), and folds what it gets into its host's partial sum of its
+       own piece (local-rank order);
+    2. along the rail, each rank sends every other host's rank of its local index its
+       cell and that partial sum (a rank whose host's cells differed sends its cell
+       marked, and no data), and folds the hosts' partial sums in host order;
+    3. inside the host, each rank sends its finished piece to the others.
+
+    After step 2 a rank has seen the cells of its host and, through its rail, the
+    cells that the ranks of every other host agreed on; so every rank of the group
+    ends step 2 knowing whether all cells are equal, and only then writes to ``w``.
+    Unlike the agreement's rows, these messages have the lengths the sender's call
+    gives: a message longer than its receive ends the exchange (refused), and a rank
+    whose call runs another family is in the agreement's exchange of rows instead,
+    which ends the others' waits (see ``Bound.exchange``). Either way the ranks find
+    out in step 1 or 2, together. The link carries what ``rails`` makes it carry,
+    with two synchronisations of every rank fewer (the rows' and the shared-memory
+    engine's entries), which is what a call of 64 KiB - 1 MiB waits on.
+
+    ``plans``: where the exchanges and buffers of a (size, dtype, cell length) are kept
+    from call to call (on MPI, persistent requests); the data is copied in and out of
+    them. None: made for this call.
+
+    Returns:
+        True when every rank ran this call (``w`` holds the result), False when some
+        cell, message or member said otherwise: ``w`` is unchanged, and the caller
+        settles the difference with the agreement's rows (the plans are dropped: the
+        exchanges may not all have been matched).
+    """
+    key = (w.size, w.dtype.str, len(cell))
+    plan = plans.get(key) if plans is not None else None
+    if plan is None:
+        plan = _FusedPlan(ctx, w.size, w.dtype, len(cell))
+        if plans is not None:
+            if len(plans) >= FUSED_PLANS:
+                for old in plans.values():
+                    old.free()
+                plans.clear()
+            plans[key] = plan
+    done = plan.run(ctx.p2p, w, op, cell)
+    if plans is None:
+        plan.free()
+    elif not done:
+        plans.clear()  # (not freed: some requests may still be active)
+    return done
+
+
+#: How many sizes of fused all_reduce keep their buffers and requests (a training loop
+#: repeats a few bucket sizes).
+FUSED_PLANS = 8
+
+
+class _FusedPlan:
+    """The buffers and prepared exchanges of :func:`all_reduce_fused` for one size."""
+
+    def __init__(self, ctx: Ctx, size: int, dtype: np.dtype, cell: int) -> None:
+        lay, p2p = ctx.layout, ctx.p2p
+        mates = lay.hosts[lay.host]
+        me = lay.me
+        self.at = lay.local
+        self.spans = spans = split_even(size, len(mates))
+        self.start, n = spans[self.at]
+        self.k = k = cell + 1  # the cell and my flag byte
+        self.work = work = np.empty(size, dtype)
+        self.head = np.zeros(k, np.uint8)
+        self.cells = np.zeros((len(mates), k), np.uint8)
+        self.parts = np.empty((len(mates), n), dtype)
+        self.partial = np.empty(n, dtype)
+        rail = lay.rail(self.at)
+        self.rail_at = rail.index(me)
+        self.heads = np.zeros((len(rail), k), np.uint8)
+        self.got = np.empty((len(rail), n), dtype)
+
+        def piece(j: int) -> np.ndarray:
+            return work[spans[j][0]:spans[j][0] + spans[j][1]]
+
+        others = [(j, g) for j, g in enumerate(mates) if g != me]
+        self.step1 = p2p.prepare(
+            [r for j, g in others for r in ((g, self.cells[j]), (g, self.parts[j]))],
+            [s for j, g in others for s in ((g, self.head), (g, piece(j)))])
+        far = [(h, g) for h, g in enumerate(rail) if g != me]
+        recvs2 = [r for h, g in far for r in ((g, self.heads[h]), (g, self.got[h]))]
+        self.step2 = p2p.prepare(recvs2, [s for _, g in far
+                                          for s in ((g, self.head), (g, self.partial))])
+        self.step2_differ = p2p.prepare(recvs2, [s for _, g in far
+                                                 for s in ((g, self.head), (g, self.partial[:0]))])
+        self.step3 = p2p.prepare([(g, piece(j)) for j, g in others],
+                                 [(g, piece(self.at)) for _, g in others])
+
+    def free(self) -> None:
+        for step in (self.step1, self.step2, self.step2_differ, self.step3):
+            getattr(step, "free", lambda: None)()
+
+    def run(self, p2p: Across, w: np.ndarray, op: ReduceOp, cell: bytes) -> bool:
+        head, cells, parts, work = self.head, self.cells, self.parts, self.work
+        head[:-1] = np.frombuffer(cell, np.uint8)
+        head[-1] = 0
+        np.copyto(work, w)
+        if not p2p.run(self.step1):
+            return False  # (a member diverted to the agreement; nobody waits on step 2)
+        cells[self.at] = head
+        host_agrees = bool((cells == head).all())
+        start, partial = self.start, self.partial
+        if host_agrees:
+            _combine(op, partial, [work[start:start + partial.size] if j == self.at
+                                   else parts[j] for j in range(len(parts))])
+        else:
+            head[-1] = _DIFFER
+        if not p2p.run(self.step2 if host_agrees else self.step2_differ) or not host_agrees:
+            return False
+        heads, got = self.heads, self.got
+        heads[self.rail_at] = head
+        if not (heads == head).all():
+            return False
+        got[self.rail_at] = partial
+        # every rank of the group runs this call: combine, send the piece round the host
+        _combine(op, work[start:start + partial.size], list(got))
+        p2p.run(self.step3, settled=True)
+        np.copyto(w, work)
+        return True
 
 
 def _all_reduce_leader_pipelined(ctx: Ctx, w: np.ndarray, op: ReduceOp) -> None:

@@ -49,6 +49,11 @@ ENGINES = ("mpi", "gloo")
 COLL_TAG = 32000
 #: Tag of the agreement's exchange among the hosts' leaders (HostComm.allgather_sized).
 AGREE_TAG = COLL_TAG + 1
+#: Tags of the agreement's rows sent straight between members, by the parity of the
+#: call's sequence number: a member at most one call ahead sends the next call's rows
+#: under the other tag, so a member still in an exchange that carries the agreement
+#: (algorithm 'fused') can tell that a member started *this* call's rows instead.
+AGREE_TAGS = (AGREE_TAG, AGREE_TAG + 1)
 
 
 class Request:
@@ -66,6 +71,18 @@ class Request:
     #: as :meth:`test` would), False if not yet; raises the engine's error on failure.
     #: It is called again and again, a liveness interval at a time.
     block: Callable[[float], bool] | None = None
+
+
+class Exchange(Request):
+    """A set of sends and receives posted together (:meth:`HostComm._iexchange`).
+
+    After completion, :attr:`refused` says why the exchange did not finish as posted:
+    ``"truncated"`` (a message was longer than its receive buffer: its sender's call
+    differs), ``"diverted"`` (a member started the agreement's exchange of rows instead:
+    its call differs), or None.
+    """
+
+    refused: str | None = None
 
 
 class HostComm:
@@ -125,6 +142,20 @@ class HostComm:
 
     def _allreduce(self, w: np.ndarray, op: ReduceOp, deadline: float, what: str) -> bool:
         return False  # the engine has no native reduction for this (dtype, op)
+
+    def _iexchange(self, recvs: list[tuple[int, np.ndarray]],
+                   sends: list[tuple[int, np.ndarray]], probe: int | None) -> Exchange:
+        """Post every receive and send of :meth:`Bound.exchange` at once; while it waits,
+        a member's message under tag ``probe`` (when not None) ends it, refused as
+        ``"diverted"``."""
+        raise TransportError(f"the {self.engine} engine does not run exchanges that carry "
+                             f"the call's agreement (algorithm 'fused')")
+
+    def _prepare(self, recvs: list[tuple[int, np.ndarray]],
+                 sends: list[tuple[int, np.ndarray]]) -> Callable[[int | None], Exchange]:
+        """:meth:`_iexchange` of these arrays, made once and started call after call (the
+        returned function takes ``probe``); engines with persistent requests keep them."""
+        return lambda probe: self._iexchange(recvs, sends, probe)
 
     def user_tag(self, tag: int) -> int:
         """The engine's tag for a user's point-to-point ``tag`` (never :data:`COLL_TAG`)."""
@@ -228,6 +259,23 @@ class HostComm:
     def run(self, make: Callable[[], Request], deadline: float, what: str) -> None:
         self.wait(self.start(make, what), deadline, what)
 
+    #: How many times :meth:`wait_soon` tests a request, yielding the core between tests,
+    #: before the general wait (engines whose messages progress inside tests set it).
+    QUICK_POLLS = 0
+
+    def wait_soon(self, req: Request, deadline: float, what: str) -> None:
+        """:meth:`wait` for a request that usually completes within a few yields: the
+        general wait's bookkeeping (heartbeats, deadline) costs a core that ranks share."""
+        try:
+            for _ in range(self.QUICK_POLLS):
+                if req.test():
+                    return
+                os.sched_yield()
+        except Exception as exc:  # noqa: BLE001 - as the general wait: the lost host named
+            self.failed = True
+            raise self._explained(what, exc) from exc
+        self.wait(req, deadline, what)
+
     def allgather_sized(self, out: np.ndarray, n: int, cap: int, deadline: float,
                         what: str) -> None:
         """Member i's first ``n_i`` bytes of ``out[i * cap:]`` to every member's ``out``, where
@@ -305,11 +353,14 @@ class Posted:
 class Bound:
     """A :class:`HostComm` with one call's deadline and name: typed arrays, element counts."""
 
-    __slots__ = ("comm", "deadline", "what", "size", "rank")
+    __slots__ = ("comm", "deadline", "what", "size", "rank", "probe")
 
     def __init__(self, comm: HostComm, deadline: float, what: str) -> None:
         self.comm, self.deadline, self.what = comm, deadline, what
         self.size, self.rank = comm.size, comm.rank
+        #: The tag of this call's agreement rows (``AGREE_TAGS``), set by a call whose
+        #: exchanges carry the agreement: see :meth:`exchange`.
+        self.probe: int | None = None
 
     def allgatherv(self, out: np.ndarray, mine: np.ndarray, counts: Sequence[int]) -> None:
         self.start_allgatherv(out, mine, counts, offsets(counts)).wait()
@@ -361,6 +412,47 @@ class Bound:
         if not w.size:
             return True
         return self.comm._allreduce(w, op, self.deadline, self.what)
+
+    def exchange(self, recvs: Sequence[tuple[int, np.ndarray]],
+                 sends: Sequence[tuple[int, np.ndarray]], settled: bool = False) -> bool:
+        """Receive into and send from contiguous arrays, ``(member, array)`` each, all
+        posted at once; wait for all of them.
+
+        Between two members, messages match in the order listed. A message shorter
+        than its receive array fills only its start. For exchanges that carry the
+        call's agreement (``algorithms.hierarchical.all_reduce_fused``), where a member
+        whose call differs may send other lengths, or no such message at all: such
+        a member runs the agreement's exchange of rows, and unless ``settled`` (every
+        member is known to run this call), a row of it under :attr:`probe` ends the
+        wait.
+
+        Returns:
+            True when every message arrived whole; False when one was longer than its
+            array, or a member is in the agreement's exchange of rows instead (its call
+            is not this one): the arrays are then unspecified, and the call's
+            agreement must settle what differs.
+        """
+        return self.run(self.prepare(recvs, sends), settled)
+
+    def prepare(self, recvs: Sequence[tuple[int, np.ndarray]],
+                sends: Sequence[tuple[int, np.ndarray]]) -> Callable[[int | None], Exchange]:
+        """:meth:`exchange` of these arrays, to :meth:`run` in this call and later ones
+        (the arrays must live as long)."""
+        c = self.comm
+        try:
+            return c._prepare([(p, _bytes(a)) for p, a in recvs],
+                              [(p, _bytes(a)) for p, a in sends])
+        except (TransportError, InvalidUsage):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the engine's error, made ours
+            raise c.failure(self.what, exc) from exc
+
+    def run(self, prepared: Callable[[int | None], Exchange], settled: bool = False) -> bool:
+        """Run an exchange made by :meth:`prepare`; as :meth:`exchange`."""
+        c = self.comm
+        req = c.start(lambda: prepared(None if settled else self.probe), self.what)
+        c.wait_soon(req, self.deadline, self.what)
+        return req.refused is None
 
 
 class Engine:

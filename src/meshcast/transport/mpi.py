@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import TransportError
 from ..ops import ReduceOp
 from . import mpi_rows
-from .interhost import AGREE_TAG, COLL_TAG, Engine, HostComm, Request, offsets
+from .interhost import AGREE_TAG, COLL_TAG, Engine, Exchange, HostComm, Request, offsets
 
 
 def _mpi() -> Any:
@@ -80,6 +80,75 @@ class _MpiAll(Request):
         return bool(_testall(self.reqs))
 
 
+class _MpiExchange(Exchange):
+    """Started sends and receives of ``Bound.exchange`` (the receives first)."""
+
+    __slots__ = ("comm", "reqs", "receives", "probe")
+
+    def __init__(self, comm: Any, reqs: list[Any], receives: int, probe: int | None) -> None:
+        self.comm, self.reqs, self.receives, self.probe = comm, reqs, receives, probe
+
+    def test(self) -> bool:
+        MPI = _mpi()
+        try:
+            if _testall(self.reqs):
+                return True
+        except MPI.Exception as exc:
+            # A message longer than its receive: that request completed with the error,
+            # the others go on (the next test waits for them). Without statuses (they
+            # cost every poll) another request's error reads the same; the agreement
+            # that follows a refusal then meets that error itself and explains it.
+            if exc.Get_error_class() not in (MPI.ERR_IN_STATUS, MPI.ERR_TRUNCATE):
+                raise
+            self.refused = "truncated"
+            return False
+        if self.probe is not None and self.comm.Iprobe(MPI.ANY_SOURCE, self.probe):
+            self._abandon()
+            return True
+        return False
+
+    def _abandon(self) -> None:
+        """A member is in this call's agreement instead: what I posted will not all be
+        matched. Receives are cancelled (a matched one completes); sends that cannot be
+        cancelled stay with MPI (the group is unusable after the mismatch anyway)."""
+        MPI = _mpi()
+        self.refused = "diverted"
+        for i, req in enumerate(self.reqs):
+            if req == MPI.REQUEST_NULL:
+                continue
+            try:
+                req.Cancel()
+                if i < self.receives:
+                    req.Wait()
+            except MPI.Exception:  # a truncated or finished receive: settled anyway
+                pass
+
+
+def _persistent(comm: Any, recvs: list[tuple[int, np.ndarray]],
+                sends: list[tuple[int, np.ndarray]]) -> Any:
+    """Persistent requests of an exchange, started by the returned function (probe)."""
+    MPI = _mpi()
+    reqs = ([comm.Recv_init([a, MPI.BYTE], p, COLL_TAG) for p, a in recvs]
+            + [comm.Send_init([a, MPI.BYTE], p, COLL_TAG) for p, a in sends])
+    receives = len(recvs)
+
+    def start(probe: int | None) -> _MpiExchange:
+        if reqs:
+            _startall(reqs)
+        return _MpiExchange(comm, reqs, receives, probe)
+
+    def free() -> None:
+        for r in reqs:
+            try:
+                r.Free()
+            except Exception:  # noqa: BLE001 - MPI may already be finalized at exit
+                pass
+
+    start.keep = (recvs, sends)  # type: ignore[attr-defined] - the buffers outlive the requests
+    start.free = free  # type: ignore[attr-defined]
+    return start
+
+
 def _testall(reqs: list[Any]) -> bool:
     """``MPI.Request.Testall``, bound on first use (waits call it thousands of times)."""
     global _testall
@@ -119,9 +188,10 @@ class MpiComm(HostComm):
         self.comm = comm
         self._sized: dict[tuple[int, int, int], tuple[np.ndarray, list[Any]]] = {}
         self._sized_last: tuple[Any, int, int, list[Any]] = (None, 0, 0, [])
-        # (table id, program, cap) -> (table, its runner: see mpi_rows)
-        self._runners: dict[tuple[int, tuple, int], tuple[np.ndarray, Any]] = {}
-        self._rows_last: tuple[Any, Any, Any] = (None, None, None)
+        # (table id, program, cap, tag) -> (table, its runner: see mpi_rows)
+        self._runners: dict[tuple[int, tuple, int, int], tuple[np.ndarray, Any]] = {}
+        # tag -> (table, program, runner) of the last exchange_rows under that tag
+        self._rows_last: dict[int, tuple[Any, Any, Any]] = {}
 
     def _iallgatherv(self, out: np.ndarray, mine: np.ndarray, counts: list[int]) -> Request:
         return self._iallgatherv_at(out, mine, counts, offsets(counts))
@@ -160,7 +230,8 @@ class MpiComm(HostComm):
         self._quick_wait(reqs, deadline, what)
 
     def exchange_rows(self, out: np.ndarray, program: tuple, cap: int,
-                      length: tuple[int, int], deadline: float, what: Any) -> None:
+                      length: tuple[int, int], deadline: float, what: Any,
+                      tag: int = AGREE_TAG) -> None:
         """Run a program of row exchanges on the rows of ``out`` (row r at ``r * cap``).
 
         Args:
@@ -174,14 +245,16 @@ class MpiComm(HostComm):
             length: ``(base, word)``: a row is ``base`` bytes plus the int32 at ``word``
                 in it (when positive), at most ``cap``.
             deadline, what: as for :meth:`wait`.
+            tag: the messages' tag (see ``interhost.AGREE_TAGS``).
 
         The compiled helper runs the program when it was built (one C call, see
         transport/_mpi_rows.c); else mpi4py runs it on persistent requests
         (:mod:`meshcast.transport.mpi_rows`).
         """
-        last = self._rows_last  # the agreement passes one table and program, call after call
-        if not (last[0] is out and last[1] is program):
-            last = self._rows_last = (out, program, self.rows_runner(out, program, cap, length))
+        last = self._rows_last.get(tag)  # one table and program, call after call
+        if last is None or not (last[0] is out and last[1] is program):
+            last = self._rows_last[tag] = (out, program,
+                                           self.rows_runner(out, program, cap, length, tag))
         runner = last[2]
         self._finish_phases(runner, self._run_phases(runner, 0, what), len(program), deadline,
                             what)
@@ -236,21 +309,22 @@ class MpiComm(HostComm):
         return self._explained(what, mpi_rows.as_mpi_error(exc))
 
     def rows_runner(self, out: np.ndarray, program: tuple, cap: int,
-                    length: tuple[int, int]) -> Any:
-        """The runner of ``program`` on the table ``out`` (cached by the table's identity;
-        see :mod:`meshcast.transport.mpi_rows`): the compiled one, which also runs
-        :meth:`eager_rows`, or :class:`~meshcast.transport.mpi_rows.PersistentRows`."""
-        key = (id(out), program, cap)
+                    length: tuple[int, int], tag: int = AGREE_TAG) -> Any:
+        """The runner of ``program`` on the table ``out`` with messages tagged ``tag``
+        (cached by the table's identity; see :mod:`meshcast.transport.mpi_rows`): the
+        compiled one, which also runs :meth:`eager_rows`, or
+        :class:`~meshcast.transport.mpi_rows.PersistentRows`."""
+        key = (id(out), program, cap, tag)
         kept = self._runners.get(key)
         if kept is None:
             if len(self._runners) >= self.SIZED_SHAPES:
                 self._free_runners()
-            kept = self._runners[key] = (out, mpi_rows.runner(self.comm, AGREE_TAG, out,
-                                                              program, cap, length))
+            kept = self._runners[key] = (out, mpi_rows.runner(self.comm, tag, out, program,
+                                                              cap, length))
         return kept[1]  # (the table is kept with it: its id stays its own)
 
     def _free_runners(self) -> None:
-        self._rows_last = (None, None, None)
+        self._rows_last = {}
         for _, runner in self._runners.values():
             if isinstance(runner, mpi_rows.PersistentRows):
                 runner.free()
@@ -333,6 +407,21 @@ class MpiComm(HostComm):
         self.run(lambda: _MpiRequest(self.comm.Iallreduce(MPI.IN_PLACE, w, mpiop), w),
                  deadline, what)
         return True
+
+    def _iexchange(self, recvs: list[tuple[int, np.ndarray]],
+                   sends: list[tuple[int, np.ndarray]], probe: int | None) -> Exchange:
+        MPI = _mpi()
+        c = self.comm
+        reqs = ([c.Irecv([a, MPI.BYTE], p, COLL_TAG) for p, a in recvs]
+                + [c.Isend([a, MPI.BYTE], p, COLL_TAG) for p, a in sends])
+        return _MpiExchange(c, reqs, len(recvs), probe)
+
+    def _prepare(self, recvs: list[tuple[int, np.ndarray]],
+                 sends: list[tuple[int, np.ndarray]]) -> Any:
+        # persistent requests: a fused all_reduce repeats the same exchanges call after
+        # call, and making 10 requests through mpi4py costs every rank ~20 us of a core
+        # that ranks share
+        return _persistent(self.comm, recvs, sends)
 
     def user_tag(self, tag: int) -> int:
         """torch tags are any int; MPI's stop at MPI_TAG_UB (>= 32767)."""

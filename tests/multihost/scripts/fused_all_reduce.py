@@ -1,0 +1,64 @@
+"""all_reduce with the agreement riding in its data (algorithm 'fused') across hosts:
+every dtype, op and size against the oracle, then a mismatch (SCENARIO) that must be the
+same MismatchError on every rank, never a hang."""
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from tests.runtime import spanning_bodies as bodies  # noqa: E402
+
+import meshcast as dist  # noqa: E402
+from meshcast import ops  # noqa: E402
+from meshcast.testing import reference as ref  # noqa: E402
+
+dist.init_process_group()
+r, n = dist.get_rank(), dist.get_world_size()
+g = dist.group.WORLD
+for dtype in bodies.DTYPES:
+    for count in ([0, 1, 7, 3000, 40000, 100001] if dtype == "float32" else [5, 40000]):
+        inputs = [ref.rank_input(q, count, dtype) for q in range(n)]
+        for op in ops.ReduceOp:
+            if not bodies._valid(op, dtype):
+                continue
+            for _ in range(2):  # the second call runs on the kept plan
+                x = inputs[r].copy()
+                dist.all_reduce(x, op, algorithm="fused")
+                bodies._eq(x, ref.reduced(inputs, op), f"fused {op.name} {dtype} x{count}")
+                assert g.last_algorithm == "all_reduce/fused", g.last_algorithm
+x = np.arange(6000, dtype=np.float32).reshape(60, 100)[:, ::2] + r  # 2-D, strided
+dist.all_reduce(x, algorithm="fused")
+assert np.array_equal(x, (np.arange(6000, dtype=np.float32).reshape(60, 100)[:, ::2]) * n
+                      + sum(range(n))), "strided"
+works = [dist.all_reduce(np.full(20000, float(r + i), np.float32), algorithm="fused",
+                         async_op=True) for i in range(3)]
+for w in works:
+    w.wait()
+dist.barrier()
+if r == 0:
+    print("fused all_reduce: ok", flush=True)
+
+# Last, as a mismatch leaves the group unusable.
+scenario = os.environ["SCENARIO"]
+try:
+    if scenario == "cells":  # same bytes, another dtype on one rank: the cells differ
+        dist.all_reduce(np.ones(40000, np.int32 if r == n - 1 else np.float32),
+                        algorithm="fused")
+    elif scenario == "eager":  # the last rank's call is tiny: it rides in the rows
+        dist.all_reduce(np.ones(4 if r == n - 1 else 40000, np.float32),
+                        algorithm=None if r == n - 1 else "fused")
+    elif scenario == "count":  # a longer message than its receive, on some ranks
+        dist.all_reduce(np.ones(50000 if r == 1 else 40000, np.float32), algorithm="fused")
+    elif scenario == "kind":  # another collective, through the agreement's rows
+        if r == 0:
+            dist.broadcast(np.ones(40000, np.float32), src=0)
+        else:
+            dist.all_reduce(np.ones(40000, np.float32), algorithm="fused")
+    raise AssertionError(f"rank {r}: no MismatchError")
+except dist.MismatchError as exc:
+    print(f"rank {r} mismatch: {exc}", flush=True)
+dist.destroy_process_group()
