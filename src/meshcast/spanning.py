@@ -49,6 +49,7 @@ from .algorithms.hierarchical import Layout
 from .buffers import Buffer, store_back, working_copy
 from .errors import MismatchError, usage
 from .group import GroupRanks, ProcessGroup
+from .lanes import _c_kernel
 from .spanning_lane import AcrossHostsLane
 from .transport.interhost import AGREE_TAGS, HostComm, Request
 from .work import Work
@@ -468,7 +469,8 @@ class HostSpanningGroup(GroupRanks):
 
         if family == "fused":
             def fused(ctx: _Ctx) -> bool:
-                if not hier.all_reduce_fused(ctx, w, combine, fp.pack(), self._fused_plans):
+                if not hier.all_reduce_fused(ctx, w, combine, fp.pack(), self._fused_plans,
+                                             _c_kernel(combine, w.dtype)):
                     return False
                 self.last_algorithm = "all_reduce/fused"
                 self._finish_reduction(buf, w, upcast, op)

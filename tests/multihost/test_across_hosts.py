@@ -55,18 +55,24 @@ def test_every_primitive_over_mpi(emulated_hosts, hosts_n, per_host, env):
     assert after[0] - before[0] > 1 << 20, (before, after)  # data crossed the link
 
 
-@pytest.mark.parametrize("scenario", ["cells", "eager", "count", "kind"])
-def test_fused_all_reduce_and_its_mismatches(two_hosts, scenario):
-    """algorithm='fused' (the agreement rides in the data's messages) against the oracle;
-    then a rank whose call differs: by its cells, by running the agreement's rows (a
-    tiny call, another collective), or by sending longer messages. Every rank must
-    raise the same MismatchError, and the job end (no hang, no stuck MPI requests)."""
-    r = run_job(two_hosts, "mpiexec", 2, [FUSED], env={"SCENARIO": scenario}, timeout=150)
+@pytest.mark.parametrize("hosts_n, scenario, env", [
+    (2, "cells", {}), (2, "eager", {}), (2, "count", {}), (2, "kind", {}),
+    (2, "count", {"MESHCAST_COMPILED": "0"}), (2, "kind", {"MESHCAST_COMPILED": "0"}),
+    (3, "cells", {})],
+    ids=["cells", "eager", "count", "kind", "count-python", "kind-python", "3x2-cells"])
+def test_fused_all_reduce_and_its_mismatches(emulated_hosts, hosts_n, scenario, env):
+    """algorithm='fused' (the agreement rides in the data's messages; its steps in one C
+    call, or through mpi4py without the helper) against the oracle; then a rank whose
+    call differs: by its cells, by running the agreement's rows (a tiny call, another
+    collective), or by sending longer messages. Every rank must raise the same
+    MismatchError, and the job end (no hang, no stuck MPI requests)."""
+    hosts = emulated_hosts(hosts_n)
+    r = run_job(hosts, "mpiexec", 2, [FUSED], env={"SCENARIO": scenario, **env}, timeout=150)
     assert r.returncode == 0, r.describe()
     assert "fused all_reduce: ok" in r.stdout, r.describe()
     # hosts' lines may interleave mid-line: a verdict ends where the next one starts
     errors = re.findall(r"rank (\d) mismatch: (.*?)(?=rank \d mismatch|\n|$)", r.stdout)
-    assert sorted(int(k) for k, _ in errors) == [0, 1, 2, 3], r.describe()
+    assert sorted(int(k) for k, _ in errors) == list(range(2 * hosts_n)), r.describe()
     assert len({e for _, e in errors}) == 1, errors
 
 

@@ -115,7 +115,7 @@ class Across(Protocol):
                  sends: Sequence[tuple[int, np.ndarray]], settled: bool = False) -> bool: ...
     def prepare(self, recvs: Sequence[tuple[int, np.ndarray]],
                 sends: Sequence[tuple[int, np.ndarray]]) -> Any: ...
-    def run(self, prepared: Any, settled: bool = False) -> bool: ...
+    def run(self, prepared: Any, settled: bool = False, started: Any = None) -> bool: ...
 
 
 class Ctx(Protocol):
@@ -203,15 +203,25 @@ class Layout:
 #: half the link); reduce_scatter leader 1.95 / 10.5 / 179, rails 3.61 / 8.28 / 152, flat
 #: 6.62 / 12.7 / 204; all_reduce leader 4.46 / 15.3 / 189, flat 8.88 / 14.1 / 219.
 #:
-#: ``fused`` (all_reduce, forced), against ``flat`` and MPICH's own Iallreduce in one job,
-#: 3 rounds of 60 calls, at 64 / 128 / 256 / 512 KiB / 1 MiB (us): at 2 Gbit/s fused
-#: 678-1470 / 779-1003 / 1286-2605 / 2327-2939 / 4705-5576, flat 555-798 / 566-789 /
-#: 1325-2240 / 2637-4868 / 5112-6386, MPICH 271-1307 / 541-550 / 1534-2799 / 2327-2914 /
-#: 4407-5237; unlimited, with its plans kept, fused 496-619 / 545-604 / 650-720 / 844-851
-#: / 1442-2287, flat 471-495 / 466-509 / 545-553 / 685-790 / 989-1381, MPICH 211-227 /
-#: 237-280 / 308-330 / 443-452 / 739-1166. A raw mpi4py loop of the same messages took
-#: 188-281 us at 64-128 KiB unlimited: what fused loses is in its waits' Python, which
-#: four ranks on two cores pay twice. So it is not a default yet.
+#: ``fused`` (all_reduce, forced; its steps, checks and folds in one C call), against
+#: ``flat`` and MPICH's own Iallreduce in one job, median of 5 alternating rounds (us):
+#:
+#: ===========  =======================  =======================
+#: size         2 Gbit/s: fused / flat   unlimited: fused / flat
+#: ===========  =======================  =======================
+#: 64 KiB       456 / 547                483 / 533
+#: 128 KiB      785 / 589                614 / 524
+#: 256 KiB      1806 / 1670              674 / 723
+#: 512 KiB      2286 / 3598              1027 / 1245
+#: 1 MiB        5322 / 4805              2124 / 1558
+#: 2 MiB        11462 / 10027            4373 / 2903
+#: ===========  =======================  =======================
+#:
+#: (MPICH: 269 / 558 / 1670 / 2790 / 4416 / 9222 and 263 / 291 / 385 / 558 / 1136 /
+#: 2120.) A raw mpi4py loop of the same messages took 306-343 us at 128 KiB unlimited,
+#: where fused spends ~70 us more CPU a call and rank (the call's Python and the copies
+#: in and out of its plan's buffers) and four ranks on two cores pay it twice. No window
+#: wins on both links, so it is not a default yet.
 #:
 #: ``rails`` needs every host to hold the same number (> 1) of ranks; where it cannot run,
 #: ``leader`` does. Calls of at most :data:`EAGER_BYTES` per rank never get here:
@@ -402,7 +412,7 @@ _DIFFER = 1
 
 
 def all_reduce_fused(ctx: Ctx, w: np.ndarray, op: ReduceOp, cell: bytes = b"",
-                     plans: dict | None = None) -> bool:
+                     plans: dict | None = None, kernel: int | None = None) -> bool:
     """``w`` becomes the reduction over every rank, with the call's agreement riding in
     the data's messages (family ``fused``): no exchange of rows before the data moves.
 
@@ -431,7 +441,9 @@ def all_reduce_fused(ctx: Ctx, w: np.ndarray, op: ReduceOp, cell: bytes = b"",
 
     ``plans``: where the exchanges and buffers of a (size, dtype, cell length) are kept
     from call to call (on MPI, persistent requests); the data is copied in and out of
-    them. None: made for this call.
+    them. None: made for this call. ``kernel``: the compiled fold's code for ``op`` on
+    ``w``'s dtype (``lanes._c_kernel``), with which an engine that can (MPI with the
+    compiled helper) runs the steps, checks and folds in one call; None: NumPy folds.
 
     Returns:
         True when every rank ran this call (``w`` holds the result), False when some
@@ -449,7 +461,7 @@ def all_reduce_fused(ctx: Ctx, w: np.ndarray, op: ReduceOp, cell: bytes = b"",
                     old.free()
                 plans.clear()
             plans[key] = plan
-    done = plan.run(ctx.p2p, w, op, cell)
+    done = plan.run(ctx.p2p, w, op, cell, kernel)
     if plans is None:
         plan.free()
     elif not done:
@@ -503,31 +515,50 @@ class _FusedPlan:
         for step in (self.step1, self.step2, self.step2_differ, self.step3):
             getattr(step, "free", lambda: None)()
 
-    def run(self, p2p: Across, w: np.ndarray, op: ReduceOp, cell: bytes) -> bool:
+    def run(self, p2p: Across, w: np.ndarray, op: ReduceOp, cell: bytes,
+            kernel: int | None = None) -> bool:
         head, cells, parts, work = self.head, self.cells, self.parts, self.work
         head[:-1] = np.frombuffer(cell, np.uint8)
         head[-1] = 0
         np.copyto(work, w)
-        if not p2p.run(self.step1):
-            return False  # (a member diverted to the agreement; nobody waits on step 2)
-        cells[self.at] = head
-        host_agrees = bool((cells == head).all())
+        done, started = 0, None
+        run_fused = getattr(p2p, "run_fused", None)
+        if kernel is not None and run_fused is not None:
+            # the engine may run the steps, checks and folds whole (compiled); it stops
+            # where something differs or waits, and the steps below go on from there
+            ran = run_fused((self.step1, self.step2, self.step3),
+                            (head, cells, parts, self.partial, self.heads, self.got, work),
+                            (self.at, self.rail_at, self.start * work.itemsize,
+                             self.partial.nbytes), kernel)
+            if ran is not None:
+                done, started = ran
         start, partial = self.start, self.partial
-        if host_agrees:
-            _combine(op, partial, [work[start:start + partial.size] if j == self.at
-                                   else parts[j] for j in range(len(parts))])
-        else:
-            head[-1] = _DIFFER
-        if not p2p.run(self.step2 if host_agrees else self.step2_differ) or not host_agrees:
-            return False
-        heads, got = self.heads, self.got
-        heads[self.rail_at] = head
-        if not (heads == head).all():
-            return False
-        got[self.rail_at] = partial
-        # every rank of the group runs this call: combine, send the piece round the host
-        _combine(op, work[start:start + partial.size], list(got))
-        p2p.run(self.step3, settled=True)
+        if done < 1:
+            if not p2p.run(self.step1, started=started):
+                return False  # (a member diverted to the agreement; nobody waits on step 2)
+            started = None
+            cells[self.at] = head
+            host_agrees = bool((cells == head).all())
+            if host_agrees:
+                _combine(op, partial, [work[start:start + partial.size] if j == self.at
+                                       else parts[j] for j in range(len(parts))])
+            else:
+                head[-1] = _DIFFER
+            if not p2p.run(self.step2 if host_agrees else self.step2_differ) or not host_agrees:
+                return False
+        if done < 2:
+            if started is not None and not p2p.run(self.step2, started=started):
+                return False
+            started = None
+            heads, got = self.heads, self.got
+            heads[self.rail_at] = head
+            if not (heads == head).all():
+                return False
+            got[self.rail_at] = partial
+            # every rank of the group runs this call: combine, send the piece round the host
+            _combine(op, work[start:start + partial.size], list(got))
+        if done < 3:
+            p2p.run(self.step3, settled=True, started=started)
         np.copyto(w, work)
         return True
 

@@ -141,7 +141,7 @@ class SimAcross:
                 sends: Sequence[tuple[int, np.ndarray]]) -> Any:
         return recvs, sends
 
-    def run(self, prepared: Any, settled: bool = False) -> bool:
+    def run(self, prepared: Any, settled: bool = False, started: Any = None) -> bool:
         return self.exchange(*prepared, settled)
 
 

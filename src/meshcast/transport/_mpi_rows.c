@@ -543,11 +543,219 @@ static PyTypeObject RowsType = {
     .tp_methods = Rows_methods,
 };
 
+/* Waiting for an exchange of persistent requests (the fused all_reduce's steps, see
+ * meshcast.transport.mpi._persistent): started and tested here, so that a poll costs
+ * MPI's test and a yield, not an interpreter's round through mpi4py; on a machine whose
+ * cores the ranks share, every rank's polls take cores the others' progress needs.
+ *
+ * exchange(startall, testall, iprobe, requests, statuses, comm, probe, any_source,
+ * start, polls) -> 0 when every request is done, 1 when they are not after `polls`
+ * yields, 2 when a message under tag `probe` (>= 0) is waiting from any member (see
+ * Bound.exchange: a member whose call differs); an MPI error code raises
+ * RuntimeError(code, -1). `requests`: the MPI_Request handles back to back; `statuses`
+ * room for as many MPI_Status plus one. */
+typedef int (*startall_fn)(int, void *);
+typedef int (*iprobe_fn)(int, int, intptr_t, int *, void *);
+
+static int wait_requests(startall_fn startall, testall_fn testall, iprobe_fn iprobe,
+                         int n, void *requests, char *statuses, Py_ssize_t status_size,
+                         intptr_t comm, int probe, int any_source, int start, long polls) {
+    int code = 0, flag = 0;
+    if (start && n > 0) {
+        code = startall(n, requests);
+        if (code != 0)
+            return -code;
+    }
+    for (;;) {
+        code = testall(n, requests, &flag, statuses);
+        if (code != 0)
+            return -code;
+        if (flag)
+            return 0;
+        if (probe >= 0) {
+            code = iprobe(any_source, probe, comm, &flag, statuses + n * status_size);
+            if (code != 0)
+                return -code;
+            if (flag)
+                return 2;
+        }
+        if (polls-- <= 0)
+            return 1;
+        sched_yield();
+    }
+}
+
+static PyObject *exchange(PyObject *Py_UNUSED(module), PyObject *const *args,
+                          Py_ssize_t nargs) {
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "exchange(startall, testall, iprobe, requests, "
+                                         "statuses, comm, probe, any_source, start, polls)");
+        return NULL;
+    }
+    unsigned long long startall = PyLong_AsUnsignedLongLong(args[0]);
+    unsigned long long testall = PyLong_AsUnsignedLongLong(args[1]);
+    unsigned long long iprobe = PyLong_AsUnsignedLongLong(args[2]);
+    unsigned long long comm = PyLong_AsUnsignedLongLongMask(args[5]);
+    int probe = (int)PyLong_AsLong(args[6]), any_source = (int)PyLong_AsLong(args[7]);
+    int start = PyObject_IsTrue(args[8]);
+    long polls = PyLong_AsLong(args[9]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (!startall || !testall || !iprobe) {
+        PyErr_SetString(PyExc_ValueError, "exchange: a null function");
+        return NULL;
+    }
+    Py_buffer requests, statuses;
+    if (PyObject_GetBuffer(args[3], &requests, PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[4], &statuses, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&requests);
+        return NULL;
+    }
+    int n = (int)(requests.len / requests.itemsize);
+    Py_ssize_t status_size = statuses.len / (n + 1);
+    int result;
+    Py_BEGIN_ALLOW_THREADS
+    result = wait_requests((startall_fn)(uintptr_t)startall, (testall_fn)(uintptr_t)testall,
+                           (iprobe_fn)(uintptr_t)iprobe, n, requests.buf, statuses.buf,
+                           status_size, (intptr_t)comm, probe, any_source, start, polls);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&requests);
+    PyBuffer_Release(&statuses);
+    if (result < 0)
+        return failed(-result, -1);
+    return PyLong_FromLong(result);
+}
+
+/* The fused all_reduce's three steps in one C call (meshcast.algorithms.hierarchical,
+ * _FusedPlan): the happy path only. Step 1's exchange, the check of the host's cells
+ * and the fold of the host's partial sum; step 2's exchange, the check of the rails'
+ * cells and the fold of the hosts' sums into my piece of `work`; step 3's exchange.
+ * It returns (steps done, state of the next step): state 0 not started (all done when
+ * steps done is 3), 1 started and pending after `polls` yields, 2 done but not checked
+ * (its cells differ: Python reads them), 3 a message under tag `probe` waits, 4 an MPI
+ * error code (in the tuple's third item). Python goes on from there.
+ *
+ * fused(startall, testall, iprobe, comm, any_source, probe, polls, step1, step2, step3,
+ *       statuses, head, cells, parts, partial, heads, got, work, at, rail_at, start,
+ *       piece, code) -- byte offsets and sizes; code the fold kernel (type * 8 + op). */
+static int differ(const char *rows, Py_ssize_t n, Py_ssize_t mine, const char *head,
+                  Py_ssize_t k) {
+    for (Py_ssize_t j = 0; j < n; j++)
+        if (j != mine && memcmp(rows + j * k, head, k) != 0)
+            return 1;
+    return 0;
+}
+
+static void fold_into(char *out, const char *rows, Py_ssize_t stride, Py_ssize_t n,
+                      long code, Py_ssize_t bytes, Py_ssize_t itemsize) {
+    if (n == 1)
+        memcpy(out, rows, bytes);
+    else
+        fold_rows(rows, stride, n, (int)(code / 8), (int)(code % 8), out, bytes / itemsize);
+}
+
+typedef struct {
+    void *buf;
+    Py_ssize_t len;
+} Reqs;
+
+static PyObject *fused(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 23) {
+        PyErr_SetString(PyExc_TypeError, "fused: 23 arguments (see the source)");
+        return NULL;
+    }
+    startall_fn startall = (startall_fn)(uintptr_t)PyLong_AsUnsignedLongLong(args[0]);
+    testall_fn testall = (testall_fn)(uintptr_t)PyLong_AsUnsignedLongLong(args[1]);
+    iprobe_fn iprobe = (iprobe_fn)(uintptr_t)PyLong_AsUnsignedLongLong(args[2]);
+    intptr_t comm = (intptr_t)PyLong_AsUnsignedLongLongMask(args[3]);
+    int any_source = (int)PyLong_AsLong(args[4]), probe = (int)PyLong_AsLong(args[5]);
+    long polls = PyLong_AsLong(args[6]);
+    Py_ssize_t at = PyLong_AsSsize_t(args[18]), rail_at = PyLong_AsSsize_t(args[19]);
+    Py_ssize_t start = PyLong_AsSsize_t(args[20]), piece = PyLong_AsSsize_t(args[21]);
+    long code = PyLong_AsLong(args[22]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer b[14];
+    int got_n = 0;
+    PyObject *result = NULL;
+    /* 7..10: step1, step2, step3 handles, statuses; 11..17: head .. work */
+    for (int i = 0; i < 11; i++, got_n++) {
+        if (PyObject_GetBuffer(args[7 + i], &b[i], PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
+            goto done;
+    }
+    Py_buffer *req[3] = {&b[0], &b[1], &b[2]};
+    char *statuses = b[3].buf;
+    const char *head = b[4].buf;
+    Py_ssize_t k = b[4].len;
+    char *cells = b[5].buf, *parts = b[6].buf, *partial = b[7].buf, *heads = b[8].buf;
+    char *got = b[9].buf, *work = b[10].buf;
+    Py_ssize_t L = k ? b[5].len / k : 0, H = k ? b[8].len / k : 0;
+    Py_ssize_t itemsize = b[10].itemsize;
+    if (!startall || !testall || !iprobe || k <= 0 || L < 1 || H < 1 || at >= L ||
+        rail_at >= H || b[6].len != L * piece || b[9].len != H * piece ||
+        b[7].len != piece || start + piece > b[10].len || itemsize <= 0 ||
+        piece % itemsize != 0) {
+        PyErr_SetString(PyExc_ValueError, "fused: bad functions, buffers or sizes");
+        goto done;
+    }
+    Py_ssize_t status_size = b[3].len;  /* divided per request below */
+    int step = 0, state = 0, error = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (; step < 3; step++) {
+        int n = (int)(req[step]->len / req[step]->itemsize);
+        Py_ssize_t each = status_size / (n + 1 > 1 ? n + 1 : 1);
+        int r = wait_requests(startall, testall, iprobe, n, req[step]->buf, statuses, each,
+                              comm, step < 2 ? probe : -1, any_source, 1, polls);
+        if (r < 0) {
+            state = 4;
+            error = -r;
+            break;
+        }
+        if (r == 1 || r == 2) {
+            state = r == 1 ? 1 : 3;
+            break;
+        }
+        if (step == 0) {
+            if (differ(cells, L, at, head, k)) {
+                state = 2;
+                break;
+            }
+            memcpy(parts + at * piece, work + start, piece);
+            fold_into(partial, parts, piece, L, code, piece, itemsize);
+        } else if (step == 1) {
+            if (differ(heads, H, rail_at, head, k)) {
+                state = 2;
+                break;
+            }
+            memcpy(got + rail_at * piece, partial, piece);
+            fold_into(work + start, got, piece, H, code, piece, itemsize);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("(iii)", step, state, error);
+done:
+    for (int i = 0; i < got_n; i++)
+        PyBuffer_Release(&b[i]);
+    return result;
+}
+
+static PyMethodDef module_methods[] = {
+    {"exchange", (PyCFunction)(void (*)(void))exchange, METH_FASTCALL,
+     "exchange(startall, testall, iprobe, requests, statuses, comm, probe, any_source, "
+     "start, polls) -> 0 done, 1 not yet, 2 a message under `probe` waits (see the source)."},
+    {"fused", (PyCFunction)(void (*)(void))fused, METH_FASTCALL,
+     "fused(...) -> (steps done, state, MPI error): the fused all_reduce's happy path "
+     "(see the source)."},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_mpi_rows",
     .m_doc = "A program of row exchanges over MPI, run in C (see transport/_mpi_rows.c).",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__mpi_rows(void) {

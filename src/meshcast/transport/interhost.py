@@ -151,6 +151,12 @@ class HostComm:
         raise TransportError(f"the {self.engine} engine does not run exchanges that carry "
                              f"the call's agreement (algorithm 'fused')")
 
+    def _run_fused(self, steps: Sequence[Any], buffers: Sequence[np.ndarray],
+                   geometry: Sequence[int], code: int, probe: int | None
+                   ) -> tuple[int, Exchange | None] | None:
+        """See :meth:`Bound.run_fused`; None: this engine has no compiled steps."""
+        return None
+
     def _prepare(self, recvs: list[tuple[int, np.ndarray]],
                  sends: list[tuple[int, np.ndarray]]) -> Callable[[int | None], Exchange]:
         """:meth:`_iexchange` of these arrays, made once and started call after call (the
@@ -447,12 +453,29 @@ class Bound:
         except Exception as exc:  # noqa: BLE001 - the engine's error, made ours
             raise c.failure(self.what, exc) from exc
 
-    def run(self, prepared: Callable[[int | None], Exchange], settled: bool = False) -> bool:
-        """Run an exchange made by :meth:`prepare`; as :meth:`exchange`."""
+    def run(self, prepared: Callable[[int | None], Exchange], settled: bool = False,
+            started: Exchange | None = None) -> bool:
+        """Run an exchange made by :meth:`prepare` (or wait for it, ``started``); as
+        :meth:`exchange`."""
         c = self.comm
-        req = c.start(lambda: prepared(None if settled else self.probe), self.what)
+        req = started or c.start(lambda: prepared(None if settled else self.probe), self.what)
         c.wait_soon(req, self.deadline, self.what)
         return req.refused is None
+
+    def run_fused(self, steps: Sequence[Any], buffers: Sequence[np.ndarray],
+                  geometry: Sequence[int], code: int) -> tuple[int, Exchange | None] | None:
+        """The fused all_reduce's prepared ``steps`` run compiled as far as they go
+        without a difference (``algorithms.hierarchical._FusedPlan``): (steps done with
+        their checks and folds, the next step's exchange if it was started, for
+        :meth:`run`), or None when the engine cannot."""
+        c = self.comm
+        try:
+            return c._run_fused(steps, buffers, geometry, code, self.probe)
+        except (TransportError, InvalidUsage):
+            raise
+        except Exception as exc:  # noqa: BLE001 - as the general wait: the lost host named
+            c.failed = True
+            raise c._explained(self.what, exc) from exc
 
 
 class Engine:

@@ -29,9 +29,16 @@ from .interhost import AGREE_TAG, COLL_TAG, Engine, Exchange, HostComm, Request,
 
 
 def _mpi() -> Any:
-    from mpi4py import MPI
+    """mpi4py's MPI module, imported on first use (meshcast imports without mpi4py)."""
+    global _MPI
+    if _MPI is None:
+        from mpi4py import MPI
 
-    return MPI
+        _MPI = MPI
+    return _MPI
+
+
+_MPI: Any = None
 
 
 def _startall(reqs: list[Any]) -> None:
@@ -103,36 +110,42 @@ class _MpiExchange(Exchange):
             self.refused = "truncated"
             return False
         if self.probe is not None and self.comm.Iprobe(MPI.ANY_SOURCE, self.probe):
-            self._abandon()
+            _abandon(self)
             return True
         return False
 
-    def _abandon(self) -> None:
-        """A member is in this call's agreement instead: what I posted will not all be
-        matched. Receives are cancelled (a matched one completes); sends that cannot be
-        cancelled stay with MPI (the group is unusable after the mismatch anyway)."""
-        MPI = _mpi()
-        self.refused = "diverted"
-        for i, req in enumerate(self.reqs):
-            if req == MPI.REQUEST_NULL:
-                continue
-            try:
-                req.Cancel()
-                if i < self.receives:
-                    req.Wait()
-            except MPI.Exception:  # a truncated or finished receive: settled anyway
-                pass
+
+def _abandon(ex: Any) -> None:
+    """A member is in this call's agreement instead: what ``ex`` posted will not all be
+    matched. Receives are cancelled (a matched one completes); sends that cannot be
+    cancelled stay with MPI (the group is unusable after the mismatch anyway)."""
+    MPI = _mpi()
+    ex.refused = "diverted"
+    for i, req in enumerate(ex.reqs):
+        if req == MPI.REQUEST_NULL:
+            continue
+        try:
+            req.Cancel()
+            if i < ex.receives:
+                req.Wait()
+        except MPI.Exception:  # a truncated or finished receive: settled anyway
+            pass
 
 
 def _persistent(comm: Any, recvs: list[tuple[int, np.ndarray]],
-                sends: list[tuple[int, np.ndarray]]) -> Any:
-    """Persistent requests of an exchange, started by the returned function (probe)."""
+                sends: list[tuple[int, np.ndarray]], polls: int) -> Any:
+    """Persistent requests of an exchange, started by the returned function (probe); in
+    C when the helper was built (``exchange`` in transport/_mpi_rows.c), which starts
+    them and polls up to ``polls`` times before the caller's general wait."""
     MPI = _mpi()
     reqs = ([comm.Recv_init([a, MPI.BYTE], p, COLL_TAG) for p, a in recvs]
             + [comm.Send_init([a, MPI.BYTE], p, COLL_TAG) for p, a in sends])
     receives = len(recvs)
+    compiled = _compiled_requests(comm, reqs)
 
-    def start(probe: int | None) -> _MpiExchange:
+    def start(probe: int | None) -> Exchange:
+        if compiled is not None:
+            return _CompiledExchange(compiled, comm, reqs, receives, probe, polls)
         if reqs:
             _startall(reqs)
         return _MpiExchange(comm, reqs, receives, probe)
@@ -146,7 +159,71 @@ def _persistent(comm: Any, recvs: list[tuple[int, np.ndarray]],
 
     start.keep = (recvs, sends)  # type: ignore[attr-defined] - the buffers outlive the requests
     start.free = free  # type: ignore[attr-defined]
+    start.parts = (compiled, comm, reqs, receives)  # type: ignore[attr-defined] - run_fused's
     return start
+
+
+def _compiled_requests(comm: Any, reqs: list[Any]) -> tuple | None:
+    """What the compiled ``exchange`` needs for ``reqs`` (persistent: their handles stay
+    the same from start to start), or None (no helper, or handles it cannot take)."""
+    functions = mpi_rows.exchange_functions()
+    if not functions:
+        return None
+    MPI = _mpi()
+    try:
+        size = MPI._sizeof(MPI.Request)
+        mask = (1 << (8 * size)) - 1  # mpi4py gives MPICH's int handles sign-extended
+        handles = np.array([MPI._handleof(r) & mask for r in reqs],
+                           {4: np.uint32, 8: np.uint64}[size])
+        statuses = bytearray((len(reqs) + 1) * MPI._sizeof(MPI.Status))
+        return (*functions[:3], handles, statuses, MPI._handleof(comm), functions[3])
+    except (AttributeError, KeyError, OverflowError, TypeError):
+        return None
+
+
+class _CompiledExchange(Exchange):
+    """Persistent requests started and polled by the compiled helper (see _persistent)."""
+
+    __slots__ = ("args", "run", "comm", "reqs", "receives", "probe", "state", "rest")
+
+    def __init__(self, compiled: tuple, comm: Any, reqs: list[Any], receives: int,
+                 probe: int | None, polls: int, state: int | None = None) -> None:
+        *self.args, self.run = compiled
+        self.comm, self.reqs, self.receives, self.probe = comm, reqs, receives, probe
+        self.rest: _MpiExchange | None = None
+        # state: 0 done, 1 pending, 2 a member's row under probe waits; None: start now
+        self.state = self._poll(True, polls) if state is None else state
+
+    def _poll(self, start: bool, polls: int) -> int:
+        try:
+            return self.run(*self.args, -1 if self.probe is None else self.probe,
+                            _mpi().ANY_SOURCE, start, polls)
+        except RuntimeError as exc:
+            self.failed_with(mpi_rows.as_mpi_error(exc))
+            return 1
+
+    def failed_with(self, error: BaseException) -> None:
+        """An MPI error while testing: a message longer than its receive leaves mpi4py to
+        wait for the others, as _MpiExchange does (the compiled test would meet the error
+        again); any other error is raised."""
+        MPI = _mpi()
+        if not (isinstance(error, MPI.Exception) and error.Get_error_class() in (
+                MPI.ERR_IN_STATUS, MPI.ERR_TRUNCATE)):
+            raise error
+        self.rest = _MpiExchange(self.comm, self.reqs, self.receives, self.probe)
+        self.rest.refused = self.refused = "truncated"
+
+    def test(self) -> bool:
+        if self.rest is not None:
+            done = self.rest.test()
+            self.refused = self.rest.refused
+            return done
+        if self.state == 1:
+            self.state = self._poll(False, 0)
+        if self.state == 2:
+            _abandon(self)
+            self.state = 0
+        return self.state == 0
 
 
 def _testall(reqs: list[Any]) -> bool:
@@ -416,12 +493,41 @@ class MpiComm(HostComm):
                 + [c.Isend([a, MPI.BYTE], p, COLL_TAG) for p, a in sends])
         return _MpiExchange(c, reqs, len(recvs), probe)
 
+    def _run_fused(self, steps: Sequence[Any], buffers: Sequence[np.ndarray],
+                   geometry: Sequence[int], code: int, probe: int | None
+                   ) -> tuple[int, Exchange | None] | None:
+        """The fused all_reduce's three prepared steps, their checks and folds in one C
+        call (``fused`` in transport/_mpi_rows.c), when the helper runs them: (steps
+        done, the next step's exchange, already started, or None when not started);
+        None when it cannot run compiled."""
+        parts = [getattr(step, "parts", None) for step in steps]
+        if any(p is None or p[0] is None for p in parts):
+            return None
+        functions = mpi_rows.exchange_functions()
+        if len(functions) < 4:
+            return None
+        compiled = parts[0][0]  # (startall, testall, iprobe, handles, statuses, comm, run)
+        statuses = max((p[0][4] for p in parts), key=len)
+        MPI = _mpi()
+        done, state, error = mpi_rows.fused_function()(
+            *compiled[:3], compiled[5], MPI.ANY_SOURCE, -1 if probe is None else probe,
+            self.QUICK_POLLS, parts[0][0][3], parts[1][0][3], parts[2][0][3], statuses,
+            *buffers, *geometry, code)
+        if done == 3 or state == 0:
+            return done, None
+        c, comm, reqs, receives = parts[done]
+        ex = _CompiledExchange(c, comm, reqs, receives, probe if done < 2 else None, 0,
+                               state={1: 1, 2: 0, 3: 2, 4: 1}[state])
+        if state == 4:
+            ex.failed_with(MPI.Exception(error))
+        return done, ex
+
     def _prepare(self, recvs: list[tuple[int, np.ndarray]],
                  sends: list[tuple[int, np.ndarray]]) -> Any:
         # persistent requests: a fused all_reduce repeats the same exchanges call after
         # call, and making 10 requests through mpi4py costs every rank ~20 us of a core
         # that ranks share
-        return _persistent(self.comm, recvs, sends)
+        return _persistent(self.comm, recvs, sends, self.QUICK_POLLS)
 
     def user_tag(self, tag: int) -> int:
         """torch tags are any int; MPI's stop at MPI_TAG_UB (>= 32767)."""

@@ -99,6 +99,33 @@ def _find_mpi_functions() -> tuple[Any, ...]:
         return ()
 
 
+def exchange_functions() -> tuple[Any, ...]:
+    """(MPI_Startall's address, MPI_Testall's, MPI_Iprobe's, the compiled ``exchange``
+    that waits on persistent requests), or () when that cannot run compiled here."""
+    global _found_exchange
+    if _found_exchange is None:
+        _found_exchange = ()
+        if _mpi_functions():  # the helper was built and MPI's symbols are reachable
+            from ._mpi_rows import exchange
+
+            lib = ctypes.CDLL(_mpi().__file__)
+            _found_exchange = tuple(
+                ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+                for name in ("MPI_Startall", "MPI_Testall", "MPI_Iprobe")) + (exchange,)
+    return _found_exchange
+
+
+_found_exchange: tuple[Any, ...] | None = None
+
+
+def fused_function() -> Any:
+    """The compiled ``fused`` (see transport/_mpi_rows.c); only after exchange_functions()
+    found the helper."""
+    from ._mpi_rows import fused
+
+    return fused
+
+
 class PersistentRows:
     """A program run through mpi4py on persistent requests (the compiled runner's
     interface; see the module)."""
