@@ -200,7 +200,7 @@ class HostSpanningGroup(GroupRanks):
         self._row_of = [order.index(g) for g in range(self._size)]
         self._leaders = rail if layout.local == 0 else None
         self.lane = AcrossHostsLane(self)  # tiny synchronous calls, cached (spanning_lane)
-        self._fused_plans: dict = {}  # the fused all_reduce's, per size (hierarchical)
+        self._fused_plans = hier.fused_plans()  # the fused all_reduce's (hierarchical)
 
     def algorithm_names(self, kind: str) -> tuple[str, ...]:
         """The ``algorithm=`` names a call of ``kind`` accepts on this group."""
@@ -467,7 +467,8 @@ class HostSpanningGroup(GroupRanks):
             ops.reduce_many(combine, w, [r.view(w.dtype) for r in rows])
             self._finish_reduction(buf, w, upcast, op)
 
-        if family == "fused":
+        payload = self._eager_payload("all_reduce", algorithm, _bytes_of(w))
+        if family == "fused" and (payload is None or payload.nbytes > self.eager_bytes):
             def fused(ctx: _Ctx) -> bool:
                 if not hier.all_reduce_fused(ctx, w, combine, fp.pack(), self._fused_plans,
                                              _c_kernel(combine, w.dtype)):
@@ -477,8 +478,9 @@ class HostSpanningGroup(GroupRanks):
                 return True
 
             return self._call_fused(fp, buf.count, async_op, fused)
-        return self._call(fp, buf.count, 0, async_op, body,
-                          self._eager_payload("all_reduce", algorithm, _bytes_of(w)), eager)
+        if family == "fused":  # a call small enough rides in the agreement, as on the lane
+            family = "flat"
+        return self._call(fp, buf.count, 0, async_op, body, payload, eager)
 
     def reduce(self, buf: Buffer, op: ops.ReduceOp, root: int, *, algorithm: str | None = None,
                async_op: bool = False) -> Work | None:
@@ -707,9 +709,7 @@ class HostSpanningGroup(GroupRanks):
 
     def shutdown(self) -> None:
         self.fifo.close()
-        for plan in self._fused_plans.values():
-            plan.free()
-        self._fused_plans.clear()
+        hier.free_fused_plans(self._fused_plans)
         for comm in (self.rail, self.flat):
             if comm is not None:
                 comm.close()

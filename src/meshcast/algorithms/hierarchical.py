@@ -203,32 +203,30 @@ class Layout:
 #: half the link); reduce_scatter leader 1.95 / 10.5 / 179, rails 3.61 / 8.28 / 152, flat
 #: 6.62 / 12.7 / 204; all_reduce leader 4.46 / 15.3 / 189, flat 8.88 / 14.1 / 219.
 #:
-#: ``fused`` (all_reduce, forced; its steps, checks and folds in one C call), against
-#: ``flat`` and MPICH's own Iallreduce in one job, median of 5 alternating rounds (us):
+#: ``fused`` (all_reduce; its steps, checks and folds in one C call, its messages between
+#: hosts at most FUSED_CHUNK long, its plans on the caller's own array) against ``flat``
+#: and MPICH's own Iallreduce in one job, median of 5 alternating rounds (us):
 #:
-#: ===========  =======================  =======================
-#: size         2 Gbit/s: fused / flat   unlimited: fused / flat
-#: ===========  =======================  =======================
-#: 64 KiB       456 / 547                483 / 533
-#: 128 KiB      785 / 589                614 / 524
-#: 256 KiB      1806 / 1670              674 / 723
-#: 512 KiB      2286 / 3598              1027 / 1245
-#: 1 MiB        5322 / 4805              2124 / 1558
-#: 2 MiB        11462 / 10027            4373 / 2903
-#: ===========  =======================  =======================
+#: ===========  ============================  ============================
+#: size         2 Gbit/s: fused / flat / MPI  unlimited: fused / flat / MPI
+#: ===========  ============================  ============================
+#: 64 KiB       442 / 591 / 294               558 / 708 / 455
+#: 128 KiB      587 / 640 / 553               707 / 774 / 537
+#: 256 KiB      1178 / 1655 / 2121            1056 / 1417 / 860
+#: 512 KiB      2507 / 3418 / 3442            1772 / 1865 / 1548
+#: 1 MiB        5168 / 4835 / 4521            2714 / 1821 / 1271
+#: 2 MiB        10513 / 9689 / 9255           5409 / 5045 / 2573
+#: ===========  ============================  ============================
 #:
-#: (MPICH: 269 / 558 / 1670 / 2790 / 4416 / 9222 and 263 / 291 / 385 / 558 / 1136 /
-#: 2120.) A raw mpi4py loop of the same messages took 306-343 us at 128 KiB unlimited,
-#: where fused spends ~70 us more CPU a call and rank (the call's Python and the copies
-#: in and out of its plan's buffers) and four ranks on two cores pay it twice. No window
-#: wins on both links, so it is not a default yet.
+#: From 1 MiB the link idles while the hosts run steps 1 and 3 (the steps do not overlap),
+#: where MPICH's own schedule keeps it busy; so ``flat`` from there.
 #:
 #: ``rails`` needs every host to hold the same number (> 1) of ranks; where it cannot run,
 #: ``leader`` does. Calls of at most :data:`EAGER_BYTES` per rank never get here:
 #: their data rides in the agreement.
 DEFAULTS: dict[str, dict[str, tuple[tuple[int, str], ...]]] = {
     "mpi": {
-        "all_reduce": ((0, "flat"), (16 << 20, "leader")),
+        "all_reduce": ((0, "fused"), (1 << 20, "flat"), (16 << 20, "leader")),
         "broadcast": ((0, "flat"),),
         "all_gather": ((0, "flat"), (256 << 10, "rails")),
         "reduce_scatter": ((0, "flat"), (256 << 10, "rails")),
@@ -451,41 +449,85 @@ def all_reduce_fused(ctx: Ctx, w: np.ndarray, op: ReduceOp, cell: bytes = b"",
         settles the difference with the agreement's rows (the plans are dropped: the
         exchanges may not all have been matched).
     """
-    key = (w.size, w.dtype.str, len(cell))
-    plan = plans.get(key) if plans is not None else None
+    shape = (w.size, w.dtype.str, len(cell))
+    at = (w.__array_interface__["data"][0], *shape)
+    plan = None
+    if plans is not None:
+        # An array seen before gets a plan whose requests use its own memory (no copies;
+        # the plan keeps the array, so its memory cannot go to another one); an array
+        # seen once (a staged copy, a temporary) the plan of its size, which copies.
+        plan = plans.get(at) or (plans.get(shape) if at not in plans["seen"] else None)
     if plan is None:
-        plan = _FusedPlan(ctx, w.size, w.dtype, len(cell))
+        direct = plans is not None and at in plans["seen"]
+        plan = _FusedPlan(ctx, w.size, w.dtype, len(cell), w if direct else None)
         if plans is not None:
-            if len(plans) >= FUSED_PLANS:
-                for old in plans.values():
-                    old.free()
+            if len(plans) > FUSED_PLANS:
+                for key, old in plans.items():
+                    if key != "seen":
+                        old.free()
                 plans.clear()
-            plans[key] = plan
+                plans["seen"] = set()
+            plans[at if direct else shape] = plan
+    if plans is not None:
+        seen = plans["seen"]
+        if len(seen) > 4 * FUSED_PLANS:
+            seen.clear()
+        seen.add(at)
     done = plan.run(ctx.p2p, w, op, cell, kernel)
     if plans is None:
         plan.free()
     elif not done:
         plans.clear()  # (not freed: some requests may still be active)
+        plans["seen"] = set()
     return done
+
+
+def fused_plans() -> dict:
+    """An empty cache of :func:`all_reduce_fused`'s plans, for a group to keep."""
+    return {"seen": set()}
+
+
+def free_fused_plans(plans: dict) -> None:
+    """Free the requests of every plan in ``plans`` (the group is shutting down)."""
+    for key, plan in plans.items():
+        if key != "seen":
+            plan.free()
+    plans.clear()
+    plans["seen"] = set()
 
 
 #: How many sizes of fused all_reduce keep their buffers and requests (a training loop
 #: repeats a few bucket sizes).
 FUSED_PLANS = 8
 
+#: The largest message of the fused all_reduce's step between hosts: MPICH over TCP sends
+#: a longer one only after the receiver answers, and on a loaded link that answer waits
+#: behind the other rails' data (128 KiB at 2 emulated hosts x 2 ranks, 2 Gbit/s: 1225
+#: us in 64 KiB messages against MPICH's own 588).
+FUSED_CHUNK = 32 << 10
+
+
+def _chunks(a: np.ndarray) -> list[np.ndarray]:
+    """``a`` in consecutive pieces of at most :data:`FUSED_CHUNK` bytes (at least one)."""
+    step = max(1, FUSED_CHUNK // a.itemsize)
+    return [a[i:i + step] for i in range(0, max(a.size, 1), step)] if a.size else [a]
+
 
 class _FusedPlan:
     """The buffers and prepared exchanges of :func:`all_reduce_fused` for one size."""
 
-    def __init__(self, ctx: Ctx, size: int, dtype: np.dtype, cell: int) -> None:
+    def __init__(self, ctx: Ctx, size: int, dtype: np.dtype, cell: int,
+                 direct: np.ndarray | None = None) -> None:
         lay, p2p = ctx.layout, ctx.p2p
+        #: the caller's array itself, when the plan was made for it (no copies)
+        self.direct = direct
         mates = lay.hosts[lay.host]
         me = lay.me
         self.at = lay.local
         self.spans = spans = split_even(size, len(mates))
         self.start, n = spans[self.at]
         self.k = k = cell + 1  # the cell and my flag byte
-        self.work = work = np.empty(size, dtype)
+        self.work = work = np.empty(size, dtype) if direct is None else direct
         self.head = np.zeros(k, np.uint8)
         self.cells = np.zeros((len(mates), k), np.uint8)
         self.parts = np.empty((len(mates), n), dtype)
@@ -503,11 +545,13 @@ class _FusedPlan:
             [r for j, g in others for r in ((g, self.cells[j]), (g, self.parts[j]))],
             [s for j, g in others for s in ((g, self.head), (g, piece(j)))])
         far = [(h, g) for h, g in enumerate(rail) if g != me]
-        recvs2 = [r for h, g in far for r in ((g, self.heads[h]), (g, self.got[h]))]
-        self.step2 = p2p.prepare(recvs2, [s for _, g in far
-                                          for s in ((g, self.head), (g, self.partial))])
-        self.step2_differ = p2p.prepare(recvs2, [s for _, g in far
-                                                 for s in ((g, self.head), (g, self.partial[:0]))])
+        recvs2 = [r for h, g in far
+                  for r in [(g, self.heads[h])] + [(g, c) for c in _chunks(self.got[h])]]
+        self.step2 = p2p.prepare(recvs2, [s for _, g in far for s in [(g, self.head)] + [
+            (g, c) for c in _chunks(self.partial)]])
+        # (a host whose cells differ sends its cell and empty chunks: the same messages)
+        self.step2_differ = p2p.prepare(recvs2, [s for _, g in far for s in [(g, self.head)] + [
+            (g, c[:0]) for c in _chunks(self.partial)]])
         self.step3 = p2p.prepare([(g, piece(j)) for j, g in others],
                                  [(g, piece(self.at)) for _, g in others])
 
@@ -520,7 +564,8 @@ class _FusedPlan:
         head, cells, parts, work = self.head, self.cells, self.parts, self.work
         head[:-1] = np.frombuffer(cell, np.uint8)
         head[-1] = 0
-        np.copyto(work, w)
+        if self.direct is None:
+            np.copyto(work, w)
         done, started = 0, None
         run_fused = getattr(p2p, "run_fused", None)
         if kernel is not None and run_fused is not None:
@@ -559,7 +604,8 @@ class _FusedPlan:
             _combine(op, work[start:start + partial.size], list(got))
         if done < 3:
             p2p.run(self.step3, settled=True, started=started)
-        np.copyto(w, work)
+        if self.direct is None:
+            np.copyto(w, work)
         return True
 
 
