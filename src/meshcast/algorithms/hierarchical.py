@@ -437,9 +437,10 @@ def all_reduce_fused(ctx: Ctx, w: np.ndarray, op: ReduceOp, cell: bytes = b"",
     with two synchronisations of every rank fewer (the rows' and the shared-memory
     engine's entries), which is what a call of 64 KiB - 1 MiB waits on.
 
-    ``plans``: where the exchanges and buffers of a (size, dtype, cell length) are kept
-    from call to call (on MPI, persistent requests); the data is copied in and out of
-    them. None: made for this call. ``kernel``: the compiled fold's code for ``op`` on
+    ``plans`` (:func:`fused_plans`): where the exchanges and buffers are kept from call
+    to call (on MPI, persistent requests): for an array seen before, on its own memory
+    (the plan keeps the array); else per (size, dtype, cell length), with the data
+    copied in and out. None: made for this call. ``kernel``: the compiled fold's code for ``op`` on
     ``w``'s dtype (``lanes._c_kernel``), with which an engine that can (MPI with the
     compiled helper) runs the steps, checks and folds in one call; None: NumPy folds.
 
