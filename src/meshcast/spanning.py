@@ -13,8 +13,13 @@ composition (:mod:`meshcast.algorithms.hierarchical`) of
 Agreement. Every call starts with an exchange of rows: a fingerprint (kind,
 dtype, count, op, root), each rank's own piece size, and, when the call's
 data is small (``eager_bytes``: ``algorithms.hierarchical.EAGER_BYTES``), the data
-itself. Every row says its own length, so ranks that disagree about the call
-still exchange alike. Over MPI, in groups of at most
+itself. (A mid-size all_reduce over MPI, family ``fused``, has no separate
+exchange: its cells ride in its data's first messages, and a rank whose call
+differs makes every rank run this exchange after all; see
+``hierarchical.all_reduce_fused``. The direct rows' tag alternates with the
+call's sequence number, so such a rank's row is told from the next call's.)
+Every row says its own length, so ranks that disagree about the call still
+exchange alike. Over MPI, in groups of at most
 ``hierarchical.AGREEMENT_FLAT_MAX`` ranks, every rank sends its row straight to
 every other; otherwise rows are gathered to each host's leader over shared
 memory, exchanged among the leaders (each host's rows back to back), broadcast
@@ -23,8 +28,9 @@ every rank's fingerprint and raises the same :class:`MismatchError`, or
 learns the piece size of every rank (uneven all_gather, gather, scatter). No
 data moves before the ranks agree, except an *eager* call's, whose result
 every rank computes from the slots (in group-rank order, so bitwise alike
-everywhere): an 8-byte all_reduce crosses hosts once. The exchange doubles
-as the barrier.
+everywhere): an 8-byte all_reduce crosses hosts once; and a ``fused``
+all_reduce's, which combines nothing before every rank has seen the cells agree.
+The exchange doubles as the barrier.
 
 Calls run one at a time in call order on the group's :class:`~meshcast._fifo.CallFifo`
 (inline when idle, on its worker for ``async_op``), as on one host.
