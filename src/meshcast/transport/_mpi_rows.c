@@ -551,7 +551,7 @@ static PyTypeObject RowsType = {
  * exchange(startall, testall, iprobe, requests, statuses, comm, probe, any_source,
  * start, polls) -> 0 when every request is done, 1 when they are not after `polls`
  * yields, 2 when a message under tag `probe` (>= 0) is waiting from any member (see
- * Bound.exchange: a member whose call differs); an MPI error code raises
+ * Bound.prepare: a member whose call differs); an MPI error code raises
  * RuntimeError(code, -1). `requests`: the MPI_Request handles back to back; `statuses`
  * room for as many MPI_Status plus one. */
 typedef int (*startall_fn)(int, void *);

@@ -74,7 +74,7 @@ class Request:
 
 
 class Exchange(Request):
-    """A set of sends and receives posted together (:meth:`HostComm._iexchange`).
+    """A set of sends and receives posted together (:meth:`HostComm._prepare`).
 
     After completion, :attr:`refused` says why the exchange did not finish as posted:
     ``"truncated"`` (a message was longer than its receive buffer: its sender's call
@@ -143,14 +143,6 @@ class HostComm:
     def _allreduce(self, w: np.ndarray, op: ReduceOp, deadline: float, what: str) -> bool:
         return False  # the engine has no native reduction for this (dtype, op)
 
-    def _iexchange(self, recvs: list[tuple[int, np.ndarray]],
-                   sends: list[tuple[int, np.ndarray]], probe: int | None) -> Exchange:
-        """Post every receive and send of :meth:`Bound.exchange` at once; while it waits,
-        a member's message under tag ``probe`` (when not None) ends it, refused as
-        ``"diverted"``."""
-        raise TransportError(f"the {self.engine} engine does not run exchanges that carry "
-                             f"the call's agreement (algorithm 'fused')")
-
     def _run_fused(self, steps: Sequence[Any], buffers: Sequence[np.ndarray],
                    geometry: Sequence[int], code: int, probe: int | None
                    ) -> tuple[int, Exchange | None] | None:
@@ -159,9 +151,11 @@ class HostComm:
 
     def _prepare(self, recvs: list[tuple[int, np.ndarray]],
                  sends: list[tuple[int, np.ndarray]]) -> Callable[[int | None], Exchange]:
-        """:meth:`_iexchange` of these arrays, made once and started call after call (the
-        returned function takes ``probe``); engines with persistent requests keep them."""
-        return lambda probe: self._iexchange(recvs, sends, probe)
+        """:meth:`Bound.prepare`'s exchange on bytes: a function that posts it (taking
+        ``probe``: while it waits, a member's message under that tag, when not None,
+        ends it, refused as ``"diverted"``) and returns its :class:`Exchange`."""
+        raise TransportError(f"the {self.engine} engine does not run exchanges that carry "
+                             f"the call's agreement (algorithm 'fused')")
 
     def user_tag(self, tag: int) -> int:
         """The engine's tag for a user's point-to-point ``tag`` (never :data:`COLL_TAG`)."""
@@ -419,31 +413,18 @@ class Bound:
             return True
         return self.comm._allreduce(w, op, self.deadline, self.what)
 
-    def exchange(self, recvs: Sequence[tuple[int, np.ndarray]],
-                 sends: Sequence[tuple[int, np.ndarray]], settled: bool = False) -> bool:
-        """Receive into and send from contiguous arrays, ``(member, array)`` each, all
-        posted at once; wait for all of them.
-
-        Between two members, messages match in the order listed. A message shorter
-        than its receive array fills only its start. For exchanges that carry the
-        call's agreement (``algorithms.hierarchical.all_reduce_fused``), where a member
-        whose call differs may send other lengths, or no such message at all: such
-        a member runs the agreement's exchange of rows, and unless ``settled`` (every
-        member is known to run this call), a row of it under :attr:`probe` ends the
-        wait.
-
-        Returns:
-            True when every message arrived whole; False when one was longer than its
-            array, or a member is in the agreement's exchange of rows instead (its call
-            is not this one): the arrays are then unspecified, and the call's
-            agreement must settle what differs.
-        """
-        return self.run(self.prepare(recvs, sends), settled)
-
     def prepare(self, recvs: Sequence[tuple[int, np.ndarray]],
                 sends: Sequence[tuple[int, np.ndarray]]) -> Callable[[int | None], Exchange]:
-        """:meth:`exchange` of these arrays, to :meth:`run` in this call and later ones
-        (the arrays must live as long)."""
+        """Receives into and sends from contiguous arrays, ``(member, array)`` each, made
+        once to :meth:`run` in this call and later ones (the arrays must live as long).
+
+        When run, all are posted at once and waited for. Between two members, messages
+        match in the order listed; a message shorter than its receive array fills only
+        its start. These exchanges carry the call's agreement
+        (``algorithms.hierarchical.all_reduce_fused``), so a member whose call differs
+        may send other lengths, or no such message at all: it runs the agreement's
+        exchange of rows instead, and unless the run is ``settled`` (every member is
+        known to run this call), a row of it under :attr:`probe` ends the wait."""
         c = self.comm
         try:
             return c._prepare([(p, _bytes(a)) for p, a in recvs],
@@ -455,8 +436,13 @@ class Bound:
 
     def run(self, prepared: Callable[[int | None], Exchange], settled: bool = False,
             started: Exchange | None = None) -> bool:
-        """Run an exchange made by :meth:`prepare` (or wait for it, ``started``); as
-        :meth:`exchange`."""
+        """Run an exchange made by :meth:`prepare` (or wait for it, ``started``).
+
+        Returns:
+            True when every message arrived whole; False when one was longer than its
+            array, or a member is in the agreement's exchange of rows instead (its call
+            is not this one): the arrays are then unspecified, and the call's agreement
+            must settle what differs."""
         c = self.comm
         req = started or c.start(lambda: prepared(None if settled else self.probe), self.what)
         c.wait_soon(req, self.deadline, self.what)

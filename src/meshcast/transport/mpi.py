@@ -15,7 +15,6 @@ Interface selection is MPI's own (``mpiexec -iface eth0``, ``FI_TCP_IFACE``,
 
 from __future__ import annotations
 
-import os
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -48,7 +47,6 @@ def _startall(reqs: list[Any]) -> None:
     _startall(reqs)
 
 
-_yield = os.sched_yield
 
 
 class _MpiRequest(Request):
@@ -88,7 +86,7 @@ class _MpiAll(Request):
 
 
 class _MpiExchange(Exchange):
-    """Started sends and receives of ``Bound.exchange`` (the receives first)."""
+    """Started sends and receives of ``Bound.prepare``'s exchange (the receives first)."""
 
     __slots__ = ("comm", "reqs", "receives", "probe")
 
@@ -304,7 +302,7 @@ class MpiComm(HostComm):
             _startall(reqs)
         except Exception as exc:  # noqa: BLE001 - MPI's error, made ours
             raise self.failure(what, exc) from exc
-        self._quick_wait(reqs, deadline, what)
+        self.wait_soon(_MpiAll(reqs), deadline, what)
 
     def exchange_rows(self, out: np.ndarray, program: tuple, cap: int,
                       length: tuple[int, int], deadline: float, what: Any,
@@ -407,23 +405,10 @@ class MpiComm(HostComm):
                 runner.free()
         self._runners.clear()
 
-    def _quick_wait(self, reqs: list[Any], deadline: float, what: Any) -> None:
-        """Wait for mpi4py requests: a few yields, then the general wait."""
-        try:
-            # The other members' rows are usually on their way, and the general wait's
-            # bookkeeping costs a core that ranks share.
-            for _ in range(self.QUICK_POLLS):
-                if _testall(reqs):
-                    return
-                _yield()
-        except Exception as exc:  # noqa: BLE001 - as the general wait: the lost host named
-            self.failed = True
-            raise self._explained(what, exc) from exc
-        self.wait(_MpiAll(reqs), deadline, what)
-
-    #: Yields of allgather_sized's quick poll before the general wait takes over (with
-    #: its deadline, hosts' heartbeats and failure notices): ~1 us each when the core is
-    #: free, a peer's time slice when it is not, so a lost host is still noticed in time.
+    #: Yields of a quick poll (``wait_soon``, the compiled runners) before the general
+    #: wait takes over (with its deadline, hosts' heartbeats and failure notices): ~1 us
+    #: each when the core is free, a peer's time slice when it is not, so a lost host is
+    #: still noticed in time.
     QUICK_POLLS = 64
 
     #: How many (buffer, length) shapes of allgather_sized keep their persistent requests.
@@ -485,14 +470,6 @@ class MpiComm(HostComm):
                  deadline, what)
         return True
 
-    def _iexchange(self, recvs: list[tuple[int, np.ndarray]],
-                   sends: list[tuple[int, np.ndarray]], probe: int | None) -> Exchange:
-        MPI = _mpi()
-        c = self.comm
-        reqs = ([c.Irecv([a, MPI.BYTE], p, COLL_TAG) for p, a in recvs]
-                + [c.Isend([a, MPI.BYTE], p, COLL_TAG) for p, a in sends])
-        return _MpiExchange(c, reqs, len(recvs), probe)
-
     def _run_fused(self, steps: Sequence[Any], buffers: Sequence[np.ndarray],
                    geometry: Sequence[int], code: int, probe: int | None
                    ) -> tuple[int, Exchange | None] | None:
@@ -502,9 +479,6 @@ class MpiComm(HostComm):
         None when it cannot run compiled."""
         parts = [getattr(step, "parts", None) for step in steps]
         if any(p is None or p[0] is None for p in parts):
-            return None
-        functions = mpi_rows.exchange_functions()
-        if len(functions) < 4:
             return None
         compiled = parts[0][0]  # (startall, testall, iprobe, handles, statuses, comm, run)
         statuses = max((p[0][4] for p in parts), key=len)
