@@ -660,9 +660,24 @@ class HostSpanningGroup(GroupRanks):
             self._finish_reduction(out_buf, out_w, out_w is not out_buf.flat, op)
             finish()
 
-        return self._call(fp, out_buf.count, 0, async_op, body,
-                          self._eager_payload("reduce_scatter", algorithm, _bytes_of(w)),
-                          eager)
+        payload = self._eager_payload("reduce_scatter", algorithm, _bytes_of(w))
+        if family == "fused" and (payload is None or payload.nbytes > self.eager_bytes) \
+                and out_buf.count == expected[self._rank]:
+            # (an output of another size goes to the agreement, which says so everywhere)
+            def fused(ctx: _Ctx) -> bool:
+                out_w, _ = self._working(out_buf, op)
+                if not hier.reduce_scatter_fused(ctx, out_w, w, expected, combine, fp.pack(),
+                                                 self._fused_plans, _c_kernel(combine, w.dtype)):
+                    return False
+                self.last_algorithm = "reduce_scatter/fused"
+                self._finish_reduction(out_buf, out_w, out_w is not out_buf.flat, op)
+                finish()
+                return True
+
+            return self._call_fused(fp, out_buf.count, async_op, fused)
+        if family == "fused":  # a call small enough rides in the agreement, as on the lane
+            family = "flat"
+        return self._call(fp, out_buf.count, 0, async_op, body, payload, eager)
 
     def all_to_all(self, out_flat: np.ndarray, in_flat: np.ndarray, send_counts: Sequence[int],
                    recv_counts: Sequence[int], dtype_name: str, finish: Callable[[], None], *,

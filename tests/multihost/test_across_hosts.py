@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TOUR = str(ROOT / "examples" / "tour.py")
 EVERY = str(Path(__file__).parent / "scripts" / "every_primitive.py")
 TRACED = str(Path(__file__).parent / "scripts" / "traced_tiny_calls.py")
-FUSED = str(Path(__file__).parent / "scripts" / "fused_all_reduce.py")
+FUSED = str(Path(__file__).parent / "scripts" / "fused_calls.py")
 
 
 @pytest.mark.parametrize("style", ["mpiexec", "meshcast", "torchrun"])
@@ -58,18 +58,21 @@ def test_every_primitive_over_mpi(emulated_hosts, hosts_n, per_host, env):
 @pytest.mark.parametrize("hosts_n, scenario, env", [
     (2, "cells", {}), (2, "eager", {}), (2, "count", {}), (2, "kind", {}),
     (2, "count", {"MESHCAST_COMPILED": "0"}), (2, "kind", {"MESHCAST_COMPILED": "0"}),
-    (3, "cells", {})],
-    ids=["cells", "eager", "count", "kind", "count-python", "kind-python", "3x2-cells"])
-def test_fused_all_reduce_and_its_mismatches(emulated_hosts, hosts_n, scenario, env):
-    """algorithm='fused' (the agreement rides in the data's messages; its steps in one C
-    call, or through mpi4py without the helper) against the oracle; then a rank whose
-    call differs: by its cells, by running the agreement's rows (a tiny call, another
-    collective), or by sending longer messages. Every rank must raise the same
-    MismatchError, and the job end (no hang, no stuck MPI requests)."""
+    (3, "cells", {}), (2, "rs-kind", {}), (2, "rs-counts", {}),
+    (2, "rs-counts", {"MESHCAST_COMPILED": "0"})],
+    ids=["cells", "eager", "count", "kind", "count-python", "kind-python", "3x2-cells",
+         "rs-kind", "rs-counts", "rs-counts-python"])
+def test_fused_calls_and_their_mismatches(emulated_hosts, hosts_n, scenario, env):
+    """algorithm='fused', all_reduce and reduce_scatter (the agreement rides in the data's
+    messages; the steps in one C call, or through mpi4py without the helper) against the
+    oracle; then a rank whose call differs: by its cells, by running the agreement's
+    rows (a tiny call, another collective), by sending longer messages, or by being the
+    other fused collective. Every rank must raise the same MismatchError, and the job
+    end (no hang, no stuck MPI requests)."""
     hosts = emulated_hosts(hosts_n)
     r = run_job(hosts, "mpiexec", 2, [FUSED], env={"SCENARIO": scenario, **env}, timeout=150)
     assert r.returncode == 0, r.describe()
-    assert "fused all_reduce: ok" in r.stdout, r.describe()
+    assert "fused calls: ok" in r.stdout, r.describe()
     # hosts' lines may interleave mid-line: a verdict ends where the next one starts
     errors = re.findall(r"rank (\d) mismatch: (.*?)(?=rank \d mismatch|\n|$)", r.stdout)
     assert sorted(int(k) for k, _ in errors) == list(range(2 * hosts_n)), r.describe()

@@ -185,6 +185,15 @@ def test_choose_follows_the_measured_table_on_both_sides_of_every_step():
     assert hier.choose("all_gather", uneven, 1 << 20, None) == "leader"  # rails cannot
     assert hier.choose("reduce_scatter", single, 8 << 20, None) == "leader"
     assert hier.choose("all_reduce", uneven, 1 << 10, None) == "flat"
+    # where fused cannot run, what ran before it: both sides of its fallback's step
+    big = hier.Layout(tuple((2 * h, 2 * h + 1) for h in range(5)), 0)  # 10 ranks
+    for layout in (uneven, big):
+        assert hier.choose("reduce_scatter", layout, 64 << 10, None) == "flat"
+        assert hier.choose("reduce_scatter", layout, 256 << 10, None) == (
+            "rails" if layout is big else "leader")
+        assert hier.choose("reduce_scatter", layout, 4 << 20, None) == (
+            "rails" if layout is big else "leader")
+    assert hier.choose("reduce_scatter", even, 64 << 10, None, "gloo") == "leader"
     assert hier.choose("reduce", even, 1 << 20, None) == "leader"  # not in the table
     assert hier.choose("all_reduce", even, 64, "rails") == "rails"
     assert "same number of ranks" in hier.supports("all_reduce", "rails", uneven)
@@ -219,24 +228,37 @@ def test_agreement_steps_bring_every_row_to_every_rank(shape):
     assert all(h == {g: g for g in range(n)} for h in held)
 
 
+def _fused(kind, ctx, w, cell, n):
+    """One fused call of ``kind`` on ``w`` (reduce_scatter: into a fresh output of w.size
+    // n elements): (finished, the array the call writes)."""
+    if kind == "all_reduce":
+        return hier.all_reduce_fused(ctx, w, ReduceOp.SUM, cell), w
+    out = np.full(w.size // n, -1, w.dtype)
+    return hier.reduce_scatter_fused(ctx, out, w, [w.size // n] * n, ReduceOp.SUM, cell), out
+
+
+@pytest.mark.parametrize("kind", ["all_reduce", "reduce_scatter"])
 @pytest.mark.parametrize("shape", [s for s in SHAPES if len({len(h) for h in s}) == 1],
                          ids=[i for s, i in zip(SHAPES, IDS) if len({len(h) for h in s}) == 1])
-def test_fused_all_reduce_refuses_together_when_one_cell_differs(shape):
+def test_fused_call_refuses_together_when_one_cell_differs(shape, kind):
     """A rank whose call differs (its cell) makes every rank refuse the fused call, with
-    its data unchanged: inside its host through the cells, on the other hosts through
-    the marked cell its host's rails send, or the differing cell itself."""
+    nothing written: inside its host through the cells, on the other hosts through the
+    marked cell its host's rails send, or the differing cell itself."""
     n = _size(shape)
-    inputs = [ref.rank_input(r, 300, "float32") for r in range(n)]
+    inputs = [ref.rank_input(r, 300 * n, "float32") for r in range(n)]
     for odd in range(n):
         def body(ctx, g, odd=odd):
-            w = inputs[g].copy()
             cell = (b"this call" if g != odd else b"another call").ljust(24, b".")
-            return hier.all_reduce_fused(ctx, w, ReduceOp.SUM, cell), w
+            done, wrote = _fused(kind, ctx, inputs[g].copy(), cell, n)
+            return done, wrote
 
-        for g, (done, w) in enumerate(simulate(shape, body)):
+        for g, (done, wrote) in enumerate(simulate(shape, body)):
             assert done is False, f"rank {g} finished though rank {odd}'s call differs"
-            np.testing.assert_array_equal(w, inputs[g], err_msg=f"rank {g} wrote its data")
+            if kind == "all_reduce":
+                np.testing.assert_array_equal(wrote, inputs[g], err_msg=f"rank {g} wrote")
+            else:
+                assert (wrote == -1).all(), f"rank {g} wrote its output"
     # and the same cells everywhere finish the call
-    done = simulate(shape, lambda ctx, g: hier.all_reduce_fused(
-        ctx, inputs[g].copy(), ReduceOp.SUM, b"this call"))
+    done = simulate(shape, lambda ctx, g: _fused(kind, ctx, inputs[g].copy(), b"this call",
+                                                  n)[0])
     assert all(done), done

@@ -219,6 +219,25 @@ class Layout:
 #: From 1 MiB the link idles while the hosts run steps 1 and 3 (the steps do not overlap),
 #: where MPICH's own schedule keeps it busy; so ``flat`` from there.
 #:
+#: ``fused`` reduce_scatter (steps 1 and 2 only) against ``flat``, ``rails`` and MPICH's own
+#: Ireduce_scatter_block, same setup, median of 3 alternating rounds (us), by input size:
+#:
+#: ===========  ====================================  ====================================
+#: input        2 Gbit/s: fused / flat / rails / MPI  unlimited: fused / flat / rails / MPI
+#: ===========  ====================================  ====================================
+#: 64 KiB       383 / 668 / 966 / 268                 427 / 717 / 825 / 150
+#: 128 KiB      461 / 654 / 848 / 967                 452 / 647 / 935 / 237
+#: 256 KiB      671 / 1628 / 991 / 1861               631 / 1472 / 1216 / 573
+#: 512 KiB      1211 / 7077 / 1281 / 2973             956 / 1468 / 1170 / 824
+#: 1 MiB        3213 / 6164 / 3350 / 4436             1984 / 1958 / 2080 / 1385
+#: 2 MiB        5857 / 9652 / 5968 / 8781             3828 / 3104 / 2931 / 2078
+#: 4 MiB        12732 / 19134 / 10690 / 17904         7450 / 6537 / 4712 / 4914
+#: ===========  ====================================  ====================================
+#:
+#: Below 1 MiB a call's time on this 2-core machine is mostly CPU (4 ranks share 2 cores):
+#: ``fused`` spends ~200 us of CPU per 128 KiB call, ~100 of them in meshcast's Python
+#: around the compiled steps, MPICH ~90.
+#:
 #: ``rails`` needs every host to hold the same number (> 1) of ranks; where it cannot run,
 #: ``leader`` does. Calls of at most :data:`EAGER_BYTES` per rank never get here:
 #: their data rides in the agreement.
@@ -227,7 +246,7 @@ DEFAULTS: dict[str, dict[str, tuple[tuple[int, str], ...]]] = {
         "all_reduce": ((0, "fused"), (1 << 20, "flat"), (16 << 20, "leader")),
         "broadcast": ((0, "flat"),),
         "all_gather": ((0, "flat"), (256 << 10, "rails")),
-        "reduce_scatter": ((0, "flat"), (256 << 10, "rails")),
+        "reduce_scatter": ((0, "fused"), (2 << 20, "rails")),
         "all_to_all": ((0, "flat"),),
     },
     "gloo": {
@@ -246,14 +265,25 @@ def choose(kind: str, layout: Layout, nbytes: int, forced: str | None,
     inter-host ``engine`` (``leader`` for the collectives it does not list)."""
     if forced:
         return forced
-    family = "leader"
-    for start, name in DEFAULTS[engine].get(kind, ()):
-        if nbytes >= start:
-            family = name
+    family = _from_table(DEFAULTS[engine].get(kind, ()), nbytes)
+    if family == "fused" and supports(kind, family, layout, engine):
+        family = _from_table(WITHOUT_FUSED[kind], nbytes)
     if family == "rails" and not (layout.uniform and len(layout.hosts[0]) > 1):
         return "leader"
-    if family == "fused" and supports(kind, family, layout, engine):
-        return "flat"
+    return family
+
+
+#: Where ``fused`` cannot run (uneven hosts, more than 8 ranks), the families measured
+#: best before it: the table's steps below its first step past ``fused``.
+WITHOUT_FUSED = {"all_reduce": ((0, "flat"),),
+                 "reduce_scatter": ((0, "flat"), (256 << 10, "rails"))}
+
+
+def _from_table(steps: Sequence[tuple[int, str]], nbytes: int) -> str:
+    family = "leader"
+    for start, name in steps:
+        if nbytes >= start:
+            family = name
     return family
 
 
@@ -336,8 +366,8 @@ def agreement_steps(layout: Layout) -> tuple[tuple[RowStep, ...], ...]:
 def supports(kind: str, family: str, layout: Layout, engine: str = "mpi") -> str | None:
     """Why ``family`` cannot run ``kind`` on ``layout`` over ``engine`` (None: it can)."""
     if family == "fused":
-        if kind != "all_reduce":
-            return f"'fused' runs all_reduce, not {kind}"
+        if kind not in ("all_reduce", "reduce_scatter"):
+            return f"'fused' runs all_reduce and reduce_scatter, not {kind}"
         if engine != "mpi" or agreement_route(engine, layout.size) != "flat":
             return (f"'fused' needs MPI between hosts and at most {AGREEMENT_FLAT_MAX} ranks "
                     f"(this group: {engine}, {layout.size} ranks)")
@@ -459,30 +489,66 @@ def all_reduce_fused(ctx: Ctx, w: np.ndarray, op: ReduceOp, cell: bytes = b"",
     if plan is None:
         direct = plans is not None and at in plans["seen"]
         plan = _FusedPlan(ctx, w.size, w.dtype, len(cell), w if direct else None)
-        if plans is not None:
-            if len(plans) > FUSED_PLANS:
-                for key, old in plans.items():
-                    if key != "seen":
-                        old.free()
-                plans.clear()
-                plans["seen"] = set()
-            plans[at if direct else shape] = plan
+        _keep(plans, at if direct else shape, plan)
     if plans is not None:
         seen = plans["seen"]
         if len(seen) > 4 * FUSED_PLANS:
             seen.clear()
         seen.add(at)
-    done = plan.run(ctx.p2p, w, op, cell, kernel)
+    return _settle(plans, plan, plan.run(ctx.p2p, w, w, op, cell, kernel))
+
+
+def reduce_scatter_fused(ctx: Ctx, out: np.ndarray, w: np.ndarray, counts: Sequence[int],
+                         op: ReduceOp, cell: bytes = b"", plans: dict | None = None,
+                         kernel: int | None = None) -> bool:
+    """``out`` = piece ``me`` of the reduction of every rank's ``w`` (pieces of ``counts``
+    elements in group-rank order), with the call's agreement riding in the data's
+    messages (family ``fused``), as :func:`all_reduce_fused` does it:
+
+    1. inside the host, each rank sends local rank j its ``cell`` and the pieces of
+       rail j's ranks (the ranks of local index j, in host order), and folds what it
+       gets into its host's partial sums of its own rail's pieces;
+    2. along the rail, each rank sends every other host's rank of its local index its
+       cell and that rank's partial sum, and folds the hosts' sums of its own piece, in
+       host order, into ``out``.
+
+    The link carries each host's partial sums for the other hosts' ranks once (what
+    ``rails`` makes it carry), and nothing is written to ``out`` before every rank
+    has seen that all cells agree. ``w`` is read (copied into rail order) before
+    anything is sent, so ``out`` may alias it. ``plans``, ``kernel`` and the result:
+    as :func:`all_reduce_fused` (plans per size and ``counts``; the input is always
+    copied, into rail order).
+    """
+    shape = ("reduce_scatter", w.size, w.dtype.str, len(cell), tuple(counts))
+    plan = plans.get(shape) if plans is not None else None
+    if plan is None:
+        plan = _FusedPlan(ctx, w.size, w.dtype, len(cell), counts=counts)
+        _keep(plans, shape, plan)
+    return _settle(plans, plan, plan.run(ctx.p2p, w, out, op, cell, kernel))
+
+
+def _keep(plans: dict | None, key: Any, plan: _FusedPlan) -> None:
+    """Keep ``plan`` under ``key`` (all freed once there are more than FUSED_PLANS)."""
+    if plans is None:
+        return
+    if len(plans) > FUSED_PLANS:
+        free_fused_plans(plans)
+    plans[key] = plan
+
+
+def _settle(plans: dict | None, plan: _FusedPlan, done: bool) -> bool:
+    """After a fused call: a plan made for this call alone is freed; after a refusal the
+    plans are dropped (not freed: some requests may still be active)."""
     if plans is None:
         plan.free()
     elif not done:
-        plans.clear()  # (not freed: some requests may still be active)
+        plans.clear()
         plans["seen"] = set()
     return done
 
 
 def fused_plans() -> dict:
-    """An empty cache of :func:`all_reduce_fused`'s plans, for a group to keep."""
+    """An empty cache of the fused collectives' plans, for a group to keep."""
     return {"seen": set()}
 
 
@@ -495,11 +561,11 @@ def free_fused_plans(plans: dict) -> None:
     plans["seen"] = set()
 
 
-#: How many sizes of fused all_reduce keep their buffers and requests (a training loop
+#: How many sizes of fused calls keep their buffers and requests (a training loop
 #: repeats a few bucket sizes).
 FUSED_PLANS = 8
 
-#: The largest message of the fused all_reduce's step between hosts: MPICH over TCP sends
+#: The largest message of a fused call's step between hosts: MPICH over TCP sends
 #: a longer one only after the receiver answers, and on a loaded link that answer waits
 #: behind the other rails' data (128 KiB at 2 emulated hosts x 2 ranks, 2 Gbit/s: 1225
 #: us in 64 KiB messages against MPICH's own 588).
@@ -513,31 +579,58 @@ def _chunks(a: np.ndarray) -> list[np.ndarray]:
 
 
 class _FusedPlan:
-    """The buffers and prepared exchanges of :func:`all_reduce_fused` for one size."""
+    """The buffers and prepared exchanges of a fused all_reduce (``counts`` None) or
+    reduce_scatter (``counts``: the pieces per group rank) of one size.
+
+    Its geometry: ``work`` holds the data in the order step 1 sends it (the caller's
+    array itself, or a copy; for reduce_scatter the pieces in rail order), piece j
+    (``spans[j]``) goes to local rank j; step 2 sends each other host's rail rank
+    ``sends2[h]`` of the host's partial sum and folds the rows of ``got`` with the
+    partial's ``[own, own + mine)`` into the call's destination.
+    """
 
     def __init__(self, ctx: Ctx, size: int, dtype: np.dtype, cell: int,
-                 direct: np.ndarray | None = None) -> None:
+                 direct: np.ndarray | None = None,
+                 counts: Sequence[int] | None = None) -> None:
         lay, p2p = ctx.layout, ctx.p2p
         #: the caller's array itself, when the plan was made for it (no copies)
         self.direct = direct
         mates = lay.hosts[lay.host]
         me = lay.me
         self.at = lay.local
-        self.spans = spans = split_even(size, len(mates))
+        rail = lay.rail(self.at)
+        self.rail_at = rail.index(me)
+        if counts is None:
+            self.spans = spans = split_even(size, len(mates))
+            self.order: list[tuple[int, int]] | None = None
+            own, mine = 0, spans[self.at][1]
+            sends2 = [(0, mine)] * len(rail)
+        else:
+            # the input's pieces in rail order: rail 0's ranks host by host, then rail 1's
+            rails = [lay.rail(j) for j in range(len(mates))]
+            starts = displs(counts)
+            self.order = [(starts[g], counts[g]) for r in rails for g in r]
+            sums = [sum(counts[g] for g in r) for r in rails]
+            self.spans = spans = list(zip(displs(sums), sums))
+            in_rail = displs([counts[g] for g in rail])
+            sends2 = [(in_rail[h], counts[g]) for h, g in enumerate(rail)]
+            own, mine = sends2[self.rail_at][0], counts[me]
         self.start, n = spans[self.at]
+        self.own, self.mine = own, mine
         self.k = k = cell + 1  # the cell and my flag byte
         self.work = work = np.empty(size, dtype) if direct is None else direct
         self.head = np.zeros(k, np.uint8)
         self.cells = np.zeros((len(mates), k), np.uint8)
         self.parts = np.empty((len(mates), n), dtype)
         self.partial = np.empty(n, dtype)
-        rail = lay.rail(self.at)
-        self.rail_at = rail.index(me)
         self.heads = np.zeros((len(rail), k), np.uint8)
-        self.got = np.empty((len(rail), n), dtype)
+        self.got = np.empty((len(rail), mine), dtype)
 
         def piece(j: int) -> np.ndarray:
             return work[spans[j][0]:spans[j][0] + spans[j][1]]
+
+        def sent(h: int) -> np.ndarray:
+            return self.partial[sends2[h][0]:sends2[h][0] + sends2[h][1]]
 
         others = [(j, g) for j, g in enumerate(mates) if g != me]
         self.step1 = p2p.prepare(
@@ -546,37 +639,44 @@ class _FusedPlan:
         far = [(h, g) for h, g in enumerate(rail) if g != me]
         recvs2 = [r for h, g in far
                   for r in [(g, self.heads[h])] + [(g, c) for c in _chunks(self.got[h])]]
-        self.step2 = p2p.prepare(recvs2, [s for _, g in far for s in [(g, self.head)] + [
-            (g, c) for c in _chunks(self.partial)]])
+        self.step2 = p2p.prepare(recvs2, [s for h, g in far for s in [(g, self.head)] + [
+            (g, c) for c in _chunks(sent(h))]])
         # (a host whose cells differ sends its cell and empty chunks: the same messages)
-        self.step2_differ = p2p.prepare(recvs2, [s for _, g in far for s in [(g, self.head)] + [
-            (g, c[:0]) for c in _chunks(self.partial)]])
+        self.step2_differ = p2p.prepare(recvs2, [s for h, g in far for s in [(g, self.head)] + [
+            (g, c[:0]) for c in _chunks(sent(h))]])
+        # all_reduce: the finished pieces go round the host; reduce_scatter is done
         self.step3 = p2p.prepare([(g, piece(j)) for j, g in others],
-                                 [(g, piece(self.at)) for _, g in others])
+                                 [(g, piece(self.at)) for _, g in others]
+                                 ) if counts is None else p2p.prepare([], [])
 
     def free(self) -> None:
         for step in (self.step1, self.step2, self.step2_differ, self.step3):
             getattr(step, "free", lambda: None)()
 
-    def run(self, p2p: Across, w: np.ndarray, op: ReduceOp, cell: bytes,
+    def run(self, p2p: Across, w: np.ndarray, out: np.ndarray, op: ReduceOp, cell: bytes,
             kernel: int | None = None) -> bool:
+        """One call: ``w`` the input, ``out`` the destination (all_reduce: ``w``)."""
         head, cells, parts, work = self.head, self.cells, self.parts, self.work
         head[:-1] = np.frombuffer(cell, np.uint8)
         head[-1] = 0
-        if self.direct is None:
+        if self.order is not None:
+            np.concatenate([w[s:s + c] for s, c in self.order], out=work)
+        elif self.direct is None:
             np.copyto(work, w)
+        start, partial, own, mine = self.start, self.partial, self.own, self.mine
+        # where step 2 folds: the finished piece (all_reduce) or the output
+        dest = work[start:start + mine] if self.order is None else out
         done, started = 0, None
         run_fused = getattr(p2p, "run_fused", None)
         if kernel is not None and run_fused is not None:
             # the engine may run the steps, checks and folds whole (compiled); it stops
             # where something differs or waits, and the steps below go on from there
             ran = run_fused((self.step1, self.step2, self.step3),
-                            (head, cells, parts, self.partial, self.heads, self.got, work),
-                            (self.at, self.rail_at, self.start * work.itemsize,
-                             self.partial.nbytes), kernel)
+                            (head, cells, parts, partial, self.heads, self.got, work, dest),
+                            (self.at, self.rail_at, start * work.itemsize, partial.nbytes,
+                             own * work.itemsize), kernel)
             if ran is not None:
                 done, started = ran
-        start, partial = self.start, self.partial
         if done < 1:
             if not p2p.run(self.step1, started=started):
                 return False  # (a member diverted to the agreement; nobody waits on step 2)
@@ -598,12 +698,13 @@ class _FusedPlan:
             heads[self.rail_at] = head
             if not (heads == head).all():
                 return False
-            got[self.rail_at] = partial
-            # every rank of the group runs this call: combine, send the piece round the host
-            _combine(op, work[start:start + partial.size], list(got))
+            got[self.rail_at] = partial[own:own + mine]
+            # every rank of the group runs this call: combine (all_reduce: and send the
+            # piece round the host)
+            _combine(op, dest, list(got))
         if done < 3:
             p2p.run(self.step3, settled=True, started=started)
-        if self.direct is None:
+        if self.order is None and self.direct is None:
             np.copyto(w, work)
         return True
 
@@ -813,6 +914,10 @@ def reduce_scatter(ctx: Ctx, family: str, out: np.ndarray, w: np.ndarray,
     every rank's ``w``. ``w`` is left as it was (the caller's input)."""
     lay = ctx.layout
     at = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    if family == "fused":
+        if not reduce_scatter_fused(ctx, out, w, counts, op):
+            raise RuntimeError("reduce_scatter_fused: the ranks' calls differ (no cell told)")
+        return
     if family == "flat":
         P = lay.size
         got = np.empty(counts[lay.me] * P, w.dtype)

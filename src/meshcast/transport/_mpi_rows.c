@@ -627,18 +627,22 @@ static PyObject *exchange(PyObject *Py_UNUSED(module), PyObject *const *args,
     return PyLong_FromLong(result);
 }
 
-/* The fused all_reduce's three steps in one C call (meshcast.algorithms.hierarchical,
- * _FusedPlan): the happy path only. Step 1's exchange, the check of the host's cells
- * and the fold of the host's partial sum; step 2's exchange, the check of the rails'
- * cells and the fold of the hosts' sums into my piece of `work`; step 3's exchange.
- * It returns (steps done, state of the next step): state 0 not started (all done when
- * steps done is 3), 1 started and pending after `polls` yields, 2 done but not checked
- * (its cells differ: Python reads them), 3 a message under tag `probe` waits, 4 an MPI
- * error code (in the tuple's third item). Python goes on from there.
+/* A fused collective's three steps in one C call (meshcast.algorithms.hierarchical,
+ * _FusedPlan: all_reduce, and reduce_scatter with an empty third step): the happy path
+ * only. Step 1's exchange, the check of the host's cells and the fold of the host's
+ * partial sum of my piece (`piece` bytes at `start` of `work`, and the mates' `parts`);
+ * step 2's exchange, the check of the rails' cells and the fold of the hosts' sums (my
+ * host's is `partial` from byte `own`, the others' are the rows of `got`) into `dest`;
+ * step 3's exchange. It returns (steps done, state of the next step): state 0 not
+ * started (all done when steps done is 3), 1 started and pending after `polls` yields,
+ * 2 done but not checked (its cells differ: Python reads them), 3 a message under tag
+ * `probe` waits, 4 an MPI error code (in the tuple's third item). Python goes on from
+ * there.
  *
  * fused(startall, testall, iprobe, comm, any_source, probe, polls, step1, step2, step3,
- *       statuses, head, cells, parts, partial, heads, got, work, at, rail_at, start,
- *       piece, code) -- byte offsets and sizes; code the fold kernel (type * 8 + op). */
+ *       statuses, head, cells, parts, partial, heads, got, work, dest, at, rail_at, start,
+ *       piece, own, code) -- byte offsets and sizes; code the fold kernel (type * 8 + op).
+ */
 static int differ(const char *rows, Py_ssize_t n, Py_ssize_t mine, const char *head,
                   Py_ssize_t k) {
     for (Py_ssize_t j = 0; j < n; j++)
@@ -661,8 +665,8 @@ typedef struct {
 } Reqs;
 
 static PyObject *fused(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 23) {
-        PyErr_SetString(PyExc_TypeError, "fused: 23 arguments (see the source)");
+    if (nargs != 25) {
+        PyErr_SetString(PyExc_TypeError, "fused: 25 arguments (see the source)");
         return NULL;
     }
     startall_fn startall = (startall_fn)(uintptr_t)PyLong_AsUnsignedLongLong(args[0]);
@@ -671,16 +675,17 @@ static PyObject *fused(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ss
     intptr_t comm = (intptr_t)PyLong_AsUnsignedLongLongMask(args[3]);
     int any_source = (int)PyLong_AsLong(args[4]), probe = (int)PyLong_AsLong(args[5]);
     long polls = PyLong_AsLong(args[6]);
-    Py_ssize_t at = PyLong_AsSsize_t(args[18]), rail_at = PyLong_AsSsize_t(args[19]);
-    Py_ssize_t start = PyLong_AsSsize_t(args[20]), piece = PyLong_AsSsize_t(args[21]);
-    long code = PyLong_AsLong(args[22]);
+    Py_ssize_t at = PyLong_AsSsize_t(args[19]), rail_at = PyLong_AsSsize_t(args[20]);
+    Py_ssize_t start = PyLong_AsSsize_t(args[21]), piece = PyLong_AsSsize_t(args[22]);
+    Py_ssize_t own = PyLong_AsSsize_t(args[23]);
+    long code = PyLong_AsLong(args[24]);
     if (PyErr_Occurred())
         return NULL;
-    Py_buffer b[14];
+    Py_buffer b[12];
     int got_n = 0;
     PyObject *result = NULL;
-    /* 7..10: step1, step2, step3 handles, statuses; 11..17: head .. work */
-    for (int i = 0; i < 11; i++, got_n++) {
+    /* 7..10: step1, step2, step3 handles, statuses; 11..18: head .. work, dest */
+    for (int i = 0; i < 12; i++, got_n++) {
         if (PyObject_GetBuffer(args[7 + i], &b[i], PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
             goto done;
     }
@@ -689,13 +694,14 @@ static PyObject *fused(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ss
     const char *head = b[4].buf;
     Py_ssize_t k = b[4].len;
     char *cells = b[5].buf, *parts = b[6].buf, *partial = b[7].buf, *heads = b[8].buf;
-    char *got = b[9].buf, *work = b[10].buf;
-    Py_ssize_t L = k ? b[5].len / k : 0, H = k ? b[8].len / k : 0;
+    char *got = b[9].buf, *work = b[10].buf, *dest = b[11].buf;
+    Py_ssize_t L = k ? b[5].len / k : 0, H = k ? b[8].len / k : 0, mine = b[11].len;
     Py_ssize_t itemsize = b[10].itemsize;
-    if (!startall || !testall || !iprobe || k <= 0 || L < 1 || H < 1 || at >= L ||
-        rail_at >= H || b[6].len != L * piece || b[9].len != H * piece ||
-        b[7].len != piece || start + piece > b[10].len || itemsize <= 0 ||
-        piece % itemsize != 0) {
+    if (!startall || !testall || !iprobe || k <= 0 || L < 1 || H < 1 || at < 0 || at >= L ||
+        rail_at < 0 || rail_at >= H || start < 0 || own < 0 || b[6].len != L * piece ||
+        b[9].len != H * mine || b[7].len != piece || start + piece > b[10].len ||
+        own + mine > piece || itemsize <= 0 || b[11].itemsize != itemsize ||
+        piece % itemsize != 0 || mine % itemsize != 0) {
         PyErr_SetString(PyExc_ValueError, "fused: bad functions, buffers or sizes");
         goto done;
     }
@@ -728,8 +734,8 @@ static PyObject *fused(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ss
                 state = 2;
                 break;
             }
-            memcpy(got + rail_at * piece, partial, piece);
-            fold_into(work + start, got, piece, H, code, piece, itemsize);
+            memcpy(got + rail_at * mine, partial + own, mine);
+            fold_into(dest, got, mine, H, code, mine, itemsize);
         }
     }
     Py_END_ALLOW_THREADS
@@ -745,7 +751,7 @@ static PyMethodDef module_methods[] = {
      "exchange(startall, testall, iprobe, requests, statuses, comm, probe, any_source, "
      "start, polls) -> 0 done, 1 not yet, 2 a message under `probe` waits (see the source)."},
     {"fused", (PyCFunction)(void (*)(void))fused, METH_FASTCALL,
-     "fused(...) -> (steps done, state, MPI error): the fused all_reduce's happy path "
+     "fused(...) -> (steps done, state, MPI error): a fused collective's happy path "
      "(see the source)."},
     {NULL, NULL, 0, NULL},
 };

@@ -1,6 +1,6 @@
-"""all_reduce with the agreement riding in its data (algorithm 'fused') across hosts:
-every dtype, op and size against the oracle, then a mismatch (SCENARIO) that must be the
-same MismatchError on every rank, never a hang."""
+"""all_reduce and reduce_scatter with the agreement riding in their data (algorithm
+'fused') across hosts: every dtype, op and size against the oracle, then a mismatch
+(SCENARIO) that must be the same MismatchError on every rank, never a hang."""
 
 import os
 import sys
@@ -38,9 +38,34 @@ works = [dist.all_reduce(np.full(20000, float(r + i), np.float32), algorithm="fu
                          async_op=True) for i in range(3)]
 for w in works:
     w.wait()
+for dtype in bodies.DTYPES:
+    for count in ([0, 1, 7, 3000, 25001] if dtype == "float32" else [5, 10000]):
+        counts = [count + (q % 3) for q in range(n)]  # uneven pieces
+        full = [ref.rank_input(q, sum(counts), dtype) for q in range(n)]
+        for op in ops.ReduceOp:
+            if not bodies._valid(op, dtype):
+                continue
+            want = ref.reduce_scatter(full, op, counts)[r]
+            for _ in range(2):  # the second call runs on the kept plan
+                out = np.full(counts[r], 1, dtype)
+                pieces = np.split(full[r].copy(), np.cumsum(counts)[:-1])
+                dist.reduce_scatter(out, pieces, op, algorithm="fused")
+                bodies._eq(out, want, f"fused reduce_scatter {op.name} {dtype} x{count}")
+                assert g.last_algorithm == "reduce_scatter/fused", g.last_algorithm
+whole = ref.rank_input(r, 9000 * n, "float32") + 0  # in place: my output inside my input
+everyone = [ref.rank_input(q, 9000 * n, "float32") for q in range(n)]
+dist.reduce_scatter_tensor(whole[r * 9000:(r + 1) * 9000], whole, algorithm="fused")
+bodies._eq(whole[r * 9000:(r + 1) * 9000], ref.reduce_scatter(everyone, ops.ReduceOp.SUM)[r],
+           "fused reduce_scatter in place")
+outs = [np.empty(10000, np.float32) for _ in range(3)]
+works = [dist.reduce_scatter_tensor(o, np.full(10000 * n, float(r + i), np.float32),
+                                    algorithm="fused", async_op=True) for i, o in enumerate(outs)]
+for i, (w, o) in enumerate(zip(works, outs)):
+    w.wait()
+    assert (o == sum(range(n)) + n * i).all(), f"async reduce_scatter {i}: {o[:4]}"
 dist.barrier()
 if r == 0:
-    print("fused all_reduce: ok", flush=True)
+    print("fused calls: ok", flush=True)
 
 # Last, as a mismatch leaves the group unusable.
 scenario = os.environ["SCENARIO"]
@@ -58,6 +83,17 @@ try:
             dist.broadcast(np.ones(40000, np.float32), src=0)
         else:
             dist.all_reduce(np.ones(40000, np.float32), algorithm="fused")
+    elif scenario == "rs-kind":  # a reduce_scatter of the same bytes against all_reduces
+        if r == 0:
+            dist.reduce_scatter_tensor(np.ones(40000 // n, np.float32),
+                                       np.ones(40000, np.float32), algorithm="fused")
+        else:
+            dist.all_reduce(np.ones(40000, np.float32), algorithm="fused")
+    elif scenario == "rs-counts":  # the last rank cuts the input into other pieces
+        counts = [12000 + (q if r == n - 1 else 0) for q in range(n)]
+        counts[r] = 12000
+        dist.reduce_scatter(np.ones(12000, np.float32),
+                            [np.ones(c, np.float32) for c in counts], algorithm="fused")
     raise AssertionError(f"rank {r}: no MismatchError")
 except dist.MismatchError as exc:
     print(f"rank {r} mismatch: {exc}", flush=True)
