@@ -894,10 +894,18 @@ _ONESHOT = {kind: f"{kind}/oneshot" for kind in (
 def _c_kernel(op: ops.ReduceOp, dtype: np.dtype) -> int | None:
     """The compiled combine's code for ``op`` (AVG already turned into SUM) on ``dtype``,
     or None: NumPy combines."""
-    t, o = _C_TYPES.get(dtype.name), _C_OPS.get(op)
-    if t is None or o is None or (dtype.kind == "f" and o >= _C_FLOAT_OPS):
-        return None
-    return t * 8 + o
+    try:
+        return _KERNEL_OF[op, dtype]
+    except KeyError:  # (a dtype's name costs ~3 us: looked up once per op and dtype)
+        t, o = _C_TYPES.get(dtype.name), _C_OPS.get(op)
+        code = None if t is None or o is None or (dtype.kind == "f" and o >= _C_FLOAT_OPS) \
+            else t * 8 + o
+        if len(_KERNEL_OF) < 1024:
+            _KERNEL_OF[op, dtype] = code
+        return code
+
+
+_KERNEL_OF: dict[tuple[ops.ReduceOp, np.dtype], int | None] = {}
 
 
 def _reduce(arr: np.ndarray, regions: list[np.ndarray], kernel: Any, average: bool) -> None:

@@ -46,6 +46,7 @@ agreement step (``spanning.py``) made every rank know.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -363,6 +364,7 @@ def agreement_steps(layout: Layout) -> tuple[tuple[RowStep, ...], ...]:
     return first, tuple(second)
 
 
+@functools.lru_cache(maxsize=256)  # (asked on every call that may run fused)
 def supports(kind: str, family: str, layout: Layout, engine: str = "mpi") -> str | None:
     """Why ``family`` cannot run ``kind`` on ``layout`` over ``engine`` (None: it can)."""
     if family == "fused":
