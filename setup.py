@@ -9,6 +9,10 @@ setup(
         Extension("meshcast.transport._tiny", ["src/meshcast/transport/_tiny.c"],
                   depends=["src/meshcast/transport/_fold.h"],
                   extra_compile_args=["-O3", "-std=gnu11", "-ffp-contract=off"], optional=True),
+        # optional too: without it, a small blocking send or receive on one host moves
+        # its bytes through the ring in Python (transport/shm.py).
+        Extension("meshcast.transport._rings", ["src/meshcast/transport/_rings.c"],
+                  extra_compile_args=["-O3", "-std=gnu11"], optional=True),
         # optional too: without it, mpi4py runs the across-hosts agreement's exchange
         # of rows on persistent requests (transport/mpi_rows.py).
         Extension("meshcast.transport._mpi_rows", ["src/meshcast/transport/_mpi_rows.c"],

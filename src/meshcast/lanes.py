@@ -563,16 +563,14 @@ class TinyCallLane:
 
     def _send_now(self, arr: np.ndarray, dst: int, tag: int) -> bool:
         group = self.group
-        if not group.transport.send_now(dst, group.group_id, KIND_P2P, tag,
-                                        arr.reshape(-1).view(np.uint8)):
+        if not group.transport.send_now(dst, group.group_id, KIND_P2P, tag, arr):
             return False
         next(group._p2p_seq)  # numbered like any send, for later messages
         return True
 
     def _recv_now(self, arr: np.ndarray, src: int, tag: int, spin_s: float) -> bool:
         group = self.group
-        if not group.transport.recv_now(src, group.group_id, KIND_P2P, tag,
-                                        arr.reshape(-1).view(np.uint8), spin_s):
+        if not group.transport.recv_now(src, group.group_id, KIND_P2P, tag, arr, spin_s):
             return False
         next(group._p2p_seq)
         return True

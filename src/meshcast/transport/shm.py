@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from .. import _wait
+from .. import _wait, config
 from ..errors import GroupAbortedError, MismatchError, PeerGoneError, TransportError
 from . import cma
 from .segment import Segment
@@ -71,6 +71,18 @@ _RING_HEADER = 128  # head u64 at +0, tail u64 at +64: separate cache lines
 
 
 _EVENT_LOCK = threading.Lock()
+
+
+def _compiled_rings() -> object | None:
+    """The compiled ring helper (transport/_rings.c), or None: not built, or turned off
+    with MESHCAST_COMPILED=0."""
+    if not config.get("MESHCAST_COMPILED"):
+        return None
+    try:
+        from . import _rings
+    except ImportError:
+        return None
+    return _rings
 
 
 class Handle:
@@ -283,6 +295,10 @@ class ShmTransport:
         # Outgoing rings (me -> peer) and incoming rings (peer -> me), by local index.
         self._out = {j: ring(self.li, j) for j in range(n) if j != self.li}
         self._in = {j: ring(j, self.li) for j in range(n) if j != self.li}
+        # their addresses, for the compiled send_now/recv_now (None: Python moves the bytes)
+        self._rings = _compiled_rings()
+        self._out_at = {j: segment.address + base + (self.li * n + j) * stride for j in self._out}
+        self._in_at = {j: segment.address + base + (j * n + self.li) * stride for j in self._in}
         self._lock = threading.Lock()
         self._flag_lock = threading.Lock()  # guards _pollers, _blocked, _asleep, our _sleeping word
         self._pollers = 0
@@ -372,6 +388,7 @@ class ShmTransport:
         earlier send to ``peer`` is still queued (the order of messages between two
         ranks is the ring's order); no Handle, nothing left to do. False: nothing
         was done, take :meth:`isend` (it also reports closed groups and dead peers).
+        ``raw``: a C-contiguous array of any dtype (its bytes are the message).
         """
         j = self.local.get(peer)
         nbytes = raw.nbytes
@@ -380,6 +397,10 @@ class ShmTransport:
         with self._lock:
             if self._closed is not None or peer in self._gone or self._sendq[j]:
                 return False
+            if self._rings is not None:
+                return self._rings.put(self._out_at[j], self.ring_bytes, self._bell_addr[j],
+                                       group, kind, tag, raw)
+            raw = raw.reshape(-1).view(np.uint8)
             head_v, tail_v, data, _ = self._out[j]
             head = int(head_v[0])
             if self.ring_bytes - (head - int(tail_v[0])) < _HEADER.size + nbytes:
@@ -403,6 +424,7 @@ class ShmTransport:
         anyway: first in the ring, complete, with this (group, kind, tag) and
         size, and no earlier message or posted receive that could claim it. False:
         nothing was consumed, take :meth:`irecv` (which also reports errors).
+        ``raw``: a writable C-contiguous array of any dtype.
         """
         j = self.local.get(peer)
         if j is None or j == self.li:
@@ -411,6 +433,7 @@ class ShmTransport:
         # while another user thread of ours is blocked (Rule 5); if it drains ours
         # into the unexpected list meanwhile, _take says so and irecv claims it.
         until = None
+        rings = self._rings
         while True:
             with self._lock:
                 state = self._take(j, group, kind, tag, raw)
@@ -421,6 +444,8 @@ class ShmTransport:
                 until = now + spin_s
             elif now >= until:
                 return False
+            if rings is not None and not rings.wait(self._in_at[j], int((until - now) * 1e9)):
+                return False  # (looked at until the spin time was up, without the GIL)
 
     def _take(self, j: int, group: int, kind: int, tag: int, raw: np.ndarray) -> int:
         """:meth:`recv_now`'s look at ring ``j``, under the lock: 1 taken, 0 empty,
@@ -434,6 +459,10 @@ class ShmTransport:
         for recv in self._posted:  # so does an earlier receive that matches it
             if recv.matches(group, kind, tag, peer):
                 return -1
+        if self._rings is not None:
+            return self._rings.take(self._in_at[j], self.ring_bytes, self._bell_addr[j],
+                                    group, kind, tag, raw)
+        raw = raw.reshape(-1).view(np.uint8)
         head_v, tail_v, data, waiting_v = self._in[j]
         tail = int(tail_v[0])
         avail = int(head_v[0]) - tail
