@@ -206,7 +206,8 @@ class HostSpanningGroup(GroupRanks):
         self._row_of = [order.index(g) for g in range(self._size)]
         self._leaders = rail if layout.local == 0 else None
         self.lane = AcrossHostsLane(self)  # tiny synchronous calls, cached (spanning_lane)
-        self._fused_plans = hier.fused_plans()  # the fused all_reduce's (hierarchical)
+        self._fused_plans = hier.fused_plans()  # the fused calls' (hierarchical)
+        self._lane_ctx: _Ctx | None = None  # the lane's fused calls' (_fused_ctx)
 
     def algorithm_names(self, kind: str) -> tuple[str, ...]:
         """The ``algorithm=`` names a call of ``kind`` accepts on this group."""
@@ -271,16 +272,30 @@ class HostSpanningGroup(GroupRanks):
             ctx = _Ctx(self, deadline, what)
             # a member whose call runs another family sends this call's rows instead
             ctx.p2p.probe = AGREE_TAGS[fp.seq & 1]
-            if run(ctx):
-                return
-            self._agree(fp, mine, 0, None, deadline, what)  # raises the MismatchError
-            raise self._mismatch(fp, "the ranks' messages differ in length, though their "
-                                     "agreement rows agree")
+            if not run(ctx):
+                self._fused_refused(fp, mine, deadline, what)
 
         if async_op:
             return self.fifo.submit(job, Work(what), inline=False)
         self.fifo.call(job, what)
         return None
+
+    def _fused_refused(self, fp: Fingerprint, mine: int, deadline: float, what: Any) -> None:
+        """After a fused call that some rank's call differed from: every rank runs the
+        agreement's rows, which raise the MismatchError every rank raises."""
+        self._agree(fp, mine, 0, None, deadline, what)
+        raise self._mismatch(fp, "the ranks' messages differ in length, though their "
+                                 "agreement rows agree")
+
+    def _fused_ctx(self, deadline: float, what: Any, seq: int) -> _Ctx:
+        """A fused call's context for the lane (which runs on the idle group only, so one
+        kept per group does), bound to this call: its deadline, name and agreement tag."""
+        ctx = self._lane_ctx
+        if ctx is None:
+            ctx = self._lane_ctx = _Ctx(self, deadline, what)
+        p2p = ctx.p2p
+        p2p.deadline, p2p.what, p2p.probe = deadline, what, AGREE_TAGS[seq & 1]
+        return ctx
 
     def _settle(self, body: Callable[[_Ctx, list[int], list[int]], None],
                 eager: Callable[[list[np.ndarray], list[int], list[int]], None] | None,

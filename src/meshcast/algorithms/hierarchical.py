@@ -46,7 +46,6 @@ agreement step (``spanning.py``) made every rank know.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -364,7 +363,6 @@ def agreement_steps(layout: Layout) -> tuple[tuple[RowStep, ...], ...]:
     return first, tuple(second)
 
 
-@functools.lru_cache(maxsize=256)  # (asked on every call that may run fused)
 def supports(kind: str, family: str, layout: Layout, engine: str = "mpi") -> str | None:
     """Why ``family`` cannot run ``kind`` on ``layout`` over ``engine`` (None: it can)."""
     if family == "fused":
@@ -650,6 +648,13 @@ class _FusedPlan:
         self.step3 = p2p.prepare([(g, piece(j)) for j, g in others],
                                  [(g, piece(self.at)) for _, g in others]
                                  ) if counts is None else p2p.prepare([], [])
+        # what every call hands the compiled steps (the destination is added per call)
+        self.head_bytes = memoryview(self.head)
+        self.buffers = (self.head, self.cells, self.parts, self.partial, self.heads, self.got,
+                        work)
+        self.geometry = (self.at, self.rail_at, self.start * work.itemsize,
+                         self.partial.nbytes, own * work.itemsize)
+        self.finished = work[self.start:self.start + mine]  # all_reduce's step 2 folds here
 
     def free(self) -> None:
         for step in (self.step1, self.step2, self.step2_differ, self.step3):
@@ -659,24 +664,23 @@ class _FusedPlan:
             kernel: int | None = None) -> bool:
         """One call: ``w`` the input, ``out`` the destination (all_reduce: ``w``)."""
         head, cells, parts, work = self.head, self.cells, self.parts, self.work
-        head[:-1] = np.frombuffer(cell, np.uint8)
-        head[-1] = 0
+        k = self.k - 1
+        self.head_bytes[:k] = cell
+        head[k] = 0
         if self.order is not None:
             np.concatenate([w[s:s + c] for s, c in self.order], out=work)
         elif self.direct is None:
             np.copyto(work, w)
         start, partial, own, mine = self.start, self.partial, self.own, self.mine
         # where step 2 folds: the finished piece (all_reduce) or the output
-        dest = work[start:start + mine] if self.order is None else out
+        dest = self.finished if self.order is None else out
         done, started = 0, None
         run_fused = getattr(p2p, "run_fused", None)
         if kernel is not None and run_fused is not None:
             # the engine may run the steps, checks and folds whole (compiled); it stops
             # where something differs or waits, and the steps below go on from there
-            ran = run_fused((self.step1, self.step2, self.step3),
-                            (head, cells, parts, partial, self.heads, self.got, work, dest),
-                            (self.at, self.rail_at, start * work.itemsize, partial.nbytes,
-                             own * work.itemsize), kernel)
+            ran = run_fused((self.step1, self.step2, self.step3), (*self.buffers, dest),
+                            self.geometry, kernel)
             if ran is not None:
                 done, started = ran
         if done < 1:

@@ -450,10 +450,10 @@ class Bound:
 
     def run_fused(self, steps: Sequence[Any], buffers: Sequence[np.ndarray],
                   geometry: Sequence[int], code: int) -> tuple[int, Exchange | None] | None:
-        """The fused all_reduce's prepared ``steps`` run compiled as far as they go
-        without a difference (``algorithms.hierarchical._FusedPlan``): (steps done with
-        their checks and folds, the next step's exchange if it was started, for
-        :meth:`run`), or None when the engine cannot."""
+        """A fused call's prepared ``steps`` (all_reduce, reduce_scatter) run compiled as
+        far as they go without a difference (``algorithms.hierarchical._FusedPlan``):
+        (steps done with their checks and folds, the next step's exchange if it was
+        started, for :meth:`run`), or None when the engine cannot."""
         c = self.comm
         try:
             return c._run_fused(steps, buffers, geometry, code, self.probe)

@@ -473,27 +473,36 @@ class MpiComm(HostComm):
     def _run_fused(self, steps: Sequence[Any], buffers: Sequence[np.ndarray],
                    geometry: Sequence[int], code: int, probe: int | None
                    ) -> tuple[int, Exchange | None] | None:
-        """The fused all_reduce's three prepared steps, their checks and folds in one C
+        """A fused call's three prepared steps, their checks and folds in one C
         call (``fused`` in transport/_mpi_rows.c), when the helper runs them: (steps
         done, the next step's exchange, already started, or None when not started);
         None when it cannot run compiled."""
-        parts = [getattr(step, "parts", None) for step in steps]
-        if any(p is None or p[0] is None for p in parts):
+        # what does not change from call to call, kept on the first step (a plan's steps
+        # are made once): False when the steps cannot run compiled
+        kept = getattr(steps[0], "fused_call", None)
+        if kept is None:
+            parts = [getattr(step, "parts", None) for step in steps]
+            if any(p is None or p[0] is None for p in parts):
+                kept = False
+            else:
+                compiled = parts[0][0]  # (startall, testall, iprobe, handles, statuses, comm, run)
+                kept = (mpi_rows.fused_function(),
+                        (*compiled[:3], compiled[5], _mpi().ANY_SOURCE),
+                        (*(p[0][3] for p in parts), max((p[0][4] for p in parts), key=len)),
+                        parts)
+            steps[0].fused_call = kept
+        if kept is False:
             return None
-        compiled = parts[0][0]  # (startall, testall, iprobe, handles, statuses, comm, run)
-        statuses = max((p[0][4] for p in parts), key=len)
-        MPI = _mpi()
-        done, state, error = mpi_rows.fused_function()(
-            *compiled[:3], compiled[5], MPI.ANY_SOURCE, -1 if probe is None else probe,
-            self.QUICK_POLLS, parts[0][0][3], parts[1][0][3], parts[2][0][3], statuses,
-            *buffers, *geometry, code)
+        fused, head, requests, parts = kept
+        done, state, error = fused(*head, -1 if probe is None else probe, self.QUICK_POLLS,
+                                   *requests, *buffers, *geometry, code)
         if done == 3 or state == 0:
             return done, None
         c, comm, reqs, receives = parts[done]
         ex = _CompiledExchange(c, comm, reqs, receives, probe if done < 2 else None, 0,
                                state={1: 1, 2: 0, 3: 2, 4: 1}[state])
         if state == 4:
-            ex.failed_with(MPI.Exception(error))
+            ex.failed_with(_mpi().Exception(error))
         return done, ex
 
     def _prepare(self, recvs: list[tuple[int, np.ndarray]],

@@ -63,6 +63,24 @@ works = [dist.reduce_scatter_tensor(o, np.full(10000 * n, float(r + i), np.float
 for i, (w, o) in enumerate(zip(works, outs)):
     w.wait()
     assert (o == sum(range(n)) + n * i).all(), f"async reduce_scatter {i}: {o[:4]}"
+# The same calls without algorithm=: synchronous NumPy calls take the lane, which runs
+# them fused as the general path would (spanning_lane.AcrossHostsLane._fused).
+for dtype in ("float32", "int64"):
+    for op in ops.ReduceOp:
+        if not bodies._valid(op, dtype):
+            continue
+        full = [ref.rank_input(q, 12000 * n, dtype) for q in range(n)]
+        for _ in range(2):
+            x = full[r].copy()
+            dist.all_reduce(x, op)
+            bodies._eq(x, ref.reduced(full, op), f"lane all_reduce {op.name} {dtype}")
+            assert g.last_algorithm == "all_reduce/fused", g.last_algorithm
+            out = np.zeros(12000, dtype)
+            dist.reduce_scatter_tensor(out, full[r].copy(), op)
+            bodies._eq(out, ref.reduce_scatter(full, op)[r], f"lane reduce_scatter {op.name}")
+            assert g.last_algorithm == "reduce_scatter/fused", g.last_algorithm
+assert {k[0] for k in g.lane.plans if k[-1] == "fused" and g.lane.plans[k]} == {
+    "all_reduce", "reduce_scatter"}, "the lane ran no fused call"
 dist.barrier()
 if r == 0:
     print("fused calls: ok", flush=True)
@@ -94,6 +112,14 @@ try:
         counts[r] = 12000
         dist.reduce_scatter(np.ones(12000, np.float32),
                             [np.ones(c, np.float32) for c in counts], algorithm="fused")
+    elif scenario == "lane-cells":  # as 'cells', every rank through the lane
+        dist.all_reduce(np.ones(40000, np.int32 if r == n - 1 else np.float32))
+    elif scenario == "lane-kind":  # as 'rs-kind', through the lane
+        if r == 0:
+            dist.reduce_scatter_tensor(np.ones(40000 // n, np.float32),
+                                       np.ones(40000, np.float32))
+        else:
+            dist.all_reduce(np.ones(40000, np.float32))
     raise AssertionError(f"rank {r}: no MismatchError")
 except dist.MismatchError as exc:
     print(f"rank {r} mismatch: {exc}", flush=True)
