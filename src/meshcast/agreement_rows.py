@@ -28,7 +28,8 @@ ROW_LENGTH = (CELL, CARRIED_AT)
 #: A call whose every rank's data fits in its row (up to the route's
 #: ``algorithms.hierarchical.EAGER_BYTES``: an 8 B all_reduce, a small broadcast...) is
 #: *eager*: its data rides in the agreement exchange, so it crosses hosts once instead of
-#: twice. A group's rows are then at most ``CELL + EAGER_BYTES[route]`` bytes long.
+#: twice. A group's rows are then at most ``CELL`` plus the route's largest cap
+#: (``EAGER_BROADCAST_BYTES``: a broadcast's root alone carries data) bytes long.
 
 
 def _row_length(buf: Any, at: int) -> int:

@@ -12,7 +12,7 @@ composition (:mod:`meshcast.algorithms.hierarchical`) of
 
 Agreement. Every call starts with an exchange of rows: a fingerprint (kind,
 dtype, count, op, root), each rank's own piece size, and, when the call's
-data is small (``eager_bytes``: ``algorithms.hierarchical.EAGER_BYTES``), the data
+data is small (``algorithms.hierarchical.eager_cap``), the data
 itself. (A mid-size all_reduce over MPI, family ``fused``, has no separate
 exchange: its cells ride in its data's first messages, and a rank whose call
 differs makes every rank run this exchange after all; see
@@ -188,8 +188,9 @@ class HostSpanningGroup(GroupRanks):
         route = hier.agreement_route(flat.engine, self._size)
         self._flat_rows = route == "flat"
         self._row_steps = hier.agreement_steps(layout) if self._flat_rows else ()
-        self.eager_bytes = hier.EAGER_BYTES[route]
-        self._slot_bytes = CELL + self.eager_bytes
+        self.eager_bytes = hier.eager_cap("all_reduce", route)
+        self.eager_broadcast_bytes = hier.eager_cap("broadcast", route)
+        self._slot_bytes = CELL + max(self.eager_bytes, self.eager_broadcast_bytes)
         widest = max(len(h) for h in layout.hosts)
         self._cap = widest * self._slot_bytes
         self._slot = np.zeros(self._slot_bytes, np.uint8)
@@ -321,7 +322,8 @@ class HostSpanningGroup(GroupRanks):
         slot = self._slot_view
         slot[:FP_SIZE] = packed
         carried = -1
-        if payload is not None and payload.nbytes <= self.eager_bytes:
+        cap = self.eager_broadcast_bytes if fp.kind == "broadcast" else self.eager_bytes
+        if payload is not None and payload.nbytes <= cap:
             carried = payload.nbytes
             slot[CELL:CELL + carried] = payload
         _WORDS.pack_into(slot, FP_SIZE, mine, aux, carried)

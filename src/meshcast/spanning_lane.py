@@ -92,6 +92,7 @@ class SpanningView(Protocol):
     _slot_bytes: int
     flat: Any  # the inter-host communicator of the whole group (transport.interhost)
     eager_bytes: int
+    eager_broadcast_bytes: int
 
     def rank(self) -> int: ...
 
@@ -625,7 +626,7 @@ class AcrossHostsLane:
         group, dtype, n = self.group, arr.dtype, self.group.size()
         root = self._root_of(src)
         if (root is None or dtype.name not in _MOVE_DTYPES or not dtype.isnative
-                or arr.nbytes > group.eager_bytes):
+                or arr.nbytes > group.eager_broadcast_bytes):
             return False
         # Only the root's row carries the data: its cell says so, the others' say 0 bytes.
         lengths = [arr.nbytes if g == root else 0 for g in range(n)]

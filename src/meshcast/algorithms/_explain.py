@@ -72,8 +72,8 @@ def explain(coll: str, nbytes: int, n: int, hosts: int = 1, cma: bool = True) ->
 
 def _across(coll: str, nbytes: int, n: int, hosts: int, what: str) -> str:
     per = [n // hosts + (h < n % hosts) for h in range(hosts)]
-    eager = hierarchical.EAGER_BYTES[hierarchical.agreement_route("mpi", n)]
-    eager_gloo = hierarchical.EAGER_BYTES[hierarchical.agreement_route("gloo", n)]
+    eager = hierarchical.eager_cap(coll, hierarchical.agreement_route("mpi", n))
+    eager_gloo = hierarchical.eager_cap(coll, hierarchical.agreement_route("gloo", n))
     layout = hierarchical.Layout(tuple(tuple(range(sum(per[:h]), sum(per[:h + 1])))
                                        for h in range(hosts)), 0)
     lines = [f"{what}, {hosts} hosts ({' + '.join(map(str, per))} ranks):"]
@@ -82,7 +82,7 @@ def _across(coll: str, nbytes: int, n: int, hosts: int, what: str) -> str:
             " over MPI" if nbytes <= eager else " over Gloo")
         lines.append(f"  runs      {coll}/eager{over}: the data travels with the call's "
                      f"agreement (every rank's data <= {eager} B over MPI, {eager_gloo} B "
-                     "over Gloo; algorithms/hierarchical.py EAGER_BYTES, spanning.py)")
+                     "over Gloo; algorithms/hierarchical.py eager_cap, spanning.py)")
         if eager_gloo < nbytes:
             family = hierarchical.choose(coll, layout, nbytes, None, "gloo")
             lines.append(f"            {coll}/{family} over Gloo (algorithms/hierarchical.py "

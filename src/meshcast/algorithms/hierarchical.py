@@ -313,6 +313,23 @@ AGREEMENT_FLAT_MAX = 8
 #: stays small there.
 EAGER_BYTES = {"flat": 32 << 10, "leaders": 976}
 
+#: The most bytes a broadcast's root carries in its row (an eager broadcast), per route.
+#: Only the root's row is long (the others carry no data), so the data crosses the link
+#: once per other host, as a broadcast's must, together with the agreement instead of
+#: after it. At 2 emulated hosts x 2 ranks over MPICH, one job, eager against ``flat``
+#: (the agreement, then MPI's Ibcast) against MPICH's own Ibcast (us), unlimited links:
+#: 64 / 128 / 256 KiB 86 / 114 / 153 against 283 / 316 / 363 (MPICH 78 / 98 / 137); 512
+#: KiB / 1 MiB 285 / 1039 against 507 / 1347 (MPICH 262 / 995). At 2 Gbit/s 64 KiB 278
+#: against 432 (MPICH 275), the link's time for all three from 128 KiB. Every row's
+#: buffer is this long on the direct route (virtual memory: a row's pages are touched
+#: only as far as rows reach).
+EAGER_BROADCAST_BYTES = {"flat": 1 << 20, "leaders": 976}
+
+
+def eager_cap(kind: str, route: str) -> int:
+    """The most data bytes a rank's row carries in a call of ``kind`` on ``route``."""
+    return (EAGER_BROADCAST_BYTES if kind == "broadcast" else EAGER_BYTES)[route]
+
 
 def agreement_route(engine: str, size: int) -> str:
     """How a group's agreement rows travel: ``"flat"`` or ``"leaders"`` (see

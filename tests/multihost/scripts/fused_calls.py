@@ -1,6 +1,7 @@
 """all_reduce and reduce_scatter with the agreement riding in their data (algorithm
-'fused') across hosts: every dtype, op and size against the oracle, then a mismatch
-(SCENARIO) that must be the same MismatchError on every rank, never a hang."""
+'fused') across hosts, and broadcasts whose data ride in their agreement: every dtype,
+op and size against the oracle, then a mismatch (SCENARIO) that must be the same
+MismatchError on every rank, never a hang."""
 
 import os
 import sys
@@ -81,6 +82,22 @@ for dtype in ("float32", "int64"):
             assert g.last_algorithm == "reduce_scatter/fused", g.last_algorithm
 assert {k[0] for k in g.lane.plans if k[-1] == "fused" and g.lane.plans[k]} == {
     "all_reduce", "reduce_scatter"}, "the lane ran no fused call"
+# A broadcast up to hierarchical.EAGER_BROADCAST_BYTES rides in its agreement (only the
+# root's row carries data), through the lane or, for a strided array, the general path.
+for count in (9000, 100001, 262144):
+    for root in range(n):
+        want = ref.rank_input(root, count, "float32")
+        x = want.copy() if r == root else np.zeros(count, np.float32)
+        dist.broadcast(x, src=root)
+        bodies._eq(x, want, f"eager broadcast x{count} root {root}")
+        assert g.last_algorithm == "broadcast/eager", g.last_algorithm
+        y = np.zeros(2 * count, np.float32)[::2]
+        y[...] = want if r == root else 0
+        dist.broadcast(y, src=root)
+        bodies._eq(y, want, f"eager broadcast x{count} root {root}, strided")
+x = np.zeros((1 << 20) // 4 + 1, np.float32)  # one element past the cap: not eager
+dist.broadcast(x, src=0)
+assert g.last_algorithm == "broadcast/flat", g.last_algorithm
 dist.barrier()
 if r == 0:
     print("fused calls: ok", flush=True)
@@ -120,6 +137,8 @@ try:
                                        np.ones(40000, np.float32))
         else:
             dist.all_reduce(np.ones(40000, np.float32))
+    elif scenario == "bcast-count":  # eager broadcasts of other sizes on one rank
+        dist.broadcast(np.ones(100000 if r == n - 1 else 90000, np.float32), src=0)
     raise AssertionError(f"rank {r}: no MismatchError")
 except dist.MismatchError as exc:
     print(f"rank {r} mismatch: {exc}", flush=True)
