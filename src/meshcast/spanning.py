@@ -190,7 +190,10 @@ class HostSpanningGroup(GroupRanks):
         self._row_steps = hier.agreement_steps(layout) if self._flat_rows else ()
         self.eager_bytes = hier.eager_cap("all_reduce", route)
         self.eager_broadcast_bytes = hier.eager_cap("broadcast", route)
-        self._slot_bytes = CELL + max(self.eager_bytes, self.eager_broadcast_bytes)
+        self.eager_all_gather_bytes = hier.eager_cap("all_gather", route)
+        self._eager_caps = {"broadcast": self.eager_broadcast_bytes,
+                            "all_gather": self.eager_all_gather_bytes}
+        self._slot_bytes = CELL + max(self.eager_bytes, *self._eager_caps.values())
         widest = max(len(h) for h in layout.hosts)
         self._cap = widest * self._slot_bytes
         self._slot = np.zeros(self._slot_bytes, np.uint8)
@@ -322,7 +325,7 @@ class HostSpanningGroup(GroupRanks):
         slot = self._slot_view
         slot[:FP_SIZE] = packed
         carried = -1
-        cap = self.eager_broadcast_bytes if fp.kind == "broadcast" else self.eager_bytes
+        cap = self._eager_caps.get(fp.kind, self.eager_bytes)
         if payload is not None and payload.nbytes <= cap:
             carried = payload.nbytes
             slot[CELL:CELL + carried] = payload

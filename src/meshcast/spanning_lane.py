@@ -93,6 +93,7 @@ class SpanningView(Protocol):
     flat: Any  # the inter-host communicator of the whole group (transport.interhost)
     eager_bytes: int
     eager_broadcast_bytes: int
+    eager_all_gather_bytes: int
 
     def rank(self) -> int: ...
 
@@ -542,7 +543,8 @@ class AcrossHostsLane:
     def _all_gather_plan(self, out: np.ndarray, inp: np.ndarray) -> tuple | bool:
         group, dtype, n = self.group, inp.dtype, self.group.size()
         if (dtype.name not in _MOVE_DTYPES or not dtype.isnative or out.dtype != dtype
-                or out.size != inp.size * n or inp.nbytes > group.eager_bytes or n < 2):
+                or out.size != inp.size * n or inp.nbytes > group.eager_all_gather_bytes
+                or n < 2):
             return False
         mine = self._cell("all_gather", inp.size, inp.nbytes, dtype=dtype.name,
                           extra=counts_hash([inp.size] * n))

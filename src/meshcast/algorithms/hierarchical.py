@@ -325,10 +325,21 @@ EAGER_BYTES = {"flat": 32 << 10, "leaders": 976}
 #: only as far as rows reach).
 EAGER_BROADCAST_BYTES = {"flat": 1 << 20, "leaders": 976}
 
+#: The most bytes each rank's row carries in an eager all_gather, per route: every row
+#: goes to every rank, which is an all_gather's own traffic, in two phases (the rail,
+#: then inside the host, forwarding), so each piece crosses the link once per other
+#: host. Same setup, eager against ``flat`` / ``rails`` / MPICH's Iallgather, by gathered
+#: size (us): unlimited 512 KiB 506 against 616 / 1273 / 343, 2 MiB 1712 against 1362 /
+#: 2025 / 1008; 2 Gbit/s 512 KiB 1472 against 1667 / 1523 / 1649, 2 MiB 4442 against
+#: 6861 / 5153 / 6780. At 1 MiB a rank (4 MiB gathered) ``rails`` won (4119 against
+#: 5118 unlimited, 10185 against 10842 at 2 Gbit/s), so the cap stops at 512 KiB.
+EAGER_ALL_GATHER_BYTES = {"flat": 512 << 10, "leaders": 976}
+
 
 def eager_cap(kind: str, route: str) -> int:
     """The most data bytes a rank's row carries in a call of ``kind`` on ``route``."""
-    return (EAGER_BROADCAST_BYTES if kind == "broadcast" else EAGER_BYTES)[route]
+    caps = {"broadcast": EAGER_BROADCAST_BYTES, "all_gather": EAGER_ALL_GATHER_BYTES}
+    return caps.get(kind, EAGER_BYTES)[route]
 
 
 def agreement_route(engine: str, size: int) -> str:

@@ -98,6 +98,20 @@ for count in (9000, 100001, 262144):
 x = np.zeros((1 << 20) // 4 + 1, np.float32)  # one element past the cap: not eager
 dist.broadcast(x, src=0)
 assert g.last_algorithm == "broadcast/flat", g.last_algorithm
+# So does an all_gather of up to hierarchical.EAGER_ALL_GATHER_BYTES a rank (every row).
+for count in (9000, 100001, (512 << 10) // 4):
+    pieces = [ref.rank_input(q, count, "float32") for q in range(n)]
+    out = np.zeros(count * n, np.float32)
+    dist.all_gather_into_tensor(out, pieces[r])
+    bodies._eq(out, np.concatenate(pieces), f"eager all_gather x{count}")
+    assert g.last_algorithm == "all_gather/eager", g.last_algorithm
+    outs = [np.zeros(count, np.float32) for _ in range(n)]
+    dist.all_gather(outs, pieces[r])
+    bodies._eq(np.concatenate(outs), np.concatenate(pieces), f"eager all_gather list x{count}")
+out = np.zeros(((512 << 10) // 4 + 1) * n, np.float32)  # past the cap
+dist.all_gather_into_tensor(out, np.full(out.size // n, r, np.float32))
+assert g.last_algorithm != "all_gather/eager", g.last_algorithm
+assert (out.reshape(n, -1) == np.arange(n)[:, None]).all(), "all_gather past the cap"
 dist.barrier()
 if r == 0:
     print("fused calls: ok", flush=True)
