@@ -188,12 +188,10 @@ class HostSpanningGroup(GroupRanks):
         route = hier.agreement_route(flat.engine, self._size)
         self._flat_rows = route == "flat"
         self._row_steps = hier.agreement_steps(layout) if self._flat_rows else ()
+        self._route = route
+        # the cap of every call but a broadcast's or an all_gather's (see eager_cap)
         self.eager_bytes = hier.eager_cap("all_reduce", route)
-        self.eager_broadcast_bytes = hier.eager_cap("broadcast", route)
-        self.eager_all_gather_bytes = hier.eager_cap("all_gather", route)
-        self._eager_caps = {"broadcast": self.eager_broadcast_bytes,
-                            "all_gather": self.eager_all_gather_bytes}
-        self._slot_bytes = CELL + max(self.eager_bytes, *self._eager_caps.values())
+        self._slot_bytes = CELL + hier.largest_eager_cap(route)
         widest = max(len(h) for h in layout.hosts)
         self._cap = widest * self._slot_bytes
         self._slot = np.zeros(self._slot_bytes, np.uint8)
@@ -211,7 +209,7 @@ class HostSpanningGroup(GroupRanks):
         self._leaders = rail if layout.local == 0 else None
         self.lane = AcrossHostsLane(self)  # tiny synchronous calls, cached (spanning_lane)
         self._fused_plans = hier.fused_plans()  # the fused calls' (hierarchical)
-        self._lane_ctx: _Ctx | None = None  # the lane's fused calls' (_fused_ctx)
+        self._kept_ctx: _Ctx | None = None  # the fused calls' context (_fused_ctx)
 
     def algorithm_names(self, kind: str) -> tuple[str, ...]:
         """The ``algorithm=`` names a call of ``kind`` accepts on this group."""
@@ -273,10 +271,7 @@ class HostSpanningGroup(GroupRanks):
 
         def job() -> None:
             deadline = time.monotonic() + self.timeout
-            ctx = _Ctx(self, deadline, what)
-            # a member whose call runs another family sends this call's rows instead
-            ctx.p2p.probe = AGREE_TAGS[fp.seq & 1]
-            if not run(ctx):
+            if not run(self._fused_ctx(deadline, what, fp.seq)):
                 self._fused_refused(fp, mine, deadline, what)
 
         if async_op:
@@ -292,14 +287,20 @@ class HostSpanningGroup(GroupRanks):
                                  "agreement rows agree")
 
     def _fused_ctx(self, deadline: float, what: Any, seq: int) -> _Ctx:
-        """A fused call's context for the lane (which runs on the idle group only, so one
-        kept per group does), bound to this call: its deadline, name and agreement tag."""
-        ctx = self._lane_ctx
+        """A fused call's context, bound to this call: its deadline, name and agreement
+        tag (a member whose call runs another family sends this call's rows under it).
+        One is kept per group: fused calls run one at a time (queued jobs in order, the
+        lane only on the idle group)."""
+        ctx = self._kept_ctx
         if ctx is None:
-            ctx = self._lane_ctx = _Ctx(self, deadline, what)
+            ctx = self._kept_ctx = _Ctx(self, deadline, what)
         p2p = ctx.p2p
         p2p.deadline, p2p.what, p2p.probe = deadline, what, AGREE_TAGS[seq & 1]
         return ctx
+
+    def eager_cap(self, kind: str) -> int:
+        """The most data bytes a rank's row carries in a call of ``kind`` on this group."""
+        return hier.eager_cap(kind, self._route)
 
     def _settle(self, body: Callable[[_Ctx, list[int], list[int]], None],
                 eager: Callable[[list[np.ndarray], list[int], list[int]], None] | None,
@@ -325,7 +326,7 @@ class HostSpanningGroup(GroupRanks):
         slot = self._slot_view
         slot[:FP_SIZE] = packed
         carried = -1
-        cap = self._eager_caps.get(fp.kind, self.eager_bytes)
+        cap = self.eager_cap(fp.kind)
         if payload is not None and payload.nbytes <= cap:
             carried = payload.nbytes
             slot[CELL:CELL + carried] = payload

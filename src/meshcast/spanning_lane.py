@@ -92,8 +92,8 @@ class SpanningView(Protocol):
     _slot_bytes: int
     flat: Any  # the inter-host communicator of the whole group (transport.interhost)
     eager_bytes: int
-    eager_broadcast_bytes: int
-    eager_all_gather_bytes: int
+
+    def eager_cap(self, kind: str) -> int: ...
 
     def rank(self) -> int: ...
 
@@ -543,7 +543,7 @@ class AcrossHostsLane:
     def _all_gather_plan(self, out: np.ndarray, inp: np.ndarray) -> tuple | bool:
         group, dtype, n = self.group, inp.dtype, self.group.size()
         if (dtype.name not in _MOVE_DTYPES or not dtype.isnative or out.dtype != dtype
-                or out.size != inp.size * n or inp.nbytes > group.eager_all_gather_bytes
+                or out.size != inp.size * n or inp.nbytes > group.eager_cap("all_gather")
                 or n < 2):
             return False
         mine = self._cell("all_gather", inp.size, inp.nbytes, dtype=dtype.name,
@@ -628,7 +628,7 @@ class AcrossHostsLane:
         group, dtype, n = self.group, arr.dtype, self.group.size()
         root = self._root_of(src)
         if (root is None or dtype.name not in _MOVE_DTYPES or not dtype.isnative
-                or arr.nbytes > group.eager_broadcast_bytes):
+                or arr.nbytes > group.eager_cap("broadcast")):
             return False
         # Only the root's row carries the data: its cell says so, the others' say 0 bytes.
         lengths = [arr.nbytes if g == root else 0 for g in range(n)]

@@ -336,10 +336,18 @@ EAGER_BROADCAST_BYTES = {"flat": 1 << 20, "leaders": 976}
 EAGER_ALL_GATHER_BYTES = {"flat": 512 << 10, "leaders": 976}
 
 
+#: The collectives whose eager cap is not :data:`EAGER_BYTES`.
+_EAGER_CAPS = {"broadcast": EAGER_BROADCAST_BYTES, "all_gather": EAGER_ALL_GATHER_BYTES}
+
+
 def eager_cap(kind: str, route: str) -> int:
     """The most data bytes a rank's row carries in a call of ``kind`` on ``route``."""
-    caps = {"broadcast": EAGER_BROADCAST_BYTES, "all_gather": EAGER_ALL_GATHER_BYTES}
-    return caps.get(kind, EAGER_BYTES)[route]
+    return _EAGER_CAPS.get(kind, EAGER_BYTES)[route]
+
+
+def largest_eager_cap(route: str) -> int:
+    """The longest payload any row carries on ``route`` (every row's buffer is this long)."""
+    return max(EAGER_BYTES[route], *(caps[route] for caps in _EAGER_CAPS.values()))
 
 
 def agreement_route(engine: str, size: int) -> str:
@@ -682,7 +690,8 @@ class _FusedPlan:
                         work)
         self.geometry = (self.at, self.rail_at, self.start * work.itemsize,
                          self.partial.nbytes, own * work.itemsize)
-        self.finished = work[self.start:self.start + mine]  # all_reduce's step 2 folds here
+        # all_reduce's step 2 folds into my piece of work; reduce_scatter's into its output
+        self.finished = work[self.start:self.start + mine] if counts is None else None
 
     def free(self) -> None:
         for step in (self.step1, self.step2, self.step2_differ, self.step3):

@@ -64,10 +64,14 @@ static void ring_bell(char *bell, int urgent) {
         syscall(SYS_futex, (uint32_t *)bell, FUTEX_WAKE, 1 << 30, NULL, NULL, 0);
 }
 
-static int addresses(PyObject *const *args, char **ring, uint64_t *size, char **bell) {
+/* The leading arguments of put and take: (ring, size, bell, group, kind, tag). */
+static int message_args(PyObject *const *args, char **ring, uint64_t *size, char **bell,
+                        Header *h) {
     *ring = (char *)(uintptr_t)PyLong_AsUnsignedLongLong(args[0]);
     *size = PyLong_AsUnsignedLongLong(args[1]);
     *bell = (char *)(uintptr_t)PyLong_AsUnsignedLongLong(args[2]);
+    *h = (Header){(uint32_t)PyLong_AsUnsignedLong(args[3]),
+                  (uint32_t)PyLong_AsUnsignedLong(args[4]), PyLong_AsLongLong(args[5]), 0, 0};
     if (PyErr_Occurred())
         return -1;
     if (!*ring || !*bell || *size < HEADER) {
@@ -86,11 +90,8 @@ static PyObject *put(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssiz
     }
     char *ring, *bell;
     uint64_t size;
-    if (addresses(args, &ring, &size, &bell) < 0)
-        return NULL;
-    Header h = {(uint32_t)PyLong_AsUnsignedLong(args[3]), (uint32_t)PyLong_AsUnsignedLong(args[4]),
-                PyLong_AsLongLong(args[5]), 0, 0};
-    if (PyErr_Occurred())
+    Header h;
+    if (message_args(args, &ring, &size, &bell, &h) < 0)
         return NULL;
     Py_buffer data;
     if (PyObject_GetBuffer(args[6], &data, PyBUF_SIMPLE) < 0)
@@ -119,12 +120,8 @@ static PyObject *take(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssi
     }
     char *ring, *bell;
     uint64_t size;
-    if (addresses(args, &ring, &size, &bell) < 0)
-        return NULL;
-    uint32_t group = (uint32_t)PyLong_AsUnsignedLong(args[3]);
-    uint32_t kind = (uint32_t)PyLong_AsUnsignedLong(args[4]);
-    int64_t tag = PyLong_AsLongLong(args[5]);
-    if (PyErr_Occurred())
+    Header want;
+    if (message_args(args, &ring, &size, &bell, &want) < 0)
         return NULL;
     uint64_t head = __atomic_load_n(head_of(ring), __ATOMIC_ACQUIRE);
     uint64_t tail = __atomic_load_n(tail_of(ring), __ATOMIC_RELAXED);  /* ours alone */
@@ -138,7 +135,7 @@ static PyObject *take(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssi
     Header h;
     ring_read(ring + RING_DATA, size, tail, (char *)&h, HEADER);
     long state = -1;
-    if (h.group == group && h.kind == kind && h.tag == tag && h.mode == 0 &&
+    if (h.group == want.group && h.kind == want.kind && h.tag == want.tag && h.mode == 0 &&
         h.nbytes == (uint64_t)out.len && head - tail >= HEADER + h.nbytes) {
         ring_read(ring + RING_DATA, size, tail + HEADER, out.buf, h.nbytes);
         __atomic_store_n(tail_of(ring), tail + HEADER + h.nbytes, __ATOMIC_RELEASE);

@@ -47,8 +47,6 @@ def _startall(reqs: list[Any]) -> None:
     _startall(reqs)
 
 
-
-
 class _MpiRequest(Request):
     __slots__ = ("req", "keep", "status", "expect")
 
