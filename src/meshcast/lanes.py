@@ -75,9 +75,11 @@ class TinyCallLane:
     def __init__(self, group: GroupView) -> None:
         self.group = group
         self.plans: dict[tuple, tuple | bool] = {}
-        self._last_address: tuple[np.ndarray, int] | None = None
+        self._last_exposure: tuple[np.ndarray | None, tuple[int, int]] = (None, (0, 0))
         self._last_all_reduce: tuple = (None, None, None, False)
         self._last_broadcast: tuple = (None, None, None, False)
+        self._last_rooted: dict[str, tuple] = {kind: (None, None, None, False)
+                                               for kind in ("gather", "scatter")}
         self._spec = _wait.spec()  # the process's wait settings (spin time)
         self._whats = {kind: _What(group, kind) for kind in (
             "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all",
@@ -384,7 +386,7 @@ class TinyCallLane:
                 status = fast(seq, tails, (header, head - len(header), mine[:me * p], p,
                                            mine[(me + 1) * p:]),
                               arena.spin_ns,
-                              (self._address(inp), nbytes) if cma else None, dst, _COPY_COLUMN,
+                              self._exposure(inp) if cma else None, dst, _COPY_COLUMN,
                               -1, head + me * p, len(header))
                 if status == 0:
                     dst[me * p:(me + 1) * p] = mine[me * p:(me + 1) * p]
@@ -450,72 +452,87 @@ class TinyCallLane:
         MismatchError after the entry (the entry checks every count against its
         pieces). Another rank may see a larger piece of a third rank (a legal
         uneven gather): it hands the entered call over to the general path."""
-        plan = self._rooted("gather", inp, outs, dst, writable=True)
-        if plan is None or not inp.flags.c_contiguous:
+        plan = self._rooted("gather", inp, outs, dst, True)
+        if not plan or not inp.flags.c_contiguous:
             return False
-        tails, root, limit = plan
+        tails, root, limit, at_root, cma = plan[:5]
         group = self.group
-        me, arena = group._rank, group.arena
-        at_root = me == root
-        # Every rank stages its piece (the root too: then every piece the root copies
-        # out is in a region) and exposes it for a general path taking over (the root
-        # exposes nothing: its pieces are read from, never into, it).
-        cma = group.transport.cma_min_bytes > 0
-
-        def copy_out(parity: int) -> None:  # Python's combine, where C did not
-            if at_root:
-                small = arena.small
-                for q, piece in enumerate(outs):
-                    dest = piece.reshape(-1).view(np.uint8)
-                    dest[:] = small[q][parity][:dest.nbytes]
-
-        def run(seq: int) -> None:
-            exposure = ((0, 0) if at_root else (self._address(inp), inp.nbytes)) if cma else None
-            counts = arena.rooted_entry(seq, tails, self._whats["gather"], group.timeout, inp,
-                                        exposure, tuple(outs) if at_root else None,
-                                        _COPY_EACH, root, 0, copy_out, root)
-            if counts and max(counts) * inp.dtype.itemsize > limit:
-                # (never on the root: the entry checked every count against its pieces)
-                group.gather(None, inp.reshape(-1), root, inp.dtype.name, _nothing,
-                             entered=(seq, counts))
-                return
+        fifo = group.fifo
+        if not fifo.enter_inline():  # queued async work goes first: the general path
+            return False
+        # Inline, as all_reduce. Every rank stages its piece (the root too: then every
+        # piece the root copies out is in a region) and exposes it for a general path
+        # taking over (the root exposes nothing: its pieces are read from, never into).
+        # The compiled entry copies every region into the root's pieces.
+        try:
+            seq = next(group._seq)
+            arena = group.arena
+            fast = arena.compiled_rooted
+            exposure = ((0, 0) if at_root else self._exposure(inp)) if cma else None
+            outs = outs if at_root else None
+            status = None if fast is None else fast(
+                seq, tails, inp, arena.spin_ns, exposure, outs, _COPY_EACH, root, 0)
+            if status != 0:
+                counts = arena.rooted_entry(
+                    seq, tails, self._whats["gather"], group.timeout, inp, exposure, status,
+                    root, *((_copy_each, arena.small, outs) if at_root else (_ignore,)))
+                if counts and max(counts) * inp.dtype.itemsize > limit:
+                    # (never on the root: the entry checked every count against its pieces)
+                    group.gather(None, inp.reshape(-1), root, inp.dtype.name, _nothing,
+                                 entered=(seq, counts))
+                    fifo.leave_inline(None)
+                    return True
             group.last_algorithm = "gather/oneshot"
-
-        return self._inline(run)
+        except BaseException as exc:
+            fifo.leave_inline(exc)
+            raise
+        fifo.leave_inline(None)
+        return True
 
     def scatter(self, out: np.ndarray, ins: Any, src: int | None) -> bool:
         """:meth:`ProcessGroup.scatter` of the list ``ins`` on global rank ``src`` (None:
         the group's first rank) into ``out``, every piece shaped like ``out``. As in
         :meth:`gather`, only a rank other than the root ever hands a call over."""
-        plan = self._rooted("scatter", out, ins, src, writable=False)
-        if plan is None or not _writable(out):
+        plan = self._rooted("scatter", out, ins, src, False)
+        if not plan:
             return False
-        tails, root, limit = plan
+        flags = out.flags
+        if not (flags.c_contiguous and flags.writeable):
+            return False
+        tails, root, limit, at_root, cma, _, mine = plan
         group = self.group
-        me, arena = group._rank, group.arena
-        at_root = me == root
-        nb = out.nbytes
-        # nothing is read from the lane's root by a general path taking over
-        exposure = (0, 0) if at_root and group.transport.cma_min_bytes > 0 else None
-
-        def copy_mine(parity: int) -> None:  # Python's combine, where C did not
-            out.reshape(-1).view(np.uint8)[:] = arena.small[root][parity][me * nb:(me + 1) * nb]
-
-        def run(seq: int) -> None:
-            counts = arena.rooted_entry(seq, tails, self._whats["scatter"], group.timeout,
-                                        tuple(ins) if at_root else None, exposure, out,
-                                        _COPY_ROOT, root, me * nb, copy_mine, root)
-            if counts:  # a legal uneven scatter (never on the root, see gather)
-                isz = out.dtype.itemsize
-                if sum(counts) * isz > limit:
-                    group.scatter(out.reshape(-1), None, root, out.dtype.name, _nothing,
-                                  entered=(seq, counts))
-                    return
-                lo = sum(counts[:me]) * isz
-                out.reshape(-1).view(np.uint8)[:] = arena.small[root][seq & 1][lo:lo + nb]
+        fifo = group.fifo
+        if not fifo.enter_inline():  # queued async work goes first: the general path
+            return False
+        # Inline, as gather; the compiled entry copies my piece of the root's region.
+        # (Nothing is read from the lane's root by a general path taking over.)
+        try:
+            seq = next(group._seq)
+            arena = group.arena
+            fast = arena.compiled_rooted
+            ins = ins if at_root else None
+            exposure = (0, 0) if at_root and cma else None
+            status = None if fast is None else fast(
+                seq, tails, ins, arena.spin_ns, exposure, out, _COPY_ROOT, root, mine)
+            if status != 0:
+                counts = arena.rooted_entry(
+                    seq, tails, self._whats["scatter"], group.timeout, ins, exposure, status,
+                    root, _copy_piece, out, arena.small[root], mine)
+                if counts:  # a legal uneven scatter (never on the root, see gather)
+                    isz = out.dtype.itemsize
+                    if sum(counts) * isz > limit:
+                        group.scatter(out.reshape(-1), None, root, out.dtype.name, _nothing,
+                                      entered=(seq, counts))
+                        fifo.leave_inline(None)
+                        return True
+                    lo = sum(counts[:group._rank]) * isz
+                    _copy_piece(seq & 1, out, arena.small[root], lo)
             group.last_algorithm = "scatter/oneshot"
-
-        return self._inline(run)
+        except BaseException as exc:
+            fifo.leave_inline(exc)
+            raise
+        fifo.leave_inline(None)
+        return True
 
     # --------------------------------------------------------- point to point
 
@@ -601,18 +618,22 @@ class TinyCallLane:
         fifo.leave_inline(None)
         return True
 
-    def _rooted(self, kind: str, arr: np.ndarray, pieces: Any, root_rank: int | None, *,
-                writable: bool) -> tuple | None:
+    def _rooted(self, kind: str, arr: np.ndarray, pieces: Any, root_rank: int | None,
+                writable: bool) -> tuple | bool:
         """gather/scatter's plan when the call qualifies: this rank's ``arr``, and on the
         root a list of ``pieces`` all like it (None elsewhere)."""
-        plan = self._plan((kind, arr.dtype, arr.shape, root_rank), self._rooted_plan, arr,
-                          root_rank, kind)
+        last = self._last_rooted[kind]  # a program repeats one call: skip hashing the key
+        if last[0] is arr.dtype and last[1] == arr.shape and last[2] == root_rank:
+            plan = last[3]
+        else:
+            plan = self._plan((kind, arr.dtype, arr.shape, root_rank), self._rooted_plan, arr,
+                              root_rank, kind)
+            self._last_rooted[kind] = (arr.dtype, arr.shape, root_rank, plan)
         if not plan:
-            return None
-        group = self.group
-        if group._rank == plan[1]:
-            return plan if _alike(pieces, arr, group._size, writable=writable) else None
-        return plan if pieces is None else None
+            return False
+        if plan[3]:
+            return plan if plan[5](pieces, arr, writable) else False
+        return plan if pieces is None else False
 
     def _run(self, kind: str, tail: bytes, data: np.ndarray | None, out: np.ndarray | None,
              code: int | None, root: int, offset: int, combine: Callable[..., None],
@@ -699,12 +720,17 @@ class TinyCallLane:
         """``arr.ctypes.data``, which costs about 1 us, remembered for the last array
         (programs pass the same one again and again; holding it keeps it alive, so
         its address cannot be reused by another array)."""
-        last = self._last_address
-        if last is not None and last[0] is arr:
+        return self._exposure(arr)[0]
+
+    def _exposure(self, arr: np.ndarray) -> tuple[int, int]:
+        """(address, nbytes) of ``arr``, as the compiled entry exposes it, remembered
+        for the last array (see :meth:`_address`)."""
+        last = self._last_exposure
+        if last[0] is arr:
             return last[1]
-        address = arr.ctypes.data
-        self._last_address = (arr, address)
-        return address
+        exposure = (arr.ctypes.data, arr.nbytes)
+        self._last_exposure = (arr, exposure)
+        return exposure
 
     @staticmethod
     def _valid_op(op: Any, dtype: np.dtype, caller: str) -> ops.ReduceOp | None:
@@ -821,7 +847,9 @@ class TinyCallLane:
     def _rooted_plan(self, arr: np.ndarray, root_rank: int | None, kind: str
                      ) -> tuple | bool:
         """gather/scatter: every rank's fingerprint tail (the root's names its pieces,
-        all like ``arr``), the root's group rank, the one-shot limit."""
+        all like ``arr``), the root's group rank, the one-shot limit, whether I am the
+        root, whether pieces are exposed for single-copy reads, the check of the root's
+        list (compiled or :func:`_alike`), and where my piece starts in the root's."""
         group = self.group
         dtype, n = arr.dtype, group.size()
         root = group._group_rank_of.get(group.global_ranks[0] if root_rank is None
@@ -834,17 +862,28 @@ class TinyCallLane:
         tails = tuple(self._tail(kind, False, dtype=dtype.name, root=root, count=arr.size,
                                  extra=counts_hash((arr.size,) * n) if q == root else 0)
                       for q in range(n))
-        return tails, root, limit
+        alike = group.arena.compiled_alike
+        if alike is None:
+            def alike(pieces: Any, like: np.ndarray, writable: bool) -> bool:
+                return _alike(pieces, like, n, writable)
+        return (tails, root, limit, group._rank == root, group.transport.cma_min_bytes > 0,
+                alike, group._rank * arr.nbytes)
 
 
-def _alike(pieces: Any, like: np.ndarray, n: int, *, writable: bool) -> bool:
+def _alike(pieces: Any, like: np.ndarray, n: int, writable: bool) -> bool:
     """Whether ``pieces`` is a list of ``n`` contiguous (and ``writable``) arrays shaped and
     typed like ``like``: the root's list of a lane gather/scatter; anything else takes
-    the general path."""
+    the general path. (A loop, not all() over a generator: half the cost.)"""
     if type(pieces) is not list or len(pieces) != n:
         return False
-    return all(type(p) is np.ndarray and p.dtype == like.dtype and p.shape == like.shape
-               and (_writable(p) if writable else p.flags.c_contiguous) for p in pieces)
+    dtype, shape = like.dtype, like.shape
+    for p in pieces:
+        if type(p) is not np.ndarray or p.dtype != dtype or p.shape != shape:
+            return False
+        flags = p.flags
+        if not flags.c_contiguous or (writable and not flags.writeable):
+            return False
+    return True
 
 
 def _nothing() -> None:
@@ -870,6 +909,19 @@ def _copy_root(parity: int, arr: np.ndarray, views: list, root: int) -> None:
 
 def _concatenate(parity: int, views: list, out: np.ndarray) -> None:
     np.concatenate(views[parity], out=out)
+
+
+def _copy_each(parity: int, small: list, outs: list[np.ndarray]) -> None:
+    """gather's root: every rank's region into its own piece."""
+    for q, piece in enumerate(outs):
+        dest = piece.reshape(-1).view(np.uint8)
+        dest[:] = small[q][parity][:dest.nbytes]
+
+
+def _copy_piece(parity: int, out: np.ndarray, regions: tuple, lo: int) -> None:
+    """scatter: my piece of the root's region, from byte ``lo``."""
+    nb = out.nbytes
+    out.reshape(-1).view(np.uint8)[:] = regions[parity][lo:lo + nb]
 
 
 # The compiled combine's kernels (transport/_tiny.c): code = type * 8 + op, only where

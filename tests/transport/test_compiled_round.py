@@ -218,6 +218,39 @@ def test_reads_copy_from_exposed_buffers_then_signal():
     assert rounds[0].reads(seq, pids, dest, mine, reads, 1, 0) == 3
 
 
+@built
+def test_alike_agrees_with_the_lanes_python_check():
+    """alike(): a gather/scatter root's list qualifies for the lane exactly when the
+    Python check (lanes._alike) says so, for every way a list can differ."""
+    from meshcast.lanes import _alike
+
+    m = _Mapping(3)
+    alike = _tiny.Round(m.address, 3, 0, m.ranks_off, m.fp_off, m.small_off, SMALL, FP, 0,
+                        m).alike
+    like = np.zeros((2, 3), np.float32)
+
+    def good() -> list:
+        return [np.zeros((2, 3), np.float32) for _ in range(3)]
+
+    cases = {"alike": good(), "tuple": tuple(good()), "two": good()[:2], "four": good() * 2,
+             "not a list": None, "dtype": good()[:2] + [np.zeros((2, 3), np.int32)],
+             "same bytes, other dtype": good()[:2] + [np.zeros((2, 3), np.uint32)],
+             "shape": good()[:2] + [np.zeros((3, 2), np.float32)],
+             "size": good()[:2] + [np.zeros((2, 4), np.float32)],
+             "strided": good()[:2] + [np.zeros((2, 6), np.float32)[:, ::2]],
+             "read-only": good()[:2] + [_read_only(6).view(np.float32).reshape(2, 3)],
+             "byte order": good()[:2] + [np.zeros((2, 3), ">f4")],
+             "a subclass": good()[:2] + [np.zeros((2, 3), np.float32).view(np.matrix)],
+             "memoryview": good()[:2] + [memoryview(np.zeros((2, 3), np.float32))],
+             "a list inside": good()[:2] + [[0.0] * 6]}
+    for name, pieces in cases.items():
+        for writable in (True, False):
+            want = _alike(pieces, like, 3, writable)
+            assert alike(pieces, like, writable) is want, (name, writable, want)
+    assert alike(good(), like, True) and not alike(cases["read-only"], like, True)
+    assert alike(cases["read-only"], like, False)
+
+
 def _read_only(n: int) -> np.ndarray:
     a = np.zeros(n, np.int32)
     a.flags.writeable = False

@@ -143,6 +143,8 @@ class Arena:
         self._round = None if compiled is None else compiled.run  # type: ignore[attr-defined]
         self._combining = None if compiled is None else compiled.oneshot  # type: ignore[attr-defined]
         self.compiled_rooted = None if compiled is None else compiled.rooted  # type: ignore[attr-defined]
+        # alike(pieces, like, writable): a gather/scatter root's list checked in one call
+        self.compiled_alike = None if compiled is None else compiled.alike  # type: ignore[attr-defined]
         # single-copy reads, then a round (paths.single_copy.run)
         self.compiled_reads = None if compiled is None else compiled.reads  # type: ignore[attr-defined]
         self._spec = _wait.spec()  # the process's wait settings (spin budget)
@@ -328,30 +330,26 @@ class Arena:
         return False
 
     def rooted_entry(self, seq: int, tails: tuple[bytes, ...], what: object, timeout: float,
-                     data: np.ndarray | tuple[np.ndarray, ...] | None,
-                     exposure: tuple[int, int] | None, out: Any, code: int | None, root: int,
-                     offset: int, use: Callable[[int], None], root_layout: int) -> list[int]:
-        """The tiny-call lane's gather/scatter entry: stage ``data`` (one array or a tuple
-        of them, one after the other) in my one-shot region, expose ``exposure``
-        (address, nbytes) as :meth:`expose` does, publish ``seq`` then my tail
-        (``tails[rank]``), signal phase 0 and wait for every rank's.
+                     data: np.ndarray | tuple[np.ndarray, ...] | list[np.ndarray] | None,
+                     exposure: tuple[int, int] | None, status: int | None, root: int,
+                     use: Callable[..., None], *args: Any) -> list[int]:
+        """The tiny-call lane's gather/scatter entry, where the compiled one
+        (``compiled_rooted``, which the lane calls itself, since one Python frame is a
+        tenth of an 8-byte gather) did not finish it: ``status`` is what that
+        returned, or None when it did not run.
 
-        When every rank published its own tail (the call agrees everywhere), the
-        regions are combined into ``out`` as :meth:`combined_oneshot` does (code -3:
-        region r into ``out[r]``), in the compiled helper, or by ``use(parity)``; then
-        it returns []. Otherwise nothing is combined and it returns every rank's count
-        (:meth:`compare_entered` with ``root_layout``), or raises the MismatchError
-        every rank raises. ``timeout``: seconds from now.
+        With ``status`` None: stage ``data`` (one array, or a tuple or list of them,
+        one after the other) in my one-shot region, expose ``exposure`` (address,
+        nbytes) as :meth:`expose` does; then publish ``seq`` and my tail
+        (``tails[rank]``), signal phase 0 and wait for every rank's (the compiled
+        call stopped somewhere along that way; this goes on from there).
+
+        When every rank published its own tail (the call agrees everywhere),
+        ``use(parity, *args)`` combines the regions of that parity, and it returns [].
+        Otherwise nothing is combined and it returns every rank's count
+        (:meth:`compare_entered`, the root's layout read from its tail), or raises
+        the MismatchError every rank raises. ``timeout``: seconds from now.
         """
-        run = self.compiled_rooted
-        status = None
-        if run is not None:
-            status = run(seq, tails, data, self.spin_ns, exposure, out, code,
-                         root, offset)
-            if status == 0:
-                if out is None or code is None:
-                    use(seq & 1)
-                return []
         self.seq = seq
         self.deadline = time.monotonic() + timeout
         self.what = what  # type: ignore[assignment]
@@ -360,7 +358,8 @@ class Arena:
             if self._abort_word[0]:
                 self.check_abort()
             region, at = self.small[self.rank][parity], 0
-            for part in (() if data is None else data if type(data) is tuple else (data,)):
+            for part in (() if data is None else data if type(data) in (tuple, list)
+                         else (data,)):
                 nbytes = part.nbytes
                 region[at:at + nbytes] = part.reshape(-1).view(np.uint8)
                 at += nbytes
@@ -371,9 +370,9 @@ class Arena:
         mv = self._mv
         if all(mv[a:a + 8] == prefix and mv[a + 8:a + FP_SIZE] == t
                for a, t in zip(self._fp_at[parity], tails)):
-            use(parity)
+            use(parity, *args)
             return []
-        return self.compare_entered(seq, True, root_layout)
+        return self.compare_entered(seq, True, root)
 
     def packed_enter(self, seq: int, packed: bytes, what: object, deadline: float) -> bool:
         """:meth:`enter` for the tiny-call lane, with the fingerprint already packed.
