@@ -159,10 +159,10 @@ def test_rooted_entry_checks_each_ranks_own_tail_and_copies_each_region():
 
 @built
 def test_rooted_all_to_all_form_skips_compares_layouts_and_copies_a_column():
-    """rooted() as all_to_all uses it: an int in data skips bytes (my own piece stays
-    unstaged); `same` compares every region's first bytes (the split header) with
-    mine, status 4 when they differ; COPY_COLUMN copies my piece of every other
-    region."""
+    """rooted() as all_to_all uses it: an int in data skips bytes (the padding after
+    the split header); `same` compares every region's first bytes (the header) with
+    mine, status 4 when they differ; COPY_COLUMN copies my piece of every region,
+    my own included."""
     m = _Mapping(2)
     rounds = [_tiny.Round(m.address, 2, r, m.ranks_off, m.fp_off, m.small_off, SMALL, FP, 0,
                           m).rooted for r in range(2)]
@@ -173,13 +173,12 @@ def test_rooted_all_to_all_form_skips_compares_layouts_and_copies_a_column():
     seq = 6
 
     def data(r: int) -> tuple:
-        mine = ins[r].view(np.uint8)
-        return (header, 4, mine[:r * 8], 8, mine[(r + 1) * 8:])  # head = 8 bytes
+        return (header, 4, ins[r])  # head = 8 bytes
 
     assert rounds[0](seq, tails, data(0), 0, None, outs[0], -4, -1, 8 + 0 * 8, 4) == 2
     assert rounds[1](seq, tails, data(1), 0, None, outs[1], -4, -1, 8 + 1 * 8, 4) == 0
-    assert outs[1].tolist() == [2, 3, -1, -1]  # rank 0's piece for rank 1; mine is mine
-    assert m.region(1, 0, 24)[8:16] == ins[1].view(np.uint8)[:8].tobytes()
+    assert outs[1].tolist() == [2, 3, 12, 13]  # rank 0's piece for rank 1, then mine
+    assert m.region(1, 0, 24)[8:24] == ins[1].tobytes()
     seq = 8
     assert rounds[0](seq, tails, (b"HDR?", 4), 0, None, None, None, -1, 0, 4) == 2
     assert rounds[1](seq, tails, data(1), 0, None, outs[1], -4, -1, 16, 4) == 4

@@ -259,7 +259,7 @@ static PyObject *Round_run(Round *self, PyObject *const *args, Py_ssize_t nargs)
  * reduce them all in rank order into the caller's array (all_reduce, reduce,
  * reduce_scatter), copy the root's (broadcast, scatter), concatenate them all
  * (all_gather), copy each into its own array (gather) or copy my column of every
- * other rank's region into that rank's piece of the caller's array (all_to_all).
+ * rank's region into that rank's piece of the caller's array (all_to_all).
  * The kernels, and which (dtype, op) pairs have one: _fold.h. COPY_ROOT, COPY_ALL,
  * COPY_EACH and COPY_COLUMN are the copies.
  */
@@ -367,12 +367,10 @@ static void combine(Round *self, int parity, Outs *o, long code, Py_ssize_t root
         Py_ssize_t piece = out->len / self->n;
         for (Py_ssize_t r = 0; r < self->n; r++)
             memcpy((char *)out->buf + r * piece, region(self, r, parity), (size_t)piece);
-    } else if (code == COPY_COLUMN) { /* my own piece is the caller's */
+    } else if (code == COPY_COLUMN) { /* (mine too: the lane stages its own piece) */
         Py_ssize_t piece = out->len / self->n;
         for (Py_ssize_t r = 0; r < self->n; r++)
-            if (r != self->rank)
-                memcpy((char *)out->buf + r * piece, region(self, r, parity) + off,
-                       (size_t)piece);
+            memcpy((char *)out->buf + r * piece, region(self, r, parity) + off, (size_t)piece);
     } else {
         Py_ssize_t count = out->len / type_size[code / 8];
         int big = out->len >= (1 << 16); /* long enough to let other threads run */
@@ -484,8 +482,8 @@ static PyObject *Round_oneshot(Round *self, PyObject *const *args, Py_ssize_t na
  * and exposure, None or (address, nbytes), written as Arena.expose does. On
  * status 0 the combine follows, as in oneshot; COPY_EACH (-3) copies every
  * rank's region into out[r], a tuple or list of one buffer per rank; COPY_COLUMN (-4)
- * copies bytes [offset, offset + L / n) of every other rank's region into piece
- * r of out (all_to_all: the caller copies its own piece). same: see
+ * copies bytes [offset, offset + L / n) of every rank's region into piece r of
+ * out (all_to_all, which stages its own piece too). same: see
  * round_and_combine (status 4). Any other status: Python finishes the entry
  * (Arena.packed_enter's slow path) and the call.
  */
