@@ -78,7 +78,8 @@ class TinyCallLane:
         self._last_exposure: tuple[np.ndarray | None, tuple[int, int]] = (None, (0, 0))
         self._last_all_reduce: tuple = (None, None, None, False)
         self._last_broadcast: tuple = (None, None, None, False)
-        self._last_all_to_all: tuple = (None,) * 6 + (False,)
+        self._last_pair: dict[str, tuple] = {kind: (None,) * 7 + (False,) for kind in (
+            "all_gather", "reduce_scatter", "all_to_all")}
         self._last_rooted: dict[str, tuple] = {kind: (None, None, None, False)
                                                for kind in ("gather", "scatter")}
         self._spec = _wait.spec()  # the process's wait settings (spin time)
@@ -242,27 +243,31 @@ class TinyCallLane:
 
     def all_gather(self, out: np.ndarray, inp: np.ndarray) -> bool:
         """:meth:`ProcessGroup.all_gather` of ``inp`` into ``out`` (all_gather_into_tensor)."""
-        plan = self._plan(("all_gather", inp.dtype, inp.shape, out.dtype, out.shape),
-                          self._all_gather_plan, out, inp)
-        if not plan or not _writable(out) or not inp.flags.c_contiguous or self._symmetric(out):
+        plan = self._pair_plan("all_gather", out, inp, self._all_gather_plan)
+        if not plan or not out.flags.writeable:
+            return False
+        group = self.group
+        if group.symmetric.allocations and self._symmetric(out):
             return False
         tail, views = plan
-        flat_out = out.reshape(-1)
         if views is None:
-            return self._all_gather_single(flat_out, inp, tail)
-
-        group = self.group
+            return self._all_gather_single(out.reshape(-1), inp, tail)
         fifo = group.fifo
         if not fifo.enter_inline():  # queued async work goes first
-            self._run("all_gather", tail, inp.reshape(-1), flat_out, _COPY_ALL, -1, 0,
-                      _concatenate, views, flat_out)
+            flat_out = out.reshape(-1)
+            self._run("all_gather", tail, inp, flat_out, _COPY_ALL, -1, 0, _concatenate, views,
+                      flat_out)
             return True
-        try:  # inline, as all_reduce
+        try:  # inline, as all_reduce; C takes the arrays as they are (contiguous)
             seq = next(group._seq)
-            if not group.arena.combined_oneshot(seq, tail, self._whats["all_gather"],
-                                                group.timeout, inp.reshape(-1), flat_out,
-                                                _COPY_ALL):
-                np.concatenate(views[seq & 1], out=flat_out)
+            arena = group.arena
+            fast = arena.compiled_oneshot
+            status = None if fast is None else fast(seq, tail, inp, arena.spin_ns, out,
+                                                     _COPY_ALL, -1, 0)
+            if status != 0:
+                arena.oneshot_rest(seq, tail, self._whats["all_gather"], group.timeout, inp,
+                                   status)
+                np.concatenate(views[seq & 1], out=out.reshape(-1))
         except BaseException as exc:
             fifo.leave_inline(exc)
             raise
@@ -296,32 +301,37 @@ class TinyCallLane:
 
     def reduce_scatter(self, out: np.ndarray, inp: np.ndarray, op: Any) -> bool:
         """:meth:`ProcessGroup.reduce_scatter` of ``inp`` into ``out`` (reduce_scatter_tensor)."""
-        plan = self._plan(("reduce_scatter", inp.dtype, inp.shape, out.dtype, out.shape, op),
-                          self._reduce_scatter_plan, out, inp, op)
-        if not plan or not _writable(out) or not inp.flags.c_contiguous or self._symmetric(inp):
+        plan = self._pair_plan("reduce_scatter", out, inp, self._reduce_scatter_plan, op)
+        if not plan or not out.flags.writeable:
+            return False
+        group = self.group
+        if group.symmetric.allocations and self._symmetric(inp):
             return False
         tail, views, pieces, kernel, average, code = plan
-        flat_out = out.reshape(-1)
         if views is None:
-            return self._reduce_scatter_single(flat_out, inp.reshape(-1), tail, kernel, average)
-        group = self.group
+            return self._reduce_scatter_single(out.reshape(-1), inp.reshape(-1), tail, kernel,
+                                               average)
         fifo = group.fifo
         offset = group._rank * out.nbytes
         if not fifo.enter_inline():  # queued async work goes first
-            if self._run("reduce_scatter", tail, inp.reshape(-1), flat_out, code, -1, offset,
+            flat_out = out.reshape(-1)
+            if self._run("reduce_scatter", tail, inp, flat_out, code, -1, offset,
                          _reduce_parity, flat_out, pieces, kernel, average) and average:
                 ops.finish_average(flat_out, group._size)
             return True
-        try:  # inline, as all_reduce
+        try:  # inline, as all_gather
             seq = next(group._seq)
-            if group.arena.combined_oneshot(seq, tail, self._whats["reduce_scatter"],
-                                            group.timeout, inp.reshape(-1),
-                                            None if code is None else flat_out, code, -1,
-                                            offset):
+            arena = group.arena
+            fast = arena.compiled_oneshot
+            status = None if fast is None or code is None else fast(
+                seq, tail, inp, arena.spin_ns, out, code, -1, offset)
+            if status == 0:
                 if average:
-                    ops.finish_average(flat_out, group._size)
+                    ops.finish_average(out, group._size)
             else:
-                _reduce(flat_out, pieces[seq & 1], kernel, average)
+                arena.oneshot_rest(seq, tail, self._whats["reduce_scatter"], group.timeout, inp,
+                                   status)
+                _reduce(out.reshape(-1), pieces[seq & 1], kernel, average)
         except BaseException as exc:
             fifo.leave_inline(exc)
             raise
@@ -362,18 +372,7 @@ class TinyCallLane:
         fingerprint). When every rank agrees on a one-shot call it finishes it here;
         otherwise (larger inputs, other ranks' uneven splits, a mismatch) it hands
         the entered call over to the general path."""
-        last = self._last_all_to_all  # a program repeats one call: skip the key and checks
-        if (last[0] is inp and last[1] is out and last[2] is inp.dtype
-                and last[3] is out.dtype and last[4] == inp.shape and last[5] == out.shape):
-            plan = last[6]
-        else:
-            plan = self._plan(("all_to_all", inp.dtype, inp.shape, out.dtype, out.shape),
-                              self._all_to_all_plan, out, inp)
-            if (plan and (not out.flags.c_contiguous or not inp.flags.c_contiguous
-                          or np.may_share_memory(inp, out))):
-                plan = False
-            # (an array's memory stays its own; its shape, dtype and writeability may not)
-            self._last_all_to_all = (inp, out, inp.dtype, out.dtype, inp.shape, out.shape, plan)
+        plan = self._pair_plan("all_to_all", out, inp, self._all_to_all_plan, disjoint=True)
         if not plan or not out.flags.writeable:
             return False
         tail, header, headers, head, limit, pieces, dtype_name, tails = plan
@@ -712,6 +711,29 @@ class TinyCallLane:
             if len(self.plans) >= _PLANS_MAX:
                 self.plans.clear()
             self.plans[key] = plan
+        return plan
+
+    def _pair_plan(self, kind: str, out: np.ndarray, inp: np.ndarray,
+                   build: Callable[..., tuple | bool], *extra: Any, disjoint: bool = False
+                   ) -> tuple | bool:
+        """:meth:`_plan` for a call on ``out`` and ``inp`` (``extra``: the rest of its key,
+        e.g. the op), False also when either is not C-contiguous, or (``disjoint``)
+        when they overlap. Remembered per kind for the last pair of arrays, checked by
+        identity: a program repeats one call, and hashing the key and np.may_share_memory
+        cost a fifth of an 8-byte call. (An array's memory and contiguity stay its own;
+        its shape and dtype may not, so they are compared.)"""
+        last = self._last_pair[kind]
+        if (last[0] is inp and last[1] is out and last[2] is inp.dtype
+                and last[3] is out.dtype and last[4] == inp.shape and last[5] == out.shape
+                and last[6] == extra):
+            return last[7]
+        plan = self._plan((kind, inp.dtype, inp.shape, out.dtype, out.shape, *extra), build,
+                          out, inp, *extra)
+        if plan and not (out.flags.c_contiguous and inp.flags.c_contiguous
+                         and not (disjoint and np.may_share_memory(inp, out))):
+            plan = False
+        self._last_pair[kind] = (inp, out, inp.dtype, out.dtype, inp.shape, out.shape, extra,
+                                 plan)
         return plan
 
     def _views(self, like: np.ndarray) -> list[list[np.ndarray]]:

@@ -811,7 +811,7 @@ def combine_kernels() -> bool:
             dist.all_gather_into_tensor(gathered, every[r])
             assert gathered.tobytes() == np.stack(every).tobytes(), ("all_gather", name, count)
     assert checked > 500, checked
-    return dist.group.WORLD.arena._combining is not None
+    return dist.group.WORLD.arena.compiled_oneshot is not None
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:

@@ -233,7 +233,7 @@ class Tracer:
         # the lane's calls run the compiled helper when the arena has one (one host), or
         # when the group's exchange of rows has the compiled runner (across hosts)
         compiled = lane and (
-            getattr(getattr(group, "arena", None), "_combining", None) is not None
+            getattr(getattr(group, "arena", None), "compiled_oneshot", None) is not None
             or name in getattr(getattr(group, "lane", None), "compiled", ()))
 
         def recorded(*args: Any, **kwargs: Any) -> Any:

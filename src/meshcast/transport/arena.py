@@ -141,7 +141,7 @@ class Arena:
         compiled = _compiled_round(segment, rank, n, ranks_off, fp_off, small_off,
                                    self.small_bytes)
         self._round = None if compiled is None else compiled.run  # type: ignore[attr-defined]
-        self._combining = None if compiled is None else compiled.oneshot  # type: ignore[attr-defined]
+        self.compiled_oneshot = None if compiled is None else compiled.oneshot  # type: ignore[attr-defined]
         self.compiled_rooted = None if compiled is None else compiled.rooted  # type: ignore[attr-defined]
         # alike(pieces, like, writable): a gather/scatter root's list checked in one call
         self.compiled_alike = None if compiled is None else compiled.alike  # type: ignore[attr-defined]
@@ -316,18 +316,26 @@ class Arena:
         path), from the one-shot regions of parity ``seq & 1``. Both give bitwise
         the same result.
         """
-        run = self._combining
+        run = self.compiled_oneshot
         status = None
         if run is not None:
             status = run(seq, tail, data, self.spin_ns, out, code, root,
                          offset)
             if status == 0:  # nothing went wrong: the call's seq, what and deadline
                 return out is not None  # are needed by the slow path only
+        self.oneshot_rest(seq, tail, what, timeout, data, status)
+        return False
+
+    def oneshot_rest(self, seq: int, tail: bytes, what: object, timeout: float,
+                     data: np.ndarray | None, status: int | None) -> None:
+        """:meth:`combined_oneshot` where the compiled call (``compiled_oneshot``, which the
+        lane's hottest calls make themselves: a Python frame is a tenth of an 8-byte
+        call) did not finish the round: ``status`` is what it returned, or None when it
+        did not run. Then the caller combines, from the regions of parity ``seq & 1``."""
         self.seq = seq
         self.deadline = time.monotonic() + timeout
         self.what = what  # type: ignore[assignment]
         self._round_trip(seq, 1, _U64.pack(seq) + tail, data, status)
-        return False
 
     def rooted_entry(self, seq: int, tails: tuple[bytes, ...], what: object, timeout: float,
                      data: np.ndarray | tuple[np.ndarray, ...] | list[np.ndarray] | None,
