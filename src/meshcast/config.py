@@ -49,9 +49,10 @@ KNOBS: dict[str, Knob] = {
              "Bytes of each rank's slot in a group's shared arena."),
         Knob("MESHCAST_RING_BYTES", _size, 1 << 20,
              "Bytes of each directed point-to-point ring in shared memory."),
-        Knob("MESHCAST_CMA_BYTES", _size, 256 << 10,
-             "Point-to-point messages of at least this size are copied once, straight from "
-             "the sender's memory (process_vm_readv); 0 turns it off."),
+        Knob("MESHCAST_CMA_BYTES", _size, 1 << 20,
+             "Point-to-point messages of at least this size, or too large for the ring "
+             "whole, are copied once, straight from the sender's memory (process_vm_readv); "
+             "0 turns it off."),
         Knob("MESHCAST_COMPILED", _bool, True,
              "Run the tiny calls' arena round and combine, and the single-copy reads, in the "
              "compiled helper (transport/_tiny.c) when it was built, and across hosts over "

@@ -308,8 +308,12 @@ class ShmTransport:
         self._incoming: dict[int, _Incoming | None] = {j: None for j in self._in}
         self._posted: list[_RecvOp] = []
         self._unexpected: list[_Incoming] = []
-        # Messages of at least this many bytes go single-copy (0: never; see cma.py).
-        self.cma_min_bytes = cma_min_bytes
+        # Messages of at least this many bytes go single-copy (0: never; see cma.py), and
+        # so does every message that cannot sit in the ring whole: streamed in pieces,
+        # each piece waits for the other side's progress (2 ranks exchanging 1 MiB through
+        # 1 MiB rings: 500 us a sendrecv, against 120 single-copy and 90 for MPICH).
+        self.cma_min_bytes = (min(cma_min_bytes, ring_bytes - _HEADER.size) if cma_min_bytes > 0
+                              else 0)
         # send id -> (peer, handle, data): the data stays referenced until the receiver's
         # FIN, since the receiver copies it out of our memory (a temporary array passed
         # to isend would otherwise be freed, and its memory reused, meanwhile)
