@@ -1056,13 +1056,13 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
     every rank sends to one neighbour and receives from another cannot deadlock.
     All ops are validated before any is posted.
     """
+    works = _batch_lane(p2p_op_list)
+    if works is not None:
+        return works
     caller = "batch_isend_irecv"
     if not isinstance(p2p_op_list, (list, tuple)) or not all(
             isinstance(p, P2POp) for p in p2p_op_list):
         raise usage(caller, "'p2p_op_list' must be a list of P2POp", _rank())
-    works = _batch_lane(p2p_op_list)
-    if works is not None:
-        return works
     prepared = []
     for p in p2p_op_list:
         pg = _resolve(p.group, caller)
@@ -1090,22 +1090,26 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
     return works
 
 
-def _batch_lane(ops: Sequence[P2POp]) -> list[Work] | None:
-    """:func:`batch_isend_irecv` of contiguous NumPy arrays with plain int peers and tags:
-    every op checked the cheap way first (the lane's own checks are the front door's
-    for such arrays), then each posted through the lane when its message can move at
-    once, else through the group. None: some op needs the full validation."""
+def _batch_lane(ops: Any) -> list[Work] | None:
+    """:func:`batch_isend_irecv` of a list of P2POp on contiguous NumPy arrays with plain int
+    peers and tags: every op checked the cheap way first (the lane's own checks are the
+    front door's for such arrays), then each posted through the lane when its message
+    can move at once, else through the group. None: some op needs the full validation
+    (also a list that is not one, which the front door then refuses)."""
     w = _world.current
-    if w is None:
+    if w is None or (type(ops) is not list and type(ops) is not tuple):
         return None
+    default = w.default_group
     groups = []
     for p in ops:
+        if type(p) is not P2POp:
+            return None
         arr = p.tensor
         if (type(arr) is not np.ndarray or type(p.peer) is not int or type(p.tag) is not int
                 or p.group_peer is not None):
             return None
-        pg = w.default_group if p.group is None else p.group
-        if (type(pg) is not ProcessGroup or pg not in w.groups
+        pg = default if p.group is None else p.group
+        if (type(pg) is not ProcessGroup or (pg is not default and pg not in w.groups)
                 or not pg.lane.p2p_ok(arr, p.peer, p.tag, writes=p.kind == "irecv")):
             return None
         groups.append(pg)
@@ -1115,20 +1119,22 @@ def _batch_lane(ops: Sequence[P2POp]) -> list[Work] | None:
     # within the spin time is taken straight from the ring, without the general
     # path's handles and progress thread (8 B sendrecv, 2 ranks: 12.6 -> 9.7 us with
     # the sends listed first, 30 -> 10.5 us with the receives first).
-    works: list[Work | None] = [None] * len(ops)
-    for i, (p, pg) in enumerate(zip(ops, groups)):
+    works: list[Any] = [None] * len(ops)
+    for i, p in enumerate(ops):
         if p.kind == "isend":
-            work = pg.lane.post_send(p.tensor, p.peer, p.tag)
-            works[i] = work or pg.isend(p.tensor.reshape(-1), pg.group_rank(p.peer), p.tag)
-    for i, (p, pg) in enumerate(zip(ops, groups)):
+            pg = groups[i]
+            works[i] = (pg.lane.post_send(p.tensor, p.peer, p.tag)
+                        or pg.isend(p.tensor.reshape(-1), pg.group_rank(p.peer), p.tag))
+    for i, p in enumerate(ops):
         if p.kind != "isend":
+            pg = groups[i]
             work = pg.lane.post_recv(p.tensor, p.peer, p.tag, wait=True)
             if work is None:
                 buf = as_buffer(p.tensor, name="tensor", caller="batch_isend_irecv",
                                 rank=_rank())
                 work = pg.irecv(buf, pg.group_rank(p.peer), p.tag)
             works[i] = work
-    return works  # type: ignore[return-value]
+    return works
 
 
 # ------------------------------------------------------------------ misc

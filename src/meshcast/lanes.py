@@ -596,9 +596,7 @@ class TinyCallLane:
         posting it right now)."""
         if not self._recv_now(arr, src, tag, self._spec.spin_s if wait else 0.0):
             return None
-        work = Work.finished(_P2PWhat(self.group, "recv", src, tag))
-        work.source_rank = src
-        return work
+        return Work.finished(_P2PWhat(self.group, "recv", src, tag), src)
 
     def _send_now(self, arr: np.ndarray, dst: int, tag: int) -> bool:
         group = self.group
