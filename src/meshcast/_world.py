@@ -286,6 +286,8 @@ def bring_up(store: Any, rank: int, size: int, timeout: float, backend: str,
     """Meet every rank through ``store``, set up the shared-memory engine of this host and,
     when the ranks run on several hosts, the inter-host engine (``internode``: see
     :func:`meshcast.transport.interhost.choose`)."""
+    if config.get("MESHCAST_CMA_BYTES") > 0:
+        cma.allow_peers()  # (before the probe: a peer reads us right after the meeting)
     probe = np.frombuffer(os.urandom(16), np.uint8).copy()  # read by a peer to test CMA
     me = {"host": host_id(), "machine": _boot_id(), "pid": os.getpid(),
           "probe": [probe.ctypes.data, probe.tobytes().hex()]}

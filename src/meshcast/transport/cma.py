@@ -6,6 +6,12 @@ receiver out of it), and no ring-sized hand-offs. MPICH uses it for large
 messages on one node. It needs ptrace-level permission over the peer (same
 user, and Yama's ptrace_scope allowing it), so the world probes it once at
 bring-up and every rank falls back to the rings if any rank cannot use it.
+
+Yama's default on Ubuntu and its derivatives (ptrace_scope 1) lets a process
+read only its descendants, never a sibling rank: each rank first declares that
+any process of its user may (:func:`allow_peers`, as UCX's CMA transport does),
+which is what ptrace_scope 0 allows everywhere. ``MESHCAST_CMA_BYTES=0`` leaves
+the declaration out with the rest of single-copy.
 """
 
 from __future__ import annotations
@@ -70,6 +76,32 @@ def _transfer(fn: Any, what: str, pid: int, local: np.ndarray, address: int) -> 
             err = ctypes.get_errno() if n < 0 else errno.EIO
             raise OSError(err, f"{what} pid {pid}: {os.strerror(err)}")
         done += n
+
+
+_PR_SET_PTRACER = 0x59616D61
+_PR_SET_PTRACER_ANY = ctypes.c_ulong(-1)
+YAMA_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
+
+
+def allow_peers(scope_file: str = YAMA_SCOPE) -> str:
+    """Let this user's other processes read this one's memory where Yama's relational
+    mode (``ptrace_scope`` 1) would forbid it to everyone but our ancestors: the job's
+    ranks are siblings. Returns what happened, for the log: "not needed" (no Yama,
+    or another mode: 0 allows it already, 2 and 3 need privileges no declaration
+    gives), "allowed", or "refused: <reason>"."""
+    try:
+        with open(scope_file) as f:
+            scope = f.read().strip()
+    except OSError:
+        return "not needed"
+    if scope != "1":
+        return "not needed"
+    prctl = getattr(_libc, "prctl", None)
+    if prctl is None:
+        return "refused: no prctl"
+    if prctl(_PR_SET_PTRACER, _PR_SET_PTRACER_ANY, 0, 0, 0) != 0:
+        return f"refused: {os.strerror(ctypes.get_errno())}"
+    return "allowed"
 
 
 def probe(pid: int, address: int, expected: bytes) -> bool:
