@@ -521,25 +521,36 @@ class TinyCallLane:
         flags = out.flags
         if not (flags.c_contiguous and flags.writeable):
             return False
-        tails, root, limit, at_root, cma, _, mine = plan
+        tails, root, limit, at_root, cma, _, mine, direct = plan
         group = self.group
         fifo = group.fifo
         if not fifo.enter_inline():  # queued async work goes first: the general path
             return False
         # Inline, as gather; the compiled entry copies my piece of the root's region.
-        # (Nothing is read from the lane's root by a general path taking over.)
+        # (Nothing is read from the lane's root by a general path taking over.) A root
+        # with a large piece of its own stages only the others' (the others wait for
+        # that) and copies its own straight into place once the entry is done.
         try:
             seq = next(group._seq)
             arena = group.arena
             fast = arena.compiled_rooted
-            ins = ins if at_root else None
             exposure = (0, 0) if at_root and cma else None
-            status = None if fast is None else fast(
-                seq, tails, ins, arena.spin_ns, exposure, out, _COPY_ROOT, root, mine)
+            if direct:
+                data: Any = (*ins[:root], out.nbytes, *ins[root + 1:])
+                status = None if fast is None else fast(
+                    seq, tails, data, arena.spin_ns, exposure, None, None, root, mine)
+                if status == 0:
+                    np.copyto(out, ins[root])
+            else:
+                data = ins if at_root else None
+                status = None if fast is None else fast(
+                    seq, tails, data, arena.spin_ns, exposure, out, _COPY_ROOT, root, mine)
             if status != 0:
+                use = ((_copy_own, out, ins[root]) if direct
+                       else (_copy_piece, out, arena.small[root], mine))
                 counts = arena.rooted_entry(
-                    seq, tails, self._whats["scatter"], group.timeout, ins, exposure, status,
-                    root, _copy_piece, out, arena.small[root], mine)
+                    seq, tails, self._whats["scatter"], group.timeout, data, exposure, status,
+                    root, *use)
                 if counts:  # a legal uneven scatter (never on the root, see gather)
                     isz = out.dtype.itemsize
                     if sum(counts) * isz > limit:
@@ -892,7 +903,8 @@ class TinyCallLane:
         """gather/scatter: every rank's fingerprint tail (the root's names its pieces,
         all like ``arr``), the root's group rank, the one-shot limit, whether I am the
         root, whether pieces are exposed for single-copy reads, the check of the root's
-        list (compiled or :func:`_alike`), and where my piece starts in the root's."""
+        list (compiled or :func:`_alike`), where my piece starts in the root's, and
+        whether I am a scatter's root that copies its own piece straight into place."""
         group = self.group
         dtype, n = arr.dtype, group.size()
         root = group._group_rank_of.get(group.global_ranks[0] if root_rank is None
@@ -909,8 +921,10 @@ class TinyCallLane:
         if alike is None:
             def alike(pieces: Any, like: np.ndarray, writable: bool) -> bool:
                 return _alike(pieces, like, n, writable)
-        return (tails, root, limit, group._rank == root, group.transport.cma_min_bytes > 0,
-                alike, group._rank * arr.nbytes)
+        at_root = group._rank == root
+        return (tails, root, limit, at_root, group.transport.cma_min_bytes > 0, alike,
+                group._rank * arr.nbytes,
+                kind == "scatter" and at_root and arr.nbytes >= _fast.SCATTER_ROOT_DIRECT_BYTES)
 
 
 def _alike(pieces: Any, like: np.ndarray, n: int, writable: bool) -> bool:
@@ -959,6 +973,11 @@ def _copy_each(parity: int, small: list, outs: list[np.ndarray]) -> None:
     for q, piece in enumerate(outs):
         dest = piece.reshape(-1).view(np.uint8)
         dest[:] = small[q][parity][:dest.nbytes]
+
+
+def _copy_own(parity: int, out: np.ndarray, piece: np.ndarray) -> None:
+    """scatter's root with a large piece: its own piece, straight from its list."""
+    np.copyto(out, piece)
 
 
 def _copy_piece(parity: int, out: np.ndarray, regions: tuple, lo: int) -> None:

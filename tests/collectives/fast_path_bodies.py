@@ -461,3 +461,23 @@ def random_mix(calls: int, seed: int) -> int:
         w.wait()
         assert (x == n).all()
     return calls
+
+
+def scatter_root_pieces(sizes: tuple[int, ...]) -> list[str]:
+    """Lane scatters on both sides of _select.SCATTER_ROOT_DIRECT_BYTES (the root stages
+    only the others' pieces and copies its own straight into place), at every root,
+    each checked against the pieces the root sent; returns what ran."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    seen = []
+    for count in sizes:
+        for root in range(n):
+            pieces = [np.arange(count, dtype=np.float32) + 1000 * q + 7 * root
+                      for q in range(n)] if r == root else None
+            out = np.full(count, -1, np.float32)
+            for _ in range(2):  # the plan cached, then used
+                dist.scatter(out, pieces, src=root)
+                want = np.arange(count, dtype=np.float32) + 1000 * r + 7 * root
+                assert np.array_equal(out, want), (count, root, r, out[:4], want[:4])
+                out[:] = -1
+            seen.append(dist.group.WORLD.last_algorithm)
+    return seen

@@ -28,7 +28,10 @@ from __future__ import annotations
 
 import pytest
 
-from . import per_collective
+from meshcast.algorithms import _select
+from meshcast.testing.world import spawn_world
+
+from . import fast_path_bodies, per_collective
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -36,3 +39,13 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.mark.parametrize("n", per_collective.SIZES)
 def test_every_algorithm_and_fast_path(n):
     per_collective.check("scatter", n)
+
+
+@pytest.mark.parametrize("compiled", ["1", "0"])
+def test_a_root_with_large_pieces_copies_its_own_directly(compiled):
+    """Both sides of _select.SCATTER_ROOT_DIRECT_BYTES, every root, 3 ranks, with and
+    without the compiled helper: the root's own piece never passes through its region."""
+    edge = _select.SCATTER_ROOT_DIRECT_BYTES // 4
+    out = spawn_world(fast_path_bodies.scatter_root_pieces, 3, timeout=120,
+                      env={"MESHCAST_COMPILED": compiled}, sizes=(edge - 1, edge, 3 * edge))
+    assert all(seen == ["scatter/oneshot"] * 9 for seen in out), out

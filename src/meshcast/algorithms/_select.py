@@ -406,6 +406,12 @@ SYMMETRIC_ALL_REDUCE_MIN_BYTES = 512 << 10
 SYMMETRIC_MIN_BYTES = 512 << 10
 
 
+# A one-shot scatter's root stages the other ranks' pieces and copies its own straight
+# into place after the entry, once its piece is this large (below, one staging copy of
+# every piece and the compiled combine cost less than a second call).
+SCATTER_ROOT_DIRECT_BYTES = 16 << 10
+
+
 def oneshot(caps: HostCaps, nbytes: int) -> bool:
     """Whether a reducing or broadcasting call of ``nbytes`` per rank goes one-shot."""
     return (caps.size > 1 and nbytes <= caps.oneshot_bytes

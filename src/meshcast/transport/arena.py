@@ -347,7 +347,7 @@ class Arena:
         returned, or None when it did not run.
 
         With ``status`` None: stage ``data`` (one array, or a tuple or list of them,
-        one after the other) in my one-shot region, expose ``exposure`` (address,
+        one after the other, where an int skips that many bytes) in my one-shot region, expose ``exposure`` (address,
         nbytes) as :meth:`expose` does; then publish ``seq`` and my tail
         (``tails[rank]``), signal phase 0 and wait for every rank's (the compiled
         call stopped somewhere along that way; this goes on from there).
@@ -368,6 +368,9 @@ class Arena:
             region, at = self.small[self.rank][parity], 0
             for part in (() if data is None else data if type(data) in (tuple, list)
                          else (data,)):
+                if type(part) is int:  # bytes left as they are
+                    at += part
+                    continue
                 nbytes = part.nbytes
                 region[at:at + nbytes] = part.reshape(-1).view(np.uint8)
                 at += nbytes
