@@ -17,6 +17,7 @@ import numpy as np
 import meshcast as dist
 from meshcast import ops
 from meshcast.algorithms import _registry
+from meshcast.algorithms import _select as _table
 from meshcast.testing import reference as ref
 
 DTYPES = ["bool", "int8", "uint8", "int16", "int32", "int64", "float16", "float32", "float64",
@@ -39,7 +40,7 @@ def path_count(label: str, n: int) -> int:
     world size ``n`` (algorithms/_select.fast_path), as small as that allows: past the
     one-shot rule (1 MiB per rank, 2 MiB of reading for the whole call), pieces of at
     least 64 KiB, a gathered array of at least 256 KiB (all_gather), 2 MiB for
-    all_reduce."""
+    all_reduce; all_to_all's input past the one-shot work with 64 KiB for each peer."""
     if label == "all_reduce":
         return 600_000
     if label in ("broadcast", "reduce", "gather"):
@@ -48,7 +49,7 @@ def path_count(label: str, n: int) -> int:
         return 300_000 // n
     if label in ("all_gather", "all_gather_into_tensor"):
         return 40_000
-    return 20_000  # all_to_all: 80 KB for each peer
+    return max(_table.ONESHOT_WORK_BYTES // n // n, _table.SINGLE_COPY_MIN_BYTES) // 4 + 1000
 
 
 def _valid(op, dtype) -> bool:

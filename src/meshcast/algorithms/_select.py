@@ -445,13 +445,17 @@ def direct_bytes(caps: HostCaps, readers: int) -> int:
 
 def all_to_all_direct_limit(caps: HostCaps, header: int) -> int:
     """The largest input (bytes) an all_to_all rank stages for the one-shot path
-    (``header``: the split-size header in front of it).
+    (``header``: the split-size header in front of it): as far as its region and the
+    one-shot work allow. Single-copy takes over there.
 
-    From 64 KiB per peer single-copy is faster (2 ranks, rotating buffers, compiled
-    reads: 19 vs 23 us at 128 KiB of input, 28 vs 30 at 256 KiB), and it takes over
-    exactly there (SINGLE_COPY_MIN_BYTES per piece)."""
-    n = caps.size
-    return min(direct_bytes(caps, n) - header, SINGLE_COPY_MIN_BYTES * n - 1)
+    Since the lane's all_to_all is one compiled call, one-shot is the faster up to that
+    limit (`meshcast bench --op all_to_all --iters 50`, rotating buffers, by input
+    size, two alternating runs each, one-shot against single-copy, us): 2 ranks
+    128 KiB 19-20 / 28-34, 256 KiB 22-23 / 30-34, 512 KiB 33-36 / 46-47; 4 ranks on
+    2 cores 128 KiB 75-83 / 93-97, 256 KiB 84-114 / 155-217, 512 KiB 200-254 /
+    205-278. (It used to stop at 64 KiB per peer, SINGLE_COPY_MIN_BYTES, where a
+    Python one-shot lost to single-copy.)"""
+    return direct_bytes(caps, caps.size) - header
 
 
 def fast_path(kind: str, caps: HostCaps, piece: int, *, symmetric: bool = False,
