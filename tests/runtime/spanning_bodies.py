@@ -312,3 +312,21 @@ def lane_beside_general_path():
     _eq(small, np.full(2, n * (n - 1) // 2), "lane call behind async work")
     dist.barrier()
     return g.last_algorithm
+
+
+def large_broadcasts(count: int = 600_000, default_count: int = (9 << 20) // 4) -> list[str]:
+    """Broadcasts larger than the engine's broadcast chunk from every root: forced
+    'leader' (which then moves them in chunks, the hosts' own broadcasts overlapping the
+    link, where the engine pipelines) and, at ``default_count``, what the table picks;
+    each against the root's data. Returns what ran."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    g = dist.group.WORLD
+    seen = []
+    for fam, c in (("leader", count), (None, default_count)):
+        for root in range(n):
+            want = ref.rank_input(root, c, "float32")
+            x = want.copy() if r == root else np.zeros(c, np.float32)
+            dist.broadcast(x, root, algorithm=fam)
+            _eq(x, want, f"broadcast x{c} root {root} algorithm={fam}")
+            seen.append(g.last_algorithm)
+    return seen

@@ -67,6 +67,9 @@ class _Done:
 class SimAcross:
     """An in-memory inter-host communicator (hierarchical.Across)."""
 
+    #: small, so that the simulated families run the chunked broadcast too
+    broadcast_chunk = 64
+
     def __init__(self, exchange: _Exchange, mailboxes: dict, members: Sequence[int],
                  rank: int) -> None:
         self.x, self.mail, self.members = exchange, mailboxes, list(members)
@@ -102,6 +105,10 @@ class SimAcross:
     def bcast(self, w: np.ndarray, root: int) -> None:
         got = self.x(self.rank, "bcast", w.copy() if self.rank == root else None)
         w[:] = got[root]
+
+    def start_bcast(self, w: np.ndarray, root: int) -> _Done:
+        self.bcast(w, root)
+        return _Done()
 
     def send(self, w: np.ndarray, peer: int) -> None:
         key = (self.members[self.rank], self.members[peer])

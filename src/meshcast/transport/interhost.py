@@ -263,6 +263,9 @@ class HostComm:
     #: before the general wait (engines whose messages progress inside tests set it).
     QUICK_POLLS = 0
 
+    #: hierarchical.Across.broadcast_chunk for this engine (0: a broadcast in one piece)
+    BROADCAST_CHUNK_BYTES = 0
+
     def wait_soon(self, req: Request, deadline: float, what: str) -> None:
         """:meth:`wait` for a request that usually completes within a few yields: the
         general wait's bookkeeping (heartbeats, deadline) costs a core that ranks share."""
@@ -353,11 +356,12 @@ class Posted:
 class Bound:
     """A :class:`HostComm` with one call's deadline and name: typed arrays, element counts."""
 
-    __slots__ = ("comm", "deadline", "what", "size", "rank", "probe")
+    __slots__ = ("comm", "deadline", "what", "size", "rank", "probe", "broadcast_chunk")
 
     def __init__(self, comm: HostComm, deadline: float, what: str) -> None:
         self.comm, self.deadline, self.what = comm, deadline, what
         self.size, self.rank = comm.size, comm.rank
+        self.broadcast_chunk = comm.BROADCAST_CHUNK_BYTES
         #: The tag of this call's agreement rows (``AGREE_TAGS``), set by a call whose
         #: exchanges carry the agreement: see :meth:`exchange`.
         self.probe: int | None = None
@@ -398,6 +402,13 @@ class Bound:
             return
         c = self.comm
         c.run(lambda: c._ibcast(_bytes(w), root), self.deadline, self.what)
+
+    def start_bcast(self, w: np.ndarray, root: int) -> Posted:
+        """Post :meth:`bcast`; the returned :class:`Posted` waits for it."""
+        if not w.size:
+            return Posted(self, None)
+        c = self.comm
+        return Posted(self, c.start(lambda: c._ibcast(_bytes(w), root), self.what))
 
     def send(self, w: np.ndarray, peer: int) -> None:
         c = self.comm

@@ -153,6 +153,7 @@ class _RecAcross:
                  name: str) -> None:
         self.inner, self.rec, self.comm, self.name = inner, rec, comm, name
         self.size, self.rank, self.m = inner.size, inner.rank, inner.members
+        self.broadcast_chunk = 0  # the guide draws a broadcast in one piece
 
     def _note(self, verb: str, sends: list[tuple[int, np.ndarray]], into: np.ndarray | None
               ) -> None:
@@ -186,6 +187,12 @@ class _RecAcross:
         self._note("bcast", [(self.m[i], w) for i in self._others()] if self.rank == root
                    else [], w)
         self.inner.bcast(w, root)
+
+    def start_bcast(self, w: np.ndarray, root: int) -> Any:
+        # drawn where it is posted, as start_allgatherv
+        self._note("bcast", [(self.m[i], w) for i in self._others()] if self.rank == root
+                   else [], w)
+        return self.inner.start_bcast(w, root)
 
     def send(self, w: np.ndarray, peer: int) -> None:
         # a message is its own pair, not a call of every member: matched with its recv

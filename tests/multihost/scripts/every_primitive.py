@@ -19,6 +19,8 @@ ran = bodies.every_primitive()
 bodies.uneven_and_shapes()
 bodies.p2p_objects_groups_async()
 bodies.lane_beside_general_path()  # tiny calls: the cached lane beside the general path
+large = bodies.large_broadcasts()  # leader's broadcast in chunks; the table's from 8 MiB
+assert set(large) == {"broadcast/leader"}, large
 if dist.get_rank() == 0:
     print("every primitive: ok", sorted(a for v in ran.values() for a in v), flush=True)
 # Last, as a mismatch leaves the group unusable: the last rank's data (5 float32) is too
