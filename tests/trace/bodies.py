@@ -51,6 +51,11 @@ def every_path() -> dict:
         v = np.ones(2, np.float32)
         dist.all_reduce(v, group=evens)
         _ran(log, "all_reduce", evens)
+    # the lane again, with a fold the compiled kernels have (int32 MAX) and one they lack
+    # (float32 MAX: NaNs and signed zeros NumPy's way)
+    for dtype in (np.int32, np.float32):
+        dist.all_reduce(np.arange(4, dtype=dtype) * r, op=dist.ReduceOp.MAX)
+        _ran(log, "all_reduce")
     return {"log": log, "ring_peer": (r + 1) % n}
 
 

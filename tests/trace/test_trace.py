@@ -35,6 +35,10 @@ def test_the_trace_says_what_ran_on_every_rank(n, tmp_path):
         assert (first["dtype"], first["count"], first["bytes"], first["op"]) == (
             "float32", 4, 16, "SUM")
         assert colls[1]["op"] == "MAX" and colls[1]["lane"] is False
+        if n > 1:  # the lane's calls say whether the compiled helper did it all, fold too
+            assert first["lane"] is True and first["compiled"] is True
+            folds = [(c["dtype"], c["lane"], c["compiled"]) for c in colls[-2:]]
+            assert folds == [("int32", True, True), ("float32", True, False)], folds
         ring = colls[2]
         assert ring["algorithm"] == "all_reduce/ring" and ring["family"] == "schedule"
         if n > 1:  # a ring all_reduce: reduce-scatter then all-gather, n - 1 rounds each

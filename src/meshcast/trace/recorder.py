@@ -46,6 +46,8 @@ from typing import Any
 
 import numpy as np
 
+from .. import ops
+from ..lanes import _c_kernel
 from .records import VERSION, file_name
 
 BATCH = 512  # finished records kept before a write: one write per batch, not per call
@@ -157,6 +159,19 @@ def _op_name(op: Any) -> str | None:
     return None if op is None else str(getattr(op, "name", op))
 
 
+def _folds_compiled(op: str | None, dtype: str | None) -> bool:
+    """Whether a call reducing with ``op`` (a name; None: no reduction) on ``dtype`` folds
+    in the compiled helper's kernels (lanes._c_kernel, which both lanes use)."""
+    if op is None:
+        return True
+    try:
+        rop = ops.ReduceOp[op]
+        dt = np.dtype(dtype)
+    except (KeyError, TypeError):
+        return False
+    return _c_kernel(ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop, dt) is not None
+
+
 class Tracer:
     """One process's recorder: attach it to groups, it writes ``DIR/rank-NNNNN.jsonl``.
 
@@ -242,7 +257,8 @@ class Tracer:
                 return method(*args, **kwargs)  # part of the call being recorded
             tap = getattr(group, tap_name)
             rec = self._record(group, kind, args, data_at, root_at, op_at, dtype_at, lane)
-            rec["compiled"] = compiled
+            # (a reduction the compiled kernels lack, e.g. float MIN/MAX, folds in NumPy)
+            rec["compiled"] = compiled and _folds_compiled(rec["op"], rec["dtype"])
             # In the list from the start: a rank stopped inside the call still shows it.
             with self._lock:
                 self._pending.append(rec)
