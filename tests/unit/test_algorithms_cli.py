@@ -13,6 +13,7 @@ import pytest
 import meshcast
 from meshcast import cli
 from meshcast.algorithms import _cli, _registry
+from meshcast.algorithms import hierarchical as hier
 
 SRC = Path(meshcast.__file__).parent
 
@@ -124,6 +125,14 @@ def test_size_says_what_runs_and_where():
     assert "all_reduce/eager" in explain("all_reduce", 8, 4, hosts=2)
     assert "all_gather/rails" in explain("all_gather", 1 << 20, 4, hosts=2)
     assert "all_gather/leader" in explain("all_gather", 1 << 20, 3, hosts=2)  # 2 + 1: no rails
+    # the table's steps are by the gathered array (all_gather) and the input
+    # (reduce_scatter), as the group decides, not by --size (a rank's piece)
+    step = next(at for at, fam in hier.DEFAULTS["mpi"]["all_gather"] if fam == "rails")
+    assert "all_gather/rails" in explain("all_gather", step // 4, 4, hosts=2)
+    assert "all_gather/flat" in explain("all_gather", step // 4 - 4, 4, hosts=2)
+    cap = hier.eager_cap("reduce_scatter", hier.agreement_route("mpi", 4))
+    assert "reduce_scatter/eager" in explain("reduce_scatter", cap // 4, 4, hosts=2)
+    assert "reduce_scatter/fused" in explain("reduce_scatter", cap // 4 + 4, 4, hosts=2)
     with pytest.raises(ValueError, match="hosts"):
         explain("all_reduce", 8, 2, hosts=3)
 

@@ -77,19 +77,24 @@ def _across(coll: str, nbytes: int, n: int, hosts: int, what: str) -> str:
     layout = hierarchical.Layout(tuple(tuple(range(sum(per[:h]), sum(per[:h + 1])))
                                        for h in range(hosts)), 0)
     lines = [f"{what}, {hosts} hosts ({' + '.join(map(str, per))} ranks):"]
-    if coll != "all_to_all" and nbytes <= max(eager, eager_gloo):
-        over = "" if nbytes <= min(eager, eager_gloo) else (
-            " over MPI" if nbytes <= eager else " over Gloo")
+    # What the group decides by (spanning.py): an all_gather by the gathered array, a
+    # reduce_scatter and an all_to_all by a rank's whole input; and what a rank's row
+    # carries when the call is eager (a reduce_scatter's whole input).
+    whole = nbytes * n if coll in ("all_gather", "reduce_scatter", "all_to_all") else nbytes
+    carried = nbytes * n if coll == "reduce_scatter" else nbytes
+    if coll != "all_to_all" and carried <= max(eager, eager_gloo):
+        over = "" if carried <= min(eager, eager_gloo) else (
+            " over MPI" if carried <= eager else " over Gloo")
         lines.append(f"  runs      {coll}/eager{over}: the data travels with the call's "
                      f"agreement (every rank's data <= {eager} B over MPI, {eager_gloo} B "
                      "over Gloo; algorithms/hierarchical.py eager_cap, spanning.py)")
-        if eager_gloo < nbytes:
-            family = hierarchical.choose(coll, layout, nbytes, None, "gloo")
+        if eager_gloo < carried:
+            family = hierarchical.choose(coll, layout, whole, None, "gloo")
             lines.append(f"            {coll}/{family} over Gloo (algorithms/hierarchical.py "
                          "DEFAULTS and choose())")
     else:
-        family = hierarchical.choose(coll, layout, nbytes, None, "mpi")
-        over_gloo = hierarchical.choose(coll, layout, nbytes, None, "gloo")
+        family = hierarchical.choose(coll, layout, whole, None, "mpi")
+        over_gloo = hierarchical.choose(coll, layout, whole, None, "gloo")
         engines = "" if family == over_gloo else f" over MPI, {coll}/{over_gloo} over Gloo"
         lines.append(f"  runs      {coll}/{family}{engines} (algorithms/hierarchical.py "
                      "DEFAULTS and choose())")
