@@ -275,6 +275,39 @@ class TinyCallLane:
         group.last_algorithm = "all_gather/oneshot"
         return True
 
+    def all_gather_list(self, outs: Any, inp: np.ndarray) -> bool:
+        """:meth:`ProcessGroup.all_gather` of ``inp`` into the list ``outs`` (torch's
+        all_gather), every piece shaped like ``inp``: the one-shot all_gather of
+        :meth:`all_gather` (the same fingerprint and regions, so a rank calling
+        all_gather_into_tensor meets it), each rank's region copied into its own piece."""
+        plan = self._plan(("all_gather_list", inp.dtype, inp.shape), self._all_gather_list_plan,
+                          inp)
+        if not plan or not inp.flags.c_contiguous:
+            return False
+        tail, alike = plan
+        if not alike(outs, inp, True):
+            return False
+        group = self.group
+        fifo = group.fifo
+        if not fifo.enter_inline():  # queued async work goes first: the general path
+            return False
+        try:  # inline, as all_gather
+            seq = next(group._seq)
+            arena = group.arena
+            fast = arena.compiled_oneshot
+            status = None if fast is None else fast(seq, tail, inp, arena.spin_ns, outs,
+                                                     _COPY_EACH, -1, 0)
+            if status != 0:
+                arena.oneshot_rest(seq, tail, self._whats["all_gather"], group.timeout, inp,
+                                   status)
+                _copy_each(seq & 1, arena.small, outs)
+        except BaseException as exc:
+            fifo.leave_inline(exc)
+            raise
+        fifo.leave_inline(None)
+        group.last_algorithm = "all_gather/oneshot"
+        return True
+
     def _all_gather_single(self, flat_out: np.ndarray, inp: np.ndarray, tail: bytes) -> bool:
         """all_gather past the one-shot sizes: the general path's single-copy form when
         every rank agrees (each reads every other rank's piece straight from it); any
@@ -851,6 +884,21 @@ class TinyCallLane:
         if _fast.single_copy(group.caps, inp.nbytes):
             return self._tail("all_gather", False, **fields), None
         return False
+
+    def _all_gather_list_plan(self, inp: np.ndarray) -> tuple | bool:
+        """(fingerprint tail, the check of the list) in the one-shot range; False
+        elsewhere (single-copy and the schedules take lists through the group)."""
+        group = self.group
+        dtype, n = inp.dtype, group.size()
+        if (dtype.name not in _MOVE_DTYPES or not dtype.isnative or n < 2
+                or not _fast.oneshot_all_gather(group.caps, inp.nbytes)):
+            return False
+        alike = group.arena.compiled_alike
+        if alike is None:
+            def alike(pieces: Any, like: np.ndarray, writable: bool) -> bool:
+                return _alike(pieces, like, n, writable)
+        return self._tail("all_gather", dtype=dtype.name, count=inp.size,
+                          extra=counts_hash((inp.size,) * n)), alike
 
     def _reduce_scatter_plan(self, out: np.ndarray, inp: np.ndarray, op: Any) -> tuple | bool:
         """(tail, one-shot views, my pieces, kernel, AVG?, compiled code) in the one-shot

@@ -481,3 +481,27 @@ def scatter_root_pieces(sizes: tuple[int, ...]) -> list[str]:
                 out[:] = -1
             seen.append(dist.group.WORLD.last_algorithm)
     return seen
+
+
+def all_gather_list_beside_the_rest() -> list[str]:
+    """torch's all_gather into a list (the lane's all_gather_list) meeting, in one call,
+    all_gather_into_tensor on other ranks, and then a rank whose list holds a strided
+    piece (the group's path): every result checked; returns what ran."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    seen = []
+    for kind in ("list or tensor", "one strided piece"):
+        mine = _value(r, 3, 5)
+        if kind == "list or tensor" and r % 2:
+            whole = np.zeros((n, 5))
+            dist.all_gather_into_tensor(whole, mine)
+            got = list(whole)
+        else:
+            got = [np.zeros(5) for _ in range(n)]
+            if kind == "one strided piece" and r == 0:
+                got[-1] = _strided(5)
+            dist.all_gather(got, mine)
+        seen.append(pg.last_algorithm)
+        for q in range(n):
+            np.testing.assert_array_equal(got[q], _value(q, 3, 5), f"{kind}: piece {q}")
+    return seen

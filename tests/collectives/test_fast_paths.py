@@ -102,3 +102,9 @@ def test_random_mix_of_lanes_general_paths_async_and_p2p(n, compiled):
     calls = 1500 if n == 2 else 600
     assert spawn_world(bodies.random_mix, n, timeout=180, calls=calls, seed=n,
                        env={"MESHCAST_COMPILED": compiled}) == [calls] * n
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_all_gather_into_a_list_meets_the_other_forms(n):
+    out = spawn_world(bodies.all_gather_list_beside_the_rest, n, timeout=120)
+    assert all(seen == ["all_gather/oneshot"] * 2 for seen in out), out

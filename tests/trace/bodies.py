@@ -51,6 +51,10 @@ def every_path() -> dict:
         v = np.ones(2, np.float32)
         dist.all_reduce(v, group=evens)
         _ran(log, "all_reduce", evens)
+    pieces = [np.zeros(3, np.float64) for _ in range(n)]
+    dist.all_gather(pieces, np.full(3, float(r)))  # torch's list form, through the lane too
+    assert all((p == q).all() for q, p in enumerate(pieces))
+    _ran(log, "all_gather")
     # the lane again, with a fold the compiled kernels have (int32 MAX) and one they lack
     # (float32 MAX: NaNs and signed zeros NumPy's way)
     for dtype in (np.int32, np.float32):

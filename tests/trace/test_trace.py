@@ -39,6 +39,9 @@ def test_the_trace_says_what_ran_on_every_rank(n, tmp_path):
             assert first["lane"] is True and first["compiled"] is True
             folds = [(c["dtype"], c["lane"], c["compiled"]) for c in colls[-2:]]
             assert folds == [("int32", True, True), ("float32", True, False)], folds
+            listed = colls[-3]  # all_gather into a list, recorded as the all_gather it is
+            assert (listed["kind"], listed["lane"], listed["count"], listed["dtype"]) == (
+                "all_gather", True, 3, "float64"), listed
         ring = colls[2]
         assert ring["algorithm"] == "all_reduce/ring" and ring["family"] == "schedule"
         if n > 1:  # a ring all_reduce: reduce-scatter then all-gather, n - 1 rounds each

@@ -74,6 +74,7 @@ _LANE_ARGS: dict[str, tuple[int | None, int | None, int | None, int | None]] = {
     "all_reduce": (0, None, 1, None),
     "reduce": (0, 2, 1, None),
     "all_gather": (1, None, None, None),
+    "all_gather_list": (1, None, None, None),
     "gather": (0, 2, None, None),
     "scatter": (0, 2, None, None),
     "reduce_scatter": (1, None, 2, None),
@@ -87,6 +88,7 @@ _LANE_ARGS: dict[str, tuple[int | None, int | None, int | None, int | None]] = {
 }
 _P2P_KIND = {"send": "send", "isend": "send", "post_send": "send",
              "recv": "recv", "irecv": "recv", "post_recv": "recv"}
+_LANE_KIND = {"all_gather_list": "all_gather"}  # lane methods named apart from their call
 # last_algorithm's name -> family (anything else is a registered schedule)
 _FAMILIES = {"oneshot": "oneshot", "cma": "single_copy", "symmetric": "symmetric",
              "eager": "eager", "agreement": "agreement", "leader": "hierarchical",
@@ -241,7 +243,7 @@ class Tracer:
               where: tuple[int | None, int | None, int | None, int | None], *, lane: bool
               ) -> Callable[..., Any]:
         p2p = _P2P_KIND.get(name)
-        kind = p2p or name
+        kind = p2p or _LANE_KIND.get(name, name)
         data_at, root_at, op_at, dtype_at = where
         tap_name = "_p2p_seq" if p2p else "_seq"
         gid = id(group)
