@@ -179,6 +179,10 @@ def _lane(group: GroupLike) -> TinyCallLane | AcrossHostsLane | None:
             else None)
 
 
+def _no_lane(*_: Any) -> None:
+    """A lane that has no such method (or no lane): the general path."""
+
+
 def _finish(work: Work | None, async_op: bool) -> Work | None:
     """The group already waited for synchronous calls (and returned None for them)."""
     if async_op or work is None:
@@ -579,6 +583,12 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: GroupLike = None,
             lane = _lane(group)
             if lane is not None and lane.all_reduce(arr, op):
                 return None
+    elif async_op is True and algorithm is None:
+        arr = tensor if type(tensor) is np.ndarray else _torch_view(tensor)
+        lane = _lane(group) if arr is not None else None
+        work = getattr(lane, "all_reduce_async", _no_lane)(arr, op)
+        if work is not None:
+            return work
     caller = "all_reduce"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)

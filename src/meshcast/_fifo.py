@@ -106,6 +106,17 @@ class CallFifo:
         mutex.release()
         return ok
 
+    def hand_over(self, job: Job, work: Work) -> Work:
+        """End a claim of :meth:`enter_inline` by giving the rest of the call (``job``) to
+        the worker thread, ahead of anything queued during the claim (those calls came
+        after it); ``work`` completes when ``job`` has run."""
+        with self._cv:
+            self._queue.appendleft((job, work))
+            self._running = False
+            self._ensure_worker()
+            self._cv.notify_all()
+        return work
+
     def leave_inline(self, error: BaseException | None) -> None:
         """End a call claimed by :meth:`enter_inline`; ``error`` poisons the group (unless
         it is bad usage, which every rank refuses alike before any data moves)."""

@@ -130,6 +130,56 @@ class TinyCallLane:
         group.last_algorithm = "all_reduce/oneshot"
         return True
 
+    def all_reduce_async(self, arr: np.ndarray, op: Any) -> Work | None:
+        """:meth:`ProcessGroup.all_reduce` with ``async_op=True`` on ``arr`` in place: the
+        round of :meth:`all_reduce`, started here. When every rank is in within the spin
+        time the call is done and its Work finished; otherwise the worker thread finishes
+        the round (the wait, the checks, the fold) and the Work completes then, the
+        calls after it queued behind. So an async call keeps its caller no longer than
+        the spin time, and one whose peers are there costs what a synchronous one
+        does. None: the general
+        path (no compiled helper, sizes past the one-shot path, anything
+        :meth:`all_reduce` refuses)."""
+        plan = self._plan(("all_reduce", arr.dtype, arr.shape, op), self._all_reduce_plan,
+                          arr, op)
+        flags = arr.flags
+        if not (plan and flags.c_contiguous and flags.writeable):
+            return None
+        group = self.group
+        if group.symmetric.allocations and self._symmetric(
+                arr, _fast.SYMMETRIC_ALL_REDUCE_MIN_BYTES):
+            return None
+        tail, views, kernel, average, code = plan
+        arena = group.arena
+        fast = arena.compiled_oneshot
+        if views is None or fast is None:
+            return None
+        fifo = group.fifo
+        if not fifo.enter_inline():
+            return None
+        what = self._whats["all_reduce"]
+        try:
+            seq = next(group._seq)
+            status = fast(seq, tail, arr, arena.spin_ns, None if code is None else arr, code,
+                          -1, 0)
+            if status != 0:
+                # Not every rank is in yet, or something differs: the worker finishes the
+                # round (waits, or raises what every rank raises, into the Work).
+                group.last_algorithm = "all_reduce/oneshot"
+                return fifo.hand_over(lambda: _finish_all_reduce(
+                    arena, seq, tail, what, group.timeout, arr, status, views, kernel,
+                    average), Work(what))  # type: ignore[arg-type]
+            if code is None:
+                _reduce(arr, views[seq & 1], kernel, average)
+            elif average:
+                ops.finish_average(arr, group._size)
+        except BaseException as exc:
+            fifo.leave_inline(exc)
+            raise
+        fifo.leave_inline(None)
+        group.last_algorithm = "all_reduce/oneshot"
+        return Work.finished(what)
+
     def barrier(self) -> bool:
         """:meth:`ProcessGroup.barrier`: a one-shot round with no data."""
         plan = self._plan(("barrier",), self._barrier_plan)
@@ -1006,6 +1056,16 @@ def _ignore(parity: int, *args: Any) -> None:
 def _reduce_parity(parity: int, arr: np.ndarray, views: list, kernel: Any,
                    average: bool) -> None:
     _reduce(arr, views[parity], kernel, average)
+
+
+def _finish_all_reduce(arena: Any, seq: int, tail: bytes, what: object, timeout: float,
+                       arr: np.ndarray, status: int, views: list, kernel: Any,
+                       average: bool) -> None:
+    """The rest of a one-shot all_reduce whose compiled round returned ``status``: the
+    arena's Python round from there (waits, checks, raises), then the fold in NumPy
+    (bitwise the compiled fold's result)."""
+    arena.oneshot_rest(seq, tail, what, timeout, arr, status)
+    _reduce(arr, views[seq & 1], kernel, average)
 
 
 def _copy_root(parity: int, arr: np.ndarray, views: list, root: int) -> None:

@@ -5,6 +5,7 @@ numbers and returns the paths it saw, so a test can prove the path it meant ran.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -505,3 +506,37 @@ def all_gather_list_beside_the_rest() -> list[str]:
         for q in range(n):
             np.testing.assert_array_equal(got[q], _value(q, 3, 5), f"{kind}: piece {q}")
     return seen
+
+
+def async_all_reduces_in_order() -> list[str]:
+    """all_reduce(async_op=True) through the lane: one whose peers come late (the worker
+    finishes it, the calls after it queue behind), one that must not block its caller
+    (rank 0 sends rank 1 what rank 1 waits for before it joins), and a mismatch, which
+    every rank must raise. Returns the errors' texts."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    if r == n - 1:
+        time.sleep(0.05)  # late: the others' calls go to their workers
+    a = np.full(4, r + 1, np.int64)
+    w = dist.all_reduce(a, async_op=True)
+    b = np.full(3, r + 1.0)
+    dist.all_reduce(b)  # behind the async one, in order
+    w.wait()
+    assert (a == n * (n + 1) // 2).all() and (b == n * (n + 1) / 2).all(), (a, b)
+    token = np.zeros(1)
+    c = np.ones(2, np.float32)
+    if r == 0:
+        w = dist.all_reduce(c, async_op=True)  # must return although rank 1 is not there
+        dist.send(np.full(1, 7.0), 1)
+        w.wait()
+    else:
+        if r == 1:
+            dist.recv(token, 0)
+            assert token[0] == 7.0
+        dist.all_reduce(c)
+    assert (c == n).all(), c
+    bad = np.ones(2, np.float32 if r else np.int32)
+    try:
+        dist.all_reduce(bad, async_op=True).wait()
+    except dist.MismatchError as exc:
+        return [str(exc).split(":")[0]]
+    return ["no MismatchError"]

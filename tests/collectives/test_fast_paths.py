@@ -108,3 +108,9 @@ def test_random_mix_of_lanes_general_paths_async_and_p2p(n, compiled):
 def test_all_gather_into_a_list_meets_the_other_forms(n):
     out = spawn_world(bodies.all_gather_list_beside_the_rest, n, timeout=120)
     assert all(seen == ["all_gather/oneshot"] * 2 for seen in out), out
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_async_all_reduce_through_the_lane(n):
+    out = spawn_world(bodies.async_all_reduces_in_order, n, timeout=120)
+    assert all(o != ["no MismatchError"] for o in out), out

@@ -51,6 +51,10 @@ def every_path() -> dict:
         v = np.ones(2, np.float32)
         dist.all_reduce(v, group=evens)
         _ran(log, "all_reduce", evens)
+    a = np.full(5, r, np.int32)
+    dist.all_reduce(a, async_op=True).wait()  # async, through the lane too
+    assert (a == sum(range(n))).all()
+    _ran(log, "all_reduce")
     pieces = [np.zeros(3, np.float64) for _ in range(n)]
     dist.all_gather(pieces, np.full(3, float(r)))  # torch's list form, through the lane too
     assert all((p == q).all() for q, p in enumerate(pieces))

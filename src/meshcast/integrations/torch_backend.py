@@ -400,6 +400,7 @@ def _make_pg_class() -> type:
         _concat,
         _gather_target,
         _list,
+        _no_lane,
         _same_dtype,
         _scatter_back,
         _splits,
@@ -490,8 +491,13 @@ def _make_pg_class() -> type:
             """(lane, each tensor's memory as an ndarray) when a call may take the group's
             compiled tiny-call lane, as the front door's synchronous calls do (the lane
             then decides whether the call qualifies); else None."""
+            return None if self._async(opts) else self._lane_arrays(tensors)
+
+        def _lane_arrays(self, tensors: Sequence[Any]) -> tuple[Any, list[np.ndarray]] | None:
+            """:meth:`_tiny` whatever the call's async flag (the async all_reduce's lane
+            decides for itself, see lanes.TinyCallLane.all_reduce_async)."""
             group = self._group
-            if (self._coalesced is not None or self._async(opts)
+            if (self._coalesced is not None
                     or type(group) not in (ProcessGroup, HostSpanningGroup)
                     or group not in self._world.groups):
                 return None
@@ -514,11 +520,16 @@ def _make_pg_class() -> type:
         @_translated
         def allreduce(self, tensors: list[Any], opts: Any = None) -> Any:
             opts = opts if opts is not None else dist.AllreduceOptions()
-            tiny = self._tiny(opts, *tensors) if len(tensors) == 1 else None
-            if tiny is not None:
-                op = _lane_op(opts.reduceOp)
-                if op is not None and tiny[0].all_reduce(tiny[1][0], op):
-                    return MeshcastWork((), tensors)
+            tiny = self._lane_arrays(tensors) if len(tensors) == 1 else None
+            op = _lane_op(opts.reduceOp) if tiny is not None else None
+            if op is not None:
+                if not self._async(opts):
+                    if tiny[0].all_reduce(tiny[1][0], op):
+                        return MeshcastWork((), tensors)
+                else:  # DDP's buckets: started here, finished by the worker if need be
+                    work = getattr(tiny[0], "all_reduce_async", _no_lane)(tiny[1][0], op)
+                    if work is not None:
+                        return self._done([work], tensors)
             works = []
             for t in tensors:
                 buf = self._buf(t, "tensor", "all_reduce")

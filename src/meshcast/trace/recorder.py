@@ -72,6 +72,7 @@ _LANE_ARGS: dict[str, tuple[int | None, int | None, int | None, int | None]] = {
     "barrier": (None, None, None, None),
     "broadcast": (0, 1, None, None),
     "all_reduce": (0, None, 1, None),
+    "all_reduce_async": (0, None, 1, None),
     "reduce": (0, 2, 1, None),
     "all_gather": (1, None, None, None),
     "all_gather_list": (1, None, None, None),
@@ -88,7 +89,9 @@ _LANE_ARGS: dict[str, tuple[int | None, int | None, int | None, int | None]] = {
 }
 _P2P_KIND = {"send": "send", "isend": "send", "post_send": "send",
              "recv": "recv", "irecv": "recv", "post_recv": "recv"}
-_LANE_KIND = {"all_gather_list": "all_gather"}  # lane methods named apart from their call
+# lane methods named apart from their call; those of them that return a Work
+_LANE_KIND = {"all_gather_list": "all_gather", "all_reduce_async": "all_reduce"}
+_LANE_ASYNC = {"all_reduce_async"}
 # last_algorithm's name -> family (anything else is a registered schedule)
 _FAMILIES = {"oneshot": "oneshot", "cma": "single_copy", "symmetric": "symmetric",
              "eager": "eager", "agreement": "agreement", "leader": "hierarchical",
@@ -244,6 +247,7 @@ class Tracer:
               ) -> Callable[..., Any]:
         p2p = _P2P_KIND.get(name)
         kind = p2p or _LANE_KIND.get(name, name)
+        async_lane = lane and name in _LANE_ASYNC
         data_at, root_at, op_at, dtype_at = where
         tap_name = "_p2p_seq" if p2p else "_seq"
         gid = id(group)
@@ -283,7 +287,7 @@ class Tracer:
                 self._drop(rec)  # did not qualify: the group's own method runs it next
                 return result
             future = getattr(result, "get_future", None)
-            if future is not None and (p2p or kwargs.get("async_op")):
+            if future is not None and (p2p or async_lane or kwargs.get("async_op")):
                 rec["async"] = True
                 future().add_done_callback(lambda f: self._finish(rec, group, f.exception()))
             else:
