@@ -533,12 +533,18 @@ def broadcast(tensor: Any, src: int | None = None, group: GroupLike = None,
         MismatchError: ranks disagree on the call (count, dtype, root...).
         CommTimeout / PeerGoneError: a rank did not take part in time / exited.
     """
-    if type(src) is int and async_op is False and algorithm is None and group_src is None:
+    if type(src) is int and algorithm is None and group_src is None and (
+            async_op is False or async_op is True):
         arr = tensor if type(tensor) is np.ndarray else _torch_view(tensor)
-        if arr is not None:
-            lane = _lane(group)
-            if lane is not None and lane.broadcast(arr, src):
-                return None
+        lane = _lane(group) if arr is not None else None
+        if lane is not None:
+            if async_op is False:
+                if lane.broadcast(arr, src):
+                    return None
+            else:
+                work = getattr(lane, "broadcast_async", _no_lane)(arr, src)
+                if work is not None:
+                    return work
     caller = "broadcast"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)
@@ -672,13 +678,18 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: GroupLi
     ``output_tensor`` holds ``world_size`` times the input's elements (shape
     ``(ws*N, ...)`` or ``(ws, N, ...)``).
     """
-    if async_op is False and algorithm is None:
+    if (async_op is False or async_op is True) and algorithm is None:
         out = output_tensor if type(output_tensor) is np.ndarray else _torch_view(output_tensor)
         inp = input_tensor if type(input_tensor) is np.ndarray else _torch_view(input_tensor)
-        if out is not None and inp is not None:
-            lane = _lane(group)  # tiny calls: see all_reduce
-            if lane is not None and lane.all_gather(out, inp):
-                return None
+        lane = _lane(group) if out is not None and inp is not None else None  # see all_reduce
+        if lane is not None:
+            if async_op is False:
+                if lane.all_gather(out, inp):
+                    return None
+            else:
+                work = getattr(lane, "all_gather_async", _no_lane)(out, inp)
+                if work is not None:
+                    return work
     caller = "all_gather_into_tensor"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)
@@ -813,13 +824,18 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM,  # no
     toward zero (the integer sum divided by the group size, e.g. -7 over 2
     ranks gives -3).
     """
-    if async_op is False and algorithm is None:
+    if (async_op is False or async_op is True) and algorithm is None:
         out = output if type(output) is np.ndarray else _torch_view(output)
         inp = input if type(input) is np.ndarray else _torch_view(input)
-        if out is not None and inp is not None:
-            lane = _lane(group)  # tiny calls: see all_reduce
-            if lane is not None and lane.reduce_scatter(out, inp, op):
-                return None
+        lane = _lane(group) if out is not None and inp is not None else None  # see all_reduce
+        if lane is not None:
+            if async_op is False:
+                if lane.reduce_scatter(out, inp, op):
+                    return None
+            else:
+                work = getattr(lane, "reduce_scatter_async", _no_lane)(out, inp, op)
+                if work is not None:
+                    return work
     caller = "reduce_scatter_tensor"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)

@@ -130,54 +130,105 @@ class TinyCallLane:
         group.last_algorithm = "all_reduce/oneshot"
         return True
 
+    # ------------------------------------------------------------ async calls
+
     def all_reduce_async(self, arr: np.ndarray, op: Any) -> Work | None:
-        """:meth:`ProcessGroup.all_reduce` with ``async_op=True`` on ``arr`` in place: the
-        round of :meth:`all_reduce`, started here. When every rank is in within the spin
-        time the call is done and its Work finished; otherwise the worker thread finishes
-        the round (the wait, the checks, the fold) and the Work completes then, the
-        calls after it queued behind. So an async call keeps its caller no longer than
-        the spin time, and one whose peers are there costs what a synchronous one
-        does. None: the general
-        path (no compiled helper, sizes past the one-shot path, anything
-        :meth:`all_reduce` refuses)."""
+        """:meth:`ProcessGroup.all_reduce` with ``async_op=True`` on ``arr`` in place (see
+        :meth:`_start`); None: the general path."""
         plan = self._plan(("all_reduce", arr.dtype, arr.shape, op), self._all_reduce_plan,
                           arr, op)
         flags = arr.flags
-        if not (plan and flags.c_contiguous and flags.writeable):
-            return None
-        group = self.group
-        if group.symmetric.allocations and self._symmetric(
-                arr, _fast.SYMMETRIC_ALL_REDUCE_MIN_BYTES):
+        if not (plan and flags.c_contiguous and flags.writeable) or (
+                self.group.symmetric.allocations
+                and self._symmetric(arr, _fast.SYMMETRIC_ALL_REDUCE_MIN_BYTES)):
             return None
         tail, views, kernel, average, code = plan
+        if views is None:
+            return None
+        return self._start("all_reduce", tail, arr, arr, code, -1, 0, average,
+                           _reduce_parity, arr, views, kernel, average)
+
+    def broadcast_async(self, arr: np.ndarray, src: int) -> Work | None:
+        """:meth:`ProcessGroup.broadcast` with ``async_op=True`` (see :meth:`_start`)."""
+        plan = self._plan(("broadcast", arr.dtype, arr.shape, src), self._broadcast_plan,
+                          arr, src)
+        flags = arr.flags
+        if not (plan and flags.c_contiguous and flags.writeable):
+            return None
+        tail, views, root = plan
+        if self.group._rank == root:
+            return self._start("broadcast", tail, arr, None, _COPY_ROOT, root, 0, False,
+                               _ignore)
+        return self._start("broadcast", tail, None, arr, _COPY_ROOT, root, 0, False,
+                           _copy_root, arr, views, root)
+
+    def all_gather_async(self, out: np.ndarray, inp: np.ndarray) -> Work | None:
+        """all_gather_into_tensor with ``async_op=True`` (see :meth:`_start`)."""
+        plan = self._pair_plan("all_gather", out, inp, self._all_gather_plan)
+        if not plan or not out.flags.writeable or (
+                self.group.symmetric.allocations and self._symmetric(out)):
+            return None
+        tail, views = plan
+        if views is None:
+            return None
+        flat_out = out.reshape(-1)
+        return self._start("all_gather", tail, inp, flat_out, _COPY_ALL, -1, 0, False,
+                           _concatenate, views, flat_out)
+
+    def reduce_scatter_async(self, out: np.ndarray, inp: np.ndarray, op: Any) -> Work | None:
+        """reduce_scatter_tensor with ``async_op=True`` (see :meth:`_start`)."""
+        plan = self._pair_plan("reduce_scatter", out, inp, self._reduce_scatter_plan, op)
+        if not plan or not out.flags.writeable or (
+                self.group.symmetric.allocations and self._symmetric(inp)):
+            return None
+        tail, views, pieces, kernel, average, code = plan
+        if views is None:
+            return None
+        flat_out = out.reshape(-1)
+        return self._start("reduce_scatter", tail, inp, flat_out, code, -1,
+                           self.group._rank * out.nbytes, average, _reduce_parity, flat_out,
+                           pieces, kernel, average)
+
+    def _start(self, kind: str, tail: bytes, data: np.ndarray | None, out: np.ndarray | None,
+               code: int | None, root: int, offset: int, average: bool,
+               combine: Callable[..., None], *args: Any) -> Work | None:
+        """An ``async_op=True`` call's one-shot round (that of :meth:`_run`), started here:
+        when every rank is in within the spin time the call is done and its Work
+        finished; otherwise the worker thread finishes the round (the wait, the
+        checks, then ``combine(parity, *args)``; a mismatch lands in the Work) ahead
+        of the calls queued behind it. So an async call keeps its caller no longer
+        than the spin time, and one whose peers are there costs what a synchronous
+        one does. ``average``: the compiled fold was a SUM to divide. None (nothing
+        done): no compiled helper, or the group is busy; the general path then."""
+        group = self.group
         arena = group.arena
         fast = arena.compiled_oneshot
-        if views is None or fast is None:
+        if fast is None:
             return None
         fifo = group.fifo
         if not fifo.enter_inline():
             return None
-        what = self._whats["all_reduce"]
+        what = self._whats[kind]
+        if code is None:
+            out = None
         try:
             seq = next(group._seq)
-            status = fast(seq, tail, arr, arena.spin_ns, None if code is None else arr, code,
-                          -1, 0)
+            status = fast(seq, tail, data, arena.spin_ns, out, code, root, offset)
+            group.last_algorithm = _ONESHOT[kind]
             if status != 0:
                 # Not every rank is in yet, or something differs: the worker finishes the
                 # round (waits, or raises what every rank raises, into the Work).
-                group.last_algorithm = "all_reduce/oneshot"
-                return fifo.hand_over(lambda: _finish_all_reduce(
-                    arena, seq, tail, what, group.timeout, arr, status, views, kernel,
-                    average), Work(what))  # type: ignore[arg-type]
-            if code is None:
-                _reduce(arr, views[seq & 1], kernel, average)
+                return fifo.hand_over(lambda: _finish_oneshot(
+                    arena, seq, tail, what, group.timeout, data, status, combine, args),
+                    Work(what))  # type: ignore[arg-type]
+            if out is None:
+                combine(seq & 1, *args)
             elif average:
-                ops.finish_average(arr, group._size)
+                ops.finish_average(out, group._size)
         except BaseException as exc:
             fifo.leave_inline(exc)
             raise
         fifo.leave_inline(None)
-        group.last_algorithm = "all_reduce/oneshot"
         return Work.finished(what)
 
     def barrier(self) -> bool:
@@ -1058,14 +1109,14 @@ def _reduce_parity(parity: int, arr: np.ndarray, views: list, kernel: Any,
     _reduce(arr, views[parity], kernel, average)
 
 
-def _finish_all_reduce(arena: Any, seq: int, tail: bytes, what: object, timeout: float,
-                       arr: np.ndarray, status: int, views: list, kernel: Any,
-                       average: bool) -> None:
-    """The rest of a one-shot all_reduce whose compiled round returned ``status``: the
-    arena's Python round from there (waits, checks, raises), then the fold in NumPy
-    (bitwise the compiled fold's result)."""
-    arena.oneshot_rest(seq, tail, what, timeout, arr, status)
-    _reduce(arr, views[seq & 1], kernel, average)
+def _finish_oneshot(arena: Any, seq: int, tail: bytes, what: object, timeout: float,
+                    data: np.ndarray | None, status: int, combine: Callable[..., None],
+                    args: tuple) -> None:
+    """The rest of a one-shot call whose compiled round returned ``status``: the arena's
+    Python round from there (waits, checks, raises), then ``combine(parity, *args)``
+    in NumPy (bitwise the compiled combine's result)."""
+    arena.oneshot_rest(seq, tail, what, timeout, data, status)
+    combine(seq & 1, *args)
 
 
 def _copy_root(parity: int, arr: np.ndarray, views: list, root: int) -> None:

@@ -508,11 +508,12 @@ def all_gather_list_beside_the_rest() -> list[str]:
     return seen
 
 
-def async_all_reduces_in_order() -> list[str]:
+def async_calls_in_order() -> list[str]:
     """all_reduce(async_op=True) through the lane: one whose peers come late (the worker
     finishes it, the calls after it queue behind), one that must not block its caller
-    (rank 0 sends rank 1 what rank 1 waits for before it joins), and a mismatch, which
-    every rank must raise. Returns the errors' texts."""
+    (rank 0 sends rank 1 what rank 1 waits for before it joins); async broadcast,
+    all_gather_into_tensor and reduce_scatter_tensor with each rank late in turn; and a
+    mismatch, which every rank must raise. Returns the errors' texts."""
     r, n = dist.get_rank(), dist.get_world_size()
     if r == n - 1:
         time.sleep(0.05)  # late: the others' calls go to their workers
@@ -534,6 +535,24 @@ def async_all_reduces_in_order() -> list[str]:
             assert token[0] == 7.0
         dist.all_reduce(c)
     assert (c == n).all(), c
+    # the other async calls the lane starts, each with one rank late, in order
+    for late in range(n):
+        if r == late:
+            time.sleep(0.02)
+        x = np.full(3, float(r + 1))
+        works = [dist.broadcast(x, src=late, async_op=True)]
+        whole = np.zeros((n, 2), np.int16)
+        works.append(dist.all_gather_into_tensor(whole, np.full(2, r, np.int16),
+                                                 async_op=True))
+        mine = np.zeros(2, np.float32)
+        works.append(dist.reduce_scatter_tensor(
+            mine, np.arange(2 * n, dtype=np.float32) + r, async_op=True))
+        for w in works:
+            w.wait()
+        assert (x == late + 1).all(), x
+        assert (whole == np.arange(n, dtype=np.int16)[:, None]).all(), whole
+        want = n * np.arange(2 * r, 2 * r + 2, dtype=np.float32) + n * (n - 1) / 2
+        assert (mine == want).all(), (mine, want)
     bad = np.ones(2, np.float32 if r else np.int32)
     try:
         dist.all_reduce(bad, async_op=True).wait()

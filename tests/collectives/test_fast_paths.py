@@ -111,6 +111,6 @@ def test_all_gather_into_a_list_meets_the_other_forms(n):
 
 
 @pytest.mark.parametrize("n", [2, 3])
-def test_async_all_reduce_through_the_lane(n):
-    out = spawn_world(bodies.async_all_reduces_in_order, n, timeout=120)
+def test_async_calls_through_the_lane(n):
+    out = spawn_world(bodies.async_calls_in_order, n, timeout=120)
     assert all(o != ["no MismatchError"] for o in out), out

@@ -509,10 +509,16 @@ def _make_pg_class() -> type:
         @_translated
         def broadcast(self, tensors: list[Any], opts: Any = None) -> Any:
             opts = opts if opts is not None else dist.BroadcastOptions()
-            tiny = self._tiny(opts, *tensors) if len(tensors) == 1 else None
-            if tiny is not None and tiny[0].broadcast(
-                    tiny[1][0], self._group.global_ranks[opts.rootRank]):
-                return MeshcastWork((), tensors)
+            tiny = self._lane_arrays(tensors) if len(tensors) == 1 else None
+            if tiny is not None:
+                src = self._group.global_ranks[opts.rootRank]
+                if not self._async(opts):
+                    if tiny[0].broadcast(tiny[1][0], src):
+                        return MeshcastWork((), tensors)
+                else:  # started here, finished by the worker if need be (see allreduce)
+                    work = getattr(tiny[0], "broadcast_async", _no_lane)(tiny[1][0], src)
+                    if work is not None:
+                        return self._done([work], tensors)
             works = [self._group.broadcast(self._buf(t, "tensor", "broadcast"), opts.rootRank,
                                            async_op=self._async(opts)) for t in tensors]
             return self._done(works, tensors)
@@ -643,9 +649,15 @@ def _make_pg_class() -> type:
         def all_gather_single(self, output: Any, input: Any,  # noqa: A002
                               opts: Any = None) -> Any:
             opts = opts if opts is not None else AllgatherOptions()
-            tiny = self._tiny(opts, output, input)
-            if tiny is not None and tiny[0].all_gather(*tiny[1]):
-                return MeshcastWork((), [output])
+            tiny = self._lane_arrays((output, input))
+            if tiny is not None:
+                if not self._async(opts):
+                    if tiny[0].all_gather(*tiny[1]):
+                        return MeshcastWork((), [output])
+                else:  # FSDP's gathers: started here, finished by the worker if need be
+                    work = getattr(tiny[0], "all_gather_async", _no_lane)(*tiny[1])
+                    if work is not None:
+                        return self._done([work], [output])
             work = self._gather_single(output, input, "all_gather_into_tensor",
                                        self._async(opts))
             return self._done([work], [output])
@@ -740,11 +752,16 @@ def _make_pg_class() -> type:
         def reduce_scatter_single(self, output: Any, input: Any,  # noqa: A002
                                   opts: Any = None) -> Any:
             opts = opts if opts is not None else dist.ReduceScatterOptions()
-            tiny = self._tiny(opts, output, input)
-            if tiny is not None:
-                op = _lane_op(opts.reduceOp)
-                if op is not None and tiny[0].reduce_scatter(*tiny[1], op):
-                    return MeshcastWork((), [output])
+            tiny = self._lane_arrays((output, input))
+            op = _lane_op(opts.reduceOp) if tiny is not None else None
+            if op is not None:
+                if not self._async(opts):
+                    if tiny[0].reduce_scatter(*tiny[1], op):
+                        return MeshcastWork((), [output])
+                else:  # FSDP's gradients: started here, finished by the worker if need be
+                    work = getattr(tiny[0], "reduce_scatter_async", _no_lane)(*tiny[1], op)
+                    if work is not None:
+                        return self._done([work], [output])
             work = self._reduce_scatter_single(output, input, opts, "reduce_scatter_tensor")
             return self._done([work], [output])
 

@@ -73,6 +73,9 @@ _LANE_ARGS: dict[str, tuple[int | None, int | None, int | None, int | None]] = {
     "broadcast": (0, 1, None, None),
     "all_reduce": (0, None, 1, None),
     "all_reduce_async": (0, None, 1, None),
+    "broadcast_async": (0, 1, None, None),
+    "all_gather_async": (1, None, None, None),
+    "reduce_scatter_async": (1, None, 2, None),
     "reduce": (0, 2, 1, None),
     "all_gather": (1, None, None, None),
     "all_gather_list": (1, None, None, None),
@@ -90,8 +93,10 @@ _LANE_ARGS: dict[str, tuple[int | None, int | None, int | None, int | None]] = {
 _P2P_KIND = {"send": "send", "isend": "send", "post_send": "send",
              "recv": "recv", "irecv": "recv", "post_recv": "recv"}
 # lane methods named apart from their call; those of them that return a Work
-_LANE_KIND = {"all_gather_list": "all_gather", "all_reduce_async": "all_reduce"}
-_LANE_ASYNC = {"all_reduce_async"}
+_LANE_ASYNC = {"all_reduce_async", "broadcast_async", "all_gather_async",
+               "reduce_scatter_async"}
+_LANE_KIND = {"all_gather_list": "all_gather",
+              **{name: name.removesuffix("_async") for name in _LANE_ASYNC}}
 # last_algorithm's name -> family (anything else is a registered schedule)
 _FAMILIES = {"oneshot": "oneshot", "cma": "single_copy", "symmetric": "symmetric",
              "eager": "eager", "agreement": "agreement", "leader": "hierarchical",
