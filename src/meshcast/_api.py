@@ -795,6 +795,11 @@ def reduce_scatter(output: Any, input_list: list[Any], op: Any = ReduceOp.SUM,
     ``ReduceOp.AVG`` on integers truncates toward zero (the integer sum
     divided by the group size, e.g. -7 over 2 ranks gives -3).
     """
+    if type(output) is np.ndarray and async_op is False and algorithm is None:
+        lane = _lane(group)  # tiny calls: see all_reduce
+        if lane is not None and getattr(lane, "reduce_scatter_list", _no_lane)(
+                output, input_list, op):
+            return None
     caller = "reduce_scatter"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)
@@ -919,14 +924,16 @@ def all_to_all_single(output: Any, input: Any, output_split_sizes: Sequence[int]
         output_split_sizes / input_split_sizes (list[int], optional): rows of
             dim 0 received from / sent to each rank; equal splits if omitted.
     """
-    if (async_op is False and output_split_sizes is None and input_split_sizes is None
-            and algorithm is None):
+    if async_op is False and algorithm is None:
         out = output if type(output) is np.ndarray else _torch_view(output)
         inp = input if type(input) is np.ndarray else _torch_view(input)
-        if out is not None and inp is not None:
-            lane = _lane(group)  # tiny calls: see all_reduce
-            if lane is not None and lane.all_to_all(out, inp):
-                return None
+        lane = _lane(group) if out is not None and inp is not None else None  # see all_reduce
+        if lane is not None and (
+                lane.all_to_all(out, inp)
+                if output_split_sizes is None and input_split_sizes is None
+                else getattr(lane, "all_to_all_split", _no_lane)(
+                    out, inp, output_split_sizes, input_split_sizes)):
+            return None
     caller = "all_to_all_single"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)

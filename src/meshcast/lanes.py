@@ -473,6 +473,45 @@ class TinyCallLane:
         group.last_algorithm = "reduce_scatter/oneshot"
         return True
 
+    def reduce_scatter_list(self, out: np.ndarray, pieces: Any, op: Any) -> bool:
+        """:meth:`ProcessGroup.reduce_scatter` of the list ``pieces`` (torch's
+        reduce_scatter), every piece shaped like ``out``: the one-shot reduce_scatter of
+        :meth:`reduce_scatter` (the same fingerprint and regions), the pieces staged one
+        after the other as the tensor form's input is. One-shot sizes with the compiled
+        helper only; False: the general path."""
+        plan = self._plan(("reduce_scatter_list", out.dtype, out.shape, op),
+                          self._reduce_scatter_list_plan, out, op)
+        flags = out.flags
+        if not (plan and flags.c_contiguous and flags.writeable):
+            return False
+        (tail, _, regions, kernel, average, code), alike = plan
+        if not alike(pieces, out, False):
+            return False
+        group = self.group
+        fifo = group.fifo
+        if not fifo.enter_inline():
+            return False
+        try:  # inline, as reduce_scatter
+            seq = next(group._seq)
+            arena = group.arena
+            status = arena.compiled_oneshot(seq, tail, pieces, arena.spin_ns,
+                                            None if code is None else out, code, -1,
+                                            group._rank * out.nbytes)
+            if status != 0:  # (the compiled call staged the pieces before it stopped)
+                arena.oneshot_rest(seq, tail, self._whats["reduce_scatter"], group.timeout,
+                                   None, status)
+            if status == 0 and code is not None:
+                if average:
+                    ops.finish_average(out, group._size)
+            else:
+                _reduce(out.reshape(-1), regions[seq & 1], kernel, average)
+        except BaseException as exc:
+            fifo.leave_inline(exc)
+            raise
+        fifo.leave_inline(None)
+        group.last_algorithm = "reduce_scatter/oneshot"
+        return True
+
     def _reduce_scatter_single(self, out: np.ndarray, inp: np.ndarray, tail: bytes,
                                op: ops.ReduceOp, average: bool) -> bool:
         """reduce_scatter past the one-shot sizes: the general path's single-copy form
@@ -543,6 +582,14 @@ class TinyCallLane:
             raise
         fifo.leave_inline(None)
         return True
+
+    def all_to_all_split(self, out: np.ndarray, inp: np.ndarray, out_splits: Any,
+                         in_splits: Any) -> bool:
+        """:meth:`all_to_all` when the split sizes given are the equal splits (every rank
+        the same rows of dim 0), as callers that always pass them do; False otherwise."""
+        n = self.group._size
+        return (_equal_splits(out_splits, out, n) and _equal_splits(in_splits, inp, n)
+                and self.all_to_all(out, inp))
 
     def _all_to_all_python(self, seq: int, out: np.ndarray, inp: np.ndarray, plan: tuple
                            ) -> None:
@@ -1026,6 +1073,19 @@ class TinyCallLane:
         return (tail, views, pieces, ops.kernel(sched_op, dtype), rop is ops.ReduceOp.AVG,
                 _c_kernel(sched_op, dtype))
 
+    def _reduce_scatter_list_plan(self, out: np.ndarray, op: Any) -> tuple | bool:
+        """(the tensor form's one-shot plan, the check of the list), with the compiled
+        helper only; False elsewhere."""
+        group = self.group
+        n = group.size()
+        if n < 2 or group.arena.compiled_oneshot is None:
+            return False
+        plan = self._reduce_scatter_plan(out, np.empty(out.size * n, out.dtype), op)
+        if not plan or plan[1] is None:  # (past one-shot: the general path)
+            return False
+        alike = group.arena.compiled_alike
+        return plan, alike
+
     def _all_to_all_plan(self, out: np.ndarray, inp: np.ndarray) -> tuple | bool:
         group = self.group
         dtype, n, me = inp.dtype, group.size(), group.rank()
@@ -1090,6 +1150,16 @@ def _alike(pieces: Any, like: np.ndarray, n: int, writable: bool) -> bool:
         if not flags.c_contiguous or (writable and not flags.writeable):
             return False
     return True
+
+
+def _equal_splits(splits: Any, arr: np.ndarray, n: int) -> bool:
+    """Whether ``splits`` (all_to_all_single's split sizes) are ``n`` equal rows of dim 0
+    of ``arr``: what no split sizes mean."""
+    if type(splits) is not list and type(splits) is not tuple:
+        return False
+    rows = arr.shape[0] if arr.shape else 0
+    return (len(splits) == n and rows % n == 0
+            and all(type(s) is int and s == rows // n for s in splits))
 
 
 def _nothing() -> None:

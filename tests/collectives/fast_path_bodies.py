@@ -559,3 +559,44 @@ def async_calls_in_order() -> list[str]:
     except dist.MismatchError as exc:
         return [str(exc).split(":")[0]]
     return ["no MismatchError"]
+
+
+def list_and_split_forms() -> list[str]:
+    """torch's reduce_scatter into ``out`` from a list (the lane's reduce_scatter_list)
+    beside reduce_scatter_tensor on other ranks, for sum, max (a NumPy fold) and avg,
+    float32 and int64, and with one rank's list holding a strided piece (the group's
+    path); then all_to_all_single with the equal split sizes given on some ranks and
+    not on others. Every result checked; returns what ran."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    seen = []
+    for dtype in (np.float32, np.int64):
+        for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.AVG):
+            for strided in (False, True):
+                def full(q: int, dtype: type = dtype) -> np.ndarray:
+                    return (np.arange(3 * n) * (q + 1) + 5 * q).astype(dtype)
+                out = np.zeros(3, dtype)
+                if r % 2 and not strided:
+                    dist.reduce_scatter_tensor(out, full(r), op)
+                else:
+                    pieces = list(np.split(full(r), n))
+                    if strided and r == 0:
+                        pieces[-1] = _strided(3).astype(dtype)
+                        pieces[-1][...] = np.split(full(r), n)[-1]
+                    dist.reduce_scatter(out, pieces, op)
+                seen.append(pg.last_algorithm)
+                mine = np.stack([np.split(full(q), n)[r] for q in range(n)])
+                want = {dist.ReduceOp.SUM: mine.sum(0), dist.ReduceOp.MAX: mine.max(0),
+                        dist.ReduceOp.AVG: mine.sum(0) / n}[op]
+                if dtype == np.int64 and op == dist.ReduceOp.AVG:
+                    want = np.trunc(mine.sum(0) / n)
+                np.testing.assert_array_equal(out, want.astype(dtype), f"{dtype} {op} {r}")
+    inp = np.concatenate([_value(r, d, 4) for d in range(n)])
+    for given in (True, False):
+        out = np.zeros(4 * n)
+        splits = [4] * n if given != bool(r % 2) else None
+        dist.all_to_all_single(out, inp, splits, splits)
+        seen.append(pg.last_algorithm)
+        for s in range(n):
+            np.testing.assert_array_equal(out[4 * s:4 * s + 4], _value(s, r, 4), f"from {s}")
+    return seen

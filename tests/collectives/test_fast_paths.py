@@ -114,3 +114,9 @@ def test_all_gather_into_a_list_meets_the_other_forms(n):
 def test_async_calls_through_the_lane(n):
     out = spawn_world(bodies.async_calls_in_order, n, timeout=120)
     assert all(o != ["no MismatchError"] for o in out), out
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_list_and_split_forms_meet_the_tensor_forms(n):
+    out = spawn_world(bodies.list_and_split_forms, n, timeout=120)
+    assert all(set(seen) == {"reduce_scatter/oneshot", "all_to_all/oneshot"} for seen in out), out
