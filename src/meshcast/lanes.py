@@ -75,7 +75,7 @@ class TinyCallLane:
     def __init__(self, group: GroupView) -> None:
         self.group = group
         self.plans: dict[tuple, tuple | bool] = {}
-        self._last_exposure: tuple[np.ndarray | None, tuple[int, int]] = (None, (0, 0))
+        self._last_address: tuple[np.ndarray | None, int] = (None, 0)
         self._last_all_reduce: tuple = (None, None, None, False)
         self._last_broadcast: tuple = (None, None, None, False)
         self._last_pair: dict[str, tuple] = {kind: (None,) * 7 + (False,) for kind in (
@@ -564,7 +564,7 @@ class TinyCallLane:
                 # with the rest), the entry, and every rank's piece for me copied out if
                 # every rank agrees and splits alike.
                 status = fast(seq, tails, (header, head - len(header), inp), arena.spin_ns,
-                              self._exposure(inp) if group.transport.cma_min_bytes > 0
+                              inp if group.transport.cma_min_bytes > 0
                               else None, out, _COPY_COLUMN, -1,
                               head + group._rank * (nbytes // group._size), len(header))
                 if status == 0:
@@ -671,7 +671,9 @@ class TinyCallLane:
             seq = next(group._seq)
             arena = group.arena
             fast = arena.compiled_rooted
-            exposure = ((0, 0) if at_root else self._exposure(inp)) if cma else None
+            # (the array itself: the compiled entry reads its address far cheaper than
+            # Python's arr.ctypes.data does)
+            exposure = ((0, 0) if at_root else inp) if cma else None
             outs = outs if at_root else None
             status = None if fast is None else fast(
                 seq, tails, inp, arena.spin_ns, exposure, outs, _COPY_EACH, root, 0)
@@ -955,17 +957,12 @@ class TinyCallLane:
         """``arr.ctypes.data``, which costs about 1 us, remembered for the last array
         (programs pass the same one again and again; holding it keeps it alive, so
         its address cannot be reused by another array)."""
-        return self._exposure(arr)[0]
-
-    def _exposure(self, arr: np.ndarray) -> tuple[int, int]:
-        """(address, nbytes) of ``arr``, as the compiled entry exposes it, remembered
-        for the last array (see :meth:`_address`)."""
-        last = self._last_exposure
+        last = self._last_address
         if last[0] is arr:
             return last[1]
-        exposure = (arr.ctypes.data, arr.nbytes)
-        self._last_exposure = (arr, exposure)
-        return exposure
+        address = arr.ctypes.data
+        self._last_address = (arr, address)
+        return address
 
     @staticmethod
     def _valid_op(op: Any, dtype: np.dtype, caller: str) -> ops.ReduceOp | None:

@@ -339,7 +339,8 @@ class Arena:
 
     def rooted_entry(self, seq: int, tails: tuple[bytes, ...], what: object, timeout: float,
                      data: np.ndarray | tuple[np.ndarray, ...] | list[np.ndarray] | None,
-                     exposure: tuple[int, int] | None, status: int | None, root: int,
+                     exposure: tuple[int, int] | np.ndarray | None, status: int | None,
+                     root: int,
                      use: Callable[..., None], *args: Any) -> list[int]:
         """The tiny-call lane's gather/scatter entry, where the compiled one
         (``compiled_rooted``, which the lane calls itself, since one Python frame is a
@@ -347,8 +348,9 @@ class Arena:
         returned, or None when it did not run.
 
         With ``status`` None: stage ``data`` (one array, or a tuple or list of them,
-        one after the other, where an int skips that many bytes) in my one-shot region, expose ``exposure`` (address,
-        nbytes) as :meth:`expose` does; then publish ``seq`` and my tail
+        one after the other, where an int skips that many bytes) in my one-shot region,
+        expose ``exposure`` (address, nbytes), or the array whose memory that is, as
+        :meth:`expose` does; then publish ``seq`` and my tail
         (``tails[rank]``), signal phase 0 and wait for every rank's (the compiled
         call stopped somewhere along that way; this goes on from there).
 
@@ -374,6 +376,8 @@ class Arena:
                 nbytes = part.nbytes
                 region[at:at + nbytes] = part.reshape(-1).view(np.uint8)
                 at += nbytes
+            if isinstance(exposure, np.ndarray):
+                exposure = (exposure.ctypes.data, exposure.nbytes)
             if exposure is not None:
                 self.expose(seq, *exposure)
         prefix = _U64.pack(seq)
