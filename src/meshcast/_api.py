@@ -647,7 +647,7 @@ def all_gather(tensor_list: list[Any], tensor: Any, group: GroupLike = None,
     """
     if type(tensor) is np.ndarray and async_op is False and algorithm is None:
         lane = _lane(group)  # tiny calls: see all_reduce
-        if lane is not None and lane.all_gather_list(tensor_list, tensor):
+        if lane is not None and getattr(lane, "all_gather_list", _no_lane)(tensor_list, tensor):
             return None
     caller = "all_gather"
     pg = _resolve(group, caller)

@@ -219,11 +219,6 @@ class AcrossHostsLane:
         self.group.last_algorithm = "reduce/eager"
         return True
 
-    def all_gather_list(self, outs: Any, inp: np.ndarray) -> bool:
-        """torch's all_gather into a list: not taken here (False: the group's own path,
-        which gathers into one array and copies the pieces out)."""
-        return False
-
     def all_gather(self, out: np.ndarray, inp: np.ndarray) -> bool:
         """:meth:`HostSpanningGroup.all_gather` of ``inp`` into ``out``
         (all_gather_into_tensor); False if it does not qualify."""
