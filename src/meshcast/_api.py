@@ -863,6 +863,11 @@ def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any],
                group: GroupLike = None, async_op: bool = False, *,
                algorithm: str | None = None) -> Work | None:
     """Send ``input_tensor_list[r]`` to rank r; receive rank r's piece into ``output_tensor_list[r]``."""
+    if async_op is False and algorithm is None:
+        lane = _lane(group)  # tiny calls: see all_reduce
+        if lane is not None and getattr(lane, "all_to_all_list", _no_lane)(
+                output_tensor_list, input_tensor_list):
+            return None
     caller = "all_to_all"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)

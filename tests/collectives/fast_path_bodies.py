@@ -565,8 +565,9 @@ def list_and_split_forms() -> list[str]:
     """torch's reduce_scatter into ``out`` from a list (the lane's reduce_scatter_list)
     beside reduce_scatter_tensor on other ranks, for sum, max (a NumPy fold) and avg,
     float32 and int64, and with one rank's list holding a strided piece (the group's
-    path); then all_to_all_single with the equal split sizes given on some ranks and
-    not on others. Every result checked; returns what ran."""
+    path); then all_to_all of lists beside all_to_all_single, and all_to_all_single with
+    the equal split sizes given on some ranks and not on others. Every result checked;
+    returns what ran."""
     r, n = dist.get_rank(), dist.get_world_size()
     pg = dist.group.WORLD
     seen = []
@@ -591,6 +592,18 @@ def list_and_split_forms() -> list[str]:
                 if dtype == np.int64 and op == dist.ReduceOp.AVG:
                     want = np.trunc(mine.sum(0) / n)
                 np.testing.assert_array_equal(out, want.astype(dtype), f"{dtype} {op} {r}")
+    # all_to_all of lists (2-D pieces) beside all_to_all_single on the other ranks
+    mine = [_value(r, d, 6).reshape(2, 3) for d in range(n)]
+    if r % 2:
+        whole = np.zeros((2 * n, 3))
+        dist.all_to_all_single(whole, np.concatenate(mine))
+        got = np.split(whole, n)
+    else:
+        got = [np.zeros((2, 3)) for _ in range(n)]
+        dist.all_to_all(got, mine)
+    seen.append(pg.last_algorithm)
+    for s_ in range(n):
+        np.testing.assert_array_equal(got[s_], _value(s_, r, 6).reshape(2, 3), f"list {s_}")
     inp = np.concatenate([_value(r, d, 4) for d in range(n)])
     for given in (True, False):
         out = np.zeros(4 * n)
