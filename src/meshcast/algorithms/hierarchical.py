@@ -828,6 +828,10 @@ def broadcast(ctx: Ctx, family: str, w: np.ndarray, root: int) -> None:
         ctx.flat.bcast(w, root)
         return
     rh, rl = lay.where(root)
+    chunk = ctx.flat.broadcast_chunk
+    if family == "leader" and chunk and w.nbytes > chunk:
+        _broadcast_leader_pipelined(ctx, w, rh, rl, chunk)
+        return
     if lay.host == rh:
         ctx.local.broadcast(w, rl)
     if family == "rails":
@@ -838,10 +842,6 @@ def broadcast(ctx: Ctx, family: str, w: np.ndarray, root: int) -> None:
             ctx.rail.bcast(w[start:start + length], rh)
         if lay.host != rh:
             ctx.local.all_gather(w, w[start:start + length].copy(), [c for _, c in spans])
-        return
-    chunk = ctx.flat.broadcast_chunk
-    if chunk and w.nbytes > chunk:
-        _broadcast_leader_pipelined(ctx, w, rh, rl, chunk)
         return
     if ctx.leaders is not None:  # on the root's host the local broadcast reached the leader
         ctx.leaders.bcast(w, rh)
