@@ -78,6 +78,7 @@ class TinyCallLane:
         self._last_address: tuple[np.ndarray | None, int] = (None, 0)
         self._last_all_reduce: tuple = (None, None, None, False)
         self._last_broadcast: tuple = (None, None, None, False)
+        self._alike: Callable[[Any, np.ndarray, bool], bool] | None = None  # _alike_check
         self._last_pair: dict[str, tuple] = {kind: (None,) * 7 + (False,) for kind in (
             "all_gather", "reduce_scatter", "all_to_all")}
         self._last_rooted: dict[str, tuple] = {kind: (None, None, None, False)
@@ -601,11 +602,7 @@ class TinyCallLane:
         like = ins[0]
         if type(like) is not np.ndarray or not like.shape:
             return False
-        alike = self.group.arena.compiled_alike
-        n = self.group._size
-        if alike is None:
-            def alike(pieces: Any, like: np.ndarray, writable: bool) -> bool:
-                return _alike(pieces, like, n, writable)
+        alike = self._alike_check()
         if not (alike(ins, like, False) and alike(outs, like, True)):
             return False
         inp = np.concatenate(ins)
@@ -954,6 +951,20 @@ class TinyCallLane:
                                  plan)
         return plan
 
+    def _alike_check(self) -> Callable[[Any, np.ndarray, bool], bool]:
+        """``check(pieces, like, writable)``: whether ``pieces`` is a list of one array per
+        rank, each like ``like`` (the compiled Round.alike, else :func:`_alike`), made once."""
+        check = self._alike
+        if check is None:
+            check = self.group.arena.compiled_alike
+            if check is None:
+                n = self.group._size
+
+                def check(pieces: Any, like: np.ndarray, writable: bool) -> bool:
+                    return _alike(pieces, like, n, writable)
+            self._alike = check
+        return check
+
     def _views(self, like: np.ndarray) -> list[list[np.ndarray]]:
         """Per parity, every rank's one-shot region seen as an array like ``like``."""
         small = self.group.arena.small
@@ -1064,10 +1075,7 @@ class TinyCallLane:
         if (dtype.name not in _MOVE_DTYPES or not dtype.isnative or n < 2
                 or not _fast.oneshot_all_gather(group.caps, inp.nbytes)):
             return False
-        alike = group.arena.compiled_alike
-        if alike is None:
-            def alike(pieces: Any, like: np.ndarray, writable: bool) -> bool:
-                return _alike(pieces, like, n, writable)
+        alike = self._alike_check()
         return self._tail("all_gather", dtype=dtype.name, count=inp.size,
                           extra=counts_hash((inp.size,) * n)), alike
 
@@ -1106,8 +1114,7 @@ class TinyCallLane:
         plan = self._reduce_scatter_plan(out, np.empty(out.size * n, out.dtype), op)
         if not plan or plan[1] is None:  # (past one-shot: the general path)
             return False
-        alike = group.arena.compiled_alike
-        return plan, alike
+        return plan, self._alike_check()
 
     def _all_to_all_plan(self, out: np.ndarray, inp: np.ndarray) -> tuple | bool:
         group = self.group
@@ -1149,10 +1156,7 @@ class TinyCallLane:
         tails = tuple(self._tail(kind, False, dtype=dtype.name, root=root, count=arr.size,
                                  extra=counts_hash((arr.size,) * n) if q == root else 0)
                       for q in range(n))
-        alike = group.arena.compiled_alike
-        if alike is None:
-            def alike(pieces: Any, like: np.ndarray, writable: bool) -> bool:
-                return _alike(pieces, like, n, writable)
+        alike = self._alike_check()
         at_root = group._rank == root
         return (tails, root, limit, at_root, group.transport.cma_min_bytes > 0, alike,
                 group._rank * arr.nbytes,
