@@ -140,6 +140,25 @@ def big_exchange(nbytes: int) -> None:
     assert (into == peer + 1).all()
 
 
+def streamed_then_small_in_one_batch(nbytes: int, rounds: int) -> None:
+    """Each rank sends the next a message streamed in pieces, then a small one with
+    the same tag, in one batch, and receives both from the previous in that order:
+    sends keep their order even when the large one waits for the receives."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    for k in range(rounds):
+        big = np.full(nbytes // 8, r * 100 + k, np.float64)
+        small = np.full(3, -(r * 100 + k), np.float64)
+        big_in, small_in = np.zeros_like(big), np.zeros_like(small)
+        works = dist.batch_isend_irecv([
+            dist.P2POp(dist.isend, big, nxt), dist.P2POp(dist.isend, small, nxt),
+            dist.P2POp(dist.irecv, big_in, prv), dist.P2POp(dist.irecv, small_in, prv)])
+        for w in works:
+            w.wait()
+        assert (big_in == prv * 100 + k).all(), (k, big_in[:4])
+        assert (small_in == -(prv * 100 + k)).all(), (k, small_in)
+
+
 def recv_from_dying_peer() -> str:
     """Rank 1 SIGKILLs itself; rank 0 must fail fast naming rank 1."""
     r = dist.get_rank()

@@ -57,6 +57,14 @@ def test_simultaneous_large_isend_does_not_deadlock(cma):
                 env={"MESHCAST_RING_BYTES": "256K", "MESHCAST_CMA_BYTES": cma})
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_streamed_send_keeps_its_place_before_a_small_one(n):
+    # 64 KiB rings, no single-copy: the 256 KiB message streams, so the batch posts
+    # it after its receives; the small message behind it must not overtake it.
+    spawn_world(bodies.streamed_then_small_in_one_batch, n, timeout=60, nbytes=256 << 10,
+                rounds=6, env={"MESHCAST_RING_BYTES": "64K", "MESHCAST_CMA_BYTES": "0"})
+
+
 def test_single_copy_size_mismatch_is_an_error_not_a_hang():
     out = spawn_world(bodies.size_mismatch, 2, timeout=60, env={"MESHCAST_CMA_BYTES": "1K"})
     assert "sent 8192 bytes but the receive buffer holds 4096 bytes" in out[1]

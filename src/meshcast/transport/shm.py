@@ -387,6 +387,12 @@ class ShmTransport:
 
     # ------------------------------------------------------- blocking fast path
 
+    def streams(self, nbytes: int) -> bool:
+        """Whether a message of ``nbytes`` to a rank of this host is streamed through
+        its ring in pieces: too large to sit in it whole, and not single-copy."""
+        return (_HEADER.size + nbytes > self.ring_bytes
+                and not (self.cma_min_bytes and nbytes >= self.cma_min_bytes))
+
     def send_now(self, peer: int, group: int, kind: int, tag: int, raw: np.ndarray) -> bool:
         """Write a whole message into the ring to ``peer`` at once, if it fits and no
         earlier send to ``peer`` is still queued (the order of messages between two
@@ -599,7 +605,7 @@ class ShmTransport:
                 if not progressed and busy and now >= next_live:
                     next_live = now + s.liveness_s
                     self._check_peers()
-            if progressed:
+            if progressed and not self._pollers:
                 continue
             # Nothing moved: sleep on the doorbell at once. No spinning here: a
             # spinning thread would hold the GIL that a waiting user thread (which
