@@ -1169,7 +1169,7 @@ def _batch_lane(ops: Any) -> list[Work] | None:
             if held or pg.transport.streams(p.tensor.nbytes):
                 held.append(i)  # (the sends after it too: sends keep their order)
                 continue
-            works[i] = (pg.lane.post_send(p.tensor, p.peer, p.tag)
+            works[i] = (pg.lane.post_send(p.tensor, p.peer, p.tag, wait=True)
                         or pg.isend(p.tensor.reshape(-1), pg.group_rank(p.peer), p.tag))
     # A message streamed in pieces is posted after the receives: posting it also
     # drains what the peers stream to us, and a message that finds its receive

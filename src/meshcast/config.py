@@ -48,8 +48,10 @@ KNOBS: dict[str, Knob] = {
         Knob("MESHCAST_SLOT_BYTES", _size, 4 << 20,
              "Bytes of each rank's slot in a group's shared arena."),
         Knob("MESHCAST_RING_BYTES", _size, 1 << 20,
-             "Bytes of each directed point-to-point ring in shared memory."),
-        Knob("MESHCAST_CMA_BYTES", _size, 1 << 20,
+             "Bytes of each directed point-to-point ring in shared memory: the largest "
+             "message that is copied through it whole (larger ones go single-copy, or "
+             "stream through it in pieces)."),
+        Knob("MESHCAST_CMA_BYTES", _size, 2 << 20,
              "Point-to-point messages of at least this size, or too large for the ring "
              "whole, are copied once, straight from the sender's memory (process_vm_readv); "
              "0 turns it off."),

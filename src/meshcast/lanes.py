@@ -779,7 +779,7 @@ class TinyCallLane:
         """The blocking :func:`meshcast.send` of a small contiguous array to global rank
         ``dst``: written into the ring at once, no Handle or Work (see
         ShmTransport.send_now); False: the general path."""
-        return self.p2p_ok(arr, dst, tag) and self._send_now(arr, dst, tag)
+        return self.p2p_ok(arr, dst, tag) and self._send_now(arr, dst, tag, self._spec.spin_s)
 
     def recv(self, arr: np.ndarray, src: int, tag: int) -> bool:
         """The blocking :func:`meshcast.recv` from global rank ``src`` into a contiguous
@@ -800,9 +800,12 @@ class TinyCallLane:
         return (self.post_recv(arr, src, tag) if self.p2p_ok(arr, src, tag, writes=True)
                 else None)
 
-    def post_send(self, arr: np.ndarray, dst: int, tag: int) -> Work | None:
-        """:meth:`isend` of a message :meth:`p2p_ok` already accepted."""
-        if not self._send_now(arr, dst, tag):
+    def post_send(self, arr: np.ndarray, dst: int, tag: int, wait: bool = False
+                  ) -> Work | None:
+        """:meth:`isend` of a message :meth:`p2p_ok` already accepted; with ``wait``,
+        waiting up to the spin time for room in the ring (batch_isend_irecv, whose
+        peer is likely copying out its previous message right now)."""
+        if not self._send_now(arr, dst, tag, self._spec.spin_s if wait else 0.0):
             return None
         return Work.finished(_P2PWhat(self.group, "send", dst, tag))
 
@@ -815,9 +818,9 @@ class TinyCallLane:
             return None
         return Work.finished(_P2PWhat(self.group, "recv", src, tag), src)
 
-    def _send_now(self, arr: np.ndarray, dst: int, tag: int) -> bool:
+    def _send_now(self, arr: np.ndarray, dst: int, tag: int, spin_s: float = 0.0) -> bool:
         group = self.group
-        if not group.transport.send_now(dst, group.group_id, KIND_P2P, tag, arr):
+        if not group.transport.send_now(dst, group.group_id, KIND_P2P, tag, arr, spin_s):
             return False
         next(group._p2p_seq)  # numbered like any send, for later messages
         return True

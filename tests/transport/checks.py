@@ -340,6 +340,46 @@ def _fast_path_messages(t: ShmTransport) -> int:
 
 
 @check()
+def check_a_blocking_send_waits_for_room_while_the_peer_copies_out() -> str | None:
+    """send_now with a spin time waits, without the lock, for the room an earlier
+    message still takes while the receiver copies it out, then writes the message
+    whole; without one (isend's look) it gives up at once. Compiled helper only:
+    the Python path always looks once."""
+    import meshcast.transport.shm as shm_module
+
+    if shm_module._compiled_rings() is None:
+        return "no compiled ring helper"
+    me, peer = dist.get_rank(), 1 - dist.get_rank()
+    nbytes = RING * 3 // 4
+    with shm() as t:
+        if me == 0:
+            dist.barrier()
+            assert t.send_now(peer, GROUP, KIND_P2P, 1, _value(0, 1, nbytes)), "first"
+            # the first message still fills most of the ring: one look fails...
+            assert not t.send_now(peer, GROUP, KIND_P2P, 2, _value(0, 2, nbytes)), "look"
+            dist.barrier()
+            # ...while a look that may wait succeeds once rank 1 takes the first
+            start = time.monotonic()
+            assert t.send_now(peer, GROUP, KIND_P2P, 2, _value(0, 2, nbytes), 2.0), "wait"
+            waited = time.monotonic() - start
+            assert waited > 0.05, f"the second message went in after {waited:.3f} s"
+            dist.barrier()
+        else:
+            # Our progress thread would drain the first message aside (it may, at
+            # any time): holding the transport's lock keeps it in the ring.
+            with t._lock:
+                dist.barrier()
+                dist.barrier()
+                time.sleep(0.1)  # rank 0 is waiting for room by now
+            for i in (1, 2):
+                out = np.zeros(nbytes, np.uint8)
+                assert t.recv_now(peer, GROUP, KIND_P2P, i, out, 2.0)
+                np.testing.assert_array_equal(out, _value(0, i, nbytes), f"message {i}")
+            dist.barrier()
+    return None
+
+
+@check()
 def check_single_copy_messages() -> str | None:
     """Messages of at least ``cma_min_bytes`` travel as an address the receiver copies
     from (process_vm_readv); the data arrives whole, the send completes once the

@@ -196,6 +196,49 @@ static PyObject *wait_data(PyObject *Py_UNUSED(module), PyObject *const *args,
     return PyBool_FromLong(found);
 }
 
+/* room(ring, size, need, spin_ns) -> whether the ring has `need` bytes free within
+ * spin_ns (the producer's side: the consumer is copying out an earlier message). The
+ * same looks as wait; the GIL is released meanwhile. */
+static PyObject *room(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "room(ring, size, need, spin_ns)");
+        return NULL;
+    }
+    char *ring = (char *)(uintptr_t)PyLong_AsUnsignedLongLong(args[0]);
+    uint64_t size = PyLong_AsUnsignedLongLong(args[1]);
+    uint64_t need = PyLong_AsUnsignedLongLong(args[2]);
+    uint64_t spin = PyLong_AsUnsignedLongLong(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (!ring) {
+        PyErr_SetString(PyExc_ValueError, "a null ring");
+        return NULL;
+    }
+    int found = 0;
+    Py_BEGIN_ALLOW_THREADS
+    uint64_t until = now_ns() + spin;
+    uint64_t head = __atomic_load_n(head_of(ring), __ATOMIC_RELAXED);  /* ours alone */
+    for (unsigned k = 1;; k++) {
+        if (size - (head - __atomic_load_n(tail_of(ring), __ATOMIC_ACQUIRE)) >= need) {
+            found = 1;
+            break;
+        }
+        if ((k & 63) == 0) {
+            if (now_ns() >= until)
+                break;
+            sched_yield();
+        } else {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#elif defined(__aarch64__)
+            __asm__ __volatile__("yield");
+#endif
+        }
+    }
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(found);
+}
+
 static PyMethodDef methods[] = {
     {"put", (PyCFunction)(void (*)(void))put, METH_FASTCALL,
      "put(ring, size, bell, group, kind, tag, data) -> whether the message was written."},
@@ -203,6 +246,8 @@ static PyMethodDef methods[] = {
      "take(ring, size, bell, group, kind, tag, out) -> 1 taken, 0 empty, -1 another first."},
     {"wait", (PyCFunction)(void (*)(void))wait_data, METH_FASTCALL,
      "wait(ring, spin_ns) -> whether the ring holds data within spin_ns."},
+    {"room", (PyCFunction)(void (*)(void))room, METH_FASTCALL,
+     "room(ring, size, need, spin_ns) -> whether need bytes are free within spin_ns."},
     {NULL, NULL, 0, NULL},
 };
 
