@@ -1152,7 +1152,7 @@ def _batch_lane(ops: Any) -> list[Work] | None:
             return None
         pg = default if p.group is None else p.group
         if (type(pg) is not ProcessGroup or (pg is not default and pg not in w.groups)
-                or not pg.lane.p2p_ok(arr, p.peer, p.tag, writes=p.kind == "irecv")):
+                or not pg.lane.p2p_ok(arr, p.peer, p.tag, p.kind == "irecv")):
             return None
         groups.append(pg)
     # Sends first (a batch has no order between its sends and its receives), so a
@@ -1162,22 +1162,24 @@ def _batch_lane(ops: Any) -> list[Work] | None:
     # path's handles and progress thread (8 B sendrecv, 2 ranks: 12.6 -> 9.7 us with
     # the sends listed first, 30 -> 10.5 us with the receives first).
     works: list[Any] = [None] * len(ops)
-    held = []
+    held: list[int] = []
     for i, p in enumerate(ops):
         if p.kind == "isend":
             pg = groups[i]
-            if held or pg.transport.streams(p.tensor.nbytes):
-                held.append(i)  # (the sends after it too: sends keep their order)
-                continue
-            works[i] = (pg.lane.post_send(p.tensor, p.peer, p.tag, wait=True)
-                        or pg.isend(p.tensor.reshape(-1), pg.group_rank(p.peer), p.tag))
+            work = None if held else pg.lane.post_send(p.tensor, p.peer, p.tag, True)
+            if work is None:
+                if held or pg.transport.streams(p.tensor.nbytes):
+                    held.append(i)  # (the sends after it too: sends keep their order)
+                    continue
+                work = pg.isend(p.tensor.reshape(-1), pg.group_rank(p.peer), p.tag)
+            works[i] = work
     # A message streamed in pieces is posted after the receives: posting it also
     # drains what the peers stream to us, and a message that finds its receive
     # posted lands in place where one that does not is set aside in a private copy.
     for i, p in enumerate(ops):
         if p.kind != "isend":
             pg = groups[i]
-            work = None if held else pg.lane.post_recv(p.tensor, p.peer, p.tag, wait=True)
+            work = None if held else pg.lane.post_recv(p.tensor, p.peer, p.tag, True)
             if work is None:
                 buf = as_buffer(p.tensor, name="tensor", caller="batch_isend_irecv",
                                 rank=_rank())

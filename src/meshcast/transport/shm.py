@@ -424,21 +424,13 @@ class ShmTransport:
             return False
         rings = self._rings
         if rings is not None:
-            until = None
-            while True:
-                with self._lock:
-                    if self._closed is not None or peer in self._gone or self._sendq[j]:
-                        return False
-                    if rings.put(self._out_at[j], self.ring_bytes, self._bell_addr[j],
-                                 group, kind, tag, raw):
-                        return True
-                now = time.monotonic()
-                if until is None:
-                    until = now + self.patience(spin_s, nbytes)
-                if (now >= until or _HEADER.size + nbytes > self.ring_bytes
-                        or not rings.room(self._out_at[j], self.ring_bytes,
-                                          _HEADER.size + nbytes, int((until - now) * 1e9))):
+            with self._lock:
+                if self._closed is not None or peer in self._gone or self._sendq[j]:
                     return False
+                if rings.put(self._out_at[j], self.ring_bytes, self._bell_addr[j],
+                             group, kind, tag, raw):
+                    return True
+            return spin_s > 0 and self._send_when_room(peer, j, group, kind, tag, raw, spin_s)
         with self._lock:
             if self._closed is not None or peer in self._gone or self._sendq[j]:
                 return False
@@ -458,6 +450,28 @@ class ShmTransport:
             head_v[0] = head + _HEADER.size + nbytes  # after the data (Rule 2)
             self._ring_bell(j)
         return True
+
+    def _send_when_room(self, peer: int, j: int, group: int, kind: int, tag: int,
+                        raw: np.ndarray, spin_s: float) -> bool:
+        """:meth:`send_now` once its first look found the ring too full: wait for room
+        (the compiled helper's spin, without the lock and the GIL) and try again, until
+        :meth:`patience` runs out."""
+        need = _HEADER.size + raw.nbytes
+        if need > self.ring_bytes:
+            return False
+        rings = self._rings
+        until = time.monotonic() + self.patience(spin_s, raw.nbytes)
+        while True:
+            now = time.monotonic()
+            if now >= until or not rings.room(self._out_at[j], self.ring_bytes, need,
+                                              int((until - now) * 1e9)):
+                return False
+            with self._lock:
+                if self._closed is not None or peer in self._gone or self._sendq[j]:
+                    return False
+                if rings.put(self._out_at[j], self.ring_bytes, self._bell_addr[j],
+                             group, kind, tag, raw):
+                    return True
 
     def recv_now(self, peer: int, group: int, kind: int, tag: int, raw: np.ndarray,
                  spin_s: float) -> bool:
