@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 import meshcast as dist
@@ -186,6 +188,52 @@ def p2p_objects_groups_async():
         w.wait()
     dist.barrier()
     return True
+
+
+def all_to_all_split_checks(case: str) -> Any:
+    """all_to_all across hosts checks every pair of split sizes, with a round of its own
+    only when some rank's pieces are uneven or its input another size: even pieces of
+    one size agree by their agreement rows. ``case`` "rounds": how many split tables
+    went round for an even call and for an uneven one; "other size" (the last rank's
+    input larger, its pieces even) and "one rank's splits" (the last rank sends rank 0
+    one more): the MismatchError's text, the same on every rank (a mismatch leaves the
+    group unusable, so one case a world)."""
+    from meshcast.spanning import HostSpanningGroup
+
+    r, n = dist.get_rank(), dist.get_world_size()
+    if case != "rounds":
+        size = 4 * n if case == "other size" and r == n - 1 else 3 * n
+        split = ([4] + [3] * (n - 1)) if case == "one rank's splits" and r == n - 1 else None
+        inp = np.zeros(sum(split) if split else size, np.int32)
+        try:
+            dist.all_to_all_single(np.empty(size, np.int32), inp, None, split)
+        except dist.MismatchError as exc:
+            return str(exc)
+        raise AssertionError(f"{case}: no MismatchError")
+    tables = [0]
+    real = HostSpanningGroup._check_splits
+
+    def counted(self: Any, *args: Any) -> None:
+        tables[0] += 1
+        real(self, *args)
+
+    HostSpanningGroup._check_splits = counted
+    try:
+        inp = np.arange(3 * n, dtype=np.int32) + 100 * r
+        got = np.empty_like(inp)
+        dist.all_to_all_single(got, inp)
+        _eq(got, np.concatenate([np.arange(3 * r, 3 * r + 3, dtype=np.int32) + 100 * q
+                                 for q in range(n)]), "even all_to_all")
+        even = tables[0]
+        splits = [1 + (r + q) % 2 for q in range(n)]  # uneven, consistent
+        recv = [1 + (q + r) % 2 for q in range(n)]
+        got = np.empty(sum(recv), np.int32)
+        dist.all_to_all_single(got, np.full(sum(splits), r, np.int32), recv, splits)
+        _eq(got, np.concatenate([np.full(c, q, np.int32) for q, c in enumerate(recv)]),
+            "uneven all_to_all")
+    finally:
+        HostSpanningGroup._check_splits = real
+    return {"even": even, "uneven": tables[0] - even}
 
 
 def mismatch_is_the_same_error_everywhere(different_kinds: bool, odd_count: int = 5):

@@ -49,6 +49,18 @@ def test_uneven_pieces_and_array_shapes(shape):
     spawn_world(bodies.uneven_and_shapes, len(SHAPES[shape]), hosts=SHAPES[shape], timeout=120)
 
 
+@pytest.mark.parametrize("case,shape", [
+    ("rounds", "2x2"), ("rounds", "3+1"), ("other size", "2x2"), ("one rank's splits", "2x2")])
+def test_all_to_all_splits_are_checked_in_a_round_only_when_uneven(case, shape):
+    out = spawn_world(bodies.all_to_all_split_checks, len(SHAPES[shape]), hosts=SHAPES[shape],
+                      timeout=120, case=case)
+    assert all(o == out[0] for o in out), out
+    if case == "rounds":
+        assert out[0] == {"even": 0, "uneven": 1}, out[0]
+    else:
+        assert "which expects" in out[0], out[0]
+
+
 @pytest.mark.parametrize("shape", ["2x2", "3x1"])
 def test_point_to_point_objects_subgroups_async(shape):
     spawn_world(bodies.p2p_objects_groups_async, len(SHAPES[shape]), hosts=SHAPES[shape],
