@@ -713,6 +713,20 @@ class HostSpanningGroup(GroupRanks):
         # round (2 hosts x 2 ranks over MPI, 128 KiB: a round of ~300 us).
         even = int(in_flat.size % n == 0 and send == recv == [in_flat.size // n] * n)
 
+        body, eager = self._all_to_all_steps(fp, family, out_flat, in_flat, send, recv, finish)
+        payload = (self._eager_payload("all_to_all", algorithm, _bytes_of(in_flat)) if even
+                   else None)
+        return self._call(fp, in_flat.size, even, async_op, body, payload, eager)
+
+    def _all_to_all_steps(self, fp: Fingerprint, family: str, out_flat: np.ndarray,
+                          in_flat: np.ndarray, send: list[int], recv: list[int],
+                          finish: Callable[[], None]) -> tuple[Callable[..., None],
+                                                               Callable[..., None]]:
+        """all_to_all's (body, eager) once the ranks agreed (see :meth:`_settle`); the
+        lane finishes a call whose rows it did not expect with them too, so that a
+        mismatch reads the same on every rank."""
+        n = self._size
+
         def body(ctx: _Ctx, counts: list[int], auxes: list[int]) -> None:
             if not (all(auxes) and counts.count(counts[0]) == n):
                 self._check_splits(ctx, fp, send, recv)
@@ -720,7 +734,25 @@ class HostSpanningGroup(GroupRanks):
             hier.all_to_all(ctx, family, out_flat, recv, in_flat, send)
             finish()
 
-        return self._call(fp, in_flat.size, even, async_op, body)
+        def eager(rows: list[np.ndarray], counts: list[int], auxes: list[int]) -> None:
+            # Only even pieces ride (the payload's condition), so the rows agree when
+            # every input has one size; else the first pair that differs, as the
+            # table's check would name it.
+            for i in range(n):
+                if counts[i] != counts[0]:
+                    j = 0 if i else 1
+                    raise self._mismatch(fp, f"rank {self.global_ranks[i]} sends "
+                                             f"{counts[i] // n} elements to rank "
+                                             f"{self.global_ranks[j]}, which expects "
+                                             f"{counts[j] // n}")
+            self.last_algorithm = "all_to_all/eager"
+            piece = in_flat.nbytes // n
+            mine = slice(self._rank * piece, (self._rank + 1) * piece)
+            if piece:
+                np.concatenate([row[mine] for row in rows], out=_bytes_of(out_flat))
+            finish()
+
+        return body, eager
 
     def _check_splits(self, ctx: _Ctx, fp: Fingerprint, send: list[int], recv: list[int]
                       ) -> None:

@@ -27,8 +27,8 @@ scatter whose pieces differ between ranks), finishes it with the general
 path's own steps.
 
 It takes all_reduce, broadcast, reduce, all_gather_into_tensor,
-reduce_scatter_tensor, gather, scatter and barrier; all_to_all and
-point-to-point calls go the general way. A synchronous all_reduce or
+reduce_scatter_tensor, gather, scatter, all_to_all_single in even pieces and
+barrier; all_to_all with split sizes and point-to-point calls go the general way. A synchronous all_reduce or
 reduce_scatter_tensor past the eager size that the group runs ``fused`` (its
 agreement in its data's messages) takes the lane too, under the same rule: the
 same cell, the same plans and steps as the general path's, only the work around
@@ -152,7 +152,7 @@ class AcrossHostsLane:
         self._last_all_reduce: tuple = (None, None, None, False)
         self._whats = {k: _What(group, k) for k in (
             "all_reduce", "broadcast", "barrier", "reduce", "all_gather", "reduce_scatter",
-            "gather", "scatter")}
+            "gather", "scatter", "all_to_all")}
         self._slot = group._slot_view
 
     @property
@@ -162,7 +162,7 @@ class AcrossHostsLane:
         if self.group._eager_runners() is None:
             return frozenset()
         return frozenset(("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter",
-                          "gather", "scatter", "barrier"))
+                          "gather", "scatter", "all_to_all", "barrier"))
 
     # ------------------------------------------------------------------ calls
 
@@ -250,6 +250,34 @@ class AcrossHostsLane:
         done = self._exchange("reduce_scatter", mine, slot_in, inp, checks, None, fast, out)
         _reduced(done, kernel, out, rows, average)
         self.group.last_algorithm = "reduce_scatter/eager"
+        return True
+
+    def all_to_all(self, out: np.ndarray, inp: np.ndarray) -> bool:
+        """:meth:`HostSpanningGroup.all_to_all` of ``inp`` into ``out`` in even pieces
+        (all_to_all_single without split sizes); False if it does not qualify. Every
+        rank's whole input rides in its row, and each rank copies out its piece of
+        every row."""
+        plan = self._plan(("all_to_all", inp.dtype, inp.shape, out.dtype, out.shape),
+                          self._all_to_all_plan, out, inp)
+        if not (plan and out.flags.c_contiguous and out.flags.writeable
+                and inp.flags.c_contiguous):
+            return False
+        mine, slot_in, checks, rows, fast = plan
+        group = self.group
+        flat = inp.reshape(-1)
+
+        def steps(seq: int) -> Any:
+            fp = Fingerprint(seq, "all_to_all", dtype=inp.dtype.name)
+            family = group._family("all_to_all", inp.nbytes, None)[0]
+            even = [inp.size // group.size()] * group.size()
+            return group._all_to_all_steps(fp, family, out.reshape(-1), flat, even, even,
+                                           _nothing)
+
+        done = self._exchange("all_to_all", mine, slot_in, inp, checks, steps, fast, out)
+        if done:
+            if done is not _COMBINED:
+                np.concatenate(rows, out=out.reshape(-1))
+            group.last_algorithm = "all_to_all/eager"
         return True
 
     def gather(self, inp: np.ndarray, outs: Any, dst: int | None) -> bool:
@@ -576,6 +604,22 @@ class AcrossHostsLane:
         return (mine, slot_in, checks, rows, ops.kernel(combine, dtype),
                 rop is ops.ReduceOp.AVG, fast)
 
+    def _all_to_all_plan(self, out: np.ndarray, inp: np.ndarray) -> tuple | bool:
+        group, dtype, n = self.group, inp.dtype, self.group.size()
+        if (dtype.name not in _MOVE_DTYPES or not dtype.isnative or out.dtype != dtype
+                or out.size != inp.size or inp.size % n or n < 2
+                or inp.nbytes > group.eager_cap("all_to_all")):
+            return False
+        # the general path's row: its count, aux 1 (even pieces) and the whole input
+        mine = self._cell("all_to_all", inp.size, inp.nbytes, aux=1, dtype=dtype.name)
+        checks = self._checks([mine] * n, [inp.nbytes] * n)
+        piece = inp.size // n
+        mine_at = slice(group.rank() * piece, (group.rank() + 1) * piece)
+        whole = inp.reshape(-1)
+        rows = [self._payload(at, whole)[mine_at] for at, _ in checks]
+        return (mine, self._slot_like(inp), checks, rows,
+                self._fast([mine] * n, _COPY_ALL, at=mine_at.start * dtype.itemsize))
+
     def _root_of(self, rank: Any) -> int | None:
         """The group rank of global rank ``rank`` (None: the group's first rank)."""
         group = self.group
@@ -656,7 +700,7 @@ class AcrossHostsLane:
         """A point-to-point call the lane does not take: no Work, the general path's."""
         return None
 
-    all_to_all = send = recv = _declined
+    send = recv = _declined
     isend = irecv = _no_work
 
 

@@ -324,6 +324,15 @@ def lane_beside_general_path():
                 dist.scatter(got, [q.copy() for q in inputs] if r == root else None, src=root)
                 _eq(got, inputs[r], f"scatter root {root} {dtype}, rank {general} general")
                 assert g.last_algorithm == "scatter/eager", g.last_algorithm
+            got = placed(np.empty(3 * n, inputs[r].dtype), r == general)
+            dist.all_to_all_single(got, full[r])
+            _eq(got, np.concatenate([f[r * 3:(r + 1) * 3] for f in full]),
+                f"all_to_all {dtype}, rank {general} general")
+            assert g.last_algorithm == "all_to_all/eager", g.last_algorithm
+            mine = full[r].copy()  # in place
+            dist.all_to_all_single(mine, mine)
+            _eq(mine, np.concatenate([f[r * 3:(r + 1) * 3] for f in full]),
+                f"all_to_all in place {dtype}")
     # A legal uneven gather and scatter: the last rank's piece is longer, so the root's
     # list is uneven (the general path) while the others expect even pieces (the lane):
     # they finish the call the general way, with no error.
@@ -348,9 +357,13 @@ def lane_beside_general_path():
     got = np.empty((1, 2), np.float64)
     dist.reduce_scatter_tensor(got, np.ones((n, 2), np.float64))
     _eq(got, np.full(2, float(n)), "2-D reduce_scatter")
+    got = np.empty((n, 2), np.int16)
+    dist.all_to_all_single(got, np.full((n, 2), r, np.int16))
+    _eq(got, np.repeat(np.arange(n), 2), "2-D all_to_all")
     x = np.zeros((0, 4), np.float32)
     dist.all_reduce(x)
     dist.broadcast(x, n - 1)
+    dist.all_to_all_single(x, x)
     big = np.full(200_000, r, np.float32)  # past the eager size: the general path, async
     work = dist.all_reduce(big, async_op=True)
     small = np.full(2, r, np.float64)

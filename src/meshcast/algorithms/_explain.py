@@ -79,10 +79,11 @@ def _across(coll: str, nbytes: int, n: int, hosts: int, what: str) -> str:
     lines = [f"{what}, {hosts} hosts ({' + '.join(map(str, per))} ranks):"]
     # What the group decides by (spanning.py): an all_gather by the gathered array, a
     # reduce_scatter and an all_to_all by a rank's whole input; and what a rank's row
-    # carries when the call is eager (a reduce_scatter's whole input).
+    # carries when the call is eager (a reduce_scatter's or an all_to_all's whole input;
+    # an all_to_all only in even pieces).
     whole = nbytes * n if coll in ("all_gather", "reduce_scatter", "all_to_all") else nbytes
-    carried = nbytes * n if coll == "reduce_scatter" else nbytes
-    if coll != "all_to_all" and carried <= max(eager, eager_gloo):
+    carried = nbytes * n if coll in ("reduce_scatter", "all_to_all") else nbytes
+    if carried <= max(eager, eager_gloo):
         over = "" if carried <= min(eager, eager_gloo) else (
             " over MPI" if carried <= eager else " over Gloo")
         lines.append(f"  runs      {coll}/eager{over}: the data travels with the call's "
