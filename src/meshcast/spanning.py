@@ -262,16 +262,21 @@ class HostSpanningGroup(GroupRanks):
         return None
 
     def _call_fused(self, fp: Fingerprint, mine: int, async_op: bool,
-                    run: Callable[[_Ctx], bool]) -> Work | None:
+                    run: Callable[[_Ctx], bool],
+                    refused: Callable[[float, Any], None] | None = None) -> Work | None:
         """Run a call whose exchanges carry its agreement (family ``fused``): ``run(ctx)``
         returns False when the ranks' calls differ, and then every rank does; the
         agreement's rows, which every rank then exchanges, say how (the same
-        MismatchError everywhere)."""
+        MismatchError everywhere). ``refused(deadline, what)``: what a refused call
+        runs instead (default: the rows, then the error)."""
         what = self._what(fp.kind, fp.seq)
 
         def job() -> None:
             deadline = time.monotonic() + self.timeout
             if not run(self._fused_ctx(deadline, what, fp.seq)):
+                if refused is not None:
+                    refused(deadline, what)
+                    return
                 self._fused_refused(fp, mine, deadline, what)
 
         if async_op:
@@ -716,6 +721,27 @@ class HostSpanningGroup(GroupRanks):
         body, eager = self._all_to_all_steps(fp, family, out_flat, in_flat, send, recv, finish)
         payload = (self._eager_payload("all_to_all", algorithm, _bytes_of(in_flat)) if even
                    else None)
+        if family == "fused" and even and (payload is None
+                                           or payload.nbytes > self.eager_cap("all_to_all")):
+            # the cell says the input's size: the pieces' length
+            cell = fp.pack() + _WORDS.pack(in_flat.size, even, 0)
+
+            def fused(ctx: _Ctx) -> bool:
+                if not hier.all_to_all_fused(ctx, out_flat, in_flat, cell, self._fused_plans):
+                    return False
+                self.last_algorithm = "all_to_all/fused"
+                finish()
+                return True
+
+            def refused(deadline: float, what: Any) -> None:
+                # Not a mismatch yet: a rank with uneven pieces (a legal call) runs the
+                # agreement first. Every rank settles the call from the rows, as they do.
+                counts, auxes, rows = self._agree(fp, in_flat.size, even, None, deadline, what)
+                self._settle(body, eager, counts, auxes, rows, deadline, what)
+
+            return self._call_fused(fp, in_flat.size, async_op, fused, refused)
+        if family == "fused":  # small, or uneven: the agreement, then the data
+            family = "flat"
         return self._call(fp, in_flat.size, even, async_op, body, payload, eager)
 
     def _all_to_all_steps(self, fp: Fingerprint, family: str, out_flat: np.ndarray,
@@ -731,7 +757,9 @@ class HostSpanningGroup(GroupRanks):
             if not (all(auxes) and counts.count(counts[0]) == n):
                 self._check_splits(ctx, fp, send, recv)
             self.last_algorithm = f"all_to_all/{family}"
-            hier.all_to_all(ctx, family, out_flat, recv, in_flat, send)
+            # The engines' all-to-alls read and write at once: in place, from a copy.
+            src = in_flat.copy() if np.may_share_memory(out_flat, in_flat) else in_flat
+            hier.all_to_all(ctx, family, out_flat, recv, src, send)
             finish()
 
         def eager(rows: list[np.ndarray], counts: list[int], auxes: list[int]) -> None:

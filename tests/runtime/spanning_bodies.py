@@ -142,6 +142,12 @@ def uneven_and_shapes():
     dist.all_to_all_single(out, inp, recv, splits)
     _eq(out, np.concatenate([np.full(c, q, np.int16) for q, c in enumerate(recv)]),
         "uneven all_to_all_single")
+    # in place, past the eager size: the engine's all-to-all must not read what it wrote
+    x = np.arange(4096 * n, dtype=np.int32) + 100_000 * r
+    dist.all_to_all_single(x, x)
+    _eq(x, np.concatenate([np.arange(4096 * r, 4096 * (r + 1), dtype=np.int32) + 100_000 * q
+                           for q in range(n)]), "all_to_all in place")
+    assert dist.group.WORLD.last_algorithm != "all_to_all/eager"
     return True
 
 

@@ -104,7 +104,7 @@ def test_every_one_host_fast_path_is_a_described_schedule():
 def test_the_derived_fast_paths_include_the_generic_sites():
     fast = _cli.fast_paths()
     # spanning.py's f"{coll}/{family}": rails only where hierarchical.supports allows it
-    assert fast["across hosts"]["all_to_all"] == ["leader", "flat", "eager"]
+    assert fast["across hosts"]["all_to_all"] == ["leader", "flat", "eager", "fused"]
     assert fast["across hosts"]["barrier"] == ["agreement"]
 
 

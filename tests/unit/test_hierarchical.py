@@ -230,14 +230,41 @@ def test_agreement_steps_bring_every_row_to_every_rank(shape):
 
 def _fused(kind, ctx, w, cell, n):
     """One fused call of ``kind`` on ``w`` (reduce_scatter: into a fresh output of w.size
-    // n elements): (finished, the array the call writes)."""
+    // n elements; all_to_all: of w.size): (finished, the array the call writes)."""
     if kind == "all_reduce":
         return hier.all_reduce_fused(ctx, w, ReduceOp.SUM, cell), w
+    if kind == "all_to_all":
+        out = np.full(w.size, -1, w.dtype)
+        return hier.all_to_all_fused(ctx, out, w, cell), out
     out = np.full(w.size // n, -1, w.dtype)
     return hier.reduce_scatter_fused(ctx, out, w, [w.size // n] * n, ReduceOp.SUM, cell), out
 
 
-@pytest.mark.parametrize("kind", ["all_reduce", "reduce_scatter"])
+@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
+def test_fused_all_to_all_matches_the_oracle_in_place_too(shape):
+    """The fused all_to_all (flat: any hosts' shape) on pieces of several chunks and of
+    none, into another array and in place, twice on a kept plan."""
+    n = _size(shape)
+    for count in (0, 3 * n, (hier.FUSED_CHUNK // 4 + 3) * n):
+        inputs = [ref.rank_input(g, count, "float32") for g in range(n)]
+        want = ref.all_to_all(inputs)
+        kept = [hier.fused_plans() for _ in range(n)]  # a rank's own, as its group's
+
+        def body(ctx, g, inputs=inputs, kept=kept):
+            plans = kept[g]
+            out = np.full(inputs[g].size, -1, np.float32)
+            first = hier.all_to_all_fused(ctx, out, inputs[g], b"cell", plans)
+            again = inputs[g].copy()
+            second = hier.all_to_all_fused(ctx, again, again, b"cell", plans)
+            return first and second, out, again
+
+        for g, (done, out, again) in enumerate(simulate(shape, body)):
+            assert done, g
+            np.testing.assert_array_equal(out, want[g])
+            np.testing.assert_array_equal(again, want[g])
+
+
+@pytest.mark.parametrize("kind", ["all_reduce", "reduce_scatter", "all_to_all"])
 @pytest.mark.parametrize("shape", [s for s in SHAPES if len({len(h) for h in s}) == 1],
                          ids=[i for s, i in zip(SHAPES, IDS) if len({len(h) for h in s}) == 1])
 def test_fused_call_refuses_together_when_one_cell_differs(shape, kind):
@@ -256,7 +283,7 @@ def test_fused_call_refuses_together_when_one_cell_differs(shape, kind):
             assert done is False, f"rank {g} finished though rank {odd}'s call differs"
             if kind == "all_reduce":
                 np.testing.assert_array_equal(wrote, inputs[g], err_msg=f"rank {g} wrote")
-            else:
+            else:  # (all_to_all: its output, which it writes only once all cells agree)
                 assert (wrote == -1).all(), f"rank {g} wrote its output"
     # and the same cells everywhere finish the call
     done = simulate(shape, lambda ctx, g: _fused(kind, ctx, inputs[g].copy(), b"this call",

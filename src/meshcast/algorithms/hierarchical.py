@@ -242,6 +242,25 @@ class Layout:
 #: ``fused`` spends ~200 us of CPU per 128 KiB call, ~100 of them in meshcast's Python
 #: around the compiled steps, MPICH ~90.
 #:
+#: ``fused`` all_to_all (even pieces: cells and pieces in one exchange) against ``flat``
+#: (the agreement, then MPI's Ialltoallv) and MPICH's own Ialltoall, same setup, one job,
+#: best of 3 (us), by a rank's input:
+#:
+#: ===========  =============================  =============================
+#: input        2 Gbit/s: fused / flat / MPI   unlimited: fused / flat / MPI
+#: ===========  =============================  =============================
+#: 64 KiB       373 / 407 / 269                371 / 428 / 179
+#: 128 KiB      549 / 569 / 545                401 / 427 / 180
+#: 256 KiB      1144 / 2094 / 1272             677 / 621 / 283
+#: 512 KiB      2492 / 4459 / 4146             802 / 628 / 291
+#: 1 MiB        5109 / 4379 / 4379             1815 / 1136 / 668
+#: 2 MiB        8959 / 8827 / 8784             3819 / 2416 / 1741
+#: ===========  =============================  =============================
+#:
+#: A slow link favours ``fused`` below 1 MiB (its 32 KiB messages keep the link busy
+#: where MPICH's larger ones wait), fast links ``flat`` from 256 KiB (fewer messages for
+#: the CPU): ``fused`` below 1 MiB, where the link is what clusters lack.
+#:
 #: ``rails`` needs every host to hold the same number (> 1) of ranks; where it cannot run,
 #: ``leader`` does. Calls of at most :data:`EAGER_BYTES` per rank never get here:
 #: their data rides in the agreement.
@@ -251,7 +270,7 @@ DEFAULTS: dict[str, dict[str, tuple[tuple[int, str], ...]]] = {
         "broadcast": ((0, "flat"), (8 << 20, "leader")),
         "all_gather": ((0, "flat"), (256 << 10, "rails")),
         "reduce_scatter": ((0, "fused"), (2 << 20, "rails")),
-        "all_to_all": ((0, "flat"),),
+        "all_to_all": ((0, "fused"), (1 << 20, "flat")),
     },
     "gloo": {
         "all_reduce": ((0, "leader"), (1 << 20, "flat"), (16 << 20, "leader")),
@@ -280,7 +299,8 @@ def choose(kind: str, layout: Layout, nbytes: int, forced: str | None,
 #: Where ``fused`` cannot run (uneven hosts, more than 8 ranks), the families measured
 #: best before it: the table's steps below its first step past ``fused``.
 WITHOUT_FUSED = {"all_reduce": ((0, "flat"),),
-                 "reduce_scatter": ((0, "flat"), (256 << 10, "rails"))}
+                 "reduce_scatter": ((0, "flat"), (256 << 10, "rails")),
+                 "all_to_all": ((0, "flat"),)}
 
 
 def _from_table(steps: Sequence[tuple[int, str]], nbytes: int) -> str:
@@ -418,12 +438,12 @@ def agreement_steps(layout: Layout) -> tuple[tuple[RowStep, ...], ...]:
 def supports(kind: str, family: str, layout: Layout, engine: str = "mpi") -> str | None:
     """Why ``family`` cannot run ``kind`` on ``layout`` over ``engine`` (None: it can)."""
     if family == "fused":
-        if kind not in ("all_reduce", "reduce_scatter"):
-            return f"'fused' runs all_reduce and reduce_scatter, not {kind}"
+        if kind not in ("all_reduce", "reduce_scatter", "all_to_all"):
+            return f"'fused' runs all_reduce, reduce_scatter and all_to_all, not {kind}"
         if engine != "mpi" or agreement_route(engine, layout.size) != "flat":
             return (f"'fused' needs MPI between hosts and at most {AGREEMENT_FLAT_MAX} ranks "
                     f"(this group: {engine}, {layout.size} ranks)")
-        if not layout.uniform:
+        if not layout.uniform and kind != "all_to_all":  # (all_to_all's is flat)
             return ("'fused' needs the same number of ranks on every host "
                     f"(this group has {[len(h) for h in layout.hosts]})")
     if family not in FAMILIES:
@@ -579,7 +599,75 @@ def reduce_scatter_fused(ctx: Ctx, out: np.ndarray, w: np.ndarray, counts: Seque
     return _settle(plans, plan, plan.run(ctx.p2p, w, out, op, cell, kernel))
 
 
-def _keep(plans: dict | None, key: Any, plan: _FusedPlan) -> None:
+def all_to_all_fused(ctx: Ctx, out: np.ndarray, w: np.ndarray, cell: bytes,
+                     plans: dict | None = None) -> bool:
+    """``out`` = piece ``me`` of every rank's ``w`` (even pieces, group-rank order), with
+    the call's agreement riding in the data's messages (family ``fused``): each rank
+    sends every other rank its ``cell``, then that rank's piece of ``w`` (in chunks of
+    :data:`FUSED_CHUNK`), in one exchange, and receives theirs.
+
+    Every rank then holds every rank's cell, so all decide alike whether the calls
+    agree, and only then is ``out`` written (``w`` is copied before anything is sent,
+    so ``out`` may be ``w``). The cell must say what the pieces' length depends on
+    (the input's size): a message longer than its receive ends the exchange, one
+    shorter is caught by its cell, and a member in the agreement's exchange of rows
+    (its call is not this one, or runs another way) ends the others' waits (see
+    ``Bound.prepare``). Flat: every pair over the engine, as ``flat``'s own
+    all_to_all, one synchronisation instead of two.
+
+    Returns:
+        True when every rank ran this call (``out`` holds the result); False when some
+        cell, message or member said otherwise: ``out`` is unchanged, and the caller
+        settles with the agreement's rows. ``plans``: as :func:`all_reduce_fused`.
+    """
+    shape = ("all_to_all", w.size, w.dtype.str, len(cell))
+    plan = plans.get(shape) if plans is not None else None
+    if plan is None:
+        plan = _FusedAllToAllPlan(ctx.p2p, w.size, w.dtype, len(cell))
+        _keep(plans, shape, plan)
+    return _settle(plans, plan, plan.run(ctx.p2p, w, out, cell))
+
+
+class _FusedAllToAllPlan:
+    """The buffers and prepared exchange of a fused all_to_all of one size: ``work``
+    (the input, copied: the sends' source), ``head`` (my cell and a flag byte),
+    ``cells`` and ``got`` (every rank's cell and its piece for me)."""
+
+    def __init__(self, p2p: Across, size: int, dtype: np.dtype, cell: int) -> None:
+        n, me = p2p.size, p2p.rank
+        self.me, self.piece = me, size // n
+        piece = self.piece
+        self.k = cell + 1
+        self.work = work = np.empty(size, dtype)
+        self.head = np.zeros(self.k, np.uint8)
+        self.cells = np.zeros((n, self.k), np.uint8)
+        self.got = np.empty((n, piece), dtype)
+        others = [g for g in range(n) if g != me]
+        self.step = p2p.prepare(
+            [r for g in others
+             for r in [(g, self.cells[g])] + [(g, c) for c in _chunks(self.got[g])]],
+            [s for g in others
+             for s in [(g, self.head)] + [(g, c) for c in _chunks(work[g * piece:
+                                                                        (g + 1) * piece])]])
+
+    def free(self) -> None:
+        getattr(self.step, "free", lambda: None)()
+
+    def run(self, p2p: Across, w: np.ndarray, out: np.ndarray, cell: bytes) -> bool:
+        head, me, piece = self.head, self.me, self.piece
+        head[:-1] = np.frombuffer(cell, np.uint8)
+        np.copyto(self.work, w)
+        if not p2p.run(self.step):
+            return False
+        self.cells[me] = head
+        if not (self.cells == head).all():
+            return False
+        self.got[me] = self.work[me * piece:(me + 1) * piece]
+        np.copyto(out, self.got.reshape(-1))
+        return True
+
+
+def _keep(plans: dict | None, key: Any, plan: _FusedPlan | _FusedAllToAllPlan) -> None:
     """Keep ``plan`` under ``key`` (all freed once there are more than FUSED_PLANS)."""
     if plans is None:
         return
@@ -588,7 +676,7 @@ def _keep(plans: dict | None, key: Any, plan: _FusedPlan) -> None:
     plans[key] = plan
 
 
-def _settle(plans: dict | None, plan: _FusedPlan, done: bool) -> bool:
+def _settle(plans: dict | None, plan: _FusedPlan | _FusedAllToAllPlan, done: bool) -> bool:
     """After a fused call: a plan made for this call alone is freed; after a refusal the
     plans are dropped (not freed: some requests may still be active)."""
     if plans is None:

@@ -112,6 +112,44 @@ out = np.zeros(((512 << 10) // 4 + 1) * n, np.float32)  # past the cap
 dist.all_gather_into_tensor(out, np.full(out.size // n, r, np.float32))
 assert g.last_algorithm != "all_gather/eager", g.last_algorithm
 assert (out.reshape(n, -1) == np.arange(n)[:, None]).all(), "all_gather past the cap"
+# all_to_all in even pieces past the eager cap: fused (cells and pieces in one exchange),
+# also by default between the eager cap and hierarchical.DEFAULTS' next step.
+for dtype in ("float32", "int64", "uint8", "complex64"):
+    for count in (9000 * n, 40000 * n):
+        inputs = [ref.rank_input(q, count, dtype) for q in range(n)]
+        for _ in range(2):  # the second call runs on the kept plan
+            out = np.zeros(count, dtype)
+            dist.all_to_all_single(out, inputs[r], algorithm="fused")
+            bodies._eq(out, ref.all_to_all(inputs)[r], f"fused all_to_all {dtype} x{count}")
+            assert g.last_algorithm == "all_to_all/fused", g.last_algorithm
+        x = inputs[r].copy()  # in place, and by the table: fused below 1 MiB, then flat
+        dist.all_to_all_single(x, x)
+        bodies._eq(x, ref.all_to_all(inputs)[r], f"all_to_all in place {dtype} x{count}")
+        assert g.last_algorithm == ("all_to_all/fused" if x.nbytes < 1 << 20
+                                    else "all_to_all/flat"), (g.last_algorithm, x.nbytes)
+m = np.arange(20000 * n, dtype=np.float32).reshape(n * 100, 200) + 1e6 * r  # 2-D
+got = np.empty_like(m)
+dist.all_to_all_single(got, m)
+bodies._eq(got, ref.all_to_all([np.arange(20000 * n, dtype=np.float32) + 1e6 * q
+                                for q in range(n)])[r], "2-D all_to_all")
+outs = [np.empty(12000 * n, np.float32) for _ in range(3)]
+works = [dist.all_to_all_single(o, np.full(12000 * n, float(r + 10 * i), np.float32),
+                                algorithm="fused", async_op=True) for i, o in enumerate(outs)]
+for i, (w, o) in enumerate(zip(works, outs)):
+    w.wait()
+    assert (o.reshape(n, -1) == np.arange(n)[:, None] + 10 * i).all(), f"async a2a {i}"
+# A legal call beside the fused ranks: the last rank cuts its input unevenly (its piece for
+# itself is longer), so it runs the agreement; the fused ranks see its row, refuse
+# together, and every rank finishes the call from the rows, the general way.
+P = 9000
+sends = [[P] * n for _ in range(n)]
+sends[n - 1][n - 1] = P + 5
+inputs = [ref.rank_input(q, sum(sends[q]), "float32") for q in range(n)]
+recv = [sends[q][r] for q in range(n)]
+out = np.zeros(sum(recv), np.float32)
+dist.all_to_all_single(out, inputs[r], recv if r == n - 1 else None,
+                       sends[r] if r == n - 1 else None)
+bodies._eq(out, ref.all_to_all(inputs, sends)[r], "uneven rank beside fused ranks")
 dist.barrier()
 if r == 0:
     print("fused calls: ok", flush=True)
@@ -151,6 +189,15 @@ try:
                                        np.ones(40000, np.float32))
         else:
             dist.all_reduce(np.ones(40000, np.float32))
+    elif scenario == "a2a-count":  # even pieces of another size on one rank
+        size = 41000 * n if r == n - 1 else 40000 * n
+        dist.all_to_all_single(np.ones(size, np.float32), np.ones(size, np.float32))
+    elif scenario == "a2a-kind":  # a fused all_reduce of the same bytes on one rank
+        if r == 0:
+            dist.all_reduce(np.ones(40000 * n, np.float32), algorithm="fused")
+        else:
+            dist.all_to_all_single(np.ones(40000 * n, np.float32),
+                                   np.ones(40000 * n, np.float32), algorithm="fused")
     elif scenario == "bcast-count":  # eager broadcasts of other sizes on one rank
         dist.broadcast(np.ones(100000 if r == n - 1 else 90000, np.float32), src=0)
     raise AssertionError(f"rank {r}: no MismatchError")
