@@ -145,6 +145,7 @@ class WaitSpec:
         self.spin_s = config.get("MESHCAST_SPIN_US") * 1e-6
         self.yield_s = 0.002
         self.liveness_s = config.get("MESHCAST_LIVENESS_S")
+        self.oversubscribed = False  # more ranks on this machine than cores (share_cores)
 
     def share_cores(self, local_ranks: int) -> None:
         """Stop spinning when this host runs more ranks than this process may use cores.
@@ -159,7 +160,8 @@ class WaitSpec:
             cores = os.cpu_count() or 1
         configured = config.get("MESHCAST_SPIN_US") * 1e-6
         explicit = bool(os.environ.get("MESHCAST_SPIN_US"))
-        self.spin_s = 0.0 if local_ranks > cores and not explicit else configured
+        self.oversubscribed = local_ranks > cores
+        self.spin_s = 0.0 if self.oversubscribed and not explicit else configured
 
 
 _spec: WaitSpec | None = None

@@ -340,8 +340,15 @@ def bring_up(store: Any, rank: int, size: int, timeout: float, backend: str,
     finally:
         if rank == local[0]:
             segment.seal()
-    transport = ShmTransport(segment, local, rank, ring, liveness,
-                             cma_min_bytes=_agree_on_cma(store, local))
+    cma_min = _agree_on_cma(store, local)
+    if cma_min and _wait.spec().oversubscribed:
+        # Cores are scarce: a message the size of the ring is copied once (by its
+        # receiver) rather than twice through the ring, which also needs both ranks on
+        # a core at once (4 ranks on 2 cores, 1 MiB sendrecv: 550-1075 us single-copy,
+        # 1070-1740 through the ring; 2 ranks on 2 cores: 160-190 through the ring,
+        # 240-350 single-copy).
+        cma_min = min(cma_min, config.get("MESHCAST_RING_BYTES"))
+    transport = ShmTransport(segment, local, rank, ring, liveness, cma_min_bytes=cma_min)
     del probe  # every rank has probed (the node barrier above came after the probes)
     world = World(rank=rank, size=size, store=store, timeout=timeout, backend=backend,
                   liveness=liveness, transport=transport, node_segment=segment,
