@@ -53,8 +53,8 @@ KNOBS: dict[str, Knob] = {
              "stream through it in pieces)."),
         Knob("MESHCAST_CMA_BYTES", _size, 2 << 20,
              "Point-to-point messages of at least this size, or too large for the ring "
-             "whole, are copied once, straight from the sender's memory (process_vm_readv); "
-             "0 turns it off."),
+             "whole (where ranks outnumber cores: as large as the ring), are copied once, "
+             "straight from the sender's memory (process_vm_readv); 0 turns it off."),
         Knob("MESHCAST_COMPILED", _bool, True,
              "Run the tiny calls' arena round and combine, and the single-copy reads, in the "
              "compiled helper (transport/_tiny.c) when it was built, and across hosts over "
