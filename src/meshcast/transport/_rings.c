@@ -154,9 +154,43 @@ static inline uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* The ring holds data not consumed yet (the consumer's look). */
+static int has_data(char *ring, uint64_t size, uint64_t need) {
+    (void)size, (void)need;
+    return __atomic_load_n(head_of(ring), __ATOMIC_ACQUIRE) !=
+           __atomic_load_n(tail_of(ring), __ATOMIC_RELAXED);
+}
+
+/* The ring has `need` bytes free (the producer's look: head is its own). */
+static int has_room(char *ring, uint64_t size, uint64_t need) {
+    uint64_t head = __atomic_load_n(head_of(ring), __ATOMIC_RELAXED);
+    return size - (head - __atomic_load_n(tail_of(ring), __ATOMIC_ACQUIRE)) >= need;
+}
+
+/* Look at the ring until `ready` or spin_ns passed: a pause between looks, a yield every
+ * 64th (the peer may share our core). Called without the GIL. */
+static int spin_until(int (*ready)(char *, uint64_t, uint64_t), char *ring, uint64_t size,
+                      uint64_t need, uint64_t spin) {
+    uint64_t until = now_ns() + spin;
+    for (unsigned k = 1;; k++) {
+        if (ready(ring, size, need))
+            return 1;
+        if ((k & 63) == 0) {
+            if (now_ns() >= until)
+                return 0;
+            sched_yield();
+        } else {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#elif defined(__aarch64__)
+            __asm__ __volatile__("yield");
+#endif
+        }
+    }
+}
+
 /* wait(ring, spin_ns) -> whether the ring holds data that were not there when called
- * or are there now, within spin_ns (a pause between looks, a yield every 64th: the
- * sender may share our core). The GIL is released meanwhile. */
+ * or are there now, within spin_ns. The GIL is released meanwhile. */
 static PyObject *wait_data(PyObject *Py_UNUSED(module), PyObject *const *args,
                            Py_ssize_t nargs) {
     if (nargs != 2) {
@@ -171,34 +205,16 @@ static PyObject *wait_data(PyObject *Py_UNUSED(module), PyObject *const *args,
         PyErr_SetString(PyExc_ValueError, "a null ring");
         return NULL;
     }
-    int found = 0;
+    int found;
     Py_BEGIN_ALLOW_THREADS
-    uint64_t until = now_ns() + spin;
-    for (unsigned k = 1;; k++) {
-        if (__atomic_load_n(head_of(ring), __ATOMIC_ACQUIRE) !=
-            __atomic_load_n(tail_of(ring), __ATOMIC_RELAXED)) {
-            found = 1;
-            break;
-        }
-        if ((k & 63) == 0) {
-            if (now_ns() >= until)
-                break;
-            sched_yield();
-        } else {
-#if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
-#elif defined(__aarch64__)
-            __asm__ __volatile__("yield");
-#endif
-        }
-    }
+    found = spin_until(has_data, ring, 0, 0, spin);
     Py_END_ALLOW_THREADS
     return PyBool_FromLong(found);
 }
 
 /* room(ring, size, need, spin_ns) -> whether the ring has `need` bytes free within
  * spin_ns (the producer's side: the consumer is copying out an earlier message). The
- * same looks as wait; the GIL is released meanwhile. */
+ * GIL is released meanwhile. */
 static PyObject *room(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4) {
         PyErr_SetString(PyExc_TypeError, "room(ring, size, need, spin_ns)");
@@ -214,27 +230,9 @@ static PyObject *room(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssi
         PyErr_SetString(PyExc_ValueError, "a null ring");
         return NULL;
     }
-    int found = 0;
+    int found;
     Py_BEGIN_ALLOW_THREADS
-    uint64_t until = now_ns() + spin;
-    uint64_t head = __atomic_load_n(head_of(ring), __ATOMIC_RELAXED);  /* ours alone */
-    for (unsigned k = 1;; k++) {
-        if (size - (head - __atomic_load_n(tail_of(ring), __ATOMIC_ACQUIRE)) >= need) {
-            found = 1;
-            break;
-        }
-        if ((k & 63) == 0) {
-            if (now_ns() >= until)
-                break;
-            sched_yield();
-        } else {
-#if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
-#elif defined(__aarch64__)
-            __asm__ __volatile__("yield");
-#endif
-        }
-    }
+    found = spin_until(has_room, ring, size, need, spin);
     Py_END_ALLOW_THREADS
     return PyBool_FromLong(found);
 }
