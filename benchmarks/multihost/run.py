@@ -14,8 +14,9 @@ sizes and flags of the published pages in one place::
 
 the first of which runs::
 
-    meshcast bench --hosts 2x2 --rate 2gbit --op all_reduce,all_gather,reduce_scatter,broadcast \\
-        --sizes 8,128K,2M,32M -w 5 --iters 50 --internode mpi --compare gloo,mpi,meshcast+gloo \\
+    meshcast bench --hosts 2x2 --rate 2gbit \\
+        --op all_reduce,all_gather,reduce_scatter,broadcast,all_to_all --sizes 8,128K,2M,32M \\
+        -w 5 --iters 50 --internode mpi --compare gloo,mpi,meshcast+gloo \\
         --report benchmarks/multihost
 
 (50 timed calls a size: with 10, two runs of a 128 KiB all_reduce differed twofold.)
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hosts", type=int, default=2)
     p.add_argument("--per-host", type=int, default=2)
     p.add_argument("--rate", default="2gbit", help="per-host link rate (tc tbf); '' for none")
-    p.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter,broadcast")
+    p.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter,broadcast,all_to_all")
     p.add_argument("--sizes", default="8,128K,2M,32M", help="bytes, comma separated")
     p.add_argument("--compare", default="gloo,mpi,meshcast+gloo")
     p.add_argument("--iters", type=int, default=50)
