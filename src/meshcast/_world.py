@@ -340,15 +340,8 @@ def bring_up(store: Any, rank: int, size: int, timeout: float, backend: str,
     finally:
         if rank == local[0]:
             segment.seal()
-    cma_min = _agree_on_cma(store, local)
-    if cma_min and _wait.spec().oversubscribed:
-        # Cores are scarce: a message the size of the ring is copied once (by its
-        # receiver) rather than twice through the ring, which also needs both ranks on
-        # a core at once (4 ranks on 2 cores, 1 MiB sendrecv: 550-1075 us single-copy,
-        # 1070-1740 through the ring; 2 ranks on 2 cores: 160-190 through the ring,
-        # 240-350 single-copy).
-        cma_min = min(cma_min, config.get("MESHCAST_RING_BYTES"))
-    transport = ShmTransport(segment, local, rank, ring, liveness, cma_min_bytes=cma_min)
+    transport = ShmTransport(segment, local, rank, ring, liveness,
+                             cma_min_bytes=_agree_on_cma(store, local))
     del probe  # every rank has probed (the node barrier above came after the probes)
     world = World(rank=rank, size=size, store=store, timeout=timeout, backend=backend,
                   liveness=liveness, transport=transport, node_segment=segment,
@@ -408,13 +401,23 @@ def _probe_args(peer: dict) -> tuple[int, bytes]:
 
 
 def _agree_on_cma(store: Any, local: Sequence[int]) -> int:
-    """Single-copy p2p only if every rank of this host could read its neighbour's memory
+    """The p2p single-copy threshold: MESHCAST_CMA_BYTES, or the ring's size where ranks
+    outnumber cores; only if every rank of this host could read its neighbour's memory
     (else 0: off)."""
     threshold = config.get("MESHCAST_CMA_BYTES")
     if len(local) == 1 or threshold <= 0:
         return 0
     votes = [store.get(f"meshcast/cma/{r}") for r in local]
-    return threshold if all(v == b"1" for v in votes) else 0
+    if not all(v == b"1" for v in votes):
+        return 0
+    if _wait.spec().oversubscribed:
+        # Cores are scarce: a message the size of the ring is copied once (by its
+        # receiver) rather than twice through the ring, which also needs both ranks on
+        # a core at once (4 ranks on 2 cores, 1 MiB sendrecv: 550-1075 us single-copy,
+        # 1070-1740 through the ring; 2 ranks on 2 cores: 160-190 through the ring,
+        # 240-350 single-copy).
+        return min(threshold, config.get("MESHCAST_RING_BYTES"))
+    return threshold
 
 
 current: World | None = None

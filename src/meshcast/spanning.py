@@ -769,10 +769,7 @@ class HostSpanningGroup(GroupRanks):
             for i in range(n):
                 if counts[i] != counts[0]:
                     j = 0 if i else 1
-                    raise self._mismatch(fp, f"rank {self.global_ranks[i]} sends "
-                                             f"{counts[i] // n} elements to rank "
-                                             f"{self.global_ranks[j]}, which expects "
-                                             f"{counts[j] // n}")
+                    raise self._split_mismatch(fp, i, counts[i] // n, j, counts[j] // n)
             self.last_algorithm = "all_to_all/eager"
             piece = in_flat.nbytes // n
             mine = slice(self._rank * piece, (self._rank + 1) * piece)
@@ -794,9 +791,14 @@ class HostSpanningGroup(GroupRanks):
         bad = [(i, j) for i in range(n) for j in range(n) if m[i, 0, j] != m[j, 1, i]]
         if bad:
             i, j = bad[0]
-            raise self._mismatch(fp, f"rank {self.global_ranks[i]} sends "
-                                     f"{m[i, 0, j]} elements to rank "
-                                     f"{self.global_ranks[j]}, which expects {m[j, 1, i]}")
+            raise self._split_mismatch(fp, i, m[i, 0, j], j, m[j, 1, i])
+
+    def _split_mismatch(self, fp: Fingerprint, i: int, sends: int, j: int, expects: int
+                        ) -> MismatchError:
+        """Group rank ``i`` sends ``sends`` elements to group rank ``j``, which expects
+        ``expects`` (all_to_all; the same text from the rows and from the table)."""
+        return self._mismatch(fp, f"rank {self.global_ranks[i]} sends {sends} elements to "
+                                  f"rank {self.global_ranks[j]}, which expects {expects}")
 
     # ------------------------------------------------------------- point-to-point
 

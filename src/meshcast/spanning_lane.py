@@ -28,7 +28,8 @@ path's own steps.
 
 It takes all_reduce, broadcast, reduce, all_gather_into_tensor,
 reduce_scatter_tensor, gather, scatter, all_to_all_single in even pieces and
-barrier; all_to_all with split sizes and point-to-point calls go the general way. A synchronous all_reduce or
+barrier; all_to_all with split sizes and point-to-point calls go the general
+way. A synchronous all_reduce or
 reduce_scatter_tensor past the eager size that the group runs ``fused`` (its
 agreement in its data's messages) takes the lane too, under the same rule: the
 same cell, the same plans and steps as the general path's, only the work around
