@@ -29,12 +29,12 @@ path's own steps.
 It takes all_reduce, broadcast, reduce, all_gather_into_tensor,
 reduce_scatter_tensor, gather, scatter, all_to_all_single in even pieces and
 barrier; all_to_all with split sizes and point-to-point calls go the general
-way. A synchronous all_reduce or
-reduce_scatter_tensor past the eager size that the group runs ``fused`` (its
-agreement in its data's messages) takes the lane too, under the same rule: the
-same cell, the same plans and steps as the general path's, only the work around
-them cached (at 128 KiB across 2 emulated hosts that work was ~60 us of CPU per
-call on every rank).
+way. A synchronous all_reduce, reduce_scatter_tensor or all_to_all_single in
+even pieces past the eager size that the group runs ``fused`` (its agreement in
+its data's messages) takes the lane too, under the same rule: the same cell,
+the same plans and steps as the general path's, only the work around them
+cached (at 128 KiB across 2 emulated hosts that work was ~60 us of CPU per call
+on every rank).
 """
 
 from __future__ import annotations
@@ -118,6 +118,11 @@ class SpanningView(Protocol):
 
     def _settle(self, body: Any, eager: Any, counts: list[int], auxes: list[int],
                 rows: Any, deadline: float, what: Any) -> None: ...
+
+    def _agree(self, fp: Fingerprint, mine: int, aux: int, payload: Any, deadline: float,
+               what: Any) -> Any: ...
+
+    def _all_to_all_steps(self, *args: Any) -> Any: ...
 
     def _gather_steps(self, *args: Any) -> Any: ...
 
@@ -260,9 +265,12 @@ class AcrossHostsLane:
         every row."""
         plan = self._plan(("all_to_all", inp.dtype, inp.shape, out.dtype, out.shape),
                           self._all_to_all_plan, out, inp)
-        if not (plan and out.flags.c_contiguous and out.flags.writeable
-                and inp.flags.c_contiguous):
+        if not (out.flags.c_contiguous and out.flags.writeable and inp.flags.c_contiguous):
             return False
+        if not plan:
+            fused = self._plan(("all_to_all", inp.dtype, inp.shape, out.dtype, out.shape,
+                                "fused"), self._fused_all_to_all_plan, out, inp)
+            return bool(fused) and self._fused("all_to_all", fused, inp, out)
         mine, slot_in, checks, rows, fast = plan
         group = self.group
         flat = inp.reshape(-1)
@@ -443,22 +451,43 @@ class AcrossHostsLane:
             deadline = time.monotonic() + group.timeout
             cell = _SEQ.pack(seq) + tail
             ctx = group._fused_ctx(deadline, what, seq)
-            if counts is None:
+            if kind == "all_to_all":
+                done = hier.all_to_all_fused(ctx, out.reshape(-1), inp.reshape(-1), cell,
+                                             group._fused_plans)
+            elif counts is None:
                 done = hier.all_reduce_fused(ctx, out.reshape(-1), combine, cell,
                                              group._fused_plans, kernel)
             else:
                 done = hier.reduce_scatter_fused(ctx, out.reshape(-1), inp.reshape(-1), counts,
                                                  combine, cell, group._fused_plans, kernel)
-            if not done:
+            if done:
+                group.last_algorithm = f"{kind}/fused"
+            elif kind == "all_to_all":
+                # a rank whose pieces are uneven (a legal call) runs the agreement: every
+                # rank settles the call from the rows, as the general path's refusal does
+                self._all_to_all_refused(Fingerprint(seq, kind, **fields), out, inp,
+                                         deadline, what)
+            else:
                 group._fused_refused(Fingerprint(seq, kind, **fields), mine, deadline, what)
             if average:
                 ops.finish_average(out, group.size())
-            group.last_algorithm = f"{kind}/fused"
         except BaseException as exc:
             fifo.leave_inline(exc)
             raise
         fifo.leave_inline(None)
         return True
+
+    def _all_to_all_refused(self, fp: Fingerprint, out: np.ndarray, inp: np.ndarray,
+                            deadline: float, what: Any) -> None:
+        """After a fused all_to_all that some rank did not run: the agreement's rows,
+        then the call as they settle it (``HostSpanningGroup.all_to_all``'s refusal)."""
+        group = self.group
+        n = group.size()
+        even = [inp.size // n] * n
+        body, eager = group._all_to_all_steps(fp, "fused", out.reshape(-1), inp.reshape(-1),
+                                              even, even, _nothing)
+        counts, auxes, rows = group._agree(fp, inp.size, 1, None, deadline, what)
+        group._settle(body, eager, counts, auxes, rows, deadline, what)
 
     # ------------------------------------------------------------------ plans
 
@@ -620,6 +649,20 @@ class AcrossHostsLane:
         rows = [self._payload(at, whole)[mine_at] for at, _ in checks]
         return (mine, self._slot_like(inp), checks, rows,
                 self._fast([mine] * n, _COPY_ALL, at=mine_at.start * dtype.itemsize))
+
+    def _fused_all_to_all_plan(self, out: np.ndarray, inp: np.ndarray) -> tuple | bool:
+        """What :meth:`_fused` needs for an all_to_all in even pieces past the eager size
+        that the group would run ``fused``; False: the general path runs it."""
+        group, dtype, n = self.group, inp.dtype, self.group.size()
+        if (out.dtype != dtype or out.size != inp.size or inp.size % n or n < 2
+                or inp.nbytes <= group.eager_cap("all_to_all")
+                or group._family("all_to_all", inp.nbytes, None)[0] != "fused"):
+            return False
+        fields = {"dtype": dtype.name}
+        # the general path's cell: the fingerprint, the input's size, aux 1 (even pieces)
+        tail = (Fingerprint(0, "all_to_all", **fields).pack()[_SEQ.size:]
+                + _WORDS.pack(inp.size, 1, 0))
+        return (tail, fields, None, None, False, None, inp.size)
 
     def _root_of(self, rank: Any) -> int | None:
         """The group rank of global rank ``rank`` (None: the group's first rank)."""

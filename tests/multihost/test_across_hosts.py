@@ -60,10 +60,11 @@ def test_every_primitive_over_mpi(emulated_hosts, hosts_n, per_host, env):
     (2, "count", {"MESHCAST_COMPILED": "0"}), (2, "kind", {"MESHCAST_COMPILED": "0"}),
     (3, "cells", {}), (2, "rs-kind", {}), (2, "rs-counts", {}),
     (2, "rs-counts", {"MESHCAST_COMPILED": "0"}), (2, "lane-cells", {}), (2, "lane-kind", {}),
-    (2, "bcast-count", {}), (2, "a2a-count", {}), (2, "a2a-kind", {})],
+    (2, "bcast-count", {}), (2, "a2a-count", {}), (2, "a2a-kind", {}),
+    (2, "a2a-lane-kind", {}), (2, "a2a-count", {"QUICK_POLLS": "0"})],
     ids=["cells", "eager", "count", "kind", "count-python", "kind-python", "3x2-cells",
          "rs-kind", "rs-counts", "rs-counts-python", "lane-cells", "lane-kind", "bcast-count",
-         "a2a-count", "a2a-kind"])
+         "a2a-count", "a2a-kind", "a2a-lane-kind", "a2a-count-waits"])
 def test_fused_calls_and_their_mismatches(emulated_hosts, hosts_n, scenario, env):
     """algorithm='fused', all_reduce and reduce_scatter (the agreement rides in the data's
     messages; the steps in one C call, or through mpi4py without the helper) against the

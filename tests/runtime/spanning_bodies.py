@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,15 @@ from meshcast.testing import reference as ref
 DTYPES = ["float32", "int64", "float16", "bool", "uint8", "complex64"]
 COUNTS = [0, 1, 7, 300, 3000, 40000]  # 3000: eager on the direct route (at most 32 KiB);
 # the last passes the rails threshold in float32
+
+
+def quick_polls_from_env() -> None:
+    """QUICK_POLLS=0 in the environment: every exchange over MPI ends in the general wait
+    (so the compiled calls' pending states are run through); call before init."""
+    if "QUICK_POLLS" in os.environ:
+        from meshcast.transport.mpi import MpiComm
+
+        MpiComm.QUICK_POLLS = int(os.environ["QUICK_POLLS"])
 
 
 def _valid(op, dtype) -> bool:

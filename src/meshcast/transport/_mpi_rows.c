@@ -643,10 +643,12 @@ static PyObject *exchange(PyObject *Py_UNUSED(module), PyObject *const *args,
  *       statuses, head, cells, parts, partial, heads, got, work, dest, at, rail_at, start,
  *       piece, own, code) -- byte offsets and sizes; code the fold kernel (type * 8 + op).
  */
-static int differ(const char *rows, Py_ssize_t n, Py_ssize_t mine, const char *head,
-                  Py_ssize_t k) {
+/* Whether a row other than `mine` of the `n` rows `stride` bytes apart starts otherwise
+ * than `head`'s `k` bytes. */
+static int differ(const char *rows, Py_ssize_t stride, Py_ssize_t n, Py_ssize_t mine,
+                  const char *head, Py_ssize_t k) {
     for (Py_ssize_t j = 0; j < n; j++)
-        if (j != mine && memcmp(rows + j * k, head, k) != 0)
+        if (j != mine && memcmp(rows + j * stride, head, k) != 0)
             return 1;
     return 0;
 }
@@ -723,14 +725,14 @@ static PyObject *fused(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ss
             break;
         }
         if (step == 0) {
-            if (differ(cells, L, at, head, k)) {
+            if (differ(cells, k, L, at, head, k)) {
                 state = 2;
                 break;
             }
             memcpy(parts + at * piece, work + start, piece);
             fold_into(partial, parts, piece, L, code, piece, itemsize);
         } else if (step == 1) {
-            if (differ(heads, H, rail_at, head, k)) {
+            if (differ(heads, k, H, rail_at, head, k)) {
                 state = 2;
                 break;
             }
@@ -746,10 +748,93 @@ done:
     return result;
 }
 
+/* An exchange of rows with heads, in one C call: row g of `work` (`head`, then piece g of
+ * `src`) goes to member g, and row j of `got` comes from member j (a head, then its piece
+ * for me); once every row arrived and every head equals mine, piece j of `dst` is the
+ * piece of row j (mine: my own piece of `src`). The happy path only; it returns (state,
+ * MPI error): 0 done, 1 started and pending after `polls` yields, 2 done but some head
+ * differs (`dst` untouched), 3 a message under tag `probe` waits, 4 an MPI error code.
+ * Python goes on from there. `dst` may be `src` (each piece is read before it is written).
+ *
+ * swap_rows(startall, testall, iprobe, requests, statuses, comm, probe, any_source, polls,
+ *           head, src, work, got, dst, me) */
+static PyObject *swap_rows(PyObject *Py_UNUSED(module), PyObject *const *args,
+                           Py_ssize_t nargs) {
+    if (nargs != 15) {
+        PyErr_SetString(PyExc_TypeError, "swap_rows: 15 arguments (see the source)");
+        return NULL;
+    }
+    startall_fn startall = (startall_fn)(uintptr_t)PyLong_AsUnsignedLongLong(args[0]);
+    testall_fn testall = (testall_fn)(uintptr_t)PyLong_AsUnsignedLongLong(args[1]);
+    iprobe_fn iprobe = (iprobe_fn)(uintptr_t)PyLong_AsUnsignedLongLong(args[2]);
+    intptr_t comm = (intptr_t)PyLong_AsUnsignedLongLongMask(args[5]);
+    int probe = (int)PyLong_AsLong(args[6]), any_source = (int)PyLong_AsLong(args[7]);
+    long polls = PyLong_AsLong(args[8]);
+    Py_ssize_t me = PyLong_AsSsize_t(args[14]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer b[7];
+    int got_n = 0;
+    PyObject *result = NULL;
+    /* 3, 4: requests, statuses; 9..13: head, src, work, got, dst */
+    const int at[7] = {3, 4, 9, 10, 11, 12, 13};
+    for (int i = 0; i < 7; i++, got_n++) {
+        if (PyObject_GetBuffer(args[at[i]], &b[i], i == 2 || i == 3 ? PyBUF_SIMPLE
+                               : PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
+            goto done;
+    }
+    const char *head = b[2].buf, *src = b[3].buf;
+    char *work = b[4].buf, *got = b[5].buf, *dst = b[6].buf;
+    Py_ssize_t k = b[2].len, rows = b[5].len;
+    Py_ssize_t n = (Py_ssize_t)(b[0].len / (b[0].itemsize ? b[0].itemsize : 1));
+    Py_ssize_t members = n / 2 + 1;  /* a receive and a send per other member */
+    Py_ssize_t piece = members ? b[3].len / members : 0, row = k + piece;
+    if (!startall || !testall || !iprobe || k <= 0 || n % 2 || me < 0 || me >= members ||
+        b[3].len != members * piece || b[6].len != b[3].len || b[4].len != members * row ||
+        rows != members * row) {
+        PyErr_SetString(PyExc_ValueError, "swap_rows: bad functions, buffers or sizes");
+        goto done;
+    }
+    Py_ssize_t status_size = b[1].len / (n + 1);
+    int state = 0, error = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t g = 0; g < members; g++) {
+        memcpy(work + g * row, head, k);
+        memcpy(work + g * row + k, src + g * piece, piece);
+    }
+    int r = wait_requests(startall, testall, iprobe, (int)n, b[0].buf, b[1].buf, status_size,
+                          comm, probe, any_source, 1, polls);
+    if (r < 0) {
+        state = 4;
+        error = -r;
+    } else if (r == 1) {
+        state = 1;
+    } else if (r == 2) {
+        state = 3;
+    } else if (differ(got, row, members, me, head, k)) {
+        state = 2;
+    } else {
+        for (Py_ssize_t g = 0; g < members; g++)
+            if (g != me)
+                memcpy(dst + g * piece, got + g * row + k, piece);
+        if (dst != src)
+            memcpy(dst + me * piece, src + me * piece, piece);
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("(ii)", state, error);
+done:
+    for (int i = 0; i < got_n; i++)
+        PyBuffer_Release(&b[i]);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"exchange", (PyCFunction)(void (*)(void))exchange, METH_FASTCALL,
      "exchange(startall, testall, iprobe, requests, statuses, comm, probe, any_source, "
      "start, polls) -> 0 done, 1 not yet, 2 a message under `probe` waits (see the source)."},
+    {"swap_rows", (PyCFunction)(void (*)(void))swap_rows, METH_FASTCALL,
+     "swap_rows(...) -> (state, MPI error): an exchange of rows with heads, checked and "
+     "unpacked (see the source)."},
     {"fused", (PyCFunction)(void (*)(void))fused, METH_FASTCALL,
      "fused(...) -> (steps done, state, MPI error): a fused collective's happy path "
      "(see the source)."},

@@ -459,6 +459,25 @@ class Bound:
         c.wait_soon(req, self.deadline, self.what)
         return req.refused is None
 
+    def run_swap(self, prepared: Callable[[int | None], Exchange],
+                 buffers: Sequence[np.ndarray], me: int) -> tuple[int, Exchange | None] | None:
+        """An exchange made by :meth:`prepare` of one row per member, each a head then a
+        piece, run compiled from packing to unpacking (``algorithms.hierarchical.
+        _FusedAllToAllPlan``; ``buffers``: head, source, send rows, receive rows,
+        destination): (0, None) done, (2, None) some head differs, (1, the exchange,
+        started, for :meth:`run`); None when the engine cannot."""
+        c = self.comm
+        run = getattr(c, "_run_swap", None)
+        if run is None:
+            return None
+        try:
+            return run(prepared, buffers, me, self.probe)
+        except (TransportError, InvalidUsage):
+            raise
+        except Exception as exc:  # noqa: BLE001 - as the general wait: the lost host named
+            c.failed = True
+            raise c._explained(self.what, exc) from exc
+
     def run_fused(self, steps: Sequence[Any], buffers: Sequence[np.ndarray],
                   geometry: Sequence[int], code: int) -> tuple[int, Exchange | None] | None:
         """A fused call's prepared ``steps`` (all_reduce, reduce_scatter) run compiled as

@@ -445,6 +445,11 @@ class MpiComm(HostComm):
     def _ialltoallv(self, out: np.ndarray, recv: list[int], inp: np.ndarray,
                     send: list[int]) -> Request:
         MPI = _mpi()
+        if send == recv and send.count(send[0]) == len(send):
+            # even pieces: MPICH's Ialltoall beat its Ialltoallv by 10-15% (2 emulated hosts
+            # x 2 ranks, unlimited, 512 KiB-8 MiB: 8 MiB 7.6-8.1 against 8.3-10.4 ms)
+            return _MpiRequest(self.comm.Ialltoall([inp, send[0], MPI.BYTE],
+                                                   [out, recv[0], MPI.BYTE]), out, inp)
         return _MpiRequest(self.comm.Ialltoallv(
             [inp, (send, offsets(send)), MPI.BYTE], [out, (recv, offsets(recv)), MPI.BYTE]),
             out, inp)
@@ -506,6 +511,27 @@ class MpiComm(HostComm):
         if state == 4:
             ex.failed_with(_mpi().Exception(error))
         return done, ex
+
+    def _run_swap(self, step: Any, buffers: Sequence[np.ndarray], me: int,
+                  probe: int | None) -> tuple[int, Exchange | None] | None:
+        """A prepared exchange of rows with heads, packed, run, checked and unpacked in one
+        C call (``swap_rows`` in transport/_mpi_rows.c), when the helper runs it: (0, None)
+        done, (2, None) some head differs, (1, the exchange, started) to wait for as
+        usual; None when it cannot run compiled."""
+        parts = getattr(step, "parts", None)
+        if parts is None or parts[0] is None:
+            return None
+        compiled, comm, reqs, receives = parts
+        state, error = mpi_rows.swap_function()(
+            *compiled[:6], -1 if probe is None else probe, _mpi().ANY_SOURCE,
+            self.QUICK_POLLS, *buffers, me)
+        if state in (0, 2):
+            return state, None
+        ex = _CompiledExchange(compiled, comm, reqs, receives, probe, 0,
+                               state={1: 1, 3: 2, 4: 1}[state])
+        if state == 4:
+            ex.failed_with(_mpi().Exception(error))
+        return 1, ex
 
     def _prepare(self, recvs: list[tuple[int, np.ndarray]],
                  sends: list[tuple[int, np.ndarray]]) -> Any:

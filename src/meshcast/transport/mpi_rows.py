@@ -126,6 +126,14 @@ def fused_function() -> Any:
     return fused
 
 
+def swap_function() -> Any:
+    """The compiled ``swap_rows`` (see transport/_mpi_rows.c); only after
+    exchange_functions() found the helper."""
+    from ._mpi_rows import swap_rows
+
+    return swap_rows
+
+
 class PersistentRows:
     """A program run through mpi4py on persistent requests (the compiled runner's
     interface; see the module)."""

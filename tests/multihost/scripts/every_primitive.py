@@ -1,6 +1,5 @@
 """Every primitive against the oracle on a world across hosts (started by a launcher)."""
 
-import os
 import sys
 from pathlib import Path
 
@@ -10,10 +9,7 @@ from tests.runtime import spanning_bodies as bodies  # noqa: E402
 
 import meshcast as dist  # noqa: E402
 
-if "QUICK_POLLS" in os.environ:  # 0: every exchange phase ends in the general wait
-    from meshcast.transport.mpi import MpiComm
-
-    MpiComm.QUICK_POLLS = int(os.environ["QUICK_POLLS"])
+bodies.quick_polls_from_env()
 dist.init_process_group()
 ran = bodies.every_primitive()
 bodies.uneven_and_shapes()

@@ -17,6 +17,7 @@ import meshcast as dist  # noqa: E402
 from meshcast import ops  # noqa: E402
 from meshcast.testing import reference as ref  # noqa: E402
 
+bodies.quick_polls_from_env()
 dist.init_process_group()
 r, n = dist.get_rank(), dist.get_world_size()
 g = dist.group.WORLD
@@ -198,6 +199,12 @@ try:
         else:
             dist.all_to_all_single(np.ones(40000 * n, np.float32),
                                    np.ones(40000 * n, np.float32), algorithm="fused")
+    elif scenario == "a2a-lane-kind":  # as 'a2a-kind', the all_to_alls through the lane
+        if r == 0:
+            dist.all_reduce(np.ones(40000 * n, np.float32), algorithm="fused")
+        else:
+            dist.all_to_all_single(np.ones(40000 * n, np.float32),
+                                   np.ones(40000 * n, np.float32))
     elif scenario == "bcast-count":  # eager broadcasts of other sizes on one rank
         dist.broadcast(np.ones(100000 if r == n - 1 else 90000, np.float32), src=0)
     raise AssertionError(f"rank {r}: no MismatchError")
