@@ -242,24 +242,25 @@ class Layout:
 #: ``fused`` spends ~200 us of CPU per 128 KiB call, ~100 of them in meshcast's Python
 #: around the compiled steps, MPICH ~90.
 #:
-#: ``fused`` all_to_all (even pieces: cells and pieces in one exchange) against ``flat``
-#: (the agreement, then MPI's Ialltoallv) and MPICH's own Ialltoall, same setup, one job,
-#: best of 3 (us), by a rank's input:
+#: ``fused`` all_to_all (even pieces: each pair's cell and piece in one message) against
+#: ``flat`` (the agreement, then MPI's Ialltoall) and MPICH's own Ialltoall, same setup,
+#: one job, best of 3 (us), by a rank's input, forced by ``algorithm=`` (the general
+#: path; the lane takes a little less):
 #:
 #: ===========  =============================  =============================
 #: input        2 Gbit/s: fused / flat / MPI   unlimited: fused / flat / MPI
 #: ===========  =============================  =============================
-#: 64 KiB       373 / 407 / 269                371 / 428 / 179
-#: 128 KiB      549 / 569 / 545                401 / 427 / 180
-#: 256 KiB      1144 / 2094 / 1272             677 / 621 / 283
-#: 512 KiB      2492 / 4459 / 4146             802 / 628 / 291
-#: 1 MiB        5109 / 4379 / 4379             1815 / 1136 / 668
-#: 2 MiB        8959 / 8827 / 8784             3819 / 2416 / 1741
+#: 64 KiB       294 / 399 / 277                303 / 451 / 171
+#: 128 KiB      548 / 547 / 546                312 / 457 / 187
+#: 256 KiB      1668 / 1380 / 1361             370 / 460 / 226
+#: 512 KiB      2324 / 2647 / 2352             472 / 555 / 310
+#: 1 MiB        4382 / 4452 / 4372             791 / 787 / 477
+#: 2 MiB        9036 / 8836 / 8762             1840 / 1128 / 1163
 #: ===========  =============================  =============================
 #:
-#: A slow link favours ``fused`` below 1 MiB (its 32 KiB messages keep the link busy
-#: where MPICH's larger ones wait), fast links ``flat`` from 256 KiB (fewer messages for
-#: the CPU): ``fused`` below 1 MiB, where the link is what clusters lack.
+#: ``fused`` below 1 MiB: faster than ``flat`` there on unlimited links, and at 2 Gbit/s
+#: alike within the noise (from 256 KiB runs of one job differ up to 2x); from 1 MiB
+#: ``flat``, which copies nothing on the way.
 #:
 #: ``rails`` needs every host to hold the same number (> 1) of ranks; where it cannot run,
 #: ``leader`` does. Calls of at most :data:`EAGER_BYTES` per rank never get here:
