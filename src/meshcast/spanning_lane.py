@@ -654,7 +654,10 @@ class AcrossHostsLane:
         """What :meth:`_fused` needs for an all_to_all in even pieces past the eager size
         that the group would run ``fused``; False: the general path runs it."""
         group, dtype, n = self.group, inp.dtype, self.group.size()
-        if (out.dtype != dtype or out.size != inp.size or inp.size % n or n < 2
+        # the dtypes the eager lane moves as they are; others (object arrays, byte orders
+        # the front door converts) take the general path, which validates them
+        if (dtype.name not in _MOVE_DTYPES or not dtype.isnative or out.dtype != dtype
+                or out.size != inp.size or inp.size % n or n < 2
                 or inp.nbytes <= group.eager_cap("all_to_all")
                 or group._family("all_to_all", inp.nbytes, None)[0] != "fused"):
             return False

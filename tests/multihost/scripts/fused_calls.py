@@ -139,6 +139,13 @@ works = [dist.all_to_all_single(o, np.full(12000 * n, float(r + 10 * i), np.floa
 for i, (w, o) in enumerate(zip(works, outs)):
     w.wait()
     assert (o.reshape(n, -1) == np.arange(n)[:, None] + 10 * i).all(), f"async a2a {i}"
+# Arrays of Python objects are refused before anything is sent, past the eager size too
+# (the lane must not move their pointers).
+try:
+    dist.all_to_all_single(np.empty(9000 * n, object), np.full(9000 * n, r, object))
+    raise AssertionError("an all_to_all of object arrays ran")
+except dist.InvalidUsage:
+    pass
 # A legal call beside the fused ranks: the last rank cuts its input unevenly (its piece for
 # itself is longer), so it runs the agreement; the fused ranks see its row, refuse
 # together, and every rank finishes the call from the rows, the general way.
