@@ -51,6 +51,7 @@ from ._fingerprint import SIZE as FP_SIZE
 from ._fingerprint import Fingerprint, compare, counts_hash, path_digest
 from .agreement_rows import _WORDS, CELL, ROW_LENGTH, _row_length
 from .algorithms import hierarchical as hier
+from .algorithms._common import as_bytes
 from .algorithms.hierarchical import Layout
 from .buffers import Buffer, store_back, working_copy
 from .errors import MismatchError, usage
@@ -134,11 +135,6 @@ def _nothing() -> None:
 
 
 _NO_BYTES = np.zeros(0, np.uint8)
-
-
-def _bytes_of(a: np.ndarray) -> np.ndarray:
-    """A contiguous array's bytes, as a flat uint8 view."""
-    return a.reshape(-1).view(np.uint8)
 
 
 class _Ctx:
@@ -475,10 +471,10 @@ class HostSpanningGroup(GroupRanks):
         def eager(rows: list[np.ndarray], counts: list[int], auxes: list[int]) -> None:
             self.last_algorithm = "broadcast/eager"
             if self._rank != root:
-                _bytes_of(buf.flat)[:] = rows[root]
+                as_bytes(buf.flat)[:] = rows[root]
             buf.finish()
 
-        mine = _bytes_of(buf.flat) if self._rank == root else _NO_BYTES
+        mine = as_bytes(buf.flat) if self._rank == root else _NO_BYTES
         return self._call(fp, buf.count, 0, async_op, body,
                           self._eager_payload("broadcast", algorithm, mine), eager)
 
@@ -499,7 +495,7 @@ class HostSpanningGroup(GroupRanks):
             ops.reduce_many(combine, w, [r.view(w.dtype) for r in rows])
             self._finish_reduction(buf, w, upcast, op)
 
-        payload = self._eager_payload("all_reduce", algorithm, _bytes_of(w))
+        payload = self._eager_payload("all_reduce", algorithm, as_bytes(w))
         if family == "fused" and (payload is None or payload.nbytes > self.eager_bytes):
             def fused(ctx: _Ctx) -> bool:
                 if not hier.all_reduce_fused(ctx, w, combine, fp.pack(), self._fused_plans,
@@ -535,7 +531,7 @@ class HostSpanningGroup(GroupRanks):
             self._finish_reduction(buf, w, upcast, op, holds_result=at_root)
 
         return self._call(fp, buf.count, 0, async_op, body,
-                          self._eager_payload("reduce", algorithm, _bytes_of(w)), eager)
+                          self._eager_payload("reduce", algorithm, as_bytes(w)), eager)
 
     def all_gather(self, out_flat: np.ndarray, in_flat: np.ndarray, counts: Sequence[int],
                    dtype_name: str, finish: Callable[[], None], *,
@@ -560,11 +556,11 @@ class HostSpanningGroup(GroupRanks):
             check(got)
             self.last_algorithm = "all_gather/eager"
             if rows:
-                np.concatenate(rows, out=_bytes_of(out_flat))
+                np.concatenate(rows, out=as_bytes(out_flat))
             finish()
 
         return self._call(fp, in_flat.size, 0, async_op, body,
-                          self._eager_payload("all_gather", algorithm, _bytes_of(in_flat)),
+                          self._eager_payload("all_gather", algorithm, as_bytes(in_flat)),
                           eager)
 
     def gather(self, out_pieces: Sequence[np.ndarray] | None, in_flat: np.ndarray, root: int,
@@ -576,7 +572,7 @@ class HostSpanningGroup(GroupRanks):
         aux = counts_hash(expected_counts) if self._rank == root else 0
         body, eager = self._gather_steps(fp, family, out_pieces, in_flat, root, finish)
         return self._call(fp, in_flat.size, aux, async_op, body,
-                          self._eager_payload("gather", algorithm, _bytes_of(in_flat)), eager)
+                          self._eager_payload("gather", algorithm, as_bytes(in_flat)), eager)
 
     def _gather_steps(self, fp: Fingerprint, family: str,
                       out_pieces: Sequence[np.ndarray] | None, in_flat: np.ndarray, root: int,
@@ -602,7 +598,7 @@ class HostSpanningGroup(GroupRanks):
             self.last_algorithm = "gather/eager"
             if out_pieces:
                 for piece, row in zip(out_pieces, rows):
-                    _bytes_of(piece)[:] = row
+                    as_bytes(piece)[:] = row
             finish()
 
         return body, eager
@@ -615,7 +611,7 @@ class HostSpanningGroup(GroupRanks):
         fp = self._fp("scatter", path=path, dtype=dtype_name, root=root)
         aux = counts_hash(expected_counts) if self._rank == root else 0
         body, eager = self._scatter_steps(fp, family, out_flat, in_flat, root, finish)
-        mine = _bytes_of(in_flat) if in_flat is not None else _NO_BYTES
+        mine = as_bytes(in_flat) if in_flat is not None else _NO_BYTES
         return self._call(fp, out_flat.size, aux, async_op, body,
                           self._eager_payload("scatter", algorithm, mine), eager)
 
@@ -644,7 +640,7 @@ class HostSpanningGroup(GroupRanks):
             self.last_algorithm = "scatter/eager"
             isz = out_flat.itemsize
             start = sum(counts[:self._rank]) * isz
-            _bytes_of(out_flat)[:] = rows[root][start:start + out_flat.nbytes]
+            as_bytes(out_flat)[:] = rows[root][start:start + out_flat.nbytes]
             finish()
 
         return body, eager
@@ -686,7 +682,7 @@ class HostSpanningGroup(GroupRanks):
             self._finish_reduction(out_buf, out_w, out_w is not out_buf.flat, op)
             finish()
 
-        payload = self._eager_payload("reduce_scatter", algorithm, _bytes_of(w))
+        payload = self._eager_payload("reduce_scatter", algorithm, as_bytes(w))
         if family == "fused" and (payload is None or payload.nbytes > self.eager_bytes) \
                 and out_buf.count == expected[self._rank]:
             # (an output of another size goes to the agreement, which says so everywhere)
@@ -719,7 +715,7 @@ class HostSpanningGroup(GroupRanks):
         even = int(in_flat.size % n == 0 and send == recv == [in_flat.size // n] * n)
 
         body, eager = self._all_to_all_steps(fp, family, out_flat, in_flat, send, recv, finish)
-        payload = (self._eager_payload("all_to_all", algorithm, _bytes_of(in_flat)) if even
+        payload = (self._eager_payload("all_to_all", algorithm, as_bytes(in_flat)) if even
                    else None)
         if family == "fused" and even and (payload is None
                                            or payload.nbytes > self.eager_cap("all_to_all")):
@@ -774,7 +770,7 @@ class HostSpanningGroup(GroupRanks):
             piece = in_flat.nbytes // n
             mine = slice(self._rank * piece, (self._rank + 1) * piece)
             if piece:
-                np.concatenate([row[mine] for row in rows], out=_bytes_of(out_flat))
+                np.concatenate([row[mine] for row in rows], out=as_bytes(out_flat))
             finish()
 
         return body, eager

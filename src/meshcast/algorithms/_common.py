@@ -12,6 +12,11 @@ import numpy as np
 from ._plan import Copy, Plan
 
 
+def as_bytes(a: np.ndarray) -> np.ndarray:
+    """A contiguous array's bytes, as a flat uint8 view."""
+    return a.reshape(-1).view(np.uint8)
+
+
 def same_memory(a: np.ndarray, b: np.ndarray) -> bool:
     """True if ``a`` and ``b`` are the very same bytes (so copying one to the other is a no-op).
 

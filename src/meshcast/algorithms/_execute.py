@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .. import ops
+from ._common import as_bytes
 from ._plan import Copy, Get, Put, Recv, Reduce, ReduceSlots, Round, Send, Signal, Wait
 
 
@@ -34,9 +35,6 @@ class ExecContext(Protocol):
     def irecv(self, peer: int, buf: np.ndarray, round_index: int) -> CommHandle: ...
 
 
-def _bytes(a: np.ndarray) -> np.ndarray:
-    return a.reshape(-1).view(np.uint8)
-
 
 def _reduce(ctx: ExecContext, step: Reduce) -> None:
     ops.reduce_into(ctx.op, step.dst, step.src)
@@ -47,12 +45,12 @@ def _copy(ctx: ExecContext, step: Copy) -> None:
 
 
 def _put(ctx: ExecContext, step: Put) -> None:
-    src = _bytes(step.src)
+    src = as_bytes(step.src)
     ctx.arena.slots[ctx.arena.rank][step.offset:step.offset + src.nbytes] = src
 
 
 def _get(ctx: ExecContext, step: Get) -> None:
-    dst = _bytes(step.dst)
+    dst = as_bytes(step.dst)
     dst[:] = ctx.arena.slots[step.peer][step.offset:step.offset + dst.nbytes]
 
 

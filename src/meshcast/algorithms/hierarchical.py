@@ -53,7 +53,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..ops import ReduceOp, reduce_many
-from ._common import displs
+from ._common import as_bytes, displs
 from ._common import split as _pieces
 from ._plan import split_even
 
@@ -662,7 +662,7 @@ class _FusedAllToAllPlan:
     def run(self, p2p: Across, w: np.ndarray, out: np.ndarray, cell: bytes) -> bool:
         me, k, head, work, got = self.me, self.k, self.head, self.work, self.got
         head[:-1] = np.frombuffer(cell, np.uint8)
-        src, dst = _as_bytes(w), _as_bytes(out)
+        src, dst = as_bytes(w), as_bytes(out)
         started = None
         run_swap = getattr(p2p, "run_swap", None)
         if run_swap is not None:
@@ -729,11 +729,6 @@ FUSED_PLANS = 8
 #: behind the other rails' data (128 KiB at 2 emulated hosts x 2 ranks, 2 Gbit/s: 1225
 #: us in 64 KiB messages against MPICH's own 588).
 FUSED_CHUNK = 32 << 10
-
-
-def _as_bytes(a: np.ndarray) -> np.ndarray:
-    """A contiguous array's bytes, flat (a view)."""
-    return a.reshape(-1).view(np.uint8)
 
 
 def _chunks(a: np.ndarray) -> list[np.ndarray]:
