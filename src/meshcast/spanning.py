@@ -249,8 +249,7 @@ class HostSpanningGroup(GroupRanks):
 
         def job() -> None:
             deadline = time.monotonic() + self.timeout
-            counts, auxes, rows = self._agree(fp, mine, aux, payload, deadline, what)
-            self._settle(body, eager, counts, auxes, rows, deadline, what)
+            self._agree_then_settle(fp, mine, aux, payload, body, eager, deadline, what)
 
         if async_op:
             return self.fifo.submit(job, Work(what), inline=False)
@@ -313,6 +312,16 @@ class HostSpanningGroup(GroupRanks):
             eager(rows, counts, auxes)
         else:
             body(_Ctx(self, deadline, what), counts, auxes)
+
+    def _agree_then_settle(self, fp: Fingerprint, mine: int, aux: int,
+                           payload: np.ndarray | None,
+                           body: Callable[[_Ctx, list[int], list[int]], None],
+                           eager: Callable[[list[np.ndarray], list[int], list[int]], None]
+                           | None, deadline: float, what: Any) -> None:
+        """:meth:`_agree`, then :meth:`_settle` the call from the rows: the general path of
+        every call, and how a refused fused all_to_all finishes."""
+        counts, auxes, rows = self._agree(fp, mine, aux, payload, deadline, what)
+        self._settle(body, eager, counts, auxes, rows, deadline, what)
 
     def _agree(self, fp: Fingerprint, mine: int, aux: int, payload: np.ndarray | None,
                deadline: float, what: str
@@ -732,8 +741,8 @@ class HostSpanningGroup(GroupRanks):
             def refused(deadline: float, what: Any) -> None:
                 # Not a mismatch yet: a rank with uneven pieces (a legal call) runs the
                 # agreement first. Every rank settles the call from the rows, as they do.
-                counts, auxes, rows = self._agree(fp, in_flat.size, even, None, deadline, what)
-                self._settle(body, eager, counts, auxes, rows, deadline, what)
+                self._agree_then_settle(fp, in_flat.size, even, None, body, eager, deadline,
+                                        what)
 
             return self._call_fused(fp, in_flat.size, async_op, fused, refused)
         if family == "fused":  # small, or uneven: the agreement, then the data

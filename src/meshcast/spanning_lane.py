@@ -119,8 +119,8 @@ class SpanningView(Protocol):
     def _settle(self, body: Any, eager: Any, counts: list[int], auxes: list[int],
                 rows: Any, deadline: float, what: Any) -> None: ...
 
-    def _agree(self, fp: Fingerprint, mine: int, aux: int, payload: Any, deadline: float,
-               what: Any) -> Any: ...
+    def _agree_then_settle(self, fp: Fingerprint, mine: int, aux: int, payload: Any,
+                           body: Any, eager: Any, deadline: float, what: Any) -> None: ...
 
     def _all_to_all_steps(self, *args: Any) -> Any: ...
 
@@ -486,8 +486,7 @@ class AcrossHostsLane:
         even = [inp.size // n] * n
         body, eager = group._all_to_all_steps(fp, "fused", out.reshape(-1), inp.reshape(-1),
                                               even, even, _nothing)
-        counts, auxes, rows = group._agree(fp, inp.size, 1, None, deadline, what)
-        group._settle(body, eager, counts, auxes, rows, deadline, what)
+        group._agree_then_settle(fp, inp.size, 1, None, body, eager, deadline, what)
 
     # ------------------------------------------------------------------ plans
 

@@ -648,7 +648,7 @@ class _FusedAllToAllPlan:
         n, me = p2p.size, p2p.rank
         self.me = me
         self.k = k = cell + 1
-        self.piece = piece = (size // n) * np.dtype(dtype).itemsize
+        piece = (size // n) * np.dtype(dtype).itemsize
         self.head = np.zeros(k, np.uint8)
         self.work = np.zeros((n, k + piece), np.uint8)
         self.got = np.zeros((n, k + piece), np.uint8)
@@ -678,11 +678,10 @@ class _FusedAllToAllPlan:
             np.copyto(work[:, k:], src.reshape(len(work), -1))
         if not p2p.run(self.step, started=started):
             return False
-        got[me, :k] = head
+        got[me] = work[me]
         if not (got[:, :k] == head).all():
             return False
         np.copyto(dst.reshape(len(got), -1), got[:, k:])
-        dst.reshape(len(got), -1)[me] = work[me, k:]
         return True
 
 
