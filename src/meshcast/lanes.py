@@ -84,6 +84,15 @@ class TinyCallLane:
         self._last_rooted: dict[str, tuple] = {kind: (None, None, None, False)
                                                for kind in ("gather", "scatter")}
         self._spec = _wait.spec()  # the process's wait settings (spin time)
+        self._spin_ns = int(self._spec.spin_s * 1e9)
+        # The global ranks a message of this group may go to or come from (not mine):
+        # one set lookup where a small send would check membership and self apart.
+        me = group.global_ranks[group._rank]
+        self._p2p_peers = frozenset(g for g in group.global_ranks if g != me)
+        # and per such peer the compiled send and receive (transport/_rings.c: Port),
+        # which take a small message's common case in one C call
+        ports = ((g, group.transport.port(g, group.group_id, KIND_P2P)) for g in self._p2p_peers)
+        self._ports = {g: port for g, port in ports if port is not None}
         self._whats = {kind: _What(group, kind) for kind in (
             "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all",
             "gather", "scatter", "barrier")}
@@ -779,12 +788,28 @@ class TinyCallLane:
         """The blocking :func:`meshcast.send` of a small contiguous array to global rank
         ``dst``: written into the ring at once, no Handle or Work (see
         ShmTransport.send_now); False: the general path."""
+        # The common case in one C call (the port checks contiguity and the
+        # transport's state itself); a frame less matters here: a small message's
+        # round trip is a few microseconds.
+        port = self._ports.get(dst)
+        if (port is not None and TAGS[0] <= tag < TAGS[1] and _p2p_dtype(arr.dtype)
+                and port.send(arr, tag) > 0):
+            next(self.group._p2p_seq)  # numbered like any send, for later messages
+            return True
         return self.p2p_ok(arr, dst, tag) and self._send_now(arr, dst, tag, self._spec.spin_s)
 
     def recv(self, arr: np.ndarray, src: int, tag: int) -> bool:
         """The blocking :func:`meshcast.recv` from global rank ``src`` into a contiguous
         array, when its message is, or within the spin time becomes, the first in the
         ring (see ShmTransport.recv_now); False: the general path."""
+        port = self._ports.get(src)  # (as in send)
+        if port is not None and TAGS[0] <= tag < TAGS[1] and _p2p_dtype(arr.dtype):
+            state = port.recv(arr, tag, self._spin_ns)
+            if state > 0:
+                next(self.group._p2p_seq)
+                return True
+            if state == 0:  # nothing came within the spin time: the general path waits
+                return False
         return (self.p2p_ok(arr, src, tag, writes=True)
                 and self._recv_now(arr, src, tag, self._spec.spin_s))
 
@@ -819,15 +844,24 @@ class TinyCallLane:
         return Work.finished(_P2PWhat(self.group, "recv", src, tag), src)
 
     def _send_now(self, arr: np.ndarray, dst: int, tag: int, spin_s: float = 0.0) -> bool:
+        """Send a message :meth:`p2p_ok` accepted straight into the ring: the port
+        first, then the transport's own checks (and its wait for room)."""
+        port = self._ports.get(dst)
         group = self.group
-        if not group.transport.send_now(dst, group.group_id, KIND_P2P, tag, arr, spin_s):
+        if not ((port is not None and port.send(arr, tag) > 0)
+                or group.transport.send_now(dst, group.group_id, KIND_P2P, tag, arr, spin_s)):
             return False
         next(group._p2p_seq)  # numbered like any send, for later messages
         return True
 
     def _recv_now(self, arr: np.ndarray, src: int, tag: int, spin_s: float) -> bool:
+        """Receive a message :meth:`p2p_ok` accepted straight out of the ring (as
+        :meth:`_send_now`; the port's "nothing came" is final)."""
+        port = self._ports.get(src)
         group = self.group
-        if not group.transport.recv_now(src, group.group_id, KIND_P2P, tag, arr, spin_s):
+        state = -1 if port is None else port.recv(arr, tag, int(spin_s * 1e9))
+        if not (state > 0 or (state < 0 and group.transport.recv_now(
+                src, group.group_id, KIND_P2P, tag, arr, spin_s))):
             return False
         next(group._p2p_seq)
         return True

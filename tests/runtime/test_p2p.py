@@ -130,13 +130,18 @@ def test_bad_arguments_raise_before_sending_and_name_rank():
         assert "'group' must be a ProcessGroup" in msgs[6]
 
 
-@pytest.mark.parametrize("ring", ["1M", "4K"])
-def test_blocking_send_recv_fast_path_keeps_matching_rules(ring):
+@pytest.mark.parametrize("ring,compiled", [("1M", "1"), ("4K", "1"), ("4K", "0")])
+def test_blocking_send_recv_fast_path_keeps_matching_rules(ring, compiled):
     out = spawn_world(bodies.blocking_fast_path, 2, timeout=60, count=400,
-                      env={"MESHCAST_RING_BYTES": ring})
+                      env={"MESHCAST_RING_BYTES": ring, "MESHCAST_COMPILED": compiled})
     # most small messages went straight through the ring (a receive that spun past
-    # its spin time, or found another message first, took the general path)
+    # its spin time, or found another message first, took the general path), in one
+    # C call each with the compiled helper (the lane's ports), else in Python
     assert all(used["send"] > 200 and used["recv"] > 100 for used in out), out
+    if compiled == "1":
+        assert all(used["by_port"] > 300 for used in out), out
+    else:
+        assert all(used["by_port"] == 0 for used in out), out
 
 
 def test_a_receiver_that_computes_still_drains_a_stalled_ring():

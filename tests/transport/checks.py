@@ -275,35 +275,40 @@ def check_blocking_fast_path_around_the_ring() -> str:
     import meshcast.transport.shm as shm_module
 
     report = []
-    for compiled in (True, False):
+    built = shm_module._compiled_rings() is not None
+    for mode in ("port", "compiled", "python") if built else ("python",):
         with shm() as t:
-            if not compiled:
+            if mode == "python":
                 t._rings = None
-            elif shm_module._compiled_rings() is not None:
+            else:
                 assert t._rings is not None, "the compiled ring helper is built but unused"
-            fast = _fast_path_messages(t)
-            assert fast > 500, f"only {fast} of 600 messages took the fast path"
-            report.append(f"{'compiled' if compiled else 'python'} {fast}")
+            fast = _fast_path_messages(t, mode == "port")
+            assert fast > 500, f"only {fast} of 600 messages took the fast path ({mode})"
+            report.append(f"{mode} {fast}")
             dist.barrier()
     return ", ".join(report)
 
 
-def _fast_path_messages(t: ShmTransport) -> int:
+def _fast_path_messages(t: ShmTransport, by_port: bool) -> int:
     """check_blocking_fast_path_around_the_ring's exchange on ``t``: how many messages
-    this rank moved through send_now/recv_now."""
+    this rank moved through send_now/recv_now, or with ``by_port`` through the
+    transport's compiled port (one C call a message)."""
     me, peer = dist.get_rank(), 1 - dist.get_rank()
     fast = 0
+    port = t.port(peer, GROUP, KIND_P2P) if by_port else None
+    assert (port is not None) == by_port
 
     def send(tag: int, arr: np.ndarray) -> None:
         nonlocal fast
-        if t.send_now(peer, GROUP, KIND_P2P, tag, arr):
+        if port.send(arr, tag) > 0 if port else t.send_now(peer, GROUP, KIND_P2P, tag, arr):
             fast += 1
         else:
             _send(t, peer, tag, arr.view(np.uint8)).wait(_deadline())
 
     def recv(tag: int, out: np.ndarray) -> None:
         nonlocal fast
-        if t.recv_now(peer, GROUP, KIND_P2P, tag, out, 0.5):
+        if (port.recv(out, tag, 500_000_000) > 0 if port
+                else t.recv_now(peer, GROUP, KIND_P2P, tag, out, 0.5)):
             fast += 1
         else:
             t.irecv(peer, GROUP, KIND_P2P, tag, out.view(np.uint8), "recv").wait(_deadline())
@@ -325,6 +330,8 @@ def _fast_path_messages(t: ShmTransport) -> int:
         dist.barrier()
         out = np.zeros(8, np.uint8)
         assert not t.recv_now(peer, GROUP, KIND_P2P, 99, out, 0.01)
+        if port:
+            assert port.recv(out, 99, 10_000_000) == -1
         h, first = _recv(t, peer, 98, 8)
         h.wait(_deadline())
         h, second = _recv(t, peer, 99, 8)
@@ -336,6 +343,12 @@ def _fast_path_messages(t: ShmTransport) -> int:
         dist.barrier()
     # a message larger than the ring never takes the fast path
     assert not t.send_now(peer, GROUP, KIND_P2P, 0, np.zeros(RING, np.uint8))
+    if port:  # nor through the port, nor a strided array or a read-only receive buffer
+        assert port.send(np.zeros(RING, np.uint8), 0) == -1
+        assert port.send(np.zeros(16, np.uint8)[::2], 0) == -1
+        read_only = np.zeros(8, np.uint8)
+        read_only.flags.writeable = False
+        assert port.recv(read_only, 0, 0) == -1
     return fast
 
 

@@ -237,6 +237,254 @@ static PyObject *room(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssi
     return PyBool_FromLong(found);
 }
 
+/* ------------------------------------------------------------------ Port
+ *
+ * A blocking send or receive of a small message to or from one peer of one group, the
+ * whole call in C: the transport's checks (ShmTransport.port), its lock, and put or
+ * take. It serves only the quiet case -- the group open, the peer alive, no send queued
+ * to the peer, no message from it half received, and no posted receive or unexpected
+ * message at all -- and answers -1 otherwise, so that Python decides with the exact
+ * matching rules (ShmTransport.send_now/recv_now). A small message's round trip was
+ * mostly the interpreter's lookups and frames around put and take. */
+
+typedef struct {
+    PyObject_HEAD
+    char *out_ring, *out_bell, *in_ring, *in_bell;
+    uint64_t size, max_bytes;
+    uint32_t group, kind;
+    PyObject *acquire, *release;   /* the transport lock's bound methods */
+    PyObject *transport;           /* for its `_closed` */
+    PyObject *sendq, *gone, *peer, *incoming, *j, *posted, *unexpected;
+} Port;
+
+static PyObject *closed_name;
+
+static void port_dealloc(Port *self) {
+    Py_XDECREF(self->acquire);
+    Py_XDECREF(self->release);
+    Py_XDECREF(self->transport);
+    Py_XDECREF(self->sendq);
+    Py_XDECREF(self->gone);
+    Py_XDECREF(self->peer);
+    Py_XDECREF(self->incoming);
+    Py_XDECREF(self->j);
+    Py_XDECREF(self->posted);
+    Py_XDECREF(self->unexpected);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int port_init(Port *self, PyObject *args, PyObject *kwds) {
+    static char *names[] = {"out_ring", "out_bell", "in_ring", "in_bell", "size", "max_bytes",
+                            "group", "kind", "lock", "transport", "sendq", "gone", "peer",
+                            "incoming", "j", "posted", "unexpected", NULL};
+    unsigned long long out_ring, out_bell, in_ring, in_bell, size, max_bytes;
+    unsigned long group, kind;
+    PyObject *lock, *transport, *sendq, *gone, *peer, *incoming, *j, *posted, *unexpected;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "KKKKKKkkOOOOOOOOO", names, &out_ring,
+                                     &out_bell, &in_ring, &in_bell, &size, &max_bytes, &group,
+                                     &kind, &lock, &transport, &sendq, &gone, &peer, &incoming,
+                                     &j, &posted, &unexpected))
+        return -1;
+    if (!out_ring || !out_bell || !in_ring || !in_bell || size < HEADER) {
+        PyErr_SetString(PyExc_ValueError, "a null ring or doorbell, or a ring too small");
+        return -1;
+    }
+    if (!PyList_Check(posted) || !PyList_Check(unexpected) || !PyDict_Check(incoming) ||
+        !PyAnySet_Check(gone)) {
+        PyErr_SetString(PyExc_TypeError, "posted, unexpected: lists; incoming: a dict; gone: a set");
+        return -1;
+    }
+    self->out_ring = (char *)(uintptr_t)out_ring;
+    self->out_bell = (char *)(uintptr_t)out_bell;
+    self->in_ring = (char *)(uintptr_t)in_ring;
+    self->in_bell = (char *)(uintptr_t)in_bell;
+    self->size = size;
+    self->max_bytes = max_bytes;
+    self->group = (uint32_t)group;
+    self->kind = (uint32_t)kind;
+    PyObject *acquire = PyObject_GetAttrString(lock, "acquire");
+    PyObject *release = acquire ? PyObject_GetAttrString(lock, "release") : NULL;
+    if (!release) {
+        Py_XDECREF(acquire);
+        return -1;
+    }
+    Py_XSETREF(self->acquire, acquire);
+    Py_XSETREF(self->release, release);
+    Py_XSETREF(self->transport, Py_NewRef(transport));
+    Py_XSETREF(self->sendq, Py_NewRef(sendq));
+    Py_XSETREF(self->gone, Py_NewRef(gone));
+    Py_XSETREF(self->peer, Py_NewRef(peer));
+    Py_XSETREF(self->incoming, Py_NewRef(incoming));
+    Py_XSETREF(self->j, Py_NewRef(j));
+    Py_XSETREF(self->posted, Py_NewRef(posted));
+    Py_XSETREF(self->unexpected, Py_NewRef(unexpected));
+    return 0;
+}
+
+/* The transport is open and the peer alive: 1, 0 not, -1 error. */
+static int port_open(Port *self) {
+    PyObject *closed = PyObject_GetAttr(self->transport, closed_name);
+    if (!closed)
+        return -1;
+    int open = closed == Py_None;
+    Py_DECREF(closed);
+    if (!open)
+        return 0;
+    int gone = PySet_Contains(self->gone, self->peer);
+    return gone < 0 ? -1 : !gone;
+}
+
+static int port_lock(Port *self) {
+    PyObject *got = PyObject_CallNoArgs(self->acquire);
+    Py_XDECREF(got);
+    return got ? 0 : -1;
+}
+
+static int port_unlock(Port *self) {
+    PyObject *done = PyObject_CallNoArgs(self->release);
+    Py_XDECREF(done);
+    return done ? 0 : -1;
+}
+
+/* send(data, tag) -> 1 written, 0 no room now, -1 not the quiet case (or data that is
+ * not C-contiguous, or too large): nothing written. */
+static PyObject *port_send(Port *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "send(data, tag)");
+        return NULL;
+    }
+    int64_t tag = PyLong_AsLongLong(args[1]);
+    if (tag == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer data;
+    if (PyObject_GetBuffer(args[0], &data, PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        return PyLong_FromLong(-1);
+    }
+    long state = -1;
+    if ((uint64_t)data.len < self->max_bytes) {
+        if (port_lock(self) < 0) {
+            PyBuffer_Release(&data);
+            return NULL;
+        }
+        int open = port_open(self);
+        Py_ssize_t queued = open > 0 ? PyObject_Size(self->sendq) : 0;
+        if (open > 0 && queued == 0) {
+            Header h = {self->group, self->kind, tag, (uint64_t)data.len, 0};
+            char *ring = self->out_ring;
+            uint64_t head = __atomic_load_n(head_of(ring), __ATOMIC_RELAXED);
+            uint64_t tail = __atomic_load_n(tail_of(ring), __ATOMIC_ACQUIRE);
+            state = 0;
+            if (self->size - (head - tail) >= HEADER + h.nbytes) {
+                ring_write(ring + RING_DATA, self->size, head, (const char *)&h, HEADER);
+                ring_write(ring + RING_DATA, self->size, head + HEADER, data.buf, h.nbytes);
+                __atomic_store_n(head_of(ring), head + HEADER + h.nbytes, __ATOMIC_RELEASE);
+                ring_bell(self->out_bell, 0);
+                state = 1;
+            }
+        }
+        int failed = open < 0 || queued < 0;
+        if (port_unlock(self) < 0 || failed) {
+            PyBuffer_Release(&data);
+            return NULL;
+        }
+    }
+    PyBuffer_Release(&data);
+    return PyLong_FromLong(state);
+}
+
+/* One look under the lock: 1 taken, 0 empty, -1 not the quiet case or another message
+ * first, -2 error. */
+static int port_look(Port *self, Py_buffer *out, int64_t tag) {
+    if (port_lock(self) < 0)
+        return -2;
+    int state = -1, open = port_open(self);
+    PyObject *partial = open > 0 ? PyDict_GetItemWithError(self->incoming, self->j) : NULL;
+    if (open > 0 && !PyErr_Occurred() && (partial == NULL || partial == Py_None) &&
+        PyList_GET_SIZE(self->posted) == 0 && PyList_GET_SIZE(self->unexpected) == 0) {
+        char *ring = self->in_ring;
+        uint64_t head = __atomic_load_n(head_of(ring), __ATOMIC_ACQUIRE);
+        uint64_t tail = __atomic_load_n(tail_of(ring), __ATOMIC_RELAXED);
+        state = 0;
+        if (head != tail) {
+            state = -1;
+            Header h;
+            if (head - tail >= HEADER) {
+                ring_read(ring + RING_DATA, self->size, tail, (char *)&h, HEADER);
+                if (h.group == self->group && h.kind == self->kind && h.tag == tag &&
+                    h.mode == 0 && h.nbytes == (uint64_t)out->len &&
+                    head - tail >= HEADER + h.nbytes) {
+                    ring_read(ring + RING_DATA, self->size, tail + HEADER, out->buf, h.nbytes);
+                    __atomic_store_n(tail_of(ring), tail + HEADER + h.nbytes, __ATOMIC_RELEASE);
+                    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+                    if (__atomic_load_n(waits_of(ring), __ATOMIC_RELAXED))
+                        ring_bell(self->in_bell, 1);
+                    state = 1;
+                }
+            }
+        }
+    }
+    int failed = open < 0 || PyErr_Occurred();
+    if (port_unlock(self) < 0 || failed)
+        return -2;
+    return state;
+}
+
+/* recv(out, tag, spin_ns) -> 1 taken, 0 nothing came within spin_ns (and half a
+ * nanosecond a byte: see ShmTransport.patience), -1 not the quiet
+ * case, another message first, or `out` not writable and C-contiguous: nothing taken.
+ * Looks, then waits for data without the lock and the GIL, then looks again. */
+static PyObject *port_recv(Port *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "recv(out, tag, spin_ns)");
+        return NULL;
+    }
+    int64_t tag = PyLong_AsLongLong(args[1]);
+    uint64_t spin = PyLong_AsUnsignedLongLong(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer out;
+    if (PyObject_GetBuffer(args[0], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+        return PyLong_FromLong(-1);
+    }
+    int state = port_look(self, &out, tag);
+    if (state == 0 && spin) {
+        spin += (uint64_t)out.len / 2;  /* ShmTransport.patience: the copy of a large one */
+        int found;
+        char *ring = self->in_ring;
+        Py_BEGIN_ALLOW_THREADS
+        found = spin_until(has_data, ring, 0, 0, spin);
+        Py_END_ALLOW_THREADS
+        if (found)
+            state = port_look(self, &out, tag);
+    }
+    PyBuffer_Release(&out);
+    if (state == -2)
+        return NULL;
+    return PyLong_FromLong(state);
+}
+
+static PyMethodDef port_methods[] = {
+    {"send", (PyCFunction)(void (*)(void))port_send, METH_FASTCALL,
+     "send(data, tag) -> 1 written, 0 no room, -1 the general path must decide."},
+    {"recv", (PyCFunction)(void (*)(void))port_recv, METH_FASTCALL,
+     "recv(out, tag, spin_ns) -> 1 taken, 0 nothing came, -1 the general path must decide."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PortType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "meshcast.transport._rings.Port",
+    .tp_doc = "Blocking small sends and receives with one peer of one group, in C.",
+    .tp_basicsize = sizeof(Port),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)port_init,
+    .tp_dealloc = (destructor)port_dealloc,
+    .tp_methods = port_methods,
+};
+
 static PyMethodDef methods[] = {
     {"put", (PyCFunction)(void (*)(void))put, METH_FASTCALL,
      "put(ring, size, bell, group, kind, tag, data) -> whether the message was written."},
@@ -257,4 +505,12 @@ static struct PyModuleDef module = {
     .m_methods = methods,
 };
 
-PyMODINIT_FUNC PyInit__rings(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__rings(void) {
+    closed_name = PyUnicode_InternFromString("_closed");
+    if (!closed_name || PyType_Ready(&PortType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddObjectRef(m, "Port", (PyObject *)&PortType) < 0)
+        Py_CLEAR(m);
+    return m;
+}

@@ -310,6 +310,12 @@ class ShmTransport:
         self._rings = _compiled_rings()
         self._out_at = {j: segment.address + base + (self.li * n + j) * stride for j in self._out}
         self._in_at = {j: segment.address + base + (j * n + self.li) * stride for j in self._in}
+        # The same, by the peer's global rank, with the doorbell its put or take rings
+        # (send_now, recv_now and their compiled ports, see port).
+        self._put_to = {} if self._rings is None else {
+            self.ranks[j]: (j, at, self._bell_addr[j]) for j, at in self._out_at.items()}
+        self._take_from = {} if self._rings is None else {
+            self.ranks[j]: (j, at, self._bell_addr[j]) for j, at in self._in_at.items()}
         self._lock = threading.Lock()
         self._flag_lock = threading.Lock()  # guards _pollers, _blocked, _asleep, our _sleeping word
         self._pollers = 0
@@ -432,19 +438,22 @@ class ShmTransport:
         ``spin_s``: with the compiled helper, wait up to :meth:`patience` for room
         while the peer copies out an earlier message (0: look once).
         """
-        j = self.local.get(peer)
         nbytes = raw.nbytes
-        if j is None or j == self.li or (self.cma_min_bytes and nbytes >= self.cma_min_bytes):
+        if self.cma_min_bytes and nbytes >= self.cma_min_bytes:
             return False
         rings = self._rings
-        if rings is not None:
+        spot = None if rings is None else self._put_to.get(peer)
+        if spot is not None:  # the compiled helper; one lookup, then one C call
+            j, ring, bell = spot
             with self._lock:
-                if self._closed is not None or peer in self._gone or self._sendq[j]:
+                if self._closed is not None or self._sendq[j] or peer in self._gone:
                     return False
-                if rings.put(self._out_at[j], self.ring_bytes, self._bell_addr[j],
-                             group, kind, tag, raw):
+                if rings.put(ring, self.ring_bytes, bell, group, kind, tag, raw):
                     return True
             return spin_s > 0 and self._send_when_room(peer, j, group, kind, tag, raw, spin_s)
+        j = self.local.get(peer)
+        if j is None or j == self.li:
+            return False
         with self._lock:
             if self._closed is not None or peer in self._gone or self._sendq[j]:
                 return False
@@ -487,6 +496,26 @@ class ShmTransport:
                              group, kind, tag, raw):
                     return True
 
+    def port(self, peer: int, group: int, kind: int) -> object | None:
+        """A compiled :meth:`send_now` and :meth:`recv_now` with ``peer`` for messages of
+        ``group`` and ``kind`` (``_rings.Port``: ``send(data, tag)``, ``recv(out, tag,
+        spin_ns)``, each 1 done, 0 no room / nothing came, -1 ask send_now/recv_now),
+        serving the common case in one C call; None without the compiled helper or
+        when ``peer`` is not another rank of this host."""
+        out, into = self._put_to.get(peer), self._take_from.get(peer)
+        if self._rings is None or out is None or into is None:
+            return None
+        j, out_ring, out_bell = out
+        _, in_ring, in_bell = into
+        # a message the ring cannot hold whole, or one that goes single-copy, is not sent here
+        max_bytes = self.ring_bytes - _HEADER.size + 1
+        if self.cma_min_bytes:
+            max_bytes = min(max_bytes, self.cma_min_bytes)
+        return self._rings.Port(out_ring, out_bell, in_ring, in_bell, self.ring_bytes,
+                                max_bytes, group, kind, self._lock, self, self._sendq[j],
+                                self._gone, peer, self._incoming, j, self._posted,
+                                self._unexpected)
+
     def recv_now(self, peer: int, group: int, kind: int, tag: int, raw: np.ndarray,
                  spin_s: float) -> bool:
         """Receive the next message from ``peer`` straight out of its ring, polling for
@@ -496,17 +525,27 @@ class ShmTransport:
         nothing was consumed, take :meth:`irecv` (which also reports errors).
         ``raw``: a writable C-contiguous array of any dtype.
         """
-        j = self.local.get(peer)
-        if j is None or j == self.li:
-            return False
         # No begin_poll here: a message written whole wakes our progress thread only
         # while another user thread of ours is blocked (Rule 5); if it drains ours
         # into the unexpected list meanwhile, _take says so and irecv claims it.
+        rings, size = self._rings, self.ring_bytes
+        spot = None if rings is None else self._take_from.get(peer)
+        if spot is not None:
+            j, ring, bell = spot
+        else:  # Python moves the bytes (or peer is not another rank of this host)
+            j = self.local.get(peer)
+            if j is None or j == self.li:
+                return False
+            ring = bell = 0
         until = None
-        rings = self._rings
+        # A look, then (the message is usually not there yet) the wait without the lock
+        # and the GIL, then another look. (Waiting first was slower, measured: the
+        # wait's GIL hand-off costs more than a look.)
         while True:
             with self._lock:
-                state = self._take(j, group, kind, tag, raw)
+                state = self._first_claim(j, peer, group, kind, tag) or (
+                    rings.take(ring, size, bell, group, kind, tag, raw) if ring
+                    else self._take(j, group, kind, tag, raw))
             if state:
                 return state > 0
             now = time.monotonic()
@@ -514,24 +553,28 @@ class ShmTransport:
                 until = now + self.patience(spin_s, raw.nbytes)
             elif now >= until:
                 return False
-            if rings is not None and not rings.wait(self._in_at[j], int((until - now) * 1e9)):
+            if ring and not rings.wait(ring, int((until - now) * 1e9)):
                 return False  # (looked at until the spin time was up, without the GIL)
 
-    def _take(self, j: int, group: int, kind: int, tag: int, raw: np.ndarray) -> int:
-        """:meth:`recv_now`'s look at ring ``j``, under the lock: 1 taken, 0 empty,
-        -1 the general path must handle what is there (or what may come)."""
-        peer = self.ranks[j]
+    def _first_claim(self, j: int, peer: int, group: int, kind: int, tag: int) -> int:
+        """-1 when something else must see ring ``j``'s next message from ``peer``
+        first, or may claim it (the group closed, the peer gone, a message being
+        received in pieces, an earlier message of this kind, an earlier matching
+        receive): the general path handles it. 0: :meth:`recv_now` may take it."""
         if self._closed is not None or peer in self._gone or self._incoming[j] is not None:
             return -1
-        for msg in self._unexpected:  # an earlier message of this kind comes first
+        for msg in self._unexpected:
             if msg.src == peer and msg.group == group and msg.kind == kind and msg.tag == tag:
                 return -1
-        for recv in self._posted:  # so does an earlier receive that matches it
+        for recv in self._posted:
             if recv.matches(group, kind, tag, peer):
                 return -1
-        if self._rings is not None:
-            return self._rings.take(self._in_at[j], self.ring_bytes, self._bell_addr[j],
-                                    group, kind, tag, raw)
+        return 0
+
+    def _take(self, j: int, group: int, kind: int, tag: int, raw: np.ndarray) -> int:
+        """:meth:`recv_now`'s look at ring ``j`` in Python, under the lock, once
+        :meth:`_first_claim` allowed it: 1 taken, 0 empty, -1 the general path must
+        handle what is there."""
         raw = raw.reshape(-1).view(np.uint8)
         head_v, tail_v, data, waiting_v = self._in[j]
         tail = int(tail_v[0])
@@ -931,8 +974,8 @@ class ShmTransport:
         self._incoming[j] = None
         # Its complete messages stay claimable; a partial one or a single-copy one
         # (whose data is in the dead process) could only hang the receive that claims it.
-        self._unexpected = [m for m in self._unexpected
-                            if m.src != peer or (m.cma is None and m.got == m.nbytes)]
+        self._unexpected[:] = [m for m in self._unexpected  # (in place: ports hold it)
+                               if m.src != peer or (m.cma is None and m.got == m.nbytes)]
 
     # ------------------------------------------------------------------ closing
 
