@@ -449,8 +449,12 @@ static PyObject *port_recv(Port *self, PyObject *const *args, Py_ssize_t nargs) 
         return PyLong_FromLong(-1);
     }
     int state = port_look(self, &out, tag);
-    if (state == 0 && spin) {
-        spin += (uint64_t)out.len / 2;  /* ShmTransport.patience: the copy of a large one */
+    if (state == 0) {
+        /* ShmTransport.patience: the copy of a large one; and with no spin time (ranks
+         * outnumber cores) still the short look-around of spin_until's first 64
+         * pauses, as recv_now's wait does, so that both paths take the same messages */
+        if (spin)
+            spin += (uint64_t)out.len / 2;
         int found;
         char *ring = self->in_ring;
         Py_BEGIN_ALLOW_THREADS
