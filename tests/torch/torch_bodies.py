@@ -329,13 +329,14 @@ def _async_forms(rank: int, n: int) -> None:
 
 
 def _tiny_calls_take_the_lane(rank: int, n: int) -> None:
-    """Synchronous small calls go through the group's compiled tiny-call lane, as the front
-    door's do: with the group's general methods made to fail, they still give the right
-    values (a subgroup's root is a group rank, the lane's a global one)."""
+    """Synchronous small calls and small sends go through the group's compiled tiny-call
+    lane, as the front door's do: with the group's general methods made to fail, they
+    still give the right values (a subgroup's root is a group rank, the lane's a global
+    one)."""
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the general path ran")
 
-    general = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter")
+    general = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "isend")
     members = list(range(1, n)) if n > 2 else list(range(n))
     sub = dist.new_group(members, backend="meshcast")
     for pg, ranks in ((dist.group.WORLD, list(range(n))), (sub, members)):
@@ -367,6 +368,18 @@ def _tiny_calls_take_the_lane(rank: int, n: int) -> None:
             me = ranks.index(rank)
             _eq(piece, torch.arange(2.0 * me, 2.0 * me + 2) * m + sum(ranks),
                 "lane reduce_scatter_tensor")
+            if m > 1:  # a small send is written into the ring at once (its receive
+                # may take either path: the message may be set aside before it comes)
+                src, dst = ranks[0], ranks[-1]
+                if rank == src:
+                    dist.send(torch.full((3,), 7.0 + src), dst=dst, group=pg, tag=4)
+                    dist.isend(torch.full((2,), 8.0), dst=dst, group=pg, tag=5).wait()
+                elif rank == dst:
+                    t, u = torch.empty(3), torch.empty(2)
+                    assert dist.recv(t, src=src, group=pg, tag=4) == src
+                    dist.irecv(u, src=src, group=pg, tag=5).wait()
+                    _eq(t, torch.full((3,), 7.0 + src), "lane send")
+                    _eq(u, torch.full((2,), 8.0), "lane isend")
         finally:
             for name in general:
                 delattr(group, name)

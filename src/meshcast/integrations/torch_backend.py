@@ -821,15 +821,36 @@ def _make_pg_class() -> type:
 
         @_translated
         def send(self, tensors: list[Any], dstRank: int, tag: int) -> Any:  # noqa: N803
-            works = [self._group.isend(self._buf(t, "tensor", "send", writable=False).flat,
-                                       dstRank, tag) for t in tensors]
+            work = self._lane_p2p(tensors, dstRank, tag, send=True)
+            works = [work] if work is not None else [
+                self._group.isend(self._buf(t, "tensor", "send", writable=False).flat,
+                                  dstRank, tag) for t in tensors]
             return self._done(works, tensors, p2p=True)
 
         @_translated
         def recv(self, tensors: list[Any], srcRank: int, tag: int) -> Any:  # noqa: N803
-            works = [self._group.irecv(self._buf(t, "tensor", "recv"), srcRank, tag)
-                     for t in tensors]
+            work = self._lane_p2p(tensors, srcRank, tag, send=False)
+            works = [work] if work is not None else [
+                self._group.irecv(self._buf(t, "tensor", "recv"), srcRank, tag)
+                for t in tensors]
             return self._done(works, tensors, self._group.group_rank, p2p=True)
+
+        def _lane_p2p(self, tensors: list[Any], peer: Any, tag: Any, send: bool) -> Any:
+            """The finished Work of one small contiguous tensor's message that the group's
+            lane moves at once, as the front door's isend/irecv do (a send written into
+            the ring; a receive whose message is already first in it: a receive does not
+            wait here, since torch's irecv and recv are this same call); None: the
+            general path, which also explains bad arguments."""
+            group = self._group
+            if (len(tensors) != 1 or type(group) is not ProcessGroup or type(peer) is not int
+                    or type(tag) is not int or not 0 <= peer < group.size()
+                    or group not in self._world.groups):
+                return None
+            arr = _torch_view(tensors[0])
+            if arr is None:
+                return None
+            lane, global_peer = group.lane, group.global_ranks[peer]
+            return lane.isend(arr, global_peer, tag) if send else lane.irecv(arr, global_peer, tag)
 
         @_translated
         def recv_anysource(self, tensors: list[Any], tag: int) -> Any:
