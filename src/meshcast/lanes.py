@@ -85,13 +85,11 @@ class TinyCallLane:
                                                for kind in ("gather", "scatter")}
         self._spec = _wait.spec()  # the process's wait settings (spin time)
         self._spin_ns = int(self._spec.spin_s * 1e9)
-        # The global ranks a message of this group may go to or come from (not mine):
-        # one set lookup where a small send would check membership and self apart.
-        me = group.global_ranks[group._rank]
-        self._p2p_peers = frozenset(g for g in group.global_ranks if g != me)
-        # and per such peer the compiled send and receive (transport/_rings.c: Port),
-        # which take a small message's common case in one C call
-        ports = ((g, group.transport.port(g, group.group_id, KIND_P2P)) for g in self._p2p_peers)
+        # Per peer of this host (global rank) the compiled send and receive
+        # (transport/_rings.c: Port), which take a small message's common case in one
+        # C call (the transport makes none for me or without the compiled helper)
+        ports = ((g, group.transport.port(g, group.group_id, KIND_P2P))
+                 for g in group.global_ranks)
         self._ports = {g: port for g, port in ports if port is not None}
         self._whats = {kind: _What(group, kind) for kind in (
             "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all",
@@ -796,7 +794,9 @@ class TinyCallLane:
                 and port.send(arr, tag) > 0):
             next(self.group._p2p_seq)  # numbered like any send, for later messages
             return True
-        return self.p2p_ok(arr, dst, tag) and self._send_now(arr, dst, tag, self._spec.spin_s)
+        # (past p2p_ok the port, if any, has just said no: not again)
+        return self.p2p_ok(arr, dst, tag) and self._send_now(arr, dst, tag, self._spec.spin_s,
+                                                             None)
 
     def recv(self, arr: np.ndarray, src: int, tag: int) -> bool:
         """The blocking :func:`meshcast.recv` from global rank ``src`` into a contiguous
@@ -810,8 +810,8 @@ class TinyCallLane:
                 return True
             if state == 0:  # nothing came within the spin time: the general path waits
                 return False
-        return (self.p2p_ok(arr, src, tag, writes=True)
-                and self._recv_now(arr, src, tag, self._spec.spin_s))
+        return (self.p2p_ok(arr, src, tag, writes=True)  # (the port said no, as in send)
+                and self._recv_now(arr, src, tag, self._spec.spin_s, None))
 
     def isend(self, arr: np.ndarray, dst: int, tag: int) -> Work | None:
         """:func:`meshcast.isend` of a message :meth:`send` can write at once: a finished
@@ -830,7 +830,8 @@ class TinyCallLane:
         """:meth:`isend` of a message :meth:`p2p_ok` already accepted; with ``wait``,
         waiting up to the spin time for room in the ring (batch_isend_irecv, whose
         peer is likely copying out its previous message right now)."""
-        if not self._send_now(arr, dst, tag, self._spec.spin_s if wait else 0.0):
+        if not self._send_now(arr, dst, tag, self._spec.spin_s if wait else 0.0,
+                              self._ports.get(dst)):
             return None
         return Work.finished(_P2PWhat(self.group, "send", dst, tag))
 
@@ -839,14 +840,15 @@ class TinyCallLane:
         """:meth:`irecv` of a message :meth:`p2p_ok` already accepted; with ``wait``,
         polling for it up to the spin time (batch_isend_irecv, whose peer is likely
         posting it right now)."""
-        if not self._recv_now(arr, src, tag, self._spec.spin_s if wait else 0.0):
+        if not self._recv_now(arr, src, tag, self._spec.spin_s if wait else 0.0,
+                              self._ports.get(src)):
             return None
         return Work.finished(_P2PWhat(self.group, "recv", src, tag), src)
 
-    def _send_now(self, arr: np.ndarray, dst: int, tag: int, spin_s: float = 0.0) -> bool:
-        """Send a message :meth:`p2p_ok` accepted straight into the ring: the port
-        first, then the transport's own checks (and its wait for room)."""
-        port = self._ports.get(dst)
+    def _send_now(self, arr: np.ndarray, dst: int, tag: int, spin_s: float,
+                  port: Any) -> bool:
+        """Send a message :meth:`p2p_ok` accepted straight into the ring: ``port`` first
+        (None: none to try), then the transport's own checks (and its wait for room)."""
         group = self.group
         if not ((port is not None and port.send(arr, tag) > 0)
                 or group.transport.send_now(dst, group.group_id, KIND_P2P, tag, arr, spin_s)):
@@ -854,10 +856,10 @@ class TinyCallLane:
         next(group._p2p_seq)  # numbered like any send, for later messages
         return True
 
-    def _recv_now(self, arr: np.ndarray, src: int, tag: int, spin_s: float) -> bool:
+    def _recv_now(self, arr: np.ndarray, src: int, tag: int, spin_s: float,
+                  port: Any) -> bool:
         """Receive a message :meth:`p2p_ok` accepted straight out of the ring (as
         :meth:`_send_now`; the port's "nothing came" is final)."""
-        port = self._ports.get(src)
         group = self.group
         state = -1 if port is None else port.recv(arr, tag, int(spin_s * 1e9))
         if not (state > 0 or (state < 0 and group.transport.recv_now(

@@ -64,6 +64,44 @@ static void ring_bell(char *bell, int urgent) {
         syscall(SYS_futex, (uint32_t *)bell, FUTEX_WAKE, 1 << 30, NULL, NULL, 0);
 }
 
+/* Write message `h` (h->nbytes bytes at `buf`) into `ring` if it fits whole: 1 written,
+ * 0 not enough free space (nothing written). `bell`: the consumer's. */
+static int ring_put(char *ring, uint64_t size, char *bell, const Header *h, const void *buf) {
+    uint64_t head = __atomic_load_n(head_of(ring), __ATOMIC_RELAXED);  /* ours alone */
+    uint64_t tail = __atomic_load_n(tail_of(ring), __ATOMIC_ACQUIRE);
+    if (size - (head - tail) < HEADER + h->nbytes)
+        return 0;
+    ring_write(ring + RING_DATA, size, head, (const char *)h, HEADER);
+    ring_write(ring + RING_DATA, size, head + HEADER, buf, h->nbytes);
+    __atomic_store_n(head_of(ring), head + HEADER + h->nbytes, __ATOMIC_RELEASE);
+    ring_bell(bell, 0);
+    return 1;
+}
+
+/* Take the first message of `ring` into `buf` (`len` bytes) if it is the one `want`
+ * names (group, kind, tag) with exactly `len` bytes and all there: 1 taken, 0 the ring
+ * is empty, -1 something else is first (nothing consumed). `bell`: the producer's. */
+static int ring_take(char *ring, uint64_t size, char *bell, const Header *want, void *buf,
+                     uint64_t len) {
+    uint64_t head = __atomic_load_n(head_of(ring), __ATOMIC_ACQUIRE);
+    uint64_t tail = __atomic_load_n(tail_of(ring), __ATOMIC_RELAXED);  /* ours alone */
+    if (head == tail)
+        return 0;
+    if (head - tail < HEADER)
+        return -1;
+    Header h;
+    ring_read(ring + RING_DATA, size, tail, (char *)&h, HEADER);
+    if (h.group != want->group || h.kind != want->kind || h.tag != want->tag || h.mode != 0 ||
+        h.nbytes != len || head - tail < HEADER + h.nbytes)
+        return -1;
+    ring_read(ring + RING_DATA, size, tail + HEADER, buf, h.nbytes);
+    __atomic_store_n(tail_of(ring), tail + HEADER + h.nbytes, __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_load_n(waits_of(ring), __ATOMIC_RELAXED))
+        ring_bell(bell, 1);
+    return 1;
+}
+
 /* The leading arguments of put and take: (ring, size, bell, group, kind, tag). */
 static int message_args(PyObject *const *args, char **ring, uint64_t *size, char **bell,
                         Header *h) {
@@ -97,15 +135,7 @@ static PyObject *put(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssiz
     if (PyObject_GetBuffer(args[6], &data, PyBUF_SIMPLE) < 0)
         return NULL;
     h.nbytes = (uint64_t)data.len;
-    uint64_t head = __atomic_load_n(head_of(ring), __ATOMIC_RELAXED);  /* ours alone */
-    uint64_t tail = __atomic_load_n(tail_of(ring), __ATOMIC_ACQUIRE);
-    int fits = size - (head - tail) >= HEADER + h.nbytes;
-    if (fits) {
-        ring_write(ring + RING_DATA, size, head, (const char *)&h, HEADER);
-        ring_write(ring + RING_DATA, size, head + HEADER, data.buf, h.nbytes);
-        __atomic_store_n(head_of(ring), head + HEADER + h.nbytes, __ATOMIC_RELEASE);
-        ring_bell(bell, 0);
-    }
+    int fits = ring_put(ring, size, bell, &h, data.buf);
     PyBuffer_Release(&data);
     return PyBool_FromLong(fits);
 }
@@ -123,27 +153,10 @@ static PyObject *take(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssi
     Header want;
     if (message_args(args, &ring, &size, &bell, &want) < 0)
         return NULL;
-    uint64_t head = __atomic_load_n(head_of(ring), __ATOMIC_ACQUIRE);
-    uint64_t tail = __atomic_load_n(tail_of(ring), __ATOMIC_RELAXED);  /* ours alone */
-    if (head == tail)
-        return PyLong_FromLong(0);
-    if (head - tail < HEADER)
-        return PyLong_FromLong(-1);
     Py_buffer out;
     if (PyObject_GetBuffer(args[6], &out, PyBUF_WRITABLE) < 0)
         return NULL;
-    Header h;
-    ring_read(ring + RING_DATA, size, tail, (char *)&h, HEADER);
-    long state = -1;
-    if (h.group == want.group && h.kind == want.kind && h.tag == want.tag && h.mode == 0 &&
-        h.nbytes == (uint64_t)out.len && head - tail >= HEADER + h.nbytes) {
-        ring_read(ring + RING_DATA, size, tail + HEADER, out.buf, h.nbytes);
-        __atomic_store_n(tail_of(ring), tail + HEADER + h.nbytes, __ATOMIC_RELEASE);
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        if (__atomic_load_n(waits_of(ring), __ATOMIC_RELAXED))
-            ring_bell(bell, 1);
-        state = 1;
-    }
+    int state = ring_take(ring, size, bell, &want, out.buf, (uint64_t)out.len);
     PyBuffer_Release(&out);
     return PyLong_FromLong(state);
 }
@@ -371,17 +384,7 @@ static PyObject *port_send(Port *self, PyObject *const *args, Py_ssize_t nargs) 
         Py_ssize_t queued = open > 0 ? PyObject_Size(self->sendq) : 0;
         if (open > 0 && queued == 0) {
             Header h = {self->group, self->kind, tag, (uint64_t)data.len, 0};
-            char *ring = self->out_ring;
-            uint64_t head = __atomic_load_n(head_of(ring), __ATOMIC_RELAXED);
-            uint64_t tail = __atomic_load_n(tail_of(ring), __ATOMIC_ACQUIRE);
-            state = 0;
-            if (self->size - (head - tail) >= HEADER + h.nbytes) {
-                ring_write(ring + RING_DATA, self->size, head, (const char *)&h, HEADER);
-                ring_write(ring + RING_DATA, self->size, head + HEADER, data.buf, h.nbytes);
-                __atomic_store_n(head_of(ring), head + HEADER + h.nbytes, __ATOMIC_RELEASE);
-                ring_bell(self->out_bell, 0);
-                state = 1;
-            }
+            state = ring_put(self->out_ring, self->size, self->out_bell, &h, data.buf);
         }
         int failed = open < 0 || queued < 0;
         if (port_unlock(self) < 0 || failed) {
@@ -402,27 +405,9 @@ static int port_look(Port *self, Py_buffer *out, int64_t tag) {
     PyObject *partial = open > 0 ? PyDict_GetItemWithError(self->incoming, self->j) : NULL;
     if (open > 0 && !PyErr_Occurred() && (partial == NULL || partial == Py_None) &&
         PyList_GET_SIZE(self->posted) == 0 && PyList_GET_SIZE(self->unexpected) == 0) {
-        char *ring = self->in_ring;
-        uint64_t head = __atomic_load_n(head_of(ring), __ATOMIC_ACQUIRE);
-        uint64_t tail = __atomic_load_n(tail_of(ring), __ATOMIC_RELAXED);
-        state = 0;
-        if (head != tail) {
-            state = -1;
-            Header h;
-            if (head - tail >= HEADER) {
-                ring_read(ring + RING_DATA, self->size, tail, (char *)&h, HEADER);
-                if (h.group == self->group && h.kind == self->kind && h.tag == tag &&
-                    h.mode == 0 && h.nbytes == (uint64_t)out->len &&
-                    head - tail >= HEADER + h.nbytes) {
-                    ring_read(ring + RING_DATA, self->size, tail + HEADER, out->buf, h.nbytes);
-                    __atomic_store_n(tail_of(ring), tail + HEADER + h.nbytes, __ATOMIC_RELEASE);
-                    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-                    if (__atomic_load_n(waits_of(ring), __ATOMIC_RELAXED))
-                        ring_bell(self->in_bell, 1);
-                    state = 1;
-                }
-            }
-        }
+        Header want = {self->group, self->kind, tag, 0, 0};
+        state = ring_take(self->in_ring, self->size, self->in_bell, &want, out->buf,
+                          (uint64_t)out->len);
     }
     int failed = open < 0 || PyErr_Occurred();
     if (port_unlock(self) < 0 || failed)
