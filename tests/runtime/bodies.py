@@ -561,6 +561,72 @@ def blocking_fast_path(count: int) -> dict:
     return used
 
 
+def posted_receive_taken_in_wait(count: int) -> dict[str, int]:
+    """``irecv(...).wait()`` takes its message straight out of the ring when no other
+    posted receive could match it (ShmTransport.take_posted), keeping MPI's matching
+    rules: an earlier posted receive of the same tag, or one from any rank, matches
+    first; a message of another size is refused by the ring and reported by the
+    general path; the withdrawn receive goes back first in line. Returns how often
+    the wait took the message itself on this rank."""
+    r = dist.get_rank()
+    peer = 1 - r
+    t = dist.group.WORLD.transport
+    used = {"taken": 0}
+    take_posted = t.take_posted
+
+    def counting(recv):
+        took = take_posted(recv)
+        used["taken"] += took
+        return took
+
+    t.take_posted = counting
+    for k in range(count):  # ping-pong, both sides receiving with irecv().wait()
+        x = np.full(1 + k % 50, k, np.float32)
+        y = np.zeros_like(x)
+        if r == 0:
+            dist.send(x, peer, tag=k % 3)
+            w = dist.irecv(y, peer, tag=k % 3)
+            w.wait()
+            assert w.source_rank == peer and (y == k + 1).all(), (k, y[:3])
+        else:
+            dist.irecv(y, peer, tag=k % 3).wait()
+            dist.send(y + 1, peer, tag=k % 3)
+    dist.barrier()
+    # Two receives of one tag, the later one waited for first: the earlier matches first.
+    # Then a receive from any rank, posted before one from the peer: it matches first.
+    if r == 0:
+        time.sleep(0.05)  # the receives are posted before the messages come
+        for value, tag in ((1.0, 5), (2.0, 5), (3.0, 6), (4.0, 6)):
+            dist.send(np.full(4, value), peer, tag=tag)
+    else:
+        a, b, c, d = (np.zeros(4) for _ in range(4))
+        first, second = dist.irecv(a, peer, tag=5), dist.irecv(b, peer, tag=5)
+        second.wait()
+        first.wait()
+        anyone, mine = dist.irecv(c, None, tag=6), dist.irecv(d, peer, tag=6)
+        mine.wait()
+        anyone.wait()
+        assert [v[0] for v in (a, b, c, d)] == [1.0, 2.0, 3.0, 4.0], (a, b, c, d)
+    dist.barrier()
+    # A message shorter than the receive: the ring refuses it, the withdrawn receive
+    # goes back, and the general path reports the sizes; the next message still arrives.
+    if r == 0:
+        dist.send(np.ones(3), peer, tag=9)
+        dist.send(np.full(4, 7.0), peer, tag=9)
+    else:
+        short = np.zeros(4)
+        try:
+            dist.irecv(short, peer, tag=9).wait()
+            raise AssertionError("a 3-element message filled a 4-element receive")
+        except dist.MismatchError as exc:
+            assert "sent 24 bytes but the receive buffer holds 32" in str(exc), exc
+        after = np.zeros(4)
+        dist.irecv(after, peer, tag=9).wait()
+        assert after[0] == 7.0, after
+    t.take_posted = take_posted
+    return used
+
+
 def stream_while_receiver_computes(nbytes: int, compute_s: float) -> float:
     """Rank 0 sends a message many times the ring's size while rank 1 computes (makes
     no meshcast call) for ``compute_s`` seconds before receiving it: rank 1's progress

@@ -144,6 +144,15 @@ def test_blocking_send_recv_fast_path_keeps_matching_rules(ring, compiled):
         assert all(used["by_port"] == 0 for used in out), out
 
 
+def test_a_posted_receive_is_taken_by_its_wait_in_matching_order():
+    # spinning on (as with a core per rank): the wait looks into the ring itself
+    out = spawn_world(bodies.posted_receive_taken_in_wait, 2, timeout=60, count=300,
+                      env={"MESHCAST_SPIN_US": "50"})
+    # rank 1 posts each receive before rank 0 sends; rank 0's reply is often in the
+    # ring already when it posts (then the lane's irecv takes it, no wait)
+    assert out[1]["taken"] > 150, out
+
+
 def test_a_receiver_that_computes_still_drains_a_stalled_ring():
     # 4 MiB through 64 KiB rings, single-copy off: without the progress thread's help
     # the send would wait the receiver's 3 s of computing.
