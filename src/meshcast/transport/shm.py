@@ -21,9 +21,14 @@ posting its receive first. Matching follows MPI: receives are matched in the
 order they were posted, messages in the order they arrived, and messages
 between one pair with one (group, kind, tag) never overtake each other.
 
-Rule 1: only the progress thread reads or writes ring heads, tails and data;
-user threads only post operations (under ``self._lock``) and ring the
-process's own doorbell.
+Rule 1: ring heads, tails and data are read and written only under
+``self._lock``: by a progress pass (the progress thread's, or a waiting user
+thread's through :meth:`ShmTransport.poll`), and by the blocking fast path of
+a user thread, which moves a whole small message straight into or out of a
+ring when nothing queued or posted could claim it first (``send_now``,
+``recv_now``, the lane's compiled ports, which take the same lock, and
+``take_posted``). Otherwise user threads only post operations (under the
+lock) and ring the process's own doorbell.
 
 Rule 2: the producer of a ring writes data, then ``head`` (stores in order,
 see meshcast._wait), then bumps the consumer's doorbell; the consumer reads
