@@ -623,6 +623,29 @@ def posted_receive_taken_in_wait(count: int) -> dict[str, int]:
         after = np.zeros(4)
         dist.irecv(after, peer, tag=9).wait()
         assert after[0] == 7.0, after
+    dist.barrier()
+    # A progress pass while the receive is withdrawn moves its message to the
+    # unexpected list (as the progress thread may): the receive, posted again, claims it.
+    if r == 0:
+        time.sleep(0.05)
+        dist.send(np.full(4, 8.0), peer, tag=10)
+    else:
+        recv_now = t.recv_now
+
+        passes = []
+
+        def after_a_pass(*args):
+            while not t._unexpected:
+                t.poll()
+            passes.append(1)
+            return recv_now(*args)
+
+        t.recv_now = after_a_pass
+        late = np.zeros(4)
+        w = dist.irecv(late, peer, tag=10)
+        w.wait(timeout=10)
+        t.recv_now = recv_now
+        assert passes and late[0] == 8.0 and w.source_rank == peer, (passes, late)
     t.take_posted = take_posted
     return used
 
