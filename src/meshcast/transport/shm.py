@@ -95,7 +95,7 @@ class Handle:
     """A posted send or receive. Complete it with :meth:`wait`; poll with :meth:`test`."""
 
     __slots__ = ("done", "_event", "error", "source", "nbytes", "describe", "peer", "peers",
-                 "_transport", "takeable")
+                 "_transport", "recv")
 
     def __init__(self, transport: ShmTransport, peer: int | None, describe: str,
                  peers: tuple[int, ...] = ()) -> None:
@@ -110,9 +110,10 @@ class Handle:
         self.nbytes = 0
         self.describe = describe
         self._transport = transport
-        # A posted receive :meth:`wait` may take straight out of its peer's ring
-        # (ShmTransport.take_posted); None for sends and every other receive.
-        self.takeable: _RecvOp | None = None
+        # The posted receive from one rank this handle completes, which :meth:`wait`
+        # may take straight out of its ring (ShmTransport.take_posted); None for sends
+        # and receives from any rank.
+        self.recv: _RecvOp | None = None
 
     def _finish(self, error: BaseException | None = None) -> None:
         self.error = error
@@ -175,8 +176,8 @@ class Handle:
             PeerGoneError: the peer exited while this was pending.
             MismatchError: the message did not fit the posted buffer.
         """
-        if not self.done and self.takeable is not None:
-            self._transport.take_posted(self.takeable)
+        if not self.done and self.recv is not None:
+            self._transport.take_posted(self.recv)
         if not self.done:
             poll = self._transport.poll
 
@@ -405,22 +406,27 @@ class ShmTransport:
         handle = Handle(self, peer, describe, senders)
         raw = dest.reshape(-1).view(np.uint8)
         recv = _RecvOp(group, kind, tag, peer, raw, handle)
+        if peer is not None:
+            handle.recv = recv
         with self._lock:
             self._check_open(None, describe)
-            for msg in self._unexpected:
-                if recv.matches(msg.group, msg.kind, msg.tag, msg.src) and msg.recv is None:
-                    self._claim(msg, recv)
-                    break
-            else:
+            if not self._claim_unexpected(recv):
                 # Only now: a message a rank sent before it died is still delivered.
                 for sender in (senders if peer is None else (peer,)):
                     self._check_open(sender, describe)
                 self._posted.append(recv)
-                if peer is not None and self._takeable(peer, raw.nbytes):
-                    handle.takeable = recv
             self._pass()
         # The sender rings our doorbell when the message arrives: no wake-up here.
         return handle
+
+    def _claim_unexpected(self, recv: _RecvOp) -> bool:
+        """Hand ``recv`` the first unclaimed unexpected message it matches, if any (under
+        the lock): what posting a receive does first."""
+        for msg in self._unexpected:
+            if recv.matches(msg.group, msg.kind, msg.tag, msg.src) and msg.recv is None:
+                self._claim(msg, recv)
+                return True
+        return False
 
     def _takeable(self, peer: int, nbytes: int) -> bool:
         """Whether :meth:`take_posted` may take a receive of ``nbytes`` from ``peer``:
@@ -449,6 +455,8 @@ class ShmTransport:
         spin_s = _wait.spec().spin_s
         if spin_s <= 0:  # ranks share cores: the look would rarely find it, the general
             return False  # wait yields its core instead
+        if recv.src is None or not self._takeable(recv.src, recv.dest.nbytes):
+            return False
         with self._lock:
             if recv.handle.done or recv not in self._posted:
                 return False  # finished, or being received in pieces by the progress pass
@@ -474,10 +482,8 @@ class ShmTransport:
             if self._closed is not None:
                 recv.handle._finish(self._closed)
                 return
-            for msg in self._unexpected:
-                if recv.matches(msg.group, msg.kind, msg.tag, msg.src) and msg.recv is None:
-                    self._claim(msg, recv)
-                    return
+            if self._claim_unexpected(recv):
+                return
             if recv.src in self._gone:  # as reap fails a receive still waiting on it
                 recv.handle._finish(PeerGoneError(f"{recv.handle.describe}: rank {recv.src} "
                                                   f"exited", peer=recv.src))
