@@ -13,7 +13,10 @@
  *      (Python waits: yield, futex, liveness, timeout, abort; then compares);
  *   3  the group's abort word is set (Python raises what it says);
  *   4  (rooted, reads) the fingerprints agree but the call cannot finish here:
- *      layouts differ, or a read lies outside what its owner exposed.
+ *      layouts differ, or a read lies outside what its owner exposed;
+ *   5  (rooted with like) the root's pieces are not all like like: nothing was
+ *      staged, published or signalled (Python takes the general path with the
+ *      same sequence number, which explains).
  *
  * Layout constants come from Python (Arena.layout), so this file knows no
  * offsets of its own. Memory order: the data and the fingerprint are written
@@ -140,43 +143,86 @@ static void signal_phase(Round *self, uint64_t target) {
     }
 }
 
+/* Whether view (of an object of type) looks like like (of like_type): the same type,
+ * format, shape and size. */
+static int looks_like(const Py_buffer *view, PyTypeObject *type, const Py_buffer *like,
+                      PyTypeObject *like_type) {
+    if (type != like_type || view->len != like->len || view->itemsize != like->itemsize
+        || view->ndim != like->ndim
+        || strcmp(view->format != NULL ? view->format : "B",
+                  like->format != NULL ? like->format : "B") != 0)
+        return 0;
+    for (int d = 0; d < like->ndim; d++)
+        if (view->shape[d] != like->shape[d])
+            return 0;
+    return 1;
+}
+
+#define STAGE_HELD 8 /* views held on the stack; more come from PyMem_Malloc */
+
 /* Copy data (None, a C-contiguous buffer, or a tuple or list of them, one after the
  * other, where an int skips that many bytes) into region; -1 with an exception if it
- * does not fit (checked before any copy). */
-static int stage(Round *self, char *to, PyObject *data) {
+ * does not fit (checked before any copy). like (NULL: no check): data other than
+ * None must be a list of n objects each looking like it (looks_like), else 1 and
+ * nothing is copied: a tiny scatter root's list, checked here because asking for
+ * every piece's buffer twice (a check, then the copy) cost a tenth of an 8-byte
+ * scatter. */
+static int stage(Round *self, char *to, PyObject *data, const Py_buffer *like,
+                 PyTypeObject *like_type) {
     if (data == Py_None)
         return 0;
     int many = PyTuple_Check(data) || PyList_Check(data);
-    Py_ssize_t k = many ? PySequence_Fast_GET_SIZE(data) : 1, total = 0;
-    for (int pass = 0; pass < 2; pass++) { /* sizes first, then the copies */
-        Py_ssize_t at = 0;
-        for (Py_ssize_t i = 0; i < k; i++) {
-            PyObject *item = many ? PySequence_Fast_GET_ITEM(data, i) : data;
-            if (PyLong_Check(item)) {
-                Py_ssize_t skip = PyLong_AsSsize_t(item);
-                if (skip < 0) {
-                    if (!PyErr_Occurred())
-                        PyErr_SetString(PyExc_ValueError, "a negative skip in data");
-                    return -1;
-                }
-                at += skip;
-                continue;
-            }
-            Py_buffer view;
-            if (PyObject_GetBuffer(item, &view, PyBUF_C_CONTIGUOUS) < 0)
-                return -1;
-            if (pass == 1)
-                memcpy(to + at, view.buf, (size_t)view.len);
-            at += view.len;
-            PyBuffer_Release(&view);
-        }
-        total = at;
-        if (total > self->small_bytes) {
-            PyErr_SetString(PyExc_ValueError, "data larger than a one-shot region");
-            return -1;
-        }
+    if (like != NULL && !(PyList_CheckExact(data) && PyList_GET_SIZE(data) == self->n))
+        return 1;
+    Py_ssize_t k = many ? PySequence_Fast_GET_SIZE(data) : 1, held = 0, total = 0;
+    Py_buffer stack[STAGE_HELD], *views = stack;
+    if (k > STAGE_HELD && (views = PyMem_Malloc(sizeof(Py_buffer) * (size_t)k)) == NULL) {
+        PyErr_NoMemory();
+        return -1;
     }
-    return 0;
+    int result = 0;
+    for (Py_ssize_t i = 0; i < k && result == 0; i++) { /* every buffer and size first */
+        PyObject *item = many ? PySequence_Fast_GET_ITEM(data, i) : data;
+        if (like == NULL && PyLong_Check(item)) {
+            Py_ssize_t skip = PyLong_AsSsize_t(item);
+            if (skip < 0) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_ValueError, "a negative skip in data");
+                result = -1;
+                break;
+            }
+            views[i].obj = NULL; /* a skip: no buffer held */
+            views[i].len = skip;
+        } else if (PyObject_GetBuffer(item, &views[i], PyBUF_C_CONTIGUOUS
+                                      | (like != NULL ? PyBUF_FORMAT : 0)) < 0) {
+            if (like == NULL)
+                result = -1;
+            else { /* not like it: Python takes the general path, which explains */
+                PyErr_Clear();
+                result = 1;
+            }
+            break;
+        } else if (like != NULL && !looks_like(&views[i], Py_TYPE(item), like, like_type)) {
+            result = 1;
+        }
+        held = i + 1;
+        total += views[i].len;
+    }
+    if (result == 0 && total > self->small_bytes) {
+        PyErr_SetString(PyExc_ValueError, "data larger than a one-shot region");
+        result = -1;
+    }
+    Py_ssize_t at = 0;
+    for (Py_ssize_t i = 0; i < held; i++) { /* then the copies, or nothing */
+        if (result == 0 && views[i].obj != NULL)
+            memcpy(to + at, views[i].buf, (size_t)views[i].len);
+        at += views[i].len;
+        if (views[i].obj != NULL)
+            PyBuffer_Release(&views[i]);
+    }
+    if (views != stack)
+        PyMem_Free(views);
+    return result;
 }
 
 /* One round: stage data (see stage) into this rank's one-shot
@@ -186,13 +232,15 @@ static int stage(Round *self, char *to, PyObject *data) {
  * expected fingerprint (gather and scatter, whose root's differs); without it
  * every rank's must equal packed. */
 static int round_core(Round *self, uint64_t seq, long phase, const char *packed, PyObject *data,
-                      uint64_t spin_ns, PyObject *expected, const uint64_t *exposure) {
+                      uint64_t spin_ns, PyObject *expected, const uint64_t *exposure,
+                      const Py_buffer *like, PyTypeObject *like_type) {
     Py_ssize_t packed_len = self->fp_size;
     if (__atomic_load_n((uint32_t *)self->base, __ATOMIC_ACQUIRE))
         return 3;
     int parity = (int)(seq & 1);
-    if (stage(self, region(self, self->rank, parity), data) < 0)
-        return -1;
+    int staged = stage(self, region(self, self->rank, parity), data, like, like_type);
+    if (staged != 0)
+        return staged < 0 ? -1 : 5;
     memcpy(fingerprint(self, self->rank, parity), packed, (size_t)packed_len);
     if (exposure != NULL) /* Arena.expose's three words, in the line's unused tail */
         memcpy(fingerprint(self, self->rank, parity) + packed_len, exposure, 24);
@@ -249,7 +297,7 @@ static PyObject *Round_run(Round *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "packed fingerprint of the wrong size");
         return NULL;
     }
-    int status = round_core(self, seq, phase, packed, args[3], spin_ns, expected, NULL);
+    int status = round_core(self, seq, phase, packed, args[3], spin_ns, expected, NULL, NULL, NULL);
     return status < 0 ? NULL : PyLong_FromLong(status);
 }
 
@@ -424,16 +472,23 @@ static int combine_args(PyObject *const *a, Combine *c) {
 /* round_core, then, on status 0 and out (an object) not None, the combine; out and
  * code are checked before the round. same > 0: the first same bytes of every rank's
  * region must equal mine too (all_to_all's split header), else status 4 and no
- * combine. Returns the status object, or NULL. */
+ * combine. like (NULL: none): data's model (see stage), and an out that cannot be
+ * had is status 5 too, not an exception. Returns the status object, or NULL. */
 static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const char *packed,
                                    PyObject *data, uint64_t spin_ns, PyObject *expected,
                                    const uint64_t *exposure, Py_ssize_t same,
-                                   const Combine *c) {
+                                   const Combine *c, const Py_buffer *like,
+                                   PyTypeObject *like_type) {
     Outs outs = {0};
     int have_out = c->out != Py_None;
-    if (have_out && outs_get(self, &outs, c->out, c->code, c->root, c->off) < 0)
-        return NULL;
-    int status = round_core(self, seq, phase, packed, data, spin_ns, expected, exposure);
+    if (have_out && outs_get(self, &outs, c->out, c->code, c->root, c->off) < 0) {
+        if (like == NULL)
+            return NULL;
+        PyErr_Clear();
+        return PyLong_FromLong(5);
+    }
+    int status = round_core(self, seq, phase, packed, data, spin_ns, expected, exposure,
+                            like, like_type);
     int parity = (int)(seq & 1);
     for (Py_ssize_t r = 0; status == 0 && same > 0 && r < self->n; r++)
         if (memcmp(region(self, r, parity), region(self, self->rank, parity), (size_t)same))
@@ -471,10 +526,12 @@ static PyObject *Round_oneshot(Round *self, PyObject *const *args, Py_ssize_t na
     char packed[LINE];
     if (PyErr_Occurred() || combine_args(args + 4, &c) < 0 || pack(self, seq, args[1], packed) < 0)
         return NULL;
-    return round_and_combine(self, seq, 1, packed, args[2], spin_ns, NULL, NULL, 0, &c);
+    return round_and_combine(self, seq, 1, packed, args[2], spin_ns, NULL, NULL, 0, &c, NULL,
+                             NULL);
 }
 
-/* rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset[, same]) -> status
+/* rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset[, same[, like]])
+ *   -> status
  *
  * gather, scatter and all_to_all's one round: the entry (phase 0) where every rank r must
  * have published seq followed by tails[r] (the root's tail differs: it names its
@@ -485,16 +542,19 @@ static PyObject *Round_oneshot(Round *self, PyObject *const *args, Py_ssize_t na
  * rank's region into out[r], a tuple or list of one buffer per rank; COPY_COLUMN (-4)
  * copies bytes [offset, offset + L / n) of every rank's region into piece r of
  * out (all_to_all, which stages its own piece too). same: see
- * round_and_combine (status 4). Any other status: Python finishes the entry
+ * round_and_combine (status 4). like (None: none), a tiny scatter's own array: data
+ * other than None must be a list of n objects of its type, format and shape, and out
+ * a writable C-contiguous buffer; if not (or like itself is no C-contiguous buffer),
+ * status 5 and nothing done. Any other status: Python finishes the entry
  * (Arena.packed_enter's slow path) and the call.
  */
 static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 9 && nargs != 10) {
+    if (nargs < 9 || nargs > 11) {
         PyErr_SetString(PyExc_TypeError, "rooted(seq, tails, data, spin_ns, exposure, out, "
-                                         "code, root, offset[, same])");
+                                         "code, root, offset[, same[, like]])");
         return NULL;
     }
-    Py_ssize_t same = nargs == 10 ? PyLong_AsSsize_t(args[9]) : 0;
+    Py_ssize_t same = nargs >= 10 ? PyLong_AsSsize_t(args[9]) : 0;
     if (same < 0 || same > self->small_bytes) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "same: bytes of a one-shot region");
@@ -533,8 +593,20 @@ static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nar
         exposure[1] = (uint64_t)view.len;
         PyBuffer_Release(&view);
     }
-    return round_and_combine(self, seq, 0, packed, args[2], spin_ns, tails,
-                             exposing ? exposure : NULL, same, &c);
+    PyObject *like_obj = nargs == 11 ? args[10] : Py_None;
+    if (like_obj == Py_None)
+        return round_and_combine(self, seq, 0, packed, args[2], spin_ns, tails,
+                                 exposing ? exposure : NULL, same, &c, NULL, NULL);
+    Py_buffer like;
+    if (PyObject_GetBuffer(like_obj, &like, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        return PyLong_FromLong(5);
+    }
+    PyObject *status = round_and_combine(self, seq, 0, packed, args[2], spin_ns, tails,
+                                         exposing ? exposure : NULL, same, &c, &like,
+                                         Py_TYPE(like_obj));
+    PyBuffer_Release(&like);
+    return status;
 }
 
 /* ------------------------------------------------------------ single copy
@@ -700,22 +772,17 @@ static PyObject *Round_alike(Round *self, PyObject *const *args, Py_ssize_t narg
         PyErr_Clear();
         Py_RETURN_FALSE;
     }
-    const char *want_format = want.format != NULL ? want.format : "B";
     int ok = 1;
     for (Py_ssize_t i = 0; ok && i < self->n; i++) {
         PyObject *p = PyList_GET_ITEM(pieces, i);
         Py_buffer view;
-        if (Py_TYPE(p) != Py_TYPE(like)
-            || PyObject_GetBuffer(p, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT
-                                                | (writable ? PyBUF_WRITABLE : 0)) < 0) {
+        if (PyObject_GetBuffer(p, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT
+                                             | (writable ? PyBUF_WRITABLE : 0)) < 0) {
             PyErr_Clear();
             ok = 0;
             break;
         }
-        ok = view.len == want.len && view.itemsize == want.itemsize && view.ndim == want.ndim
-             && strcmp(view.format != NULL ? view.format : "B", want_format) == 0;
-        for (int d = 0; ok && d < want.ndim; d++)
-            ok = view.shape[d] == want.shape[d];
+        ok = looks_like(&view, Py_TYPE(p), &want, Py_TYPE(like));
         PyBuffer_Release(&view);
     }
     PyBuffer_Release(&want);
