@@ -169,7 +169,9 @@ def _torch_view(t: Any) -> np.ndarray | None:
 
 def _lane(group: GroupLike) -> TinyCallLane | AcrossHostsLane | None:
     """The tiny-call lane of ``group`` (None: the default group) when it is a live
-    meshcast group of this process; the lane itself decides whether a call qualifies."""
+    meshcast group of this process; the lane itself decides whether a call qualifies.
+    (For group None the front door reads ``_world.default_lane``, the same answer
+    without a call.)"""
     w = _world.current
     if w is None:
         return None
@@ -343,7 +345,7 @@ def init_process_group(
     if not 0 <= rank < world_size:
         raise usage(caller, f"'rank'={rank} must be in [0, world_size={world_size})")
     world = _world.bring_up(store, rank, world_size, seconds, "meshcast", internode=internode)
-    _world.current = world
+    _world.set_current(world)
     GroupMember.WORLD = world.default_group
     group.WORLD = world.default_group
 
@@ -361,7 +363,7 @@ def destroy_process_group(group: GroupLike = None) -> None:
             g.fifo.drain(timeout=w.timeout)
         w.exit_barrier()
         w.close()
-        _world.current = None
+        _world.set_current(None)
         GroupMember.WORLD = None
         globals()["group"].WORLD = None
         return
@@ -499,7 +501,7 @@ def barrier(group: GroupLike = None, async_op: bool = False, device_ids: Any = N
         CommTimeout / PeerGoneError: a rank never arrived or exited.
     """
     if async_op is False and algorithm is None and device_ids is None:
-        lane = _lane(group)  # tiny calls: see all_reduce
+        lane = _world.default_lane if group is None else _lane(group)  # tiny calls: see all_reduce
         if lane is not None and lane.barrier():
             return None
     caller = "barrier"
@@ -536,7 +538,7 @@ def broadcast(tensor: Any, src: int | None = None, group: GroupLike = None,
     if type(src) is int and algorithm is None and group_src is None and (
             async_op is False or async_op is True):
         arr = tensor if type(tensor) is np.ndarray else _torch_view(tensor)
-        lane = _lane(group) if arr is not None else None
+        lane = None if arr is None else (_world.default_lane if group is None else _lane(group))
         if lane is not None:
             if async_op is False:
                 if lane.broadcast(arr, src):
@@ -580,18 +582,18 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: GroupLike = None,
     if type(tensor) is np.ndarray and async_op is False and algorithm is None:
         # Tiny calls on NumPy arrays skip the general checks when the group has seen
         # this (dtype, shape, op) before: meshcast.lanes decides.
-        lane = _lane(group)
+        lane = _world.default_lane if group is None else _lane(group)
         if lane is not None and lane.all_reduce(tensor, op):
             return None
     elif async_op is False and algorithm is None:
         arr = _torch_view(tensor)  # a torch CPU tensor takes the same lane through a view
         if arr is not None:
-            lane = _lane(group)
+            lane = _world.default_lane if group is None else _lane(group)
             if lane is not None and lane.all_reduce(arr, op):
                 return None
     elif async_op is True and algorithm is None:
         arr = tensor if type(tensor) is np.ndarray else _torch_view(tensor)
-        lane = _lane(group) if arr is not None else None
+        lane = None if arr is None else (_world.default_lane if group is None else _lane(group))
         work = getattr(lane, "all_reduce_async", _no_lane)(arr, op)
         if work is not None:
             return work
@@ -619,7 +621,8 @@ def reduce(tensor: Any, dst: int | None = None, op: Any = ReduceOp.SUM, group: G
     if async_op is False and algorithm is None and group_dst is None and type(dst) is int:
         arr = tensor if type(tensor) is np.ndarray else _torch_view(tensor)
         if arr is not None:
-            lane = _lane(group)  # tiny calls: see all_reduce
+            # tiny calls: see all_reduce
+            lane = _world.default_lane if group is None else _lane(group)
             if lane is not None and lane.reduce(arr, op, dst):
                 return None
     caller = "reduce"
@@ -646,7 +649,7 @@ def all_gather(tensor_list: list[Any], tensor: Any, group: GroupLike = None,
         MismatchError: ranks disagree on the call.
     """
     if type(tensor) is np.ndarray and async_op is False and algorithm is None:
-        lane = _lane(group)  # tiny calls: see all_reduce
+        lane = _world.default_lane if group is None else _lane(group)  # tiny calls: see all_reduce
         if lane is not None and getattr(lane, "all_gather_list", _no_lane)(tensor_list, tensor):
             return None
     caller = "all_gather"
@@ -681,7 +684,9 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: GroupLi
     if (async_op is False or async_op is True) and algorithm is None:
         out = output_tensor if type(output_tensor) is np.ndarray else _torch_view(output_tensor)
         inp = input_tensor if type(input_tensor) is np.ndarray else _torch_view(input_tensor)
-        lane = _lane(group) if out is not None and inp is not None else None  # see all_reduce
+        # see all_reduce
+        lane = None if out is None or inp is None else (
+            _world.default_lane if group is None else _lane(group))
         if lane is not None:
             if async_op is False:
                 if lane.all_gather(out, inp):
@@ -718,7 +723,7 @@ def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = 
     """
     if (type(tensor) is np.ndarray and (dst is None or type(dst) is int) and async_op is False
             and algorithm is None and group_dst is None):
-        lane = _lane(group)  # tiny calls: see all_reduce
+        lane = _world.default_lane if group is None else _lane(group)  # tiny calls: see all_reduce
         if lane is not None and lane.gather(tensor, gather_list, dst):
             return None
     caller = "gather"
@@ -756,7 +761,7 @@ def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None 
     """Send ``scatter_list[r]`` from rank ``src`` into ``tensor`` on each rank r."""
     if (type(tensor) is np.ndarray and (src is None or type(src) is int) and async_op is False
             and algorithm is None and group_src is None):
-        lane = _lane(group)  # tiny calls: see all_reduce
+        lane = _world.default_lane if group is None else _lane(group)  # tiny calls: see all_reduce
         if lane is not None and lane.scatter(tensor, scatter_list, src):
             return None
     caller = "scatter"
@@ -796,7 +801,7 @@ def reduce_scatter(output: Any, input_list: list[Any], op: Any = ReduceOp.SUM,
     divided by the group size, e.g. -7 over 2 ranks gives -3).
     """
     if type(output) is np.ndarray and async_op is False and algorithm is None:
-        lane = _lane(group)  # tiny calls: see all_reduce
+        lane = _world.default_lane if group is None else _lane(group)  # tiny calls: see all_reduce
         if lane is not None and getattr(lane, "reduce_scatter_list", _no_lane)(
                 output, input_list, op):
             return None
@@ -832,7 +837,9 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM,  # no
     if (async_op is False or async_op is True) and algorithm is None:
         out = output if type(output) is np.ndarray else _torch_view(output)
         inp = input if type(input) is np.ndarray else _torch_view(input)
-        lane = _lane(group) if out is not None and inp is not None else None  # see all_reduce
+        # see all_reduce
+        lane = None if out is None or inp is None else (
+            _world.default_lane if group is None else _lane(group))
         if lane is not None:
             if async_op is False:
                 if lane.reduce_scatter(out, inp, op):
@@ -864,7 +871,7 @@ def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any],
                algorithm: str | None = None) -> Work | None:
     """Send ``input_tensor_list[r]`` to rank r; receive rank r's piece into ``output_tensor_list[r]``."""
     if async_op is False and algorithm is None:
-        lane = _lane(group)  # tiny calls: see all_reduce
+        lane = _world.default_lane if group is None else _lane(group)  # tiny calls: see all_reduce
         if lane is not None and getattr(lane, "all_to_all_list", _no_lane)(
                 output_tensor_list, input_tensor_list):
             return None
@@ -932,7 +939,9 @@ def all_to_all_single(output: Any, input: Any, output_split_sizes: Sequence[int]
     if async_op is False and algorithm is None:
         out = output if type(output) is np.ndarray else _torch_view(output)
         inp = input if type(input) is np.ndarray else _torch_view(input)
-        lane = _lane(group) if out is not None and inp is not None else None  # see all_reduce
+        # see all_reduce
+        lane = None if out is None or inp is None else (
+            _world.default_lane if group is None else _lane(group))
         if lane is not None and (
                 lane.all_to_all(out, inp)
                 if output_split_sizes is None and input_split_sizes is None
@@ -990,7 +999,8 @@ def isend(tensor: Any, dst: int | None = None, group: GroupLike = None, tag: int
     two ranks with the same tag arrive in the order they were sent.
     """
     if type(tensor) is np.ndarray and type(dst) is int and type(tag) is int and group_dst is None:
-        lane = _lane(group)  # small messages: see lanes.TinyCallLane.isend
+        # small messages: see lanes.TinyCallLane.isend
+        lane = _world.default_lane if group is None else _lane(group)
         work = None if lane is None else lane.isend(tensor, dst, tag)
         if work is not None:
             return work
@@ -1011,7 +1021,8 @@ def irecv(tensor: Any, src: int | None = None, group: GroupLike = None, tag: int
     The returned Work's ``source_rank`` (and ``_source_rank()``) tell the sender.
     """
     if type(tensor) is np.ndarray and type(src) is int and type(tag) is int and group_src is None:
-        lane = _lane(group)  # small messages: see lanes.TinyCallLane.irecv
+        # small messages: see lanes.TinyCallLane.irecv
+        lane = _world.default_lane if group is None else _lane(group)
         work = None if lane is None else lane.irecv(tensor, src, tag)
         if work is not None:
             return work
@@ -1037,7 +1048,8 @@ def send(tensor: Any, dst: int | None = None, group: GroupLike = None, tag: int 
     if type(dst) is int and type(tag) is int and group_dst is None:
         arr = tensor if type(tensor) is np.ndarray else _torch_view(tensor)
         if arr is not None:
-            lane = _lane(group)  # small messages: see lanes.TinyCallLane.send
+            # small messages: see lanes.TinyCallLane.send
+            lane = _world.default_lane if group is None else _lane(group)
             if lane is not None and lane.send(arr, dst, tag):
                 return
     work = isend(tensor, dst, group, tag, group_dst)
@@ -1057,7 +1069,8 @@ def recv(tensor: Any, src: int | None = None, group: GroupLike = None, tag: int 
     if type(src) is int and type(tag) is int and group_src is None:
         arr = tensor if type(tensor) is np.ndarray else _torch_view(tensor)
         if arr is not None:
-            lane = _lane(group)  # small messages: see lanes.TinyCallLane.recv
+            # small messages: see lanes.TinyCallLane.recv
+            lane = _world.default_lane if group is None else _lane(group)
             if lane is not None and lane.recv(arr, src, tag):
                 return src
     work = irecv(tensor, src, group, tag, group_src)

@@ -421,3 +421,15 @@ def _agree_on_cma(store: Any, local: Sequence[int]) -> int:
 
 
 current: World | None = None
+# The tiny-call lane of current's default group (None without one): the front door
+# reads it for group=None instead of calling _api._lane, which cost 65 ns of a 1.7 us
+# call. Only set_current writes either.
+default_lane: Any = None
+
+
+def set_current(world: World | None) -> None:
+    """Make ``world`` this process's world (None: none), and its default group's lane
+    the front door's."""
+    global current, default_lane
+    current = world
+    default_lane = getattr(None if world is None else world.default_group, "lane", None)

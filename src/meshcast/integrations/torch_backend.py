@@ -951,7 +951,7 @@ def _adopt_world(world: Any) -> None:
 
     _state.world = world
     if _world.current is None:
-        _world.current = world
+        _world.set_current(world)
         _api.GroupMember.WORLD = world.default_group
         _api.group.WORLD = world.default_group
 
@@ -965,7 +965,7 @@ def _close_world(world: Any) -> None:
     if _state.world is world:
         _state.world = None
     if _world.current is world:
-        _world.current = None
+        _world.set_current(None)
         _api.GroupMember.WORLD = None
         _api.group.WORLD = None
 
