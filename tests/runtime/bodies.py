@@ -687,3 +687,36 @@ def isend_of_a_temporary() -> None:
         got = np.zeros(count)
         dist.recv(got, 0)
         assert (got == 7.0).all(), np.unique(got)[:5]
+
+
+def tiny_calls_across_reinit(store_path: str) -> list[float]:
+    """Tiny all_reduce and scatter on the default group, then destroy_process_group:
+    the front door's cached lane (``_world.default_lane``) goes with it, so the next call
+    is refused as uninitialized; then init_process_group again (a new store) and the
+    same calls run on the new group's lane. Returns the sums seen before and after."""
+    from meshcast import _world
+
+    r, n = dist.get_rank(), dist.get_world_size()
+    x = np.full(2, r + 1.0)
+    dist.all_reduce(x)
+    before = float(x[0])
+    assert _world.default_lane is dist.group.WORLD.lane
+    dist.destroy_process_group()
+    assert _world.default_lane is None and _world.current is None
+    try:
+        dist.all_reduce(x)
+    except dist.InvalidUsage as exc:
+        assert "not initialized" in str(exc) or "init_process_group" in str(exc), exc
+    else:
+        raise AssertionError("all_reduce ran after destroy_process_group")
+    dist.init_process_group(init_method=f"file://{store_path}", rank=r, world_size=n)
+    assert _world.default_lane is dist.group.WORLD.lane
+    y = np.full(2, 2.0 * (r + 1))
+    dist.all_reduce(y)
+    got = np.zeros(2)
+    dist.scatter(got, [np.full(2, 10.0 + q) for q in range(n)] if r == 0 else None, src=0)
+    assert (got == 10.0 + r).all(), got
+    if n > 1:  # (one rank: no lane, nothing to move)
+        assert dist.group.WORLD.last_algorithm == "scatter/oneshot", \
+            dist.group.WORLD.last_algorithm
+    return [before, float(y[0])]

@@ -34,3 +34,11 @@ def test_async_all_reduce_completes_while_the_caller_sleeps():
     for r, info in enumerate(out):
         assert info["finished_alone"], (r, info)
         assert info["waited"] < 0.05, (r, info)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_tiny_calls_follow_the_default_group_across_reinit(n, tmp_path):
+    out = spawn_world(bodies.tiny_calls_across_reinit, n, timeout=60,
+                      store_path=str(tmp_path / "store2"))
+    total = n * (n + 1) / 2
+    assert out == [[total, 2 * total]] * n
