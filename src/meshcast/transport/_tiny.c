@@ -143,12 +143,11 @@ static void signal_phase(Round *self, uint64_t target) {
     }
 }
 
-/* Whether view (of an object of type) looks like like (of like_type): the same type,
- * format, shape and size. */
-static int looks_like(const Py_buffer *view, PyTypeObject *type, const Py_buffer *like,
-                      PyTypeObject *like_type) {
-    if (type != like_type || view->len != like->len || view->itemsize != like->itemsize
-        || view->ndim != like->ndim
+/* Whether view looks like like: exported by objects of the same type (a view's obj is
+ * its exporter), with the same format, shape and size. */
+static int looks_like(const Py_buffer *view, const Py_buffer *like) {
+    if (Py_TYPE(view->obj) != Py_TYPE(like->obj) || view->len != like->len
+        || view->itemsize != like->itemsize || view->ndim != like->ndim
         || strcmp(view->format != NULL ? view->format : "B",
                   like->format != NULL ? like->format : "B") != 0)
         return 0;
@@ -167,8 +166,7 @@ static int looks_like(const Py_buffer *view, PyTypeObject *type, const Py_buffer
  * nothing is copied: a tiny scatter root's list, checked here because asking for
  * every piece's buffer twice (a check, then the copy) cost a tenth of an 8-byte
  * scatter. */
-static int stage(Round *self, char *to, PyObject *data, const Py_buffer *like,
-                 PyTypeObject *like_type) {
+static int stage(Round *self, char *to, PyObject *data, const Py_buffer *like) {
     if (data == Py_None)
         return 0;
     int many = PyTuple_Check(data) || PyList_Check(data);
@@ -202,7 +200,7 @@ static int stage(Round *self, char *to, PyObject *data, const Py_buffer *like,
                 result = 1;
             }
             break;
-        } else if (like != NULL && !looks_like(&views[i], Py_TYPE(item), like, like_type)) {
+        } else if (like != NULL && !looks_like(&views[i], like)) {
             result = 1;
         }
         held = i + 1;
@@ -233,12 +231,12 @@ static int stage(Round *self, char *to, PyObject *data, const Py_buffer *like,
  * every rank's must equal packed. */
 static int round_core(Round *self, uint64_t seq, long phase, const char *packed, PyObject *data,
                       uint64_t spin_ns, PyObject *expected, const uint64_t *exposure,
-                      const Py_buffer *like, PyTypeObject *like_type) {
+                      const Py_buffer *like) {
     Py_ssize_t packed_len = self->fp_size;
     if (__atomic_load_n((uint32_t *)self->base, __ATOMIC_ACQUIRE))
         return 3;
     int parity = (int)(seq & 1);
-    int staged = stage(self, region(self, self->rank, parity), data, like, like_type);
+    int staged = stage(self, region(self, self->rank, parity), data, like);
     if (staged != 0)
         return staged < 0 ? -1 : 5;
     memcpy(fingerprint(self, self->rank, parity), packed, (size_t)packed_len);
@@ -297,7 +295,7 @@ static PyObject *Round_run(Round *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "packed fingerprint of the wrong size");
         return NULL;
     }
-    int status = round_core(self, seq, phase, packed, args[3], spin_ns, expected, NULL, NULL, NULL);
+    int status = round_core(self, seq, phase, packed, args[3], spin_ns, expected, NULL, NULL);
     return status < 0 ? NULL : PyLong_FromLong(status);
 }
 
@@ -477,8 +475,7 @@ static int combine_args(PyObject *const *a, Combine *c) {
 static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const char *packed,
                                    PyObject *data, uint64_t spin_ns, PyObject *expected,
                                    const uint64_t *exposure, Py_ssize_t same,
-                                   const Combine *c, const Py_buffer *like,
-                                   PyTypeObject *like_type) {
+                                   const Combine *c, const Py_buffer *like) {
     Outs outs = {0};
     int have_out = c->out != Py_None;
     if (have_out && outs_get(self, &outs, c->out, c->code, c->root, c->off) < 0) {
@@ -487,8 +484,7 @@ static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const 
         PyErr_Clear();
         return PyLong_FromLong(5);
     }
-    int status = round_core(self, seq, phase, packed, data, spin_ns, expected, exposure,
-                            like, like_type);
+    int status = round_core(self, seq, phase, packed, data, spin_ns, expected, exposure, like);
     int parity = (int)(seq & 1);
     for (Py_ssize_t r = 0; status == 0 && same > 0 && r < self->n; r++)
         if (memcmp(region(self, r, parity), region(self, self->rank, parity), (size_t)same))
@@ -526,8 +522,7 @@ static PyObject *Round_oneshot(Round *self, PyObject *const *args, Py_ssize_t na
     char packed[LINE];
     if (PyErr_Occurred() || combine_args(args + 4, &c) < 0 || pack(self, seq, args[1], packed) < 0)
         return NULL;
-    return round_and_combine(self, seq, 1, packed, args[2], spin_ns, NULL, NULL, 0, &c, NULL,
-                             NULL);
+    return round_and_combine(self, seq, 1, packed, args[2], spin_ns, NULL, NULL, 0, &c, NULL);
 }
 
 /* rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset[, same[, like]])
@@ -596,15 +591,14 @@ static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nar
     PyObject *like_obj = nargs == 11 ? args[10] : Py_None;
     if (like_obj == Py_None)
         return round_and_combine(self, seq, 0, packed, args[2], spin_ns, tails,
-                                 exposing ? exposure : NULL, same, &c, NULL, NULL);
+                                 exposing ? exposure : NULL, same, &c, NULL);
     Py_buffer like;
     if (PyObject_GetBuffer(like_obj, &like, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         PyErr_Clear();
         return PyLong_FromLong(5);
     }
     PyObject *status = round_and_combine(self, seq, 0, packed, args[2], spin_ns, tails,
-                                         exposing ? exposure : NULL, same, &c, &like,
-                                         Py_TYPE(like_obj));
+                                         exposing ? exposure : NULL, same, &c, &like);
     PyBuffer_Release(&like);
     return status;
 }
@@ -782,7 +776,7 @@ static PyObject *Round_alike(Round *self, PyObject *const *args, Py_ssize_t narg
             ok = 0;
             break;
         }
-        ok = looks_like(&view, Py_TYPE(p), &want, Py_TYPE(like));
+        ok = looks_like(&view, &want);
         PyBuffer_Release(&view);
     }
     PyBuffer_Release(&want);
