@@ -28,6 +28,33 @@ def ring_pass(count: int, dtype: str = "float32", tag: int = 0) -> list:
     return [into.nbytes]
 
 
+def finished_works_name_their_messages(tags: int) -> int:
+    """Small messages move as they are posted and get finished Works the lane keeps per
+    (verb, peer, tag): each must still name its own message and a receive its sender,
+    across more tags than the lane keeps."""
+    from meshcast import _world
+    from meshcast.lanes import _MOVED_MAX
+
+    r, n = dist.get_rank(), dist.get_world_size()
+    left, right = (r - 1) % n, (r + 1) % n
+    into = np.zeros(2, np.float32)
+    for t in range(tags):
+        send, recv = dist.batch_isend_irecv(
+            [dist.P2POp(dist.isend, np.full(2, 100.0 * r + t, np.float32), right, tag=t),
+             dist.P2POp(dist.irecv, into, left, tag=t)])
+        recv.wait()
+        send.wait()
+        assert (into == 100.0 * left + t).all(), (t, into)
+        assert recv.source_rank == left and send.source_rank is None, (t, recv, send)
+        # (a receive whose message came late took the general path: its own wording)
+        assert f"from rank {left} (tag {t})" in repr(recv), (t, repr(recv))
+        assert f"to rank {right} (tag {t})" in repr(send), (t, repr(send))
+        assert recv.is_completed() and recv.is_success() and recv.exception() is None
+    kept = len(_world.default_lane._moved)
+    assert 0 < kept <= _MOVED_MAX, kept
+    return kept
+
+
 def halo_exchange(rounds: int) -> int:
     """batch_isend_irecv with the receives listed first, both neighbours, two tags, a
     rank that is late every few rounds (past any spin time), sizes across the ring

@@ -29,6 +29,12 @@ def test_halo_exchange_with_receives_listed_first(n):
     assert spawn_world(bodies.halo_exchange, n, timeout=120, rounds=24) == [24] * n
 
 
+def test_finished_works_of_moved_messages_name_their_own_message():
+    # 300 tags: past the 256 finished Works a lane keeps
+    assert spawn_world(bodies.finished_works_name_their_messages, 3, timeout=60,
+                       tags=300) == [256] * 3
+
+
 def test_zero_bytes():
     spawn_world(bodies.ring_pass, 3, timeout=60, count=0)
 
