@@ -266,15 +266,15 @@ def _gather_target(bufs: Sequence[Buffer], dtype: np.dtype) -> np.ndarray:
 # ---------------------------------------------------------- initialization
 
 
-def _timeout_seconds(timeout: Any) -> float:
+def _timeout_seconds(timeout: Any, caller: str = "init_process_group") -> float:
     if timeout is None:
         return float(config.get("MESHCAST_TIMEOUT"))
-    if isinstance(timeout, datetime.timedelta):
+    if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0:
         return timeout.total_seconds()
-    if isinstance(timeout, (int, float)) and timeout > 0:
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0:
         return float(timeout)
-    raise usage("init_process_group", f"'timeout' must be a positive number of seconds or a "
-                                      f"datetime.timedelta, got {timeout!r}")
+    raise usage(caller, f"'timeout' must be a positive number of seconds or a "
+                        f"datetime.timedelta, got {timeout!r}", _rank())
 
 
 def init_process_group(
@@ -463,17 +463,21 @@ def new_group(ranks: Sequence[int] | None = None, timeout: Any = None, backend: 
     Args:
         ranks (list[int], optional): global ranks of the members (default: all).
             The order given is the group-rank order.
-        timeout: accepted for torch compatibility; the world's timeout applies.
+        timeout (float or datetime.timedelta, optional): how long the group's calls
+            (and its creation) may wait before they raise ``CommTimeout``; default:
+            the world's timeout (``init_process_group``'s).
 
     Returns:
         the new ``ProcessGroup`` on members; ``GroupMember.NON_GROUP_MEMBER`` on
         other ranks (collectives called with it are no-ops, get_rank gives -1).
 
     Raises:
-        InvalidUsage: duplicate or out-of-range ranks.
+        InvalidUsage: duplicate or out-of-range ranks, or a timeout that is not a
+            positive number of seconds or a ``timedelta``.
     """
     caller = "new_group"
     w = _world_or_raise(caller)
+    seconds = None if timeout is None else _timeout_seconds(timeout, caller)
     if ranks is None:
         ranks = list(range(w.size))
     ranks = list(ranks)
@@ -487,7 +491,7 @@ def new_group(ranks: Sequence[int] | None = None, timeout: Any = None, backend: 
     if w.rank not in ranks:
         return GroupMember.NON_GROUP_MEMBER
     name = group_desc or f"group{gid}{ranks}"
-    return w.make_group(gid, [int(r) for r in ranks], name)
+    return w.make_group(gid, [int(r) for r in ranks], name, timeout=seconds)
 
 
 # ------------------------------------------------------------- collectives

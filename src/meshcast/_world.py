@@ -136,7 +136,7 @@ class World:
     tracer: Any = None  # meshcast.trace.recorder.Tracer when MESHCAST_TRACE is set
 
     def make_group(self, group_id: int, ranks: Sequence[int], name: str,
-                   store: Any = None) -> Any:
+                   store: Any = None, timeout: float | None = None) -> Any:
         """Collective over ``ranks`` (every member calls it): map the arena, build the group.
 
         Members on one host get a :class:`ProcessGroup` on shared memory; members
@@ -149,17 +149,22 @@ class World:
             name: for messages.
             store: where members meet (default: the world's store); the torch
                 backend passes the per-group store torch gives it.
+            timeout: seconds the group's calls (and its creation) may wait
+                (default: the world's).
         """
         store = self.store if store is None else store
+        timeout = self.timeout if timeout is None else timeout
         ranks = list(ranks)
         if len({self.host_of[r] for r in ranks}) == 1:
-            group = self._shm_group(group_id, ranks, name, store, f"meshcast/group/{group_id}")
+            group = self._shm_group(group_id, ranks, name, store, f"meshcast/group/{group_id}",
+                                    timeout=timeout)
         else:
-            group = self._spanning_group(group_id, ranks, name, store)
+            group = self._spanning_group(group_id, ranks, name, store, timeout)
         self.groups.append(group)
         return group
 
-    def _spanning_group(self, group_id: int, ranks: list[int], name: str, store: Any) -> Any:
+    def _spanning_group(self, group_id: int, ranks: list[int], name: str, store: Any,
+                        timeout: float) -> Any:
         from .algorithms.hierarchical import Layout
         from .spanning import HostSpanningGroup
 
@@ -176,14 +181,15 @@ class World:
                    if self.hostwatch is not None else None)
         local = self._shm_group((1 << 31) | group_id, members,
                                 f"{name} on {_hostname(self.host_of[self.rank])}", store,
-                                f"meshcast/group/{group_id}/host/{layout.host}", watched)
+                                f"meshcast/group/{group_id}/host/{layout.host}", watched,
+                                timeout)
         flat = self._comm(ranks, f"{group_id}/flat")
         rail_members = [ranks[g] for g in layout.rail(layout.local)]
         rail = (self._comm(rail_members, f"{group_id}/rail{layout.local}")
                 if len(rail_members) > 1 else None)
         group = HostSpanningGroup(
             group_id=group_id, name=name, global_ranks=ranks, rank=layout.me, layout=layout,
-            local=local, flat=flat, rail=rail, timeout=self.timeout,
+            local=local, flat=flat, rail=rail, timeout=timeout,
             engine_name=self.internode.describe(),
             hostnames=[_hostname(self.host_of[ranks[h[0]]]) for h in layout.hosts])
         if self.tracer is not None:
@@ -198,8 +204,10 @@ class World:
         return comm
 
     def _shm_group(self, group_id: int, ranks: list[int], name: str, store: Any,
-                   key: str, liveness: _wait.Liveness | None = None) -> ProcessGroup:
+                   key: str, liveness: _wait.Liveness | None = None,
+                   timeout: float | None = None) -> ProcessGroup:
         liveness = self.liveness if liveness is None else liveness
+        timeout = self.timeout if timeout is None else timeout
         n = len(ranks)
         me = ranks.index(self.rank)
         slot = config.get("MESHCAST_SLOT_BYTES")
@@ -211,13 +219,13 @@ class World:
             segment = Segment.create(f"g{group_id}", Arena.size(n, slot))
             store.set(f"{key}/arena", segment.locator)
         else:
-            wait_for_ranks(store, {ranks[0]: f"{key}/arena"}, self.timeout,
+            wait_for_ranks(store, {ranks[0]: f"{key}/arena"}, timeout,
                            f"new_group {name}: waiting for the arena of rank {ranks[0]}",
                            self.liveness)
             segment = Segment.attach(store.get(f"{key}/arena").decode())
         if n > 1:
             try:
-                rank_barrier(store, f"{key}/attached", self.rank, ranks, self.timeout,
+                rank_barrier(store, f"{key}/attached", self.rank, ranks, timeout,
                              f"new_group {name}: attaching the arena", self.liveness)
             finally:
                 if me == 0:
@@ -225,7 +233,7 @@ class World:
         self.segments.append(segment)
         arena = Arena(segment, me, n, slot, ranks, liveness, name)
         group = ProcessGroup(group_id=group_id, name=name, global_ranks=ranks, rank=me,
-                             transport=self.transport, arena=arena, timeout=self.timeout,
+                             transport=self.transport, arena=arena, timeout=timeout,
                              liveness=liveness, store=store)
         if self.tracer is not None:
             self.tracer.attach(group)

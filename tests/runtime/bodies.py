@@ -298,6 +298,35 @@ def bad_arguments() -> list[str]:
     return msgs
 
 
+def group_timeout(seconds: float) -> float | None:
+    """new_group(timeout=...): the group's calls wait that long, not the world's timeout.
+    Rank 0 all_reduces on the group, which no other rank enters: it must raise
+    CommTimeout after about ``seconds``. A timeout that is not a positive number of
+    seconds or a timedelta is refused, naming the argument. Returns rank 0's wait."""
+    import datetime
+
+    r, n = dist.get_rank(), dist.get_world_size()
+    for bad in (0, -1.0, "5", True, datetime.timedelta(0)):
+        try:
+            dist.new_group(timeout=bad)
+        except dist.InvalidUsage as exc:
+            assert "'timeout'" in str(exc) and "new_group" in str(exc), exc
+        else:
+            raise AssertionError(f"new_group(timeout={bad!r}) was accepted")
+    g = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=seconds))
+    waited = None
+    if r == 0:
+        t = time.monotonic()
+        try:
+            dist.all_reduce(np.ones(4), group=g)
+        except dist.CommTimeout:
+            waited = time.monotonic() - t
+        else:
+            raise AssertionError("all_reduce on a group nobody else entered returned")
+    dist.barrier()  # the world's own timeout is untouched
+    return waited
+
+
 def subgroups() -> dict:
     r, n = dist.get_rank(), dist.get_world_size()
     evens = dist.new_group([q for q in range(n) if q % 2 == 0])

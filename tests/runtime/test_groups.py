@@ -42,3 +42,13 @@ def test_tiny_calls_follow_the_default_group_across_reinit(n, tmp_path):
                       store_path=str(tmp_path / "store2"))
     total = n * (n + 1) / 2
     assert out == [[total, 2 * total]] * n
+
+
+@pytest.mark.parametrize("hosts", [None, [0, 1]], ids=["one host", "two hosts"])
+def test_new_group_timeout_is_the_groups_own(hosts):
+    """A group made with new_group(timeout=2 s) times out in about 2 s while the world's
+    timeout is 40 s; on one host and across (emulated) hosts alike."""
+    out = spawn_world(bodies.group_timeout, 2, timeout=80, op_timeout=40, hosts=hosts,
+                      seconds=2.0)
+    assert out[1] is None
+    assert 1.9 <= out[0] < 15, out

@@ -938,8 +938,7 @@ def _create_process_group(options: Any, backend_options: Any = None) -> Any:
         else:
             world, owns = _state.world, False
             group = world.make_group(_group_id(name), ranks, f"group {name} {ranks}",
-                                     store=store)
-            group.timeout = timeout
+                                     store=store, timeout=timeout)
     except Exception as exc:
         _raise_for_torch(exc)
     return _pg_class()(group, world, owns)
