@@ -759,12 +759,14 @@ class HostSpanningGroup(GroupRanks):
         n = self._size
 
         def body(ctx: _Ctx, counts: list[int], auxes: list[int]) -> None:
-            if not (all(auxes) and counts.count(counts[0]) == n):
+            # every rank's pieces even and of one size: only the rows can tell
+            uniform = all(auxes) and counts.count(counts[0]) == n
+            if not uniform:
                 self._check_splits(ctx, fp, send, recv)
             self.last_algorithm = f"all_to_all/{family}"
             # The engines' all-to-alls read and write at once: in place, from a copy.
             src = in_flat.copy() if np.may_share_memory(out_flat, in_flat) else in_flat
-            hier.all_to_all(ctx, family, out_flat, recv, src, send)
+            hier.all_to_all(ctx, family, out_flat, recv, src, send, uniform)
             finish()
 
         def eager(rows: list[np.ndarray], counts: list[int], auxes: list[int]) -> None:

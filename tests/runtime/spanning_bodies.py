@@ -206,6 +206,39 @@ def p2p_objects_groups_async():
     return True
 
 
+def even_beside_uneven_all_to_all():
+    """Legal all_to_alls where some ranks' pieces are even and others' are not: the even
+    ranks (0, 2, ...) send and receive ``k`` elements with everyone, the odd ones more with
+    each other (``k`` = 1, then 0: every piece between even ranks empty). One rank's own
+    counts cannot tell which all-to-all the engine runs: when an even rank ran MPI's
+    Ialltoall beside an odd rank's Ialltoallv, this call or the next one hung. Lists and
+    single form, each twice, then an all_reduce, all against the oracle."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    g = dist.new_group(list(range(n)), timeout=30)  # a hang fails in seconds, not minutes
+
+    def size(i: int, j: int, k: int) -> int:  # what rank i sends rank j
+        return k if i % 2 == 0 or j % 2 == 0 else 1 + i + j
+
+    for k in (1, 0, 1):
+        send = [size(r, q, k) for q in range(n)]
+        recv = [size(q, r, k) for q in range(n)]
+        for _ in range(2):
+            ins = [np.full(send[q], 100 * r + q, np.int32) for q in range(n)]
+            outs = [np.full(recv[q], -1, np.int32) for q in range(n)]
+            dist.all_to_all(outs, ins, group=g)
+            for q in range(n):
+                _eq(outs[q], np.full(recv[q], 100 * q + r, np.int32), f"all_to_all k={k} from {q}")
+            out = np.full(sum(recv), -1, np.int64)
+            dist.all_to_all_single(out, np.concatenate(ins).astype(np.int64), recv, send,
+                                   group=g)
+            _eq(out, np.concatenate([np.full(recv[q], 100 * q + r) for q in range(n)]),
+                f"all_to_all_single k={k}")
+        total = np.array([r], np.int64)
+        dist.all_reduce(total, group=g)
+        _eq(total, np.array([n * (n - 1) // 2]), f"all_reduce after k={k}")
+    dist.destroy_process_group(g)
+
+
 def all_to_all_split_checks(case: str) -> Any:
     """all_to_all across hosts checks every pair of split sizes, with a round of its own
     only when some rank's pieces are uneven or its input another size: even pieces of

@@ -103,10 +103,12 @@ class Across(Protocol):
     def allgatherv(self, out: np.ndarray, mine: np.ndarray, counts: Sequence[int]) -> None: ...
     def start_allgatherv(self, out: np.ndarray, mine: np.ndarray, counts: Sequence[int],
                          displs: Sequence[int]) -> Pending: ...
+    # uniform: every member's counts are the same even split, known from agreed data
+    # (the engine may then run its plain all-to-all; every member passes the same value)
     def alltoallv(self, out: np.ndarray, recv_counts: Sequence[int], inp: np.ndarray,
-                  send_counts: Sequence[int]) -> None: ...
+                  send_counts: Sequence[int], uniform: bool = False) -> None: ...
     def start_alltoallv(self, out: np.ndarray, recv_counts: Sequence[int], inp: np.ndarray,
-                        send_counts: Sequence[int]) -> Pending: ...
+                        send_counts: Sequence[int], uniform: bool = False) -> Pending: ...
     def bcast(self, w: np.ndarray, root: int) -> None: ...
     def start_bcast(self, w: np.ndarray, root: int) -> Pending: ...
     #: the leader family's broadcast moves larger data in chunks of this many bytes, so
@@ -456,6 +458,12 @@ def supports(kind: str, family: str, layout: Layout, engine: str = "mpi") -> str
         return ("'rails' needs the same number of ranks on every host "
                 f"(this group has {[len(h) for h in layout.hosts]})")
     return None
+
+
+def _even(counts: Sequence[int]) -> bool:
+    """Whether an exchange whose every member sends ``counts`` (one list, computed alike
+    from agreed data on every member) and receives its own entry from each is uniform."""
+    return counts.count(counts[0]) == len(counts) if len(counts) else True
 
 
 def _combine(op: ReduceOp, dst: np.ndarray, parts: Sequence[np.ndarray]) -> None:
@@ -924,7 +932,7 @@ def _start_reduce_scatter(comm: Across, w: np.ndarray) -> tuple[Pending, np.ndar
     counts = [c for _, c in split_even(w.size, P)]
     mine = counts[comm.rank]
     got = np.empty(mine * P, w.dtype)
-    return comm.start_alltoallv(got, [mine] * P, w, counts), got, counts
+    return comm.start_alltoallv(got, [mine] * P, w, counts, _even(counts)), got, counts
 
 
 def _reduced_piece(comm: Across, got: np.ndarray, counts: Sequence[int],
@@ -1124,7 +1132,7 @@ def reduce_scatter(ctx: Ctx, family: str, out: np.ndarray, w: np.ndarray,
     if family == "flat":
         P = lay.size
         got = np.empty(counts[lay.me] * P, w.dtype)
-        ctx.flat.alltoallv(got, [counts[lay.me]] * P, w, counts)
+        ctx.flat.alltoallv(got, [counts[lay.me]] * P, w, counts, _even(counts))
         _combine(op, out, _pieces(got, [counts[lay.me]] * P))
         return
     if family == "rails" and lay.contiguous:
@@ -1141,7 +1149,8 @@ def reduce_scatter(ctx: Ctx, family: str, out: np.ndarray, w: np.ndarray,
         if ctx.rail is not None:
             n = counts[lay.me]
             got = np.empty(n * len(mine), w.dtype)
-            ctx.rail.alltoallv(got, [n] * len(mine), block, [counts[g] for g in mine])
+            rail_counts = [counts[g] for g in mine]
+            ctx.rail.alltoallv(got, [n] * len(mine), block, rail_counts, _even(rail_counts))
             _combine(op, out, _pieces(got, [n] * len(mine)))
         else:
             out[:] = block
@@ -1154,7 +1163,8 @@ def reduce_scatter(ctx: Ctx, family: str, out: np.ndarray, w: np.ndarray,
     if ctx.leaders is not None:
         send = _pack(w, at, [g for h in lay.hosts for g in h])
         got = np.empty(host_counts[lay.host] * len(lay.hosts), w.dtype)
-        ctx.leaders.alltoallv(got, [host_counts[lay.host]] * len(lay.hosts), send, host_counts)
+        ctx.leaders.alltoallv(got, [host_counts[lay.host]] * len(lay.hosts), send, host_counts,
+                              _even(host_counts))
         _combine(op, block, _pieces(got, [host_counts[lay.host]] * len(lay.hosts)))
     ctx.local.scatter(out, _pieces(block, [counts[g] for g in members])
                       if lay.local == 0 else None, 0)
@@ -1247,9 +1257,11 @@ def scatter(ctx: Ctx, family: str, out: np.ndarray, ins: list[np.ndarray] | None
 
 
 def all_to_all(ctx: Ctx, family: str, out: np.ndarray, recv_counts: Sequence[int],
-               inp: np.ndarray, send_counts: Sequence[int]) -> None:
-    """Rank g's piece for rank h (``send_counts[h]`` of g) lands in h's ``out``."""
-    ctx.flat.alltoallv(out, recv_counts, inp, send_counts)
+               inp: np.ndarray, send_counts: Sequence[int], uniform: bool = False) -> None:
+    """Rank g's piece for rank h (``send_counts[h]`` of g) lands in h's ``out``.
+    ``uniform``: every rank's pieces are even and of one size, as the agreement found
+    (this rank's counts alone cannot tell: see ``Across.alltoallv``)."""
+    ctx.flat.alltoallv(out, recv_counts, inp, send_counts, uniform)
 
 
 def run(kind: str, ctx: Ctx, family: str, *args: Any) -> None:

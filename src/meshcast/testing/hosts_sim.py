@@ -88,18 +88,21 @@ class SimAcross:
         return _Done()
 
     def alltoallv(self, out: np.ndarray, recv_counts: Sequence[int], inp: np.ndarray,
-                  send_counts: Sequence[int]) -> None:
-        got = self.x(self.rank, "alltoallv", (inp.copy(), list(send_counts)))
+                  send_counts: Sequence[int], uniform: bool = False) -> None:
+        got = self.x(self.rank, "alltoallv", (inp.copy(), list(send_counts), uniform))
         pieces = []
-        for src, (data, sends) in enumerate(got):
+        # an engine's plain all-to-all beside its v-form on another member would hang
+        assert len({u for _, _, u in got}) == 1, "members disagree about 'uniform'"
+        for src, (data, sends, even) in enumerate(got):
+            assert not even or len(set(sends)) <= 1, "'uniform' with uneven counts"
             at = sum(sends[:self.rank])
             assert sends[self.rank] == recv_counts[src], "alltoallv counts disagree"
             pieces.append(data[at:at + sends[self.rank]])
         out[:] = np.concatenate(pieces)
 
     def start_alltoallv(self, out: np.ndarray, recv_counts: Sequence[int], inp: np.ndarray,
-                        send_counts: Sequence[int]) -> _Done:
-        self.alltoallv(out, recv_counts, inp, send_counts)
+                        send_counts: Sequence[int], uniform: bool = False) -> _Done:
+        self.alltoallv(out, recv_counts, inp, send_counts, uniform)
         return _Done()
 
     def bcast(self, w: np.ndarray, root: int) -> None:

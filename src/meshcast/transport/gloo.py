@@ -181,7 +181,7 @@ class GlooComm(HostComm):
                             padded_out, padded_in, after=unpack)
 
     def _ialltoallv(self, out: np.ndarray, recv: list[int], inp: np.ndarray,
-                    send: list[int]) -> Request:
+                    send: list[int], uniform: bool = False) -> Request:
         return _GlooRequest(self.pg.alltoall_base(_tensor(out), _tensor(inp), recv, send),
                             out, inp)
 

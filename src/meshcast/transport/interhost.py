@@ -125,7 +125,7 @@ class HostComm:
         return _Placed(self._iallgatherv(packed, mine, counts), packed, out, counts, displs)
 
     def _ialltoallv(self, out: np.ndarray, recv: list[int], inp: np.ndarray,
-                    send: list[int]) -> Request:
+                    send: list[int], uniform: bool = False) -> Request:
         raise NotImplementedError
 
     def _iallgather(self, out: np.ndarray, mine: np.ndarray) -> Request:
@@ -190,7 +190,7 @@ class HostComm:
                 is missed).
         """
         describe = lambda: f"{what} [{self.engine} {self.name}]"  # noqa: E731
-        pending = peers or (lambda: self.ranks)
+        pending = peers or (lambda: [g for i, g in enumerate(self.ranks) if i != self.rank])
         if self.watch is not None:
             # The watch reads the other hosts' heartbeats while waits go on, so that it
             # already knows when each last moved if this wait turns out to be the long one.
@@ -384,18 +384,23 @@ class Bound:
             self.what))
 
     def alltoallv(self, out: np.ndarray, recv_counts: Sequence[int], inp: np.ndarray,
-                  send_counts: Sequence[int]) -> None:
-        self.start_alltoallv(out, recv_counts, inp, send_counts).wait()
+                  send_counts: Sequence[int], uniform: bool = False) -> None:
+        self.start_alltoallv(out, recv_counts, inp, send_counts, uniform).wait()
 
     def start_alltoallv(self, out: np.ndarray, recv_counts: Sequence[int], inp: np.ndarray,
-                        send_counts: Sequence[int]) -> Posted:
-        """Post :meth:`alltoallv`; the returned :class:`Posted` waits for it."""
+                        send_counts: Sequence[int], uniform: bool = False) -> Posted:
+        """Post :meth:`alltoallv`; the returned :class:`Posted` waits for it.
+
+        ``uniform``: every member's counts are one and the same even split (the caller
+        knows it from data all members agreed on), so the engine may run its plain
+        all-to-all; every member must pass the same value.
+        """
         isz = out.itemsize
         c = self.comm
         recv = [n * isz for n in recv_counts]
         send = [n * isz for n in send_counts]
-        return Posted(self, c.start(lambda: c._ialltoallv(_bytes(out), recv, _bytes(inp), send),
-                                    self.what))
+        return Posted(self, c.start(
+            lambda: c._ialltoallv(_bytes(out), recv, _bytes(inp), send, uniform), self.what))
 
     def bcast(self, w: np.ndarray, root: int) -> None:
         if not w.size:

@@ -443,11 +443,14 @@ class MpiComm(HostComm):
         self._sized_last = (None, 0, 0, [])
 
     def _ialltoallv(self, out: np.ndarray, recv: list[int], inp: np.ndarray,
-                    send: list[int]) -> Request:
+                    send: list[int], uniform: bool = False) -> Request:
         MPI = _mpi()
-        if send == recv and send.count(send[0]) == len(send):
+        if uniform:
             # even pieces: MPICH's Ialltoall beat its Ialltoallv by 10-15% (2 emulated hosts
-            # x 2 ranks, unlimited, 512 KiB-8 MiB: 8 MiB 7.6-8.1 against 8.3-10.4 ms)
+            # x 2 ranks, unlimited, 512 KiB-8 MiB: 8 MiB 7.6-8.1 against 8.3-10.4 ms). Only
+            # when every member's pieces are even: the caller knows that from agreed data,
+            # this rank's counts alone do not (a rank with even pieces beside one with
+            # uneven ones would post Ialltoall against Ialltoallv: MPI then hangs).
             return _MpiRequest(self.comm.Ialltoall([inp, send[0], MPI.BYTE],
                                                    [out, recv[0], MPI.BYTE]), out, inp)
         return _MpiRequest(self.comm.Ialltoallv(

@@ -173,15 +173,15 @@ class _RecAcross:
         return self.inner.start_allgatherv(out, mine, counts, displs)
 
     def alltoallv(self, out: np.ndarray, recv_counts: Sequence[int], inp: np.ndarray,
-                  send_counts: Sequence[int]) -> None:
-        self.start_alltoallv(out, recv_counts, inp, send_counts).wait()
+                  send_counts: Sequence[int], uniform: bool = False) -> None:
+        self.start_alltoallv(out, recv_counts, inp, send_counts, uniform).wait()
 
     def start_alltoallv(self, out: np.ndarray, recv_counts: Sequence[int], inp: np.ndarray,
-                        send_counts: Sequence[int]) -> Any:
+                        send_counts: Sequence[int], uniform: bool = False) -> Any:
         at = np.concatenate([[0], np.cumsum(send_counts)]).astype(int)
         self._note("alltoallv", [(self.m[i], inp[at[i]:at[i + 1]]) for i in self._others()
                                  if send_counts[i]], out)
-        return self.inner.start_alltoallv(out, recv_counts, inp, send_counts)
+        return self.inner.start_alltoallv(out, recv_counts, inp, send_counts, uniform)
 
     def bcast(self, w: np.ndarray, root: int) -> None:
         self._note("bcast", [(self.m[i], w) for i in self._others()] if self.rank == root
@@ -259,7 +259,8 @@ def _setup(key: str, g: int, p: int, n: int
         if key == "all_to_all":
             out = _garbage(n * p)
             return ([("input", mine), ("output", out)],
-                    lambda ctx, fam: hier.all_to_all(ctx, fam, out, counts, mine, counts))
+                    lambda ctx, fam: hier.all_to_all(ctx, fam, out, counts, mine, counts,
+                                                   uniform=True))
         outs = [out[i * n:(i + 1) * n] for i in range(p)] if g == root else None
         return ([("input", mine), ("output", out)] if g == root else [("tensor", mine)],
                 lambda ctx, fam: hier.gather(ctx, fam, outs, mine, counts, root))

@@ -14,6 +14,7 @@ dist.init_process_group()
 ran = bodies.every_primitive()
 bodies.uneven_and_shapes()
 bodies.p2p_objects_groups_async()
+bodies.even_beside_uneven_all_to_all()  # MPI's two all-to-alls never mixed
 bodies.lane_beside_general_path()  # tiny calls: the cached lane beside the general path
 large = bodies.large_broadcasts()  # leader's broadcast in chunks; the table's from 8 MiB
 assert set(large) == {"broadcast/leader"}, large
