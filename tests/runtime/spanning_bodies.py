@@ -123,6 +123,29 @@ def every_primitive(families=(None,)):
     return {k: sorted(v) for k, v in ran.items()}
 
 
+def reductions_the_engine_lacks():
+    """all_reduce and reduce_scatter in the dtypes Gloo cannot reduce (int16, uint16,
+    uint32, uint64: "Invalid scalar type"): every family forced, and the table's own
+    choice at a size that runs ``flat`` (Gloo's allreduce) by default; the inter-host
+    step must combine in meshcast instead. Against the oracle."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    for dtype in ("int16", "uint16", "uint32", "uint64"):
+        for fam, count in (("leader", 1000), ("flat", 1000), ("rails", 1000),
+                           (None, (3 << 20) // np.dtype(dtype).itemsize)):
+            if fam == "rails" and n % 2:
+                continue
+            inputs = [ref.rank_input(q, count, dtype) for q in range(n)]
+            for op in (ops.ReduceOp.SUM, ops.ReduceOp.MAX):
+                x = inputs[r].copy()
+                dist.all_reduce(x, op, algorithm=fam)
+                _eq(x, ref.reduced(inputs, op), f"all_reduce {op.name} {dtype} x{count} {fam}")
+            full = [ref.rank_input(q, count * n, dtype, 5) for q in range(n)]
+            out = np.empty(count, dtype)
+            dist.reduce_scatter_tensor(out, full[r].copy(), ops.ReduceOp.SUM, algorithm=fam)
+            _eq(out, ref.reduce_scatter(full, ops.ReduceOp.SUM)[r],
+                f"reduce_scatter {dtype} x{count} {fam}")
+
+
 def uneven_and_shapes():
     """Uneven pieces, multi-dimensional and non-contiguous arrays, uneven all_to_all."""
     r, n = dist.get_rank(), dist.get_world_size()

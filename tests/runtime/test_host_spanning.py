@@ -44,6 +44,12 @@ def test_every_family_when_forced():
         out[0]["all_reduce"]), out[0]
 
 
+@pytest.mark.parametrize("shape", ["2x2", "3x1"])
+def test_dtypes_gloo_cannot_reduce_are_combined_by_meshcast(shape):
+    spawn_world(bodies.reductions_the_engine_lacks, len(SHAPES[shape]), hosts=SHAPES[shape],
+                timeout=200)
+
+
 @pytest.mark.parametrize("shape", ["2x2", "3+1"])
 def test_uneven_pieces_and_array_shapes(shape):
     spawn_world(bodies.uneven_and_shapes, len(SHAPES[shape]), hosts=SHAPES[shape], timeout=120)

@@ -152,6 +152,9 @@ class _Waiters:
 _WAITERS = _Waiters()
 
 
+#: Dtypes Gloo reduces (torch 2.13's ProcessGroupGloo refuses int16 and the unsigned types
+#: past uint8 with "Invalid scalar type"); the others stay with meshcast's own combine.
+_GLOO_REDUCES = frozenset({"float16", "float32", "float64", "int8", "uint8", "int32", "int64"})
 _NATIVE = {"SUM", "PRODUCT", "MIN", "MAX"}
 
 
@@ -200,7 +203,8 @@ class GlooComm(HostComm):
         return _GlooP2P(self.pg.recv([_tensor(buf)], peer, tag), buf)
 
     def _allreduce(self, w: np.ndarray, op: ReduceOp, deadline: float, what: str) -> bool:
-        if w.dtype.kind not in "iuf" or (op.name not in _NATIVE and op is not ReduceOp.AVG):
+        if w.dtype.name not in _GLOO_REDUCES or (op.name not in _NATIVE
+                                                 and op is not ReduceOp.AVG):
             return False
         dist = _torch().distributed
         opts = dist.AllreduceOptions()
