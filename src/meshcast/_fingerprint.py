@@ -30,6 +30,7 @@ DTYPES = (
 OPS = ("none", "SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR")
 ROOTED = ("broadcast", "reduce", "gather", "scatter")
 REDUCING = ("reduce", "all_reduce", "reduce_scatter")
+_ROOT_LAYOUT = ("gather", "scatter")  # kinds whose ``extra`` only the root fills in
 
 _STRUCT = struct.Struct("<QBBBBiQQ")
 _KIND_CODE = {k: i for i, k in enumerate(KINDS)}
@@ -119,6 +120,11 @@ def compare(fingerprints: Sequence[Fingerprint], group_ranks: Sequence[int], wha
         group_ranks: the global rank of each group rank (for the message).
         what: the group's name, for the message.
     """
+    # A gather's or scatter's extra is the root's alone (its list's layout, checked on its
+    # own): left in, the text would depend on whether the rank writing it called a rooted
+    # collective itself, where every rank must write the same.
+    fingerprints = [dataclasses.replace(fp, extra=0) if fp.kind in _ROOT_LAYOUT else fp
+                    for fp in fingerprints]
     first = fingerprints[0]
     if all(fp == first for fp in fingerprints[1:]):
         return

@@ -97,7 +97,7 @@ def all_to_all_split_mismatch() -> list[tuple[str, str]]:
 # Disagreements that mismatches() makes, each where group rank 0 does one thing and the
 # other ranks another; the algorithm each collective is forced to when ``forced``.
 MISMATCH_KINDS = ("collective", "count", "dtype", "op", "root", "reduce_root", "gather_root",
-                  "scatter_root")
+                  "scatter_root", "gather_or_broadcast", "scatter_or_broadcast")
 FORCED = {"broadcast": "tree", "all_reduce": "ring", "reduce": "tree", "gather": "tree",
           "scatter": "tree"}
 
@@ -139,6 +139,18 @@ def _mismatch_call(kind: str, variant: int, count: int, group: dist.ProcessGroup
         if kind == "scatter_root":
             lst = [np.zeros(count, np.float32) for _ in range(n)] if me == variant else None
             return dist.scatter(x, lst, src=root, algorithm=algo("scatter"), **kw)
+        if kind in ("gather_or_broadcast", "scatter_or_broadcast"):
+            # group rank 0 broadcasts from group rank 1, the others gather or scatter with
+            # it as their root: only that root knows its list's layout, and the text must
+            # not depend on whether its writer called the rooted collective itself
+            at = dist.get_global_rank(group, 1)
+            if variant == 0:
+                return dist.broadcast(x, src=at, algorithm=algo("broadcast"), **kw)
+            coll = kind.partition("_or_")[0]
+            lst = [np.zeros(count, np.float32) for _ in range(n)] if me == 1 else None
+            if coll == "gather":
+                return dist.gather(x, lst, dst=at, algorithm=algo(coll), **kw)
+            return dist.scatter(x, lst, src=at, algorithm=algo(coll), **kw)
         raise ValueError(kind)
 
     return call

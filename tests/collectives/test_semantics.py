@@ -51,6 +51,8 @@ def _kind_text(kind: str, count: int, members: list[int]) -> list[str]:
         "count": [f"count={count}", f"count={count + 1}"],
         "dtype": ["dtype=float32", "dtype=float64"],
         "op": ["op=SUM", "op=MAX"],
+        "gather_or_broadcast": ["broadcast(", "gather(", f"root={members[1]}"],
+        "scatter_or_broadcast": ["broadcast(", "scatter(", f"root={members[1]}"],
     }.get(kind, [coll.get(kind, "broadcast("), f"root={members[0]}", f"root={members[1]}"])
 
 
