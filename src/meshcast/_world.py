@@ -157,7 +157,7 @@ class World:
         ranks = list(ranks)
         if len({self.host_of[r] for r in ranks}) == 1:
             group = self._shm_group(group_id, ranks, name, store, f"meshcast/group/{group_id}",
-                                    timeout=timeout)
+                                    None, timeout)
         else:
             group = self._spanning_group(group_id, ranks, name, store, timeout)
         self.groups.append(group)
@@ -204,10 +204,8 @@ class World:
         return comm
 
     def _shm_group(self, group_id: int, ranks: list[int], name: str, store: Any,
-                   key: str, liveness: _wait.Liveness | None = None,
-                   timeout: float | None = None) -> ProcessGroup:
+                   key: str, liveness: _wait.Liveness | None, timeout: float) -> ProcessGroup:
         liveness = self.liveness if liveness is None else liveness
-        timeout = self.timeout if timeout is None else timeout
         n = len(ranks)
         me = ranks.index(self.rank)
         slot = config.get("MESHCAST_SLOT_BYTES")
