@@ -62,13 +62,14 @@ class Machinery:
     runs there.
     """
 
-    __slots__ = ("group", "rank", "size", "caps", "arena", "next", "what", "run", "submit",
-                 "region", "in_place")
+    __slots__ = ("group", "rank", "size", "caps", "arena", "programs", "next", "what", "run",
+                 "submit", "region", "in_place")
     group: GroupView
     rank: int
     size: int
     caps: HostCaps
     arena: Arena
+    programs: oneshot.Programs  # the group's one-shot programs, per call shape
     next: Callable[..., Fingerprint]  # ProcessGroup._next
     what: Callable[[str, int], str]  # ProcessGroup._what
     run: Callable[[str, Job, bool], Work | None]  # ProcessGroup._run
@@ -80,6 +81,7 @@ class Machinery:
         self.group = group
         self.rank, self.size = group.rank(), group.size()
         self.caps, self.arena = group.caps, group.arena
+        self.programs = oneshot.Programs(group)
         for name, method in machinery.items():
             setattr(self, name, method)
 
@@ -87,6 +89,10 @@ class Machinery:
         """The Plan of a call that runs a schedule."""
         return Plan(coll=kind, rank=self.rank, size=self.size, dtype=dtype,
                     slot_bytes=self.arena.slot_bytes if self.size > 1 else 0, **kw)
+
+
+def _nothing() -> None:
+    pass
 
 
 def _oneshot(m: Machinery, nbytes: int, algorithm: str | None) -> bool:
@@ -120,7 +126,8 @@ def barrier(m: Machinery, algorithm: str | None, async_op: bool) -> Work | None:
     fp = m.next("barrier", algorithm, small)
     if small:
         what = m.what("barrier", fp.seq)
-        return m.run(what, oneshot.barrier(m.group, fp, what), async_op)
+        return m.run(what, oneshot.job(m.group, m.programs, fp, what, "barrier",
+                                       np.dtype(np.uint8), None, None, _nothing), async_op)
     return m.submit("barrier", fp, lambda c: m.plan("barrier", np.dtype(np.uint8)),
                     lambda p: None, algorithm=algorithm, async_op=async_op)
 
@@ -137,7 +144,9 @@ def broadcast(m: Machinery, buf: Buffer, root: int, algorithm: str | None, async
     fp = m.next("broadcast", algorithm, small, dtype=buf.dtype_name, root=root, count=buf.count)
     if small:
         what = m.what("broadcast", fp.seq)
-        return m.run(what, oneshot.broadcast(m.group, fp, what, buf, root), async_op)
+        return m.run(what, oneshot.job(m.group, m.programs, fp, what, "broadcast",
+                                       buf.flat.dtype, None, buf.flat, buf.finish, root=root),
+                     async_op)
     data = buf.flat.reshape(-1).view(np.uint8)
     # count and dtype are in the fingerprint, so every rank decides alike
     single = SingleCopy(exposing(data), lambda _: _fast.single_copy(m.caps, data.nbytes),
@@ -170,8 +179,9 @@ def all_reduce(m: Machinery, buf: Buffer, op: ops.ReduceOp, algorithm: str | Non
                 count=buf.count)
     if small:
         what = m.what("all_reduce", fp.seq)
-        return m.run(what, oneshot.all_reduce(m.group, fp, what, work_arr, sched_op, finish),
-                     async_op)
+        return m.run(what, oneshot.job(m.group, m.programs, fp, what, "all_reduce",
+                                       work_arr.dtype, work_arr, work_arr,
+                                       lambda: finish(None), op=sched_op), async_op)
     # count and dtype are in the fingerprint, so every rank decides alike
     single = SingleCopy(exposing(work_arr),
                         lambda _: _fast.all_reduce_single_copy(m.caps, work_arr.nbytes),
@@ -202,8 +212,11 @@ def reduce(m: Machinery, buf: Buffer, op: ops.ReduceOp, root: int, algorithm: st
                 count=buf.count)
     if small:
         what = m.what("reduce", fp.seq)
-        return m.run(what, oneshot.reduce(m.group, fp, what, work_arr, sched_op,
-                                          out is not None, finish), async_op)
+        # the root reduces the regions straight into its own array, now free
+        return m.run(what, oneshot.job(m.group, m.programs, fp, what, "reduce", work_arr.dtype,
+                                       work_arr, None if out is None else work_arr,
+                                       lambda: finish(None), op=sched_op, root=root),
+                     async_op)
     # count and dtype are in the fingerprint, so every rank decides alike
     single = SingleCopy(exposing(work_arr), lambda _: _fast.single_copy(m.caps, work_arr.nbytes),
                         single_copy.reduce(work_arr, sched_op, out is not None, m.rank, m.size))
@@ -233,8 +246,9 @@ def all_gather(m: Machinery, out_flat: np.ndarray, in_flat: np.ndarray, counts: 
                 dtype=dtype_name, count=in_flat.size, extra=counts_hash(counts))
     if small:
         what = m.what("all_gather", fp.seq)
-        return m.run(what, oneshot.all_gather(m.group, fp, what, out_flat, in_flat, counts,
-                                              finish), async_op)
+        return m.run(what, oneshot.job(m.group, m.programs, fp, what, "all_gather",
+                                       in_flat.dtype, in_flat, out_flat, finish,
+                                       counts=counts), async_op)
     mine = in_flat.reshape(-1).view(np.uint8)
     at = [0, *itertools.accumulate(c * itemsize for c in counts)]
     single = SingleCopy(exposing(mine), single_copy.fits(m.caps, itemsize),
@@ -332,8 +346,9 @@ def reduce_scatter(m: Machinery, out_buf: Buffer, in_flat: np.ndarray, counts: S
                 extra=counts_hash(counts))
     if small:
         what = m.what("reduce_scatter", fp.seq)
-        return m.run(what, oneshot.reduce_scatter(m.group, fp, what, out_work, in_work, counts,
-                                                  sched_op, done), async_op)
+        return m.run(what, oneshot.job(m.group, m.programs, fp, what, "reduce_scatter",
+                                       in_work.dtype, in_work, out_work, lambda: done(None),
+                                       op=sched_op, counts=counts), async_op)
     single = SingleCopy(exposing(in_work), single_copy.fits(m.caps, in_work.dtype.itemsize),
                         single_copy.reduce_my_piece(in_work, sum(counts[:m.rank]), out_work,
                                                     sched_op, m.rank, m.size))

@@ -5,6 +5,12 @@ of particular algorithms; it carries out rounds exactly as algorithms/_plan.py
 specifies (post all comms of a round, wait for them, then run the round's
 local and arena steps in order). The simulator (_simulate.py) is the
 reference for these semantics and the tests hold both to the same results.
+
+Two forms of the same thing: :func:`execute` runs a schedule's generator
+(Round objects made per call); :func:`bind` takes a schedule flattened once
+per call shape (a :class:`~meshcast.algorithms._program.Program`) and makes
+it a runner for one group's arena, whose per-call work is one pass over
+prepared steps on the call's buffers (the one-shot calls run this way).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .. import ops
+from . import _program as prog
 from ._common import as_bytes
 from ._plan import Copy, Get, Put, Recv, Reduce, ReduceSlots, Round, Send, Signal, Wait
 
@@ -143,3 +150,104 @@ def _execute_recorded(schedule: Iterator[Round], ctx: ExecContext,
         note["wait_ns"] = waited
         note["end"] = time.time_ns()
     return index + 1
+
+
+# ------------------------------------------------------------------ programs
+
+
+class ProgramContext(Protocol):
+    """What a bound program needs of one call besides its buffers."""
+
+    op: Any  # the reduce op (a meshcast.ops.ReduceOp) or None
+    parity: int  # the call's one-shot regions: seq & 1
+
+    def enter(self) -> None: ...  # the call's entry (fingerprint exchange, one signal)
+
+
+Buffers = tuple["np.ndarray | None", ...]  # the call's input and output, flat uint8 views
+BoundStep = Callable[[ProgramContext, Buffers], None]
+
+
+class BoundProgram:
+    """A :class:`~meshcast.algorithms._program.Program` bound to one group's arena.
+
+    Binding does once what does not change between calls of the program's
+    shape: the views of the arena's slots and one-shot regions (both parities)
+    each step touches, typed for the reductions. Calling it runs the steps on
+    the call's buffers, in order.
+
+    Args:
+        program: the flattened schedule.
+        arena: the group's arena (transport.arena.Arena).
+
+    Raises:
+        NotImplementedError: the program has a step this interpreter does not
+            run (messages, exposure, writes into a peer): run the schedule
+            through :func:`execute` instead.
+    """
+
+    __slots__ = ("program", "_steps")
+
+    def __init__(self, program: prog.Program, arena: Any) -> None:
+        self.program = program
+        self._steps = tuple(_bind(program, rec, arena) for rec in program.records
+                            if rec[0] != prog.ROUND)
+
+    def __call__(self, ctx: ProgramContext, buffers: Buffers) -> None:
+        for step in self._steps:
+            step(ctx, buffers)
+
+
+def _spaces(arena: Any, space: int, peer: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rank ``peer``'s memory of ``space`` for parity 0 and 1 (a slot has no parity)."""
+    if space == prog.SPACE_CODES["slot"]:
+        return arena.slots[peer], arena.slots[peer]
+    if space == prog.SPACE_CODES["region"]:
+        return arena.small[peer][0], arena.small[peer][1]
+    raise NotImplementedError("a program's step reads a peer's exposed buffer")
+
+
+def _bind(program: prog.Program, rec: prog.Record, arena: Any) -> BoundStep:
+    op, peer, space, offset, nbytes, buf, at, src_buf, src_at = rec
+    end, dtype = offset + nbytes, program.dtype
+    if nbytes == 0 and op in (prog.PUT, prog.GET, prog.REDUCE_SLOTS, prog.COPY, prog.REDUCE):
+        return lambda ctx, bufs: None  # an empty piece: nothing to move
+    if op == prog.ENTER:
+        return lambda ctx, bufs: ctx.enter()
+    if op == prog.SIGNAL:
+        return lambda ctx, bufs: arena.signal(offset)
+    if op == prog.WAIT:
+        ranks = program.rank_sets[peer]
+        return lambda ctx, bufs: arena.wait(ranks, offset)
+    if op == prog.PUT:
+        mine = tuple(m[offset:end] for m in _spaces(arena, space, arena.rank))
+
+        def put(ctx: ProgramContext, bufs: Buffers) -> None:
+            mine[ctx.parity][:] = bufs[buf][at:at + nbytes]  # type: ignore[index]
+        return put
+    if op == prog.GET:
+        theirs = tuple(m[offset:end] for m in _spaces(arena, space, peer))
+
+        def get(ctx: ProgramContext, bufs: Buffers) -> None:
+            bufs[buf][at:at + nbytes] = theirs[ctx.parity]  # type: ignore[index]
+        return get
+    if op == prog.REDUCE_SLOTS:
+        ranks = program.rank_sets[peer]
+        operands = tuple([_spaces(arena, space, r)[p][offset:end].view(dtype) for r in ranks]
+                         for p in (0, 1))
+
+        def reduce_slots(ctx: ProgramContext, bufs: Buffers) -> None:
+            ops.reduce_many(ctx.op, bufs[buf][at:at + nbytes].view(dtype),  # type: ignore[index]
+                            operands[ctx.parity])
+        return reduce_slots
+    if op in (prog.COPY, prog.REDUCE):
+        def local(ctx: ProgramContext, bufs: Buffers) -> None:
+            dst = bufs[buf][at:at + nbytes]  # type: ignore[index]
+            src = bufs[src_buf][src_at:src_at + nbytes]  # type: ignore[index]
+            if op == prog.COPY:
+                dst[:] = src
+            else:
+                ops.reduce_into(ctx.op, dst.view(dtype), src.view(dtype))
+        return local
+    raise NotImplementedError(f"{program.name}: the program interpreter does not run "
+                              f"opcode {op}; run the schedule through execute()")

@@ -17,8 +17,10 @@ from ._simulate import make_plans
 
 # Where each path's code, engine and tests are (file names a reader can open).
 _FAST_WHERE = {
-    "oneshot": ("paths/oneshot.py (picked by calls.py) and lanes.py (the tiny-call lane, "
-                "compiled in transport/_tiny.c)", "transport/arena.py: one-shot regions, one signal",
+    "oneshot": ("algorithms/{coll}.py::oneshot, run as a program (flattened by "
+                "algorithms/_program.py, run by algorithms/_execute.py's BoundProgram; "
+                "paths/oneshot.py's job, picked by calls.py) and lanes.py (the tiny-call lane "
+                "for synchronous NumPy calls, compiled in transport/_tiny.c)", "transport/arena.py: one-shot regions, one signal",
                 "tests/collectives/test_{coll}.py, test_fast_paths.py"),
     "cma": ("paths/single_copy.py (bodies and their runner; picked by calls.py and lanes.py)",
             "transport/cma.py (process_vm_readv) + transport/arena.py (entry, closing round)",
@@ -27,6 +29,11 @@ _FAST_WHERE = {
                   "symmetric.py: the peers' arrays mapped in this process",
                   "tests/collectives/test_{coll}.py, test_symmetric.py"),
 }
+
+# one-shot calls whose layout only the entry reveals: not programs yet
+_STAGED = ("gather", "scatter", "all_to_all")
+_STAGED_CODE = ("paths/oneshot.py's Staged (picked by calls.py, run by group.py's _submit) and "
+                "lanes.py (the tiny-call lane, compiled in transport/_tiny.c)")
 
 
 def explain(coll: str, nbytes: int, n: int, hosts: int = 1, cma: bool = True) -> str:
@@ -48,9 +55,13 @@ def explain(coll: str, nbytes: int, n: int, hosts: int = 1, cma: bool = True) ->
     lines = [f"{what}, one host:"]
     if fast is not None:
         code, engine, tests = _FAST_WHERE[fast]
+        if fast == "oneshot" and coll in _STAGED:
+            code = _STAGED_CODE
+        elif fast == "oneshot":
+            tests += ", tests/unit/test_programs.py (the program is its generator)"
         lines += [f"  runs      {coll}/{fast} (a fast path: "
                   "algorithms/_select.py fast_path() says so)",
-                  f"  code      {code}", f"  engine    {engine}",
+                  f"  code      {code.format(coll=coll)}", f"  engine    {engine}",
                   f"  schedule  algorithms/{coll}.py::{fast} (described: simulated in "
                   "tests/unit/test_schedules.py, pinned to the runtime in "
                   "tests/collectives/test_fast_path_schedules.py)",

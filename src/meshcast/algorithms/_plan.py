@@ -77,9 +77,12 @@ closing ``Signal``/``Wait`` of every rank, as the runtime does.
 These schedules are registered *described* (families ``oneshot``, ``cma``,
 ``symmetric``, see ``_registry``): the simulator runs them against the NumPy
 references with the race checker, the guide animates them and ``meshcast
-algorithms`` lists them, but the executor runs only the ``slot`` space and
-the runtime keeps running paths/*.py (issue 13 item 3 makes it run these
-programs); the selector never picks them.
+algorithms`` lists them; the selector never picks them (the fast-path rules
+do). The one-shot schedules decided before the call (barrier, broadcast,
+reduce, all_reduce, all_gather, reduce_scatter) are what runs: flattened
+once per call shape into programs (``_program``) that the executor's
+``BoundProgram`` runs on each call's arrays. The others still run as
+paths/*.py and the tiny-call lane (issue 13 item 3).
 """
 
 from __future__ import annotations

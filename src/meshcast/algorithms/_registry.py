@@ -23,8 +23,10 @@ ScheduleFn = Callable[[Plan], Iterator[Round]]
 #: Families the executor runs: the selector picks among these only.
 EXECUTED = ("p2p", "arena")
 #: The one-host fast paths, registered *described* (see _plan's "The one-host fast
-#: paths"): simulated, animated and listed, while the runtime still runs paths/*.py
-#: (issue 13 item 3). Their names are what ``last_algorithm`` reports for them.
+#: paths"): simulated, animated and listed; the fast-path rules pick them, never the
+#: selector. The runtime runs the one-shot ones decided before the call as programs
+#: of these very generators (``_program``), the others still as paths/*.py (issue 13
+#: item 3). Their names are what ``last_algorithm`` reports for them.
 DESCRIBED = ("oneshot", "cma", "symmetric")
 FAMILIES = EXECUTED + DESCRIBED
 # what a described family needs of the plan, in words, when the plan lacks it

@@ -12,7 +12,9 @@ enter, then one path):
 
 * :mod:`.oneshot`: every rank's data through the arena's one-shot regions
   and one signal (``_select.oneshot``, ``oneshot_all_gather``,
-  ``direct_bytes``, ``all_to_all_direct_limit``); also all_to_all's split
+  ``direct_bytes``, ``all_to_all_direct_limit``): the calls decided before
+  the call run their registered ``oneshot`` schedules as programs (flattened
+  once per call shape, algorithms/_program.py); also all_to_all's split
   header, which every path of all_to_all publishes.
 * :mod:`.single_copy` (reported as "cma"): each rank reads (or writes)
   straight from the buffers its peers exposed, with process_vm_readv

@@ -12,10 +12,12 @@ fingerprint compares (counts, after the entry).
 Two forms:
 
 * Decided before the call (barrier, broadcast, all_reduce, reduce,
-  all_gather, reduce_scatter): the group runs one of the jobs below in
-  place of the schedule. ``Arena.oneshot`` copies my data into my region of
-  the call's parity, enters (fingerprint exchange and the one signal) and
-  returns every rank's region; the job reads or reduces them.
+  all_gather, reduce_scatter): :func:`job` runs the collective's registered
+  ``oneshot`` schedule (algorithms/<collective>.py) as a program: flattened
+  once per call shape and bound to the group's arena (:class:`Programs`),
+  then run on the call's arrays. Its steps put my data into my region of
+  the call's parity, enter (``Arena.oneshot``: fingerprint exchange and
+  the one signal), and read or reduce every rank's region.
 * Decided after the entry (gather, scatter, all_to_all: a rank does not
   know the other ranks' sizes): :class:`Staged`. Each rank stages its data
   before entering if its own part is small enough, and
@@ -38,13 +40,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import ops
+from ..algorithms import _registry as registry
+from ..algorithms._execute import BoundProgram
 from ..algorithms._onehost import split_head  # the header's size: one rule for both
+from ..algorithms._plan import Plan
+from ..algorithms._program import flatten
 from ..errors import MismatchError
 from ..topology import rotation
 
 if TYPE_CHECKING:
     from .._fingerprint import Fingerprint
-    from ..buffers import Buffer
     from ..transport.arena import Arena
     from . import GroupView, Job
 
@@ -94,96 +99,81 @@ def split_header(n: int) -> struct.Struct:
 # ------------------------------------------------- decided before the call
 
 
-def barrier(group: GroupView, fp: Fingerprint, what: str) -> Job:
-    """Entering the call already proves every rank arrived: that is a barrier."""
+class _Call:
+    """What a one-shot program needs of its call (``_execute.ProgramContext``)."""
 
-    def job() -> None:
-        group.last_algorithm = "barrier/oneshot"
-        group.arena.oneshot(fp, None, what, group._deadline())
+    __slots__ = ("op", "parity", "arena", "fp", "what", "deadline", "per_rank_counts")
 
-    return job
+    def __init__(self, arena: Arena, fp: Fingerprint, what: str, deadline: float, op: Any,
+                 per_rank_counts: bool) -> None:
+        self.arena, self.fp, self.what, self.deadline = arena, fp, what, deadline
+        self.op, self.parity, self.per_rank_counts = op, fp.seq & 1, per_rank_counts
 
-
-def broadcast(group: GroupView, fp: Fingerprint, what: str, buf: Buffer, root: int) -> Job:
-    """The root's bytes through its region; every other rank copies them out."""
-    data = buf.flat.reshape(-1).view(np.uint8)
-
-    def job() -> None:
-        group.last_algorithm = "broadcast/oneshot"
-        regions = group.arena.oneshot(fp, data if group._rank == root else None, what,
-                                      group._deadline())
-        if group._rank != root:
-            data[:] = regions[root][:data.nbytes]
-            buf.finish()
-
-    return job
+    def enter(self) -> None:
+        self.arena.oneshot(self.fp, self.what, self.deadline, self.per_rank_counts)
 
 
-def all_reduce(group: GroupView, fp: Fingerprint, what: str, arr: np.ndarray,
-               op: ops.ReduceOp, finish: Callable[[Any], None]) -> Job:
-    """Every rank reduces every rank's region into its ``arr``; ``finish(None)`` after."""
-    nbytes, dtype = arr.nbytes, arr.dtype
+class Programs:
+    """A group's one-shot calls decided before the call, as programs.
 
-    def job() -> None:
-        group.last_algorithm = "all_reduce/oneshot"
-        regions = group.arena.oneshot(fp, arr.view(np.uint8), what, group._deadline())
-        # Every rank reduces all inputs in rank order: bitwise identical results.
-        ops.reduce_many(op, arr, [r[:nbytes].view(dtype) for r in regions])
-        finish(None)
+    Each is its collective's registered ``oneshot`` schedule (algorithms/),
+    flattened once per call shape (``_program.flatten``: collective, working
+    dtype, root, input and output lengths, per-rank counts) and bound to the
+    group's arena (``_execute.BoundProgram``); a call then binds the program to
+    its own arrays and runs it. The last :data:`KEEP` shapes are kept.
+    """
 
-    return job
+    KEEP = 64
+
+    def __init__(self, group: GroupView) -> None:
+        self.group = group
+        self._bound: dict[tuple, BoundProgram] = {}
+
+    def get(self, kind: str, dtype: np.dtype, root: int, n_in: int | None, n_out: int | None,
+            counts: tuple[int, ...] | None) -> BoundProgram:
+        """The bound program of a call of this shape (``n_in``/``n_out``: element counts
+        of the flat input and output, None where the call has none)."""
+        key = (kind, dtype, root, n_in, n_out, counts)
+        bound = self._bound.get(key)
+        if bound is None:
+            g = self.group
+            plan = Plan(coll=kind, rank=g._rank, size=g._size, dtype=dtype, root=root,
+                        input=None if n_in is None else np.empty(n_in, dtype),
+                        output=None if n_out is None else np.empty(n_out, dtype),
+                        counts=counts, region_bytes=g.arena.small_bytes)
+            entry = registry.get(kind, "oneshot")
+            bound = BoundProgram(flatten(entry.fn, plan, entry.qualname), g.arena)
+            if len(self._bound) >= self.KEEP:
+                del self._bound[next(iter(self._bound))]
+            self._bound[key] = bound
+        return bound
 
 
-def reduce(group: GroupView, fp: Fingerprint, what: str, arr: np.ndarray, op: ops.ReduceOp,
-           at_root: bool, finish: Callable[[Any], None]) -> Job:
-    """The root reduces every rank's region into its own ``arr``; ``finish(None)`` after."""
-    nbytes, dtype = arr.nbytes, arr.dtype
-
-    def job() -> None:
-        group.last_algorithm = "reduce/oneshot"
-        regions = group.arena.oneshot(fp, arr.view(np.uint8), what, group._deadline())
-        if at_root:  # the operands are the regions: arr is free
-            ops.reduce_many(op, arr, [r[:nbytes].view(dtype) for r in regions])
-        finish(None)
-
-    return job
+def _flat_bytes(a: np.ndarray | None) -> np.ndarray | None:
+    return None if a is None else a.reshape(-1).view(np.uint8)
 
 
-def all_gather(group: GroupView, fp: Fingerprint, what: str, out_flat: np.ndarray,
-               in_flat: np.ndarray, counts: Sequence[int], finish: Callable[[], None]) -> Job:
-    """Every rank concatenates every rank's region (``counts[q]`` elements of rank q)."""
-    out_bytes = out_flat.reshape(-1).view(np.uint8)
-    itemsize = in_flat.dtype.itemsize
+def job(group: GroupView, programs: Programs, fp: Fingerprint, what: str, kind: str,
+        dtype: np.dtype, inp: np.ndarray | None, out: np.ndarray | None,
+        finish: Callable[[], None], *, op: ops.ReduceOp | None = None, root: int = -1,
+        counts: Sequence[int] | None = None) -> Job:
+    """A one-shot call as a job: its collective's ``oneshot`` program (see
+    :class:`Programs`) run on ``inp`` and ``out`` (flat arrays of ``dtype``, or None as
+    in the Plan's table of buffers), then ``finish()``.
 
-    def job() -> None:
-        group.last_algorithm = "all_gather/oneshot"
-        regions = group.arena.oneshot(fp, in_flat.reshape(-1).view(np.uint8), what,
-                                      group._deadline(), per_rank_counts=True)
-        off = 0
-        for region, c in zip(regions, counts):
-            nb = c * itemsize
-            out_bytes[off:off + nb] = region[:nb]
-            off += nb
+    ``counts``: every rank's element count (all_gather, reduce_scatter), whose
+    fingerprints compare per-rank counts."""
+    shape = tuple(counts) if counts is not None else None
+    bound = programs.get(kind, dtype, root, None if inp is None else inp.size,
+                         None if out is None else out.size, shape)
+    buffers = (_flat_bytes(inp), _flat_bytes(out))
+
+    def run() -> None:
+        group.last_algorithm = bound.program.name
+        bound(_Call(group.arena, fp, what, group._deadline(), op, shape is not None), buffers)
         finish()
 
-    return job
-
-
-def reduce_scatter(group: GroupView, fp: Fingerprint, what: str, out: np.ndarray,
-                   inp: np.ndarray, counts: Sequence[int], op: ops.ReduceOp,
-                   finish: Callable[[Any], None]) -> Job:
-    """Every rank reduces its piece (``counts[me]`` elements) of every rank's region."""
-    start = sum(counts[:group._rank]) * inp.dtype.itemsize
-    nbytes, dtype = out.nbytes, inp.dtype
-
-    def job() -> None:
-        group.last_algorithm = "reduce_scatter/oneshot"
-        regions = group.arena.oneshot(fp, inp.view(np.uint8), what, group._deadline(),
-                                      per_rank_counts=True)
-        ops.reduce_many(op, out, [r[start:start + nbytes].view(dtype) for r in regions])
-        finish(None)
-
-    return job
+    return run
 
 
 # ------------------------------------------------- decided after the entry

@@ -265,19 +265,18 @@ class Arena:
         self.wait(range(self.n), 0)
         return self._compare(table, fp.seq, per_rank_counts, root_layout)
 
-    def oneshot(self, fp: Fingerprint, data: np.ndarray | None, what: str, deadline: float,
-                per_rank_counts: bool = False) -> list[np.ndarray]:
-        """A whole tiny collective in one signal: fingerprint + data, signal, wait, compare.
+    def oneshot(self, fp: Fingerprint, what: str, deadline: float,
+                per_rank_counts: bool = False) -> None:
+        """The entry of a one-shot call: fingerprint, one signal, wait, compare.
 
-        Every rank writes its fingerprint and its ``data`` bytes (up to
-        ``small_bytes``) into its one-shot region of parity ``seq & 1``, signals
-        ``(seq, 1)`` and waits for everyone's. Having seen ``(seq, 1)`` from all
-        ranks means they all finished ``seq - 1``, so when this rank reuses a
-        region of the same parity at ``seq + 2`` nobody still reads it.
-
-        Returns:
-            every rank's region of this parity (read them before returning
-            from the collective).
+        The caller has written its data into its one-shot region of parity
+        ``seq & 1`` (``small[rank][seq & 1]``) before; this publishes the
+        fingerprint, signals ``(seq, 1)`` and waits for everyone's. Once it
+        returns, every rank's region of that parity holds that rank's data
+        (read them before returning from the collective). Having seen
+        ``(seq, 1)`` from all ranks means they all finished ``seq - 1``, so
+        when this rank reuses a region of the same parity at ``seq + 2``
+        nobody still reads it.
 
         Raises:
             the same errors as :meth:`enter`.
@@ -287,14 +286,10 @@ class Arena:
         self.deadline = deadline
         self.what = what
         table = self._publish(fp)
-        parity = fp.seq & 1
-        if data is not None and data.nbytes:
-            self.small[self.rank][parity][:data.nbytes] = data
         self.signal(1)
         if self.n > 1:
             self.wait(range(self.n), 1)
             self._compare(table, fp.seq, per_rank_counts, -1)
-        return [self.small[r][parity] for r in range(self.n)]
 
     def combined_oneshot(self, seq: int, tail: bytes, what: object, timeout: float,
                          data: np.ndarray | None, out: np.ndarray | None, code: int | None,

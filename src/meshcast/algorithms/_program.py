@@ -1,0 +1,246 @@
+"""Programs: a schedule flattened once per call shape into records of integers.
+
+Theory of operation
+-------------------
+A schedule is a generator over the call's own arrays (see ``_plan``), so
+running one costs a Plan, a generator and a step object per step, every
+call: microseconds that a one-shot call of a few kilobytes cannot afford.
+A *program* is the schedule run once, on probe arrays shaped like the
+call's, with every array a step names replaced by where it lies in the
+call's buffers. It is then valid for every call of the same shape (the
+cache key: collective, group, dtype, root, the input's and output's lengths
+and the per-rank counts), whatever arrays that call brings; the executor
+(``_execute.bind``) binds it to them.
+
+A record is a tuple of nine integers, the form a compiled interpreter
+reads as well as Python::
+
+    (opcode, peer, space, offset, nbytes, buf, at, src_buf, src_at)
+
+* ``opcode``: one of :data:`OPCODES` (a ``ROUND`` record opens each round;
+  its comm steps come first, as in a Round).
+* ``peer``: the group rank a step addresses; for ``REDUCE_SLOTS`` and
+  ``WAIT`` an index into :attr:`Program.rank_sets` instead.
+* ``space``: :data:`SPACE_CODES` of the step's arena space (slot, one-shot
+  region, exposed buffer), ``-1`` where it has none.
+* ``offset``: bytes into that space; for ``SIGNAL`` and ``WAIT`` the phase.
+* ``nbytes``: bytes the step moves (the destination's, for reductions).
+* ``buf``, ``at``: the call buffer the step reads or writes and the byte
+  offset in it: :data:`INPUT` (the plan's input), :data:`OUTPUT` (its
+  output), or :data:`NO_BUFFER` for an empty array.
+* ``src_buf``, ``src_at``: the source of a local ``COPY`` or ``REDUCE``
+  (``buf`` is then the destination).
+
+Flattening runs the whole generator without delivering any data, so only a
+schedule whose steps do not depend on what earlier rounds delivered can be
+flattened (all_to_all's, which reads the split headers, cannot). The one-shot
+schedules decided before the call are such: the runtime runs them as programs,
+and ``tests/unit/test_programs.py`` proves each program equal to its generator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._plan import (
+    EXPOSED,
+    REGION,
+    SLOT,
+    Copy,
+    Enter,
+    Expose,
+    Get,
+    Plan,
+    Put,
+    Recv,
+    Reduce,
+    ReduceSlots,
+    Round,
+    Send,
+    Signal,
+    Wait,
+    Write,
+)
+
+# opcodes: one per step type, plus ROUND, which opens a round
+(ROUND, SEND, RECV, PUT, GET, REDUCE_SLOTS, ENTER, EXPOSE, WRITE, SIGNAL, WAIT, COPY,
+ REDUCE) = range(13)
+OPCODES = {"round": ROUND, "send": SEND, "recv": RECV, "put": PUT, "get": GET,
+           "reduce_slots": REDUCE_SLOTS, "enter": ENTER, "expose": EXPOSE, "write": WRITE,
+           "signal": SIGNAL, "wait": WAIT, "copy": COPY, "reduce": REDUCE}
+SPACE_CODES = {SLOT: 0, REGION: 1, EXPOSED: 2}
+SPACES = {code: name for name, code in SPACE_CODES.items()}
+NO_BUFFER, INPUT, OUTPUT = -1, 0, 1
+
+Record = tuple[int, int, int, int, int, int, int, int, int]
+
+
+class NotFlat(ValueError):
+    """A schedule names an array that is not part of the call's input or output (scratch,
+    or a buffer of its own), so it cannot be run as a program of that call's buffers."""
+
+
+@dataclass(frozen=True)
+class Program:
+    """One rank's schedule for one call shape, flattened (see the module docstring).
+
+    Attributes:
+        coll: the collective; ``name``: the algorithm (``"all_reduce/oneshot"``).
+        dtype: the element type reductions run in.
+        records: the steps, in order, as tuples of nine ints.
+        rank_sets: the rank tuples ``REDUCE_SLOTS`` and ``WAIT`` records index.
+    """
+
+    coll: str
+    name: str
+    dtype: np.dtype
+    records: tuple[Record, ...]
+    rank_sets: tuple[tuple[int, ...], ...]
+
+    @property
+    def rounds(self) -> int:
+        return sum(1 for rec in self.records if rec[0] == ROUND)
+
+
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+class _Locator:
+    """Where an array of the schedule lies in the probe buffers."""
+
+    def __init__(self, buffers: dict[int, np.ndarray | None]) -> None:
+        self._spans = [(index, _address(b), b.nbytes) for index, b in buffers.items()
+                       if b is not None and b.nbytes]
+
+    def __call__(self, a: np.ndarray) -> tuple[int, int]:
+        if a.nbytes == 0:
+            return NO_BUFFER, 0
+        if not a.flags.c_contiguous:
+            raise NotFlat("a step names a non-contiguous array")
+        start = _address(a)
+        for index, base, nbytes in self._spans:
+            if base <= start and start + a.nbytes <= base + nbytes:
+                return index, start - base
+        raise NotFlat("a step names an array outside the call's input and output")
+
+
+def flatten(schedule: Callable[[Plan], Iterator[Round]], plan: Plan, name: str) -> Program:
+    """Run ``schedule(plan)`` to the end and pack its steps as a program.
+
+    ``plan``'s input and output must be probe arrays of the call's shape that
+    share no memory (fresh allocations): every step's array is located in them.
+
+    Raises:
+        NotFlat: a step names an array that is neither (scratch, or the
+            schedule's own); run such a schedule through ``_execute.execute``.
+    """
+    locate = _Locator({INPUT: plan.input, OUTPUT: plan.output})
+    records: list[Record] = []
+    rank_sets: list[tuple[int, ...]] = []
+
+    def ranks_index(ranks: tuple[int, ...]) -> int:
+        if ranks not in rank_sets:
+            rank_sets.append(ranks)
+        return rank_sets.index(ranks)
+
+    for rnd in schedule(plan):
+        records.append((ROUND, -1, -1, 0, 0, NO_BUFFER, 0, NO_BUFFER, 0))
+        for step in (*rnd.comms, *rnd.then):
+            records.append(_record(step, locate, ranks_index))
+    dtype = plan.dtype
+    return Program(plan.coll, name, dtype, tuple(records), tuple(rank_sets))
+
+
+def _record(step: Any, locate: _Locator, ranks_index: Callable[[tuple[int, ...]], int]
+            ) -> Record:
+    kind = type(step)
+    if kind is Enter:
+        return (ENTER, -1, -1, 0, 0, NO_BUFFER, 0, NO_BUFFER, 0)
+    if kind is Signal:
+        return (SIGNAL, -1, -1, step.phase, 0, NO_BUFFER, 0, NO_BUFFER, 0)
+    if kind is Wait:
+        return (WAIT, ranks_index(tuple(step.ranks)), -1, step.phase, 0, NO_BUFFER, 0,
+                NO_BUFFER, 0)
+    if kind in (Send, Recv):
+        return ((SEND if kind is Send else RECV), step.peer, -1, 0, step.buf.nbytes,
+                *locate(step.buf), NO_BUFFER, 0)
+    if kind is Put:
+        return (PUT, -1, SPACE_CODES[step.space], step.offset, step.src.nbytes,
+                *locate(step.src), NO_BUFFER, 0)
+    if kind is Get:
+        return (GET, step.peer, SPACE_CODES[step.space], step.offset, step.dst.nbytes,
+                *locate(step.dst), NO_BUFFER, 0)
+    if kind is ReduceSlots:
+        return (REDUCE_SLOTS, ranks_index(tuple(step.ranks)), SPACE_CODES[step.space],
+                step.offset, step.dst.nbytes, *locate(step.dst), NO_BUFFER, 0)
+    if kind is Expose:
+        return (EXPOSE, -1, SPACE_CODES[EXPOSED], 0, step.buf.nbytes, *locate(step.buf),
+                NO_BUFFER, 0)
+    if kind is Write:
+        return (WRITE, step.peer, SPACE_CODES[EXPOSED], step.offset, step.src.nbytes,
+                NO_BUFFER, 0, *locate(step.src))
+    if kind in (Copy, Reduce):
+        if step.dst.nbytes != step.src.nbytes:
+            raise NotFlat(f"a {kind.__name__} step between arrays of different sizes")
+        return ((COPY if kind is Copy else REDUCE), -1, -1, 0, step.dst.nbytes,
+                *locate(step.dst), *locate(step.src))
+    raise NotFlat(f"no record for a {kind.__name__} step")
+
+
+def view(buffers: tuple[np.ndarray | None, ...], buf: int, at: int, nbytes: int
+         ) -> np.ndarray:
+    """The bytes ``[at, at + nbytes)`` of call buffer ``buf`` (flat uint8 views)."""
+    if buf == NO_BUFFER:
+        return np.empty(0, np.uint8)
+    b = buffers[buf]
+    assert b is not None
+    return b[at:at + nbytes]
+
+
+def expand(program: Program, buffers: tuple[np.ndarray | None, ...]) -> list[Round]:
+    """The program as Rounds of steps on ``buffers`` (flat uint8 views of the input and
+    output), typed like the plan's arrays where a step reduces: what the generator
+    yields for a call on those buffers (the equivalence test compares the two)."""
+    dtype = program.dtype
+    rounds: list[tuple[list[Any], list[Any]]] = []
+
+    def typed(buf: int, at: int, nbytes: int) -> np.ndarray:
+        return view(buffers, buf, at, nbytes).view(dtype)
+
+    for op, peer, space, offset, nbytes, buf, at, src_buf, src_at in program.records:
+        if op == ROUND:
+            rounds.append(([], []))
+            continue
+        comms, then = rounds[-1]
+        sp = SPACES.get(space, SLOT)
+        if op in (SEND, RECV):
+            comms.append((Send if op == SEND else Recv)(peer, typed(buf, at, nbytes)))
+        elif op == PUT:
+            then.append(Put(offset, typed(buf, at, nbytes), sp))
+        elif op == GET:
+            then.append(Get(peer, offset, typed(buf, at, nbytes), sp))
+        elif op == REDUCE_SLOTS:
+            then.append(ReduceSlots(typed(buf, at, nbytes), program.rank_sets[peer], offset, sp))
+        elif op == ENTER:
+            then.append(Enter())
+        elif op == EXPOSE:
+            then.append(Expose(typed(buf, at, nbytes)))
+        elif op == WRITE:
+            then.append(Write(peer, offset, typed(src_buf, src_at, nbytes)))
+        elif op == SIGNAL:
+            then.append(Signal(offset))
+        elif op == WAIT:
+            then.append(Wait(program.rank_sets[peer], offset))
+        else:
+            step = Copy if op == COPY else Reduce
+            then.append(step(typed(buf, at, nbytes), typed(src_buf, src_at, nbytes)))
+    return [Round(*comms, then=then) for comms, then in rounds]
+
+
+__all__ = ["INPUT", "NO_BUFFER", "NotFlat", "OPCODES", "OUTPUT", "Program", "Record",
+           "SPACE_CODES", "expand", "flatten", "view"]

@@ -1,0 +1,158 @@
+"""Programs (algorithms/_program.py): a schedule flattened once per call shape is that schedule.
+
+The runtime runs the one-shot calls decided before the call (barrier, broadcast,
+reduce, all_reduce, all_gather, reduce_scatter) as programs flattened from their
+registered ``oneshot`` generators on probe arrays, then bound to each call's own
+arrays. Here, in one process:
+
+* a program expanded onto a call's buffers yields the generator's steps on those
+  buffers, step by step: same kinds, ranks, offsets, phases and spaces, the same
+  memory (address and size) and, where a step reduces, the same dtype;
+* the expanded program, run in the simulator with the race checker on every rank,
+  gives every rank the generator's result, bit for bit;
+* a schedule that names memory of its own (scratch, buffers it reads delivered data
+  into) is refused with NotFlat instead of becoming a wrong program.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from meshcast.algorithms import _program as prog
+from meshcast.algorithms import _registry as registry
+from meshcast.algorithms._plan import Plan
+from meshcast.algorithms._simulate import host_options, make_plans, run
+from meshcast.ops import ReduceOp
+from meshcast.testing import reference
+
+FLATTENED = ("barrier", "broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter")
+PIECES = {"all_gather", "reduce_scatter"}
+REDUCING = {"reduce", "all_reduce", "reduce_scatter"}
+
+
+def _probe(plan: Plan) -> Plan:
+    """The plan the runtime flattens with (paths/oneshot.Programs): fresh arrays of the
+    call's lengths in place of its own."""
+    def fresh(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else np.empty(len(a), plan.dtype)
+    return dataclasses.replace(plan, input=fresh(plan.input), output=fresh(plan.output))
+
+
+def _bytes(a: np.ndarray | None) -> np.ndarray | None:
+    return None if a is None else a.reshape(-1).view(np.uint8)
+
+
+def _expanded(plan: Plan) -> list:
+    entry = registry.get(plan.coll, "oneshot")
+    program = prog.flatten(entry.fn, _probe(plan), entry.qualname)
+    return prog.expand(program, (_bytes(plan.input), _bytes(plan.output)))
+
+
+def _plans(coll: str, n: int, count: int, root: int, dtype: np.dtype, uneven: bool,
+           in_place: bool) -> list[Plan]:
+    counts = None
+    if coll in PIECES:
+        counts = [(count + 3 * r) % 7 if uneven else count for r in range(n)]
+    lens = [0 if coll == "barrier" else sum(counts) if coll == "reduce_scatter"
+            else counts[r] if counts else count for r in range(n)]
+    data = [reference.rank_input(r, lens[r], dtype) if coll != "barrier" else None
+            for r in range(n)]
+    return make_plans(coll, n, data, dtype=dtype,
+                      op=ReduceOp.SUM if coll in REDUCING else None,
+                      root=root if coll in ("broadcast", "reduce") else -1, counts=counts,
+                      in_place=in_place, **host_options("oneshot"))
+
+
+def _same(a: object, b: object, label: str) -> None:
+    assert type(a) is type(b), f"{label}: {type(a).__name__} where the generator has " \
+                               f"{type(b).__name__}"
+    for f in dataclasses.fields(a):  # type: ignore[arg-type]
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(y, np.ndarray):
+            assert x.nbytes == y.nbytes, f"{label}: {f.name} size"
+            if y.nbytes:
+                assert (x.__array_interface__["data"][0]
+                        == y.__array_interface__["data"][0]), f"{label}: {f.name} memory"
+            if type(a).__name__ in ("Reduce", "ReduceSlots"):
+                assert x.dtype == y.dtype, f"{label}: {f.name} dtype"
+        else:
+            assert tuple(x) == tuple(y) if isinstance(y, (tuple, list)) else x == y, \
+                f"{label}: {f.name} {x!r} != {y!r}"
+
+
+SHAPES = [(n, root, count, uneven, in_place)
+          for n in (1, 2, 3, 5, 8)
+          for root in sorted({0, n - 1})
+          for count, uneven in ((0, False), (1, False), (37, False), (9, True))
+          for in_place in (False, True)]
+
+
+@pytest.mark.parametrize("coll", FLATTENED)
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.float64])
+def test_a_program_expands_to_its_generators_steps(coll, dtype):
+    dt = np.dtype(dtype)
+    checked = 0
+    for n, root, count, uneven, in_place in SHAPES:
+        if uneven and coll not in PIECES:
+            continue
+        for plan in _plans(coll, n, count, root, dt, uneven, in_place):
+            label = f"{coll} n={n} rank={plan.rank} root={root} count={count} " \
+                    f"uneven={uneven} in_place={in_place}"
+            want = list(registry.get(coll, "oneshot").fn(plan))
+            got = _expanded(plan)
+            assert len(got) == len(want), label
+            for k, (g, w) in enumerate(zip(got, want)):
+                steps_g, steps_w = (*g.comms, *g.then), (*w.comms, *w.then)
+                assert len(steps_g) == len(steps_w), f"{label} round {k}"
+                for i, (a, b) in enumerate(zip(steps_g, steps_w)):
+                    _same(a, b, f"{label} round {k} step {i}")
+                    checked += 1
+    assert checked > 50, "vacuous: hardly any steps compared"
+
+
+@pytest.mark.parametrize("coll", FLATTENED)
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8])
+def test_programs_give_the_generators_results_in_the_simulator(coll, n):
+    for count, uneven in ((1, False), (37, False), (9, True)):
+        if uneven and coll not in PIECES:
+            continue
+        for root in sorted({0, n - 1}):
+            args = (coll, n, count, root, np.dtype(np.float32), uneven, False)
+            by_generator, by_program = _plans(*args), _plans(*args)
+            run(registry.get(coll, "oneshot").fn, by_generator)
+            run(lambda plan: iter(_expanded(plan)), by_program, label=f"{coll}/oneshot program")
+            for r, (a, b) in enumerate(zip(by_generator, by_program)):
+                if a.output is not None:
+                    assert np.array_equal(a.output, b.output), f"{coll} n={n} rank {r}"
+
+
+def test_records_are_nine_integers_and_name_the_buffers():
+    plan = _plans("all_gather", 3, 4, -1, np.dtype(np.float32), True, False)[0]
+    program = prog.flatten(registry.get("all_gather", "oneshot").fn, _probe(plan),
+                           "all_gather/oneshot")
+    assert program.rounds == 1
+    for rec in program.records:
+        assert len(rec) == 9 and all(type(x) is int for x in rec), rec
+    ops = [rec[0] for rec in program.records]
+    assert ops[:3] == [prog.ROUND, prog.PUT, prog.ENTER], ops
+    gets = [rec for rec in program.records if rec[0] == prog.GET]
+    assert [rec[1] for rec in gets] == [q for q in range(3) if plan.counts[q]]
+    assert {rec[5] for rec in gets} == {prog.OUTPUT}
+    assert program.records[1][5] == prog.INPUT
+
+
+def test_schedules_with_memory_of_their_own_are_not_flat():
+    # all_to_all's one-shot schedule reads every rank's split header into arrays
+    # of its own, and the ring all_reduce works in scratch: neither is a program of
+    # the call's buffers
+    plan = make_plans("all_to_all", 2, [np.arange(4, dtype=np.float32)] * 2,
+                      **host_options("oneshot"))[0]
+    with pytest.raises(prog.NotFlat):
+        prog.flatten(registry.get("all_to_all", "oneshot").fn, _probe(plan), "a2a")
+    plan = make_plans("all_reduce", 3, [np.arange(30, dtype=np.float32)] * 3,
+                      op=ReduceOp.SUM)[0]
+    with pytest.raises(prog.NotFlat):
+        prog.flatten(registry.get("all_reduce", "ring").fn, _probe(plan), "ring")
