@@ -144,8 +144,10 @@ def broadcast(m: Machinery, buf: Buffer, root: int, algorithm: str | None, async
     fp = m.next("broadcast", algorithm, small, dtype=buf.dtype_name, root=root, count=buf.count)
     if small:
         what = m.what("broadcast", fp.seq)
+        # the root's data are unchanged: nothing to write back into a staged source
         return m.run(what, oneshot.job(m.group, m.programs, fp, what, "broadcast",
-                                       buf.flat.dtype, None, buf.flat, buf.finish, root=root),
+                                       buf.flat.dtype, None, buf.flat,
+                                       _nothing if m.rank == root else buf.finish, root=root),
                      async_op)
     data = buf.flat.reshape(-1).view(np.uint8)
     # count and dtype are in the fingerprint, so every rank decides alike

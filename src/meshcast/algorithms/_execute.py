@@ -164,7 +164,8 @@ class ProgramContext(Protocol):
     def enter(self) -> None: ...  # the call's entry (fingerprint exchange, one signal)
 
 
-Buffers = tuple["np.ndarray | None", ...]  # the call's input and output, flat uint8 views
+# the call's input and output: flat arrays of the program's dtype (None where absent)
+Buffers = tuple["np.ndarray | None", ...]
 BoundStep = Callable[[ProgramContext, Buffers], None]
 
 
@@ -173,8 +174,11 @@ class BoundProgram:
 
     Binding does once what does not change between calls of the program's
     shape: the views of the arena's slots and one-shot regions (both parities)
-    each step touches, typed for the reductions. Calling it runs the steps on
-    the call's buffers, in order.
+    each step touches, typed like the program's buffers so that a step is one
+    NumPy copy or reduction, and whether a step covers a whole buffer (then it
+    takes the call's array as it is, without slicing). Calling it runs the
+    steps on the call's input and output (flat arrays of the program's dtype),
+    in order.
 
     Args:
         program: the flattened schedule.
@@ -182,8 +186,8 @@ class BoundProgram:
 
     Raises:
         NotImplementedError: the program has a step this interpreter does not
-            run (messages, exposure, writes into a peer): run the schedule
-            through :func:`execute` instead.
+            run (messages, exposure, writes into a peer, bytes that are not
+            whole elements): run the schedule through :func:`execute` instead.
     """
 
     __slots__ = ("program", "_steps")
@@ -209,7 +213,11 @@ def _spaces(arena: Any, space: int, peer: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _bind(program: prog.Program, rec: prog.Record, arena: Any) -> BoundStep:
     op, peer, space, offset, nbytes, buf, at, src_buf, src_at = rec
-    end, dtype = offset + nbytes, program.dtype
+    dtype = program.dtype
+    size = dtype.itemsize
+    if (offset | nbytes | at | src_at) % size:
+        raise NotImplementedError(f"{program.name}: a step moves bytes that are not whole "
+                                  f"elements of {dtype}")
     if nbytes == 0 and op in (prog.PUT, prog.GET, prog.REDUCE_SLOTS, prog.COPY, prog.REDUCE):
         return lambda ctx, bufs: None  # an empty piece: nothing to move
     if op == prog.ENTER:
@@ -219,35 +227,52 @@ def _bind(program: prog.Program, rec: prog.Record, arena: Any) -> BoundStep:
     if op == prog.WAIT:
         ranks = program.rank_sets[peer]
         return lambda ctx, bufs: arena.wait(ranks, offset)
+    # elements [lo, hi) of the call's buffer; whole: the step covers all of it
+    lo, hi, whole = at // size, (at + nbytes) // size, at == 0 and nbytes == program.sizes[buf]
+
+    def memory(rank: int) -> tuple[np.ndarray, ...]:
+        return tuple(m[offset:offset + nbytes].view(dtype) for m in _spaces(arena, space, rank))
+
     if op == prog.PUT:
-        mine = tuple(m[offset:end] for m in _spaces(arena, space, arena.rank))
+        mine = memory(arena.rank)
+        if whole:
+            def put_whole(ctx: ProgramContext, bufs: Buffers) -> None:
+                mine[ctx.parity][:] = bufs[buf]
+            return put_whole
 
         def put(ctx: ProgramContext, bufs: Buffers) -> None:
-            mine[ctx.parity][:] = bufs[buf][at:at + nbytes]  # type: ignore[index]
+            mine[ctx.parity][:] = bufs[buf][lo:hi]  # type: ignore[index]
         return put
     if op == prog.GET:
-        theirs = tuple(m[offset:end] for m in _spaces(arena, space, peer))
+        theirs = memory(peer)
+        if whole:
+            def get_whole(ctx: ProgramContext, bufs: Buffers) -> None:
+                bufs[buf][:] = theirs[ctx.parity]  # type: ignore[index]
+            return get_whole
 
         def get(ctx: ProgramContext, bufs: Buffers) -> None:
-            bufs[buf][at:at + nbytes] = theirs[ctx.parity]  # type: ignore[index]
+            bufs[buf][lo:hi] = theirs[ctx.parity]  # type: ignore[index]
         return get
     if op == prog.REDUCE_SLOTS:
-        ranks = program.rank_sets[peer]
-        operands = tuple([_spaces(arena, space, r)[p][offset:end].view(dtype) for r in ranks]
-                         for p in (0, 1))
+        by_rank = [memory(r) for r in program.rank_sets[peer]]
+        operands = tuple([m[p] for m in by_rank] for p in (0, 1))
+        if whole:
+            def reduce_whole(ctx: ProgramContext, bufs: Buffers) -> None:
+                ops.reduce_many(ctx.op, bufs[buf], operands[ctx.parity])  # type: ignore[arg-type]
+            return reduce_whole
 
         def reduce_slots(ctx: ProgramContext, bufs: Buffers) -> None:
-            ops.reduce_many(ctx.op, bufs[buf][at:at + nbytes].view(dtype),  # type: ignore[index]
-                            operands[ctx.parity])
+            ops.reduce_many(ctx.op, bufs[buf][lo:hi], operands[ctx.parity])  # type: ignore[index]
         return reduce_slots
     if op in (prog.COPY, prog.REDUCE):
+        slo, shi = src_at // size, (src_at + nbytes) // size
+
         def local(ctx: ProgramContext, bufs: Buffers) -> None:
-            dst = bufs[buf][at:at + nbytes]  # type: ignore[index]
-            src = bufs[src_buf][src_at:src_at + nbytes]  # type: ignore[index]
+            dst, src = bufs[buf][lo:hi], bufs[src_buf][slo:shi]  # type: ignore[index]
             if op == prog.COPY:
                 dst[:] = src
             else:
-                ops.reduce_into(ctx.op, dst.view(dtype), src.view(dtype))
+                ops.reduce_into(ctx.op, dst, src)
         return local
     raise NotImplementedError(f"{program.name}: the program interpreter does not run "
                               f"opcode {op}; run the schedule through execute()")

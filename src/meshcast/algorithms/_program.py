@@ -93,6 +93,7 @@ class Program:
         dtype: the element type reductions run in.
         records: the steps, in order, as tuples of nine ints.
         rank_sets: the rank tuples ``REDUCE_SLOTS`` and ``WAIT`` records index.
+        sizes: bytes of the input and of the output it was flattened for.
     """
 
     coll: str
@@ -100,6 +101,7 @@ class Program:
     dtype: np.dtype
     records: tuple[Record, ...]
     rank_sets: tuple[tuple[int, ...], ...]
+    sizes: tuple[int, int]
 
     @property
     def rounds(self) -> int:
@@ -152,8 +154,9 @@ def flatten(schedule: Callable[[Plan], Iterator[Round]], plan: Plan, name: str) 
         records.append((ROUND, -1, -1, 0, 0, NO_BUFFER, 0, NO_BUFFER, 0))
         for step in (*rnd.comms, *rnd.then):
             records.append(_record(step, locate, ranks_index))
-    dtype = plan.dtype
-    return Program(plan.coll, name, dtype, tuple(records), tuple(rank_sets))
+    sizes = tuple(0 if a is None else a.nbytes for a in (plan.input, plan.output))
+    return Program(plan.coll, name, plan.dtype, tuple(records), tuple(rank_sets),
+                   sizes)  # type: ignore[arg-type]
 
 
 def _record(step: Any, locate: _Locator, ranks_index: Callable[[tuple[int, ...]], int]

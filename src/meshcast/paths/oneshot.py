@@ -99,20 +99,6 @@ def split_header(n: int) -> struct.Struct:
 # ------------------------------------------------- decided before the call
 
 
-class _Call:
-    """What a one-shot program needs of its call (``_execute.ProgramContext``)."""
-
-    __slots__ = ("op", "parity", "arena", "fp", "what", "deadline", "per_rank_counts")
-
-    def __init__(self, arena: Arena, fp: Fingerprint, what: str, deadline: float, op: Any,
-                 per_rank_counts: bool) -> None:
-        self.arena, self.fp, self.what, self.deadline = arena, fp, what, deadline
-        self.op, self.parity, self.per_rank_counts = op, fp.seq & 1, per_rank_counts
-
-    def enter(self) -> None:
-        self.arena.oneshot(self.fp, self.what, self.deadline, self.per_rank_counts)
-
-
 class Programs:
     """A group's one-shot calls decided before the call, as programs.
 
@@ -149,8 +135,28 @@ class Programs:
         return bound
 
 
-def _flat_bytes(a: np.ndarray | None) -> np.ndarray | None:
-    return None if a is None else a.reshape(-1).view(np.uint8)
+class _OneShot:
+    """One one-shot call: the job run in call order, and its program's context
+    (``_execute.ProgramContext``)."""
+
+    __slots__ = ("group", "bound", "buffers", "fp", "what", "finish", "op", "parity",
+                 "per_rank_counts", "deadline")
+
+    def __init__(self, group: GroupView, bound: BoundProgram, buffers: tuple, fp: Fingerprint,
+                 what: str, finish: Callable[[], None], op: Any, per_rank_counts: bool) -> None:
+        self.group, self.bound, self.buffers, self.fp = group, bound, buffers, fp
+        self.what, self.finish, self.op = what, finish, op
+        self.parity, self.per_rank_counts = fp.seq & 1, per_rank_counts
+
+    def __call__(self) -> None:
+        group = self.group
+        group.last_algorithm = self.bound.program.name
+        self.deadline = group._deadline()
+        self.bound(self, self.buffers)
+        self.finish()
+
+    def enter(self) -> None:
+        self.group.arena.oneshot(self.fp, self.what, self.deadline, self.per_rank_counts)
 
 
 def job(group: GroupView, programs: Programs, fp: Fingerprint, what: str, kind: str,
@@ -163,17 +169,14 @@ def job(group: GroupView, programs: Programs, fp: Fingerprint, what: str, kind: 
 
     ``counts``: every rank's element count (all_gather, reduce_scatter), whose
     fingerprints compare per-rank counts."""
-    shape = tuple(counts) if counts is not None else None
+    shape = None if counts is None else tuple(counts)
+    if inp is not None and inp.ndim != 1:  # the program addresses flat arrays
+        inp = inp.reshape(-1)
+    if out is not None and out.ndim != 1:
+        out = out.reshape(-1)
     bound = programs.get(kind, dtype, root, None if inp is None else inp.size,
                          None if out is None else out.size, shape)
-    buffers = (_flat_bytes(inp), _flat_bytes(out))
-
-    def run() -> None:
-        group.last_algorithm = bound.program.name
-        bound(_Call(group.arena, fp, what, group._deadline(), op, shape is not None), buffers)
-        finish()
-
-    return run
+    return _OneShot(group, bound, (inp, out), fp, what, finish, op, shape is not None)
 
 
 # ------------------------------------------------- decided after the entry
