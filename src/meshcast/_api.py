@@ -508,6 +508,12 @@ def barrier(group: GroupLike = None, async_op: bool = False, device_ids: Any = N
         lane = _world.default_lane if group is None else _lane(group)  # tiny calls: see all_reduce
         if lane is not None and lane.barrier():
             return None
+    elif async_op is True and algorithm is None and device_ids is None:
+        lane = _world.default_lane if group is None else _lane(group)
+        if lane is not None:
+            work = getattr(lane, "barrier_async", _no_lane)()
+            if work is not None:
+                return work
     caller = "barrier"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)
@@ -622,13 +628,20 @@ def reduce(tensor: Any, dst: int | None = None, op: Any = ReduceOp.SUM, group: G
     truncates toward zero (the integer sum divided by the group size, e.g.
     -7 over 2 ranks gives -3), as in :func:`all_reduce`.
     """
-    if async_op is False and algorithm is None and group_dst is None and type(dst) is int:
+    if (async_op is False or async_op is True) and algorithm is None and group_dst is None \
+            and type(dst) is int:
         arr = tensor if type(tensor) is np.ndarray else _torch_view(tensor)
         if arr is not None:
             # tiny calls: see all_reduce
             lane = _world.default_lane if group is None else _lane(group)
-            if lane is not None and lane.reduce(arr, op, dst):
-                return None
+            if lane is not None:
+                if async_op is False:
+                    if lane.reduce(arr, op, dst):
+                        return None
+                else:
+                    work = getattr(lane, "reduce_async", _no_lane)(arr, op, dst)
+                    if work is not None:
+                        return work
     caller = "reduce"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)

@@ -177,6 +177,26 @@ class TinyCallLane:
         return self._start("broadcast", tail, None, arr, _COPY_ROOT, root, 0, False,
                            _copy_root, arr, views, root)
 
+    def reduce_async(self, arr: np.ndarray, op: Any, dst: int) -> Work | None:
+        """:meth:`ProcessGroup.reduce` with ``async_op=True`` into global rank ``dst`` (see
+        :meth:`_start`); None: the general path."""
+        plan = self._plan(("reduce", arr.dtype, arr.shape, op, dst), self._reduce_plan,
+                          arr, op, dst)
+        if not plan or not _writable(arr):
+            return None
+        tail, views, kernel, average, code, root = plan
+        if self.group._rank != root:  # gives its data, reads nothing
+            return self._start("reduce", tail, arr, None, None, -1, 0, False, _ignore)
+        return self._start("reduce", tail, arr, arr, code, -1, 0, average, _reduce_parity,
+                           arr, views, kernel, average)
+
+    def barrier_async(self) -> Work | None:
+        """:meth:`ProcessGroup.barrier` with ``async_op=True`` (see :meth:`_start`)."""
+        plan = self._plan(("barrier",), self._barrier_plan)
+        if not plan:
+            return None
+        return self._start("barrier", plan[0], None, None, None, -1, 0, False, _ignore)
+
     def all_gather_async(self, out: np.ndarray, inp: np.ndarray) -> Work | None:
         """all_gather_into_tensor with ``async_op=True`` (see :meth:`_start`)."""
         plan = self._pair_plan("all_gather", out, inp, self._all_gather_plan)

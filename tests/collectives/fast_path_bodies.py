@@ -512,8 +512,9 @@ def async_calls_in_order() -> list[str]:
     """all_reduce(async_op=True) through the lane: one whose peers come late (the worker
     finishes it, the calls after it queue behind), one that must not block its caller
     (rank 0 sends rank 1 what rank 1 waits for before it joins); async broadcast,
-    all_gather_into_tensor and reduce_scatter_tensor with each rank late in turn; and a
-    mismatch, which every rank must raise. Returns the errors' texts."""
+    all_gather_into_tensor, reduce_scatter_tensor, reduce and barrier with each rank
+    late in turn; and a mismatch, which every rank must raise. Returns the errors'
+    texts."""
     r, n = dist.get_rank(), dist.get_world_size()
     if r == n - 1:
         time.sleep(0.05)  # late: the others' calls go to their workers
@@ -547,12 +548,18 @@ def async_calls_in_order() -> list[str]:
         mine = np.zeros(2, np.float32)
         works.append(dist.reduce_scatter_tensor(
             mine, np.arange(2 * n, dtype=np.float32) + r, async_op=True))
+        y = np.full(5, r + 1, np.int32)
+        works.append(dist.reduce(y, dst=late, async_op=True))
+        works.append(dist.barrier(async_op=True))
         for w in works:
             w.wait()
         assert (x == late + 1).all(), x
         assert (whole == np.arange(n, dtype=np.int16)[:, None]).all(), whole
         want = n * np.arange(2 * r, 2 * r + 2, dtype=np.float32) + n * (n - 1) / 2
         assert (mine == want).all(), (mine, want)
+        assert (y == (n * (n + 1) // 2 if r == late else r + 1)).all(), y
+    # the async reduce took the lane (it has no synchronous reduce to plan it before)
+    assert any(key[0] == "reduce" for key in dist.group.WORLD.lane.plans), "no lane reduce"
     bad = np.ones(2, np.float32 if r else np.int32)
     try:
         dist.all_reduce(bad, async_op=True).wait()

@@ -74,6 +74,8 @@ _LANE_ARGS: dict[str, tuple[int | None, int | None, int | None, int | None]] = {
     "all_reduce": (0, None, 1, None),
     "all_reduce_async": (0, None, 1, None),
     "broadcast_async": (0, 1, None, None),
+    "reduce_async": (0, 2, 1, None),
+    "barrier_async": (None, None, None, None),
     "all_gather_async": (1, None, None, None),
     "reduce_scatter_async": (1, None, 2, None),
     "reduce_scatter_list": (1, None, 2, None),
@@ -96,7 +98,7 @@ _P2P_KIND = {"send": "send", "isend": "send", "post_send": "send",
              "recv": "recv", "irecv": "recv", "post_recv": "recv"}
 # lane methods named apart from their call; those of them that return a Work
 _LANE_ASYNC = {"all_reduce_async", "broadcast_async", "all_gather_async",
-               "reduce_scatter_async"}
+               "reduce_scatter_async", "reduce_async", "barrier_async"}
 _LANE_KIND = {"all_gather_list": "all_gather", "reduce_scatter_list": "reduce_scatter",
               "all_to_all_split": "all_to_all",
               **{name: name.removesuffix("_async") for name in _LANE_ASYNC}}
