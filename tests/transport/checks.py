@@ -549,19 +549,19 @@ def check_abort_reaches_every_waiter() -> None:
 
 @check(size=3)
 def check_one_shot_regions_alternate_by_parity() -> None:
-    """oneshot: every rank's data of call ``seq`` is in its region of parity ``seq & 1``
-    when the call returns, and stays there while a faster rank already writes call
-    ``seq + 1``: rank 0 reads the regions late, after ranks 1 and 2 moved on."""
+    """oneshot: what every rank wrote into its region of parity ``seq & 1`` before the
+    entry of call ``seq`` is there for every rank once the entry returns, and stays
+    there while a faster rank already writes call ``seq + 1`` into its other region:
+    rank 0 reads the regions late, after ranks 1 and 2 moved on."""
     a = arena()
     r, n = dist.get_rank(), dist.get_world_size()
     for seq in range(1, 41):
-        mine = _value(r, seq, 100)
-        regions = a.oneshot(_fp(seq), mine, f"call #{seq}", _deadline())
+        a.small[r][seq & 1][:100] = _value(r, seq, 100)
+        a.oneshot(_fp(seq), f"call #{seq}", _deadline())
         if r == 0:
             time.sleep(0.002)  # the others are writing call seq + 1 meanwhile
         for q in range(n):
-            assert regions[q] is a.small[q][seq & 1], (seq, q)
-            np.testing.assert_array_equal(regions[q][:100], _value(q, seq, 100),
+            np.testing.assert_array_equal(a.small[q][seq & 1][:100], _value(q, seq, 100),
                                           f"call {seq}, rank {q}'s region")
     dist.barrier()
 
