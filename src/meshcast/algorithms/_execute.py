@@ -7,9 +7,9 @@ local and arena steps in order). The simulator (_simulate.py) is the
 reference for these semantics and the tests hold both to the same results.
 
 Two forms of the same thing: :func:`execute` runs a schedule's generator
-(Round objects made per call); :func:`bind` takes a schedule flattened once
-per call shape (a :class:`~meshcast.algorithms._program.Program`) and makes
-it a runner for one group's arena, whose per-call work is one pass over
+(Round objects made per call); :class:`BoundProgram` takes a schedule
+flattened once per call shape (a :class:`~meshcast.algorithms._program.Program`)
+and makes it a runner for one group's arena, whose per-call work is one pass over
 prepared steps on the call's buffers (the one-shot calls run this way).
 """
 
@@ -264,15 +264,14 @@ def _bind(program: prog.Program, rec: prog.Record, arena: Any) -> BoundStep:
         def reduce_slots(ctx: ProgramContext, bufs: Buffers) -> None:
             ops.reduce_many(ctx.op, bufs[buf][lo:hi], operands[ctx.parity])  # type: ignore[index]
         return reduce_slots
-    if op in (prog.COPY, prog.REDUCE):
-        slo, shi = src_at // size, (src_at + nbytes) // size
-
-        def local(ctx: ProgramContext, bufs: Buffers) -> None:
-            dst, src = bufs[buf][lo:hi], bufs[src_buf][slo:shi]  # type: ignore[index]
-            if op == prog.COPY:
-                dst[:] = src
-            else:
-                ops.reduce_into(ctx.op, dst, src)
-        return local
+    slo, shi = src_at // size, (src_at + nbytes) // size
+    if op == prog.COPY:
+        def copy(ctx: ProgramContext, bufs: Buffers) -> None:
+            bufs[buf][lo:hi] = bufs[src_buf][slo:shi]  # type: ignore[index]
+        return copy
+    if op == prog.REDUCE:
+        def reduce(ctx: ProgramContext, bufs: Buffers) -> None:
+            ops.reduce_into(ctx.op, bufs[buf][lo:hi], bufs[src_buf][slo:shi])  # type: ignore[index]
+        return reduce
     raise NotImplementedError(f"{program.name}: the program interpreter does not run "
                               f"opcode {op}; run the schedule through execute()")

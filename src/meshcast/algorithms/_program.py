@@ -10,15 +10,16 @@ call's, with every array a step names replaced by where it lies in the
 call's buffers. It is then valid for every call of the same shape (the
 cache key: collective, group, dtype, root, the input's and output's lengths
 and the per-rank counts), whatever arrays that call brings; the executor
-(``_execute.bind``) binds it to them.
+(``_execute.BoundProgram``) binds it to them.
 
 A record is a tuple of nine integers, the form a compiled interpreter
 reads as well as Python::
 
     (opcode, peer, space, offset, nbytes, buf, at, src_buf, src_at)
 
-* ``opcode``: one of :data:`OPCODES` (a ``ROUND`` record opens each round;
-  its comm steps come first, as in a Round).
+* ``opcode``: one of this module's opcodes, one per step type (``PUT``,
+  ``GET``, ...; a ``ROUND`` record opens each round, its comm steps first,
+  as in a Round).
 * ``peer``: the group rank a step addresses; for ``REDUCE_SLOTS`` and
   ``WAIT`` an index into :attr:`Program.rank_sets` instead.
 * ``space``: :data:`SPACE_CODES` of the step's arena space (slot, one-shot
@@ -69,9 +70,6 @@ from ._plan import (
 # opcodes: one per step type, plus ROUND, which opens a round
 (ROUND, SEND, RECV, PUT, GET, REDUCE_SLOTS, ENTER, EXPOSE, WRITE, SIGNAL, WAIT, COPY,
  REDUCE) = range(13)
-OPCODES = {"round": ROUND, "send": SEND, "recv": RECV, "put": PUT, "get": GET,
-           "reduce_slots": REDUCE_SLOTS, "enter": ENTER, "expose": EXPOSE, "write": WRITE,
-           "signal": SIGNAL, "wait": WAIT, "copy": COPY, "reduce": REDUCE}
 SPACE_CODES = {SLOT: 0, REGION: 1, EXPOSED: 2}
 SPACES = {code: name for name, code in SPACE_CODES.items()}
 NO_BUFFER, INPUT, OUTPUT = -1, 0, 1
@@ -89,14 +87,13 @@ class Program:
     """One rank's schedule for one call shape, flattened (see the module docstring).
 
     Attributes:
-        coll: the collective; ``name``: the algorithm (``"all_reduce/oneshot"``).
+        name: the algorithm (``"all_reduce/oneshot"``).
         dtype: the element type reductions run in.
         records: the steps, in order, as tuples of nine ints.
         rank_sets: the rank tuples ``REDUCE_SLOTS`` and ``WAIT`` records index.
         sizes: bytes of the input and of the output it was flattened for.
     """
 
-    coll: str
     name: str
     dtype: np.dtype
     records: tuple[Record, ...]
@@ -155,7 +152,7 @@ def flatten(schedule: Callable[[Plan], Iterator[Round]], plan: Plan, name: str) 
         for step in (*rnd.comms, *rnd.then):
             records.append(_record(step, locate, ranks_index))
     sizes = tuple(0 if a is None else a.nbytes for a in (plan.input, plan.output))
-    return Program(plan.coll, name, plan.dtype, tuple(records), tuple(rank_sets),
+    return Program(name, plan.dtype, tuple(records), tuple(rank_sets),
                    sizes)  # type: ignore[arg-type]
 
 
@@ -195,7 +192,7 @@ def _record(step: Any, locate: _Locator, ranks_index: Callable[[tuple[int, ...]]
     raise NotFlat(f"no record for a {kind.__name__} step")
 
 
-def view(buffers: tuple[np.ndarray | None, ...], buf: int, at: int, nbytes: int
+def _view(buffers: tuple[np.ndarray | None, ...], buf: int, at: int, nbytes: int
          ) -> np.ndarray:
     """The bytes ``[at, at + nbytes)`` of call buffer ``buf`` (flat uint8 views)."""
     if buf == NO_BUFFER:
@@ -213,7 +210,7 @@ def expand(program: Program, buffers: tuple[np.ndarray | None, ...]) -> list[Rou
     rounds: list[tuple[list[Any], list[Any]]] = []
 
     def typed(buf: int, at: int, nbytes: int) -> np.ndarray:
-        return view(buffers, buf, at, nbytes).view(dtype)
+        return _view(buffers, buf, at, nbytes).view(dtype)
 
     for op, peer, space, offset, nbytes, buf, at, src_buf, src_at in program.records:
         if op == ROUND:
@@ -245,5 +242,5 @@ def expand(program: Program, buffers: tuple[np.ndarray | None, ...]) -> list[Rou
     return [Round(*comms, then=then) for comms, then in rounds]
 
 
-__all__ = ["INPUT", "NO_BUFFER", "NotFlat", "OPCODES", "OUTPUT", "Program", "Record",
-           "SPACE_CODES", "expand", "flatten", "view"]
+__all__ = ["INPUT", "NO_BUFFER", "NotFlat", "OUTPUT", "Program", "Record", "SPACE_CODES",
+           "expand", "flatten"]
