@@ -640,12 +640,19 @@ def posted_receive_taken_in_wait(count: int) -> dict[str, int]:
         x = np.full(1 + k % 50, k, np.float32)
         y = np.zeros_like(x)
         if r == 0:
+            dist.barrier()  # rank 1 has posted its receive
             dist.send(x, peer, tag=k % 3)
+            dist.barrier()  # ... and the message is in the ring when rank 1 waits
             w = dist.irecv(y, peer, tag=k % 3)
             w.wait()
             assert w.source_rank == peer and (y == k + 1).all(), (k, y[:3])
         else:
-            dist.irecv(y, peer, tag=k % 3).wait()
+            # posted before the message comes, waited for once it is there: the wait
+            # (not the post) finds it, whatever the scheduler does on shared cores
+            w = dist.irecv(y, peer, tag=k % 3)
+            dist.barrier()
+            dist.barrier()
+            w.wait()
             dist.send(y + 1, peer, tag=k % 3)
     dist.barrier()
     # Two receives of one tag, the later one waited for first: the earlier matches first.
