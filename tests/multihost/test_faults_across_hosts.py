@@ -270,10 +270,12 @@ def test_mpiexec_link_down(two_hosts, tmp_path):
     lost = {r: (h1 if f.ready[r]["host"] == h0 else h0) for r in f.ready}
     _check_survivors(f, sorted(f.ready), lost, every_rank=False)
     # A rank leaving after a lost host calls MPI_Abort instead of MPI_Finalize: without
-    # it, mpiexec waits forever for the cut-off proxy.
+    # it, mpiexec waits forever for the cut-off proxy, so the time bound is the check.
+    # (Not the abort's printed line: Hydra may exit on the abort before its proxy has
+    # forwarded the aborting rank's last stderr; CI saw that once.)
     _check_clean(f)
     assert f.ended < DETECT_LIMIT_S + 5, f.describe()
-    assert "MPI_Abort" in f.result.stdout + f.result.stderr, f.describe()
+    assert f.result.returncode != 0, f.describe()
 
 
 # -- the job secret and uneven hosts (meshcast run) ------------------------------------
