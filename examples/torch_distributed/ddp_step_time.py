@@ -49,6 +49,12 @@ def main() -> None:
             model = DDP(Net(args.width), process_group=group)
             step_times(model, 10, args.batch)  # warm-up: buckets get rebuilt after step 1
             times[name] += step_times(model, args.steps, args.batch)
+            # Drop each model while its group is still referenced: torch 2.13 frees a
+            # Gloo group whose last holder is DDP's reducer with the GIL held, and
+            # that can deadlock with Gloo's worker thread (which needs the GIL to
+            # free the work of a backward pass). Freed through the group's own
+            # Python object, torch releases the GIL first.
+            del model
     if dist.get_rank() == 0:
         params = sum(p.numel() for p in Net(args.width).parameters())
         print(f"DDP step, {dist.get_world_size()} ranks, {params} parameters, batch "
