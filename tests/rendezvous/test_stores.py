@@ -334,3 +334,20 @@ def test_torch_store_rejects_non_torch_store():
     _torch_dist()
     with pytest.raises(InvalidUsage, match="torch.distributed.Store"):
         TorchStore(HashStore())
+
+
+def test_torch_store_over_a_meshcast_store_under_torch_prefix_times_out_as_a_timeout():
+    # torch's init_process_group wraps the store it is given in its PrefixStore; when
+    # that store is meshcast's (for_torch), a wait that runs out raises meshcast's own
+    # CommTimeout through torch, which must stay a timeout ("key ... not set"), not a
+    # failed store: meshcast's short waits loop on it (a RendezvousError under load
+    # once broke init_process_group("meshcast") under meshcast run).
+    dist = _torch_dist()
+    from meshcast.rendezvous.torch_store import for_torch
+
+    beneath = for_torch(HashStore(timeout=5))  # (torch holds no Python reference to it)
+    store = TorchStore(dist.PrefixStore("pg/0/", beneath), 5)
+    with pytest.raises(CommTimeout, match="'x' not set within"):
+        store.wait(["x"], 0.05)
+    store.set("x", b"1")
+    store.wait(["x"], 0.05)

@@ -87,6 +87,11 @@ class TorchStore(Store):
               timeout: float | None = None) -> Any:
         try:
             return fn(*args)
+        except CommTimeout:
+            # A meshcast store beneath torch's own wrappers (for_torch under a
+            # PrefixStore, as torch's init_process_group builds) timed out: a timeout
+            # still, whose message ("not set within") the text test below would miss.
+            raise
         except self._dist.DistError as exc:
             if isinstance(exc, self._dist.DistStoreError) and "timeout" in str(exc).lower():
                 raise missing_keys_timeout(caller, keys, timeout or self._timeout) from None
