@@ -953,18 +953,26 @@ def all_to_all_single(output: Any, input: Any, output_split_sizes: Sequence[int]
         output_split_sizes / input_split_sizes (list[int], optional): rows of
             dim 0 received from / sent to each rank; equal splits if omitted.
     """
-    if async_op is False and algorithm is None:
+    if (async_op is False or async_op is True) and algorithm is None:
         out = output if type(output) is np.ndarray else _torch_view(output)
         inp = input if type(input) is np.ndarray else _torch_view(input)
         # see all_reduce
         lane = None if out is None or inp is None else (
             _world.default_lane if group is None else _lane(group))
-        if lane is not None and (
-                lane.all_to_all(out, inp)
-                if output_split_sizes is None and input_split_sizes is None
-                else getattr(lane, "all_to_all_split", _no_lane)(
-                    out, inp, output_split_sizes, input_split_sizes)):
-            return None
+        if lane is not None:
+            if async_op is False:
+                if (lane.all_to_all(out, inp)
+                        if output_split_sizes is None and input_split_sizes is None
+                        else getattr(lane, "all_to_all_split", _no_lane)(
+                            out, inp, output_split_sizes, input_split_sizes)):
+                    return None
+            else:
+                work = (getattr(lane, "all_to_all_async", _no_lane)(out, inp)
+                        if output_split_sizes is None and input_split_sizes is None
+                        else getattr(lane, "all_to_all_split_async", _no_lane)(
+                            out, inp, output_split_sizes, input_split_sizes))
+                if work is not None:
+                    return work
     caller = "all_to_all_single"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)

@@ -583,7 +583,7 @@ class TinyCallLane:
         plan = self._pair_plan("all_to_all", out, inp, self._all_to_all_plan, disjoint=True)
         if not plan or not out.flags.writeable:
             return False
-        tail, header, headers, head, limit, pieces, dtype_name, tails = plan
+        tail, header, _, head, limit, _, _, tails = plan
         group = self.group
         fifo = group.fifo
         if not fifo.enter_inline():  # queued async work goes first: the general path
@@ -605,11 +605,7 @@ class TinyCallLane:
                 if status == 0:
                     group.last_algorithm = "all_to_all/oneshot"
                 else:  # Python finishes the entry and decides, from what is published
-                    agreed = arena.finish_entry(seq, _SEQ.pack(seq) + tail,
-                                                self._whats["all_to_all"],
-                                                time.monotonic() + group.timeout, status)
-                    self._all_to_all_rest(seq, out, inp, agreed, header, headers[seq & 1],
-                                          pieces[seq & 1], limit, dtype_name)
+                    self._all_to_all_finish(seq, out, inp, plan, status)
             else:
                 self._all_to_all_python(seq, out, inp, plan)
         except BaseException as exc:
@@ -618,6 +614,44 @@ class TinyCallLane:
         fifo.leave_inline(None)
         return True
 
+    def all_to_all_async(self, out: np.ndarray, inp: np.ndarray) -> Work | None:
+        """:meth:`all_to_all` with ``async_op=True``: its compiled entry starts here; when
+        every rank is in within the spin time and agrees on a one-shot call, the call
+        is done and its Work finished; otherwise the worker thread finishes it (the
+        rest of the entry, then what :meth:`all_to_all` would do) ahead of the calls
+        queued behind it (as :meth:`_start`). None (nothing done): no compiled
+        helper, an input too large to stage, or the group busy: the general path."""
+        plan = self._pair_plan("all_to_all", out, inp, self._all_to_all_plan, disjoint=True)
+        if not plan or not out.flags.writeable:
+            return None
+        tail, header, _, head, limit, _, _, tails = plan
+        group = self.group
+        arena = group.arena
+        fast = arena.compiled_rooted
+        nbytes = inp.nbytes
+        if fast is None or nbytes > limit:
+            return None
+        fifo = group.fifo
+        if not fifo.enter_inline():
+            return None
+        what = self._whats["all_to_all"]
+        try:
+            seq = next(group._seq)
+            status = fast(seq, tails, (header, head - len(header), inp), arena.spin_ns,
+                          inp if group.transport.cma_min_bytes > 0 else None, out,
+                          _COPY_COLUMN, -1, head + group._rank * (nbytes // group._size),
+                          len(header))
+            group.last_algorithm = "all_to_all/oneshot"
+            if status != 0:
+                return fifo.hand_over(
+                    lambda: self._all_to_all_finish(seq, out, inp, plan, status),
+                    Work(what))  # type: ignore[arg-type]
+        except BaseException as exc:
+            fifo.leave_inline(exc)
+            raise
+        fifo.leave_inline(None)
+        return Work.finished(what)
+
     def all_to_all_split(self, out: np.ndarray, inp: np.ndarray, out_splits: Any,
                          in_splits: Any) -> bool:
         """:meth:`all_to_all` when the split sizes given are the equal splits (every rank
@@ -625,6 +659,15 @@ class TinyCallLane:
         n = self.group._size
         return (_equal_splits(out_splits, out, n) and _equal_splits(in_splits, inp, n)
                 and self.all_to_all(out, inp))
+
+    def all_to_all_split_async(self, out: np.ndarray, inp: np.ndarray, out_splits: Any,
+                               in_splits: Any) -> Work | None:
+        """:meth:`all_to_all_async` when the split sizes given are the equal splits (see
+        :meth:`all_to_all_split`); None otherwise."""
+        n = self.group._size
+        if _equal_splits(out_splits, out, n) and _equal_splits(in_splits, inp, n):
+            return self.all_to_all_async(out, inp)
+        return None
 
     def all_to_all_list(self, outs: Any, ins: Any) -> bool:
         """torch's all_to_all of lists, every piece alike: the :meth:`all_to_all` of the
@@ -672,6 +715,17 @@ class TinyCallLane:
                                     time.monotonic() + group.timeout)
         self._all_to_all_rest(seq, out, inp, agreed, header, mv, pieces[parity], limit,
                               dtype_name)
+
+    def _all_to_all_finish(self, seq: int, out: np.ndarray, inp: np.ndarray, plan: tuple,
+                           status: int) -> None:
+        """all_to_all after a compiled entry that returned ``status`` (not 0): the rest
+        of the entry in Python, then :meth:`_all_to_all_rest`."""
+        tail, header, headers, _, limit, pieces, dtype_name, _ = plan
+        group = self.group
+        agreed = group.arena.finish_entry(seq, _SEQ.pack(seq) + tail, self._whats["all_to_all"],
+                                          time.monotonic() + group.timeout, status)
+        self._all_to_all_rest(seq, out, inp, agreed, header, headers[seq & 1], pieces[seq & 1],
+                              limit, dtype_name)
 
     def _all_to_all_rest(self, seq: int, out: np.ndarray, inp: np.ndarray, agreed: bool,
                          header: bytes, headers: list[memoryview], pieces: list[np.ndarray],

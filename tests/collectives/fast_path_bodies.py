@@ -551,15 +551,25 @@ def async_calls_in_order() -> list[str]:
         y = np.full(5, r + 1, np.int32)
         works.append(dist.reduce(y, dst=late, async_op=True))
         works.append(dist.barrier(async_op=True))
+        sent = np.arange(2 * n, dtype=np.int32) + 100 * r
+        got = np.zeros(2 * n, np.int32)
+        works.append(dist.all_to_all_single(got, sent, async_op=True))
+        got_split = np.zeros(n)
+        works.append(dist.all_to_all_single(got_split, np.full(n, float(r)), [1] * n, [1] * n,
+                                            async_op=True))
         for w in works:
             w.wait()
+        assert (got == np.array([2 * r + k + 100 * q for q in range(n) for k in (0, 1)])).all(), got
+        assert (got_split == np.arange(n)).all(), got_split
         assert (x == late + 1).all(), x
         assert (whole == np.arange(n, dtype=np.int16)[:, None]).all(), whole
         want = n * np.arange(2 * r, 2 * r + 2, dtype=np.float32) + n * (n - 1) / 2
         assert (mine == want).all(), (mine, want)
         assert (y == (n * (n + 1) // 2 if r == late else r + 1)).all(), y
-    # the async reduce took the lane (it has no synchronous reduce to plan it before)
-    assert any(key[0] == "reduce" for key in dist.group.WORLD.lane.plans), "no lane reduce"
+    # the async reduce and all_to_all took the lane (nothing synchronous planned them)
+    plans = dist.group.WORLD.lane.plans
+    assert any(key[0] == "reduce" for key in plans), "no lane reduce"
+    assert any(key[0] == "all_to_all" for key in plans), "no lane all_to_all"
     bad = np.ones(2, np.float32 if r else np.int32)
     try:
         dist.all_reduce(bad, async_op=True).wait()

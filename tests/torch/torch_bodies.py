@@ -336,7 +336,8 @@ def _tiny_calls_take_the_lane(rank: int, n: int) -> None:
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the general path ran")
 
-    general = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "isend")
+    general = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "isend",
+               "all_to_all")
     members = list(range(1, n)) if n > 2 else list(range(n))
     sub = dist.new_group(members, backend="meshcast")
     for pg, ranks in ((dist.group.WORLD, list(range(n))), (sub, members)):
@@ -368,6 +369,18 @@ def _tiny_calls_take_the_lane(rank: int, n: int) -> None:
             me = ranks.index(rank)
             _eq(piece, torch.arange(2.0 * me, 2.0 * me + 2) * m + sum(ranks),
                 "lane reduce_scatter_tensor")
+            # all_to_all_single, equal splits (torch passes [] when none are given),
+            # synchronous and async (MoE's token exchange)
+            sent = torch.arange(3.0 * m) + 100 * rank
+            want = torch.tensor([3.0 * me + k + 100 * q for q in ranks for k in range(3)])
+            for splits in (None, [3] * m):
+                got = torch.empty(3 * m)
+                dist.all_to_all_single(got, sent, splits, splits, group=pg)
+                _eq(got, want, f"lane all_to_all_single, splits {splits}")
+                got = torch.empty(3 * m)
+                dist.all_to_all_single(got, sent, splits, splits, group=pg,
+                                       async_op=True).wait()
+                _eq(got, want, f"lane async all_to_all_single, splits {splits}")
             if m > 1:  # a small send is written into the ring at once (its receive
                 # may take either path: the message may be set aside before it comes)
                 src, dst = ranks[0], ranks[-1]

@@ -55,6 +55,11 @@ def every_path() -> dict:
     dist.all_reduce(a, async_op=True).wait()  # async, through the lane too
     assert (a == sum(range(n))).all()
     _ran(log, "all_reduce")
+    got = np.zeros(n, np.int64)
+    dist.all_to_all_single(got, np.full(n, r, np.int64), [1] * n, [1] * n,
+                           async_op=True).wait()  # (equal splits given: the lane's too)
+    assert (got == np.arange(n)).all()
+    _ran(log, "all_to_all")
     pieces = [np.zeros(3, np.float64) for _ in range(n)]
     dist.all_gather(pieces, np.full(3, float(r)))  # torch's list form, through the lane too
     assert all((p == q).all() for q, p in enumerate(pieces))

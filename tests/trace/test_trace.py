@@ -39,9 +39,12 @@ def test_the_trace_says_what_ran_on_every_rank(n, tmp_path):
             assert first["lane"] is True and first["compiled"] is True
             folds = [(c["dtype"], c["lane"], c["compiled"]) for c in colls[-2:]]
             assert folds == [("int32", True, True), ("float32", True, False)], folds
-            late = colls[-4]  # async_op=True, started by the lane: recorded as async
+            late = colls[-5]  # async_op=True, started by the lane: recorded as async
             assert (late["kind"], late["lane"], late["async"], late["count"]) == (
                 "all_reduce", True, True, 5), late
+            split = colls[-4]  # all_to_all_single with split sizes, async: by its kind
+            assert (split["kind"], split["lane"], split["async"], split["count"]) == (
+                "all_to_all", True, True, n), split
             listed = colls[-3]  # all_gather into a list, recorded as the all_gather it is
             assert (listed["kind"], listed["lane"], listed["count"], listed["dtype"]) == (
                 "all_gather", True, 3, "float64"), listed
