@@ -337,7 +337,7 @@ def _tiny_calls_take_the_lane(rank: int, n: int) -> None:
         raise AssertionError("the general path ran")
 
     general = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "isend",
-               "all_to_all")
+               "all_to_all", "gather", "scatter")
     members = list(range(1, n)) if n > 2 else list(range(n))
     sub = dist.new_group(members, backend="meshcast")
     for pg, ranks in ((dist.group.WORLD, list(range(n))), (sub, members)):
@@ -381,6 +381,27 @@ def _tiny_calls_take_the_lane(rank: int, n: int) -> None:
                 dist.all_to_all_single(got, sent, splits, splits, group=pg,
                                        async_op=True).wait()
                 _eq(got, want, f"lane async all_to_all_single, splits {splits}")
+            # the list forms and the rooted calls
+            outs = [torch.empty(3) for _ in ranks]
+            dist.all_to_all(outs, list(sent.split(3)), group=pg)
+            _eq(torch.cat(outs), want, "lane all_to_all of lists")
+            outs = [torch.empty(2) for _ in ranks]
+            dist.all_gather(outs, torch.full((2,), float(rank)), group=pg)
+            _eq(torch.cat(outs), torch.tensor([float(q) for q in ranks for _ in range(2)]),
+                "lane all_gather into a list")
+            piece = torch.empty(2)
+            dist.reduce_scatter(piece, list((torch.arange(2.0 * m) + rank).split(2)), group=pg)
+            _eq(piece, torch.arange(2.0 * me, 2.0 * me + 2) * m + sum(ranks),
+                "lane reduce_scatter of a list")
+            pieces = [torch.empty(3) for _ in ranks] if rank == root else None
+            dist.gather(torch.full((3,), float(rank)), pieces, dst=root, group=pg)
+            if rank == root:
+                _eq(torch.cat(pieces), torch.tensor([float(q) for q in ranks for _ in range(3)]),
+                    "lane gather")
+            t = torch.empty(2)
+            dist.scatter(t, [torch.full((2,), 10.0 + q) for q in ranks] if rank == root
+                         else None, src=root, group=pg)
+            _eq(t, torch.full((2,), 10.0 + rank), "lane scatter")
             if m > 1:  # a small send is written into the ring at once (its receive
                 # may take either path: the message may be set aside before it comes)
                 src, dst = ranks[0], ranks[-1]

@@ -493,6 +493,18 @@ def _make_pg_class() -> type:
             then decides whether the call qualifies); else None."""
             return None if self._async(opts) else self._lane_arrays(tensors)
 
+        def _tiny_lists(self, opts: Any, tensor: Any, pieces: Any
+                        ) -> tuple[Any, np.ndarray, list[np.ndarray] | None] | None:
+            """:meth:`_tiny` for a call on ``tensor`` and the list ``pieces`` (None: none
+            given, as off a rooted call's root): ``(lane, array, arrays or None)``."""
+            if pieces is None:
+                tiny = self._tiny(opts, tensor)
+                return None if tiny is None else (tiny[0], tiny[1][0], None)
+            if type(pieces) is not list:
+                return None
+            tiny = self._tiny(opts, tensor, *pieces)
+            return None if tiny is None else (tiny[0], tiny[1][0], tiny[1][1:])
+
         def _lane_arrays(self, tensors: Sequence[Any]) -> tuple[Any, list[np.ndarray]] | None:
             """:meth:`_tiny` whatever the call's async flag (the async all_reduce's lane
             decides for itself, see lanes.TinyCallLane.all_reduce_async)."""
@@ -600,6 +612,11 @@ def _make_pg_class() -> type:
         def allgather(self, output_lists: list[list[Any]], tensors: list[Any],
                       opts: Any = None) -> Any:
             opts = opts if opts is not None else AllgatherOptions()
+            tiny = (self._tiny_lists(opts, tensors[0], output_lists[0])
+                    if len(tensors) == 1 and len(output_lists) == 1 else None)
+            if tiny is not None and getattr(tiny[0], "all_gather_list", _no_lane)(
+                    tiny[2], tiny[1]):
+                return MeshcastWork((), output_lists)
             n = self._group.size()
             works = []
             for outputs, t in zip(output_lists, tensors):
@@ -679,6 +696,12 @@ def _make_pg_class() -> type:
                    opts: Any = None) -> Any:
             opts = opts if opts is not None else dist.GatherOptions()
             caller, root, g = "gather", opts.rootRank, self._group
+            # (torch gives the root [gather_list], the others [])
+            tiny = (self._tiny_lists(opts, tensors[0], output_lists[0] if output_lists
+                                     and g.rank() == root else None)
+                    if len(tensors) == 1 else None)
+            if tiny is not None and tiny[0].gather(tiny[1], tiny[2], g.global_ranks[root]):
+                return MeshcastWork((), output_lists)
             inp = self._buf(tensors[0], "tensor", caller, writable=False)
             outs, expected = [], None
             if g.rank() == root:
@@ -701,6 +724,11 @@ def _make_pg_class() -> type:
                     opts: Any = None) -> Any:
             opts = opts if opts is not None else dist.ScatterOptions()
             caller, root, g = "scatter", opts.rootRank, self._group
+            tiny = (self._tiny_lists(opts, tensors[0], input_lists[0] if input_lists
+                                     and g.rank() == root else None)
+                    if len(tensors) == 1 else None)
+            if tiny is not None and tiny[0].scatter(tiny[1], tiny[2], g.global_ranks[root]):
+                return MeshcastWork((), tensors)
             out = self._buf(tensors[0], "tensor", caller)
             in_flat, expected = None, None
             if g.rank() == root:
@@ -730,6 +758,12 @@ def _make_pg_class() -> type:
         def reduce_scatter(self, tensors: list[Any], input_lists: list[list[Any]],
                            opts: Any = None) -> Any:
             opts = opts if opts is not None else dist.ReduceScatterOptions()
+            tiny = (self._tiny_lists(opts, tensors[0], input_lists[0])
+                    if len(tensors) == 1 and len(input_lists) == 1 else None)
+            op = _lane_op(opts.reduceOp) if tiny is not None else None
+            if op is not None and getattr(tiny[0], "reduce_scatter_list", _no_lane)(
+                    tiny[1], tiny[2], op):
+                return MeshcastWork((), tensors)
             caller, n = "reduce_scatter", self._group.size()
             works = []
             for t, inputs in zip(tensors, input_lists):
@@ -780,6 +814,11 @@ def _make_pg_class() -> type:
         @_translated
         def alltoall(self, outputs: list[Any], inputs: list[Any], opts: Any = None) -> Any:
             opts = opts if opts is not None else dist.AllToAllOptions()
+            tiny = (self._tiny(opts, *outputs, *inputs)
+                    if type(outputs) is list and type(inputs) is list else None)
+            if tiny is not None and getattr(tiny[0], "all_to_all_list", _no_lane)(
+                    tiny[1][:len(outputs)], tiny[1][len(outputs):]):
+                return MeshcastWork((), outputs)
             caller, n = "all_to_all", self._group.size()
             ins = [self._buf(t, f"input_tensor_list[{i}]", caller, writable=False)
                    for i, t in enumerate(_list(inputs, "input_tensor_list", caller, n))]
