@@ -597,7 +597,8 @@ class TinyCallLane:
                 # One compiled call: header and input staged (as the general path stages
                 # them, and my own piece, which no peer reads, so that C copies it out
                 # with the rest), the entry, and every rank's piece for me copied out if
-                # every rank agrees and splits alike.
+                # every rank agrees and splits alike. (Written out here and in
+                # all_to_all_async: a helper method cost 0.08 us of a 1.7 us call.)
                 status = fast(seq, tails, (header, head - len(header), inp), arena.spin_ns,
                               inp if group.transport.cma_min_bytes > 0
                               else None, out, _COPY_COLUMN, -1,
