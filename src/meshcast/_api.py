@@ -738,11 +738,17 @@ def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = 
     ``gather_list`` is required on ``dst`` (one array per rank; sizes may
     differ between ranks) and must be None or empty elsewhere.
     """
-    if (type(tensor) is np.ndarray and (dst is None or type(dst) is int) and async_op is False
-            and algorithm is None and group_dst is None):
+    if (type(tensor) is np.ndarray and (dst is None or type(dst) is int) and algorithm is None
+            and group_dst is None):
         lane = _world.default_lane if group is None else _lane(group)  # tiny calls: see all_reduce
-        if lane is not None and lane.gather(tensor, gather_list, dst):
-            return None
+        if lane is not None:
+            if async_op is False:
+                if lane.gather(tensor, gather_list, dst):
+                    return None
+            elif async_op is True:
+                work = getattr(lane, "gather_async", _no_lane)(tensor, gather_list, dst)
+                if work is not None:
+                    return work
     caller = "gather"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)
@@ -776,11 +782,17 @@ def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None 
             group: GroupLike = None, async_op: bool = False, group_src: int | None = None, *,
             algorithm: str | None = None) -> Work | None:
     """Send ``scatter_list[r]`` from rank ``src`` into ``tensor`` on each rank r."""
-    if (type(tensor) is np.ndarray and (src is None or type(src) is int) and async_op is False
-            and algorithm is None and group_src is None):
+    if (type(tensor) is np.ndarray and (src is None or type(src) is int) and algorithm is None
+            and group_src is None):
         lane = _world.default_lane if group is None else _lane(group)  # tiny calls: see all_reduce
-        if lane is not None and lane.scatter(tensor, scatter_list, src):
-            return None
+        if lane is not None:
+            if async_op is False:
+                if lane.scatter(tensor, scatter_list, src):
+                    return None
+            elif async_op is True:
+                work = getattr(lane, "scatter_async", _no_lane)(tensor, scatter_list, src)
+                if work is not None:
+                    return work
     caller = "scatter"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)

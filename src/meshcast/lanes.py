@@ -770,7 +770,7 @@ class TinyCallLane:
         plan = self._rooted("gather", inp, outs, dst)
         if not plan or not inp.flags.c_contiguous or (plan[3] and not plan[5](outs, inp, True)):
             return False
-        tails, root, limit, at_root, cma = plan[:5]
+        tails, root, _, at_root, cma = plan[:5]
         group = self.group
         fifo = group.fifo
         if not fifo.enter_inline():  # queued async work goes first: the general path
@@ -789,22 +789,68 @@ class TinyCallLane:
             outs = outs if at_root else None
             status = None if fast is None else fast(
                 seq, tails, inp, arena.spin_ns, exposure, outs, _COPY_EACH, root, 0)
-            if status != 0:
-                counts = arena.rooted_entry(
-                    seq, tails, self._whats["gather"], group.timeout, inp, exposure, status,
-                    root, *((_copy_each, arena.small, outs) if at_root else (_ignore,)))
-                if counts and max(counts) * inp.dtype.itemsize > limit:
-                    # (never on the root: the entry checked every count against its pieces)
-                    group.gather(None, inp.reshape(-1), root, inp.dtype.name, _nothing,
-                                 entered=(seq, counts))
-                    fifo.leave_inline(None)
-                    return True
-            group.last_algorithm = "gather/oneshot"
+            if status == 0:
+                group.last_algorithm = "gather/oneshot"
+            else:
+                self._gather_rest(seq, inp, outs, plan, exposure, status)
         except BaseException as exc:
             fifo.leave_inline(exc)
             raise
         fifo.leave_inline(None)
         return True
+
+    def gather_async(self, inp: np.ndarray, outs: Any, dst: int | None) -> Work | None:
+        """:meth:`gather` with ``async_op=True``: its compiled entry starts here; when every
+        rank is in within the spin time the call is done and its Work finished;
+        otherwise the worker thread finishes it (:meth:`_gather_rest`) ahead of the
+        calls queued behind it (as :meth:`_start`). None (nothing done): no compiled
+        helper, a call the lane does not take, or the group busy: the general path."""
+        plan = self._rooted("gather", inp, outs, dst)
+        if not plan or not inp.flags.c_contiguous or (plan[3] and not plan[5](outs, inp, True)):
+            return None
+        tails, root, _, at_root, cma = plan[:5]
+        group = self.group
+        arena = group.arena
+        fast = arena.compiled_rooted
+        if fast is None:
+            return None
+        fifo = group.fifo
+        if not fifo.enter_inline():
+            return None
+        what = self._whats["gather"]
+        try:
+            seq = next(group._seq)
+            exposure = ((0, 0) if at_root else inp) if cma else None
+            outs = outs if at_root else None
+            status = fast(seq, tails, inp, arena.spin_ns, exposure, outs, _COPY_EACH, root, 0)
+            group.last_algorithm = "gather/oneshot"
+            if status != 0:
+                return fifo.hand_over(
+                    lambda: self._gather_rest(seq, inp, outs, plan, exposure, status),
+                    Work(what))  # type: ignore[arg-type]
+        except BaseException as exc:
+            fifo.leave_inline(exc)
+            raise
+        fifo.leave_inline(None)
+        return Work.finished(what)
+
+    def _gather_rest(self, seq: int, inp: np.ndarray, outs: list[np.ndarray] | None,
+                     plan: tuple, exposure: Any, status: int | None) -> None:
+        """gather after a compiled entry that returned ``status`` (not 0; None: it did not
+        run): the rest of the entry in Python, then the root's pieces copied out, or,
+        for a legal uneven gather too large for the regions, the general path from the
+        entry on (never on the root: the entry checked every count against its pieces)."""
+        tails, root, limit, at_root = plan[:4]
+        group = self.group
+        arena = group.arena
+        counts = arena.rooted_entry(
+            seq, tails, self._whats["gather"], group.timeout, inp, exposure, status, root,
+            *((_copy_each, arena.small, outs) if at_root else (_ignore,)))
+        if counts and max(counts) * inp.dtype.itemsize > limit:
+            group.gather(None, inp.reshape(-1), root, inp.dtype.name, _nothing,
+                         entered=(seq, counts))
+        else:
+            group.last_algorithm = "gather/oneshot"
 
     def scatter(self, out: np.ndarray, ins: Any, src: int | None) -> bool:
         """:meth:`ProcessGroup.scatter` of the list ``ins`` on global rank ``src`` (None:
@@ -813,7 +859,7 @@ class TinyCallLane:
         plan = self._rooted("scatter", out, ins, src)
         if not plan:
             return False
-        tails, root, limit, at_root, cma, alike, mine, direct = plan
+        tails, root, _, at_root, cma, alike, mine, direct = plan
         group = self.group
         arena = group.arena
         fast = arena.compiled_rooted
@@ -850,27 +896,86 @@ class TinyCallLane:
                     group._seq = itertools.count(seq)
                     fifo.leave_inline(None)
                     return False
-            if status != 0:
-                use = ((_copy_own, out, ins[root]) if direct
-                       else (_copy_piece, out, arena.small[root], mine))
-                counts = arena.rooted_entry(
-                    seq, tails, self._whats["scatter"], group.timeout, data, exposure, status,
-                    root, *use)
-                if counts:  # a legal uneven scatter (never on the root, see gather)
-                    isz = out.dtype.itemsize
-                    if sum(counts) * isz > limit:
-                        group.scatter(out.reshape(-1), None, root, out.dtype.name, _nothing,
-                                      entered=(seq, counts))
-                        fifo.leave_inline(None)
-                        return True
-                    lo = sum(counts[:group._rank]) * isz
-                    _copy_piece(seq & 1, out, arena.small[root], lo)
-            group.last_algorithm = "scatter/oneshot"
+            if status == 0:
+                group.last_algorithm = "scatter/oneshot"
+            else:
+                self._scatter_rest(seq, out, ins, data, plan, exposure, status)
         except BaseException as exc:
             fifo.leave_inline(exc)
             raise
         fifo.leave_inline(None)
         return True
+
+    def scatter_async(self, out: np.ndarray, ins: Any, src: int | None) -> Work | None:
+        """:meth:`scatter` with ``async_op=True``, started here as :meth:`gather_async`
+        starts a gather; the worker finishes it with :meth:`_scatter_rest`. None
+        (nothing done): the general path."""
+        plan = self._rooted("scatter", out, ins, src)
+        if not plan:
+            return None
+        tails, root, _, at_root, cma, alike, mine, direct = plan
+        group = self.group
+        arena = group.arena
+        fast = arena.compiled_rooted
+        if fast is None:
+            return None
+        if direct:
+            flags = out.flags
+            if not (flags.c_contiguous and flags.writeable and alike(ins, out, False)):
+                return None
+        fifo = group.fifo
+        if not fifo.enter_inline():
+            return None
+        what = self._whats["scatter"]
+        try:
+            seq = next(group._seq)
+            exposure = (0, 0) if at_root and cma else None
+            if direct:
+                data: Any = (*ins[:root], out.nbytes, *ins[root + 1:])
+                status = fast(seq, tails, data, arena.spin_ns, exposure, None, None, root, mine)
+                if status == 0:
+                    np.copyto(out, ins[root])
+            else:
+                data = (() if ins is None else ins) if at_root else None
+                status = fast(seq, tails, data, arena.spin_ns, exposure, out, _COPY_ROOT, root,
+                              mine, 0, out)
+                if status == 5:  # refused, nothing done: the general path explains
+                    group._seq = itertools.count(seq)
+                    fifo.leave_inline(None)
+                    return None
+            group.last_algorithm = "scatter/oneshot"
+            if status != 0:
+                return fifo.hand_over(
+                    lambda: self._scatter_rest(seq, out, ins, data, plan, exposure, status),
+                    Work(what))  # type: ignore[arg-type]
+        except BaseException as exc:
+            fifo.leave_inline(exc)
+            raise
+        fifo.leave_inline(None)
+        return Work.finished(what)
+
+    def _scatter_rest(self, seq: int, out: np.ndarray, ins: Any, data: Any, plan: tuple,
+                      exposure: Any, status: int | None) -> None:
+        """scatter after a compiled entry that returned ``status`` (not 0; None: it did
+        not run): the rest of the entry in Python and my piece copied out, or, for a
+        legal uneven scatter too large for the root's region, the general path from the
+        entry on (as in :meth:`_gather_rest`, never on the root)."""
+        tails, root, limit, _, _, _, mine, direct = plan
+        group = self.group
+        arena = group.arena
+        use = ((_copy_own, out, ins[root]) if direct
+               else (_copy_piece, out, arena.small[root], mine))
+        counts = arena.rooted_entry(
+            seq, tails, self._whats["scatter"], group.timeout, data, exposure, status, root,
+            *use)
+        if counts:  # a legal uneven scatter
+            isz = out.dtype.itemsize
+            if sum(counts) * isz > limit:
+                group.scatter(out.reshape(-1), None, root, out.dtype.name, _nothing,
+                              entered=(seq, counts))
+                return
+            _copy_piece(seq & 1, out, arena.small[root], sum(counts[:group._rank]) * isz)
+        group.last_algorithm = "scatter/oneshot"
 
     # --------------------------------------------------------- point to point
 

@@ -512,8 +512,8 @@ def async_calls_in_order() -> list[str]:
     """all_reduce(async_op=True) through the lane: one whose peers come late (the worker
     finishes it, the calls after it queue behind), one that must not block its caller
     (rank 0 sends rank 1 what rank 1 waits for before it joins); async broadcast,
-    all_gather_into_tensor, reduce_scatter_tensor, reduce and barrier with each rank
-    late in turn; and a mismatch, which every rank must raise. Returns the errors'
+    all_gather_into_tensor, reduce_scatter_tensor, reduce, barrier, all_to_all_single,
+    gather (even and uneven) and scatter with each rank late in turn; and a mismatch, which every rank must raise. Returns the errors'
     texts."""
     r, n = dist.get_rank(), dist.get_world_size()
     if r == n - 1:
@@ -557,8 +557,20 @@ def async_calls_in_order() -> list[str]:
         got_split = np.zeros(n)
         works.append(dist.all_to_all_single(got_split, np.full(n, float(r)), [1] * n, [1] * n,
                                             async_op=True))
+        gathered = [np.zeros(2, np.int32) for _ in range(n)] if r == late else None
+        works.append(dist.gather(np.full(2, r, np.int32), gathered, dst=late, async_op=True))
+        piece = np.zeros(3)
+        pieces = [np.full(3, 10.0 * q) for q in range(n)] if r == late else None
+        works.append(dist.scatter(piece, pieces, src=late, async_op=True))
+        # uneven: rank q gives q + 1 elements (the root's list is the general path's)
+        uneven = [np.zeros(q + 1) for q in range(n)] if r == late else None
+        works.append(dist.gather(np.full(r + 1, float(r)), uneven, dst=late, async_op=True))
         for w in works:
             w.wait()
+        assert (piece == 10.0 * r).all(), piece
+        if r == late:
+            assert all((g == q).all() for q, g in enumerate(gathered)), gathered
+            assert all(u.size == q + 1 and (u == q).all() for q, u in enumerate(uneven)), uneven
         assert (got == np.array([2 * r + k + 100 * q for q in range(n) for k in (0, 1)])).all(), got
         assert (got_split == np.arange(n)).all(), got_split
         assert (x == late + 1).all(), x
@@ -570,6 +582,8 @@ def async_calls_in_order() -> list[str]:
     plans = dist.group.WORLD.lane.plans
     assert any(key[0] == "reduce" for key in plans), "no lane reduce"
     assert any(key[0] == "all_to_all" for key in plans), "no lane all_to_all"
+    assert any(key[0] == "gather" for key in plans), "no lane gather"
+    assert any(key[0] == "scatter" for key in plans), "no lane scatter"
     bad = np.ones(2, np.float32 if r else np.int32)
     try:
         dist.all_reduce(bad, async_op=True).wait()

@@ -402,6 +402,16 @@ def _tiny_calls_take_the_lane(rank: int, n: int) -> None:
             dist.scatter(t, [torch.full((2,), 10.0 + q) for q in ranks] if rank == root
                          else None, src=root, group=pg)
             _eq(t, torch.full((2,), 10.0 + rank), "lane scatter")
+            pieces = [torch.empty(3) for _ in ranks] if rank == root else None
+            dist.gather(torch.full((3,), float(rank) + 0.5), pieces, dst=root, group=pg,
+                        async_op=True).wait()
+            if rank == root:
+                _eq(torch.cat(pieces),
+                    torch.tensor([q + 0.5 for q in ranks for _ in range(3)]), "lane async gather")
+            t = torch.empty(2)
+            dist.scatter(t, [torch.full((2,), 20.0 + q) for q in ranks] if rank == root
+                         else None, src=root, group=pg, async_op=True).wait()
+            _eq(t, torch.full((2,), 20.0 + rank), "lane async scatter")
             if m > 1:  # a small send is written into the ring at once (its receive
                 # may take either path: the message may be set aside before it comes)
                 src, dst = ranks[0], ranks[-1]

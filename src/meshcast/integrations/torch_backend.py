@@ -497,12 +497,17 @@ def _make_pg_class() -> type:
                         ) -> tuple[Any, np.ndarray, list[np.ndarray] | None] | None:
             """:meth:`_tiny` for a call on ``tensor`` and the list ``pieces`` (None: none
             given, as off a rooted call's root): ``(lane, array, arrays or None)``."""
+            return None if self._async(opts) else self._lane_lists(tensor, pieces)
+
+        def _lane_lists(self, tensor: Any, pieces: Any
+                        ) -> tuple[Any, np.ndarray, list[np.ndarray] | None] | None:
+            """:meth:`_tiny_lists` whatever the call's async flag."""
             if pieces is None:
-                tiny = self._tiny(opts, tensor)
+                tiny = self._lane_arrays((tensor,))
                 return None if tiny is None else (tiny[0], tiny[1][0], None)
             if type(pieces) is not list:
                 return None
-            tiny = self._tiny(opts, tensor, *pieces)
+            tiny = self._lane_arrays((tensor, *pieces))
             return None if tiny is None else (tiny[0], tiny[1][0], tiny[1][1:])
 
         def _lane_arrays(self, tensors: Sequence[Any]) -> tuple[Any, list[np.ndarray]] | None:
@@ -697,11 +702,19 @@ def _make_pg_class() -> type:
             opts = opts if opts is not None else dist.GatherOptions()
             caller, root, g = "gather", opts.rootRank, self._group
             # (torch gives the root [gather_list], the others [])
-            tiny = (self._tiny_lists(opts, tensors[0], output_lists[0] if output_lists
+            tiny = (self._lane_lists(tensors[0], output_lists[0] if output_lists
                                      and g.rank() == root else None)
                     if len(tensors) == 1 else None)
-            if tiny is not None and tiny[0].gather(tiny[1], tiny[2], g.global_ranks[root]):
-                return MeshcastWork((), output_lists)
+            if tiny is not None:
+                lane, arr, arrs = tiny
+                if not self._async(opts):
+                    if lane.gather(arr, arrs, g.global_ranks[root]):
+                        return MeshcastWork((), output_lists)
+                else:  # started here, finished by the worker if need be (see allreduce)
+                    work = getattr(lane, "gather_async", _no_lane)(arr, arrs,
+                                                                   g.global_ranks[root])
+                    if work is not None:
+                        return self._done([work], output_lists)
             inp = self._buf(tensors[0], "tensor", caller, writable=False)
             outs, expected = [], None
             if g.rank() == root:
@@ -724,11 +737,19 @@ def _make_pg_class() -> type:
                     opts: Any = None) -> Any:
             opts = opts if opts is not None else dist.ScatterOptions()
             caller, root, g = "scatter", opts.rootRank, self._group
-            tiny = (self._tiny_lists(opts, tensors[0], input_lists[0] if input_lists
+            tiny = (self._lane_lists(tensors[0], input_lists[0] if input_lists
                                      and g.rank() == root else None)
                     if len(tensors) == 1 else None)
-            if tiny is not None and tiny[0].scatter(tiny[1], tiny[2], g.global_ranks[root]):
-                return MeshcastWork((), tensors)
+            if tiny is not None:
+                lane, arr, arrs = tiny
+                if not self._async(opts):
+                    if lane.scatter(arr, arrs, g.global_ranks[root]):
+                        return MeshcastWork((), tensors)
+                else:
+                    work = getattr(lane, "scatter_async", _no_lane)(arr, arrs,
+                                                                    g.global_ranks[root])
+                    if work is not None:
+                        return self._done([work], tensors)
             out = self._buf(tensors[0], "tensor", caller)
             in_flat, expected = None, None
             if g.rank() == root:
