@@ -665,10 +665,16 @@ def all_gather(tensor_list: list[Any], tensor: Any, group: GroupLike = None,
         InvalidUsage: wrong list length, dtype or size (before anything is sent).
         MismatchError: ranks disagree on the call.
     """
-    if type(tensor) is np.ndarray and async_op is False and algorithm is None:
+    if type(tensor) is np.ndarray and algorithm is None:
         lane = _world.default_lane if group is None else _lane(group)  # tiny calls: see all_reduce
-        if lane is not None and getattr(lane, "all_gather_list", _no_lane)(tensor_list, tensor):
-            return None
+        if lane is not None:
+            if async_op is False:
+                if getattr(lane, "all_gather_list", _no_lane)(tensor_list, tensor):
+                    return None
+            elif async_op is True:
+                work = getattr(lane, "all_gather_list_async", _no_lane)(tensor_list, tensor)
+                if work is not None:
+                    return work
     caller = "all_gather"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)
@@ -829,11 +835,17 @@ def reduce_scatter(output: Any, input_list: list[Any], op: Any = ReduceOp.SUM,
     ``ReduceOp.AVG`` on integers truncates toward zero (the integer sum
     divided by the group size, e.g. -7 over 2 ranks gives -3).
     """
-    if type(output) is np.ndarray and async_op is False and algorithm is None:
+    if type(output) is np.ndarray and algorithm is None:
         lane = _world.default_lane if group is None else _lane(group)  # tiny calls: see all_reduce
-        if lane is not None and getattr(lane, "reduce_scatter_list", _no_lane)(
-                output, input_list, op):
-            return None
+        if lane is not None:
+            if async_op is False:
+                if getattr(lane, "reduce_scatter_list", _no_lane)(output, input_list, op):
+                    return None
+            elif async_op is True:
+                work = getattr(lane, "reduce_scatter_list_async", _no_lane)(output, input_list,
+                                                                            op)
+                if work is not None:
+                    return work
     caller = "reduce_scatter"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)

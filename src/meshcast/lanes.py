@@ -444,6 +444,19 @@ class TinyCallLane:
         group.last_algorithm = "all_gather/oneshot"
         return True
 
+    def all_gather_list_async(self, outs: Any, inp: np.ndarray) -> Work | None:
+        """:meth:`all_gather_list` with ``async_op=True`` (see :meth:`_start`); None: the
+        general path."""
+        plan = self._plan(("all_gather_list", inp.dtype, inp.shape), self._all_gather_list_plan,
+                          inp)
+        if not plan or not inp.flags.c_contiguous:
+            return None
+        tail, alike = plan
+        if not alike(outs, inp, True):
+            return None
+        return self._start("all_gather", tail, inp, outs, _COPY_EACH, -1, 0, False, _copy_each,
+                           self.group.arena.small, outs)
+
     def _all_gather_single(self, flat_out: np.ndarray, inp: np.ndarray, tail: bytes) -> bool:
         """all_gather past the one-shot sizes: the general path's single-copy form when
         every rank agrees (each reads every other rank's piece straight from it); any
@@ -546,6 +559,22 @@ class TinyCallLane:
         fifo.leave_inline(None)
         group.last_algorithm = "reduce_scatter/oneshot"
         return True
+
+    def reduce_scatter_list_async(self, out: np.ndarray, pieces: Any, op: Any) -> Work | None:
+        """:meth:`reduce_scatter_list` with ``async_op=True`` (see :meth:`_start`); None:
+        the general path."""
+        plan = self._plan(("reduce_scatter_list", out.dtype, out.shape, op),
+                          self._reduce_scatter_list_plan, out, op)
+        flags = out.flags
+        if not (plan and flags.c_contiguous and flags.writeable):
+            return None
+        (tail, _, regions, kernel, average, code), alike = plan
+        if not alike(pieces, out, False):
+            return None
+        flat_out = out.reshape(-1)
+        return self._start("reduce_scatter", tail, pieces, flat_out, code, -1,
+                           self.group._rank * out.nbytes, average, _reduce_parity, flat_out,
+                           regions, kernel, average)
 
     def _reduce_scatter_single(self, out: np.ndarray, inp: np.ndarray, tail: bytes,
                                op: ops.ReduceOp, average: bool) -> bool:

@@ -508,12 +508,18 @@ def all_gather_list_beside_the_rest() -> list[str]:
     return seen
 
 
+def want_rs(r: int, n: int) -> np.ndarray:
+    """Rank r's piece of the reduce_scatter of ``arange(2n) + q`` over ranks q."""
+    return n * np.arange(2 * r, 2 * r + 2, dtype=np.float32) + n * (n - 1) / 2
+
+
 def async_calls_in_order() -> list[str]:
     """all_reduce(async_op=True) through the lane: one whose peers come late (the worker
     finishes it, the calls after it queue behind), one that must not block its caller
     (rank 0 sends rank 1 what rank 1 waits for before it joins); async broadcast,
     all_gather_into_tensor, reduce_scatter_tensor, reduce, barrier, all_to_all_single,
-    gather (even and uneven) and scatter with each rank late in turn; and a mismatch, which every rank must raise. Returns the errors'
+    gather (even and uneven), scatter and the list forms of all_gather and
+    reduce_scatter with each rank late in turn; and a mismatch, which every rank must raise. Returns the errors'
     texts."""
     r, n = dist.get_rank(), dist.get_world_size()
     if r == n - 1:
@@ -565,8 +571,16 @@ def async_calls_in_order() -> list[str]:
         # uneven: rank q gives q + 1 elements (the root's list is the general path's)
         uneven = [np.zeros(q + 1) for q in range(n)] if r == late else None
         works.append(dist.gather(np.full(r + 1, float(r)), uneven, dst=late, async_op=True))
+        listed = [np.zeros(2, np.int16) for _ in range(n)]
+        works.append(dist.all_gather(listed, np.full(2, r + 1, np.int16), async_op=True))
+        mine_l = np.zeros(2, np.float32)
+        works.append(dist.reduce_scatter(
+            mine_l, list((np.arange(2 * n, dtype=np.float32) + r).reshape(n, 2)),
+            async_op=True))
         for w in works:
             w.wait()
+        assert all((x == q + 1).all() for q, x in enumerate(listed)), listed
+        assert (mine_l == want_rs(r, n)).all(), (mine_l, want_rs(r, n))
         assert (piece == 10.0 * r).all(), piece
         if r == late:
             assert all((g == q).all() for q, g in enumerate(gathered)), gathered
@@ -584,6 +598,8 @@ def async_calls_in_order() -> list[str]:
     assert any(key[0] == "all_to_all" for key in plans), "no lane all_to_all"
     assert any(key[0] == "gather" for key in plans), "no lane gather"
     assert any(key[0] == "scatter" for key in plans), "no lane scatter"
+    assert any(key[0] == "all_gather_list" for key in plans), "no lane all_gather list"
+    assert any(key[0] == "reduce_scatter_list" for key in plans), "no lane reduce_scatter list"
     bad = np.ones(2, np.float32 if r else np.int32)
     try:
         dist.all_reduce(bad, async_op=True).wait()

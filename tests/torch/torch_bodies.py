@@ -412,6 +412,15 @@ def _tiny_calls_take_the_lane(rank: int, n: int) -> None:
             dist.scatter(t, [torch.full((2,), 20.0 + q) for q in ranks] if rank == root
                          else None, src=root, group=pg, async_op=True).wait()
             _eq(t, torch.full((2,), 20.0 + rank), "lane async scatter")
+            outs = [torch.empty(2) for _ in ranks]
+            dist.all_gather(outs, torch.full((2,), rank + 0.25), group=pg, async_op=True).wait()
+            _eq(torch.cat(outs), torch.tensor([q + 0.25 for q in ranks for _ in range(2)]),
+                "lane async all_gather into a list")
+            piece = torch.empty(2)
+            dist.reduce_scatter(piece, list((torch.arange(2.0 * m) + rank).split(2)), group=pg,
+                                async_op=True).wait()
+            _eq(piece, torch.arange(2.0 * me, 2.0 * me + 2) * m + sum(ranks),
+                "lane async reduce_scatter of a list")
             if m > 1:  # a small send is written into the ring at once (its receive
                 # may take either path: the message may be set aside before it comes)
                 src, dst = ranks[0], ranks[-1]

@@ -493,15 +493,10 @@ def _make_pg_class() -> type:
             then decides whether the call qualifies); else None."""
             return None if self._async(opts) else self._lane_arrays(tensors)
 
-        def _tiny_lists(self, opts: Any, tensor: Any, pieces: Any
-                        ) -> tuple[Any, np.ndarray, list[np.ndarray] | None] | None:
-            """:meth:`_tiny` for a call on ``tensor`` and the list ``pieces`` (None: none
-            given, as off a rooted call's root): ``(lane, array, arrays or None)``."""
-            return None if self._async(opts) else self._lane_lists(tensor, pieces)
-
         def _lane_lists(self, tensor: Any, pieces: Any
                         ) -> tuple[Any, np.ndarray, list[np.ndarray] | None] | None:
-            """:meth:`_tiny_lists` whatever the call's async flag."""
+            """:meth:`_lane_arrays` for a call on ``tensor`` and the list ``pieces`` (None:
+            none given, as off a rooted call's root): ``(lane, array, arrays or None)``."""
             if pieces is None:
                 tiny = self._lane_arrays((tensor,))
                 return None if tiny is None else (tiny[0], tiny[1][0], None)
@@ -617,11 +612,17 @@ def _make_pg_class() -> type:
         def allgather(self, output_lists: list[list[Any]], tensors: list[Any],
                       opts: Any = None) -> Any:
             opts = opts if opts is not None else AllgatherOptions()
-            tiny = (self._tiny_lists(opts, tensors[0], output_lists[0])
+            tiny = (self._lane_lists(tensors[0], output_lists[0])
                     if len(tensors) == 1 and len(output_lists) == 1 else None)
-            if tiny is not None and getattr(tiny[0], "all_gather_list", _no_lane)(
-                    tiny[2], tiny[1]):
-                return MeshcastWork((), output_lists)
+            if tiny is not None:
+                lane, arr, arrs = tiny
+                if not self._async(opts):
+                    if getattr(lane, "all_gather_list", _no_lane)(arrs, arr):
+                        return MeshcastWork((), output_lists)
+                else:  # started here, finished by the worker if need be (see allreduce)
+                    work = getattr(lane, "all_gather_list_async", _no_lane)(arrs, arr)
+                    if work is not None:
+                        return self._done([work], output_lists)
             n = self._group.size()
             works = []
             for outputs, t in zip(output_lists, tensors):
@@ -779,12 +780,18 @@ def _make_pg_class() -> type:
         def reduce_scatter(self, tensors: list[Any], input_lists: list[list[Any]],
                            opts: Any = None) -> Any:
             opts = opts if opts is not None else dist.ReduceScatterOptions()
-            tiny = (self._tiny_lists(opts, tensors[0], input_lists[0])
+            tiny = (self._lane_lists(tensors[0], input_lists[0])
                     if len(tensors) == 1 and len(input_lists) == 1 else None)
             op = _lane_op(opts.reduceOp) if tiny is not None else None
-            if op is not None and getattr(tiny[0], "reduce_scatter_list", _no_lane)(
-                    tiny[1], tiny[2], op):
-                return MeshcastWork((), tensors)
+            if op is not None:
+                lane, arr, arrs = tiny
+                if not self._async(opts):
+                    if getattr(lane, "reduce_scatter_list", _no_lane)(arr, arrs, op):
+                        return MeshcastWork((), tensors)
+                else:
+                    work = getattr(lane, "reduce_scatter_list_async", _no_lane)(arr, arrs, op)
+                    if work is not None:
+                        return self._done([work], tensors)
             caller, n = "reduce_scatter", self._group.size()
             works = []
             for t, inputs in zip(tensors, input_lists):

@@ -88,6 +88,8 @@ _LANE_ARGS: dict[str, tuple[int | None, int | None, int | None, int | None]] = {
     "gather": (0, 2, None, None),
     "scatter": (0, 2, None, None),
     "gather_async": (0, 2, None, None),
+    "all_gather_list_async": (1, None, None, None),
+    "reduce_scatter_list_async": (1, None, 2, None),
     "scatter_async": (0, 2, None, None),
     "reduce_scatter": (1, None, 2, None),
     "all_to_all": (1, None, None, None),
@@ -103,10 +105,11 @@ _P2P_KIND = {"send": "send", "isend": "send", "post_send": "send",
 # lane methods named apart from their call; those of them that return a Work
 _LANE_ASYNC = {"all_reduce_async", "broadcast_async", "all_gather_async",
                "reduce_scatter_async", "reduce_async", "barrier_async", "all_to_all_async",
-               "all_to_all_split_async", "gather_async", "scatter_async"}
+               "all_to_all_split_async", "gather_async", "scatter_async",
+               "all_gather_list_async", "reduce_scatter_list_async"}
 _LANE_KIND = {"all_gather_list": "all_gather", "reduce_scatter_list": "reduce_scatter",
               "all_to_all_split": "all_to_all",
-              **{name: name.removesuffix("_async").removesuffix("_split")
+              **{name: name.removesuffix("_async").removesuffix("_split").removesuffix("_list")
                  for name in _LANE_ASYNC}}
 # last_algorithm's name -> family (anything else is a registered schedule)
 _FAMILIES = {"oneshot": "oneshot", "cma": "single_copy", "symmetric": "symmetric",
