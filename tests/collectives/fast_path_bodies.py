@@ -519,8 +519,8 @@ def async_calls_in_order() -> list[str]:
     (rank 0 sends rank 1 what rank 1 waits for before it joins); async broadcast,
     all_gather_into_tensor, reduce_scatter_tensor, reduce, barrier, all_to_all_single,
     gather (even and uneven), scatter and the list forms of all_gather and
-    reduce_scatter with each rank late in turn; and a mismatch, which every rank must raise. Returns the errors'
-    texts."""
+    reduce_scatter with each rank late in turn; and a mismatch, which every rank must
+    raise. Returns the errors' texts."""
     r, n = dist.get_rank(), dist.get_world_size()
     if r == n - 1:
         time.sleep(0.05)  # late: the others' calls go to their workers
@@ -589,8 +589,7 @@ def async_calls_in_order() -> list[str]:
         assert (got_split == np.arange(n)).all(), got_split
         assert (x == late + 1).all(), x
         assert (whole == np.arange(n, dtype=np.int16)[:, None]).all(), whole
-        want = n * np.arange(2 * r, 2 * r + 2, dtype=np.float32) + n * (n - 1) / 2
-        assert (mine == want).all(), (mine, want)
+        assert (mine == want_rs(r, n)).all(), (mine, want_rs(r, n))
         assert (y == (n * (n + 1) // 2 if r == late else r + 1)).all(), y
     # the async reduce and all_to_all took the lane (nothing synchronous planned them)
     plans = dist.group.WORLD.lane.plans
