@@ -550,9 +550,30 @@ class EmulatedHosts:
                       "root", "tbf", "rate", rate, "burst", _BURST, "latency", _LATENCY])
         self.rate = rate
 
-    def link(self, host: str, up: bool) -> None:
-        """Bring ``host``'s eth0 up or down (cable pulled / plugged back)."""
-        _run([self._ip, "-n", self.resolve(host), "link", "set", "eth0", "up" if up else "down"])
+    def link(self, host: str, up: bool, settle_s: float = 10.0) -> None:
+        """Bring ``host``'s eth0 up or down (cable pulled / plugged back).
+
+        Up returns once both ends of the cable (eth0 and its bridge port) say so (the
+        kernel may apply a carrier change later, from its link watch), with the other
+        hosts' ARP entries for ``host`` dropped: one left INCOMPLETE by a packet sent
+        while the link was down is retried only on its 1 s timer, so the first connect
+        after ``link up`` could wait up to a second (one with a 1 s timeout failed once
+        in CI). RuntimeError after ``settle_s``."""
+        name = self.resolve(host)
+        _run([self._ip, "-n", name, "link", "set", "eth0", "up" if up else "down"])
+        if not up:
+            return
+        for other in self.hosts:
+            if other != name:
+                _run([self._ip, "-n", other, "neigh", "flush", "to", self._addrs[name]],
+                     check=False)
+        ends = ((name, "eth0"), (self.switch, f"{self.prefix}p{self.hosts.index(name)}"))
+        deadline = time.monotonic() + settle_s
+        while not all(" state UP " in _run([self._ip, "-n", ns, "-o", "link", "show", dev]).stdout
+                      for ns, dev in ends):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name}: eth0 not up {settle_s} s after 'link set up'")
+            time.sleep(0.02)
 
     def traffic(self, host: str) -> tuple[int, int]:
         """``(rx_bytes, tx_bytes)`` of ``host``'s eth0 so far."""
