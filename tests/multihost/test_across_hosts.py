@@ -33,14 +33,17 @@ def test_tour_in_every_launch_style(two_hosts, style):
 
 # The agreement's rows travel in two phases (rails, then inside the host) on 2x2 and 3x2,
 # in one on 3x1 and 3+1; "2x2-python" runs the two phases through mpi4py instead of the
-# compiled helper (transport/mpi_rows.py); "-waits" give every phase no quick polls, so
-# each ends in the general wait and the runner goes on from the next phase; at 3x3 (9
-# ranks, past AGREEMENT_FLAT_MAX) the rows go through the hosts' leaders over MPI.
+# compiled helper (transport/mpi_rows.py); "-mixed" runs them so on ranks 1 and 2 only;
+# "-waits" give every phase no quick polls, so each ends in the general wait and the
+# runner goes on from the next phase (or its second batch); at 3x3 (9 ranks, past
+# AGREEMENT_FLAT_MAX) the rows go through the hosts' leaders over MPI.
 @pytest.mark.parametrize("hosts_n, per_host, env", [
     (2, 2, {}), (3, [1, 1, 1], {}), (2, [3, 1], {}), (3, 2, {}),
-    (2, 2, {"MESHCAST_COMPILED": "0"}), (2, 2, {"QUICK_POLLS": "0"}),
-    (2, 2, {"QUICK_POLLS": "0", "MESHCAST_COMPILED": "0"}), (3, 3, {})],
-    ids=["2x2", "3x1", "3+1", "3x2", "2x2-python", "2x2-waits", "2x2-python-waits", "3x3"])
+    (2, 2, {"MESHCAST_COMPILED": "0"}), (2, 2, {"MIXED_RUNNERS": "1"}),
+    (2, 2, {"QUICK_POLLS": "0"}), (2, 2, {"QUICK_POLLS": "0", "MESHCAST_COMPILED": "0"}),
+    (3, 3, {})],
+    ids=["2x2", "3x1", "3+1", "3x2", "2x2-python", "2x2-mixed", "2x2-waits",
+         "2x2-python-waits", "3x3"])
 def test_every_primitive_over_mpi(emulated_hosts, hosts_n, per_host, env):
     hosts = emulated_hosts(hosts_n)
     before = traffic(hosts, hosts.hosts[1])

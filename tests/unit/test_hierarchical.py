@@ -203,8 +203,9 @@ def test_choose_follows_the_measured_table_on_both_sides_of_every_step():
 @pytest.mark.parametrize("shape", SHAPES, ids=IDS)
 def test_agreement_steps_bring_every_row_to_every_rank(shape):
     """Run every rank's program phase by phase: a rank sends only rows it holds, every
-    pair's sends and receives list the same rows in the same order (MPI matches them
-    in order), and at the end every rank holds every row, each in its own place."""
+    pair's sends and receives list the same messages of the same rows in the same order
+    (MPI matches them in order), a rank sends each peer at most one message a phase,
+    and at the end every rank holds every row, each in its own place."""
     n = _size(shape)
     hosts = tuple(tuple(h) for h in shape)
     programs = [hier.agreement_steps(hier.Layout(hosts, me)) for me in range(n)]
@@ -212,19 +213,22 @@ def test_agreement_steps_bring_every_row_to_every_rank(shape):
     assert {len(p) for p in programs} == {2 if even else 1}
     held = [{me: me} for me in range(n)]  # place -> whose row is there
     for phase in range(max(len(p) for p in programs)):
-        sent: dict[tuple[int, int], list[int]] = {}
-        expected: dict[tuple[int, int], list[int]] = {}
+        sent: dict[tuple[int, int], list[tuple[int, ...]]] = {}
+        expected: dict[tuple[int, int], list[tuple[int, ...]]] = {}
         for me, program in enumerate(programs):
-            for kind, peer, row in program[phase] if phase < len(program) else ():
+            for kind, peer, rows in program[phase] if phase < len(program) else ():
                 if kind == 1:
-                    assert held[me].get(row) == row, (me, row)
-                    sent.setdefault((me, peer), []).append(row)
+                    assert all(held[me].get(row) == row for row in rows), (me, rows)
+                    sent.setdefault((me, peer), []).append(rows)
                 else:
-                    expected.setdefault((peer, me), []).append(row)
+                    expected.setdefault((peer, me), []).append(rows)
         assert sorted(sent) == sorted(expected)
-        for (src, dst), rows in sent.items():
-            for row, place in zip(rows, expected[(src, dst)]):
-                held[dst][place] = row  # what arrives lands where the receiver put it
+        assert all(len(messages) == 1 for messages in sent.values())
+        for (src, dst), messages in sent.items():
+            assert [len(m) for m in messages] == [len(m) for m in expected[(src, dst)]]
+            for rows, places in zip(messages, expected[(src, dst)]):
+                for row, place in zip(rows, places):
+                    held[dst][place] = row  # what arrives lands where the receiver put it
     assert all(h == {g: g for g in range(n)} for h in held)
 
 

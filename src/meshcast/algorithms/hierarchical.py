@@ -395,9 +395,10 @@ def agreement_route(engine: str, size: int) -> str:
     return "flat" if engine == "mpi" and size <= AGREEMENT_FLAT_MAX else "leaders"
 
 
-#: One operation of a direct route's row exchange: (kind, peer, row): kind 0 receives
-#: group rank ``row``'s row from group rank ``peer``, kind 1 sends it to ``peer``.
-RowStep = tuple[int, int, int]
+#: One operation of a direct route's row exchange: (kind, peer, rows): kind 0 receives
+#: the rows of the group ranks ``rows`` from group rank ``peer``, kind 1 sends them to
+#: ``peer``; several rows travel as one message (packed back to back at their lengths).
+RowStep = tuple[int, int, tuple[int, ...]]
 
 
 def agreement_steps(layout: Layout) -> tuple[tuple[RowStep, ...], ...]:
@@ -408,34 +409,33 @@ def agreement_steps(layout: Layout) -> tuple[tuple[RowStep, ...], ...]:
     When every host holds the same number of ranks (at least 2, on at least 2 hosts),
     two phases: first each rank swaps rows with its rail (the ranks of the same local
     index on the other hosts), then with the ranks of its host, forwarding its rail's
-    rows. Each row then crosses the network once per other host, as in one phase, but
-    each rank makes one message per other host instead of one per remote rank, and on
-    a machine whose cores the ranks share, every message's CPU is on the critical
-    path: at 2 emulated hosts x 2 ranks over MPICH on 2 cores, a raw 56 B exchange took
-    31 us in two phases against 45 us in one (MPICH's own 8 B allreduce: 43 us).
+    rows: its own row and its rail's, as one operation a mate, which the transport
+    sends as one message when they are short (``transport.mpi_rows.PACK_BYTES``). Each
+    row then crosses the network once per other host, as in one phase, but each rank
+    makes one message per other host instead of one per remote rank, and on a machine
+    whose cores the ranks share, every message's CPU is on the critical path: at 2
+    emulated hosts x 2 ranks over MPICH on 2 cores, a raw 56 B exchange took 31 us in
+    two phases against 45 us in one (MPICH's own 8 B allreduce: 43 us).
     Otherwise one phase: every rank sends its row to every other.
 
-    Between two ranks, both sides list their operations in the same order (MPI
-    matches messages in order): a rank forwards its own row, then its rail's rows in
-    host order, and receives them so.
+    Between two ranks, both sides list the rows in the same order: a rank sends its
+    own row, then its rail's rows in host order, and receives them so.
     """
     me, hosts = layout.me, layout.hosts
     if not (layout.uniform and len(hosts) >= 2 and len(hosts[0]) >= 2):
         others = [g for g in range(layout.size) if g != me]
-        return (tuple((0, g, g) for g in others) + tuple((1, g, me) for g in others),)
+        return (tuple((0, g, (g,)) for g in others) + tuple((1, g, (me,)) for g in others),)
     host, local = layout.host, layout.local
-    rail = [h[local] for i, h in enumerate(hosts) if i != host]
-    first = tuple((0, g, g) for g in rail) + tuple((1, g, me) for g in rail)
-    second: list[RowStep] = []
-    for peer in hosts[host]:
-        if peer != me:
-            at = hosts[host].index(peer)
-            second += [(0, peer, peer)] + [(0, peer, h[at]) for i, h in enumerate(hosts)
-                                           if i != host]
-    for peer in hosts[host]:
-        if peer != me:
-            second += [(1, peer, me)] + [(1, peer, g) for g in rail]
-    return first, tuple(second)
+    rail = tuple(h[local] for i, h in enumerate(hosts) if i != host)
+    first = tuple((0, g, (g,)) for g in rail) + tuple((1, g, (me,)) for g in rail)
+    mates = [peer for peer in hosts[host] if peer != me]
+    receive = []
+    for peer in mates:
+        at = hosts[host].index(peer)
+        receive.append((0, peer, (peer,) + tuple(h[at] for i, h in enumerate(hosts)
+                                                  if i != host)))
+    send = [(1, peer, (me,) + rail) for peer in mates]
+    return first, tuple(receive + send)
 
 
 def supports(kind: str, family: str, layout: Layout, engine: str = "mpi") -> str | None:

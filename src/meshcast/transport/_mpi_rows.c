@@ -10,11 +10,24 @@
  * critical path; here a whole exchange is one C call.
  *
  * The program: phases, run one after the other; each phase a list of operations
- * (kind, peer, row): kind 0 receives row `row` from `peer` into the table at
- * row * cap (at most cap bytes), kind 1 sends row `row` to `peer` at its own length,
+ * (kind, peer, rows): kind 0 receives the rows `rows` from `peer`, kind 1 sends them
+ * to `peer`. Row r lives in the table at r * cap. A row travels at its own length,
  * which the row says: len_base + max(0, the int32 at len_word in the row), at most
  * cap. So a row forwarded in the second phase travels at whatever length it arrived
  * with, which the sender cannot know when the program is built.
+ *
+ * Several rows to one peer go as one message when they are short: the first row at
+ * its length, the others after it in the spare room of the first row's place (the
+ * sender's and the receiver's), at most pack_max bytes in all. Every message costs
+ * each rank MPI's per-message work on cores the ranks share, so at 2 emulated hosts x
+ * 2 ranks the second phase's two rows a mate as one message made an 8 B all_reduce
+ * faster (see PACK_BYTES in meshcast/transport/mpi_rows.py). Longer rows go one
+ * message each, each straight into its place: copying them would cost more than the
+ * message saved. The receiver cannot know in advance which it will be: it receives
+ * the first message into the first row's place, and its length (MPI_Get_count) says
+ * whether the other rows came with it (they are then copied out) or follow, one
+ * message each, which it then receives in a second batch (same peer and tag: MPI
+ * keeps one sender's messages in order).
  *
  * run(first, polls) posts phase `first` and goes on; between tests it yields the
  * core, at most `polls` times in all. It returns the number of phases completed:
@@ -39,10 +52,15 @@
 typedef int (*isend_fn)(const void *, int, intptr_t, int, int, intptr_t, void *);
 typedef int (*irecv_fn)(void *, int, intptr_t, int, int, intptr_t, void *);
 typedef int (*testall_fn)(int, void *, int *, void *);
+typedef int (*get_count_fn)(const void *, intptr_t, int *);
 
 typedef struct {
     int kind, peer;
-    Py_ssize_t row;
+    Py_ssize_t first, nrows;  /* rows[first .. first + nrows) of Rows.rows_of */
+    Py_ssize_t packer;        /* a send of several rows: the step of its phase that packs
+                               * the same rows (itself or an earlier one) */
+    Py_ssize_t packed;        /* that step's message this call: its length, -1: unpacked */
+    Py_ssize_t request;       /* a receive: its request's index in the first batch */
 } Step;
 
 typedef struct {
@@ -50,25 +68,31 @@ typedef struct {
     isend_fn isend;
     irecv_fn irecv;
     testall_fn testall;
+    get_count_fn get_count;
     intptr_t comm, byte;
     int tag;
     char *table;
-    Py_ssize_t cap, rows, len_base, len_word;
+    Py_ssize_t cap, rows, len_base, len_word, pack_max;
     Step *steps;            /* every phase's operations, back to back */
+    Py_ssize_t *rows_of;    /* the operations' rows, back to back */
     Py_ssize_t *bounds;     /* phase p is steps [bounds[p], bounds[p + 1]) */
     Py_ssize_t nphases, active;
-    char *requests;         /* one MPI_Request per operation of the largest phase */
-    Py_ssize_t request_size;
+    int batch;              /* the active phase's batch: 1 or 2 */
+    int lo, nreq, follow;   /* its requests [lo, lo + nreq); sends of rows that follow */
+    char *requests;         /* room for one MPI_Request per row of the largest phase */
+    Py_ssize_t request_size, status_size;
     char *statuses;
     PyObject *keep;         /* the table's owner */
 } Rows;
 
 static void Rows_free(Rows *self) {
     PyMem_Free(self->steps);
+    PyMem_Free(self->rows_of);
     PyMem_Free(self->bounds);
     PyMem_Free(self->requests);
     PyMem_Free(self->statuses);
     self->steps = NULL;
+    self->rows_of = NULL;
     self->bounds = NULL;
     self->requests = NULL;
     self->statuses = NULL;
@@ -77,11 +101,75 @@ static void Rows_free(Rows *self) {
     Py_CLEAR(self->keep);
 }
 
+/* One operation (kind, peer, rows) into *s, its rows at self->rows_of[at ...]: the number
+ * of rows, or -1 with an exception (rows NULL: count them only). */
+static Py_ssize_t parse_step(Rows *self, PyObject *op, Step *s, Py_ssize_t at) {
+    PyObject *rows_obj;
+    int kind, peer;
+    if (!PyArg_ParseTuple(op, "iiO", &kind, &peer, &rows_obj))
+        return -1;
+    PyObject *rows = PySequence_Fast(rows_obj, "an operation's rows must be a sequence");
+    if (rows == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(rows);
+    int bad = (kind != 0 && kind != 1) || peer < 0 || n < 1;
+    for (Py_ssize_t k = 0; k < n && !bad && s != NULL; k++) {
+        Py_ssize_t row = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(rows, k));
+        if (row == -1 && PyErr_Occurred()) {
+            Py_DECREF(rows);
+            return -1;
+        }
+        bad = row < 0 || row >= self->rows;
+        self->rows_of[at + k] = row;
+    }
+    Py_DECREF(rows);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "Rows: a bad operation in the program");
+        return -1;
+    }
+    if (s != NULL) {
+        s->kind = kind;
+        s->peer = peer;
+        s->first = at;
+        s->nrows = n;
+        s->packer = -1;
+        s->packed = -1;
+        s->request = -1;
+    }
+    return n;
+}
+
+/* Whether two operations name the same rows in the same order. */
+static int same_rows(Rows *self, const Step *a, const Step *b) {
+    return a->nrows == b->nrows &&
+           memcmp(self->rows_of + a->first, self->rows_of + b->first,
+                  a->nrows * sizeof(Py_ssize_t)) == 0;
+}
+
+/* Which step packs each send of several rows: the first of its phase with the same rows
+ * (the second phase sends every mate the same rows: packed once, sent to each). */
+static void find_packers(Rows *self) {
+    for (Py_ssize_t p = 0; p < self->nphases; p++) {
+        for (Py_ssize_t i = self->bounds[p]; i < self->bounds[p + 1]; i++) {
+            Step *s = &self->steps[i];
+            if (s->kind != 1 || s->nrows < 2)
+                continue;
+            s->packer = i;
+            for (Py_ssize_t j = self->bounds[p]; j < i; j++) {
+                if (self->steps[j].packer == j && same_rows(self, s, &self->steps[j])) {
+                    s->packer = j;
+                    break;
+                }
+            }
+        }
+    }
+}
+
 static int parse_program(Rows *self, PyObject *program) {
     PyObject *phases = PySequence_Fast(program, "the program must be a sequence of phases");
     if (phases == NULL)
         return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(phases), total = 0, largest = 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(phases), total = 0, largest = 0, nrows = 0, width = 0;
     int ok = 0;
     self->bounds = PyMem_Calloc(n + 1, sizeof(Py_ssize_t));
     if (self->bounds == NULL) {
@@ -89,41 +177,50 @@ static int parse_program(Rows *self, PyObject *program) {
         goto done;
     }
     for (Py_ssize_t p = 0; p < n; p++) {
-        Py_ssize_t len = PyObject_Length(PySequence_Fast_GET_ITEM(phases, p));
-        if (len < 0)
+        PyObject *phase = PySequence_Fast(PySequence_Fast_GET_ITEM(phases, p), "a phase");
+        if (phase == NULL)
             goto done;
+        Py_ssize_t len = PySequence_Fast_GET_SIZE(phase);
+        for (Py_ssize_t k = 0; k < len; k++) {
+            Py_ssize_t got = parse_step(self, PySequence_Fast_GET_ITEM(phase, k), NULL, 0);
+            if (got < 0) {
+                Py_DECREF(phase);
+                goto done;
+            }
+            nrows += got;
+            width += got;
+        }
+        Py_DECREF(phase);
         total += len;
-        largest = len > largest ? len : largest;
+        largest = width > largest ? width : largest;
+        width = 0;
         self->bounds[p + 1] = total;
     }
     self->steps = PyMem_Calloc(total ? total : 1, sizeof(Step));
+    self->rows_of = PyMem_Calloc(nrows ? nrows : 1, sizeof(Py_ssize_t));
     self->requests = PyMem_Calloc(largest ? largest : 1, self->request_size);
-    if (self->steps == NULL || self->requests == NULL) {
+    if (self->steps == NULL || self->rows_of == NULL || self->requests == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    Py_ssize_t i = 0;
+    Py_ssize_t i = 0, at = 0;
     for (Py_ssize_t p = 0; p < n; p++) {
         PyObject *phase = PySequence_Fast(PySequence_Fast_GET_ITEM(phases, p), "a phase");
         if (phase == NULL)
             goto done;
         for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(phase); k++, i++) {
-            Step *s = &self->steps[i];
-            if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(phase, k), "iin", &s->kind, &s->peer,
-                                  &s->row)) {
+            Py_ssize_t got = parse_step(self, PySequence_Fast_GET_ITEM(phase, k),
+                                        &self->steps[i], at);
+            if (got < 0) {
                 Py_DECREF(phase);
                 goto done;
             }
-            if ((s->kind != 0 && s->kind != 1) || s->row < 0 || s->row >= self->rows ||
-                s->peer < 0) {
-                PyErr_SetString(PyExc_ValueError, "Rows: a bad operation in the program");
-                Py_DECREF(phase);
-                goto done;
-            }
+            at += got;
         }
         Py_DECREF(phase);
     }
     self->nphases = n;
+    find_packers(self);
     ok = 1;
 done:
     Py_DECREF(phases);
@@ -131,18 +228,19 @@ done:
 }
 
 static int Rows_init(Rows *self, PyObject *args, PyObject *Py_UNUSED(kwds)) {
-    unsigned long long isend, irecv, testall, comm, byte;
+    unsigned long long isend, irecv, testall, get_count, comm, byte;
     Py_buffer table;
-    Py_ssize_t status_size;
     PyObject *program;
     Rows_free(self);
-    if (!PyArg_ParseTuple(args, "KKKKKiw*nnnnnO", &isend, &irecv, &testall, &comm, &byte,
-                          &self->tag, &table, &self->cap, &self->len_base, &self->len_word,
-                          &self->request_size, &status_size, &program))
+    if (!PyArg_ParseTuple(args, "KKKKKKiw*nnnnnnO", &isend, &irecv, &testall, &get_count,
+                          &comm, &byte, &self->tag, &table, &self->cap, &self->len_base,
+                          &self->len_word, &self->pack_max, &self->request_size,
+                          &self->status_size, &program))
         return -1;
     int largest = -1;
-    if (!isend || !irecv || !testall || self->cap <= 0 || self->request_size <= 0 ||
-        status_size <= 0 || self->len_word < 0 || self->len_word + 4 > self->cap) {
+    if (!isend || !irecv || !testall || !get_count || self->cap <= 0 ||
+        self->request_size <= 0 || self->status_size <= 0 || self->len_word < 0 ||
+        self->len_word + 4 > self->len_base || self->len_base > self->cap) {
         PyErr_SetString(PyExc_ValueError, "Rows: a null function or bad sizes");
         goto done;
     }
@@ -151,7 +249,7 @@ static int Rows_init(Rows *self, PyObject *args, PyObject *Py_UNUSED(kwds)) {
     largest = parse_program(self, program);
     if (largest < 0)
         goto done;
-    self->statuses = PyMem_Calloc(largest ? largest : 1, status_size);
+    self->statuses = PyMem_Calloc(largest ? largest : 1, self->status_size);
     if (self->statuses == NULL) {
         PyErr_NoMemory();
         largest = -1;
@@ -160,6 +258,7 @@ static int Rows_init(Rows *self, PyObject *args, PyObject *Py_UNUSED(kwds)) {
     self->isend = (isend_fn)(uintptr_t)isend;
     self->irecv = (irecv_fn)(uintptr_t)irecv;
     self->testall = (testall_fn)(uintptr_t)testall;
+    self->get_count = (get_count_fn)(uintptr_t)get_count;
     self->comm = (intptr_t)comm;
     self->byte = (intptr_t)byte;
     self->keep = table.obj;  /* the buffer's owner outlives the pointer we keep */
@@ -176,34 +275,140 @@ static void Rows_dealloc(Rows *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static int post(Rows *self, Py_ssize_t p) {
-    for (Py_ssize_t i = self->bounds[p]; i < self->bounds[p + 1]; i++) {
-        Step *s = &self->steps[i];
-        char *row = self->table + s->row * self->cap;
-        void *req = self->requests + (i - self->bounds[p]) * self->request_size;
-        int code;
-        if (s->kind == 0) {
-            code = self->irecv(row, (int)self->cap, self->byte, s->peer, self->tag, self->comm,
-                               req);
-        } else {
-            int32_t word;
-            memcpy(&word, row + self->len_word, sizeof word);
-            Py_ssize_t len = self->len_base + (word > 0 ? word : 0);
-            code = self->isend(row, (int)(len < self->cap ? len : self->cap), self->byte,
-                               s->peer, self->tag, self->comm, req);
-        }
-        if (code != 0)
-            return code;
-    }
-    return 0;
+/* A row's length as the row says it (see the program above). */
+static Py_ssize_t row_length(Rows *self, const char *row) {
+    int32_t word;
+    memcpy(&word, row + self->len_word, sizeof word);
+    Py_ssize_t len = self->len_base + (word > 0 ? word : 0);
+    return len < self->cap ? len : self->cap;
 }
 
-/* Test the active phase's requests; 1 when they are done. */
+static inline char *row_at(Rows *self, const Step *s, Py_ssize_t k) {
+    return self->table + self->rows_of[s->first + k] * self->cap;
+}
+
+/* A send of several rows, packed when they are short: the other rows copied after the
+ * first in the spare room of its place. The message's length, or -1 (one message a row). */
+static Py_ssize_t pack_rows(Rows *self, const Step *s) {
+    char *first = row_at(self, s, 0);
+    Py_ssize_t total = row_length(self, first);
+    for (Py_ssize_t k = 1; k < s->nrows; k++)
+        total += row_length(self, row_at(self, s, k));
+    if (total > self->pack_max || total > self->cap)
+        return -1;
+    Py_ssize_t at = row_length(self, first);
+    for (Py_ssize_t k = 1; k < s->nrows; k++) {
+        const char *row = row_at(self, s, k);
+        Py_ssize_t len = row_length(self, row);
+        memcpy(first + at, row, len);
+        at += len;
+    }
+    return total;
+}
+
+/* The other rows of a packed message, received after its first row in that row's
+ * place, into their places. Each row's length is read from the row, as its sender
+ * did, and the reading stops at the message's end, so a message that is not what this
+ * program expects cannot write past it (its rows then fail the caller's check). */
+static void unpack_rows(Rows *self, const Step *s, Py_ssize_t count) {
+    const char *first = row_at(self, s, 0);
+    Py_ssize_t at = row_length(self, first);
+    for (Py_ssize_t k = 1; k < s->nrows && at + self->len_base <= count; k++) {
+        Py_ssize_t len = row_length(self, first + at);
+        if (len > count - at)
+            len = count - at;
+        memcpy(row_at(self, s, k), first + at, len);
+        at += len;
+    }
+}
+
+static inline void *request(Rows *self, int i) {
+    return self->requests + i * self->request_size;
+}
+
+/* Post phase p: its first batch (every receive's first message, every send's first
+ * message), then the sends of rows that follow one message each, which the first
+ * batch does not wait for: their receiver posts its receives for them only once its
+ * own first batch is done, so waiting for them there could wait for each other. */
+static int post(Rows *self, Py_ssize_t p) {
+    int n = 0, code = 0;
+    for (int pass = 0; pass < 3 && code == 0; pass++) {
+        if (pass == 2)
+            self->lo = n;  /* where the rows that follow start */
+        for (Py_ssize_t i = self->bounds[p]; i < self->bounds[p + 1] && code == 0; i++) {
+            Step *s = &self->steps[i];
+            if (s->kind == 0) {
+                if (pass == 0) {
+                    s->request = n;
+                    code = self->irecv(row_at(self, s, 0), (int)self->cap, self->byte,
+                                       s->peer, self->tag, self->comm, request(self, n++));
+                }
+                continue;
+            }
+            if (pass == 0)
+                continue;
+            if (pass == 1 && s->nrows > 1 && s->packer == i)
+                s->packed = pack_rows(self, s);
+            Py_ssize_t packed = s->nrows > 1 ? self->steps[s->packer].packed : -1;
+            if (pass == 1 && packed >= 0) {
+                code = self->isend(row_at(self, s, 0), (int)packed, self->byte, s->peer,
+                                   self->tag, self->comm, request(self, n++));
+                continue;
+            }
+            for (Py_ssize_t k = pass == 1 ? 0 : 1; k < (pass == 1 ? 1 : s->nrows) &&
+                 code == 0 && packed < 0; k++) {
+                char *row = row_at(self, s, k);
+                code = self->isend(row, (int)row_length(self, row), self->byte, s->peer,
+                                   self->tag, self->comm, request(self, n++));
+            }
+        }
+    }
+    self->active = p;
+    self->batch = 1;
+    self->nreq = self->lo;  /* the first batch: [0, lo) */
+    self->follow = n - self->lo;
+    self->lo = 0;
+    return code;
+}
+
+/* Phase p's first batch is done: copy out the rows that came packed, and post the
+ * receives of the rows that follow one message each. The second batch, when there is
+ * one, is those receives and the sends of such rows. *more: 1 when it is now active. */
+static int finish(Rows *self, Py_ssize_t p, int *more) {
+    *more = 0;
+    if (self->batch != 1)
+        return 0;
+    int first = self->nreq, n = first + self->follow, code = 0;
+    for (Py_ssize_t i = self->bounds[p]; i < self->bounds[p + 1] && code == 0; i++) {
+        const Step *s = &self->steps[i];
+        if (s->kind != 0 || s->nrows < 2)
+            continue;
+        int count = 0;
+        code = self->get_count(self->statuses + s->request * self->status_size, self->byte,
+                               &count);
+        if (code != 0)
+            break;
+        if (count > row_length(self, row_at(self, s, 0))) {
+            unpack_rows(self, s, count);
+            continue;
+        }
+        for (Py_ssize_t k = 1; k < s->nrows && code == 0; k++)
+            code = self->irecv(row_at(self, s, k), (int)self->cap, self->byte, s->peer,
+                               self->tag, self->comm, request(self, n++));
+    }
+    if (n > first) {
+        self->batch = 2;
+        self->lo = first;
+        self->nreq = n - first;
+        *more = 1;
+    }
+    return code;
+}
+
+/* Test the active batch's requests; 1 when they are done. */
 static int done(Rows *self, int *code) {
-    Py_ssize_t p = self->active;
     int flag = 0;
-    *code = self->testall((int)(self->bounds[p + 1] - self->bounds[p]), self->requests, &flag,
-                          self->statuses);
+    *code = self->testall(self->nreq, request(self, self->lo), &flag, self->statuses);
     return *code == 0 && flag;
 }
 
@@ -220,17 +425,19 @@ static PyObject *failed(int code, Py_ssize_t phase) {
  * polls times in all (yielding between tests): the MPI error code, else 0 with *p the
  * phases completed (nphases, or the one left active). Called without the GIL. */
 static int run_phases(Rows *self, Py_ssize_t *p, long polls) {
-    int code = 0;
+    int code = 0, more = 1;
     for (; *p < self->nphases; (*p)++) {
         if (self->bounds[*p + 1] == self->bounds[*p])
             continue;
         code = post(self, *p);
+        for (more = 1; code == 0 && more;) {
+            while (!done(self, &code) && code == 0 && polls-- > 0)
+                sched_yield();
+            if (code != 0 || polls < 0)
+                return code;
+            code = finish(self, *p, &more);
+        }
         if (code != 0)
-            return code;
-        self->active = *p;
-        while (!done(self, &code) && code == 0 && polls-- > 0)
-            sched_yield();
-        if (code != 0 || polls < 0)
             return code;
         self->active = -1;
     }
@@ -264,13 +471,15 @@ static PyObject *Rows_run(Rows *self, PyObject *const *args, Py_ssize_t nargs) {
 static PyObject *Rows_test(Rows *self, PyObject *Py_UNUSED(ignored)) {
     if (self->active < 0)
         Py_RETURN_TRUE;
-    int code;
+    int code, more = 0;
     int ready = done(self, &code);
+    if (code == 0 && ready)
+        code = finish(self, self->active, &more);
     if (code != 0)
         return failed(code, self->active);
-    if (ready)
+    if (ready && !more)
         self->active = -1;
-    return PyBool_FromLong(ready);
+    return PyBool_FromLong(ready && !more);
 }
 
 /* ------------------------------------------------------------------ eager calls
@@ -533,8 +742,9 @@ static PyMethodDef Rows_methods[] = {
 static PyTypeObject RowsType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "meshcast.transport._mpi_rows.Rows",
-    .tp_doc = "Rows(isend, irecv, testall, comm, byte, tag, table, cap, len_base, len_word, "
-              "request_size, status_size, program): a program of row exchanges run in C.",
+    .tp_doc = "Rows(isend, irecv, testall, get_count, comm, byte, tag, table, cap, len_base, "
+              "len_word, pack_max, request_size, status_size, program): a program of row "
+              "exchanges run in C.",
     .tp_basicsize = sizeof(Rows),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,
