@@ -160,6 +160,7 @@ class AcrossHostsLane:
             "all_reduce", "broadcast", "barrier", "reduce", "all_gather", "reduce_scatter",
             "gather", "scatter", "all_to_all")}
         self._slot = group._slot_view
+        self._me = group.rank()
 
     @property
     def compiled(self) -> frozenset[str]:
@@ -376,7 +377,26 @@ class AcrossHostsLane:
                 lambda: self._round(kind, mine, slot_in, arr, checks, steps, fast, out),
                 f"{kind} on {group.group_name}")
         try:
-            done = self._round(kind, mine, slot_in, arr, checks, steps, fast, out)
+            if fast is not None and fast[5] is None:
+                # The common case with as little as can be between the caller and C (every
+                # rank's interpreter time is on the others' critical path on shared cores):
+                # the rest of _round only when the call is not done in the one C call.
+                seq = next(group._seq)
+                runners, expect, code, row, at, _ = fast
+                try:
+                    status = runners[seq & 1].eager(
+                        seq, self._me, mine, None if slot_in is None else arr, expect,
+                        None if code is None else out, 0 if code is None else code, row, at,
+                        group.flat.QUICK_POLLS)
+                except RuntimeError as exc:  # MPI's error code, from C
+                    status = exc
+                if status == 0:
+                    done = True if code is None else _COMBINED
+                else:
+                    done = self._round(kind, mine, slot_in, arr, checks, steps, fast, out,
+                                       (seq, status))
+            else:
+                done = self._round(kind, mine, slot_in, arr, checks, steps, fast, out)
         except BaseException as exc:
             fifo.leave_inline(exc)
             raise
@@ -385,10 +405,12 @@ class AcrossHostsLane:
 
     def _round(self, kind: str, mine: bytes, slot_in: Any, arr: Any,
                checks: tuple[tuple[int, bytes], ...], steps: Any, fast: tuple | None,
-               out: Any) -> bool:
+               out: Any, started: tuple[int, Any] | None = None) -> bool:
+        """One eager agreement (see :meth:`_exchange`); ``started``: (sequence number,
+        the compiled call's status or error) when :meth:`_exchange` made the C call."""
         group = self.group
         what = self._whats[kind]
-        seq = next(group._seq)
+        seq = next(group._seq) if started is None else started[0]
         what.seq = seq
         slot = self._slot
         deadline = time.monotonic() + group.timeout
@@ -397,7 +419,7 @@ class AcrossHostsLane:
             # checked, the rows combined into out.
             runners, expect, code, row, at, table_in = fast
             runner = runners[seq & 1]
-            me = group.rank()
+            me = self._me
             data = arr if slot_in is not None else None
             if table_in is not None:
                 for into, piece in zip(table_in, arr):
@@ -405,7 +427,8 @@ class AcrossHostsLane:
                 data = None
             if group.flat.eager_rows(runner, seq, me, mine, data,
                                      expect, None if code is None else out,
-                                     0 if code is None else code, row, at, deadline, what):
+                                     0 if code is None else code, row, at, deadline, what,
+                                     None if started is None else started[1]):
                 return True if code is None else _COMBINED
             # Some row is not as expected: the reading below needs my row in the slot.
             at = me * group._slot_bytes

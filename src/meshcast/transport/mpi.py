@@ -334,7 +334,7 @@ class MpiComm(HostComm):
 
     def eager_rows(self, runner: Any, seq: int, mine: int, head: bytes, data: Any,
                    expect: bytes, out: Any, code: int, row: int, at: int, deadline: float,
-                   what: Any) -> bool:
+                   what: Any, started: Any = None) -> bool:
         """A tiny call whose data rides in the rows, on a compiled runner (see
         :meth:`rows_runner` and ``eager`` in transport/_mpi_rows.c): write my row (the
         sequence number ``seq``, the rest of my cell ``head``, my payload ``data``) as
@@ -344,13 +344,19 @@ class MpiComm(HostComm):
 
         Returns True when every row was as expected (``out`` then holds the result),
         False when some row was not: the table holds every row, for the caller to read.
+        ``started``: the status (or RuntimeError) of ``runner.eager`` when the caller
+        already made that call with these arguments; this goes on from there.
 
         Raises:
             as :meth:`wait`, and the engine's errors explained.
         """
+        status = started
         try:
-            status = runner.eager(seq, mine, head, data, expect, out, code, row, at,
-                                  self.QUICK_POLLS)
+            if status is None:
+                status = runner.eager(seq, mine, head, data, expect, out, code, row, at,
+                                      self.QUICK_POLLS)
+            elif isinstance(status, BaseException):
+                raise status
         except RuntimeError as exc:  # MPI's error code, from C
             raise self._runner_failed(what, exc) from exc
         if status < 2:
