@@ -169,7 +169,8 @@ static int parse_program(Rows *self, PyObject *program) {
     PyObject *phases = PySequence_Fast(program, "the program must be a sequence of phases");
     if (phases == NULL)
         return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(phases), total = 0, largest = 0, nrows = 0, width = 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(phases), total = 0, largest = 0;
+    Py_ssize_t nrows = 0, width = 0;  /* rows in all; rows in the phase being read */
     int ok = 0;
     self->bounds = PyMem_Calloc(n + 1, sizeof(Py_ssize_t));
     if (self->bounds == NULL) {
@@ -332,6 +333,7 @@ static inline void *request(Rows *self, int i) {
  * own first batch is done, so waiting for them there could wait for each other. */
 static int post(Rows *self, Py_ssize_t p) {
     int n = 0, code = 0;
+    self->lo = 0;
     for (int pass = 0; pass < 3 && code == 0; pass++) {
         if (pass == 2)
             self->lo = n;  /* where the rows that follow start */
@@ -363,12 +365,14 @@ static int post(Rows *self, Py_ssize_t p) {
             }
         }
     }
+    if (code != 0)
+        return code;
     self->active = p;
     self->batch = 1;
     self->nreq = self->lo;  /* the first batch: [0, lo) */
     self->follow = n - self->lo;
     self->lo = 0;
-    return code;
+    return 0;
 }
 
 /* Phase p's first batch is done: copy out the rows that came packed, and post the
