@@ -397,7 +397,7 @@ def agreement_route(engine: str, size: int) -> str:
 
 #: One operation of a direct route's row exchange: (kind, peer, rows): kind 0 receives
 #: the rows of the group ranks ``rows`` from group rank ``peer``, kind 1 sends them to
-#: ``peer``; several rows travel as one message (packed back to back at their lengths).
+#: ``peer`` (as one message when they are short: see ``transport.mpi_rows``).
 RowStep = tuple[int, int, tuple[int, ...]]
 
 

@@ -331,47 +331,54 @@ static inline void *request(Rows *self, int i) {
  * message), then the sends of rows that follow one message each, which the first
  * batch does not wait for: their receiver posts its receives for them only once its
  * own first batch is done, so waiting for them there could wait for each other. */
+/* Send rows k0 .. k1-1 of step s one message each (requests from *n on). */
+static int send_rows(Rows *self, const Step *s, Py_ssize_t k0, Py_ssize_t k1, int *n) {
+    int code = 0;
+    for (Py_ssize_t k = k0; k < k1 && code == 0; k++) {
+        char *row = row_at(self, s, k);
+        code = self->isend(row, (int)row_length(self, row), self->byte, s->peer, self->tag,
+                           self->comm, request(self, (*n)++));
+    }
+    return code;
+}
+
 static int post(Rows *self, Py_ssize_t p) {
     int n = 0, code = 0;
-    self->lo = 0;
-    for (int pass = 0; pass < 3 && code == 0; pass++) {
-        if (pass == 2)
-            self->lo = n;  /* where the rows that follow start */
-        for (Py_ssize_t i = self->bounds[p]; i < self->bounds[p + 1] && code == 0; i++) {
-            Step *s = &self->steps[i];
-            if (s->kind == 0) {
-                if (pass == 0) {
-                    s->request = n;
-                    code = self->irecv(row_at(self, s, 0), (int)self->cap, self->byte,
-                                       s->peer, self->tag, self->comm, request(self, n++));
-                }
-                continue;
-            }
-            if (pass == 0)
-                continue;
-            if (pass == 1 && s->nrows > 1 && s->packer == i)
-                s->packed = pack_rows(self, s);
-            Py_ssize_t packed = s->nrows > 1 ? self->steps[s->packer].packed : -1;
-            if (pass == 1 && packed >= 0) {
-                code = self->isend(row_at(self, s, 0), (int)packed, self->byte, s->peer,
-                                   self->tag, self->comm, request(self, n++));
-                continue;
-            }
-            for (Py_ssize_t k = pass == 1 ? 0 : 1; k < (pass == 1 ? 1 : s->nrows) &&
-                 code == 0 && packed < 0; k++) {
-                char *row = row_at(self, s, k);
-                code = self->isend(row, (int)row_length(self, row), self->byte, s->peer,
-                                   self->tag, self->comm, request(self, n++));
-            }
+    Py_ssize_t lo = self->bounds[p], hi = self->bounds[p + 1];
+    for (Py_ssize_t i = lo; i < hi && code == 0; i++) {  /* every receive's first message */
+        Step *s = &self->steps[i];
+        if (s->kind == 0) {
+            s->request = n;
+            code = self->irecv(row_at(self, s, 0), (int)self->cap, self->byte, s->peer,
+                               self->tag, self->comm, request(self, n++));
         }
+    }
+    for (Py_ssize_t i = lo; i < hi && code == 0; i++) {  /* every send's first message */
+        Step *s = &self->steps[i];
+        if (s->kind != 1)
+            continue;
+        if (s->nrows > 1 && s->packer == i)
+            s->packed = pack_rows(self, s);
+        Py_ssize_t packed = s->nrows > 1 ? self->steps[s->packer].packed : -1;
+        if (packed >= 0)
+            code = self->isend(row_at(self, s, 0), (int)packed, self->byte, s->peer,
+                               self->tag, self->comm, request(self, n++));
+        else
+            code = send_rows(self, s, 0, 1, &n);
+    }
+    int first = n;
+    for (Py_ssize_t i = lo; i < hi && code == 0; i++) {  /* the rows that follow */
+        Step *s = &self->steps[i];
+        if (s->kind == 1 && s->nrows > 1 && self->steps[s->packer].packed < 0)
+            code = send_rows(self, s, 1, s->nrows, &n);
     }
     if (code != 0)
         return code;
     self->active = p;
     self->batch = 1;
-    self->nreq = self->lo;  /* the first batch: [0, lo) */
-    self->follow = n - self->lo;
     self->lo = 0;
+    self->nreq = first;
+    self->follow = n - first;
     return 0;
 }
 
@@ -429,7 +436,7 @@ static PyObject *failed(int code, Py_ssize_t phase) {
  * polls times in all (yielding between tests): the MPI error code, else 0 with *p the
  * phases completed (nphases, or the one left active). Called without the GIL. */
 static int run_phases(Rows *self, Py_ssize_t *p, long polls) {
-    int code = 0, more = 1;
+    int code = 0, more;
     for (; *p < self->nphases; (*p)++) {
         if (self->bounds[*p + 1] == self->bounds[*p])
             continue;

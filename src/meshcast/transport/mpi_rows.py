@@ -166,9 +166,9 @@ class PersistentRows:
         # a receive's rows that follow one message each: (phase, step) -> requests
         self.rest: dict[tuple[int, int], list[Any]] = {}
         self.active: list[Any] | None = None
-        self.active_phase, self.statuses = -1, [_mpi().Status() for _ in range(
-            max((len(rows) for phase in program for _, _, rows in phase), default=1)
-            * max((len(phase) for phase in program), default=1))]
+        # a batch has at most a message a row of its phase (as the compiled runner)
+        widest = max((sum(len(rows) for _, _, rows in phase) for phase in program), default=1)
+        self.active_phase, self.statuses = -1, [_mpi().Status() for _ in range(widest)]
         self.pending: tuple[list[Any], list[tuple[int, int]]] | None = None
 
     def run(self, first: int, polls: int) -> int:
