@@ -61,6 +61,7 @@ typedef struct {
                                * the same rows (itself or an earlier one) */
     Py_ssize_t packed;        /* that step's message this call: its length, -1: unpacked */
     Py_ssize_t request;       /* a receive: its request's index in the first batch */
+    int early;                /* a receive posted with the phase before (see find_early) */
 } Step;
 
 typedef struct {
@@ -79,7 +80,11 @@ typedef struct {
     Py_ssize_t nphases, active;
     int batch;              /* the active phase's batch: 1 or 2 */
     int lo, nreq, follow;   /* its requests [lo, lo + nreq); sends of rows that follow */
-    char *requests;         /* room for one MPI_Request per row of the largest phase */
+    Py_ssize_t region;      /* MPI_Requests a phase may need: one per row of the largest */
+    Py_ssize_t base;        /* the active phase's first request: (phase & 1) * region */
+    Py_ssize_t preposted;   /* the phase whose early receives are posted, or -1 */
+    int npre;               /* how many */
+    char *requests;         /* two regions: a phase's requests, the next one's early ones */
     Py_ssize_t request_size, status_size;
     char *statuses;
     PyObject *keep;         /* the table's owner */
@@ -98,6 +103,7 @@ static void Rows_free(Rows *self) {
     self->statuses = NULL;
     self->nphases = 0;
     self->active = -1;
+    self->preposted = -1;
     Py_CLEAR(self->keep);
 }
 
@@ -135,6 +141,7 @@ static Py_ssize_t parse_step(Rows *self, PyObject *op, Step *s, Py_ssize_t at) {
         s->packer = -1;
         s->packed = -1;
         s->request = -1;
+        s->early = 0;
     }
     return n;
 }
@@ -161,6 +168,23 @@ static void find_packers(Rows *self) {
                     break;
                 }
             }
+        }
+    }
+}
+
+/* Which receives post with the phase before theirs: those from a peer that sends nothing
+ * in that phase, so that no message of it can match them (a peer's messages with one tag
+ * match receives in the order they were posted). Their messages then find a receive
+ * waiting instead of going to MPI's unexpected queue (a copy, a search when the receive
+ * comes), and the rank that sends them does not wait for this one to get there. */
+static void find_early(Rows *self) {
+    for (Py_ssize_t p = 1; p < self->nphases; p++) {
+        for (Py_ssize_t i = self->bounds[p]; i < self->bounds[p + 1]; i++) {
+            Step *s = &self->steps[i];
+            s->early = s->kind == 0;
+            for (Py_ssize_t j = self->bounds[p - 1]; j < self->bounds[p] && s->early; j++)
+                if (self->steps[j].kind == 0 && self->steps[j].peer == s->peer)
+                    s->early = 0;
         }
     }
 }
@@ -199,7 +223,8 @@ static int parse_program(Rows *self, PyObject *program) {
     }
     self->steps = PyMem_Calloc(total ? total : 1, sizeof(Step));
     self->rows_of = PyMem_Calloc(nrows ? nrows : 1, sizeof(Py_ssize_t));
-    self->requests = PyMem_Calloc(largest ? largest : 1, self->request_size);
+    self->region = largest ? largest : 1;
+    self->requests = PyMem_Calloc(2 * self->region, self->request_size);
     if (self->steps == NULL || self->rows_of == NULL || self->requests == NULL) {
         PyErr_NoMemory();
         goto done;
@@ -222,6 +247,7 @@ static int parse_program(Rows *self, PyObject *program) {
     }
     self->nphases = n;
     find_packers(self);
+    find_early(self);
     ok = 1;
 done:
     Py_DECREF(phases);
@@ -323,8 +349,9 @@ static void unpack_rows(Rows *self, const Step *s, Py_ssize_t count) {
     }
 }
 
-static inline void *request(Rows *self, int i) {
-    return self->requests + i * self->request_size;
+/* The active phase's request i. */
+static inline void *request(Rows *self, Py_ssize_t i) {
+    return self->requests + (self->base + i) * self->request_size;
 }
 
 /* Post phase p: its first batch (every receive's first message, every send's first
@@ -342,12 +369,35 @@ static int send_rows(Rows *self, const Step *s, Py_ssize_t k0, Py_ssize_t k1, in
     return code;
 }
 
-static int post(Rows *self, Py_ssize_t p) {
+/* Post phase p's early receives, into the first requests of its region (the phase
+ * before p is active in the other one). */
+static int post_early(Rows *self, Py_ssize_t p) {
+    Py_ssize_t base = self->base;
     int n = 0, code = 0;
+    self->base = (p & 1) * self->region;
+    for (Py_ssize_t i = self->bounds[p]; i < self->bounds[p + 1] && code == 0; i++) {
+        Step *s = &self->steps[i];
+        if (s->early) {
+            s->request = n;
+            code = self->irecv(row_at(self, s, 0), (int)self->cap, self->byte, s->peer,
+                               self->tag, self->comm, request(self, n++));
+        }
+    }
+    self->base = base;
+    self->preposted = n ? p : -1;
+    self->npre = n;
+    return code;
+}
+
+static int post(Rows *self, Py_ssize_t p) {
+    int code = 0, ready = self->preposted == p;
+    int n = ready ? self->npre : 0;  /* the early receives took the region's first requests */
     Py_ssize_t lo = self->bounds[p], hi = self->bounds[p + 1];
+    self->base = (p & 1) * self->region;
+    self->preposted = -1;
     for (Py_ssize_t i = lo; i < hi && code == 0; i++) {  /* every receive's first message */
         Step *s = &self->steps[i];
-        if (s->kind == 0) {
+        if (s->kind == 0 && !(ready && s->early)) {
             s->request = n;
             code = self->irecv(row_at(self, s, 0), (int)self->cap, self->byte, s->peer,
                                self->tag, self->comm, request(self, n++));
@@ -379,7 +429,7 @@ static int post(Rows *self, Py_ssize_t p) {
     self->lo = 0;
     self->nreq = first;
     self->follow = n - first;
-    return 0;
+    return p + 1 < self->nphases ? post_early(self, p + 1) : 0;
 }
 
 /* Phase p's first batch is done: copy out the rows that came packed, and post the
