@@ -910,12 +910,37 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM,  # no
 def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any],
                group: GroupLike = None, async_op: bool = False, *,
                algorithm: str | None = None) -> Work | None:
-    """Send ``input_tensor_list[r]`` to rank r; receive rank r's piece into ``output_tensor_list[r]``."""
+    """Send ``input_tensor_list[r]`` to rank r; receive rank r's piece into ``output_tensor_list[r]``.
+
+    Args:
+        output_tensor_list (list): one array or tensor per rank of the group, written.
+        input_tensor_list (list): one array or tensor per rank, read; pieces may differ
+            in size, but this rank's piece for itself must match its output's.
+        group (ProcessGroup, optional): the default group if None.
+        async_op (bool): return a ``Work`` instead of waiting; the outputs are written
+            by the time it completes.
+        algorithm (str, optional): meshcast extension, as for all_to_all_single.
+
+    Returns:
+        ``Work`` if ``async_op`` else None.
+
+    Raises:
+        InvalidUsage: lists of the wrong length, mixed dtypes, or this rank's own piece
+            of another size (before anything is sent).
+        MismatchError: ranks disagree on the call.
+        CommTimeout / PeerGoneError: a rank did not take part in time / exited.
+    """
     if async_op is False and algorithm is None:
         lane = _world.default_lane if group is None else _lane(group)  # tiny calls: see all_reduce
         if lane is not None and getattr(lane, "all_to_all_list", _no_lane)(
                 output_tensor_list, input_tensor_list):
             return None
+    elif async_op is True and algorithm is None:
+        lane = _world.default_lane if group is None else _lane(group)
+        work = getattr(lane, "all_to_all_list_async", _no_lane)(output_tensor_list,
+                                                                  input_tensor_list)
+        if work is not None:
+            return work
     caller = "all_to_all"
     pg = _resolve(group, caller)
     async_op = _check_async(async_op, caller)

@@ -644,13 +644,15 @@ class TinyCallLane:
         fifo.leave_inline(None)
         return True
 
-    def all_to_all_async(self, out: np.ndarray, inp: np.ndarray) -> Work | None:
+    def all_to_all_async(self, out: np.ndarray, inp: np.ndarray,
+                         then: Callable[[], None] | None = None) -> Work | None:
         """:meth:`all_to_all` with ``async_op=True``: its compiled entry starts here; when
         every rank is in within the spin time and agrees on a one-shot call, the call
         is done and its Work finished; otherwise the worker thread finishes it (the
         rest of the entry, then what :meth:`all_to_all` would do) ahead of the calls
-        queued behind it (as :meth:`_start`). None (nothing done): no compiled
-        helper, an input too large to stage, or the group busy: the general path."""
+        queued behind it (as :meth:`_start`). ``then``: run once ``out`` holds the
+        result, before the Work completes. None (nothing done): no compiled helper, an
+        input too large to stage, or the group busy: the general path."""
         plan = self._pair_plan("all_to_all", out, inp, self._all_to_all_plan, disjoint=True)
         if not plan or not out.flags.writeable:
             return None
@@ -673,13 +675,17 @@ class TinyCallLane:
                           len(header))
             group.last_algorithm = "all_to_all/oneshot"
             if status != 0:
-                return fifo.hand_over(
-                    lambda: self._all_to_all_finish(seq, out, inp, plan, status),
-                    Work(what))  # type: ignore[arg-type]
+                def finish() -> None:
+                    self._all_to_all_finish(seq, out, inp, plan, status)
+                    if then is not None:
+                        then()
+                return fifo.hand_over(finish, Work(what))  # type: ignore[arg-type]
         except BaseException as exc:
             fifo.leave_inline(exc)
             raise
         fifo.leave_inline(None)
+        if then is not None:
+            then()
         return Work.finished(what)
 
     def all_to_all_split(self, out: np.ndarray, inp: np.ndarray, out_splits: Any,
@@ -704,22 +710,36 @@ class TinyCallLane:
         pieces' concatenation (a copy in and a copy out, which for small pieces cost far
         less than the general path's checks; the same fingerprint and bytes as
         all_to_all_single, so the forms meet). False, nothing done: the general path."""
-        if type(ins) is not list or not ins:
+        staged = self._list_staged(outs, ins)
+        if staged is None or not self.all_to_all(*staged):
             return False
+        _rows_out(staged[0], outs)
+        return True
+
+    def all_to_all_list_async(self, outs: Any, ins: Any) -> Work | None:
+        """:meth:`all_to_all_list` with ``async_op=True``: the :meth:`all_to_all_async` of
+        the pieces' concatenation, copied out into ``outs`` once it is done (here, or by
+        the worker thread that finishes it). None, nothing done: the general path."""
+        staged = self._list_staged(outs, ins)
+        if staged is None:
+            return None
+        out = staged[0]
+        return self.all_to_all_async(*staged, lambda: _rows_out(out, outs))
+
+    def _list_staged(self, outs: Any, ins: Any) -> tuple[np.ndarray, np.ndarray] | None:
+        """(output, input) of the all_to_all that an all_to_all of lists is, when every
+        piece of both lists is a NumPy array alike (same shape and dtype, contiguous,
+        the outputs writable): the input the pieces' concatenation; else None."""
+        if type(ins) is not list or not ins:
+            return None
         like = ins[0]
         if type(like) is not np.ndarray or not like.shape:
-            return False
+            return None
         alike = self._alike_check()
         if not (alike(ins, like, False) and alike(outs, like, True)):
-            return False
+            return None
         inp = np.concatenate(ins)
-        out = np.empty_like(inp)
-        if not self.all_to_all(out, inp):
-            return False
-        rows = like.shape[0]
-        for q, piece in enumerate(outs):
-            piece[...] = out[q * rows:(q + 1) * rows]
-        return True
+        return np.empty_like(inp), inp
 
     def _all_to_all_python(self, seq: int, out: np.ndarray, inp: np.ndarray, plan: tuple
                            ) -> None:
@@ -1583,3 +1603,10 @@ def _p2p_dtype(dtype: np.dtype) -> bool:
 def _writable(arr: np.ndarray) -> bool:
     flags = arr.flags
     return flags.c_contiguous and flags.writeable
+
+
+def _rows_out(out: np.ndarray, outs: list[np.ndarray]) -> None:
+    """Piece q of ``out`` (its rows in equal parts, one per rank) into ``outs[q]``."""
+    rows = out.shape[0] // len(outs)
+    for q, piece in enumerate(outs):
+        piece[...] = out[q * rows:(q + 1) * rows]

@@ -577,8 +577,12 @@ def async_calls_in_order() -> list[str]:
         works.append(dist.reduce_scatter(
             mine_l, list((np.arange(2 * n, dtype=np.float32) + r).reshape(n, 2)),
             async_op=True))
+        ins_l = [np.full(2, 10 * r + q, np.int64) for q in range(n)]
+        outs_l = [np.zeros(2, np.int64) for _ in range(n)]
+        works.append(dist.all_to_all(outs_l, ins_l, async_op=True))
         for w in works:
             w.wait()
+        assert all((o == 10 * q + r).all() for q, o in enumerate(outs_l)), outs_l
         assert all((x == q + 1).all() for q, x in enumerate(listed)), listed
         assert (mine_l == want_rs(r, n)).all(), (mine_l, want_rs(r, n))
         assert (piece == 10.0 * r).all(), piece
@@ -599,6 +603,25 @@ def async_calls_in_order() -> list[str]:
     assert any(key[0] == "scatter" for key in plans), "no lane scatter"
     assert any(key[0] == "all_gather_list" for key in plans), "no lane all_gather list"
     assert any(key[0] == "reduce_scatter_list" for key in plans), "no lane reduce_scatter list"
+    # async all_to_all of lists: the lane's (the group's all_to_all refuses), with each
+    # rank late in turn, so that a worker thread copies the pieces out
+    group = dist.group.WORLD
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the general path ran")
+
+    group.all_to_all = refuse  # an instance attribute: deleted below
+    try:
+        for late in range(n):
+            if r == late:
+                time.sleep(0.02)
+            outs_l = [np.zeros((2, 3), np.float32) for _ in range(n)]
+            work = dist.all_to_all(outs_l, [np.full((2, 3), 10.0 * r + q, np.float32)
+                                            for q in range(n)], async_op=True)
+            work.wait()
+            assert all((o == 10.0 * q + r).all() for q, o in enumerate(outs_l)), outs_l
+    finally:
+        del group.all_to_all
     bad = np.ones(2, np.float32 if r else np.int32)
     try:
         dist.all_reduce(bad, async_op=True).wait()
