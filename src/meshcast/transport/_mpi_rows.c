@@ -372,18 +372,16 @@ static int send_rows(Rows *self, const Step *s, Py_ssize_t k0, Py_ssize_t k1, in
 /* Post phase p's early receives, into the first requests of its region (the phase
  * before p is active in the other one). */
 static int post_early(Rows *self, Py_ssize_t p) {
-    Py_ssize_t base = self->base;
+    char *region = self->requests + (p & 1) * self->region * self->request_size;
     int n = 0, code = 0;
-    self->base = (p & 1) * self->region;
     for (Py_ssize_t i = self->bounds[p]; i < self->bounds[p + 1] && code == 0; i++) {
         Step *s = &self->steps[i];
         if (s->early) {
             s->request = n;
             code = self->irecv(row_at(self, s, 0), (int)self->cap, self->byte, s->peer,
-                               self->tag, self->comm, request(self, n++));
+                               self->tag, self->comm, region + n++ * self->request_size);
         }
     }
-    self->base = base;
     self->preposted = n ? p : -1;
     self->npre = n;
     return code;
