@@ -447,6 +447,27 @@ def lane_beside_general_path():
     return g.last_algorithm
 
 
+def large_reduce_scatters(count: int = (4 << 20) // 4 + 5) -> list[str]:
+    """Rails reduce_scatters whose pieces hold 4 engine chunks or more (which then go
+    on the link in chunks: the early ones at the edges of each host's span, the rest in
+    pieces), with uneven pieces (the chunks' edges differ per piece) and with even
+    ones; each against the oracle, the input unchanged. Returns what ran."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    g = dist.group.WORLD
+    seen = []
+    for counts in ([count + 7 * (q % 3) for q in range(n)], [count] * n):
+        full = [ref.rank_input(q, sum(counts), "float32", 9) for q in range(n)]
+        want = ref.reduce_scatter(full, ops.ReduceOp.SUM, counts)[r]
+        mine = full[r].copy()
+        pieces = np.split(mine, np.cumsum(counts)[:-1])
+        out = np.empty(counts[r], np.float32)
+        dist.reduce_scatter(out, list(pieces), algorithm="rails")
+        _eq(out, want, f"reduce_scatter of {counts} algorithm=rails")
+        _eq(mine, full[r], "reduce_scatter's input after the call")
+        seen.append(g.last_algorithm)
+    return seen
+
+
 def large_broadcasts(count: int = 600_000, default_count: int = (9 << 20) // 4) -> list[str]:
     """Broadcasts larger than the engine's broadcast chunk from every root: forced
     'leader' (which then moves them in chunks, the hosts' own broadcasts overlapping the

@@ -111,9 +111,10 @@ class Across(Protocol):
                         send_counts: Sequence[int], uniform: bool = False) -> Pending: ...
     def bcast(self, w: np.ndarray, root: int) -> None: ...
     def start_bcast(self, w: np.ndarray, root: int) -> Pending: ...
-    #: the leader family's broadcast moves larger data in chunks of this many bytes, so
-    #: that the hosts' own broadcasts overlap the link (0: in one piece)
-    broadcast_chunk: int
+    #: the leader family's broadcast and the rails' reduce_scatter move larger data in
+    #: chunks of this many bytes, so that the hosts' own steps overlap the link (0: in
+    #: one piece)
+    pipeline_chunk: int
     def send(self, w: np.ndarray, peer: int) -> None: ...
     def recv(self, w: np.ndarray, peer: int) -> None: ...
     def allreduce(self, w: np.ndarray, op: ReduceOp) -> bool: ...
@@ -954,7 +955,7 @@ def broadcast(ctx: Ctx, family: str, w: np.ndarray, root: int) -> None:
         ctx.flat.bcast(w, root)
         return
     rh, rl = lay.where(root)
-    chunk = ctx.flat.broadcast_chunk
+    chunk = ctx.flat.pipeline_chunk
     if family == "leader" and chunk and w.nbytes > chunk:
         _broadcast_leader_pipelined(ctx, w, rh, rl, chunk)
         return
@@ -978,7 +979,7 @@ def broadcast(ctx: Ctx, family: str, w: np.ndarray, root: int) -> None:
 def _broadcast_leader_pipelined(ctx: Ctx, w: np.ndarray, rh: int, rl: int, chunk: int
                                 ) -> None:
     """The leader family's broadcast in chunks of about ``chunk`` bytes (the engine's
-    :attr:`Across.broadcast_chunk`): the leaders' broadcasts of every chunk are posted at
+    :attr:`Across.pipeline_chunk`): the leaders' broadcasts of every chunk are posted at
     once, and each other host broadcasts chunk k inside itself while later chunks are
     still on the link; on the root's host the local broadcast runs while the link
     carries the data (when the root is its host's leader; else it must come first).
@@ -1179,29 +1180,112 @@ def _reduce_scatter_rails_by_host(ctx: Ctx, out: np.ndarray, w: np.ndarray,
     reduce-scattered. Then ``out`` combines the hosts' partials, in host order.
     Measured at 32 MiB on 2 emulated hosts x 2 ranks, 2 Gbit/s: 106 -> 91..101 ms
     (link floor 67 ms), the input's repacking into rail order gone.
+
+    With a pipelining engine (:attr:`Across.pipeline_chunk`), the link does not wait
+    for the whole of that first step: a chunk at the outer ends of each other host's
+    span (the start of its first member's piece, the end of its last member's) is
+    reduced first, alone, and put on the link; the rest, between them, is still one
+    contiguous slice of the caller's input, reduce-scattered in one step while the
+    chunks travel. The rest travels in pieces of 4 chunks, so that the partials that
+    came back are combined while the later ones are still on the link. Only where a
+    piece holds 4 chunks or more: below, the early chunks' own steps cost more than
+    the link's wait they save.
+
+    32 MiB on 2 emulated hosts x 2 ranks over MPICH (ofi/tcp), one job, the calls
+    alternating one by one, mean of 4-6 calls in 4-5 rounds (ms), one piece against
+    1 MiB chunks with the rest in pieces of 1 / 4 chunks: 2 Gbit/s 82.5-86.5 against
+    74.6-77.8 / 77.5-81.3 (link floor 67; a raw 16 MiB exchange between the hosts takes
+    71); unlimited 37.5-41.7 against 3-10% more / 1-5% more (MPICH's own: 44). At 2-8
+    MiB, early chunks of half a piece gained 1-3% at 2 Gbit/s and lost 7-11% unlimited.
+    Reducing the early chunks of every piece in turn, without the contiguous rest,
+    cost 47 against 38 ms unlimited (each local step then runs one rank's reduction).
     """
     lay = ctx.layout
     j = lay.local
     mine = lay.hosts[lay.host]
-    send_counts = [0 if h is mine else counts[h[j]] for h in lay.hosts]
-    send = np.empty(sum(send_counts), w.dtype)
-    for h, part in zip(lay.hosts, _pieces(send, send_counts)):
-        if h is not mine:
-            ctx.local.reduce_scatter(part, w[at[h[0]]:at[h[-1] + 1]], [counts[g] for g in h], op)
     n = counts[lay.me]
     others = len(lay.hosts) - 1
-    got = np.empty(n * others, w.dtype)
-    posted = None
-    if ctx.rail is not None and others:
-        recv_counts = [0 if h is mine else n for h in lay.hosts]
-        posted = ctx.rail.start_alltoallv(got, recv_counts, send, send_counts)
-    own = out if posted is None else np.empty_like(out)  # reduce_many: dst aliases no part
+    rail = ctx.rail if others else None
+    chunk = _pipeline_chunk(ctx.flat, counts, w.itemsize)
+    last = len(mine) - 1
+
+    def early(count: int, i: int) -> tuple[int, int]:
+        """(start, length) of the part of member i's piece that goes on the link first."""
+        return _outer_chunk(count, i, last, chunk)
+
+    # 1. the early chunks, each reduced to its rail's rank alone (the others' counts 0)
+    early_counts = [0 if h is mine else early(counts[h[j]], j)[1] for h in lay.hosts]
+    first = np.empty(sum(early_counts), w.dtype)
+    for h, part in zip(lay.hosts, _pieces(first, early_counts)):
+        for i in (0, last) if last and h is not mine else ():
+            start, length = early(counts[h[i]], i)
+            if length:
+                alone = [0] * len(h)
+                alone[i] = length
+                ctx.local.reduce_scatter(part if i == j else part[:0],
+                                         w[at[h[i]] + start:at[h[i]] + start + length],
+                                         alone, op)
+    mine_early = early(n, j)
+    posted: list[tuple[tuple[int, int], Pending, np.ndarray]] = []
+    if rail is not None and any(early(counts[h[j]], j)[1] for h in lay.hosts):
+        got = np.empty(mine_early[1] * others, w.dtype)
+        posted.append((mine_early, rail.start_alltoallv(
+            got, [0 if h is mine else mine_early[1] for h in lay.hosts], first, early_counts),
+            got))
+    # 2. the rest of each other host's span, between its early chunks, in one step
+    rest_counts = [0 if h is mine else counts[h[j]] - early_counts[x]
+                   for x, h in enumerate(lay.hosts)]
+    rest = np.empty(sum(rest_counts), w.dtype)
+    for h, part in zip(lay.hosts, _pieces(rest, rest_counts)):
+        if h is not mine:
+            cut = [early(counts[g], i)[1] for i, g in enumerate(h)]
+            lo = at[h[0]] + cut[0]
+            ctx.local.reduce_scatter(part, w[lo:lo + sum(counts[g] for g in h) - sum(cut)],
+                                     [counts[g] - c for g, c in zip(h, cut)], op)
+    if rail is not None:
+        r0 = mine_early[1] if j == 0 else 0  # where the rest starts in my piece
+        r_len = n - mine_early[1]
+        # between two hosts the rest goes in chunks of 4 (as many on both sides of the
+        # rail: from its longer piece); among more, each exchange would need every host's
+        # chunk side by side, so it goes in one piece
+        parts = (max(1, max(rest_counts + [r_len]) // (4 * chunk)) if chunk and others == 1
+                 else 1)
+        for (start, length), (s0, l0) in zip(split_even(r_len, parts),
+                                             split_even(len(rest), parts)):
+            got = np.empty(length * others, w.dtype)
+            posted.append(((r0 + start, length), rail.start_alltoallv(
+                got, [0 if h is mine else length for h in lay.hosts],
+                rest[s0:s0 + l0] if others == 1 else rest,
+                [0 if h is mine else l0 for h in lay.hosts] if others == 1
+                else rest_counts), got))
+    own = out if rail is None else np.empty_like(out)  # reduce_many: dst aliases no part
     ctx.local.reduce_scatter(own, w[at[mine[0]]:at[mine[-1] + 1]], [counts[g] for g in mine], op)
-    if posted is None:
-        return
-    posted.wait()
-    received = iter(_pieces(got, [n] * others))
-    _combine(op, out, [own if h is mine else next(received) for h in lay.hosts])
+    for (start, length), p, got in posted:
+        p.wait()
+        received = iter(_pieces(got, [length] * others))
+        _combine(op, out[start:start + length],
+                 [own[start:start + length] if h is mine else next(received)
+                  for h in lay.hosts])
+
+
+def _pipeline_chunk(engine: Across, counts: Sequence[int], itemsize: int) -> int:
+    """Elements of a rails call's chunks (the ``engine``'s :attr:`Across.pipeline_chunk`),
+    or 0 for one piece: the same on every rank (from the counts, which all ranks know).
+    Only where a piece holds 4 chunks or more: below, the chunks' own steps cost more
+    than the link's wait they save."""
+    chunk = engine.pipeline_chunk // itemsize
+    return chunk if chunk and max(counts) >= 4 * chunk else 0
+
+
+def _outer_chunk(count: int, i: int, last: int, chunk: int) -> tuple[int, int]:
+    """(start, length) of the part of a ``count`` long piece of local member ``i`` (of
+    ``last + 1``) that lies at the outer edges of its host's span: the start of the
+    first member's piece and the end of the last's, ``chunk`` long (at most half the
+    piece); none for the members between them, nor for a host of one rank. What is
+    left of the span between the two is one contiguous slice, which the host can
+    reduce or gather in one step."""
+    c = min(chunk, count // 2) if last else 0
+    return (0, c) if i == 0 else (count - c, c) if i == last else (0, 0)
 
 
 # ------------------------------------------------------------------ gather / scatter

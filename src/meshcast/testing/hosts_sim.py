@@ -67,8 +67,8 @@ class _Done:
 class SimAcross:
     """An in-memory inter-host communicator (hierarchical.Across)."""
 
-    #: small, so that the simulated families run the chunked broadcast too
-    broadcast_chunk = 64
+    #: small, so that the simulated families run their chunked pipelines too
+    pipeline_chunk = 64
 
     def __init__(self, exchange: _Exchange, mailboxes: dict, members: Sequence[int],
                  rank: int) -> None:

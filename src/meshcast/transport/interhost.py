@@ -263,8 +263,8 @@ class HostComm:
     #: before the general wait (engines whose messages progress inside tests set it).
     QUICK_POLLS = 0
 
-    #: hierarchical.Across.broadcast_chunk for this engine (0: a broadcast in one piece)
-    BROADCAST_CHUNK_BYTES = 0
+    #: hierarchical.Across.pipeline_chunk for this engine (0: large data in one piece)
+    PIPELINE_CHUNK_BYTES = 0
 
     def wait_soon(self, req: Request, deadline: float, what: str) -> None:
         """:meth:`wait` for a request that usually completes within a few yields: the
@@ -356,12 +356,12 @@ class Posted:
 class Bound:
     """A :class:`HostComm` with one call's deadline and name: typed arrays, element counts."""
 
-    __slots__ = ("comm", "deadline", "what", "size", "rank", "probe", "broadcast_chunk")
+    __slots__ = ("comm", "deadline", "what", "size", "rank", "probe", "pipeline_chunk")
 
     def __init__(self, comm: HostComm, deadline: float, what: str) -> None:
         self.comm, self.deadline, self.what = comm, deadline, what
         self.size, self.rank = comm.size, comm.rank
-        self.broadcast_chunk = comm.BROADCAST_CHUNK_BYTES
+        self.pipeline_chunk = comm.PIPELINE_CHUNK_BYTES
         #: The tag of this call's agreement rows (``AGREE_TAGS``), set by a call whose
         #: exchanges carry the agreement: see :meth:`exchange`.
         self.probe: int | None = None

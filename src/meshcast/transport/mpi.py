@@ -415,9 +415,9 @@ class MpiComm(HostComm):
     #: still noticed in time.
     QUICK_POLLS = 64
 
-    # MPI progresses posted broadcasts side by side (see hierarchical's
-    # _broadcast_leader_pipelined for the measurements)
-    BROADCAST_CHUNK_BYTES = 1 << 20
+    # MPI progresses posted exchanges side by side while the host works (see hierarchical's
+    # _broadcast_leader_pipelined and _reduce_scatter_rails_by_host for the measurements)
+    PIPELINE_CHUNK_BYTES = 1 << 20
 
     #: How many (buffer, length) shapes of allgather_sized keep their persistent requests.
     SIZED_SHAPES = 16

@@ -153,7 +153,7 @@ class _RecAcross:
                  name: str) -> None:
         self.inner, self.rec, self.comm, self.name = inner, rec, comm, name
         self.size, self.rank, self.m = inner.size, inner.rank, inner.members
-        self.broadcast_chunk = 0  # the guide draws a broadcast in one piece
+        self.pipeline_chunk = 0  # the guide draws a broadcast in one piece
 
     def _note(self, verb: str, sends: list[tuple[int, np.ndarray]], into: np.ndarray | None
               ) -> None:

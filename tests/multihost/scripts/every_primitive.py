@@ -1,6 +1,7 @@
 """Every primitive against the oracle on a world across hosts (started by a launcher)."""
 
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -25,6 +26,11 @@ bodies.even_beside_uneven_all_to_all()  # MPI's two all-to-alls never mixed
 bodies.lane_beside_general_path()  # tiny calls: the cached lane beside the general path
 large = bodies.large_broadcasts()  # leader's broadcast in chunks; the table's from 8 MiB
 assert set(large) == {"broadcast/leader"}, large
+hostnames = [None] * dist.get_world_size()
+dist.all_gather_object(hostnames, socket.gethostname())
+if len({hostnames.count(h) for h in hostnames}) == 1:  # rails: as many ranks on every host
+    large = bodies.large_reduce_scatters()
+    assert set(large) == {"reduce_scatter/rails"}, large
 if dist.get_rank() == 0:
     print("every primitive: ok", sorted(a for v in ran.values() for a in v), flush=True)
 # Last, as a mismatch leaves the group unusable: the last rank's data (5 float32) is too
