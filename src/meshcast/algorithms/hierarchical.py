@@ -1245,9 +1245,9 @@ def _reduce_scatter_rails_by_host(ctx: Ctx, out: np.ndarray, w: np.ndarray,
     if rail is not None:
         r0 = mine_early[1] if j == 0 else 0  # where the rest starts in my piece
         r_len = n - mine_early[1]
-        # between two hosts the rest goes in chunks of 4 (as many on both sides of the
-        # rail: from its longer piece); among more, each exchange would need every host's
-        # chunk side by side, so it goes in one piece
+        # between two hosts the rest goes in pieces of 4 chunks (as many on both sides of
+        # the rail: from its longer piece); among more, each exchange would need every
+        # host's chunk side by side, so it goes in one piece
         parts = (max(1, max(rest_counts + [r_len]) // (4 * chunk)) if chunk and others == 1
                  else 1)
         for (start, length), (s0, l0) in zip(split_even(r_len, parts),
@@ -1283,7 +1283,7 @@ def _outer_chunk(count: int, i: int, last: int, chunk: int) -> tuple[int, int]:
     first member's piece and the end of the last's, ``chunk`` long (at most half the
     piece); none for the members between them, nor for a host of one rank. What is
     left of the span between the two is one contiguous slice, which the host can
-    reduce or gather in one step."""
+    reduce in one step."""
     c = min(chunk, count // 2) if last else 0
     return (0, c) if i == 0 else (count - c, c) if i == last else (0, 0)
 
