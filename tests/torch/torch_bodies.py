@@ -329,15 +329,15 @@ def _async_forms(rank: int, n: int) -> None:
 
 
 def _tiny_calls_take_the_lane(rank: int, n: int) -> None:
-    """Synchronous small calls and small sends go through the group's compiled tiny-call
-    lane, as the front door's do: with the group's general methods made to fail, they
+    """Small calls (synchronous and async) and small sends go through the group's
+    compiled tiny-call lane, as the front door's do: with the group's general methods made to fail, they
     still give the right values (a subgroup's root is a group rank, the lane's a global
     one)."""
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the general path ran")
 
     general = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "isend",
-               "all_to_all", "gather", "scatter")
+               "all_to_all", "gather", "scatter", "barrier")
     members = list(range(1, n)) if n > 2 else list(range(n))
     sub = dist.new_group(members, backend="meshcast")
     for pg, ranks in ((dist.group.WORLD, list(range(n))), (sub, members)):
@@ -360,6 +360,12 @@ def _tiny_calls_take_the_lane(rank: int, n: int) -> None:
             dist.reduce(t, dst=root, group=pg)
             if rank == root:
                 _eq(t, torch.full((3,), float(sum(ranks) + m)), "lane reduce")
+            t = torch.full((3,), float(rank + 2))
+            dist.reduce(t, dst=root, group=pg, async_op=True).wait()
+            if rank == root:
+                _eq(t, torch.full((3,), float(sum(ranks) + 2 * m)), "lane async reduce")
+            dist.barrier(group=pg)
+            dist.barrier(group=pg, async_op=True).wait()
             out = torch.empty(2 * m)
             dist.all_gather_into_tensor(out, torch.full((2,), float(rank)), group=pg)
             _eq(out, torch.tensor([float(r) for r in ranks for _ in range(2)]),
@@ -385,6 +391,9 @@ def _tiny_calls_take_the_lane(rank: int, n: int) -> None:
             outs = [torch.empty(3) for _ in ranks]
             dist.all_to_all(outs, list(sent.split(3)), group=pg)
             _eq(torch.cat(outs), want, "lane all_to_all of lists")
+            outs = [torch.empty(3) for _ in ranks]
+            dist.all_to_all(outs, list(sent.split(3)), group=pg, async_op=True).wait()
+            _eq(torch.cat(outs), want, "lane async all_to_all of lists")
             outs = [torch.empty(2) for _ in ranks]
             dist.all_gather(outs, torch.full((2,), float(rank)), group=pg)
             _eq(torch.cat(outs), torch.tensor([float(q) for q in ranks for _ in range(2)]),

@@ -487,12 +487,6 @@ def _make_pg_class() -> type:
         def _async(opts: Any) -> bool:
             return bool(getattr(opts, "asyncOp", True))
 
-        def _tiny(self, opts: Any, *tensors: Any) -> tuple[Any, list[np.ndarray]] | None:
-            """(lane, each tensor's memory as an ndarray) when a call may take the group's
-            compiled tiny-call lane, as the front door's synchronous calls do (the lane
-            then decides whether the call qualifies); else None."""
-            return None if self._async(opts) else self._lane_arrays(tensors)
-
         def _lane_lists(self, tensor: Any, pieces: Any
                         ) -> tuple[Any, np.ndarray, list[np.ndarray] | None] | None:
             """:meth:`_lane_arrays` for a call on ``tensor`` and the list ``pieces`` (None:
@@ -506,8 +500,9 @@ def _make_pg_class() -> type:
             return None if tiny is None else (tiny[0], tiny[1][0], tiny[1][1:])
 
         def _lane_arrays(self, tensors: Sequence[Any]) -> tuple[Any, list[np.ndarray]] | None:
-            """:meth:`_tiny` whatever the call's async flag (the async all_reduce's lane
-            decides for itself, see lanes.TinyCallLane.all_reduce_async)."""
+            """(lane, each tensor's memory as an ndarray) when a call may take the group's
+            compiled tiny-call lane, as the front door's calls do, synchronous or async
+            (the lane then decides whether the call qualifies); else None."""
             group = self._group
             if (self._coalesced is not None
                     or type(group) not in (ProcessGroup, HostSpanningGroup)
@@ -583,12 +578,17 @@ def _make_pg_class() -> type:
         @_translated
         def reduce(self, tensors: list[Any], opts: Any = None) -> Any:
             opts = opts if opts is not None else dist.ReduceOptions()
-            tiny = self._tiny(opts, *tensors) if len(tensors) == 1 else None
-            if tiny is not None:
-                op = _lane_op(opts.reduceOp)
-                if op is not None and tiny[0].reduce(
-                        tiny[1][0], op, self._group.global_ranks[opts.rootRank]):
-                    return MeshcastWork((), tensors)
+            tiny = self._lane_arrays(tensors) if len(tensors) == 1 else None
+            op = _lane_op(opts.reduceOp) if tiny is not None else None
+            if op is not None:
+                dst = self._group.global_ranks[opts.rootRank]
+                if not self._async(opts):
+                    if tiny[0].reduce(tiny[1][0], op, dst):
+                        return MeshcastWork((), tensors)
+                else:  # started here, finished by the worker if need be (see allreduce)
+                    work = getattr(tiny[0], "reduce_async", _no_lane)(tiny[1][0], op, dst)
+                    if work is not None:
+                        return self._done([work], tensors)
             works = []
             for t in tensors:
                 buf = self._buf(t, "tensor", "reduce")
@@ -842,11 +842,18 @@ def _make_pg_class() -> type:
         @_translated
         def alltoall(self, outputs: list[Any], inputs: list[Any], opts: Any = None) -> Any:
             opts = opts if opts is not None else dist.AllToAllOptions()
-            tiny = (self._tiny(opts, *outputs, *inputs)
+            tiny = (self._lane_arrays((*outputs, *inputs))
                     if type(outputs) is list and type(inputs) is list else None)
-            if tiny is not None and getattr(tiny[0], "all_to_all_list", _no_lane)(
-                    tiny[1][:len(outputs)], tiny[1][len(outputs):]):
-                return MeshcastWork((), outputs)
+            if tiny is not None:
+                lane, arrays = tiny
+                outs, ins = arrays[:len(outputs)], arrays[len(outputs):]
+                if not self._async(opts):
+                    if getattr(lane, "all_to_all_list", _no_lane)(outs, ins):
+                        return MeshcastWork((), outputs)
+                else:  # started here, finished (and copied out) by the worker if need be
+                    work = getattr(lane, "all_to_all_list_async", _no_lane)(outs, ins)
+                    if work is not None:
+                        return self._done([work], outputs)
             caller, n = "all_to_all", self._group.size()
             ins = [self._buf(t, f"input_tensor_list[{i}]", caller, writable=False)
                    for i, t in enumerate(_list(inputs, "input_tensor_list", caller, n))]
@@ -896,6 +903,16 @@ def _make_pg_class() -> type:
         @_translated
         def barrier(self, opts: Any = None) -> Any:
             opts = opts if opts is not None else dist.BarrierOptions()
+            tiny = self._lane_arrays(())
+            if tiny is not None:
+                lane = tiny[0]
+                if not self._async(opts):
+                    if lane.barrier():
+                        return MeshcastWork((), [])
+                else:
+                    work = getattr(lane, "barrier_async", _no_lane)()
+                    if work is not None:
+                        return self._done([work], [])
             return self._done([self._group.barrier(async_op=self._async(opts))], [])
 
         # --------------------------------------------------- point to point
