@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _wait, ops
+from . import _wait, ops, uneven_all_to_all
 from ._fingerprint import Fingerprint, counts_hash, path_digest
 from .algorithms import _select as _fast
 from .buffers import SUPPORTED, as_buffer
@@ -82,7 +82,7 @@ class TinyCallLane:
         self._last_broadcast: tuple = (None, None, None, False)
         self._alike: Callable[[Any, np.ndarray, bool], bool] | None = None  # _alike_check
         self._last_pair: dict[str, tuple] = {kind: (None,) * 7 + (False,) for kind in (
-            "all_gather", "reduce_scatter", "all_to_all")}
+            "all_gather", "reduce_scatter", "all_to_all", "all_to_all_uneven")}
         self._last_rooted: dict[str, tuple] = {kind: (None, None, None, False)
                                                for kind in ("gather", "scatter")}
         self._spec = _wait.spec()  # the process's wait settings (spin time)
@@ -690,20 +690,47 @@ class TinyCallLane:
 
     def all_to_all_split(self, out: np.ndarray, inp: np.ndarray, out_splits: Any,
                          in_splits: Any) -> bool:
-        """:meth:`all_to_all` when the split sizes given are the equal splits (every rank
-        the same rows of dim 0), as callers that always pass them do; False otherwise."""
+        """all_to_all_single with split sizes: :meth:`all_to_all` when they are the equal
+        splits (every rank the same rows of dim 0), as callers that always pass them do;
+        else the uneven form (:mod:`meshcast.uneven_all_to_all`). False, nothing done:
+        the general path."""
         n = self.group._size
-        return (_equal_splits(out_splits, out, n) and _equal_splits(in_splits, inp, n)
-                and self.all_to_all(out, inp))
+        if _equal_splits(out_splits, out, n) and _equal_splits(in_splits, inp, n):
+            return self.all_to_all(out, inp)
+        plan = self._uneven_plan(out, inp, out_splits, in_splits)
+        return bool(plan) and out.flags.writeable and uneven_all_to_all.run(
+            self.group, self._whats["all_to_all"], out, inp, plan)
 
     def all_to_all_split_async(self, out: np.ndarray, inp: np.ndarray, out_splits: Any,
                                in_splits: Any) -> Work | None:
-        """:meth:`all_to_all_async` when the split sizes given are the equal splits (see
-        :meth:`all_to_all_split`); None otherwise."""
+        """:meth:`all_to_all_split` with ``async_op=True`` (:meth:`all_to_all_async` for
+        equal splits). None, nothing done: the general path."""
         n = self.group._size
         if _equal_splits(out_splits, out, n) and _equal_splits(in_splits, inp, n):
             return self.all_to_all_async(out, inp)
-        return None
+        plan = self._uneven_plan(out, inp, out_splits, in_splits)
+        return (uneven_all_to_all.run_async(self.group, self._whats["all_to_all"], out, inp,
+                                            plan) if plan and out.flags.writeable else None)
+
+    def _uneven_plan(self, out: np.ndarray, inp: np.ndarray, out_splits: Any, in_splits: Any
+                     ) -> uneven_all_to_all.UnevenPlan | bool:
+        """The plan of an all_to_all_single with uneven splits (see uneven_all_to_all),
+        False: the general path."""
+        if "all_to_all" in self.group.tuned:  # (MESHCAST_ALGO names schedules)
+            return False
+        # (lists as tuples, for the plan's key; anything unhashable: the general path)
+        return self._pair_plan(
+            "all_to_all_uneven", out, inp, self._uneven_build,
+            tuple(out_splits) if type(out_splits) is list else out_splits,
+            tuple(in_splits) if type(in_splits) is list else in_splits, disjoint=True)
+
+    def _uneven_build(self, out: np.ndarray, inp: np.ndarray, out_splits: Any,
+                      in_splits: Any) -> uneven_all_to_all.UnevenPlan | bool:
+        dtype = inp.dtype
+        if dtype.name not in _MOVE_DTYPES or not dtype.isnative:
+            return False
+        return uneven_all_to_all.plan(self.group, out, inp, out_splits, in_splits, self._tail(
+            "all_to_all", False, dtype=dtype.name, count=inp.size))
 
     def all_to_all_list(self, outs: Any, ins: Any) -> bool:
         """torch's all_to_all of lists, every piece alike: the :meth:`all_to_all` of the

@@ -682,3 +682,76 @@ def list_and_split_forms() -> list[str]:
         for s in range(n):
             np.testing.assert_array_equal(out[4 * s:4 * s + 4], _value(s, r, 4), f"from {s}")
     return seen
+
+
+def uneven_all_to_all_lane(base: int) -> list[str]:
+    """all_to_all_single with uneven split sizes (rows of 2-D arrays, some of them 0)
+    through the tiny-call lane, synchronous and async, both parities twice, float64 and
+    int32, with the group's general all_to_all made to fail; then, with it back, one
+    rank staging an input too large for its region (every rank hands the entered call
+    to the general path), one rank taking the general path itself (a strided input),
+    and last a rank expecting a row more than its peer sends: the same MismatchError on
+    every rank. Returns the paths seen and the mismatch verdict."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+
+    def rows(src: int, dst: int, k: int) -> int:
+        return (src + 2 * dst + k) % 3  # 0, 1 or 2 rows: uneven, some empty
+
+    def block(src: int, dst: int, k: int, width: int, dtype: type) -> np.ndarray:
+        c = rows(src, dst, k) * width
+        return (_value(src, dst, c) + k).astype(dtype).reshape(-1, width)
+
+    def check(out: np.ndarray, k: int, width: int, dtype: type, what: str) -> None:
+        want = np.concatenate([block(s, r, k, width, dtype) for s in range(n)])
+        np.testing.assert_array_equal(out, want, f"{what}: round {k} on rank {r}")
+
+    def call(k: int, width: int, dtype: type, run_async: bool,
+             inp: np.ndarray | None = None) -> np.ndarray:
+        sent = [rows(r, d, k) for d in range(n)]
+        got = [rows(s, r, k) for s in range(n)]
+        if inp is None:
+            inp = np.concatenate([block(r, d, k, width, dtype) for d in range(n)])
+        out = np.full((sum(got), width), -1, dtype)
+        work = dist.all_to_all_single(out, inp, got, sent, async_op=run_async)
+        if run_async:
+            work.wait()
+        seen.append(pg.last_algorithm)
+        return out
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the general path ran")
+
+    seen: list[str] = []
+    pg.all_to_all = refuse  # an instance attribute: deleted below
+    try:
+        for k in range(4):
+            for dtype in (np.float64, np.int32):
+                check(call(k, 2, dtype, bool(k % 2)), k, 2, dtype, f"lane {dtype.__name__}")
+    finally:
+        del pg.all_to_all
+    # rank n - 1 sends `base` more rows to rank 0: too large to stage, so every rank
+    # hands the call it entered to the general path
+    sent = [rows(r, d, 0) + (base if r == n - 1 and d == 0 else 0) for d in range(n)]
+    got = [rows(s, r, 0) + (base if s == n - 1 and r == 0 else 0) for s in range(n)]
+    inp = np.concatenate([_value(r, d, c) for d, c in enumerate(sent)])
+    out = np.zeros(sum(got))
+    dist.all_to_all_single(out, inp, got, sent)
+    seen.append(pg.last_algorithm)
+    np.testing.assert_array_equal(out, np.concatenate([_value(s, r, c)
+                                                       for s, c in enumerate(got)]))
+    # rank 0 passes a strided input (the general path), the others take the lane
+    inp = np.concatenate([block(r, d, 1, 3, np.float64) for d in range(n)])
+    if r == 0:
+        inp = np.repeat(inp, 2, axis=1)[:, ::2]
+    check(call(1, 3, np.float64, False, inp), 1, 3, np.float64, "lane beside general path")
+    # rank 0 expects one row more from rank 1 than rank 1 sends it
+    sent = [rows(r, d, 2) for d in range(n)]
+    got = [rows(s, r, 2) + (1 if r == 0 and s == 1 else 0) for s in range(n)]
+    inp = np.concatenate([block(r, d, 2, 2, np.float64) for d in range(n)])
+    try:
+        dist.all_to_all_single(np.zeros((sum(got), 2)), inp, got, sent)
+        seen.append("no MismatchError")
+    except dist.MismatchError as exc:
+        seen.append(f"mismatch: {'sends' in str(exc) and 'expects' in str(exc)}")
+    return seen

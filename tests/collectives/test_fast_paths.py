@@ -78,6 +78,16 @@ def test_all_to_all_lane_mixes_with_the_general_path_and_hands_over(n):
     assert all(s.split("/")[1] in ("cma", "arena", "pairwise") for s in out[0][3:]), out[0]
 
 
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_uneven_all_to_all_takes_the_lane(n):
+    out = spawn_world(bodies.uneven_all_to_all_lane, n, timeout=120, base=bodies.LARGE)
+    for seen in out:
+        assert seen[:8] == ["all_to_all/oneshot"] * 8, seen
+        # too large to stage on one rank: single-copy where allowed, else a schedule
+        assert seen[8].split("/")[1] in ("cma", "arena", "pairwise"), seen
+        assert seen[9:] == ["all_to_all/oneshot", "mismatch: True"], seen
+
+
 @pytest.mark.parametrize("n, compiled", [(2, "1"), (3, "1"), (5, "1"), (3, "0")])
 def test_gather_scatter_lane_mixes_with_the_general_path_and_hands_over(n, compiled):
     """With the compiled entry round (transport/_tiny.c) and with Python's."""

@@ -387,6 +387,19 @@ def _tiny_calls_take_the_lane(rank: int, n: int) -> None:
                 dist.all_to_all_single(got, sent, splits, splits, group=pg,
                                        async_op=True).wait()
                 _eq(got, want, f"lane async all_to_all_single, splits {splits}")
+            # uneven splits (MoE's token exchange), synchronous and async
+            send = [1 + (me + d) % 2 for d in range(m)]
+            recv = [1 + (s + me) % 2 for s in range(m)]
+            sent_u = torch.cat([torch.full((c,), 100.0 * rank + d) for d, c in enumerate(send)])
+            want_u = torch.cat([torch.full((c,), 100.0 * q + me)
+                                for q, c in zip(ranks, recv)])
+            for async_op in (False, True):
+                got = torch.empty(sum(recv))
+                work = dist.all_to_all_single(got, sent_u, recv, send, group=pg,
+                                              async_op=async_op)
+                if async_op:
+                    work.wait()
+                _eq(got, want_u, f"lane uneven all_to_all_single, async {async_op}")
             # the list forms and the rooted calls
             outs = [torch.empty(3) for _ in ranks]
             dist.all_to_all(outs, list(sent.split(3)), group=pg)

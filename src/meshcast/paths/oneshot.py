@@ -96,6 +96,27 @@ def split_header(n: int) -> struct.Struct:
     return struct.Struct(f"<{3 * n}q")
 
 
+def split_offsets(group: GroupView, seq: int, regions: Sequence[np.ndarray], isz: int
+                  ) -> list[int]:
+    """After all_to_all ``seq``'s entry: where my piece lies (bytes) in each rank's
+    input, read from the split headers in every rank's one-shot region (``regions``, of
+    the call's parity). Every rank reads the same headers, so every rank raises the
+    same MismatchError when a rank sends another a count it does not expect."""
+    n, me = group._size, group._rank
+    layout = split_header(n)
+    table = [layout.unpack_from(g) for g in regions]
+    bad = [(q, r) for q in range(n) for r in range(n)
+           if table[q][n + r] != table[r][2 * n + q]]
+    if bad:
+        q, r = bad[0]
+        raise MismatchError(
+            f"all_to_all #{seq} on {group.group_name}: rank {group.global_ranks[q]} "
+            f"sends {table[q][n + r]} elements to rank {group.global_ranks[r]}, which "
+            f"expects {table[r][2 * n + q]} from it (check the split sizes; "
+            f"{len(bad)} pair(s) disagree)")
+    return [row[me] * isz for row in table]
+
+
 # ------------------------------------------------- decided before the call
 
 
@@ -250,17 +271,7 @@ def all_to_all(group: GroupView, seq: int, out: np.ndarray, mine: np.ndarray,
             # Everyone splits evenly and the same way: nothing to cross-check.
             offsets[:] = [sd[me] * isz] * n
             return
-        table = [layout.unpack_from(g) for g in regions]
-        bad = [(q, r) for q in range(n) for r in range(n)
-               if table[q][n + r] != table[r][2 * n + q]]
-        if bad:
-            q, r = bad[0]
-            raise MismatchError(
-                f"all_to_all #{seq} on {group.group_name}: rank {group.global_ranks[q]} "
-                f"sends {table[q][n + r]} elements to rank {group.global_ranks[r]}, which "
-                f"expects {table[r][2 * n + q]} from it (check the split sizes; "
-                f"{len(bad)} pair(s) disagree)")
-        offsets[:] = [row[me] * isz for row in table]
+        offsets[:] = split_offsets(group, seq, regions, isz)
 
     def stage(parity: int) -> None:
         if mine.nbytes <= limit:

@@ -750,6 +750,79 @@ fail:
  * like's type, each C-contiguous (and writable) with like's format, shape and size:
  * the root's list of a tiny gather or scatter. Checked in one C call because the
  * Python loop cost a quarter of an 8-byte gather. */
+/* splits(seq, out, head, itemsize, limit, count_at) -> status
+ *
+ * An uneven all_to_all after its entry (rooted with no combine, every rank in): each
+ * rank's region of parity seq & 1 holds its split header (int64: the offset of its piece
+ * for each rank, its send counts, its receive counts, in elements; see
+ * paths.oneshot.split_header) and, at byte head, its staged input. Status 0: every
+ * fingerprint equals mine but for the count at byte count_at, every rank sends each
+ * the count that rank expects, every input was staged (at most limit bytes), and my
+ * piece from every rank is copied into out (writable, C-contiguous, my receive counts
+ * end to end). Otherwise nothing is copied and Python finds out why, to raise or go
+ * on as the general path does: 1 some fingerprint differs (beyond the count), 2 two
+ * ranks disagree on a split size, 3 some input was not staged, 4 out is not my
+ * receive counts long. */
+static PyObject *Round_splits(Round *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "splits(seq, out, head, itemsize, limit, count_at)");
+        return NULL;
+    }
+    unsigned long long seq = PyLong_AsUnsignedLongLong(args[0]);
+    Py_ssize_t head = PyLong_AsSsize_t(args[2]), isz = PyLong_AsSsize_t(args[3]);
+    Py_ssize_t limit = PyLong_AsSsize_t(args[4]), count_at = PyLong_AsSsize_t(args[5]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_ssize_t n = self->n, me = self->rank;
+    if (isz <= 0 || head < 3 * n * 8 || limit < 0 || limit > self->small_bytes - head ||
+        count_at < 0 || count_at + 8 > self->fp_size) {
+        PyErr_SetString(PyExc_ValueError, "splits: bad head, itemsize, limit or count_at");
+        return NULL;
+    }
+    int parity = (int)(seq & 1);
+    const char *mine = fingerprint(self, me, parity);
+    for (Py_ssize_t r = 0; r < n; r++) {
+        const char *fp = fingerprint(self, r, parity);
+        if (memcmp(fp, mine, (size_t)count_at) != 0 ||
+            memcmp(fp + count_at + 8, mine + count_at + 8, (size_t)(self->fp_size - count_at - 8)))
+            return PyLong_FromLong(1);
+    }
+    /* (headers are 8-byte aligned: regions start on cache lines) */
+    Py_ssize_t total = 0;
+    for (Py_ssize_t q = 0; q < n; q++) {
+        const int64_t *h = (const int64_t *)region(self, q, parity);
+        int64_t sent = 0;
+        for (Py_ssize_t r = 0; r < n; r++) {
+            const int64_t *hr = (const int64_t *)region(self, r, parity);
+            if (h[n + r] != hr[2 * n + q] || h[n + r] < 0)
+                return PyLong_FromLong(2);
+            sent += h[n + r];
+        }
+        if (sent > limit / isz)
+            return PyLong_FromLong(3);
+        total += (Py_ssize_t)((const int64_t *)region(self, me, parity))[2 * n + q];
+        if (h[me] < 0 || h[me] > sent - h[n + me]) /* my piece inside what q staged */
+            return PyLong_FromLong(2);
+    }
+    Py_buffer out;
+    if (PyObject_GetBuffer(args[1], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+        return NULL;
+    if (out.len != total * isz) {
+        PyBuffer_Release(&out);
+        return PyLong_FromLong(4);
+    }
+    const int64_t *own = (const int64_t *)region(self, me, parity);
+    char *dst = out.buf;
+    for (Py_ssize_t q = 0; q < n; q++) {
+        const int64_t *h = (const int64_t *)region(self, q, parity);
+        size_t len = (size_t)(own[2 * n + q] * isz);
+        memcpy(dst, region(self, q, parity) + head + h[me] * isz, len);
+        dst += len;
+    }
+    PyBuffer_Release(&out);
+    return PyLong_FromLong(0);
+}
+
 static PyObject *Round_alike(Round *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "alike(pieces, like, writable)");
@@ -792,6 +865,9 @@ static PyMethodDef Round_methods[] = {
     {"rooted", (PyCFunction)(void (*)(void))Round_rooted, METH_FASTCALL,
      "rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset[, same]) -> status: "
      "gather/scatter's entry round, then the combine (see rooted in the source)."},
+    {"splits", (PyCFunction)(void (*)(void))Round_splits, METH_FASTCALL,
+     "splits(seq, out, head, itemsize, limit, count_at) -> status: an uneven all_to_all's checks "
+     "and copies after its entry (see the source)."},
     {"alike", (PyCFunction)(void (*)(void))Round_alike, METH_FASTCALL,
      "alike(pieces, like, writable) -> bool: a list of n arrays like like (see the source)."},
     {"reads", (PyCFunction)(void (*)(void))Round_reads, METH_FASTCALL,

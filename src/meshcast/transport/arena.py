@@ -144,6 +144,8 @@ class Arena:
         self.compiled_rooted = None if compiled is None else compiled.rooted  # type: ignore[attr-defined]
         # alike(pieces, like, writable): a gather/scatter root's list checked in one call
         self.compiled_alike = None if compiled is None else compiled.alike  # type: ignore[attr-defined]
+        # an uneven all_to_all's checks and copies after its entry (uneven_all_to_all)
+        self.compiled_splits = None if compiled is None else compiled.splits  # type: ignore[attr-defined]
         # single-copy reads, then a round (paths.single_copy.run)
         self.compiled_reads = None if compiled is None else compiled.reads  # type: ignore[attr-defined]
         self._spec = _wait.spec()  # the process's wait settings (spin budget)

@@ -1,0 +1,175 @@
+"""The tiny-call lane's ``all_to_all_single`` with uneven split sizes (MoE's token exchange).
+
+Theory of operation
+-------------------
+The lane's even all_to_all (:meth:`meshcast.lanes.TinyCallLane.all_to_all`) finishes a
+call in one compiled entry when every rank's split header is its own. Uneven splits
+differ from rank to rank by design, and so do the ranks' fingerprints (their ``count``
+is their own input's size). So a call here takes two compiled calls (``_tiny.c``):
+
+1. ``rooted`` stages and enters, in the bytes of the general path
+   (``calls.all_to_all``): my split header, then my input, in my one-shot region of the
+   call's parity, my fingerprint, and my input exposed for single-copy reads;
+2. ``splits``, once every rank is in, checks that every fingerprint equals mine but for
+   the count, that every rank sends each the count that rank expects, and that every
+   input was staged, and copies my piece from every rank's region into the output.
+
+Where step 2 finds something, Python finds out what, as the general path does: the
+MismatchError every rank raises (``Arena.compare_entered``,
+``paths.oneshot.split_offsets``), or, where some rank's input was too large to stage,
+the general path from the entry on (single-copy or a schedule), as the even lane does.
+
+What a call shape needs (header, fingerprint tail, offsets) is made once per shape
+(:func:`plan`): the lane's plan cache, keyed by the split sizes too.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .algorithms import _select as _fast
+from .paths import GroupView
+from .paths.oneshot import split_head, split_header, split_offsets
+from .transport.arena import _COUNT
+from .work import Work
+
+
+@dataclass(frozen=True)
+class UnevenPlan:
+    """One shape of an uneven all_to_all_single (element counts and byte offsets)."""
+
+    tails: tuple[bytes, ...]  # what the compiled entry expects of each rank: my tail
+    header: bytes  # my split header: offsets of my pieces, send counts, receive counts
+    pad: int  # bytes between the header and the staged input
+    head: int  # where the staged input starts in a region
+    limit: int  # the largest input a rank stages
+    send: tuple[int, ...]  # elements to each rank
+    recv: tuple[int, ...]  # elements from each rank
+    itemsize: int
+    dtype_name: str
+
+
+def _rows(splits: Any, rows: int, n: int) -> tuple[int, ...] | None:
+    """Split sizes (rows of dim 0 per rank; None: equal) as a tuple, or None if the
+    general path must judge them (it raises, naming the argument and the rank)."""
+    if splits is None or (type(splits) in (list, tuple) and not splits):
+        return (rows // n,) * n if rows % n == 0 else None
+    if type(splits) not in (list, tuple) or len(splits) != n:
+        return None
+    if any(type(s) is not int or s < 0 for s in splits) or sum(splits) != rows:
+        return None
+    return tuple(splits)
+
+
+def plan(group: GroupView, out: np.ndarray, inp: np.ndarray, out_splits: Any, in_splits: Any,
+         tail: bytes) -> UnevenPlan | bool:
+    """What :func:`run` needs for this shape, or False: the general path (it also raises
+    what is wrong with the call). ``tail``: the general path's fingerprint of the call
+    less its sequence number (the forms meet: a rank may take either); the caller
+    checked that the lane moves ``inp``'s dtype."""
+    n, me = group._size, group._rank
+    dtype = inp.dtype
+    if (n < 2 or group.arena.compiled_splits is None or out.dtype != dtype
+            or not inp.shape or not out.shape or not inp.shape[0] or not out.shape[0]
+            or inp.shape[1:] != out.shape[1:]):
+        return False
+    row = inp.size // inp.shape[0]
+    sent = _rows(in_splits, inp.shape[0], n)
+    got = _rows(out_splits, out.shape[0], n)
+    if sent is None or got is None or sent[me] != got[me]:
+        return False
+    send = tuple(s * row for s in sent)
+    recv = tuple(s * row for s in got)
+    isz = dtype.itemsize
+    starts = [0]
+    for c in send:
+        starts.append(starts[-1] + c)
+    header = split_header(n).pack(*starts[:-1], *send, *recv)
+    head = split_head(n)
+    return UnevenPlan((tail,) * n, header, head - len(header), head,
+                      _fast.all_to_all_direct_limit(group.caps, head), send, recv, isz,
+                      dtype.name)
+
+
+def _enter(group: GroupView, seq: int, inp: np.ndarray, p: UnevenPlan) -> int:
+    """Stage, expose and enter call ``seq`` in one compiled call: its status (0 every
+    fingerprint is mine, 1 all in but some differs, else see ``_tiny.c``)."""
+    arena = group.arena
+    data = (p.header, p.pad, inp) if inp.nbytes <= p.limit else p.header
+    exposure = inp if group.transport.cma_min_bytes > 0 else None
+    return arena.compiled_rooted(seq, p.tails, data, arena.spin_ns, exposure, None, None,
+                                 -1, 0)
+
+
+def _finish(group: GroupView, what: Any, seq: int, status: int, out: np.ndarray,
+            inp: np.ndarray, p: UnevenPlan) -> None:
+    """Call ``seq`` after its compiled entry returned ``status``: the rest of the entry,
+    then the checks and copies out in one compiled call; where those find something,
+    the MismatchError every rank raises, or the general path from the entry on."""
+    arena = group.arena
+    if status not in (0, 1):  # (0 and 1: every rank is in)
+        arena.finish_entry(seq, b"", what, time.monotonic() + group.timeout, status)
+    found = arena.compiled_splits(seq, out, p.head, p.itemsize, p.limit, _COUNT)
+    if found == 0:
+        group.last_algorithm = "all_to_all/oneshot"
+        return
+    if status in (0, 1):  # the arena learns the call (its seq, deadline and name)
+        arena.finish_entry(seq, b"", what, time.monotonic() + group.timeout, status)
+    counts = arena.compare_entered(seq, True)  # a call that differs raises here (1)
+    if found == 3:  # some rank's input was too large to stage
+        group.all_to_all(out.reshape(-1), inp.reshape(-1), p.send, p.recv, p.dtype_name,
+                         _nothing, entered=(seq, counts))
+        return
+    parity = seq & 1
+    # split sizes that disagree raise here (2)
+    split_offsets(group, seq, [arena.small[q][parity] for q in range(group._size)],
+                  p.itemsize)
+    raise RuntimeError(f"all_to_all #{seq}: the compiled split check found {found}, "
+                       f"which Python does not")
+
+
+def run(group: GroupView, what: Any, out: np.ndarray, inp: np.ndarray, p: UnevenPlan
+        ) -> bool:
+    """The call (``what`` names it), inline; False (nothing done) while async work is
+    queued."""
+    fifo = group.fifo
+    if not fifo.enter_inline():
+        return False
+    try:
+        seq = next(group._seq)
+        _finish(group, what, seq, _enter(group, seq, inp, p), out, inp, p)
+    except BaseException as exc:
+        fifo.leave_inline(exc)
+        raise
+    fifo.leave_inline(None)
+    return True
+
+
+def run_async(group: GroupView, what: Any, out: np.ndarray, inp: np.ndarray, p: UnevenPlan
+              ) -> Work | None:
+    """The call with ``async_op=True``: entered here; finished here when every rank was
+    in within the spin time, else by the worker thread, ahead of the calls queued
+    behind it. None (nothing done) while async work is queued."""
+    fifo = group.fifo
+    if not fifo.enter_inline():
+        return None
+    try:
+        seq = next(group._seq)
+        status = _enter(group, seq, inp, p)
+        if status not in (0, 1):  # the others are not all in yet: the worker waits
+            return fifo.hand_over(lambda: _finish(group, what, seq, status, out, inp, p),
+                                  Work(what))
+        _finish(group, what, seq, status, out, inp, p)
+    except BaseException as exc:
+        fifo.leave_inline(exc)
+        raise
+    fifo.leave_inline(None)
+    return Work.finished(what)
+
+
+def _nothing() -> None:
+    """The finish of a call whose buffers need no write-back."""
