@@ -702,15 +702,17 @@ class TinyCallLane:
             self.group, self._whats["all_to_all"], out, inp, plan)
 
     def all_to_all_split_async(self, out: np.ndarray, inp: np.ndarray, out_splits: Any,
-                               in_splits: Any) -> Work | None:
+                               in_splits: Any, then: Callable[[], None] | None = None
+                               ) -> Work | None:
         """:meth:`all_to_all_split` with ``async_op=True`` (:meth:`all_to_all_async` for
-        equal splits). None, nothing done: the general path."""
+        equal splits); ``then``: as there. None, nothing done: the general path."""
         n = self.group._size
         if _equal_splits(out_splits, out, n) and _equal_splits(in_splits, inp, n):
-            return self.all_to_all_async(out, inp)
+            return self.all_to_all_async(out, inp, then)
         plan = self._uneven_plan(out, inp, out_splits, in_splits)
         return (uneven_all_to_all.run_async(self.group, self._whats["all_to_all"], out, inp,
-                                            plan) if plan and out.flags.writeable else None)
+                                            plan, then)
+                if plan and out.flags.writeable else None)
 
     def _uneven_plan(self, out: np.ndarray, inp: np.ndarray, out_splits: Any, in_splits: Any
                      ) -> uneven_all_to_all.UnevenPlan | bool:
@@ -733,23 +735,36 @@ class TinyCallLane:
             "all_to_all", False, dtype=dtype.name, count=inp.size))
 
     def all_to_all_list(self, outs: Any, ins: Any) -> bool:
-        """torch's all_to_all of lists, every piece alike: the :meth:`all_to_all` of the
-        pieces' concatenation (a copy in and a copy out, which for small pieces cost far
-        less than the general path's checks; the same fingerprint and bytes as
-        all_to_all_single, so the forms meet). False, nothing done: the general path."""
+        """torch's all_to_all of lists: the :meth:`all_to_all` of the pieces'
+        concatenation when every piece is alike, else (pieces of different lengths along
+        dim 0, MoE's token exchange) its :meth:`all_to_all_split` (a copy in and a copy
+        out, which for small pieces cost far less than the general path's checks; the
+        same fingerprint and bytes as all_to_all_single, so the forms meet). False,
+        nothing done: the general path."""
         staged = self._list_staged(outs, ins)
-        if staged is None or not self.all_to_all(*staged):
+        if staged is None:
+            uneven = _uneven_staged(outs, ins, self.group._size)
+            if uneven is None or not self.all_to_all_split(*uneven):
+                return False
+            _pieces_out(uneven[0], outs)
+            return True
+        if not self.all_to_all(*staged):
             return False
         _rows_out(staged[0], outs)
         return True
 
     def all_to_all_list_async(self, outs: Any, ins: Any) -> Work | None:
-        """:meth:`all_to_all_list` with ``async_op=True``: the :meth:`all_to_all_async` of
-        the pieces' concatenation, copied out into ``outs`` once it is done (here, or by
-        the worker thread that finishes it). None, nothing done: the general path."""
+        """:meth:`all_to_all_list` with ``async_op=True``: the :meth:`all_to_all_async` (or
+        :meth:`all_to_all_split_async`) of the pieces' concatenation, copied out into
+        ``outs`` once it is done (here, or by the worker thread that finishes it). None,
+        nothing done: the general path."""
         staged = self._list_staged(outs, ins)
         if staged is None:
-            return None
+            uneven = _uneven_staged(outs, ins, self.group._size)
+            if uneven is None:
+                return None
+            out = uneven[0]
+            return self.all_to_all_split_async(*uneven, lambda: _pieces_out(out, outs))
         out = staged[0]
         return self.all_to_all_async(*staged, lambda: _rows_out(out, outs))
 
@@ -1630,6 +1645,38 @@ def _p2p_dtype(dtype: np.dtype) -> bool:
 def _writable(arr: np.ndarray) -> bool:
     flags = arr.flags
     return flags.c_contiguous and flags.writeable
+
+
+def _uneven_staged(outs: Any, ins: Any, n: int
+                   ) -> tuple[np.ndarray, np.ndarray, list[int], list[int]] | None:
+    """(output, input, output rows, input rows) of the all_to_all_single that an
+    all_to_all of lists of pieces of different lengths along dim 0 is, when every piece
+    of both lists is a C-contiguous NumPy array of one dtype and one shape past dim 0
+    (the outputs writable): the input the pieces' concatenation; else None."""
+    if type(ins) is not list or type(outs) is not list or len(ins) != n or len(outs) != n:
+        return None
+    like = ins[0]
+    if type(like) is not np.ndarray or not like.shape:
+        return None
+    dtype, rest = like.dtype, like.shape[1:]
+    for pieces, writable in ((ins, False), (outs, True)):
+        for p in pieces:
+            if type(p) is not np.ndarray or p.dtype != dtype or p.shape[1:] != rest or (
+                    not p.shape) or not p.flags.c_contiguous or (
+                    writable and not p.flags.writeable):
+                return None
+    out_rows = [p.shape[0] for p in outs]
+    return (np.empty((sum(out_rows), *rest), dtype), np.concatenate(ins), out_rows,
+            [p.shape[0] for p in ins])
+
+
+def _pieces_out(out: np.ndarray, outs: list[np.ndarray]) -> None:
+    """``out``'s rows, piece after piece, into the pieces ``outs``."""
+    at = 0
+    for piece in outs:
+        rows = piece.shape[0]
+        piece[...] = out[at:at + rows]
+        at += rows
 
 
 def _rows_out(out: np.ndarray, outs: list[np.ndarray]) -> None:

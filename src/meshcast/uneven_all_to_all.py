@@ -26,6 +26,7 @@ What a call shape needs (header, fingerprint tail, offsets) is made once per sha
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,11 +150,12 @@ def run(group: GroupView, what: Any, out: np.ndarray, inp: np.ndarray, p: Uneven
     return True
 
 
-def run_async(group: GroupView, what: Any, out: np.ndarray, inp: np.ndarray, p: UnevenPlan
-              ) -> Work | None:
+def run_async(group: GroupView, what: Any, out: np.ndarray, inp: np.ndarray, p: UnevenPlan,
+              then: Callable[[], None] | None = None) -> Work | None:
     """The call with ``async_op=True``: entered here; finished here when every rank was
     in within the spin time, else by the worker thread, ahead of the calls queued
-    behind it. None (nothing done) while async work is queued."""
+    behind it. ``then``: run once ``out`` holds the result, before the Work completes.
+    None (nothing done) while async work is queued."""
     fifo = group.fifo
     if not fifo.enter_inline():
         return None
@@ -161,13 +163,18 @@ def run_async(group: GroupView, what: Any, out: np.ndarray, inp: np.ndarray, p: 
         seq = next(group._seq)
         status = _enter(group, seq, inp, p)
         if status not in (0, 1):  # the others are not all in yet: the worker waits
-            return fifo.hand_over(lambda: _finish(group, what, seq, status, out, inp, p),
-                                  Work(what))
+            def finish() -> None:
+                _finish(group, what, seq, status, out, inp, p)
+                if then is not None:
+                    then()
+            return fifo.hand_over(finish, Work(what))
         _finish(group, what, seq, status, out, inp, p)
     except BaseException as exc:
         fifo.leave_inline(exc)
         raise
     fifo.leave_inline(None)
+    if then is not None:
+        then()
     return Work.finished(what)
 
 

@@ -687,7 +687,8 @@ def list_and_split_forms() -> list[str]:
 def uneven_all_to_all_lane(base: int) -> list[str]:
     """all_to_all_single with uneven split sizes (rows of 2-D arrays, some of them 0)
     through the tiny-call lane, synchronous and async, both parities twice, float64 and
-    int32, with the group's general all_to_all made to fail; then, with it back, one
+    int32, and all_to_all of lists whose pieces differ in length, with the group's
+    general all_to_all made to fail; then, with it back, one
     rank staging an input too large for its region (every rank hands the entered call
     to the general path), one rank taking the general path itself (a strided input),
     and last a rank expecting a row more than its peer sends: the same MismatchError on
@@ -728,6 +729,15 @@ def uneven_all_to_all_lane(base: int) -> list[str]:
         for k in range(4):
             for dtype in (np.float64, np.int32):
                 check(call(k, 2, dtype, bool(k % 2)), k, 2, dtype, f"lane {dtype.__name__}")
+        # all_to_all of lists whose pieces differ in length (torch's MoE form)
+        for run_async in (False, True):
+            outs = [np.full((rows(s, r, 3), 2), -1.0) for s in range(n)]
+            work = dist.all_to_all(outs, [block(r, d, 3, 2, np.float64) for d in range(n)],
+                                   async_op=run_async)
+            if run_async:
+                work.wait()
+            seen.append(pg.last_algorithm)
+            check(np.concatenate(outs), 3, 2, np.float64, f"lists, async {run_async}")
     finally:
         del pg.all_to_all
     # rank n - 1 sends `base` more rows to rank 0: too large to stage, so every rank

@@ -400,6 +400,12 @@ def _tiny_calls_take_the_lane(rank: int, n: int) -> None:
                 if async_op:
                     work.wait()
                 _eq(got, want_u, f"lane uneven all_to_all_single, async {async_op}")
+                outs = [torch.empty(c) for c in recv]
+                work = dist.all_to_all(outs, list(sent_u.split(send)), group=pg,
+                                       async_op=async_op)
+                if async_op:
+                    work.wait()
+                _eq(torch.cat(outs), want_u, f"lane uneven all_to_all of lists, async {async_op}")
             # the list forms and the rooted calls
             outs = [torch.empty(3) for _ in ranks]
             dist.all_to_all(outs, list(sent.split(3)), group=pg)
