@@ -35,7 +35,7 @@ from .algorithms import _select as _fast
 from .buffers import SUPPORTED, as_buffer
 from .errors import InvalidUsage
 from .paths import GroupView, single_copy
-from .paths.oneshot import split_head, split_header
+from .paths.oneshot import pack_split_header, split_head, split_header
 from .transport.shm import KIND_P2P
 from .work import Work
 
@@ -1464,7 +1464,7 @@ class TinyCallLane:
         c = inp.size // n
         tail = self._tail("all_to_all", False, dtype=dtype.name, count=inp.size)
         layout = split_header(n)
-        header = layout.pack(*(k * c for k in range(n)), *[c] * n, *[c] * n)
+        header = pack_split_header([c] * n, [c] * n)
         head, p = split_head(n), c * dtype.itemsize
         small = group.arena.small
         headers = [[memoryview(small[q][parity])[:layout.size] for q in range(n)]

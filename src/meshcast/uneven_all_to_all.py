@@ -34,7 +34,7 @@ import numpy as np
 
 from .algorithms import _select as _fast
 from .paths import GroupView
-from .paths.oneshot import split_head, split_header, split_offsets
+from .paths.oneshot import pack_split_header, split_head, split_offsets
 from .transport.arena import _COUNT
 from .work import Work
 
@@ -86,10 +86,7 @@ def plan(group: GroupView, out: np.ndarray, inp: np.ndarray, out_splits: Any, in
     send = tuple(s * row for s in sent)
     recv = tuple(s * row for s in got)
     isz = dtype.itemsize
-    starts = [0]
-    for c in send:
-        starts.append(starts[-1] + c)
-    header = split_header(n).pack(*starts[:-1], *send, *recv)
+    header = pack_split_header(send, recv)
     head = split_head(n)
     return UnevenPlan((tail,) * n, header, head - len(header), head,
                       _fast.all_to_all_direct_limit(group.caps, head), send, recv, isz,

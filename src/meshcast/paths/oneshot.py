@@ -96,6 +96,13 @@ def split_header(n: int) -> struct.Struct:
     return struct.Struct(f"<{3 * n}q")
 
 
+def pack_split_header(send: Sequence[int], recv: Sequence[int]) -> bytes:
+    """My all_to_all split header (:func:`split_header`) for element counts ``send`` to
+    and ``recv`` from each rank: where each piece starts in my input, then the counts."""
+    starts = itertools.accumulate(send[:-1], initial=0)
+    return split_header(len(send)).pack(*starts, *send, *recv)
+
+
 def split_offsets(group: GroupView, seq: int, regions: Sequence[np.ndarray], isz: int
                   ) -> list[int]:
     """After all_to_all ``seq``'s entry: where my piece lies (bytes) in each rank's
@@ -258,7 +265,7 @@ def all_to_all(group: GroupView, seq: int, out: np.ndarray, mine: np.ndarray,
     sd = list(itertools.accumulate(send, initial=0))
     rd = [x * isz for x in itertools.accumulate(recv, initial=0)]
     layout = split_header(n)
-    header = layout.pack(*sd[:-1], *send, *recv)
+    header = pack_split_header(send, recv)
     uniform = len(set(send) | set(recv)) <= 1
     offsets: list[int] = []  # where my piece lies in each rank's input (after the check)
 
