@@ -688,7 +688,8 @@ def uneven_all_to_all_lane(base: int) -> list[str]:
     """all_to_all_single with uneven split sizes (rows of 2-D arrays, some of them 0)
     through the tiny-call lane, synchronous and async, both parities twice, float64 and
     int32, and all_to_all of lists whose pieces differ in length, with the group's
-    general all_to_all made to fail; then, with it back, one
+    general all_to_all made to fail; then, with it back, calls where rank 0 splits
+    evenly beside uneven ranks (checked against NumPy), one
     rank staging an input too large for its region (every rank hands the entered call
     to the general path), one rank taking the general path itself (a strided input),
     and last a rank expecting a row more than its peer sends: the same MismatchError on
@@ -740,6 +741,26 @@ def uneven_all_to_all_lane(base: int) -> list[str]:
             check(np.concatenate(outs), 3, 2, np.float64, f"lists, async {run_async}")
     finally:
         del pg.all_to_all
+    # rank 0 splits evenly (the even lane, split sizes left out), the others
+    # unevenly (the uneven lane): both stage the same bytes and meet; the even
+    # lane, finding uneven splits, finishes on the general path
+    for k, lists in ((0, False), (1, True), (2, False), (3, True)):
+        def mixed(s: int, d: int, k: int = k) -> int:
+            return 2 if 0 in (s, d) else 1 + (s + d + k) % 2
+        ins = [np.full((mixed(r, d), 3), 100 * r + d + k, np.float32) for d in range(n)]
+        outs = [np.full((mixed(s, r), 3), -1, np.float32) for s in range(n)]
+        if lists:
+            dist.all_to_all(outs, ins)
+        else:
+            out = np.concatenate(outs)
+            even = r == 0
+            dist.all_to_all_single(out, np.concatenate(ins),
+                                   None if even else [len(o) for o in outs],
+                                   None if even else [len(i) for i in ins])
+            outs = np.split(out, np.cumsum([len(o) for o in outs])[:-1])
+        for s in range(n):
+            np.testing.assert_array_equal(outs[s], np.full_like(outs[s], 100 * s + r + k),
+                                          f"mixed even/uneven, round {k}, from {s} on {r}")
     # rank n - 1 sends `base` more rows to rank 0: too large to stage, so every rank
     # hands the call it entered to the general path
     sent = [rows(r, d, 0) + (base if r == n - 1 and d == 0 else 0) for d in range(n)]
