@@ -54,7 +54,9 @@ KNOBS: dict[str, Knob] = {
         Knob("MESHCAST_CMA_BYTES", _size, 2 << 20,
              "Point-to-point messages of at least this size, or too large for the ring "
              "whole (where ranks outnumber cores: as large as the ring), are copied once, "
-             "straight from the sender's memory (process_vm_readv); 0 turns it off."),
+             "straight from the sender's memory (process_vm_readv); contiguous ones "
+             "between two ranks of the compiled helper already from 128 KiB (256 KiB "
+             "where ranks outnumber cores) or this size if smaller; 0 turns it off."),
         Knob("MESHCAST_COMPILED", _bool, True,
              "Run the tiny calls' arena round and combine, and the single-copy reads, in the "
              "compiled helper (transport/_tiny.c) when it was built, and across hosts over "

@@ -37,7 +37,7 @@ from .errors import InvalidUsage
 from .paths import GroupView, single_copy
 from .paths.oneshot import pack_split_header, split_head, split_header
 from .transport.shm import KIND_P2P
-from .work import Work
+from .work import P2PWork, Work
 
 _MOVED_MAX = 256  # finished p2p Works a lane keeps (see TinyCallLane.moved)
 _SEQ = struct.Struct("<Q")  # the fingerprint's first field (see _fingerprint._STRUCT)
@@ -93,6 +93,8 @@ class TinyCallLane:
         ports = ((g, group.transport.port(g, group.group_id, KIND_P2P))
                  for g in group.global_ranks)
         self._ports = {g: port for g, port in ports if port is not None}
+        # Messages this large go single-copy: through a port, send_address and its FIN
+        self._copy_bytes = group.transport.port_copy_bytes or (1 << 62)
         self._peers = frozenset(group.global_ranks) - {group.global_ranks[group._rank]}
         self._whats = {kind: _What(group, kind) for kind in (
             "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all",
@@ -1083,7 +1085,15 @@ class TinyCallLane:
             next(self.group._p2p_seq)  # numbered like any send, for later messages
             return True
         # (past p2p_ok the port, if any, has just said no: not again)
-        return self.p2p_ok(arr, dst, tag) and self._send_now(arr, dst, tag, self._spec.spin_s)
+        if not self.p2p_ok(arr, dst, tag):
+            return False
+        if arr.nbytes >= self._copy_bytes:
+            work = self._send_address(arr, dst, tag)
+            if work is None:
+                return False
+            work.wait()
+            return True
+        return self._send_now(arr, dst, tag, self._spec.spin_s)
 
     def recv(self, arr: np.ndarray, src: int, tag: int) -> bool:
         """The blocking :func:`meshcast.recv` from global rank ``src`` into a contiguous
@@ -1116,7 +1126,10 @@ class TinyCallLane:
                   ) -> Work | None:
         """:meth:`isend` of a message :meth:`p2p_ok` already accepted; with ``wait``,
         waiting up to the spin time for room in the ring (batch_isend_irecv, whose
-        peer is likely copying out its previous message right now)."""
+        peer is likely copying out its previous message right now). A message that goes
+        single-copy returns the Work its receiver's FIN completes."""
+        if arr.nbytes >= self._copy_bytes:
+            return self._send_address(arr, dst, tag)
         port = self._ports.get(dst)  # (its common case without a frame more, as in send)
         if port is not None and port.send(arr, tag) > 0:
             next(self.group._p2p_seq)
@@ -1149,6 +1162,21 @@ class TinyCallLane:
             if len(self._moved) < _MOVED_MAX:
                 self._moved[key] = work
         return work
+
+    def _send_address(self, arr: np.ndarray, dst: int, tag: int) -> Work | None:
+        """Post a single-copy send of a message :meth:`p2p_ok` accepted through its port
+        (only the address goes into the ring: ShmTransport.send_address); its Work
+        completes when the receiver has copied the data. None: the general path."""
+        port = self._ports.get(dst)
+        if port is None:
+            return None
+        group = self.group
+        handle = group.transport.send_address(port, dst, arr, tag,
+                                              _P2PWhat(group, "send", dst, tag))
+        if handle is None:
+            return None
+        next(group._p2p_seq)  # numbered like any send, for later messages
+        return P2PWork(handle.describe, handle, group._deadline())
 
     def _send_now(self, arr: np.ndarray, dst: int, tag: int, spin_s: float) -> bool:
         """Send a message :meth:`p2p_ok` accepted straight into the ring, when its port

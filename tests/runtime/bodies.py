@@ -6,6 +6,7 @@ import os
 import signal
 import threading
 import time
+from typing import Any
 
 import numpy as np
 
@@ -783,3 +784,102 @@ def tiny_calls_across_reinit(store_path: str) -> list[float]:
         assert dist.group.WORLD.last_algorithm == "scatter/oneshot", \
             dist.group.WORLD.last_algorithm
     return [before, float(y[0])]
+
+
+def single_copy_through_the_port(sizes: list[int]) -> list[Any]:
+    """Messages past the compiled port's single-copy size (ShmTransport.port_copy_bytes),
+    around a ring of ranks: blocking send/recv, isend/irecv, batch_isend_irecv, float32
+    and int64, checked against what each sender sent, while counting the messages the
+    interpreter's single-copy read and the general isend moved (the compiled path
+    moves the rest: the address in the ring, the receiver's copy in C, the FIN taken
+    by the wait; a peer late past the spin time sends one to the interpreter's). Then:
+    a receive posted before its message arrives, and a receive of the wrong size (the
+    same MismatchError as the general path's, the link still working after it).
+    Returns [the mismatch message (rank 1), messages received, interpreter reads,
+    general sends, whether the ports exist, whether waits spin]."""
+    from meshcast.transport import cma, shm
+
+    r, n = dist.get_rank(), dist.get_world_size()
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    transport = dist.group.WORLD.transport
+    assert transport.port_copy_bytes > 0
+    counted = {"read": 0, "isend": 0}
+    kept = cma.read, shm.ShmTransport.isend
+
+    def counting(name: str, fn: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            counted[name] += 1
+            return fn(*args, **kwargs)
+        return call
+
+    def payload(src: int, k: int, count: int, dtype: type) -> np.ndarray:
+        return (np.arange(count) * (src + 2) + k).astype(dtype)
+
+    cma.read, shm.ShmTransport.isend = counting("read", cma.read), counting("isend", kept[1])
+    received = 0
+    try:
+        for k, nbytes in enumerate(sizes):
+            for dtype in (np.float32, np.int64):
+                count = nbytes // np.dtype(dtype).itemsize
+                mine, got = payload(r, k, count, dtype), np.zeros(count, dtype)
+                if r % 2 == 0:  # blocking, in an order that cannot deadlock
+                    dist.send(mine, nxt)
+                    dist.recv(got, prv)
+                else:
+                    dist.recv(got, prv)
+                    dist.send(mine, nxt)
+                np.testing.assert_array_equal(got, payload(prv, k, count, dtype))
+                got[:] = 0
+                works = [dist.isend(mine, nxt), dist.irecv(got, prv)]
+                for work in works:
+                    work.wait()
+                np.testing.assert_array_equal(got, payload(prv, k, count, dtype))
+                got[:] = 0
+                for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, nxt),
+                                                    dist.P2POp(dist.irecv, got, prv)]):
+                    work.wait()
+                np.testing.assert_array_equal(got, payload(prv, k, count, dtype))
+                received += 3
+    finally:
+        cma.read, shm.ShmTransport.isend = kept
+    count = sizes[-1] // 4
+    got = np.zeros(count, np.float32)
+    work = dist.irecv(got, prv, tag=5)  # posted first: the general path receives it
+    dist.barrier()
+    dist.send(payload(r, 9, count, np.float32), nxt, tag=5)
+    work.wait()
+    np.testing.assert_array_equal(got, payload(prv, 9, count, np.float32))
+    text = ""
+    if r == 0:
+        dist.send(np.zeros(sizes[0], np.uint8), 1, tag=6)
+        dist.send(np.ones(4, np.uint8), 1, tag=7)
+    elif r == 1:
+        try:
+            dist.recv(np.zeros(sizes[0] // 2, np.uint8), 0, tag=6)
+        except dist.MismatchError as exc:
+            text = str(exc)
+        else:
+            raise AssertionError("no error")
+        y = np.zeros(4, np.uint8)
+        dist.recv(y, 0, tag=7)
+        assert (y == 1).all()
+    dist.barrier()
+    from meshcast import _wait
+
+    return [text, received, counted["read"], counted["isend"],
+            bool(dist.group.WORLD.lane._ports), _wait.spec().spin_s > 0]
+
+
+def send_to_dying_peer(nbytes: int) -> str:
+    """Rank 1 SIGKILLs itself without receiving; rank 0's single-copy send (its data
+    waits in its own memory for a reader that never comes) must fail fast naming it."""
+    r = dist.get_rank()
+    if r == 1:
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGKILL)
+    t0 = time.monotonic()
+    try:
+        dist.send(np.ones(nbytes, np.uint8), 1)
+    except dist.PeerGoneError as exc:
+        return f"{time.monotonic() - t0:.2f}|{exc}"
+    raise AssertionError("a send to a dead rank returned")

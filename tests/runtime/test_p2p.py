@@ -170,3 +170,30 @@ def test_a_receiver_that_computes_still_drains_a_stalled_ring():
 
 def test_isend_keeps_a_temporary_alive_until_the_receiver_copied_it():
     spawn_world(bodies.isend_of_a_temporary, 2, timeout=60, env={"MESHCAST_CMA_BYTES": "1K"})
+
+
+@pytest.mark.parametrize("n, compiled", [(2, "1"), (3, "1"), (2, "0")])
+def test_single_copy_through_the_compiled_port(n, compiled):
+    # 128 KiB to 1 MiB: single-copy from the port's size on (the ring holds them whole)
+    out = spawn_world(bodies.single_copy_through_the_port, n, timeout=90,
+                      sizes=[128 << 10, 384 << 10, 1 << 20],
+                      env={"MESHCAST_COMPILED": compiled})
+    assert "sent 131072 bytes but the receive buffer holds 65536 bytes" in out[1][0], out
+    for _, received, reads, sends, ports, spins in out:
+        assert ports == (compiled == "1"), out
+        if not ports:  # the general path sends all (single-copy past the ring's size)
+            assert sends == received, out
+        elif spins:  # a late peer may send the odd message to the interpreter's path
+            assert reads <= received // 4 and sends <= received // 4, out
+        # (ranks outnumbering cores do not spin: a wait leaves a message that was not
+        # there yet to the progress passes, which read in the interpreter)
+
+
+def test_single_copy_send_to_a_dead_peer_raises_naming_it():
+    out = spawn_world(bodies.send_to_dying_peer, 2, timeout=60, expect_failure=True,
+                      nbytes=1 << 20)
+    status, text = out[0]
+    assert status == "ok", text
+    elapsed, message = text.split("|", 1)
+    assert float(elapsed) < 2.5
+    assert "send to rank 1 (tag 0) on WORLD" in message and "rank 1 exited" in message, message

@@ -934,11 +934,12 @@ def _make_pg_class() -> type:
             return self._done(works, tensors, self._group.group_rank, p2p=True)
 
         def _lane_p2p(self, tensors: list[Any], peer: Any, tag: Any, send: bool) -> Any:
-            """The finished Work of one small contiguous tensor's message that the group's
-            lane moves at once, as the front door's isend/irecv do (a send written into
-            the ring; a receive whose message is already first in it: a receive does not
-            wait here, since torch's irecv and recv are this same call); None: the
-            general path, which also explains bad arguments."""
+            """The Work of one contiguous tensor's message that the group's lane moves,
+            as the front door's isend/irecv do: finished for a send written into the ring
+            and a receive whose message is already first in it (a receive does not wait
+            here, since torch's irecv and recv are this same call); a large send goes
+            single-copy, its Work finished by the receiver's copy. None: the general
+            path, which also explains bad arguments."""
             group = self._group
             if (len(tensors) != 1 or type(group) is not ProcessGroup or type(peer) is not int
                     or type(tag) is not int or not 0 <= peer < group.size()

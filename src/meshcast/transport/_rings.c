@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,6 +30,9 @@
 #define HEADER 32
 #define WAKE_ALWAYS 1
 #define WAKE_URGENT 2
+#define MODE_ADDRESS 1 /* shm.py's _MODE_CMA: the payload is (address, send id) */
+#define KIND_FIN 2     /* shm.py's _KIND_FIN: "I copied your message"; tag = send id */
+#define ADDRESS 16     /* the payload of an address message: <QQ> */
 
 typedef struct {
     uint32_t group, kind;
@@ -66,16 +70,31 @@ static void ring_bell(char *bell, int urgent) {
 
 /* Write message `h` (h->nbytes bytes at `buf`) into `ring` if it fits whole: 1 written,
  * 0 not enough free space (nothing written). `bell`: the consumer's. */
-static int ring_put(char *ring, uint64_t size, char *bell, const Header *h, const void *buf) {
+static int ring_put_payload(char *ring, uint64_t size, char *bell, const Header *h,
+                            const void *buf, uint64_t n) {
     uint64_t head = __atomic_load_n(head_of(ring), __ATOMIC_RELAXED);  /* ours alone */
     uint64_t tail = __atomic_load_n(tail_of(ring), __ATOMIC_ACQUIRE);
-    if (size - (head - tail) < HEADER + h->nbytes)
+    if (size - (head - tail) < HEADER + n)
         return 0;
     ring_write(ring + RING_DATA, size, head, (const char *)h, HEADER);
-    ring_write(ring + RING_DATA, size, head + HEADER, buf, h->nbytes);
-    __atomic_store_n(head_of(ring), head + HEADER + h->nbytes, __ATOMIC_RELEASE);
+    if (n)
+        ring_write(ring + RING_DATA, size, head + HEADER, buf, n);
+    __atomic_store_n(head_of(ring), head + HEADER + n, __ATOMIC_RELEASE);
     ring_bell(bell, 0);
     return 1;
+}
+
+static int ring_put(char *ring, uint64_t size, char *bell, const Header *h, const void *buf) {
+    return ring_put_payload(ring, size, bell, h, buf, h->nbytes);
+}
+
+/* The consumer is done with the first `n` bytes at `tail`: free them, and wake a
+ * producer that waits for space (Rule 4). */
+static void ring_consumed(char *ring, char *bell, uint64_t tail, uint64_t n) {
+    __atomic_store_n(tail_of(ring), tail + n, __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_load_n(waits_of(ring), __ATOMIC_RELAXED))
+        ring_bell(bell, 1);
 }
 
 /* Take the first message of `ring` into `buf` (`len` bytes) if it is the one `want`
@@ -95,10 +114,7 @@ static int ring_take(char *ring, uint64_t size, char *bell, const Header *want, 
         h.nbytes != len || head - tail < HEADER + h.nbytes)
         return -1;
     ring_read(ring + RING_DATA, size, tail + HEADER, buf, h.nbytes);
-    __atomic_store_n(tail_of(ring), tail + HEADER + h.nbytes, __ATOMIC_RELEASE);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (__atomic_load_n(waits_of(ring), __ATOMIC_RELAXED))
-        ring_bell(bell, 1);
+    ring_consumed(ring, bell, tail, HEADER + h.nbytes);
     return 1;
 }
 
@@ -254,7 +270,9 @@ static PyObject *room(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssi
  *
  * A blocking send or receive of a small message to or from one peer of one group, the
  * whole call in C: the transport's checks (ShmTransport.port), its lock, and put or
- * take. It serves only the quiet case -- the group open, the peer alive, no send queued
+ * take; and for a large one the single-copy protocol (send_address, the receiver's
+ * copy and FIN in recv, the sender's wait for that FIN in fin), whose every step cost
+ * the interpreter tens of microseconds. It serves only the quiet case -- the group open, the peer alive, no send queued
  * to the peer, no message from it half received, and no posted receive or unexpected
  * message at all -- and answers -1 otherwise, so that Python decides with the exact
  * matching rules (ShmTransport.send_now/recv_now). A small message's round trip was
@@ -264,6 +282,8 @@ typedef struct {
     PyObject_HEAD
     char *out_ring, *out_bell, *in_ring, *in_bell;
     uint64_t size, max_bytes;
+    uint64_t copy_bytes;           /* messages this large go single-copy (0: never) */
+    long pid;                      /* the peer's, for process_vm_readv */
     uint32_t group, kind;
     PyObject *acquire, *release;   /* the transport lock's bound methods */
     PyObject *transport;           /* for its `_closed` */
@@ -289,14 +309,16 @@ static void port_dealloc(Port *self) {
 static int port_init(Port *self, PyObject *args, PyObject *kwds) {
     static char *names[] = {"out_ring", "out_bell", "in_ring", "in_bell", "size", "max_bytes",
                             "group", "kind", "lock", "transport", "sendq", "gone", "peer",
-                            "incoming", "j", "posted", "unexpected", NULL};
-    unsigned long long out_ring, out_bell, in_ring, in_bell, size, max_bytes;
+                            "incoming", "j", "posted", "unexpected", "pid", "copy_bytes",
+                            NULL};
+    unsigned long long out_ring, out_bell, in_ring, in_bell, size, max_bytes, copy_bytes = 0;
     unsigned long group, kind;
+    long pid = 0;
     PyObject *lock, *transport, *sendq, *gone, *peer, *incoming, *j, *posted, *unexpected;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "KKKKKKkkOOOOOOOOO", names, &out_ring,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "KKKKKKkkOOOOOOOOO|lK", names, &out_ring,
                                      &out_bell, &in_ring, &in_bell, &size, &max_bytes, &group,
                                      &kind, &lock, &transport, &sendq, &gone, &peer, &incoming,
-                                     &j, &posted, &unexpected))
+                                     &j, &posted, &unexpected, &pid, &copy_bytes))
         return -1;
     if (!out_ring || !out_bell || !in_ring || !in_bell || size < HEADER) {
         PyErr_SetString(PyExc_ValueError, "a null ring or doorbell, or a ring too small");
@@ -313,6 +335,8 @@ static int port_init(Port *self, PyObject *args, PyObject *kwds) {
     self->in_bell = (char *)(uintptr_t)in_bell;
     self->size = size;
     self->max_bytes = max_bytes;
+    self->copy_bytes = pid > 0 ? copy_bytes : 0;
+    self->pid = pid;
     self->group = (uint32_t)group;
     self->kind = (uint32_t)kind;
     PyObject *acquire = PyObject_GetAttrString(lock, "acquire");
@@ -396,6 +420,64 @@ static PyObject *port_send(Port *self, PyObject *const *args, Py_ssize_t nargs) 
     return PyLong_FromLong(state);
 }
 
+/* Copy n bytes at `address` in process `pid` into `dst` (the kernel may copy less than
+ * asked: go on). 0 done, -1 refused (the peer is gone, or a bad address). */
+static int copy_from(long pid, uint64_t address, char *dst, uint64_t n) {
+    uint64_t done = 0;
+    while (done < n) {
+        struct iovec mine = {dst + done, n - done};
+        struct iovec theirs = {(void *)(uintptr_t)(address + done), n - done};
+        ssize_t got = process_vm_readv((pid_t)pid, &mine, 1, &theirs, 1, 0);
+        if (got <= 0)
+            return -1;
+        done += (uint64_t)got;
+    }
+    return 0;
+}
+
+/* Under the lock, the quiet case: take the first message of the ring from the peer if
+ * it is the address of the one `tag` names, `out->len` bytes (shm.py's single-copy
+ * message): copy it straight out of the sender's memory, then answer with the FIN
+ * that completes its send, right behind whatever we sent it before. 1 taken, 0 the
+ * ring is empty, -1 something else is first, a send to the peer is queued (the FIN
+ * would overtake it), there is no room for the FIN, or the copy failed (nothing
+ * consumed: the general path copies again and explains), -2 error. The copy runs
+ * without the GIL, the transport's lock held, as the general path's does. */
+static int port_take_address(Port *self, Py_buffer *out, int64_t tag) {
+    char *ring = self->in_ring;
+    uint64_t head = __atomic_load_n(head_of(ring), __ATOMIC_ACQUIRE);
+    uint64_t tail = __atomic_load_n(tail_of(ring), __ATOMIC_RELAXED);  /* ours alone */
+    if (head == tail)
+        return 0;
+    if (head - tail < HEADER + ADDRESS)
+        return -1;
+    Header h;
+    uint64_t where[2];  /* the sender's address, its send id */
+    ring_read(ring + RING_DATA, self->size, tail, (char *)&h, HEADER);
+    if (h.group != self->group || h.kind != self->kind || h.tag != tag ||
+        h.mode != MODE_ADDRESS || h.nbytes != (uint64_t)out->len)
+        return -1;
+    ring_read(ring + RING_DATA, self->size, tail + HEADER, (char *)where, ADDRESS);
+    Py_ssize_t queued = PyObject_Size(self->sendq);
+    if (queued != 0)
+        return queued < 0 ? -2 : -1;
+    if (!has_room(self->out_ring, self->size, HEADER))
+        return -1;
+    int failed;
+    char *dst = out->buf;
+    uint64_t n = (uint64_t)out->len;
+    long pid = self->pid;
+    Py_BEGIN_ALLOW_THREADS
+    failed = copy_from(pid, where[0], dst, n);
+    Py_END_ALLOW_THREADS
+    if (failed)
+        return -1;
+    ring_consumed(ring, self->in_bell, tail, HEADER + ADDRESS);
+    Header fin = {0, KIND_FIN, (int64_t)where[1], 0, 0};
+    ring_put_payload(self->out_ring, self->size, self->out_bell, &fin, NULL, 0);
+    return 1;
+}
+
 /* One look under the lock: 1 taken, 0 empty, -1 not the quiet case or another message
  * first, -2 error. */
 static int port_look(Port *self, Py_buffer *out, int64_t tag) {
@@ -408,6 +490,9 @@ static int port_look(Port *self, Py_buffer *out, int64_t tag) {
         Header want = {self->group, self->kind, tag, 0, 0};
         state = ring_take(self->in_ring, self->size, self->in_bell, &want, out->buf,
                           (uint64_t)out->len);
+        /* (a sender without the compiled port sends such a message through the ring) */
+        if (state == -1 && self->copy_bytes && (uint64_t)out->len >= self->copy_bytes)
+            state = port_take_address(self, out, tag);
     }
     int failed = open < 0 || PyErr_Occurred();
     if (port_unlock(self) < 0 || failed)
@@ -454,7 +539,110 @@ static PyObject *port_recv(Port *self, PyObject *const *args, Py_ssize_t nargs) 
     return PyLong_FromLong(state);
 }
 
+/* send_address(data, tag, send_id) -> 1 written, 0 no room now, -1 not the quiet case (or
+ * data not C-contiguous, or smaller than single-copy messages): the single-copy form of
+ * send: only data's address and `send_id` go into the ring (shm.py's _MODE_CMA
+ * message); the receiver copies the data out of our memory and answers with a FIN
+ * naming `send_id` (see fin). The caller keeps data alive and unchanged until then. */
+static PyObject *port_send_address(Port *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "send_address(data, tag, send_id)");
+        return NULL;
+    }
+    int64_t tag = PyLong_AsLongLong(args[1]);
+    uint64_t send_id = PyLong_AsUnsignedLongLong(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer data;
+    if (PyObject_GetBuffer(args[0], &data, PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        return PyLong_FromLong(-1);
+    }
+    long state = -1;
+    if (self->copy_bytes && (uint64_t)data.len >= self->copy_bytes) {
+        if (port_lock(self) < 0) {
+            PyBuffer_Release(&data);
+            return NULL;
+        }
+        int open = port_open(self);
+        Py_ssize_t queued = open > 0 ? PyObject_Size(self->sendq) : 0;
+        if (open > 0 && queued == 0) {
+            Header h = {self->group, self->kind, tag, (uint64_t)data.len, MODE_ADDRESS};
+            uint64_t where[2] = {(uint64_t)(uintptr_t)data.buf, send_id};
+            state = ring_put_payload(self->out_ring, self->size, self->out_bell, &h, where,
+                                     ADDRESS);
+        }
+        int failed = open < 0 || queued < 0;
+        if (port_unlock(self) < 0 || failed) {
+            PyBuffer_Release(&data);
+            return NULL;
+        }
+    }
+    PyBuffer_Release(&data);
+    return PyLong_FromLong(state);
+}
+
+/* Under the lock: take the first message from the peer if it is the FIN of `send_id`.
+ * 1 taken, 0 empty, -1 something else first or a message half received, -2 error. */
+static int port_look_fin(Port *self, uint64_t send_id) {
+    if (port_lock(self) < 0)
+        return -2;
+    int state = -1, open = port_open(self);
+    PyObject *partial = open > 0 ? PyDict_GetItemWithError(self->incoming, self->j) : NULL;
+    if (open > 0 && !PyErr_Occurred() && (partial == NULL || partial == Py_None)) {
+        char *ring = self->in_ring;
+        uint64_t head = __atomic_load_n(head_of(ring), __ATOMIC_ACQUIRE);
+        uint64_t tail = __atomic_load_n(tail_of(ring), __ATOMIC_RELAXED);
+        if (head == tail) {
+            state = 0;
+        } else if (head - tail >= HEADER) {
+            Header h;
+            ring_read(ring + RING_DATA, self->size, tail, (char *)&h, HEADER);
+            if (h.kind == KIND_FIN && (uint64_t)h.tag == send_id && h.nbytes == 0) {
+                ring_consumed(ring, self->in_bell, tail, HEADER);
+                state = 1;
+            }
+        }
+    }
+    int failed = open < 0 || PyErr_Occurred();
+    if (port_unlock(self) < 0 || failed)
+        return -2;
+    return state;
+}
+
+/* fin(send_id, spin_ns) -> 1 the FIN of a send_address message came first in the ring and
+ * is consumed (the send is complete: the caller finishes it), 0 nothing came within
+ * spin_ns, -1 something else is first: the general path's progress pass decides.
+ * Waits for data without the lock and the GIL. */
+static PyObject *port_fin(Port *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "fin(send_id, spin_ns)");
+        return NULL;
+    }
+    uint64_t send_id = PyLong_AsUnsignedLongLong(args[0]);
+    uint64_t spin = PyLong_AsUnsignedLongLong(args[1]);
+    if (PyErr_Occurred())
+        return NULL;
+    int state = port_look_fin(self, send_id);
+    if (state == 0 && spin) {
+        int found;
+        char *ring = self->in_ring;
+        Py_BEGIN_ALLOW_THREADS
+        found = spin_until(has_data, ring, 0, 0, spin);
+        Py_END_ALLOW_THREADS
+        if (found)
+            state = port_look_fin(self, send_id);
+    }
+    if (state == -2)
+        return NULL;
+    return PyLong_FromLong(state);
+}
+
 static PyMethodDef port_methods[] = {
+    {"send_address", (PyCFunction)(void (*)(void))port_send_address, METH_FASTCALL,
+     "send_address(data, tag, send_id) -> 1 written, 0 no room, -1 the general path."},
+    {"fin", (PyCFunction)(void (*)(void))port_fin, METH_FASTCALL,
+     "fin(send_id, spin_ns) -> 1 the send's FIN taken, 0 none came, -1 the general path."},
     {"send", (PyCFunction)(void (*)(void))port_send, METH_FASTCALL,
      "send(data, tag) -> 1 written, 0 no room, -1 the general path must decide."},
     {"recv", (PyCFunction)(void (*)(void))port_recv, METH_FASTCALL,

@@ -54,6 +54,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -69,6 +70,12 @@ _MODE_CMA = 1  # header's reserved field: the payload is (address, send id), not
 _CMA = struct.Struct("<QQ")
 
 _HEADER = struct.Struct("<IIqQQ")  # group, kind, tag, nbytes, reserved
+# Single-copy through a compiled port from this size (see ShmTransport.send_address),
+# [ranks each on a core, ranks outnumbering cores]. Measured, sendrecv between 2 ranks
+# on 2 cores, hot buffers, us, ring / single-copy: 64 KiB 12.5 / 13.5, 96 KiB 17.2 /
+# 14.1, 128 KiB 20.8 / 16.4, 512 KiB 89 / 39; 4 ranks on 2 cores: 128 KiB 170-176 /
+# 240-250, 256 KiB 330-338 / 286-295.
+PORT_COPY_BYTES = (128 << 10, 256 << 10)
 # A rank's "wake my progress thread" word (Rules 3 and 5)
 _WAKE_NEVER, _WAKE_ALWAYS, _WAKE_URGENT = 0, 1, 2
 _LINE = 64
@@ -95,7 +102,7 @@ class Handle:
     """A posted send or receive. Complete it with :meth:`wait`; poll with :meth:`test`."""
 
     __slots__ = ("done", "_event", "error", "source", "nbytes", "describe", "peer", "peers",
-                 "_transport", "recv")
+                 "_transport", "recv", "fin")
 
     def __init__(self, transport: ShmTransport, peer: int | None, describe: str,
                  peers: tuple[int, ...] = ()) -> None:
@@ -114,6 +121,9 @@ class Handle:
         # may take straight out of its ring (ShmTransport.take_posted); None for sends
         # and receives from any rank.
         self.recv: _RecvOp | None = None
+        # A single-copy send posted through a compiled port (ShmTransport.send_address):
+        # (port, send id), whose FIN :meth:`wait` may take straight out of the ring.
+        self.fin: tuple[Any, int] | None = None
 
     def _finish(self, error: BaseException | None = None) -> None:
         self.error = error
@@ -178,6 +188,8 @@ class Handle:
         """
         if not self.done and self.recv is not None:
             self._transport.take_posted(self.recv)
+        elif not self.done and self.fin is not None:
+            self._transport.take_fin(self)
         if not self.done:
             poll = self._transport.poll
 
@@ -350,11 +362,19 @@ class ShmTransport:
         # single-copy; 8 MiB: 1.5-2.2 ms against 1.3-1.6).
         self.cma_min_bytes = (min(cma_min_bytes, ring_bytes - _HEADER.size) if cma_min_bytes > 0
                               else 0)
+        # ... and through a compiled port (send_address, the port's recv and fin) from
+        # PORT_COPY_BYTES already: there the protocol costs a few microseconds, where the
+        # interpreter's costs 70 (0: never).
+        self.port_copy_bytes = min(self.cma_min_bytes,
+                                   PORT_COPY_BYTES[_wait.spec().oversubscribed])
         # send id -> (peer, handle, data): the data stays referenced until the receiver's
         # FIN, since the receiver copies it out of our memory (a temporary array passed
         # to isend would otherwise be freed, and its memory reused, meanwhile)
         self._cma_sends: dict[int, tuple[int, Handle, np.ndarray]] = {}
         self._cma_ids = itertools.count(1)
+        # The compiled ports made (see port), by (peer, group, kind): a receive posted
+        # before its single-copy message came is taken by its port's recv (take_posted).
+        self._port_of: dict[tuple[int, int, int], Any] = {}
         self._closed: BaseException | None = None
         self._gone: set[int] = set()
         self._thread = threading.Thread(target=self._run, name=f"meshcast-shm-progress-{me}",
@@ -415,6 +435,10 @@ class ShmTransport:
                 for sender in (senders if peer is None else (peer,)):
                     self._check_open(sender, describe)
                 self._posted.append(recv)
+                if 0 < self.port_copy_bytes <= raw.nbytes and (peer, group, kind) in self._port_of:
+                    # Its message is likely a single-copy one: left for the wait, whose
+                    # port copies it in C (take_posted), not this pass in the interpreter.
+                    return handle
             self._pass()
         # The sender rings our doorbell when the message arrives: no wake-up here.
         return handle
@@ -455,7 +479,13 @@ class ShmTransport:
         spin_s = _wait.spec().spin_s
         if spin_s <= 0:  # ranks share cores: the look would rarely find it, the general
             return False  # wait yields its core instead
-        if recv.src is None or not self._takeable(recv.src, recv.dest.nbytes):
+        if recv.src is None:
+            return False
+        nbytes = recv.dest.nbytes
+        # a single-copy message a compiled port sends: that port's recv copies it
+        port = (self._port_of.get((recv.src, recv.group, recv.kind))
+                if 0 < self.port_copy_bytes <= nbytes else None)
+        if port is None and not self._takeable(recv.src, nbytes):
             return False
         with self._lock:
             if recv.handle.done or recv not in self._posted:
@@ -467,7 +497,11 @@ class ShmTransport:
             self._posted.remove(recv)
         took = False
         try:
-            took = self.recv_now(recv.src, recv.group, recv.kind, recv.tag, recv.dest, spin_s)
+            if port is not None:
+                took = port.recv(recv.dest, recv.tag, int(spin_s * 1e9)) > 0
+            else:
+                took = self.recv_now(recv.src, recv.group, recv.kind, recv.tag, recv.dest,
+                                     spin_s)
         finally:
             if not took:
                 self._repost(recv)
@@ -489,6 +523,48 @@ class ShmTransport:
                                                   f"exited", peer=recv.src))
                 return
             self._posted.insert(0, recv)
+
+    def send_address(self, port: Any, peer: int, raw: np.ndarray, tag: int,
+                     describe: Any) -> Handle | None:
+        """Post a single-copy send of ``raw`` (C-contiguous, at least ``cma_min_bytes``)
+        to global rank ``peer`` through its compiled ``port`` (see :meth:`port`), in the
+        quiet case: only the address goes into the ring, as :meth:`isend` would send
+        it, but in one C call. Returns the send's Handle, which the receiver's FIN
+        completes; None: nothing was sent, take :meth:`isend`.
+
+        The single-copy messages of :meth:`isend` cost 70 us a sendrecv at 2 ranks in
+        the interpreter before their copy; see ``_rings.c``'s port_take_address for the
+        receiving side."""
+        send_id = next(self._cma_ids)
+        handle = Handle(self, peer, describe)
+        handle.nbytes = raw.nbytes
+        # Known before the address can be read: the FIN may come at once, to any pass.
+        self._cma_sends[send_id] = (peer, handle, raw)
+        if port.send_address(raw, tag, send_id) <= 0:
+            del self._cma_sends[send_id]  # never sent: no FIN can name it
+            return None
+        handle.fin = (port, send_id)
+        return handle
+
+    def take_fin(self, handle: Handle) -> None:
+        """The start of a wait for a :meth:`send_address` send: take its FIN straight out
+        of the ring when it comes first within the patience for its copy (as
+        :meth:`take_posted` does for a receive); otherwise the general wait, whose
+        progress passes take FINs wherever they are."""
+        port, send_id = handle.fin
+        spin_s = _wait.spec().spin_s
+        wait_ns = int(self.patience(spin_s, handle.nbytes) * 1e9)
+        state = port.fin(send_id, wait_ns)
+        if state < 0:
+            # Something else came first: in a sendrecv, the peer's own message, for a
+            # receive posted behind this send. Take it as that receive's wait would (a
+            # progress pass would copy it in the interpreter), then look again.
+            for recv in [r for r in self._posted if r.src == handle.peer]:
+                if self.take_posted(recv):
+                    state = port.fin(send_id, wait_ns)
+                    break
+        if state > 0 and self._cma_sends.pop(send_id, None) is not None:
+            handle._finish()
 
     # ------------------------------------------------------- blocking fast path
 
@@ -580,7 +656,9 @@ class ShmTransport:
         """A compiled :meth:`send_now` and :meth:`recv_now` with ``peer`` for messages of
         ``group`` and ``kind`` (``_rings.Port``: ``send(data, tag)``, ``recv(out, tag,
         spin_ns)``, each 1 done, 0 no room / nothing came, -1 ask send_now/recv_now),
-        serving the common case in one C call; None without the compiled helper or
+        serving the common case in one C call; for single-copy messages (at least
+        ``cma_min_bytes``) also :meth:`send_address`'s ``send_address`` and ``fin``, and a
+        ``recv`` that copies out of the sender; None without the compiled helper or
         when ``peer`` is not another rank of this host."""
         out, into = self._put_to.get(peer), self._take_from.get(peer)
         if self._rings is None or out is None or into is None:
@@ -589,12 +667,16 @@ class ShmTransport:
         _, in_ring, in_bell = into
         # a message the ring cannot hold whole, or one that goes single-copy, is not sent here
         max_bytes = self.ring_bytes - _HEADER.size + 1
-        if self.cma_min_bytes:
-            max_bytes = min(max_bytes, self.cma_min_bytes)
-        return self._rings.Port(out_ring, out_bell, in_ring, in_bell, self.ring_bytes,
+        if self.port_copy_bytes:
+            max_bytes = min(max_bytes, self.port_copy_bytes)
+        # messages of port_copy_bytes and more: send_address, fin, and recv's single copy
+        port = self._rings.Port(out_ring, out_bell, in_ring, in_bell, self.ring_bytes,
                                 max_bytes, group, kind, self._lock, self, self._sendq[j],
                                 self._gone, peer, self._incoming, j, self._posted,
-                                self._unexpected)
+                                self._unexpected, pid=self.liveness.pids[peer],
+                                copy_bytes=self.port_copy_bytes)
+        self._port_of[(peer, group, kind)] = port
+        return port
 
     def recv_now(self, peer: int, group: int, kind: int, tag: int, raw: np.ndarray,
                  spin_s: float) -> bool:
