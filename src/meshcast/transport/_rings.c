@@ -478,15 +478,50 @@ static int port_take_address(Port *self, Py_buffer *out, int64_t tag) {
     return 1;
 }
 
+/* Take the lock, then whether the ring from the peer is quiet: the transport open, the
+ * peer alive, no message from it half received, and with `alone` no posted receive or
+ * unexpected message at all. 1 quiet, 0 not, -1 error (the lock held in these three:
+ * port_leave releases it), -2 error without the lock. */
+static int port_quiet(Port *self, int alone) {
+    if (port_lock(self) < 0)
+        return -2;
+    int open = port_open(self);
+    if (open <= 0)
+        return open;
+    PyObject *partial = PyDict_GetItemWithError(self->incoming, self->j);
+    if (PyErr_Occurred())
+        return -1;
+    if (partial != NULL && partial != Py_None)
+        return 0;
+    return !alone ||
+           (PyList_GET_SIZE(self->posted) == 0 && PyList_GET_SIZE(self->unexpected) == 0);
+}
+
+/* Release the lock port_quiet took; `state`, or -2 on an error. */
+static int port_leave(Port *self, int state) {
+    if (PyErr_Occurred())
+        state = -2;
+    return port_unlock(self) < 0 ? -2 : state;
+}
+
+/* Wait up to `spin` ns for data in the ring from the peer, without the lock and the GIL. */
+static int port_wait_data(Port *self, uint64_t spin) {
+    int found;
+    char *ring = self->in_ring;
+    Py_BEGIN_ALLOW_THREADS
+    found = spin_until(has_data, ring, 0, 0, spin);
+    Py_END_ALLOW_THREADS
+    return found;
+}
+
 /* One look under the lock: 1 taken, 0 empty, -1 not the quiet case or another message
  * first, -2 error. */
 static int port_look(Port *self, Py_buffer *out, int64_t tag) {
-    if (port_lock(self) < 0)
+    int quiet = port_quiet(self, 1);
+    if (quiet == -2)
         return -2;
-    int state = -1, open = port_open(self);
-    PyObject *partial = open > 0 ? PyDict_GetItemWithError(self->incoming, self->j) : NULL;
-    if (open > 0 && !PyErr_Occurred() && (partial == NULL || partial == Py_None) &&
-        PyList_GET_SIZE(self->posted) == 0 && PyList_GET_SIZE(self->unexpected) == 0) {
+    int state = quiet < 0 ? -2 : -1;
+    if (quiet > 0) {
         Header want = {self->group, self->kind, tag, 0, 0};
         state = ring_take(self->in_ring, self->size, self->in_bell, &want, out->buf,
                           (uint64_t)out->len);
@@ -494,10 +529,7 @@ static int port_look(Port *self, Py_buffer *out, int64_t tag) {
         if (state == -1 && self->copy_bytes && (uint64_t)out->len >= self->copy_bytes)
             state = port_take_address(self, out, tag);
     }
-    int failed = open < 0 || PyErr_Occurred();
-    if (port_unlock(self) < 0 || failed)
-        return -2;
-    return state;
+    return port_leave(self, state);
 }
 
 /* recv(out, tag, spin_ns) -> 1 taken, 0 nothing came within spin_ns (and half a
@@ -525,12 +557,7 @@ static PyObject *port_recv(Port *self, PyObject *const *args, Py_ssize_t nargs) 
          * pauses, as recv_now's wait does, so that both paths take the same messages */
         if (spin)
             spin += (uint64_t)out.len / 2;
-        int found;
-        char *ring = self->in_ring;
-        Py_BEGIN_ALLOW_THREADS
-        found = spin_until(has_data, ring, 0, 0, spin);
-        Py_END_ALLOW_THREADS
-        if (found)
+        if (port_wait_data(self, spin))
             state = port_look(self, &out, tag);
     }
     PyBuffer_Release(&out);
@@ -585,29 +612,24 @@ static PyObject *port_send_address(Port *self, PyObject *const *args, Py_ssize_t
 /* Under the lock: take the first message from the peer if it is the FIN of `send_id`.
  * 1 taken, 0 empty, -1 something else first or a message half received, -2 error. */
 static int port_look_fin(Port *self, uint64_t send_id) {
-    if (port_lock(self) < 0)
+    int quiet = port_quiet(self, 0);
+    if (quiet == -2)
         return -2;
-    int state = -1, open = port_open(self);
-    PyObject *partial = open > 0 ? PyDict_GetItemWithError(self->incoming, self->j) : NULL;
-    if (open > 0 && !PyErr_Occurred() && (partial == NULL || partial == Py_None)) {
-        char *ring = self->in_ring;
-        uint64_t head = __atomic_load_n(head_of(ring), __ATOMIC_ACQUIRE);
-        uint64_t tail = __atomic_load_n(tail_of(ring), __ATOMIC_RELAXED);
-        if (head == tail) {
-            state = 0;
-        } else if (head - tail >= HEADER) {
-            Header h;
-            ring_read(ring + RING_DATA, self->size, tail, (char *)&h, HEADER);
-            if (h.kind == KIND_FIN && (uint64_t)h.tag == send_id && h.nbytes == 0) {
-                ring_consumed(ring, self->in_bell, tail, HEADER);
-                state = 1;
-            }
+    int state = quiet < 0 ? -2 : -1;
+    char *ring = self->in_ring;
+    uint64_t head = __atomic_load_n(head_of(ring), __ATOMIC_ACQUIRE);
+    uint64_t tail = __atomic_load_n(tail_of(ring), __ATOMIC_RELAXED);  /* ours alone */
+    if (quiet > 0 && head == tail) {
+        state = 0;
+    } else if (quiet > 0 && head - tail >= HEADER) {
+        Header h;
+        ring_read(ring + RING_DATA, self->size, tail, (char *)&h, HEADER);
+        if (h.kind == KIND_FIN && (uint64_t)h.tag == send_id && h.nbytes == 0) {
+            ring_consumed(ring, self->in_bell, tail, HEADER);
+            state = 1;
         }
     }
-    int failed = open < 0 || PyErr_Occurred();
-    if (port_unlock(self) < 0 || failed)
-        return -2;
-    return state;
+    return port_leave(self, state);
 }
 
 /* fin(send_id, spin_ns) -> 1 the FIN of a send_address message came first in the ring and
@@ -624,15 +646,8 @@ static PyObject *port_fin(Port *self, PyObject *const *args, Py_ssize_t nargs) {
     if (PyErr_Occurred())
         return NULL;
     int state = port_look_fin(self, send_id);
-    if (state == 0 && spin) {
-        int found;
-        char *ring = self->in_ring;
-        Py_BEGIN_ALLOW_THREADS
-        found = spin_until(has_data, ring, 0, 0, spin);
-        Py_END_ALLOW_THREADS
-        if (found)
-            state = port_look_fin(self, send_id);
-    }
+    if (state == 0 && spin && port_wait_data(self, spin))
+        state = port_look_fin(self, send_id);
     if (state == -2)
         return NULL;
     return PyLong_FromLong(state);
