@@ -526,7 +526,7 @@ class ShmTransport:
 
     def send_address(self, port: Any, peer: int, raw: np.ndarray, tag: int,
                      describe: Any) -> Handle | None:
-        """Post a single-copy send of ``raw`` (C-contiguous, at least ``cma_min_bytes``)
+        """Post a single-copy send of ``raw`` (C-contiguous, at least ``port_copy_bytes``)
         to global rank ``peer`` through its compiled ``port`` (see :meth:`port`), in the
         quiet case: only the address goes into the ring, as :meth:`isend` would send
         it, but in one C call. Returns the send's Handle, which the receiver's FIN
@@ -657,7 +657,7 @@ class ShmTransport:
         ``group`` and ``kind`` (``_rings.Port``: ``send(data, tag)``, ``recv(out, tag,
         spin_ns)``, each 1 done, 0 no room / nothing came, -1 ask send_now/recv_now),
         serving the common case in one C call; for single-copy messages (at least
-        ``cma_min_bytes``) also :meth:`send_address`'s ``send_address`` and ``fin``, and a
+        ``port_copy_bytes``) also :meth:`send_address`'s ``send_address`` and ``fin``, and a
         ``recv`` that copies out of the sender; None without the compiled helper or
         when ``peer`` is not another rank of this host."""
         out, into = self._put_to.get(peer), self._take_from.get(peer)
