@@ -435,13 +435,20 @@ class ShmTransport:
                 for sender in (senders if peer is None else (peer,)):
                     self._check_open(sender, describe)
                 self._posted.append(recv)
-                if 0 < self.port_copy_bytes <= raw.nbytes and (peer, group, kind) in self._port_of:
+                if self._copy_port(peer, group, kind, raw.nbytes) is not None:
                     # Its message is likely a single-copy one: left for the wait, whose
                     # port copies it in C (take_posted), not this pass in the interpreter.
                     return handle
             self._pass()
         # The sender rings our doorbell when the message arrives: no wake-up here.
         return handle
+
+    def _copy_port(self, peer: int | None, group: int, kind: int, nbytes: int) -> Any:
+        """The compiled port that sends and receives a message of ``nbytes`` from ``peer``
+        single-copy (see :meth:`send_address`); None when it does not."""
+        if 0 < self.port_copy_bytes <= nbytes:
+            return self._port_of.get((peer, group, kind))
+        return None
 
     def _claim_unexpected(self, recv: _RecvOp) -> bool:
         """Hand ``recv`` the first unclaimed unexpected message it matches, if any (under
@@ -483,8 +490,7 @@ class ShmTransport:
             return False
         nbytes = recv.dest.nbytes
         # a single-copy message a compiled port sends: that port's recv copies it
-        port = (self._port_of.get((recv.src, recv.group, recv.kind))
-                if 0 < self.port_copy_bytes <= nbytes else None)
+        port = self._copy_port(recv.src, recv.group, recv.kind, nbytes)
         if port is None and not self._takeable(recv.src, nbytes):
             return False
         with self._lock:
