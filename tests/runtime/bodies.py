@@ -532,6 +532,8 @@ def blocking_fast_path(count: int) -> dict:
     ``count`` messages go round in both directions (wrapping small rings). Returns how
     often each fast path succeeded on this rank (by_port: in one C call, the lane's
     compiled port)."""
+    from meshcast import _world
+
     r = dist.get_rank()
     peer = 1 - r
     t = dist.group.WORLD.transport
@@ -603,8 +605,11 @@ def blocking_fast_path(count: int) -> dict:
         w = dist.isend(np.arange(6.0), peer, tag=11)
         assert w.is_completed() and w.wait() and w.exception() is None
         dist.batch_isend_irecv([dist.P2POp(dist.isend, np.full(3, 5.0), peer, tag=12)])[0].wait()
+        _world.current.store.set("test/both-sent", b"1")
     else:
-        time.sleep(0.05)  # both messages are in the ring before the receives are posted
+        # both messages are in the ring before the receives are posted (a sleep of 50 ms
+        # was not always enough on a loaded machine)
+        _world.current.store.wait(["test/both-sent"], 30.0)
         got = np.zeros(6)
         w = dist.irecv(got, peer, tag=11)
         assert w.is_completed() and w.source_rank == peer, w
