@@ -544,6 +544,10 @@ def broadcast(tensor: Any, src: int | None = None, group: GroupLike = None,
         InvalidUsage: bad argument (before anything is sent).
         MismatchError: ranks disagree on the call (count, dtype, root...).
         CommTimeout / PeerGoneError: a rank did not take part in time / exited.
+
+    A small synchronous call may return on ``src`` before the others have
+    received; such an error, which only they could see, is then raised by the
+    root's next call on ``group``.
     """
     if type(src) is int and algorithm is None and group_src is None and (
             async_op is False or async_op is True):
@@ -627,6 +631,10 @@ def reduce(tensor: Any, dst: int | None = None, op: Any = ReduceOp.SUM, group: G
     root) or ``group_dst`` (its group rank). ``ReduceOp.AVG`` on integers
     truncates toward zero (the integer sum divided by the group size, e.g.
     -7 over 2 ranks gives -3), as in :func:`all_reduce`.
+
+    A small synchronous call may return on ranks other than ``dst`` before
+    ``dst`` has received; a MismatchError or PeerGoneError that only the
+    other ranks could see is then raised by this rank's next call on ``group``.
     """
     if (async_op is False or async_op is True) and algorithm is None and group_dst is None \
             and type(dst) is int:

@@ -229,7 +229,7 @@ class World:
                 if me == 0:
                     segment.seal()
         self.segments.append(segment)
-        arena = Arena(segment, me, n, slot, ranks, liveness, name)
+        arena = Arena(segment, me, n, slot, ranks, liveness, name, timeout)
         group = ProcessGroup(group_id=group_id, name=name, global_ranks=ranks, rank=me,
                              transport=self.transport, arena=arena, timeout=timeout,
                              liveness=liveness, store=store)

@@ -162,8 +162,8 @@ class ProcessGroup(GroupRanks):
         what = self._what(kind, fp.seq)
 
         def job() -> None:
-            deadline = self._deadline()
-            parity = fp.seq & 1
+            deadline, parity = self._deadline(), fp.seq & 1
+            self.arena.settle()  # before the staging below writes into the arena
             multi = self._size > 1
             use_staged = staged is not None and algorithm is None and multi
             use_single = (single is not None and algorithm is None and multi

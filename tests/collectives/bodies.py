@@ -21,6 +21,16 @@ def _catch(fn, exc_type):
     return None
 
 
+def _catch_now_or_next(fn, exc_type, group=None):
+    """What ``fn()`` raised or, when it returned, what the group's next call raises.
+
+    A rank whose part of a collective needs nothing from the others (a broadcast's
+    root, a reduce's other ranks) may return before they have checked the call, and
+    learns of a disagreement at its next call on the group (as with MPI's eager sends).
+    """
+    return _catch(fn, exc_type) or _catch(lambda: dist.barrier(group), exc_type)
+
+
 # --------------------------------------------------------------- mismatches
 
 def mismatch(kind: str) -> str | None:
@@ -48,7 +58,7 @@ def mismatch(kind: str) -> str | None:
         call = lambda: dist.gather(mine, lst, dst=0)  # noqa: E731
     else:
         raise ValueError(kind)
-    return _catch(call, dist.MeshcastError)
+    return _catch_now_or_next(call, dist.MeshcastError)
 
 
 def qualified_algorithm_names() -> list[str]:
@@ -186,7 +196,8 @@ def mismatches(count: int, forced: bool = False, members: list[int] | None = Non
             assert work is not None
             error = _catch(work.wait, dist.MeshcastError)
         else:
-            error = _catch(lambda call=disagreeing: call(False), dist.MeshcastError)
+            error = _catch_now_or_next(lambda call=disagreeing: call(False),
+                                       dist.MeshcastError, group)
         results.append((kind, path, error and error.replace(group.group_name, "G")))
     n = dist.get_world_size()
     x = np.ones(1)

@@ -5,12 +5,14 @@ numbers and returns the paths it saw, so a test can prove the path it meant ran.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
 import numpy as np
 
 import meshcast as dist
+from meshcast import _world
 
 # A piece this large leaves the one-shot range at every world size tested and reaches
 # the single-copy threshold (64 KiB per piece, per rank for all_to_all): float64.
@@ -403,7 +405,7 @@ def random_mix(calls: int, seed: int) -> int:
     pending: list = []
     total = n * (n + 1) / 2
     for _ in range(calls):
-        kind = int(rng.integers(0, 9))
+        kind = int(rng.integers(0, 10))
         size = int(rng.choice([0, 1, 3, 64, 1000, 20_000, 70_000, 300_000]))
         general = bool(rng.integers(0, 2)) and r % 2 == 1
         root = int(rng.integers(0, n))
@@ -451,6 +453,10 @@ def random_mix(calls: int, seed: int) -> int:
                                              dist.P2POp(dist.irecv, got, (r - 1) % n)]):
                 w.wait()
             assert (got == (r - 1) % n).all()
+        elif kind == 8:  # one-sided off the root when tiny: the next call settles it
+            x = arr(np.full(size, r + 1.0))
+            dist.reduce(x, dst=root)
+            assert r != root or (x == total).all()
         else:
             x = np.ones(size)
             pending.append((dist.all_reduce(x, async_op=True), x))
@@ -786,3 +792,98 @@ def uneven_all_to_all_lane(base: int) -> list[str]:
     except dist.MismatchError as exc:
         seen.append(f"mismatch: {'sends' in str(exc) and 'expects' in str(exc)}")
     return seen
+
+
+def one_sided_rounds() -> list[str]:
+    """A tiny broadcast's root and a tiny reduce's other ranks return before the ranks
+    they need nothing from have entered the call: each rank below enters only once a
+    store word says the ranks before it returned, which would never come if a
+    one-sided rank waited for it (the call would time out). The next calls on the
+    group (lane, general path, schedule) see every result right. Returns the
+    algorithms that ran."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    store = _world.current.store
+    pg = dist.group.WORLD
+    ran = []
+    for step, root in enumerate((0, n - 1)):
+        # broadcast: the root returns at once, every other rank once the root did (and
+        # at 3 ranks or more, the non-roots need only the root: each enters after the
+        # one before it returned)
+        order = [root] + [q for q in range(n) if q != root]
+        at = order.index(r)
+        if at > 0:
+            store.wait([f"test/b{step}/{order[at - 1]}"], 30.0)
+        x = np.full(5, float(r), np.float32)
+        dist.broadcast(x, src=root)
+        store.set(f"test/b{step}/{r}", b"1")
+        assert (x == root).all(), x
+        ran.append(pg.last_algorithm)
+        # reduce: every other rank returns before the root enters
+        order = [q for q in range(n) if q != root] + [root]
+        at = order.index(r)
+        if at > 0:
+            store.wait([f"test/r{step}/{order[at - 1]}"], 30.0)
+        y = np.full(3, r + 1, np.int64)
+        dist.reduce(y, dst=root)
+        store.set(f"test/r{step}/{r}", b"1")
+        assert r != root or (y == n * (n + 1) // 2).all(), y
+        ran.append(pg.last_algorithm)
+    # The one-sided rank's next call settles the round before it writes anything:
+    # every kind of next call, over both parities
+    total = n * (n + 1) / 2
+    for i in range(8):
+        root = i % n
+        x = np.full(4, float(r))
+        dist.broadcast(x, src=root)
+        assert (x == root).all()
+        follow = i % 4
+        if follow == 0:  # the lane
+            z = np.full(6, r + 1.0)
+            dist.all_reduce(z)
+        elif follow == 1:  # the general path (a strided array), staged before the entry
+            z = np.zeros(12)[::2]
+            z[...] = r + 1.0
+            dist.all_reduce(z)
+        elif follow == 2:  # a schedule
+            z = np.full(300_000, r + 1.0)
+            dist.all_reduce(z, algorithm="ring")
+        else:  # a reduce, one-sided in turn
+            z = np.full(6, r + 1.0)
+            dist.reduce(z, dst=root)
+            if r != root:
+                z[...] = total
+        assert (z == total).all(), (i, z[:4])
+    return ran
+
+
+def one_sided_rank_learns_late(kind: str) -> str | None:
+    """Ranks disagree with a one-sided rank, or one dies after it returned: that rank
+    raises at its next call on the group (a large all_reduce: the general path),
+    naming the call it belongs to. Returns what this rank raised."""
+    r = dist.get_rank()
+    x = np.zeros(4, np.float32)
+    if kind == "mismatch":
+        try:
+            if r == 0:
+                dist.broadcast(x, src=0)  # one-sided: returns
+            else:
+                dist.reduce(x, dst=1)
+        except dist.MeshcastError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        try:
+            dist.all_reduce(np.zeros(300_000))
+        except dist.MeshcastError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None
+    # dead: rank 1 dies before it enters the broadcast rank 0 returns from ("next: "
+    # marks an error of the call after the broadcast)
+    if r == 1:
+        os._exit(3)
+    call = "broadcast"
+    try:
+        dist.broadcast(x, src=0)
+        call = "next"
+        dist.all_reduce(np.zeros(300_000))
+    except dist.MeshcastError as exc:
+        return f"{call}: {type(exc).__name__}: {exc}"
+    return None

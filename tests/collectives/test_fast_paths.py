@@ -106,6 +106,35 @@ def test_lanes_past_one_shot_mix_with_the_general_path(n, single_copy):
                for seen in out), out
 
 
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_broadcast_root_and_reduce_others_return_first(n):
+    """One-sided rounds (arena.py): the ranks that need nothing from the others return
+    before those enter (each rank enters only once the ones before it returned: a rank
+    that waited would time out), and the next call of every kind settles the round."""
+    out = spawn_world(bodies.one_sided_rounds, n, timeout=120, op_timeout=20)
+    assert out == [["broadcast/oneshot", "reduce/oneshot"] * 2] * n, out
+
+
+@pytest.mark.parametrize("kind", ["mismatch", "dead"])
+def test_a_one_sided_rank_learns_at_its_next_call(kind):
+    """A broadcast's root returned before the others checked the call: a disagreement
+    or a rank that died is raised by the root's next call (on the general path here),
+    naming the broadcast; a mismatch is word for word what the others raised."""
+    if kind == "mismatch":
+        out = spawn_world(bodies.one_sided_rank_learns_late, 3, timeout=120, op_timeout=20,
+                          kind=kind)
+        assert len(set(out)) == 1 and out[0].startswith("MismatchError"), out
+        assert "broadcast(" in out[0] and "reduce(" in out[0], out
+        return
+    out = spawn_world(bodies.one_sided_rank_learns_late, 3, timeout=120, op_timeout=20,
+                      expect_failure=True, kind=kind)
+    assert out[1][0] == "error", out
+    for status, text in (out[0], out[2]):  # (or the abort of the rank that found it first)
+        assert status == "ok" and "rank 1" in text and "exited" in text, out
+        assert text.split(": ")[1] in ("PeerGoneError", "GroupAbortedError"), text
+    assert out[0][1].startswith("next: ") and "broadcast #1" in out[0][1], out
+
+
 @pytest.mark.parametrize("n, compiled", [(2, "1"), (5, "1"), (3, "0")])
 def test_random_mix_of_lanes_general_paths_async_and_p2p(n, compiled):
     """With the compiled rounds, combines and reads (transport/_tiny.c) and with Python's."""

@@ -180,6 +180,7 @@ class _OneShot:
         group = self.group
         group.last_algorithm = self.bound.program.name
         self.deadline = group._deadline()
+        group.arena.settle()  # the program writes my region before it enters
         self.bound(self, self.buffers)
         self.finish()
 

@@ -47,6 +47,13 @@ typedef struct {
     Py_ssize_t ranks_off, fp_off, small_off, small_bytes, fp_size;
     unsigned long long yield_ns; /* how long to yield after spinning */
     PyObject *keep;     /* an object that keeps the mapping alive */
+    /* A one-sided round this rank signalled but did not wait out (see settle): its
+     * seq (0: none), its packed fingerprint, the object naming the call, and what
+     * Python calls to finish it when the ranks are late or disagree. */
+    uint64_t pending;
+    char pending_fp[LINE];
+    PyObject *pending_what;
+    PyObject *settle_slow;
 } Round;
 
 static inline uint64_t *word(Round *s, Py_ssize_t r) {
@@ -83,10 +90,11 @@ static inline void relax(void) {
  * core for yield_ns (Python's waiting primitive has the same two stages before it
  * blocks; doing them here saves its per-check interpreter work, which matters most
  * when ranks share cores and every check follows a context switch). */
-static int arrived(Round *s, uint64_t target, uint64_t spin_ns, uint64_t yield_ns) {
+static int arrived_from(Round *s, Py_ssize_t lo, Py_ssize_t hi, uint64_t target,
+                        uint64_t spin_ns, uint64_t yield_ns) {
     uint64_t start = 0;
     int yielding = 0;
-    for (Py_ssize_t r = 0; r < s->n; r++) {
+    for (Py_ssize_t r = lo; r < hi; r++) {
         unsigned k = 0;
         while (__atomic_load_n(word(s, r), __ATOMIC_ACQUIRE) < target) {
             if (start == 0)
@@ -108,6 +116,10 @@ static int arrived(Round *s, uint64_t target, uint64_t spin_ns, uint64_t yield_n
     return 1;
 }
 
+static int arrived(Round *s, uint64_t target, uint64_t spin_ns, uint64_t yield_ns) {
+    return arrived_from(s, 0, s->n, target, spin_ns, yield_ns);
+}
+
 static int Round_init(Round *self, PyObject *args, PyObject *kwds) {
     unsigned long long base;
     PyObject *keep;
@@ -127,6 +139,8 @@ static int Round_init(Round *self, PyObject *args, PyObject *kwds) {
 
 static void Round_dealloc(Round *self) {
     Py_XDECREF(self->keep);
+    Py_XDECREF(self->pending_what);
+    Py_XDECREF(self->settle_slow);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -223,6 +237,94 @@ static int stage(Round *self, char *to, PyObject *data, const Py_buffer *like) {
     return result;
 }
 
+/* ------------------------------------------------------------ one-sided rounds
+ *
+ * A broadcast's root needs nothing from the other ranks, nor does a reduce's
+ * non-root: as MPI's eager protocol does, such a rank signals and returns (a
+ * one-sided round, awaiting no rank or only the root), and finishes the round at
+ * the start of its next call on the group instead: settle waits until every rank
+ * entered the call (so every rank finished the call before it, whose regions of
+ * the other parity the next call overwrites: Rule 2 of arena.py holds as if the
+ * round had been waited out), then compares every rank's fingerprint with mine.
+ * Entered, not reached the round's phase: a rank that took another path finds the
+ * mismatch at its own entry and never gets there. Anything slower or wrong (late
+ * ranks, a differing fingerprint, an abort) goes to Python's
+ * settle_slow(seq, packed, what) (Arena.settle_rest), which waits
+ * with liveness and deadline and raises what the round would have raised, naming
+ * the call it belongs to. Python's paths call Round.settle before they touch the
+ * arena (Arena.settle).
+ */
+typedef struct {
+    Py_ssize_t awaited; /* the one rank this rank waits for, or -1: none */
+    PyObject *what;     /* names the call, for settle_slow */
+} OneSided;
+
+/* 0 once the pending round (if any) is settled; -1 with the exception of
+ * settle_slow. Clears pending either way. */
+static int settle(Round *self, uint64_t spin_ns) {
+    uint64_t seq = self->pending, target = seq << PHASE_BITS;
+    if (seq == 0)
+        return 0;
+    int parity = (int)(seq & 1), ok;
+    Py_BEGIN_ALLOW_THREADS
+    ok = arrived(self, target, spin_ns, self->yield_ns);
+    Py_END_ALLOW_THREADS
+    for (Py_ssize_t r = 0; ok && r < self->n; r++)
+        ok = memcmp(fingerprint(self, r, parity), self->pending_fp, (size_t)self->fp_size) == 0;
+    PyObject *what = self->pending_what;
+    self->pending = 0;
+    self->pending_what = NULL;
+    if (ok) {
+        Py_XDECREF(what);
+        return 0;
+    }
+    if (self->settle_slow == NULL) {
+        Py_XDECREF(what);
+        PyErr_SetString(PyExc_RuntimeError, "a one-sided round without settle_slow");
+        return -1;
+    }
+    PyObject *res = PyObject_CallFunction(self->settle_slow, "Ky#O", (unsigned long long)seq,
+                                          self->pending_fp, self->fp_size,
+                                          what != NULL ? what : Py_None);
+    Py_XDECREF(what);
+    if (res == NULL)
+        return -1;
+    Py_DECREF(res);
+    return 0;
+}
+
+/* settle(spin_ns) -> None: finish the pending one-sided round, if any (see above). */
+static PyObject *Round_settle(Round *self, PyObject *arg) {
+    unsigned long long spin_ns = PyLong_AsUnsignedLongLong(arg);
+    if (PyErr_Occurred() || settle(self, spin_ns) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Round_get_pending(Round *self, void *closure) {
+    (void)closure;
+    return PyBool_FromLong(self->pending != 0);
+}
+
+static PyObject *Round_get_settle_slow(Round *self, void *closure) {
+    (void)closure;
+    if (self->settle_slow == NULL)
+        Py_RETURN_NONE;
+    Py_INCREF(self->settle_slow);
+    return self->settle_slow;
+}
+
+static int Round_set_settle_slow(Round *self, PyObject *value, void *closure) {
+    (void)closure;
+    if (value != NULL && value != Py_None && !PyCallable_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "settle_slow: a callable or None");
+        return -1;
+    }
+    Py_XINCREF(value == Py_None ? NULL : value);
+    Py_XSETREF(self->settle_slow, value == Py_None ? NULL : value);
+    return 0;
+}
+
 /* One round: stage data (see stage) into this rank's one-shot
  * region of parity seq & 1, publish packed (fp_size bytes), signal phase, wait
  * for every rank's signal, compare. Returns the status (see the top of the file),
@@ -231,8 +333,10 @@ static int stage(Round *self, char *to, PyObject *data, const Py_buffer *like) {
  * every rank's must equal packed. */
 static int round_core(Round *self, uint64_t seq, long phase, const char *packed, PyObject *data,
                       uint64_t spin_ns, PyObject *expected, const uint64_t *exposure,
-                      const Py_buffer *like) {
+                      const Py_buffer *like, const OneSided *one) {
     Py_ssize_t packed_len = self->fp_size;
+    if (self->pending && settle(self, spin_ns) < 0)
+        return -1;
     if (__atomic_load_n((uint32_t *)self->base, __ATOMIC_ACQUIRE))
         return 3;
     int parity = (int)(seq & 1);
@@ -245,6 +349,25 @@ static int round_core(Round *self, uint64_t seq, long phase, const char *packed,
     uint64_t target = (seq << PHASE_BITS) | (uint64_t)phase;
     signal_phase(self, target);
     int ok;
+    if (one != NULL && self->n > 1) { /* wait for the one rank awaited, if any */
+        Py_ssize_t a = one->awaited;
+        if (a >= 0) {
+            Py_BEGIN_ALLOW_THREADS
+            ok = arrived_from(self, a, a + 1, target, spin_ns, self->yield_ns);
+            Py_END_ALLOW_THREADS
+            /* Late or different: Python waits for every rank (the round is then
+             * whole), then compares every fingerprint */
+            if (!ok || memcmp(fingerprint(self, a, parity), packed, (size_t)packed_len) != 0)
+                return 2;
+            if (self->n == 2)
+                return 0; /* the one other rank was awaited: nothing left to settle */
+        }
+        self->pending = seq;
+        memcpy(self->pending_fp, packed, (size_t)packed_len);
+        Py_XINCREF(one->what);
+        Py_XSETREF(self->pending_what, one->what);
+        return 0;
+    }
     Py_BEGIN_ALLOW_THREADS
     ok = arrived(self, target, spin_ns, self->yield_ns);
     Py_END_ALLOW_THREADS
@@ -295,7 +418,7 @@ static PyObject *Round_run(Round *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "packed fingerprint of the wrong size");
         return NULL;
     }
-    int status = round_core(self, seq, phase, packed, args[3], spin_ns, expected, NULL, NULL);
+    int status = round_core(self, seq, phase, packed, args[3], spin_ns, expected, NULL, NULL, NULL);
     return status < 0 ? NULL : PyLong_FromLong(status);
 }
 
@@ -475,7 +598,8 @@ static int combine_args(PyObject *const *a, Combine *c) {
 static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const char *packed,
                                    PyObject *data, uint64_t spin_ns, PyObject *expected,
                                    const uint64_t *exposure, Py_ssize_t same,
-                                   const Combine *c, const Py_buffer *like) {
+                                   const Combine *c, const Py_buffer *like,
+                                   const OneSided *one) {
     Outs outs = {0};
     int have_out = c->out != Py_None;
     if (have_out && outs_get(self, &outs, c->out, c->code, c->root, c->off) < 0) {
@@ -484,7 +608,7 @@ static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const 
         PyErr_Clear();
         return PyLong_FromLong(5);
     }
-    int status = round_core(self, seq, phase, packed, data, spin_ns, expected, exposure, like);
+    int status = round_core(self, seq, phase, packed, data, spin_ns, expected, exposure, like, one);
     int parity = (int)(seq & 1);
     for (Py_ssize_t r = 0; status == 0 && same > 0 && r < self->n; r++)
         if (memcmp(region(self, r, parity), region(self, self->rank, parity), (size_t)same))
@@ -511,9 +635,10 @@ static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const 
  * same result.
  */
 static PyObject *Round_oneshot(Round *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 8) {
+    if (nargs != 8 && nargs != 10) {
         PyErr_SetString(PyExc_TypeError,
-                        "oneshot(seq, tail, data, spin_ns, out, code, root, offset)");
+                        "oneshot(seq, tail, data, spin_ns, out, code, root, offset"
+                        "[, awaited, what])");
         return NULL;
     }
     unsigned long long seq = PyLong_AsUnsignedLongLong(args[0]);
@@ -522,7 +647,18 @@ static PyObject *Round_oneshot(Round *self, PyObject *const *args, Py_ssize_t na
     char packed[LINE];
     if (PyErr_Occurred() || combine_args(args + 4, &c) < 0 || pack(self, seq, args[1], packed) < 0)
         return NULL;
-    return round_and_combine(self, seq, 1, packed, args[2], spin_ns, NULL, NULL, 0, &c, NULL);
+    OneSided one = {-1, NULL};
+    if (nargs == 10) {
+        one.awaited = PyLong_AsSsize_t(args[8]);
+        one.what = args[9];
+        if (one.awaited < -1 || one.awaited >= self->n) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "awaited: a rank, or -1 for none");
+            return NULL;
+        }
+    }
+    return round_and_combine(self, seq, 1, packed, args[2], spin_ns, NULL, NULL, 0, &c, NULL,
+                             nargs == 10 ? &one : NULL);
 }
 
 /* rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset[, same[, like]])
@@ -591,14 +727,14 @@ static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nar
     PyObject *like_obj = nargs == 11 ? args[10] : Py_None;
     if (like_obj == Py_None)
         return round_and_combine(self, seq, 0, packed, args[2], spin_ns, tails,
-                                 exposing ? exposure : NULL, same, &c, NULL);
+                                 exposing ? exposure : NULL, same, &c, NULL, NULL);
     Py_buffer like;
     if (PyObject_GetBuffer(like_obj, &like, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         PyErr_Clear();
         return PyLong_FromLong(5);
     }
     PyObject *status = round_and_combine(self, seq, 0, packed, args[2], spin_ns, tails,
-                                         exposing ? exposure : NULL, same, &c, &like);
+                                         exposing ? exposure : NULL, same, &c, &like, NULL);
     PyBuffer_Release(&like);
     return status;
 }
@@ -860,8 +996,11 @@ static PyMethodDef Round_methods[] = {
     {"run", (PyCFunction)(void (*)(void))Round_run, METH_FASTCALL,
      "run(seq, phase, packed, data, spin_ns[, expected]) -> status: one arena round (see the module)."},
     {"oneshot", (PyCFunction)(void (*)(void))Round_oneshot, METH_FASTCALL,
-     "oneshot(seq, tail, data, spin_ns, out, code, root, offset) -> status: a phase-1 round, then "
-     "combine every rank's region into out (see combine in the source)."},
+     "oneshot(seq, tail, data, spin_ns, out, code, root, offset[, awaited, what]) -> status: a "
+     "phase-1 round (one-sided with awaited), then combine every rank's region into out (see "
+     "combine and one-sided rounds in the source)."},
+    {"settle", (PyCFunction)Round_settle, METH_O,
+     "settle(spin_ns) -> None: finish the pending one-sided round, if any (see the source)."},
     {"rooted", (PyCFunction)(void (*)(void))Round_rooted, METH_FASTCALL,
      "rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset[, same]) -> status: "
      "gather/scatter's entry round, then the combine (see rooted in the source)."},
@@ -876,6 +1015,15 @@ static PyMethodDef Round_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyGetSetDef Round_getset[] = {
+    {"pending", (getter)Round_get_pending, NULL,
+     "whether a one-sided round waits to be settled", NULL},
+    {"settle_slow", (getter)Round_get_settle_slow, (setter)Round_set_settle_slow,
+     "settle_slow(seq, packed, what): Python's end of a late or differing one-sided round",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyTypeObject RoundType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "meshcast.transport._tiny.Round",
@@ -886,6 +1034,7 @@ static PyTypeObject RoundType = {
     .tp_init = (initproc)Round_init,
     .tp_dealloc = (destructor)Round_dealloc,
     .tp_methods = Round_methods,
+    .tp_getset = Round_getset,
 };
 
 static struct PyModuleDef module = {

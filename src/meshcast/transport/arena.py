@@ -21,6 +21,13 @@ Rule 3: fingerprints are double-buffered by seq parity: a rank can be at most
 one collective ahead of the slowest rank that still reads its fingerprint,
 because entering ``seq + 1`` requires everyone to have entered ``seq``.
 
+One-sided rounds (the compiled lane's broadcast root and reduce non-roots, see
+``_tiny.c``) signal and return without waiting for the other ranks, and wait at
+the start of the rank's next call on the group instead (:meth:`Arena.settle`),
+before it writes anything here: Rules 2 and 3 then hold as if the round had been
+waited out. A mismatch or a dead peer found by that wait is raised by the next
+call, naming the call it belongs to (MPI's eager sends report late the same way).
+
 Waiting uses meshcast._wait.wait_until with a futex on the low 32 bits of the
 peer's signal word; a waiter publishes which rank it sleeps on so a signaller
 only makes the wake syscall when someone sleeps.
@@ -28,8 +35,10 @@ only makes the wake syscall when someone sleeps.
 
 from __future__ import annotations
 
+import functools
 import struct
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -103,8 +112,10 @@ class Arena:
         return cls.layout(n, slot_bytes)[4]
 
     def __init__(self, segment: Segment, rank: int, n: int, slot_bytes: int,
-                 global_ranks: Sequence[int], liveness: _wait.Liveness, name: str) -> None:
+                 global_ranks: Sequence[int], liveness: _wait.Liveness, name: str,
+                 timeout: float = 300.0) -> None:
         self.segment = segment
+        self.timeout = timeout  # the group's: how long a one-sided round's end may wait
         self.rank = rank
         self.n = n
         self.slot_bytes = slot_bytes
@@ -139,6 +150,9 @@ class Arena:
         # The compiled round of the tiny calls (transport/_tiny.c), if built and wanted.
         compiled = _compiled_round(segment, rank, n, ranks_off, fp_off, small_off,
                                    self.small_bytes)
+        self._compiled = compiled
+        if compiled is not None:  # through a weak reference: Round is no GC container
+            compiled.settle_slow = functools.partial(_settle_rest, weakref.ref(self))  # type: ignore[attr-defined]
         self._round = None if compiled is None else compiled.run  # type: ignore[attr-defined]
         self.compiled_oneshot = None if compiled is None else compiled.oneshot  # type: ignore[attr-defined]
         self.compiled_rooted = None if compiled is None else compiled.rooted  # type: ignore[attr-defined]
@@ -230,6 +244,31 @@ class Arena:
 
     # ---------------------------------------------------------- entry and abort
 
+    def settle(self) -> None:
+        """Finish this rank's pending one-sided round, if any (see the module's
+        theory): every Python path calls this before it writes into the arena.
+
+        Raises:
+            what the round would have raised (MismatchError, CommTimeout,
+            PeerGoneError, GroupAbortedError), naming that call.
+        """
+        compiled = self._compiled
+        if compiled is not None and compiled.pending:
+            compiled.settle(self.spin_ns)
+
+    def settle_rest(self, seq: int, packed: bytes, what: object) -> None:
+        """The end of call ``seq``'s one-sided round (``what`` names the call, ``packed``
+        is this rank's fingerprint) where the compiled settle found a rank late or a
+        fingerprint different: wait until every rank entered the call (liveness, the
+        group's timeout from now, abort), then compare as the round would have."""
+        self.seq = seq
+        self.deadline = time.monotonic() + self.timeout
+        self.what = what  # type: ignore[assignment]
+        self.wait(range(self.n), 0)
+        table = self._fp_tables[seq & 1]
+        if table.tobytes() != packed * self.n:
+            self._compare(table, seq, False, -1)
+
     def enter(self, fp: Fingerprint, what: str, deadline: float, *,
               per_rank_counts: bool = False, root_layout: int = -1) -> list[int]:
         """Start collective ``fp.seq``: publish and compare fingerprints (phase 0).
@@ -255,6 +294,7 @@ class Arena:
             CommTimeout, PeerGoneError: a rank never arrived.
             GroupAbortedError: another rank aborted the group.
         """
+        self.settle()
         self.check_abort()
         self.seq = fp.seq
         self.deadline = deadline
@@ -283,6 +323,7 @@ class Arena:
         Raises:
             the same errors as :meth:`enter`.
         """
+        self.settle()
         self.check_abort()
         self.seq = fp.seq
         self.deadline = deadline
@@ -295,7 +336,7 @@ class Arena:
 
     def combined_oneshot(self, seq: int, tail: bytes, what: object, timeout: float,
                          data: np.ndarray | None, out: np.ndarray | None, code: int | None,
-                         root: int = -1, offset: int = 0) -> bool:
+                         root: int = -1, offset: int = 0, awaited: int | None = None) -> bool:
         """:meth:`oneshot` for the tiny-call lane: ``data`` (a C-contiguous array, or None)
         into this rank's one-shot region of parity ``seq & 1``, the fingerprint ``seq``
         then ``tail`` published, phase 1 signalled and awaited, with the rules and
@@ -311,12 +352,17 @@ class Arena:
         (``out`` None, no compiled helper, or a round that needed Python's slow
         path), from the one-shot regions of parity ``seq & 1``. Both give bitwise
         the same result.
+
+        ``awaited`` (not None): a one-sided round (see the module's theory) that
+        waits only for group rank ``awaited`` (-1: for none) when compiled.
         """
         run = self.compiled_oneshot
         status = None
         if run is not None:
-            status = run(seq, tail, data, self.spin_ns, out, code, root,
-                         offset)
+            status = (run(seq, tail, data, self.spin_ns, out, code, root, offset)
+                      if awaited is None else
+                      run(seq, tail, data, self.spin_ns, out, code, root, offset, awaited,
+                          what))
             if status == 0:  # nothing went wrong: the call's seq, what and deadline
                 return out is not None  # are needed by the slow path only
         self.oneshot_rest(seq, tail, what, timeout, data, status)
@@ -361,6 +407,7 @@ class Arena:
         self.what = what  # type: ignore[assignment]
         parity = seq & 1
         if status is None:  # what the compiled helper does before signalling
+            self.settle()
             if self._abort_word[0]:
                 self.check_abort()
             region, at = self.small[self.rank][parity], 0
@@ -432,6 +479,7 @@ class Arena:
             if status == 2:  # not everyone is there yet: the waiting primitive takes over
                 self.wait(range(self.n), phase)
         else:
+            self.settle()
             if self._abort_word[0]:
                 self.check_abort()
             if data is not None:
@@ -461,6 +509,7 @@ class Arena:
         The three words sit in the unused tail of this rank's fingerprint entry of
         the call's parity, so they follow the fingerprints' Rule 3.
         """
+        self.settle()
         at = self._fp_at[seq & 1][self.rank] + FP_SIZE
         self._mv[at:at + 24] = _EXPOSED.pack(address, nbytes, meta)
 
@@ -545,3 +594,10 @@ class Arena:
             raise MismatchError(self.aborted() or "ranks disagree")
         if code:
             raise GroupAbortedError(f"{self.name} was aborted: {self.aborted()}")
+
+
+def _settle_rest(arena: weakref.ref, seq: int, packed: bytes, what: object) -> None:
+    """The compiled Round's settle_slow: :meth:`Arena.settle_rest` of the arena, if alive."""
+    live = arena()
+    if live is not None:
+        live.settle_rest(seq, packed, what)
