@@ -795,7 +795,20 @@ def gather(tensor: Any, gather_list: list[Any] | None = None, dst: int | None = 
 def scatter(tensor: Any, scatter_list: list[Any] | None = None, src: int | None = None,
             group: GroupLike = None, async_op: bool = False, group_src: int | None = None, *,
             algorithm: str | None = None) -> Work | None:
-    """Send ``scatter_list[r]`` from rank ``src`` into ``tensor`` on each rank r."""
+    """Send ``scatter_list[r]`` from rank ``src`` into ``tensor`` on each rank r.
+
+    Args:
+        tensor (numpy.ndarray or torch.Tensor): receives this rank's piece.
+        scatter_list (list, optional): on ``src``, one piece per rank (pieces
+            may differ in size: a meshcast extension); None elsewhere.
+        src (int): global rank of the root (default: the group's first rank),
+            or ``group_src``, its group rank.
+        group, async_op, algorithm: as in :func:`broadcast`.
+
+    Raises as :func:`broadcast`. A small synchronous call may return on
+    ``src`` before the others have received; an error only they could see is
+    then raised by the root's next call on ``group``.
+    """
     if (type(tensor) is np.ndarray and (src is None or type(src) is int) and algorithm is None
             and group_src is None):
         lane = _world.default_lane if group is None else _lane(group)  # tiny calls: see all_reduce

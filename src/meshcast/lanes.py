@@ -983,10 +983,16 @@ class TinyCallLane:
         try:
             seq = next(group._seq)
             exposure = (0, 0) if at_root and cma else None
+            # One-sided: the root awaits nobody, the others only the root (arena.py). A
+            # root on the lane staged every piece, so no general path taking over after
+            # the entry needs it (its list's layout is checked against the counts).
+            awaited = -1 if at_root else root
+            what = self._whats["scatter"]
             if direct:
                 data: Any = (*ins[:root], out.nbytes, *ins[root + 1:])
                 status = None if fast is None else fast(
-                    seq, tails, data, arena.spin_ns, exposure, None, None, root, mine)
+                    seq, tails, data, arena.spin_ns, exposure, None, None, root, mine, 0, None,
+                    awaited, what)
                 if status == 0:
                     np.copyto(out, ins[root])
             else:
@@ -996,7 +1002,7 @@ class TinyCallLane:
                 # checking them in Python first cost 0.2 us of a 1.9 us scatter.
                 status = None if fast is None else fast(
                     seq, tails, data, arena.spin_ns, exposure, out, _COPY_ROOT, root, mine, 0,
-                    out)
+                    out, awaited, what)
                 if status == 5:  # the general path explains, as this call's number
                     group._seq = itertools.count(seq)
                     fifo.leave_inline(None)

@@ -795,8 +795,8 @@ def uneven_all_to_all_lane(base: int) -> list[str]:
 
 
 def one_sided_rounds() -> list[str]:
-    """A tiny broadcast's root and a tiny reduce's other ranks return before the ranks
-    they need nothing from have entered the call: each rank below enters only once a
+    """A tiny broadcast's or scatter's root and a tiny reduce's other ranks return before
+    the ranks they need nothing from have entered the call: each rank below enters only once a
     store word says the ranks before it returned, which would never come if a
     one-sided rank waited for it (the call would time out). The next calls on the
     group (lane, general path, schedule) see every result right. Returns the
@@ -828,13 +828,28 @@ def one_sided_rounds() -> list[str]:
         store.set(f"test/r{step}/{r}", b"1")
         assert r != root or (y == n * (n + 1) // 2).all(), y
         ran.append(pg.last_algorithm)
+        # scatter: as broadcast
+        order = [root] + [q for q in range(n) if q != root]
+        at = order.index(r)
+        if at > 0:
+            store.wait([f"test/s{step}/{order[at - 1]}"], 30.0)
+        z = np.zeros((2, 3))
+        pieces = [np.full((2, 3), 10.0 * q) for q in range(n)] if r == root else None
+        dist.scatter(z, pieces, src=root)
+        store.set(f"test/s{step}/{r}", b"1")
+        assert (z == 10.0 * r).all(), z
+        ran.append(pg.last_algorithm)
     # The one-sided rank's next call settles the round before it writes anything:
     # every kind of next call, over both parities
     total = n * (n + 1) / 2
     for i in range(8):
         root = i % n
         x = np.full(4, float(r))
-        dist.broadcast(x, src=root)
+        if i % 3 == 2:  # a scatter, one-sided as broadcast
+            dist.scatter(x, [np.full(4, float(root)) for _ in range(n)] if r == root else None,
+                         src=root)
+        else:
+            dist.broadcast(x, src=root)
         assert (x == root).all()
         follow = i % 4
         if follow == 0:  # the lane

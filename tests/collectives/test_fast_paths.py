@@ -107,12 +107,13 @@ def test_lanes_past_one_shot_mix_with_the_general_path(n, single_copy):
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])
-def test_broadcast_root_and_reduce_others_return_first(n):
-    """One-sided rounds (arena.py): the ranks that need nothing from the others return
-    before those enter (each rank enters only once the ones before it returned: a rank
-    that waited would time out), and the next call of every kind settles the round."""
+def test_rooted_calls_return_first_where_they_need_nothing(n):
+    """One-sided rounds (arena.py): a broadcast's or scatter's root and a reduce's other
+    ranks return before the others enter (each rank enters only once the ones before it
+    returned: a rank that waited would time out), and the next call of every kind
+    settles the round."""
     out = spawn_world(bodies.one_sided_rounds, n, timeout=120, op_timeout=20)
-    assert out == [["broadcast/oneshot", "reduce/oneshot"] * 2] * n, out
+    assert out == [["broadcast/oneshot", "reduce/oneshot", "scatter/oneshot"] * 2] * n, out
 
 
 @pytest.mark.parametrize("kind", ["mismatch", "dead"])

@@ -53,6 +53,8 @@ typedef struct {
     uint64_t pending;
     char pending_fp[LINE];
     PyObject *pending_what;
+    PyObject *pending_expected; /* every rank's expected fingerprint (rooted), or NULL */
+    Py_ssize_t pending_root;
     PyObject *settle_slow;
 } Round;
 
@@ -140,6 +142,7 @@ static int Round_init(Round *self, PyObject *args, PyObject *kwds) {
 static void Round_dealloc(Round *self) {
     Py_XDECREF(self->keep);
     Py_XDECREF(self->pending_what);
+    Py_XDECREF(self->pending_expected);
     Py_XDECREF(self->settle_slow);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -239,8 +242,8 @@ static int stage(Round *self, char *to, PyObject *data, const Py_buffer *like) {
 
 /* ------------------------------------------------------------ one-sided rounds
  *
- * A broadcast's root needs nothing from the other ranks, nor does a reduce's
- * non-root: as MPI's eager protocol does, such a rank signals and returns (a
+ * A broadcast's or scatter's root needs nothing from the other ranks, nor does a
+ * reduce's non-root: as MPI's eager protocol does, such a rank signals and returns (a
  * one-sided round, awaiting no rank or only the root), and finishes the round at
  * the start of its next call on the group instead: settle waits until every rank
  * entered the call (so every rank finished the call before it, whose regions of
@@ -257,7 +260,28 @@ static int stage(Round *self, char *to, PyObject *data, const Py_buffer *like) {
 typedef struct {
     Py_ssize_t awaited; /* the one rank this rank waits for, or -1: none */
     PyObject *what;     /* names the call, for settle_slow */
+    Py_ssize_t root;    /* the call's root (rooted calls: Python's compare reads its layout) */
 } OneSided;
+
+/* Whether rank r's fingerprint of parity is what it should be: packed, or with
+ * expected (a tuple of every rank's, for gather and scatter, whose root's differs)
+ * expected[r], whole or a tail after packed's seq. */
+static int fp_agrees(Round *self, Py_ssize_t r, int parity, const char *packed,
+                     PyObject *expected) {
+    Py_ssize_t packed_len = self->fp_size;
+    const char *want = packed, *fp = fingerprint(self, r, parity);
+    if (expected != NULL) {
+        PyObject *e = PyTuple_GET_ITEM(expected, r);
+        Py_ssize_t len = PyBytes_Check(e) ? PyBytes_GET_SIZE(e) : -1;
+        if (len == packed_len - 8)
+            return memcmp(fp, packed, 8) == 0
+                   && memcmp(fp + 8, PyBytes_AS_STRING(e), (size_t)len) == 0;
+        if (len != packed_len)
+            return 0; /* Python compares and explains */
+        want = PyBytes_AS_STRING(e);
+    }
+    return memcmp(fp, want, (size_t)packed_len) == 0;
+}
 
 /* 0 once the pending round (if any) is settled; -1 with the exception of
  * settle_slow. Clears pending either way. */
@@ -270,23 +294,24 @@ static int settle(Round *self, uint64_t spin_ns) {
     ok = arrived(self, target, spin_ns, self->yield_ns);
     Py_END_ALLOW_THREADS
     for (Py_ssize_t r = 0; ok && r < self->n; r++)
-        ok = memcmp(fingerprint(self, r, parity), self->pending_fp, (size_t)self->fp_size) == 0;
-    PyObject *what = self->pending_what;
+        ok = fp_agrees(self, r, parity, self->pending_fp, self->pending_expected);
+    PyObject *what = self->pending_what, *expected = self->pending_expected;
     self->pending = 0;
-    self->pending_what = NULL;
+    self->pending_what = self->pending_expected = NULL;
+    PyObject *res = NULL;
     if (ok) {
-        Py_XDECREF(what);
-        return 0;
-    }
-    if (self->settle_slow == NULL) {
-        Py_XDECREF(what);
+        res = Py_None;
+        Py_INCREF(res);
+    } else if (self->settle_slow == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "a one-sided round without settle_slow");
-        return -1;
+    } else {
+        res = PyObject_CallFunction(self->settle_slow, "Ky#OOn", (unsigned long long)seq,
+                                    self->pending_fp, self->fp_size,
+                                    what != NULL ? what : Py_None,
+                                    expected != NULL ? expected : Py_None, self->pending_root);
     }
-    PyObject *res = PyObject_CallFunction(self->settle_slow, "Ky#O", (unsigned long long)seq,
-                                          self->pending_fp, self->fp_size,
-                                          what != NULL ? what : Py_None);
     Py_XDECREF(what);
+    Py_XDECREF(expected);
     if (res == NULL)
         return -1;
     Py_DECREF(res);
@@ -357,7 +382,7 @@ static int round_core(Round *self, uint64_t seq, long phase, const char *packed,
             Py_END_ALLOW_THREADS
             /* Late or different: Python waits for every rank (the round is then
              * whole), then compares every fingerprint */
-            if (!ok || memcmp(fingerprint(self, a, parity), packed, (size_t)packed_len) != 0)
+            if (!ok || !fp_agrees(self, a, parity, packed, expected))
                 return 2;
             if (self->n == 2)
                 return 0; /* the one other rank was awaited: nothing left to settle */
@@ -366,6 +391,9 @@ static int round_core(Round *self, uint64_t seq, long phase, const char *packed,
         memcpy(self->pending_fp, packed, (size_t)packed_len);
         Py_XINCREF(one->what);
         Py_XSETREF(self->pending_what, one->what);
+        Py_XINCREF(expected);
+        Py_XSETREF(self->pending_expected, expected);
+        self->pending_root = one->root;
         return 0;
     }
     Py_BEGIN_ALLOW_THREADS
@@ -373,24 +401,9 @@ static int round_core(Round *self, uint64_t seq, long phase, const char *packed,
     Py_END_ALLOW_THREADS
     if (!ok)
         return 2;
-    for (Py_ssize_t r = 0; r < self->n; r++) {
-        const char *want = packed, *fp = fingerprint(self, r, parity);
-        if (expected != NULL) {
-            /* whole fingerprints, or tails after the seq (then packed's seq applies) */
-            PyObject *e = PyTuple_GET_ITEM(expected, r);
-            Py_ssize_t len = PyBytes_Check(e) ? PyBytes_GET_SIZE(e) : -1;
-            if (len == packed_len - 8) {
-                if (memcmp(fp, packed, 8) != 0 || memcmp(fp + 8, PyBytes_AS_STRING(e), (size_t)len))
-                    return 1;
-                continue;
-            }
-            if (len != packed_len)
-                return 1; /* Python compares and explains */
-            want = PyBytes_AS_STRING(e);
-        }
-        if (memcmp(fp, want, (size_t)packed_len) != 0)
+    for (Py_ssize_t r = 0; r < self->n; r++)
+        if (!fp_agrees(self, r, parity, packed, expected))
             return 1;
-    }
     return 0;
 }
 
@@ -647,7 +660,7 @@ static PyObject *Round_oneshot(Round *self, PyObject *const *args, Py_ssize_t na
     char packed[LINE];
     if (PyErr_Occurred() || combine_args(args + 4, &c) < 0 || pack(self, seq, args[1], packed) < 0)
         return NULL;
-    OneSided one = {-1, NULL};
+    OneSided one = {-1, NULL, c.root};
     if (nargs == 10) {
         one.awaited = PyLong_AsSsize_t(args[8]);
         one.what = args[9];
@@ -661,8 +674,8 @@ static PyObject *Round_oneshot(Round *self, PyObject *const *args, Py_ssize_t na
                              nargs == 10 ? &one : NULL);
 }
 
-/* rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset[, same[, like]])
- *   -> status
+/* rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset[, same[, like[,
+ *         awaited, what]]]) -> status
  *
  * gather, scatter and all_to_all's one round: the entry (phase 0) where every rank r must
  * have published seq followed by tails[r] (the root's tail differs: it names its
@@ -676,13 +689,14 @@ static PyObject *Round_oneshot(Round *self, PyObject *const *args, Py_ssize_t na
  * round_and_combine (status 4). like (None: none), a tiny scatter's own array: data
  * other than None must be a list of n objects of its type, format and shape, and out
  * a writable C-contiguous buffer; if not (or like itself is no C-contiguous buffer),
- * status 5 and nothing done. Any other status: Python finishes the entry
- * (Arena.packed_enter's slow path) and the call.
+ * status 5 and nothing done. awaited and what: a one-sided round, as in oneshot
+ * (scatter; never with same, which reads every rank's region). Any other status:
+ * Python finishes the entry (Arena.packed_enter's slow path) and the call.
  */
 static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 9 || nargs > 11) {
+    if (nargs < 9 || nargs > 13 || nargs == 12) {
         PyErr_SetString(PyExc_TypeError, "rooted(seq, tails, data, spin_ns, exposure, out, "
-                                         "code, root, offset[, same[, like]])");
+                                         "code, root, offset[, same[, like[, awaited, what]]])");
         return NULL;
     }
     Py_ssize_t same = nargs >= 10 ? PyLong_AsSsize_t(args[9]) : 0;
@@ -724,17 +738,29 @@ static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nar
         exposure[1] = (uint64_t)view.len;
         PyBuffer_Release(&view);
     }
-    PyObject *like_obj = nargs == 11 ? args[10] : Py_None;
+    OneSided one = {-1, NULL, c.root};
+    if (nargs == 13) {
+        one.awaited = PyLong_AsSsize_t(args[11]);
+        one.what = args[12];
+        if (one.awaited < -1 || one.awaited >= self->n || same > 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "awaited: a rank, or -1 for none "
+                                                  "(and no same with it)");
+            return NULL;
+        }
+    }
+    const OneSided *sided = nargs == 13 ? &one : NULL;
+    PyObject *like_obj = nargs >= 11 ? args[10] : Py_None;
     if (like_obj == Py_None)
         return round_and_combine(self, seq, 0, packed, args[2], spin_ns, tails,
-                                 exposing ? exposure : NULL, same, &c, NULL, NULL);
+                                 exposing ? exposure : NULL, same, &c, NULL, sided);
     Py_buffer like;
     if (PyObject_GetBuffer(like_obj, &like, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         PyErr_Clear();
         return PyLong_FromLong(5);
     }
     PyObject *status = round_and_combine(self, seq, 0, packed, args[2], spin_ns, tails,
-                                         exposing ? exposure : NULL, same, &c, &like, NULL);
+                                         exposing ? exposure : NULL, same, &c, &like, sided);
     PyBuffer_Release(&like);
     return status;
 }
@@ -1002,8 +1028,9 @@ static PyMethodDef Round_methods[] = {
     {"settle", (PyCFunction)Round_settle, METH_O,
      "settle(spin_ns) -> None: finish the pending one-sided round, if any (see the source)."},
     {"rooted", (PyCFunction)(void (*)(void))Round_rooted, METH_FASTCALL,
-     "rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset[, same]) -> status: "
-     "gather/scatter's entry round, then the combine (see rooted in the source)."},
+     "rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset[, same[, like[, "
+     "awaited, what]]]) -> status: gather/scatter's entry round (one-sided with awaited), then "
+     "the combine (see rooted in the source)."},
     {"splits", (PyCFunction)(void (*)(void))Round_splits, METH_FASTCALL,
      "splits(seq, out, head, itemsize, limit, count_at) -> status: an uneven all_to_all's checks "
      "and copies after its entry (see the source)."},

@@ -21,8 +21,8 @@ Rule 3: fingerprints are double-buffered by seq parity: a rank can be at most
 one collective ahead of the slowest rank that still reads its fingerprint,
 because entering ``seq + 1`` requires everyone to have entered ``seq``.
 
-One-sided rounds (the compiled lane's broadcast root and reduce non-roots, see
-``_tiny.c``) signal and return without waiting for the other ranks, and wait at
+One-sided rounds (the compiled lane's broadcast and scatter roots and reduce
+non-roots, see ``_tiny.c``) signal and return without waiting for the other ranks, and wait at
 the start of the rank's next call on the group instead (:meth:`Arena.settle`),
 before it writes anything here: Rules 2 and 3 then hold as if the round had been
 waited out. A mismatch or a dead peer found by that wait is raised by the next
@@ -256,18 +256,27 @@ class Arena:
         if compiled is not None and compiled.pending:
             compiled.settle(self.spin_ns)
 
-    def settle_rest(self, seq: int, packed: bytes, what: object) -> None:
+    def settle_rest(self, seq: int, packed: bytes, what: object,
+                    tails: tuple[bytes, ...] | None = None, root: int = -1) -> None:
         """The end of call ``seq``'s one-sided round (``what`` names the call, ``packed``
-        is this rank's fingerprint) where the compiled settle found a rank late or a
-        fingerprint different: wait until every rank entered the call (liveness, the
-        group's timeout from now, abort), then compare as the round would have."""
+        is this rank's fingerprint; ``tails``, a rooted call's: every rank's fingerprint
+        after the seq, and ``root`` its root) where the compiled settle found a rank
+        late or a fingerprint different: wait until every rank entered the call
+        (liveness, the group's timeout from now, abort), then compare as the round
+        would have."""
         self.seq = seq
         self.deadline = time.monotonic() + self.timeout
         self.what = what  # type: ignore[assignment]
         self.wait(range(self.n), 0)
-        table = self._fp_tables[seq & 1]
-        if table.tobytes() != packed * self.n:
-            self._compare(table, seq, False, -1)
+        if tails is None:
+            table = self._fp_tables[seq & 1]
+            if table.tobytes() != packed * self.n:
+                self._compare(table, seq, False, -1)
+            return
+        mv, prefix = self._mv, packed[:8]
+        if not all(mv[a:a + 8] == prefix and mv[a + 8:a + FP_SIZE] == t
+                   for a, t in zip(self._fp_at[seq & 1], tails)):
+            self.compare_entered(seq, True, root)
 
     def enter(self, fp: Fingerprint, what: str, deadline: float, *,
               per_rank_counts: bool = False, root_layout: int = -1) -> list[int]:
@@ -596,8 +605,9 @@ class Arena:
             raise GroupAbortedError(f"{self.name} was aborted: {self.aborted()}")
 
 
-def _settle_rest(arena: weakref.ref, seq: int, packed: bytes, what: object) -> None:
+def _settle_rest(arena: weakref.ref, seq: int, packed: bytes, what: object,
+                 tails: tuple[bytes, ...] | None, root: int) -> None:
     """The compiled Round's settle_slow: :meth:`Arena.settle_rest` of the arena, if alive."""
     live = arena()
     if live is not None:
-        live.settle_rest(seq, packed, what)
+        live.settle_rest(seq, packed, what, tails, root)
