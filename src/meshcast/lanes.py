@@ -333,17 +333,23 @@ class TinyCallLane:
                          average) and average:
                 ops.finish_average(arr, group._size)
             return True
-        try:  # inline, as all_reduce
+        try:  # inline, as all_gather: C straight from here
             seq = next(group._seq)
+            arena = group.arena
+            fast = arena.compiled_oneshot
+            out = arr if at_root and code is not None else None
             # One-sided off the root, which needs nothing back (see arena.py)
-            if group.arena.combined_oneshot(
-                    seq, tail, self._whats["reduce"], group.timeout, arr,
-                    arr if at_root and code is not None else None, code, -1, 0,
-                    None if at_root else -1):
-                if average:
-                    ops.finish_average(arr, group._size)
-            elif at_root:
-                _reduce(arr, views[seq & 1], kernel, average)
+            status = (None if fast is None
+                      else fast(seq, tail, arr, arena.spin_ns, out, code, -1, 0) if at_root
+                      else fast(seq, tail, arr, arena.spin_ns, None, code, -1, 0, -1,
+                                self._whats["reduce"]))
+            if status != 0:
+                arena.oneshot_rest(seq, tail, self._whats["reduce"], group.timeout, arr, status)
+            if status != 0 or out is None:  # the compiled combine did not run
+                if at_root:
+                    _reduce(arr, views[seq & 1], kernel, average)
+            elif average:
+                ops.finish_average(arr, group._size)
         except BaseException as exc:
             fifo.leave_inline(exc)
             raise
@@ -374,15 +380,20 @@ class TinyCallLane:
                 self._run("broadcast", tail, None, arr, _COPY_ROOT, root, 0, _copy_root, arr,
                           views, root)
             return True
-        # Inline, as all_reduce: a call through _run costs a third of the whole call.
+        # Inline, as all_gather: a call through _run costs a third of the whole call.
         try:
             seq = next(group._seq)
+            arena = group.arena
+            fast = arena.compiled_oneshot
             # One-sided: the root awaits nobody, the others only the root (see arena.py)
-            if not group.arena.combined_oneshot(
-                    seq, tail, self._whats["broadcast"], group.timeout, arr if at_root else None,
-                    None if at_root else arr, _COPY_ROOT, root, 0,
-                    -1 if at_root else root) and not at_root:
-                arr[...] = views[seq & 1][root]
+            status = None if fast is None else fast(
+                seq, tail, arr if at_root else None, arena.spin_ns, None if at_root else arr,
+                _COPY_ROOT, root, 0, -1 if at_root else root, self._whats["broadcast"])
+            if status != 0:
+                arena.oneshot_rest(seq, tail, self._whats["broadcast"], group.timeout,
+                                   arr if at_root else None, status)
+                if not at_root:
+                    arr[...] = views[seq & 1][root]
         except BaseException as exc:
             fifo.leave_inline(exc)
             raise

@@ -664,7 +664,7 @@ static PyObject *Round_oneshot(Round *self, PyObject *const *args, Py_ssize_t na
     if (nargs == 10) {
         one.awaited = PyLong_AsSsize_t(args[8]);
         one.what = args[9];
-        if (one.awaited < -1 || one.awaited >= self->n) {
+        if (PyErr_Occurred() || one.awaited < -1 || one.awaited >= self->n) {
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_ValueError, "awaited: a rank, or -1 for none");
             return NULL;
@@ -742,7 +742,7 @@ static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nar
     if (nargs == 13) {
         one.awaited = PyLong_AsSsize_t(args[11]);
         one.what = args[12];
-        if (one.awaited < -1 || one.awaited >= self->n || same > 0) {
+        if (PyErr_Occurred() || one.awaited < -1 || one.awaited >= self->n || same > 0) {
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_ValueError, "awaited: a rank, or -1 for none "
                                                   "(and no same with it)");
