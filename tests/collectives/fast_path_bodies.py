@@ -902,3 +902,22 @@ def one_sided_rank_learns_late(kind: str) -> str | None:
     except dist.MeshcastError as exc:
         return f"{call}: {type(exc).__name__}: {exc}"
     return None
+
+
+def one_sided_group_is_freed() -> list[bool]:
+    """A group destroyed right after a broadcast whose root returned one-sided is freed
+    (the compiled round keeps the call's name, which refers to the group, which holds
+    the arena, which holds the round: a cycle the garbage collector must see).
+    Returns [whether the root's round was pending, whether the arena was freed]."""
+    import gc
+    import weakref
+
+    g = dist.new_group()
+    x = np.zeros(2)
+    dist.broadcast(x, src=0, group=g)
+    pending = bool(g.arena._compiled.pending)
+    arena = weakref.ref(g.arena)
+    dist.destroy_process_group(g)
+    del g
+    gc.collect()
+    return [pending, arena() is None]

@@ -116,6 +116,12 @@ def test_rooted_calls_return_first_where_they_need_nothing(n):
     assert out == [["broadcast/oneshot", "reduce/oneshot", "scatter/oneshot"] * 2] * n, out
 
 
+def test_a_group_destroyed_with_a_one_sided_round_is_freed():
+    out = spawn_world(bodies.one_sided_group_is_freed, 3, timeout=60)
+    # (the others' rounds are pending too unless the root came late: then they wait it out)
+    assert out[0] == [True, True] and all(freed for _, freed in out), out
+
+
 @pytest.mark.parametrize("kind", ["mismatch", "dead"])
 def test_a_one_sided_rank_learns_at_its_next_call(kind):
     """A broadcast's root returned before the others checked the call: a disagreement

@@ -139,11 +139,28 @@ static int Round_init(Round *self, PyObject *args, PyObject *kwds) {
     return 0;
 }
 
+/* A GC container: a pending round's what names its call through the group, which
+ * holds the arena, which holds this object. */
+static int Round_traverse(Round *self, visitproc visit, void *arg) {
+    Py_VISIT(self->keep);
+    Py_VISIT(self->pending_what);
+    Py_VISIT(self->pending_expected);
+    Py_VISIT(self->settle_slow);
+    return 0;
+}
+
+static int Round_clear(Round *self) {
+    self->pending = 0; /* nothing left to settle it with */
+    Py_CLEAR(self->pending_what);
+    Py_CLEAR(self->pending_expected);
+    Py_CLEAR(self->settle_slow);
+    return 0;
+}
+
 static void Round_dealloc(Round *self) {
+    PyObject_GC_UnTrack(self);
+    Round_clear(self);
     Py_XDECREF(self->keep);
-    Py_XDECREF(self->pending_what);
-    Py_XDECREF(self->pending_expected);
-    Py_XDECREF(self->settle_slow);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1056,10 +1073,12 @@ static PyTypeObject RoundType = {
     .tp_name = "meshcast.transport._tiny.Round",
     .tp_doc = "One rank's view of an arena for compiled tiny rounds.",
     .tp_basicsize = sizeof(Round),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Round_init,
     .tp_dealloc = (destructor)Round_dealloc,
+    .tp_traverse = (traverseproc)Round_traverse,
+    .tp_clear = (inquiry)Round_clear,
     .tp_methods = Round_methods,
     .tp_getset = Round_getset,
 };

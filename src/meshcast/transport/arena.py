@@ -22,10 +22,10 @@ one collective ahead of the slowest rank that still reads its fingerprint,
 because entering ``seq + 1`` requires everyone to have entered ``seq``.
 
 One-sided rounds (the compiled lane's broadcast and scatter roots and reduce
-non-roots, see ``_tiny.c``) signal and return without waiting for the other ranks, and wait at
-the start of the rank's next call on the group instead (:meth:`Arena.settle`),
-before it writes anything here: Rules 2 and 3 then hold as if the round had been
-waited out. A mismatch or a dead peer found by that wait is raised by the next
+non-roots, see ``_tiny.c``) signal and return without waiting for the other
+ranks, and wait at the start of the rank's next call on the group instead
+(:meth:`Arena.settle`), before it writes anything here: Rules 2 and 3 then hold
+as if the round had been waited out. A mismatch or a dead peer found by that wait is raised by the next
 call, naming the call it belongs to (MPI's eager sends report late the same way).
 
 Waiting uses meshcast._wait.wait_until with a futex on the low 32 bits of the
@@ -151,7 +151,7 @@ class Arena:
         compiled = _compiled_round(segment, rank, n, ranks_off, fp_off, small_off,
                                    self.small_bytes)
         self._compiled = compiled
-        if compiled is not None:  # through a weak reference: Round is no GC container
+        if compiled is not None:  # (weakly: the arena's life is its group's)
             compiled.settle_slow = functools.partial(_settle_rest, weakref.ref(self))  # type: ignore[attr-defined]
         self._round = None if compiled is None else compiled.run  # type: ignore[attr-defined]
         self.compiled_oneshot = None if compiled is None else compiled.oneshot  # type: ignore[attr-defined]
@@ -263,20 +263,23 @@ class Arena:
         after the seq, and ``root`` its root) where the compiled settle found a rank
         late or a fingerprint different: wait until every rank entered the call
         (liveness, the group's timeout from now, abort), then compare as the round
-        would have."""
-        self.seq = seq
+        would have. The call under way keeps its seq, deadline and name."""
+        current = self.seq, self.deadline, self.what
+        self.seq, self.what = seq, what  # type: ignore[assignment]
         self.deadline = time.monotonic() + self.timeout
-        self.what = what  # type: ignore[assignment]
-        self.wait(range(self.n), 0)
-        if tails is None:
-            table = self._fp_tables[seq & 1]
-            if table.tobytes() != packed * self.n:
-                self._compare(table, seq, False, -1)
-            return
-        mv, prefix = self._mv, packed[:8]
-        if not all(mv[a:a + 8] == prefix and mv[a + 8:a + FP_SIZE] == t
-                   for a, t in zip(self._fp_at[seq & 1], tails)):
-            self.compare_entered(seq, True, root)
+        try:
+            self.wait(range(self.n), 0)
+            if tails is None:
+                table = self._fp_tables[seq & 1]
+                if table.tobytes() != packed * self.n:
+                    self._compare(table, seq, False, -1)
+                return
+            mv, prefix = self._mv, packed[:8]
+            if not all(mv[a:a + 8] == prefix and mv[a + 8:a + FP_SIZE] == t
+                       for a, t in zip(self._fp_at[seq & 1], tails)):
+                self.compare_entered(seq, True, root)
+        finally:
+            self.seq, self.deadline, self.what = current
 
     def enter(self, fp: Fingerprint, what: str, deadline: float, *,
               per_rank_counts: bool = False, root_layout: int = -1) -> list[int]:
@@ -345,7 +348,7 @@ class Arena:
 
     def combined_oneshot(self, seq: int, tail: bytes, what: object, timeout: float,
                          data: np.ndarray | None, out: np.ndarray | None, code: int | None,
-                         root: int = -1, offset: int = 0, awaited: int | None = None) -> bool:
+                         root: int = -1, offset: int = 0) -> bool:
         """:meth:`oneshot` for the tiny-call lane: ``data`` (a C-contiguous array, or None)
         into this rank's one-shot region of parity ``seq & 1``, the fingerprint ``seq``
         then ``tail`` published, phase 1 signalled and awaited, with the rules and
@@ -361,17 +364,11 @@ class Arena:
         (``out`` None, no compiled helper, or a round that needed Python's slow
         path), from the one-shot regions of parity ``seq & 1``. Both give bitwise
         the same result.
-
-        ``awaited`` (not None): a one-sided round (see the module's theory) that
-        waits only for group rank ``awaited`` (-1: for none) when compiled.
         """
         run = self.compiled_oneshot
         status = None
         if run is not None:
-            status = (run(seq, tail, data, self.spin_ns, out, code, root, offset)
-                      if awaited is None else
-                      run(seq, tail, data, self.spin_ns, out, code, root, offset, awaited,
-                          what))
+            status = run(seq, tail, data, self.spin_ns, out, code, root, offset)
             if status == 0:  # nothing went wrong: the call's seq, what and deadline
                 return out is not None  # are needed by the slow path only
         self.oneshot_rest(seq, tail, what, timeout, data, status)
