@@ -183,8 +183,9 @@ def test_single_copy_through_the_compiled_port(n, compiled):
         assert ports == (compiled == "1"), out
         if not ports:  # the general path sends all (single-copy past the ring's size)
             assert sends == received, out
-        elif spins:  # a late peer may send the odd message to the interpreter's path
-            assert reads <= received // 4 and sends <= received // 4, out
+        elif spins:  # a late peer may send some to the interpreter's path (5 of 18 once,
+            # on a loaded CI machine); without the port's path every message goes there
+            assert reads <= received // 2 and sends <= received // 2, out
         # (ranks outnumbering cores do not spin: a wait leaves a message that was not
         # there yet to the progress passes, which read in the interpreter)
 
