@@ -1102,9 +1102,10 @@ class TinyCallLane:
     # --------------------------------------------------------- point to point
 
     def send(self, arr: np.ndarray, dst: int, tag: int) -> bool:
-        """The blocking :func:`meshcast.send` of a small contiguous array to global rank
-        ``dst``: written into the ring at once, no Handle or Work (see
-        ShmTransport.send_now); False: the general path."""
+        """The blocking :func:`meshcast.send` of a contiguous array to global rank ``dst``:
+        written into the ring at once, no Handle or Work (see ShmTransport.send_now),
+        or from ``port_copy_bytes`` on single-copy (its address in the ring, then the
+        receiver's FIN awaited); False: the general path."""
         # The common case in one C call (the port checks contiguity and the
         # transport's state itself); a frame less matters here: a small message's
         # round trip is a few microseconds.
@@ -1140,9 +1141,9 @@ class TinyCallLane:
                 and self._recv_now(arr, src, tag, self._spec.spin_s))
 
     def isend(self, arr: np.ndarray, dst: int, tag: int) -> Work | None:
-        """:func:`meshcast.isend` of a message :meth:`send` can write at once: a finished
-        Work (the data is in the ring, the caller may reuse its array); None: the
-        general path."""
+        """:func:`meshcast.isend` of a message :meth:`send` can take: a finished Work (the
+        data is in the ring, the caller may reuse its array), or a single-copy send's,
+        which the receiver's copy finishes; None: the general path."""
         return self.post_send(arr, dst, tag) if self.p2p_ok(arr, dst, tag) else None
 
     def irecv(self, arr: np.ndarray, src: int, tag: int) -> Work | None:

@@ -269,7 +269,7 @@ static int stage(Round *self, char *to, PyObject *data, const Py_buffer *like) {
  * Entered, not reached the round's phase: a rank that took another path finds the
  * mismatch at its own entry and never gets there. Anything slower or wrong (late
  * ranks, a differing fingerprint, an abort) goes to Python's
- * settle_slow(seq, packed, what) (Arena.settle_rest), which waits
+ * settle_slow(seq, packed, what, tails, root) (Arena.settle_rest), which waits
  * with liveness and deadline and raises what the round would have raised, naming
  * the call it belongs to. Python's paths call Round.settle before they touch the
  * arena (Arena.settle).
@@ -298,6 +298,22 @@ static int fp_agrees(Round *self, Py_ssize_t r, int parity, const char *packed,
         want = PyBytes_AS_STRING(e);
     }
     return memcmp(fp, want, (size_t)packed_len) == 0;
+}
+
+/* The trailing (awaited, what) arguments of oneshot and rooted into one (whose root
+ * the caller set); -1 with an exception. same > 0 (rooted's check of every rank's
+ * region) cannot go with a round that does not wait for every rank. */
+static int one_sided_args(Round *self, PyObject *awaited, PyObject *what, Py_ssize_t same,
+                          OneSided *one) {
+    one->awaited = PyLong_AsSsize_t(awaited);
+    one->what = what;
+    if (PyErr_Occurred())
+        return -1;
+    if (one->awaited < -1 || one->awaited >= self->n || same > 0) {
+        PyErr_SetString(PyExc_ValueError, "awaited: a rank, or -1 for none (and no same)");
+        return -1;
+    }
+    return 0;
 }
 
 /* 0 once the pending round (if any) is settled; -1 with the exception of
@@ -346,14 +362,6 @@ static PyObject *Round_settle(Round *self, PyObject *arg) {
 static PyObject *Round_get_pending(Round *self, void *closure) {
     (void)closure;
     return PyBool_FromLong(self->pending != 0);
-}
-
-static PyObject *Round_get_settle_slow(Round *self, void *closure) {
-    (void)closure;
-    if (self->settle_slow == NULL)
-        Py_RETURN_NONE;
-    Py_INCREF(self->settle_slow);
-    return self->settle_slow;
 }
 
 static int Round_set_settle_slow(Round *self, PyObject *value, void *closure) {
@@ -678,15 +686,8 @@ static PyObject *Round_oneshot(Round *self, PyObject *const *args, Py_ssize_t na
     if (PyErr_Occurred() || combine_args(args + 4, &c) < 0 || pack(self, seq, args[1], packed) < 0)
         return NULL;
     OneSided one = {-1, NULL, c.root};
-    if (nargs == 10) {
-        one.awaited = PyLong_AsSsize_t(args[8]);
-        one.what = args[9];
-        if (PyErr_Occurred() || one.awaited < -1 || one.awaited >= self->n) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_ValueError, "awaited: a rank, or -1 for none");
-            return NULL;
-        }
-    }
+    if (nargs == 10 && one_sided_args(self, args[8], args[9], 0, &one) < 0)
+        return NULL;
     return round_and_combine(self, seq, 1, packed, args[2], spin_ns, NULL, NULL, 0, &c, NULL,
                              nargs == 10 ? &one : NULL);
 }
@@ -756,16 +757,8 @@ static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nar
         PyBuffer_Release(&view);
     }
     OneSided one = {-1, NULL, c.root};
-    if (nargs == 13) {
-        one.awaited = PyLong_AsSsize_t(args[11]);
-        one.what = args[12];
-        if (PyErr_Occurred() || one.awaited < -1 || one.awaited >= self->n || same > 0) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_ValueError, "awaited: a rank, or -1 for none "
-                                                  "(and no same with it)");
-            return NULL;
-        }
-    }
+    if (nargs == 13 && one_sided_args(self, args[11], args[12], same, &one) < 0)
+        return NULL;
     const OneSided *sided = nargs == 13 ? &one : NULL;
     PyObject *like_obj = nargs >= 11 ? args[10] : Py_None;
     if (like_obj == Py_None)
@@ -1062,9 +1055,9 @@ static PyMethodDef Round_methods[] = {
 static PyGetSetDef Round_getset[] = {
     {"pending", (getter)Round_get_pending, NULL,
      "whether a one-sided round waits to be settled", NULL},
-    {"settle_slow", (getter)Round_get_settle_slow, (setter)Round_set_settle_slow,
-     "settle_slow(seq, packed, what): Python's end of a late or differing one-sided round",
-     NULL},
+    {"settle_slow", NULL, (setter)Round_set_settle_slow,
+     "(write-only) settle_slow(seq, packed, what, tails, root): Python's end of a late or "
+     "differing one-sided round", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
