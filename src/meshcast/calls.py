@@ -309,7 +309,9 @@ def scatter(m: Machinery, out_flat: np.ndarray, in_flat: np.ndarray | None, root
     out = out_flat.reshape(-1).view(np.uint8)
     inp = None if in_flat is None else in_flat.reshape(-1).view(np.uint8)
     # the root's region holds every piece: one reader's worth of bytes
-    staged = oneshot.scatter(m.arena, root, me, out, inp, isz, _fast.direct_bytes(m.caps, 1))
+    staged = oneshot.scatter(m.arena, root, me, out, inp, isz,
+                             lambda total, largest: _fast.scatter_oneshot(m.caps, total, largest),
+                             max(expected_counts) * isz if expected_counts else 0)
     single = SingleCopy(exposing(in_flat), single_copy.fits(m.caps, isz),
                         single_copy.scatter(out, inp, root, isz, me))
     return m.submit("scatter", fp,

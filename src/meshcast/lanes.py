@@ -32,7 +32,7 @@ import numpy as np
 from . import _wait, ops, uneven_all_to_all
 from ._fingerprint import Fingerprint, counts_hash, path_digest
 from .algorithms import _select as _fast
-from .buffers import SUPPORTED, as_buffer
+from .buffers import SUPPORTED, as_buffer, span
 from .errors import InvalidUsage
 from .paths import GroupView, single_copy
 from .paths.oneshot import pack_split_header, split_head, split_header
@@ -886,6 +886,8 @@ class TinyCallLane:
         plan = self._rooted("gather", inp, outs, dst)
         if not plan or not inp.flags.c_contiguous or (plan[3] and not plan[5](outs, inp, True)):
             return False
+        if plan[8]:
+            return self._gather_single(inp, outs, plan)
         tails, root, _, at_root, cma = plan[:5]
         group = self.group
         fifo = group.fifo
@@ -922,7 +924,8 @@ class TinyCallLane:
         calls queued behind it (as :meth:`_start`). None (nothing done): no compiled
         helper, a call the lane does not take, or the group busy: the general path."""
         plan = self._rooted("gather", inp, outs, dst)
-        if not plan or not inp.flags.c_contiguous or (plan[3] and not plan[5](outs, inp, True)):
+        if not plan or plan[8] or not inp.flags.c_contiguous or (
+                plan[3] and not plan[5](outs, inp, True)):
             return None
         tails, root, _, at_root, cma = plan[:5]
         group = self.group
@@ -950,6 +953,40 @@ class TinyCallLane:
         fifo.leave_inline(None)
         return Work.finished(what)
 
+    def _gather_single(self, inp: np.ndarray, outs: list[np.ndarray] | None, plan: tuple
+                       ) -> bool:
+        """gather past the one-shot sizes: the general path's single-copy gather, from the
+        lane's compiled entry on (every rank exposes its input; the root reads each
+        piece straight from its owner, or, if a root on the general path exposed its
+        pieces back to back, every rank writes its own into them). Any disagreement
+        is handed over to the general path after the entry."""
+        tails, root, _, at_root = plan[:4]
+        group = self.group
+        arena, me = group.arena, group._rank
+        fast = arena.compiled_rooted
+        what = self._whats["gather"]
+        mine = inp.reshape(-1).view(np.uint8)
+        flat_outs = [o.reshape(-1).view(np.uint8) for o in outs] if at_root else None
+        exposure, body = single_copy.gather(arena, root, mine, flat_outs,
+                                            span(flat_outs) if flat_outs else None,
+                                            inp.dtype.itemsize, me)
+
+        def run(seq: int) -> None:
+            arena.expose(seq, *exposure)  # (its word too, which the compiled entry has not)
+            status = None if fast is None else fast(
+                seq, tails, None, arena.spin_ns, None, None, None, root, 0)
+            counts = [] if status == 0 else arena.rooted_entry(
+                seq, tails, what, group.timeout, None, None, status, root, _ignore)
+            if counts:  # a legal call the lane does not finish (uneven pieces)
+                group.gather(outs, inp.reshape(-1), root, inp.dtype.name, _nothing,
+                             entered=(seq, counts))
+                return
+            arena.seq, arena.deadline, arena.what = seq, time.monotonic() + group.timeout, what
+            single_copy.run(group, body, 1, [inp.size] * group._size, what)
+            group.last_algorithm = "gather/cma"
+
+        return self._inline(run)
+
     def _gather_rest(self, seq: int, inp: np.ndarray, outs: list[np.ndarray] | None,
                      plan: tuple, exposure: Any, status: int | None) -> None:
         """gather after a compiled entry that returned ``status`` (not 0; None: it did not
@@ -975,7 +1012,13 @@ class TinyCallLane:
         plan = self._rooted("scatter", out, ins, src)
         if not plan:
             return False
-        tails, root, _, at_root, cma, alike, mine, direct = plan
+        tails, root, _, at_root, cma, alike, mine, direct = plan[:8]
+        if plan[8]:
+            flags = out.flags
+            if not (flags.c_contiguous and flags.writeable and (
+                    not at_root or alike(ins, out, False))):
+                return False
+            return self._scatter_single(out, ins, plan)
         group = self.group
         arena = group.arena
         fast = arena.compiled_rooted
@@ -1033,9 +1076,9 @@ class TinyCallLane:
         starts a gather; the worker finishes it with :meth:`_scatter_rest`. None
         (nothing done): the general path."""
         plan = self._rooted("scatter", out, ins, src)
-        if not plan:
+        if not plan or plan[8]:
             return None
-        tails, root, _, at_root, cma, alike, mine, direct = plan
+        tails, root, _, at_root, cma, alike, mine, direct = plan[:8]
         group = self.group
         arena = group.arena
         fast = arena.compiled_rooted
@@ -1076,13 +1119,55 @@ class TinyCallLane:
         fifo.leave_inline(None)
         return Work.finished(what)
 
+    def _scatter_single(self, out: np.ndarray, ins: list[np.ndarray] | None, plan: tuple
+                        ) -> bool:
+        """scatter past the one-shot sizes: the general path's single-copy scatter, from
+        the lane's compiled entry on (the root exposes its pieces, back to back as they
+        lie or concatenated as the general path concatenates them; every other rank
+        reads its own straight from there, in one compiled call with the closing
+        round). Any disagreement is handed over to the general path after the entry."""
+        tails, root, _, at_root = plan[:4]
+        group = self.group
+        arena, me, n = group.arena, group._rank, group._size
+        fast = arena.compiled_rooted
+        what = self._whats["scatter"]
+        inp = None
+        if at_root:
+            flats = [p.reshape(-1) for p in ins]  # type: ignore[union-attr]
+            inp = span(flats)
+            if inp is None:
+                inp = np.concatenate(flats)
+        flat_out = out.reshape(-1)
+        lo = me * out.nbytes
+        body = single_copy.Reads(flat_out.view(np.uint8),
+                                 flat_out.view(np.uint8) if inp is None else inp.view(np.uint8),
+                                 me, lambda: ((root, lo, out.nbytes, 0),))
+        exposure = single_copy.exposing(inp)
+
+        def run(seq: int) -> None:
+            arena.expose(seq, *exposure)
+            status = None if fast is None else fast(
+                seq, tails, None, arena.spin_ns, None, None, None, root, 0)
+            counts = [] if status == 0 else arena.rooted_entry(
+                seq, tails, what, group.timeout, None, None, status, root, _ignore)
+            if counts:  # a legal call the lane does not finish (uneven pieces)
+                group.scatter(flat_out, inp, root, out.dtype.name, _nothing,
+                              expected_counts=[out.size] * n if at_root else None,
+                              entered=(seq, counts))
+                return
+            arena.seq, arena.deadline, arena.what = seq, time.monotonic() + group.timeout, what
+            single_copy.run(group, body, 1, [out.size] * n, what)
+            group.last_algorithm = "scatter/cma"
+
+        return self._inline(run)
+
     def _scatter_rest(self, seq: int, out: np.ndarray, ins: Any, data: Any, plan: tuple,
                       exposure: Any, status: int | None) -> None:
         """scatter after a compiled entry that returned ``status`` (not 0; None: it did
         not run): the rest of the entry in Python and my piece copied out, or, for a
         legal uneven scatter too large for the root's region, the general path from the
         entry on (as in :meth:`_gather_rest`, never on the root)."""
-        tails, root, limit, _, _, _, mine, direct = plan
+        tails, root, limit, _, _, _, mine, direct = plan[:8]
         group = self.group
         arena = group.arena
         use = ((_copy_own, out, ins[root]) if direct
@@ -1546,8 +1631,13 @@ class TinyCallLane:
                                         else root_rank)
         readers = n if kind == "gather" else 1  # whose pieces one region holds
         limit = _fast.direct_bytes(group.caps, readers)
+        # Past the one-shot limit a call goes single-copy where the general path's would
+        # (the same rule, _select.single_copy, so that a root on the general path agrees).
+        single = arr.nbytes * (n // readers) > limit or (
+            kind == "scatter" and not _fast.scatter_oneshot(group.caps, arr.nbytes * n, arr.nbytes))
         if (root is None or n < 2 or dtype.name not in _MOVE_DTYPES or not dtype.isnative
-                or arr.nbytes * (n // readers) > limit):
+                or single and not (group.transport.cma_min_bytes > 0
+                                   and _fast.single_copy(group.caps, arr.nbytes))):
             return False
         tails = tuple(self._tail(kind, False, dtype=dtype.name, root=root, count=arr.size,
                                  extra=counts_hash((arr.size,) * n) if q == root else 0)
@@ -1556,7 +1646,8 @@ class TinyCallLane:
         at_root = group._rank == root
         return (tails, root, limit, at_root, group.transport.cma_min_bytes > 0, alike,
                 group._rank * arr.nbytes,
-                kind == "scatter" and at_root and arr.nbytes >= _fast.SCATTER_ROOT_DIRECT_BYTES)
+                kind == "scatter" and at_root and arr.nbytes >= _fast.SCATTER_ROOT_DIRECT_BYTES,
+                single)
 
 
 def _alike(pieces: Any, like: np.ndarray, n: int, writable: bool) -> bool:

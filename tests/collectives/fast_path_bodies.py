@@ -394,6 +394,70 @@ def lanes_past_one_shot(base: int) -> list[str]:
     return seen
 
 
+def gather_past_one_shot(base: int) -> list[str]:
+    """gather past the one-shot sizes, where the lane runs the single-copy gather: the
+    root's pieces back to back (every rank writes its own into them) and apart (the
+    root reads each); the root on the general path (a non-contiguous input) with the
+    others on the lane, and the other way round; then rank 1 passing another size,
+    which every rank must refuse alike. Returns the paths seen on this rank."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    seen = []
+    cases = [(True, True, True), (False, True, True), (True, False, True), (False, True, False)]
+    for k, (together, lane_root, lane_others) in enumerate(cases):
+        root = k % n
+        mine = _value(r, root, base)
+        if not (lane_root if r == root else lane_others):
+            mine = np.repeat(mine, 2)[::2]  # non-contiguous: the general path
+        outs = None
+        if r == root:
+            outs = list(np.zeros((n, base))) if together else [np.zeros(base) for _ in range(n)]
+        dist.gather(mine, outs, dst=root)
+        seen.append(pg.last_algorithm)
+        if r == root:
+            for q, got in enumerate(outs):
+                np.testing.assert_array_equal(got, _value(q, root, base), f"gather {k} from {q}")
+    singles = [key for key, plan in pg.lane.plans.items() if key[0] == "gather" and plan and plan[8]]
+    assert singles, "the lane never took a gather past the one-shot sizes"
+    outs = [np.zeros(base) for _ in range(n)] if r == 0 else None
+    try:
+        dist.gather(np.ones(base + (1 if r == 1 else 0)), outs, dst=0)
+    except dist.MismatchError as exc:
+        seen.append(f"mismatch: {'count' in str(exc) or 'layout' in str(exc)}")
+    return seen
+
+
+def scatter_past_one_shot(base: int) -> list[str]:
+    """scatter past the one-shot sizes, where the lane runs the single-copy scatter: the
+    root's pieces back to back (exposed as they lie) and apart (concatenated first);
+    the root on the general path (a non-contiguous output) with the others on the
+    lane, and the other way round; then rank 1 passing another size, which every
+    rank must refuse alike. Returns the paths seen on this rank."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    seen = []
+    cases = [(True, True, True), (False, True, True), (True, False, True), (False, True, False)]
+    for k, (together, lane_root, lane_others) in enumerate(cases):
+        root = k % n
+        ins = None
+        if r == root:
+            ins = [_value(root, q, base) for q in range(n)]
+            if together:
+                ins = list(np.stack(ins))
+        got = np.zeros(base) if (lane_root if r == root else lane_others) else _strided(base)
+        dist.scatter(got, ins, src=root)
+        seen.append(pg.last_algorithm)
+        np.testing.assert_array_equal(got, _value(root, r, base), f"scatter {k}")
+    singles = [key for key, plan in pg.lane.plans.items() if key[0] == "scatter" and plan and plan[8]]
+    assert singles, "the lane never took a scatter past the one-shot sizes"
+    ins = [np.ones(base) for _ in range(n)] if r == 0 else None
+    try:
+        dist.scatter(np.zeros(base + (1 if r == 1 else 0)), ins, src=0)
+    except dist.MismatchError as exc:
+        seen.append(f"mismatch: {'count' in str(exc) or 'layout' in str(exc)}")
+    return seen
+
+
 def random_mix(calls: int, seed: int) -> int:
     """``calls`` collectives and exchanges drawn at random (the same draws on every rank):
     kinds, sizes across the one-shot / single-copy / schedule boundaries, roots, odd

@@ -23,7 +23,8 @@ def boundaries(caps: table.HostCaps) -> list[int]:
              table.direct_bytes(caps, n), table.direct_bytes(caps, 1) // n,
              table.all_to_all_direct_limit(caps, split_head(n)) // n,
              table.SINGLE_COPY_MIN_BYTES * n // n, table.ONESHOT_WORK_BYTES // n // n,
-             table.SYMMETRIC_MIN_BYTES // n, table.SYMMETRIC_ALL_REDUCE_MIN_BYTES}
+             table.SYMMETRIC_MIN_BYTES // n, table.SYMMETRIC_ALL_REDUCE_MIN_BYTES,
+             table.SCATTER_SINGLE_MIN_BYTES}
     sizes = {0, 4}
     for e in edges:
         for d in (-4, 0, 4):

@@ -106,6 +106,18 @@ def test_lanes_past_one_shot_mix_with_the_general_path(n, single_copy):
                for seen in out), out
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_gather_past_one_shot_takes_the_lane_and_mixes_with_the_general_path(n, single_copy):
+    out = spawn_world(bodies.gather_past_one_shot, n, timeout=120, base=bodies.LARGE)
+    assert all(seen == ["gather/cma"] * 4 + ["mismatch: True"] for seen in out), out
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_scatter_past_one_shot_takes_the_lane_and_mixes_with_the_general_path(n, single_copy):
+    out = spawn_world(bodies.scatter_past_one_shot, n, timeout=120, base=bodies.LARGE)
+    assert all(seen == ["scatter/cma"] * 4 + ["mismatch: True"] for seen in out), out
+
+
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_rooted_calls_return_first_where_they_need_nothing(n):
     """One-sided rounds (arena.py): a broadcast's or scatter's root and a reduce's other

@@ -7,9 +7,10 @@ Where it lives:
   run under that name (``last_algorithm``);
 * the path a call takes with no algorithm named: ``algorithms/_select.py``
   (``fast_path("scatter", ...)``, its thresholds beside it):
-  one-shot while the root's pieces together fit its 1 MiB region; past it single-copy
-  from 64 KiB pieces (each rank reads its piece from the root's list); otherwise the
-  schedules;
+  one-shot while the root's pieces together fit its 1 MiB region and are smaller than
+  ``SCATTER_SINGLE_MIN_BYTES`` (256 KiB); past either, single-copy from 64 KiB pieces
+  (each rank reads its piece from the root's list; the lane runs it for NumPy calls);
+  otherwise the schedules;
 * the engine: ``transport/arena.py`` (the group's signal words, fingerprints,
   one-shot regions and slots; its compiled round in ``transport/_tiny.c``),
   ``transport/shm.py`` (the rings the p2p schedules send through) and

@@ -406,6 +406,18 @@ SYMMETRIC_ALL_REDUCE_MIN_BYTES = 512 << 10
 SYMMETRIC_MIN_BYTES = 512 << 10
 
 
+# scatter goes single-copy from this piece size where the kernel allows it, one-shot sizes
+# included: every rank reads its piece straight from the root's exposed pieces (one copy)
+# where one-shot stages them all in the root's region and each rank copies its own out
+# (two). Lane calls, cold rotating windows, the root's pieces back to back, two runs, us,
+# one-shot / single-copy: 2 ranks 128 KiB 24.7-24.8 / 26.9-27.9, 256 KiB 46.9-47.4 /
+# 36.6-39.2, 512 KiB 98-102 / 62-72; 4 ranks on 2 cores 128 KiB 65-95 / 117-165, 256 KiB
+# 203-212 / 134-141 (/tmp/s41/gs_cold2.py, stop 41). gather has no such rule: its root
+# reads the pieces one after the other unless its list lies back to back, which the
+# other ranks cannot know before the entry, and that way single-copy lost to one-shot
+# up to 1 MiB pieces (256 KiB: 89-93 against 64-72 us).
+SCATTER_SINGLE_MIN_BYTES = 256 << 10
+
 # A one-shot scatter's root stages the other ranks' pieces and copies its own straight
 # into place after the entry, once its piece is this large (below, one staging copy of
 # every piece and the compiled combine cost less than a second call).
@@ -435,6 +447,14 @@ def single_copy(caps: HostCaps, nbytes: int, pieces: int = 1) -> bool:
 def all_reduce_single_copy(caps: HostCaps, nbytes: int) -> bool:
     """Whether an all_reduce of ``nbytes`` (past one-shot) goes single-copy."""
     return caps.single_copy and caps.size > 1 and nbytes >= ALL_REDUCE_SINGLE_MIN_BYTES
+
+
+def scatter_oneshot(caps: HostCaps, total: int, largest: int) -> bool:
+    """Whether a scatter of ``total`` bytes whose largest piece holds ``largest`` goes
+    one-shot: the root's region holds it all, and single-copy does not start earlier
+    (:data:`SCATTER_SINGLE_MIN_BYTES`)."""
+    return total <= direct_bytes(caps, 1) and not (caps.single_copy
+                                                   and largest >= SCATTER_SINGLE_MIN_BYTES)
 
 
 def direct_bytes(caps: HostCaps, readers: int) -> int:
@@ -509,7 +529,7 @@ def fast_path(kind: str, caps: HostCaps, piece: int, *, symmetric: bool = False,
     if kind in ("gather", "scatter"):
         # gather: the root reads n pieces; scatter: the root's region holds them all
         fits = (piece <= direct_bytes(caps, n) if kind == "gather"
-                else piece * n <= direct_bytes(caps, 1))
+                else scatter_oneshot(caps, piece * n, piece))
         if fits:
             return "oneshot"
         return "cma" if single_copy(caps, piece) else None
@@ -527,7 +547,7 @@ def fast_path(kind: str, caps: HostCaps, piece: int, *, symmetric: bool = False,
 
 
 __all__ = ["ALL_GATHER_SINGLE_MIN_BYTES", "ALL_REDUCE_SINGLE_MIN_BYTES", "ONESHOT_WORK_BYTES",
-           "SINGLE_COPY_MIN_BYTES", "SYMMETRIC_ALL_REDUCE_MIN_BYTES", "SYMMETRIC_MIN_BYTES",
+           "SCATTER_SINGLE_MIN_BYTES", "SINGLE_COPY_MIN_BYTES", "SYMMETRIC_ALL_REDUCE_MIN_BYTES", "SYMMETRIC_MIN_BYTES",
            "TABLE", "Choice", "HostCaps", "Rule", "algorithm_name", "all_reduce_single_copy",
            "all_to_all_direct_limit", "decide", "direct_bytes", "fast_path", "message_bytes",
            "oneshot", "oneshot_all_gather", "parse_tune", "select", "single_copy",

@@ -189,7 +189,7 @@ def arena(plan: Plan) -> Iterator[Round]:
     family="oneshot",
 )
 def oneshot(plan: Plan) -> Iterator[Round]:
-    """One-shot scatter (paths/oneshot.scatter, decided after the entry: ``_select.direct_bytes``).
+    """One-shot scatter (paths/oneshot.scatter, decided after the entry: ``_select.scatter_oneshot``).
 
     Steps: 1 round: the root ``Put``s its whole input into its one-shot region
     (staged before the entry); ``Enter``; every other rank ``Get``s its piece

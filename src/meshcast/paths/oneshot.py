@@ -228,12 +228,14 @@ def gather(arena: Arena, root: int, me: int, mine: np.ndarray,
 
 
 def scatter(arena: Arena, root: int, me: int, out: np.ndarray, inp: np.ndarray | None,
-            isz: int, limit: int) -> Staged:
+            isz: int, fits: Callable[[int, int], bool], largest: int) -> Staged:
     """scatter's :class:`Staged`: the root stages its whole ``inp`` (bytes, every rank's
-    piece) when it holds at most ``limit`` bytes; every rank copies its piece to ``out``."""
+    piece) when ``fits(total bytes, largest piece's bytes)`` (``largest``: the root's
+    largest piece, 0 when unknown: then it stages whatever the counts say); every
+    rank copies its piece to ``out``."""
 
     def stage(parity: int) -> None:
-        if inp is not None and inp.nbytes <= limit:
+        if inp is not None and fits(inp.nbytes, largest):
             arena.small[me][parity][:inp.nbytes] = inp
 
     def read(counts: list[int], regions: list[np.ndarray]) -> None:
@@ -241,7 +243,7 @@ def scatter(arena: Arena, root: int, me: int, out: np.ndarray, inp: np.ndarray |
         src = regions[root] if inp is None else inp
         out[:] = src[lo:lo + counts[me] * isz]
 
-    return Staged(stage, lambda counts: sum(counts) * isz <= limit, read)
+    return Staged(stage, lambda counts: fits(sum(counts) * isz, max(counts) * isz), read)
 
 
 def all_to_all(group: GroupView, seq: int, out: np.ndarray, mine: np.ndarray,
