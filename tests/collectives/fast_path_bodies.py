@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -394,6 +395,24 @@ def lanes_past_one_shot(base: int) -> list[str]:
     return seen
 
 
+# (the root's pieces back to back, the root on the lane, the others on the lane)
+_PAST_ONE_SHOT_CASES = [(True, True, True), (False, True, True), (True, False, True),
+                        (False, True, False)]
+
+
+def _single_then_refused(pg: Any, kind: str, seen: list[str], call: Callable[[], None]
+                         ) -> list[str]:
+    """Check that the lane ran a single-copy ``kind`` (its plan says so), then make
+    ``call``, which every rank must refuse alike; ``seen`` with what it raised."""
+    singles = [key for key, plan in pg.lane.plans.items() if key[0] == kind and plan and plan[8]]
+    assert singles, f"the lane never took a {kind} past the one-shot sizes"
+    try:
+        call()
+    except dist.MismatchError as exc:
+        seen.append(f"mismatch: {'count' in str(exc) or 'layout' in str(exc)}")
+    return seen
+
+
 def gather_past_one_shot(base: int) -> list[str]:
     """gather past the one-shot sizes, where the lane runs the single-copy gather: the
     root's pieces back to back (every rank writes its own into them) and apart (the
@@ -403,8 +422,7 @@ def gather_past_one_shot(base: int) -> list[str]:
     r, n = dist.get_rank(), dist.get_world_size()
     pg = dist.group.WORLD
     seen = []
-    cases = [(True, True, True), (False, True, True), (True, False, True), (False, True, False)]
-    for k, (together, lane_root, lane_others) in enumerate(cases):
+    for k, (together, lane_root, lane_others) in enumerate(_PAST_ONE_SHOT_CASES):
         root = k % n
         mine = _value(r, root, base)
         if not (lane_root if r == root else lane_others):
@@ -417,14 +435,9 @@ def gather_past_one_shot(base: int) -> list[str]:
         if r == root:
             for q, got in enumerate(outs):
                 np.testing.assert_array_equal(got, _value(q, root, base), f"gather {k} from {q}")
-    singles = [key for key, plan in pg.lane.plans.items() if key[0] == "gather" and plan and plan[8]]
-    assert singles, "the lane never took a gather past the one-shot sizes"
     outs = [np.zeros(base) for _ in range(n)] if r == 0 else None
-    try:
-        dist.gather(np.ones(base + (1 if r == 1 else 0)), outs, dst=0)
-    except dist.MismatchError as exc:
-        seen.append(f"mismatch: {'count' in str(exc) or 'layout' in str(exc)}")
-    return seen
+    return _single_then_refused(pg, "gather", seen, lambda: dist.gather(
+        np.ones(base + (1 if r == 1 else 0)), outs, dst=0))
 
 
 def scatter_past_one_shot(base: int) -> list[str]:
@@ -436,8 +449,7 @@ def scatter_past_one_shot(base: int) -> list[str]:
     r, n = dist.get_rank(), dist.get_world_size()
     pg = dist.group.WORLD
     seen = []
-    cases = [(True, True, True), (False, True, True), (True, False, True), (False, True, False)]
-    for k, (together, lane_root, lane_others) in enumerate(cases):
+    for k, (together, lane_root, lane_others) in enumerate(_PAST_ONE_SHOT_CASES):
         root = k % n
         ins = None
         if r == root:
@@ -448,14 +460,9 @@ def scatter_past_one_shot(base: int) -> list[str]:
         dist.scatter(got, ins, src=root)
         seen.append(pg.last_algorithm)
         np.testing.assert_array_equal(got, _value(root, r, base), f"scatter {k}")
-    singles = [key for key, plan in pg.lane.plans.items() if key[0] == "scatter" and plan and plan[8]]
-    assert singles, "the lane never took a scatter past the one-shot sizes"
     ins = [np.ones(base) for _ in range(n)] if r == 0 else None
-    try:
-        dist.scatter(np.zeros(base + (1 if r == 1 else 0)), ins, src=0)
-    except dist.MismatchError as exc:
-        seen.append(f"mismatch: {'count' in str(exc) or 'layout' in str(exc)}")
-    return seen
+    return _single_then_refused(pg, "scatter", seen, lambda: dist.scatter(
+        np.zeros(base + (1 if r == 1 else 0)), ins, src=0))
 
 
 def random_mix(calls: int, seed: int) -> int:
