@@ -23,6 +23,7 @@ Ranks are group ranks.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -274,9 +275,11 @@ def gather(m: Machinery, out_pieces: Sequence[np.ndarray] | None, in_flat: np.nd
     mine = in_flat.reshape(-1).view(np.uint8)
     outs = [p.reshape(-1).view(np.uint8) for p in out_pieces] if out_pieces else None
     staged = oneshot.gather(m.arena, root, me, mine, outs, isz,
-                            _fast.direct_bytes(m.caps, m.size))
-    exposure, move_pieces = single_copy.gather(
+                            lambda largest: _fast.gather_oneshot(m.caps, largest))
+    exposure, move_pieces, table = single_copy.gather(
         m.arena, root, mine, outs, span(outs) if outs and me == root else None, isz, me)
+    if table is not None:  # the root's piece table goes where it stages nothing: its region
+        staged = dataclasses.replace(staged, stage=table)
     # The schedules gather into one flat array, spread into the pieces afterwards.
     staging: list[np.ndarray] = []
 

@@ -967,12 +967,14 @@ class TinyCallLane:
         what = self._whats["gather"]
         mine = inp.reshape(-1).view(np.uint8)
         flat_outs = [o.reshape(-1).view(np.uint8) for o in outs] if at_root else None
-        exposure, body = single_copy.gather(arena, root, mine, flat_outs,
-                                            span(flat_outs) if flat_outs else None,
-                                            inp.dtype.itemsize, me)
+        exposure, body, table = single_copy.gather(arena, root, mine, flat_outs,
+                                                   span(flat_outs) if flat_outs else None,
+                                                   inp.dtype.itemsize, me)
 
         def run(seq: int) -> None:
             arena.expose(seq, *exposure)  # (its word too, which the compiled entry has not)
+            if table is not None:  # (after expose, which settles any one-sided call first)
+                table(seq & 1)
             status = None if fast is None else fast(
                 seq, tails, None, arena.spin_ns, None, None, None, root, 0)
             counts = [] if status == 0 else arena.rooted_entry(
@@ -1633,8 +1635,8 @@ class TinyCallLane:
         limit = _fast.direct_bytes(group.caps, readers)
         # Past the one-shot limit a call goes single-copy where the general path's would
         # (the same rule, _select.single_copy, so that a root on the general path agrees).
-        single = arr.nbytes * (n // readers) > limit or (
-            kind == "scatter" and not _fast.scatter_oneshot(group.caps, arr.nbytes * n, arr.nbytes))
+        single = not (_fast.gather_oneshot(group.caps, arr.nbytes) if kind == "gather" else
+                      _fast.scatter_oneshot(group.caps, arr.nbytes * n, arr.nbytes))
         if (root is None or n < 2 or dtype.name not in _MOVE_DTYPES or not dtype.isnative
                 or single and not (group.transport.cma_min_bytes > 0
                                    and _fast.single_copy(group.caps, arr.nbytes))):

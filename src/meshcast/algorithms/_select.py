@@ -406,17 +406,16 @@ SYMMETRIC_ALL_REDUCE_MIN_BYTES = 512 << 10
 SYMMETRIC_MIN_BYTES = 512 << 10
 
 
-# scatter goes single-copy from this piece size where the kernel allows it, one-shot sizes
-# included: every rank reads its piece straight from the root's exposed pieces (one copy)
-# where one-shot stages them all in the root's region and each rank copies its own out
-# (two). Lane calls, cold rotating windows, the root's pieces back to back, two runs, us,
-# one-shot / single-copy: 2 ranks 128 KiB 24.7-24.8 / 26.9-27.9, 256 KiB 46.9-47.4 /
-# 36.6-39.2, 512 KiB 98-102 / 62-72; 4 ranks on 2 cores 128 KiB 65-95 / 117-165, 256 KiB
-# 203-212 / 134-141 (/tmp/s41/gs_cold2.py, stop 41). gather has no such rule: its root
-# reads the pieces one after the other unless its list lies back to back, which the
-# other ranks cannot know before the entry, and that way single-copy lost to one-shot
-# up to 1 MiB pieces (256 KiB: 89-93 against 64-72 us).
-SCATTER_SINGLE_MIN_BYTES = 256 << 10
+# gather and scatter go single-copy from this piece size where the kernel allows it,
+# one-shot sizes included: every rank writes its piece straight into the root's list
+# (gather) or reads it straight from the root's pieces (scatter), one copy, where
+# one-shot copies every piece into a region and out again. Lane calls, cold rotating
+# windows, two runs, us, one-shot / single-copy: scatter, 2 ranks 128 KiB 24.7-24.8 /
+# 26.9-27.9, 256 KiB 46.9-47.4 / 36.6-39.2, 512 KiB 98-102 / 62-72; 4 ranks on 2 cores
+# 128 KiB 65-95 / 117-165, 256 KiB 203-212 / 134-141; gather, 2 ranks (the root's list
+# back to back) 128 KiB 28 / 47, 256 KiB 65.5 / 59-60, 512 KiB 186-190 / 118-119
+# (/tmp/s41/gs_cold2.py, stop 41).
+ROOTED_SINGLE_MIN_BYTES = 256 << 10
 
 # A one-shot scatter's root stages the other ranks' pieces and copies its own straight
 # into place after the entry, once its piece is this large (below, one staging copy of
@@ -452,9 +451,17 @@ def all_reduce_single_copy(caps: HostCaps, nbytes: int) -> bool:
 def scatter_oneshot(caps: HostCaps, total: int, largest: int) -> bool:
     """Whether a scatter of ``total`` bytes whose largest piece holds ``largest`` goes
     one-shot: the root's region holds it all, and single-copy does not start earlier
-    (:data:`SCATTER_SINGLE_MIN_BYTES`)."""
+    (:data:`ROOTED_SINGLE_MIN_BYTES`)."""
     return total <= direct_bytes(caps, 1) and not (caps.single_copy
-                                                   and largest >= SCATTER_SINGLE_MIN_BYTES)
+                                                   and largest >= ROOTED_SINGLE_MIN_BYTES)
+
+
+def gather_oneshot(caps: HostCaps, largest: int) -> bool:
+    """Whether a gather whose largest piece holds ``largest`` bytes goes one-shot: every
+    piece fits a region and the root's reading, and single-copy does not start
+    earlier (:data:`ROOTED_SINGLE_MIN_BYTES`)."""
+    return largest <= direct_bytes(caps, caps.size) and not (
+        caps.single_copy and largest >= ROOTED_SINGLE_MIN_BYTES)
 
 
 def direct_bytes(caps: HostCaps, readers: int) -> int:
@@ -528,7 +535,7 @@ def fast_path(kind: str, caps: HostCaps, piece: int, *, symmetric: bool = False,
         return "cma" if single_copy(caps, piece) else None
     if kind in ("gather", "scatter"):
         # gather: the root reads n pieces; scatter: the root's region holds them all
-        fits = (piece <= direct_bytes(caps, n) if kind == "gather"
+        fits = (gather_oneshot(caps, piece) if kind == "gather"
                 else scatter_oneshot(caps, piece * n, piece))
         if fits:
             return "oneshot"
@@ -547,7 +554,7 @@ def fast_path(kind: str, caps: HostCaps, piece: int, *, symmetric: bool = False,
 
 
 __all__ = ["ALL_GATHER_SINGLE_MIN_BYTES", "ALL_REDUCE_SINGLE_MIN_BYTES", "ONESHOT_WORK_BYTES",
-           "SCATTER_SINGLE_MIN_BYTES", "SINGLE_COPY_MIN_BYTES", "SYMMETRIC_ALL_REDUCE_MIN_BYTES", "SYMMETRIC_MIN_BYTES",
+           "ROOTED_SINGLE_MIN_BYTES", "SINGLE_COPY_MIN_BYTES", "SYMMETRIC_ALL_REDUCE_MIN_BYTES", "SYMMETRIC_MIN_BYTES",
            "TABLE", "Choice", "HostCaps", "Rule", "algorithm_name", "all_reduce_single_copy",
            "all_to_all_direct_limit", "decide", "direct_bytes", "fast_path", "message_bytes",
            "oneshot", "oneshot_all_gather", "parse_tune", "select", "single_copy",

@@ -225,7 +225,7 @@ def arena(plan: Plan) -> Iterator[Round]:
     family="oneshot",
 )
 def oneshot(plan: Plan) -> Iterator[Round]:
-    """One-shot gather (paths/oneshot.gather, decided after the entry: ``_select.direct_bytes``).
+    """One-shot gather (paths/oneshot.gather, decided after the entry: ``_select.gather_oneshot``).
 
     Steps: 1 round: every rank but the root ``Put``s its piece into its
     one-shot region (before the entry: the runtime stages it when its own piece
@@ -254,7 +254,7 @@ def oneshot(plan: Plan) -> Iterator[Round]:
     family="cma",
 )
 def cma(plan: Plan) -> Iterator[Round]:
-    """Single-copy gather (paths/single_copy.gather, its back-to-back form; ``_select.single_copy``).
+    """Single-copy gather (paths/single_copy.gather; ``_select.gather_oneshot``, ``single_copy``).
 
     Steps: 1 round: the root ``Expose``s its output (its pieces lie back to
     back), the others their piece, and all ``Enter``; every rank but the root
@@ -266,8 +266,9 @@ def cma(plan: Plan) -> Iterator[Round]:
     Requires: a host that lets members read each other's memory.
 
     When the root's gather_list pieces do not lie back to back (the plan's
-    output always does), the runtime's root reads each piece from its owner
-    instead: the same bytes, read by the root rather than written by the owners.
+    output always does), the runtime's root publishes a table of where each lies
+    in its one-shot region instead (``single_copy.piece_table``) and every rank
+    writes its piece there: the same bytes, the same writes.
     """
     me, root = plan.rank, plan.root
     d = displs(piece_counts(plan))

@@ -212,19 +212,20 @@ def job(group: GroupView, programs: Programs, fp: Fingerprint, what: str, kind: 
 
 
 def gather(arena: Arena, root: int, me: int, mine: np.ndarray,
-           outs: list[np.ndarray] | None, isz: int, limit: int) -> Staged:
-    """gather's :class:`Staged`: every rank but the root stages ``mine`` (bytes) when it
-    holds at most ``limit`` bytes; the root copies every region into its ``outs``."""
+           outs: list[np.ndarray] | None, isz: int, fits: Callable[[int], bool]) -> Staged:
+    """gather's :class:`Staged`: every rank but the root stages ``mine`` (bytes) when
+    ``fits(its bytes)`` (the rule on the largest piece, ``_select.gather_oneshot``);
+    the root copies every region into its ``outs``."""
 
     def stage(parity: int) -> None:
-        if me != root and 0 < mine.nbytes <= limit:
+        if me != root and mine.nbytes and fits(mine.nbytes):
             arena.small[me][parity][:mine.nbytes] = mine
 
     def read(counts: list[int], regions: list[np.ndarray]) -> None:
         for q, out in enumerate(outs or ()):
             out[:] = mine if q == me else regions[q][:out.nbytes]
 
-    return Staged(stage, lambda counts: max(counts) * isz <= limit, read)
+    return Staged(stage, lambda counts: fits(max(counts) * isz), read)
 
 
 def scatter(arena: Arena, root: int, me: int, out: np.ndarray, inp: np.ndarray | None,

@@ -23,6 +23,7 @@ bodies after its own entry.
 from __future__ import annotations
 
 import dataclasses
+import struct
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -41,10 +42,39 @@ if TYPE_CHECKING:
 
 
 class Peers(NamedTuple):
-    """Copies between this rank and the buffers the peers exposed (see :class:`SingleCopy`)."""
+    """Copies between this rank and the buffers the peers exposed (see :class:`SingleCopy`):
+    ``read(q, dest, offset)``, ``write(q, src, offset)``, and ``write_piece(q, i, src)``,
+    which writes ``src`` into piece ``i`` of the table of pieces rank q published
+    (:func:`piece_table`)."""
 
     read: Callable[..., None]
     write: Callable[..., None]
+    write_piece: Callable[..., None]
+
+
+# One entry of a piece table (piece_table): the piece's address and bytes.
+_PIECE = struct.Struct("<QQ")
+# The exposure word of a rank that published a piece table instead of one buffer.
+PIECE_TABLE = 2
+
+
+def piece_table(arena: Arena, pieces: Sequence[np.ndarray]) -> tuple[tuple[int, int, int],
+                                                                     Callable[[int], None]]:
+    """A rank's exposure of several buffers apart in memory (a gather root's list): the
+    exposure (its offset and bytes in this rank's one-shot region, and the word
+    :data:`PIECE_TABLE`), and ``write(parity)``, which writes every piece's address
+    and size there, in the region of the call's parity, before the entry. The region
+    is free then: a call that goes single-copy stages nothing (the rule is the
+    counts', and a root knows them all)."""
+    table = tuple((p.ctypes.data if p.nbytes else 0, p.nbytes) for p in pieces)
+    me = arena.rank
+
+    def write(parity: int) -> None:
+        region = arena.small[me][parity]
+        for i, (address, nbytes) in enumerate(table):
+            _PIECE.pack_into(region, i * _PIECE.size, address, nbytes)
+
+    return (0, len(table) * _PIECE.size, PIECE_TABLE), write
 
 
 Body = Callable[[list[int], Peers], None]
@@ -147,8 +177,20 @@ def run(group: GroupView, body: Body, phases: int, counts: list[int], what: obje
         if src.nbytes:
             cma.write(pids[q], at(q, offset, src.nbytes, "write"), src)
 
+    def write_piece(q: int, i: int, src: np.ndarray) -> None:
+        at_table, table_bytes, _ = arena.exposed(q, seq)
+        address, nbytes = ((0, -1) if (i + 1) * _PIECE.size > table_bytes else
+                           _PIECE.unpack_from(arena.small[q][seq & 1], at_table + i * _PIECE.size))
+        if nbytes != src.nbytes:
+            raise MismatchError(
+                f"{what}: rank {group.global_ranks[group._rank]} would write {src.nbytes} "
+                f"bytes into piece {i} of rank {group.global_ranks[q]}, which holds {nbytes} "
+                f"(the ranks disagree about the sizes)")
+        if nbytes:
+            cma.write(pids[q], address, src)
+
     try:
-        body(counts, Peers(read, write))
+        body(counts, Peers(read, write, write_piece))
     except BaseException as exc:
         arena.abort(f"rank {group.global_ranks[group._rank]} failed in {what}: {exc}",
                     mismatch=isinstance(exc, MismatchError))
@@ -256,28 +298,34 @@ def gather_pieces(out: np.ndarray, mine: np.ndarray, at: Sequence[int], me: int,
 
 
 def gather(arena: Arena, root: int, mine: np.ndarray, outs: list[np.ndarray] | None,
-           whole: np.ndarray | None, isz: int, me: int) -> tuple[tuple[int, int, int], Body]:
-    """The single-copy gather's exposure and body: the root's pieces ``outs`` (None
-    elsewhere), ``whole`` when they lie back to back (see ProcessGroup.gather)."""
-    # When the root's pieces lie back to back it exposes them as one buffer and says
-    # so in the exposure's word (1): every rank then writes its own piece into it,
-    # all at once, instead of the root reading them one after the other.
-    exposure = exposing(whole, 1) if whole is not None else exposing(mine)
+           whole: np.ndarray | None, isz: int, me: int
+           ) -> tuple[tuple[int, int, int], Body, Callable[[int], None] | None]:
+    """The single-copy gather's exposure, body and, on a root whose pieces lie apart, the
+    writer of its piece table (:func:`piece_table`, to run before the entry): the
+    root's pieces ``outs`` (None elsewhere), ``whole`` when they lie back to back
+    (see ProcessGroup.gather)."""
+    # Every rank writes its own piece into the root's, all at once, where the root
+    # reading them one after the other made single-copy lose to one-shot up to 1 MiB
+    # pieces (_select.ROOTED_SINGLE_MIN_BYTES): pieces back to back are exposed as one
+    # buffer (the word 1), pieces apart as a table of where each lies.
+    table = None
+    if whole is not None:
+        exposure = exposing(whole, 1)
+    elif me == root and outs is not None:
+        exposure, table = piece_table(arena, outs)
+    else:
+        exposure = exposing(mine)
 
     def move_pieces(counts: list[int], peers: Peers) -> None:
-        if arena.exposed(root, arena.seq)[2] == 1:
-            if me != root:
-                peers.write(root, mine, sum(counts[:me]) * isz)
-            elif outs:
+        if me == root:
+            if outs:
                 outs[me][:] = mine
-            return
-        for q, out in enumerate(outs or ()):
-            if q == me:
-                out[:] = mine
-            else:
-                peers.read(q, out)
+        elif arena.exposed(root, arena.seq)[2] == PIECE_TABLE:
+            peers.write_piece(root, me, mine)
+        else:
+            peers.write(root, mine, sum(counts[:me]) * isz)
 
-    return exposure, move_pieces
+    return exposure, move_pieces, table
 
 
 def scatter(out: np.ndarray, inp: np.ndarray | None, root: int, isz: int, me: int) -> Body:
