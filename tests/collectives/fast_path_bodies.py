@@ -465,6 +465,33 @@ def scatter_past_one_shot(base: int) -> list[str]:
         np.zeros(base + (1 if r == 1 else 0)), ins, src=0))
 
 
+def gather_without_regions(base: int) -> list[str]:
+    """Single-copy gathers in a group without one-shot regions (MESHCAST_SLOT_BYTES=0),
+    whose root has nowhere to publish a table of its pieces: with its pieces apart it
+    reads each itself; back to back, every rank writes its own. Returns the paths."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    saved = os.environ.get("MESHCAST_SLOT_BYTES")
+    os.environ["MESHCAST_SLOT_BYTES"] = "0"
+    try:
+        group = dist.new_group(list(range(n)))
+    finally:
+        if saved is None:
+            del os.environ["MESHCAST_SLOT_BYTES"]
+        else:
+            os.environ["MESHCAST_SLOT_BYTES"] = saved
+    seen = []
+    for together in (False, True):
+        outs = None
+        if r == 0:
+            outs = list(np.zeros((n, base))) if together else [np.zeros(base) for _ in range(n)]
+        dist.gather(_value(r, 0, base), outs, dst=0, group=group)
+        seen.append(group.last_algorithm)
+        if r == 0:
+            for q, got in enumerate(outs):
+                np.testing.assert_array_equal(got, _value(q, 0, base), f"piece {q}")
+    return seen
+
+
 def random_mix(calls: int, seed: int) -> int:
     """``calls`` collectives and exchanges drawn at random (the same draws on every rank):
     kinds, sizes across the one-shot / single-copy / schedule boundaries, roots, odd

@@ -112,6 +112,11 @@ def test_gather_past_one_shot_takes_the_lane_and_mixes_with_the_general_path(n, 
     assert all(seen == ["gather/cma"] * 4 + ["mismatch: True"] for seen in out), out
 
 
+def test_gather_without_one_shot_regions(single_copy):
+    out = spawn_world(bodies.gather_without_regions, 3, timeout=120, base=20_000)
+    assert all(seen == ["gather/cma"] * 2 for seen in out), out
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_scatter_past_one_shot_takes_the_lane_and_mixes_with_the_general_path(n, single_copy):
     out = spawn_world(bodies.scatter_past_one_shot, n, timeout=120, base=bodies.LARGE)

@@ -307,22 +307,27 @@ def gather(arena: Arena, root: int, mine: np.ndarray, outs: list[np.ndarray] | N
     # Every rank writes its own piece into the root's, all at once, where the root
     # reading them one after the other made single-copy lose to one-shot up to 1 MiB
     # pieces (_select.ROOTED_SINGLE_MIN_BYTES): pieces back to back are exposed as one
-    # buffer (the word 1), pieces apart as a table of where each lies.
+    # buffer (the word 1), pieces apart as a table of where each lies. Only a root
+    # without one-shot regions for a table (MESHCAST_SLOT_BYTES=0) reads every piece.
     table = None
     if whole is not None:
         exposure = exposing(whole, 1)
-    elif me == root and outs is not None:
+    elif me == root and outs is not None and len(outs) * _PIECE.size <= arena.small_bytes:
         exposure, table = piece_table(arena, outs)
     else:
         exposure = exposing(mine)
 
     def move_pieces(counts: list[int], peers: Peers) -> None:
+        word = arena.exposed(root, arena.seq)[2]
         if me == root:
-            if outs:
-                outs[me][:] = mine
-        elif arena.exposed(root, arena.seq)[2] == PIECE_TABLE:
+            for q, out in enumerate(outs or ()):
+                if q == me:
+                    out[:] = mine
+                elif word == 0:
+                    peers.read(q, out)
+        elif word == PIECE_TABLE:
             peers.write_piece(root, me, mine)
-        else:
+        elif word == 1:
             peers.write(root, mine, sum(counts[:me]) * isz)
 
     return exposure, move_pieces, table
