@@ -11,12 +11,14 @@ signal, copy or reduce out (one compiled call when the helper was built).
 
 Rule: the lane runs exactly the one-shot path of the ProcessGroup method it
 stands for (same fingerprint bytes, same data layout, same operand order),
-so one rank may take the lane while another takes the general path. A call
-the lane cannot take (torch tensors, non-contiguous or read-only arrays,
-float16/bfloat16 reductions, sizes outside the one-shot range, symmetric
-buffers large enough for their own path, an op invalid for the dtype) makes
-its method return False having done nothing, and the front door falls back
-to the general path, which validates and raises as usual.
+or, for all_reduce, all_gather, reduce_scatter, all_to_all, gather and
+scatter past it, the same single-copy path after its own entry, so one rank
+may take the lane while another takes the general path. A call the lane
+cannot take (torch tensors, non-contiguous or read-only arrays,
+float16/bfloat16 reductions, other sizes outside the one-shot range,
+symmetric buffers large enough for their own path, an op invalid for the
+dtype) makes its method return False having done nothing, and the front door
+falls back to the general path, which validates and raises as usual.
 """
 
 from __future__ import annotations
@@ -955,11 +957,11 @@ class TinyCallLane:
 
     def _gather_single(self, inp: np.ndarray, outs: list[np.ndarray] | None, plan: tuple
                        ) -> bool:
-        """gather past the one-shot sizes: the general path's single-copy gather, from the
-        lane's compiled entry on (every rank exposes its input; the root reads each
-        piece straight from its owner, or, if a root on the general path exposed its
-        pieces back to back, every rank writes its own into them). Any disagreement
-        is handed over to the general path after the entry."""
+        """gather where it goes single-copy (``_select.gather_oneshot``): the general
+        path's single-copy gather, from the lane's compiled entry on (every rank writes
+        its piece straight into the root's list: one exposed buffer when it lies back
+        to back, else through the root's piece table). Any disagreement is handed
+        over to the general path after the entry."""
         tails, root, _, at_root = plan[:4]
         group = self.group
         arena, me = group.arena, group._rank
@@ -1123,11 +1125,12 @@ class TinyCallLane:
 
     def _scatter_single(self, out: np.ndarray, ins: list[np.ndarray] | None, plan: tuple
                         ) -> bool:
-        """scatter past the one-shot sizes: the general path's single-copy scatter, from
-        the lane's compiled entry on (the root exposes its pieces, back to back as they
-        lie or concatenated as the general path concatenates them; every other rank
-        reads its own straight from there, in one compiled call with the closing
-        round). Any disagreement is handed over to the general path after the entry."""
+        """scatter where it goes single-copy (``_select.scatter_oneshot``): the general
+        path's single-copy scatter, from the lane's compiled entry on (the root exposes
+        its pieces, back to back as they lie or concatenated as the general path
+        concatenates them; every other rank reads its own straight from there, in one
+        compiled call with the closing round). Any disagreement is handed over to the
+        general path after the entry."""
         tails, root, _, at_root = plan[:4]
         group = self.group
         arena, me, n = group.arena, group._rank, group._size
@@ -1141,6 +1144,7 @@ class TinyCallLane:
                 inp = np.concatenate(flats)
         flat_out = out.reshape(-1)
         lo = me * out.nbytes
+        # (Reads' own buffer is read only for the root's piece: elsewhere any will do)
         body = single_copy.Reads(flat_out.view(np.uint8),
                                  flat_out.view(np.uint8) if inp is None else inp.view(np.uint8),
                                  me, lambda: ((root, lo, out.nbytes, 0),))
@@ -1625,8 +1629,10 @@ class TinyCallLane:
         """gather/scatter: every rank's fingerprint tail (the root's names its pieces,
         all like ``arr``), the root's group rank, the one-shot limit, whether I am the
         root, whether pieces are exposed for single-copy reads, the check of the root's
-        list (compiled or :func:`_alike`), where my piece starts in the root's, and
-        whether I am a scatter's root that copies its own piece straight into place."""
+        list (compiled or :func:`_alike`), where my piece starts in the root's,
+        whether I am a scatter's root that copies its own piece straight into place,
+        and whether the call goes single-copy (:meth:`_gather_single`,
+        :meth:`_scatter_single`) instead of one-shot."""
         group = self.group
         dtype, n = arr.dtype, group.size()
         root = group._group_rank_of.get(group.global_ranks[0] if root_rank is None
