@@ -964,14 +964,30 @@ class TinyCallLane:
         over to the general path after the entry."""
         tails, root, _, at_root = plan[:4]
         group = self.group
-        arena, me = group.arena, group._rank
-        fast = arena.compiled_rooted
-        what = self._whats["gather"]
         mine = inp.reshape(-1).view(np.uint8)
         flat_outs = [o.reshape(-1).view(np.uint8) for o in outs] if at_root else None
-        exposure, body, table = single_copy.gather(arena, root, mine, flat_outs,
+        exposure, body, table = single_copy.gather(group.arena, root, mine, flat_outs,
                                                    span(flat_outs) if flat_outs else None,
-                                                   inp.dtype.itemsize, me)
+                                                   inp.dtype.itemsize, group._rank)
+        return self._rooted_single(
+            "gather", tails, root, exposure, table, body, inp.size,
+            lambda seq, counts: group.gather(outs, inp.reshape(-1), root, inp.dtype.name,
+                                             _nothing, entered=(seq, counts)))
+
+    def _rooted_single(self, kind: str, tails: tuple[bytes, ...], root: int,
+                       exposure: tuple[int, int, int], table: Callable[[int], None] | None,
+                       body: Any, count: int,
+                       hand_over: Callable[[int, list[int]], None]) -> bool:
+        """The single-copy gather or scatter (``kind``) as the group's next call: expose
+        ``exposure`` (and write the root's piece ``table``, if any), the compiled entry
+        with every rank's fingerprint ``tails``, then ``body`` of the general path's
+        single-copy form (``count`` elements a rank) with its closing round; a legal
+        call the lane does not finish (uneven pieces) goes to ``hand_over(seq,
+        counts)`` after the entry."""
+        group = self.group
+        arena = group.arena
+        fast = arena.compiled_rooted
+        what = self._whats[kind]
 
         def run(seq: int) -> None:
             arena.expose(seq, *exposure)  # (its word too, which the compiled entry has not)
@@ -981,13 +997,13 @@ class TinyCallLane:
                 seq, tails, None, arena.spin_ns, None, None, None, root, 0)
             counts = [] if status == 0 else arena.rooted_entry(
                 seq, tails, what, group.timeout, None, None, status, root, _ignore)
-            if counts:  # a legal call the lane does not finish (uneven pieces)
-                group.gather(outs, inp.reshape(-1), root, inp.dtype.name, _nothing,
-                             entered=(seq, counts))
+            if counts:
+                hand_over(seq, counts)
                 return
+            # (the compiled entry leaves the call's state to Python; the closing round reads it)
             arena.seq, arena.deadline, arena.what = seq, time.monotonic() + group.timeout, what
-            single_copy.run(group, body, 1, [inp.size] * group._size, what)
-            group.last_algorithm = "gather/cma"
+            single_copy.run(group, body, 1, [count] * group._size, what)
+            group.last_algorithm = f"{kind}/cma"
 
         return self._inline(run)
 
@@ -1133,9 +1149,7 @@ class TinyCallLane:
         general path after the entry."""
         tails, root, _, at_root = plan[:4]
         group = self.group
-        arena, me, n = group.arena, group._rank, group._size
-        fast = arena.compiled_rooted
-        what = self._whats["scatter"]
+        me, n = group._rank, group._size
         inp = None
         if at_root:
             flats = [p.reshape(-1) for p in ins]  # type: ignore[union-attr]
@@ -1148,24 +1162,11 @@ class TinyCallLane:
         body = single_copy.Reads(flat_out.view(np.uint8),
                                  flat_out.view(np.uint8) if inp is None else inp.view(np.uint8),
                                  me, lambda: ((root, lo, out.nbytes, 0),))
-        exposure = single_copy.exposing(inp)
-
-        def run(seq: int) -> None:
-            arena.expose(seq, *exposure)
-            status = None if fast is None else fast(
-                seq, tails, None, arena.spin_ns, None, None, None, root, 0)
-            counts = [] if status == 0 else arena.rooted_entry(
-                seq, tails, what, group.timeout, None, None, status, root, _ignore)
-            if counts:  # a legal call the lane does not finish (uneven pieces)
-                group.scatter(flat_out, inp, root, out.dtype.name, _nothing,
-                              expected_counts=[out.size] * n if at_root else None,
-                              entered=(seq, counts))
-                return
-            arena.seq, arena.deadline, arena.what = seq, time.monotonic() + group.timeout, what
-            single_copy.run(group, body, 1, [out.size] * n, what)
-            group.last_algorithm = "scatter/cma"
-
-        return self._inline(run)
+        return self._rooted_single(
+            "scatter", tails, root, single_copy.exposing(inp), None, body, out.size,
+            lambda seq, counts: group.scatter(
+                flat_out, inp, root, out.dtype.name, _nothing,
+                expected_counts=[out.size] * n if at_root else None, entered=(seq, counts)))
 
     def _scatter_rest(self, seq: int, out: np.ndarray, ins: Any, data: Any, plan: tuple,
                       exposure: Any, status: int | None) -> None:

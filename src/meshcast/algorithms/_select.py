@@ -452,16 +452,20 @@ def scatter_oneshot(caps: HostCaps, total: int, largest: int) -> bool:
     """Whether a scatter of ``total`` bytes whose largest piece holds ``largest`` goes
     one-shot: the root's region holds it all, and single-copy does not start earlier
     (:data:`ROOTED_SINGLE_MIN_BYTES`)."""
-    return total <= direct_bytes(caps, 1) and not (caps.single_copy
-                                                   and largest >= ROOTED_SINGLE_MIN_BYTES)
+    return total <= direct_bytes(caps, 1) and not _rooted_single_copy(caps, largest)
 
 
 def gather_oneshot(caps: HostCaps, largest: int) -> bool:
     """Whether a gather whose largest piece holds ``largest`` bytes goes one-shot: every
     piece fits a region and the root's reading, and single-copy does not start
     earlier (:data:`ROOTED_SINGLE_MIN_BYTES`)."""
-    return largest <= direct_bytes(caps, caps.size) and not (
-        caps.single_copy and largest >= ROOTED_SINGLE_MIN_BYTES)
+    return largest <= direct_bytes(caps, caps.size) and not _rooted_single_copy(caps, largest)
+
+
+def _rooted_single_copy(caps: HostCaps, largest: int) -> bool:
+    """Whether a gather or scatter whose largest piece holds ``largest`` bytes goes
+    single-copy even where one-shot could run (:data:`ROOTED_SINGLE_MIN_BYTES`)."""
+    return caps.single_copy and largest >= ROOTED_SINGLE_MIN_BYTES
 
 
 def direct_bytes(caps: HostCaps, readers: int) -> int:
