@@ -38,6 +38,7 @@ from .buffers import SUPPORTED, as_buffer, span
 from .errors import InvalidUsage
 from .paths import GroupView, single_copy
 from .paths.oneshot import pack_split_header, split_head, split_header
+from .topology import rotation
 from .transport.shm import KIND_P2P
 from .work import P2PWork, Work
 
@@ -632,13 +633,14 @@ class TinyCallLane:
         """:meth:`ProcessGroup.all_to_all` with equal splits (all_to_all_single without
         split sizes), at any size: the lane does what the general path does up to
         the entry, in the same bytes (split header, staged input, exposed buffer,
-        fingerprint). When every rank agrees on a one-shot call it finishes it here;
-        otherwise (larger inputs, other ranks' uneven splits, a mismatch) it hands
-        the entered call over to the general path."""
+        fingerprint). When every rank agrees on a one-shot call it finishes it here,
+        and past the one-shot sizes on a single-copy one (:meth:`_all_to_all_reads`);
+        otherwise (other ranks' uneven splits, a mismatch, no compiled helper) it
+        hands the entered call over to the general path."""
         plan = self._pair_plan("all_to_all", out, inp, self._all_to_all_plan, disjoint=True)
         if not plan or not out.flags.writeable:
             return False
-        tail, header, _, head, limit, _, _, tails = plan
+        tail, header, _, head, limit, _, _, tails, single = plan
         group = self.group
         fifo = group.fifo
         if not fifo.enter_inline():  # queued async work goes first: the general path
@@ -662,6 +664,15 @@ class TinyCallLane:
                     group.last_algorithm = "all_to_all/oneshot"
                 else:  # Python finishes the entry and decides, from what is published
                     self._all_to_all_finish(seq, out, inp, plan, status)
+            elif fast is not None and single is not None:
+                # Single-copy: the entry (my split header staged, my input exposed, every
+                # header checked against mine), then my reads and the closing round.
+                status = fast(seq, tails, header, arena.spin_ns, inp, None, None, -1, 0,
+                              len(header))
+                if status == 0:
+                    self._all_to_all_reads(seq, out, inp, single)
+                else:
+                    self._all_to_all_finish(seq, out, inp, plan, status)
             else:
                 self._all_to_all_python(seq, out, inp, plan)
         except BaseException as exc:
@@ -677,17 +688,19 @@ class TinyCallLane:
         is done and its Work finished; otherwise the worker thread finishes it (the
         rest of the entry, then what :meth:`all_to_all` would do) ahead of the calls
         queued behind it (as :meth:`_start`). ``then``: run once ``out`` holds the
-        result, before the Work completes. None (nothing done): no compiled helper, an
-        input too large to stage, or the group busy: the general path."""
+        result, before the Work completes. Past the one-shot sizes, the single-copy
+        reads run here too once every rank is in. None (nothing done): no compiled
+        helper, an input too large to stage that does not go single-copy, or the group
+        busy: the general path."""
         plan = self._pair_plan("all_to_all", out, inp, self._all_to_all_plan, disjoint=True)
         if not plan or not out.flags.writeable:
             return None
-        tail, header, _, head, limit, _, _, tails = plan
+        tail, header, _, head, limit, _, _, tails, single = plan
         group = self.group
         arena = group.arena
         fast = arena.compiled_rooted
         nbytes = inp.nbytes
-        if fast is None or nbytes > limit:
+        if fast is None or (nbytes > limit and single is None):
             return None
         fifo = group.fifo
         if not fifo.enter_inline():
@@ -695,11 +708,17 @@ class TinyCallLane:
         what = self._whats["all_to_all"]
         try:
             seq = next(group._seq)
-            status = fast(seq, tails, (header, head - len(header), inp), arena.spin_ns,
-                          inp if group.transport.cma_min_bytes > 0 else None, out,
-                          _COPY_COLUMN, -1, head + group._rank * (nbytes // group._size),
-                          len(header))
-            group.last_algorithm = "all_to_all/oneshot"
+            if single is not None:  # (its reads take about as long as a copy: done here)
+                status = fast(seq, tails, header, arena.spin_ns, inp, None, None, -1, 0,
+                              len(header))
+                if status == 0:
+                    self._all_to_all_reads(seq, out, inp, single)
+            else:
+                status = fast(seq, tails, (header, head - len(header), inp), arena.spin_ns,
+                              inp if group.transport.cma_min_bytes > 0 else None, out,
+                              _COPY_COLUMN, -1, head + group._rank * (nbytes // group._size),
+                              len(header))
+                group.last_algorithm = "all_to_all/oneshot"
             if status != 0:
                 def finish() -> None:
                     self._all_to_all_finish(seq, out, inp, plan, status)
@@ -809,11 +828,33 @@ class TinyCallLane:
         inp = np.concatenate(ins)
         return np.empty_like(inp), inp
 
+    def _all_to_all_reads(self, seq: int, out: np.ndarray, inp: np.ndarray,
+                          reads: tuple[tuple[int, int, int, int], ...]) -> None:
+        """all_to_all ``seq`` past the one-shot sizes, after a compiled entry where every
+        rank agreed and split alike: the general path's single-copy body
+        (paths.single_copy.read_pieces), from the plan's ``reads``, and its closing
+        round (one compiled call)."""
+        group = self.group
+        arena = group.arena
+        group.last_algorithm = "all_to_all/cma"
+        try:  # (C takes the arrays' bytes as they are: no views, no Reads, when all goes well)
+            status = arena.compiled_reads(seq, group._pids, out, inp, reads, 1, arena.spin_ns)
+        except OSError:
+            status = None  # Python's reads raise with the whole story
+        if status != 0:
+            what = self._whats["all_to_all"]
+            # (the compiled entry left the call's state to Python, which waits or explains)
+            arena.seq, arena.deadline, arena.what = seq, time.monotonic() + group.timeout, what
+            single_copy.finish(group, single_copy.Reads(out.reshape(-1).view(np.uint8),
+                                                        inp.reshape(-1).view(np.uint8),
+                                                        group._rank, lambda: reads),
+                               1, [inp.size] * group._size, what, status)
+
     def _all_to_all_python(self, seq: int, out: np.ndarray, inp: np.ndarray, plan: tuple
                            ) -> None:
         """all_to_all's entry in Python (no compiled helper, or too large to stage), then
         :meth:`_all_to_all_rest`."""
-        tail, header, headers, head, limit, pieces, dtype_name, _ = plan
+        tail, header, headers, head, limit, pieces, dtype_name, _, _ = plan
         group = self.group
         arena = group.arena
         parity = seq & 1
@@ -839,7 +880,7 @@ class TinyCallLane:
                            status: int) -> None:
         """all_to_all after a compiled entry that returned ``status`` (not 0): the rest
         of the entry in Python, then :meth:`_all_to_all_rest`."""
-        tail, header, headers, _, limit, pieces, dtype_name, _ = plan
+        tail, header, headers, _, limit, pieces, dtype_name, _, _ = plan
         group = self.group
         agreed = group.arena.finish_entry(seq, _SEQ.pack(seq) + tail, self._whats["all_to_all"],
                                           time.monotonic() + group.timeout, status)
@@ -1623,7 +1664,12 @@ class TinyCallLane:
         pieces = [[small[q][parity][head + me * p:head + (me + 1) * p] for q in range(n)]
                   for parity in (0, 1)]
         limit = _fast.all_to_all_direct_limit(group.caps, head)
-        return tail, header, headers, head, limit, pieces, dtype.name, (tail,) * n
+        # Past the limit, when the call goes single-copy: my reads, piece by piece (q,
+        # offset in q's input, bytes, offset in my output), starting at the next rank.
+        single = (tuple((q, me * p, p, q * p) for q in rotation(me, n))
+                  if inp.nbytes > limit and _fast.single_copy(group.caps, inp.nbytes, n)
+                  else None)
+        return tail, header, headers, head, limit, pieces, dtype.name, (tail,) * n, single
 
     def _rooted_plan(self, arr: np.ndarray, root_rank: int | None, kind: str
                      ) -> tuple | bool:

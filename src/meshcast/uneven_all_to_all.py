@@ -17,7 +17,8 @@ is their own input's size). So a call here takes two compiled calls (``_tiny.c``
 Where step 2 finds something, Python finds out what, as the general path does: the
 MismatchError every rank raises (``Arena.compare_entered``,
 ``paths.oneshot.split_offsets``), or, where some rank's input was too large to stage,
-the general path from the entry on (single-copy or a schedule), as the even lane does.
+the general path's single-copy reads (one more compiled call, as the even lane's), or,
+where the members cannot read each other's memory, the general path from the entry on.
 
 What a call shape needs (header, fingerprint tail, offsets) is made once per shape
 (:func:`plan`): the lane's plan cache, keyed by the split sizes too.
@@ -25,6 +26,7 @@ What a call shape needs (header, fingerprint tail, offsets) is made once per sha
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from .algorithms import _select as _fast
-from .paths import GroupView
+from .paths import GroupView, single_copy
 from .paths.oneshot import pack_split_header, split_head, split_offsets
 from .transport.arena import _COUNT
 from .work import Work
@@ -52,6 +54,7 @@ class UnevenPlan:
     recv: tuple[int, ...]  # elements from each rank
     itemsize: int
     dtype_name: str
+    at: tuple[int, ...]  # where each rank's piece starts in my output (bytes), and its end
 
 
 def _rows(splits: Any, rows: int, n: int) -> tuple[int, ...] | None:
@@ -90,7 +93,7 @@ def plan(group: GroupView, out: np.ndarray, inp: np.ndarray, out_splits: Any, in
     head = split_head(n)
     return UnevenPlan((tail,) * n, header, head - len(header), head,
                       _fast.all_to_all_direct_limit(group.caps, head), send, recv, isz,
-                      dtype.name)
+                      dtype.name, tuple(x * isz for x in itertools.accumulate(recv, initial=0)))
 
 
 def _enter(group: GroupView, seq: int, inp: np.ndarray, p: UnevenPlan) -> int:
@@ -118,14 +121,25 @@ def _finish(group: GroupView, what: Any, seq: int, status: int, out: np.ndarray,
     if status in (0, 1):  # the arena learns the call (its seq, deadline and name)
         arena.finish_entry(seq, b"", what, time.monotonic() + group.timeout, status)
     counts = arena.compare_entered(seq, True)  # a call that differs raises here (1)
-    if found == 3:  # some rank's input was too large to stage
+    parity = seq & 1
+    n = group._size
+    if found == 3 and _fast.single_copy(group.caps, max(counts) * p.itemsize, n):
+        # Some rank's input was too large to stage: single-copy, as the general path's
+        # (calls.all_to_all), once the headers agree (split sizes that disagree raise
+        # here, as below).
+        offsets = split_offsets(group, seq, [arena.small[q][parity] for q in range(n)],
+                                p.itemsize)
+        group.last_algorithm = "all_to_all/cma"
+        single_copy.run(group, single_copy.read_pieces(
+            out.reshape(-1).view(np.uint8), inp.reshape(-1).view(np.uint8), p.at, offsets,
+            group._rank, n), 1, counts, what)
+        return
+    if found == 3:  # (without single-copy reads: the general path, from the entry on)
         group.all_to_all(out.reshape(-1), inp.reshape(-1), p.send, p.recv, p.dtype_name,
                          _nothing, entered=(seq, counts))
         return
-    parity = seq & 1
     # split sizes that disagree raise here (2)
-    split_offsets(group, seq, [arena.small[q][parity] for q in range(group._size)],
-                  p.itemsize)
+    split_offsets(group, seq, [arena.small[q][parity] for q in range(n)], p.itemsize)
     raise RuntimeError(f"all_to_all #{seq}: the compiled split check found {found}, "
                        f"which Python does not")
 

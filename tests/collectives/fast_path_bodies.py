@@ -892,6 +892,63 @@ def uneven_all_to_all_lane(base: int) -> list[str]:
     return seen
 
 
+def all_to_all_past_one_shot(base: int) -> list[str]:
+    """all_to_all_single past the one-shot sizes (``base`` elements a piece), with the
+    group's general all_to_all made to fail: equal splits through the lane's compiled
+    single-copy form, synchronous and async, both parities, float64 and int32; then
+    uneven splits with one rank's input too large to stage (the uneven lane reads
+    single-copy too). Then, with the general path back: rank 0 on it (a strided input)
+    beside the lane, and rank 1 passing a larger input, which every rank must refuse
+    alike. Returns the paths seen and the mismatch verdict."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    seen: list[str] = []
+
+    def even(k: int, dtype: type, run_async: bool, strided: bool = False) -> None:
+        inp = np.concatenate([_value(r, d, base) + k for d in range(n)]).astype(dtype)
+        if strided:
+            inp = np.repeat(inp, 2)[::2]
+        out = np.full(n * base, -1, dtype)
+        work = dist.all_to_all_single(out, inp, async_op=run_async)
+        if run_async:
+            work.wait()
+        seen.append(pg.last_algorithm)
+        for s in range(n):
+            np.testing.assert_array_equal(out[s * base:(s + 1) * base],
+                                          (_value(s, r, base) + k).astype(dtype),
+                                          f"round {k} from {s}, async {run_async}")
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the general path ran")
+
+    pg.all_to_all = refuse  # an instance attribute: deleted below
+    try:
+        for k in range(4):
+            even(k, np.float64 if k < 2 else np.int32, bool(k % 2))
+        # uneven: rank n - 1 sends 2 `base` more elements to rank 0 than the others send
+        sent = [3 + d + (2 * base if r == n - 1 and d == 0 else 0) for d in range(n)]
+        got = [3 + r + (2 * base if s == n - 1 and r == 0 else 0) for s in range(n)]
+        inp = np.concatenate([_value(r, d, c) for d, c in enumerate(sent)])
+        out = np.zeros(sum(got))
+        dist.all_to_all_single(out, inp, got, sent)
+        seen.append(pg.last_algorithm)
+        np.testing.assert_array_equal(out, np.concatenate([_value(s, r, c)
+                                                           for s, c in enumerate(got)]))
+    finally:
+        del pg.all_to_all
+    singles = [key for key, plan in pg.lane.plans.items()
+               if key[0] == "all_to_all" and plan and plan[8]]
+    assert singles, "the lane never took an all_to_all past the one-shot sizes"
+    even(4, np.float64, False, strided=r == 0)
+    size = n * base + (n if r == 1 else 0)
+    try:
+        dist.all_to_all_single(np.zeros(size), np.ones(size))
+        seen.append("no MismatchError")
+    except dist.MismatchError as exc:
+        seen.append(f"mismatch: {'sends' in str(exc) and 'expects' in str(exc)}")
+    return seen
+
+
 def one_sided_rounds() -> list[str]:
     """A tiny broadcast's or scatter's root and a tiny reduce's other ranks return before
     the ranks they need nothing from have entered the call: each rank below enters only once a

@@ -88,6 +88,13 @@ def test_uneven_all_to_all_takes_the_lane(n):
         assert seen[11:] == ["all_to_all/oneshot", "mismatch: True"], seen
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_all_to_all_past_one_shot_takes_the_lane_and_mixes_with_the_general_path(
+        n, single_copy):
+    out = spawn_world(bodies.all_to_all_past_one_shot, n, timeout=120, base=20_000)
+    assert all(seen == ["all_to_all/cma"] * 6 + ["mismatch: True"] for seen in out), out
+
+
 @pytest.mark.parametrize("n, compiled", [(2, "1"), (3, "1"), (5, "1"), (3, "0")])
 def test_gather_scatter_lane_mixes_with_the_general_path_and_hands_over(n, compiled):
     """With the compiled entry round (transport/_tiny.c) and with Python's."""

@@ -477,16 +477,23 @@ def direct_bytes(caps: HostCaps, readers: int) -> int:
 def all_to_all_direct_limit(caps: HostCaps, header: int) -> int:
     """The largest input (bytes) an all_to_all rank stages for the one-shot path
     (``header``: the split-size header in front of it): as far as its region and the
-    one-shot work allow. Single-copy takes over there.
+    one-shot work allow, and, where single-copy runs, short of its rule
+    (:func:`single_copy`: :data:`SINGLE_COPY_MIN_BYTES` a piece). Past it the call goes
+    single-copy. Every rank applies it to its own input (splits may be uneven), and
+    a rank's input past it means single-copy fits, so the two rules leave no gap.
 
-    Since the lane's all_to_all is one compiled call, one-shot is the faster up to that
-    limit (`meshcast bench --op all_to_all --iters 50`, rotating buffers, by input
-    size, two alternating runs each, one-shot against single-copy, us): 2 ranks
-    128 KiB 19-20 / 28-34, 256 KiB 22-23 / 30-34, 512 KiB 33-36 / 46-47; 4 ranks on
-    2 cores 128 KiB 75-83 / 93-97, 256 KiB 84-114 / 155-217, 512 KiB 200-254 /
-    205-278. (It used to stop at 64 KiB per peer, SINGLE_COPY_MIN_BYTES, where a
-    Python one-shot lost to single-copy.)"""
-    return direct_bytes(caps, caps.size) - header
+    One-shot copies every piece twice (in, out), single-copy once; since the lane's
+    single-copy all_to_all is compiled too (entry, then reads and closing round), it
+    is the faster from that rule on. One job, MPICH's Alltoall alternating with
+    meshcast's (windows of a larger buffer, best of 5 x 50 calls, us), 2 ranks, input
+    128 / 256 / 512 KiB: one-shot 13-16 / 35 / 72, single-copy 12-13 / 26-29 /
+    46-51, MPICH 9.5-12.4 / 23-27 / 43-47; 4 ranks on 2 cores, 256 KiB: one-shot
+    116-122, single-copy 100-101, MPICH 95-112. (Single-copy used to start only past
+    the one-shot regions, 1 MiB at 2 ranks, when its entry was Python.)"""
+    limit = direct_bytes(caps, caps.size) - header
+    if caps.single_copy:
+        limit = min(limit, SINGLE_COPY_MIN_BYTES * caps.size - 1)
+    return limit
 
 
 def fast_path(kind: str, caps: HostCaps, piece: int, *, symmetric: bool = False,

@@ -143,21 +143,32 @@ def run(group: GroupView, body: Body, phases: int, counts: list[int], what: obje
     buffers; its own barriers use phases 1 .. ``phases - 1``), then wait until every
     rank is done reading before anyone may return and reuse its buffer."""
     arena = group.arena
-    seq = arena.seq
-    pids = group._pids
     fast = arena.compiled_reads
+    status = None
     if fast is not None and phases == 1 and type(body) is Reads:
         try:
-            status = fast(seq, pids, body.dest, body.mine, body.reads, 1, arena.spin_ns)
+            status = fast(arena.seq, group._pids, body.dest, body.mine, body.reads, 1,
+                          arena.spin_ns)
         except OSError:
             status = None  # Python's reads below raise with the whole story
-        if status == 0:
-            return
-        if status == 2:  # read and signalled; someone is still reading
-            arena.wait(range(group._size), 1)
-            return
-        if status == 3:
-            arena.check_abort()
+    finish(group, body, phases, counts, what, status)
+
+
+def finish(group: GroupView, body: Body, phases: int, counts: list[int], what: object,
+           status: int | None) -> None:
+    """:func:`run` after the compiled reads returned ``status`` (None: they did not run,
+    or raised): done (0), the closing round waited out (2), or ``body`` in Python, which
+    raises what the compiled reads found (3, 4, None)."""
+    arena = group.arena
+    seq = arena.seq
+    pids = group._pids
+    if status == 0:
+        return
+    if status == 2:  # read and signalled; someone is still reading
+        arena.wait(range(group._size), 1)
+        return
+    if status == 3:
+        arena.check_abort()
 
     def at(q: int, offset: int, length: int, verb: str) -> int:
         """The address of bytes ``[offset, offset + length)`` of rank q's buffer."""
