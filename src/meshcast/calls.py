@@ -381,10 +381,12 @@ def all_to_all(m: Machinery, out_flat: np.ndarray, in_flat: np.ndarray,
     n, isz = m.size, in_flat.dtype.itemsize
     mine = in_flat.reshape(-1).view(np.uint8)
     out = out_flat.reshape(-1).view(np.uint8)
-    limit = _fast.all_to_all_direct_limit(m.caps, oneshot.split_head(n))
+    head = oneshot.split_head(n)
+    limit = _fast.all_to_all_direct_limit(m.caps, head)
     layout, staged, offsets, at = oneshot.all_to_all(m.group, fp.seq, out, mine, send, recv,
                                                      isz, limit)
-    single = SingleCopy(exposing(mine), single_copy.fits(m.caps, isz, n),
+    single = SingleCopy(exposing(mine), lambda counts: _fast.all_to_all_single_copy(
+        m.caps, max(counts) * isz, head),
                         single_copy.read_pieces(out, mine, at, offsets, m.rank, n))
     return m.submit("all_to_all", fp,
                     lambda c: m.plan("all_to_all", in_flat.dtype, input=in_flat,

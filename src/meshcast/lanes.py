@@ -835,20 +835,8 @@ class TinyCallLane:
         (paths.single_copy.read_pieces), from the plan's ``reads``, and its closing
         round (one compiled call)."""
         group = self.group
-        arena = group.arena
         group.last_algorithm = "all_to_all/cma"
-        try:  # (C takes the arrays' bytes as they are: no views, no Reads, when all goes well)
-            status = arena.compiled_reads(seq, group._pids, out, inp, reads, 1, arena.spin_ns)
-        except OSError:
-            status = None  # Python's reads raise with the whole story
-        if status != 0:
-            what = self._whats["all_to_all"]
-            # (the compiled entry left the call's state to Python, which waits or explains)
-            arena.seq, arena.deadline, arena.what = seq, time.monotonic() + group.timeout, what
-            single_copy.finish(group, single_copy.Reads(out.reshape(-1).view(np.uint8),
-                                                        inp.reshape(-1).view(np.uint8),
-                                                        group._rank, lambda: reads),
-                               1, [inp.size] * group._size, what, status)
+        single_copy.run_reads(group, seq, self._whats["all_to_all"], out, inp, reads)
 
     def _all_to_all_python(self, seq: int, out: np.ndarray, inp: np.ndarray, plan: tuple
                            ) -> None:
@@ -905,7 +893,7 @@ class TinyCallLane:
             for q, src in enumerate(pieces):
                 dst[q * p:(q + 1) * p] = mine[me * p:(me + 1) * p] if q == me else src
             group.last_algorithm = "all_to_all/oneshot"
-        elif uniform and _fast.single_copy(group.caps, nbytes, n):
+        elif uniform and group.caps.single_copy:  # (past the limit: all_to_all_single_copy)
             # The general path's single-copy all_to_all, without rebuilding it.
             group.last_algorithm = "all_to_all/cma"
             single_copy.run(
@@ -1667,8 +1655,7 @@ class TinyCallLane:
         # Past the limit, when the call goes single-copy: my reads, piece by piece (q,
         # offset in q's input, bytes, offset in my output), starting at the next rank.
         single = (tuple((q, me * p, p, q * p) for q in rotation(me, n))
-                  if inp.nbytes > limit and _fast.single_copy(group.caps, inp.nbytes, n)
-                  else None)
+                  if _fast.all_to_all_single_copy(group.caps, inp.nbytes, head) else None)
         return tail, header, headers, head, limit, pieces, dtype.name, (tail,) * n, single
 
     def _rooted_plan(self, arr: np.ndarray, root_rank: int | None, kind: str

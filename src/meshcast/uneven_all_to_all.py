@@ -27,6 +27,7 @@ What a call shape needs (header, fingerprint tail, offsets) is made once per sha
 from __future__ import annotations
 
 import itertools
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,8 +38,12 @@ import numpy as np
 from .algorithms import _select as _fast
 from .paths import GroupView, single_copy
 from .paths.oneshot import pack_split_header, split_head, split_offsets
+from .topology import rotation
 from .transport.arena import _COUNT
 from .work import Work
+
+# One int64 of a split header (paths.oneshot.split_header): where a rank's piece for me starts.
+_OFFSET = struct.Struct("<q")
 
 
 @dataclass(frozen=True)
@@ -118,22 +123,21 @@ def _finish(group: GroupView, what: Any, seq: int, status: int, out: np.ndarray,
     if found == 0:
         group.last_algorithm = "all_to_all/oneshot"
         return
+    n, me, parity = group._size, group._rank, seq & 1
+    if found == 3 and group.caps.single_copy:
+        # Every rank agrees on the call and on every split size, and some input was too
+        # large to stage (past all_to_all_direct_limit: all_to_all_single_copy's rule):
+        # single-copy, as the general path's (calls.all_to_all), my piece read from
+        # where each rank's header says it lies in its input.
+        group.last_algorithm = "all_to_all/cma"
+        isz, at = p.itemsize, p.at
+        reads = tuple((q, _OFFSET.unpack_from(arena.small[q][parity], 8 * me)[0] * isz,
+                       at[q + 1] - at[q], at[q]) for q in rotation(me, n))
+        single_copy.run_reads(group, seq, what, out, inp, reads)
+        return
     if status in (0, 1):  # the arena learns the call (its seq, deadline and name)
         arena.finish_entry(seq, b"", what, time.monotonic() + group.timeout, status)
     counts = arena.compare_entered(seq, True)  # a call that differs raises here (1)
-    parity = seq & 1
-    n = group._size
-    if found == 3 and _fast.single_copy(group.caps, max(counts) * p.itemsize, n):
-        # Some rank's input was too large to stage: single-copy, as the general path's
-        # (calls.all_to_all), once the headers agree (split sizes that disagree raise
-        # here, as below).
-        offsets = split_offsets(group, seq, [arena.small[q][parity] for q in range(n)],
-                                p.itemsize)
-        group.last_algorithm = "all_to_all/cma"
-        single_copy.run(group, single_copy.read_pieces(
-            out.reshape(-1).view(np.uint8), inp.reshape(-1).view(np.uint8), p.at, offsets,
-            group._rank, n), 1, counts, what)
-        return
     if found == 3:  # (without single-copy reads: the general path, from the entry on)
         group.all_to_all(out.reshape(-1), inp.reshape(-1), p.send, p.recv, p.dtype_name,
                          _nothing, entered=(seq, counts))

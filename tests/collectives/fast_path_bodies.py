@@ -892,14 +892,16 @@ def uneven_all_to_all_lane(base: int) -> list[str]:
     return seen
 
 
-def all_to_all_past_one_shot(base: int) -> list[str]:
+def all_to_all_past_one_shot(base: int, uneven_refused: bool) -> list[str]:
     """all_to_all_single past the one-shot sizes (``base`` elements a piece), with the
     group's general all_to_all made to fail: equal splits through the lane's compiled
     single-copy form, synchronous and async, both parities, float64 and int32; then
     uneven splits with one rank's input too large to stage (the uneven lane reads
-    single-copy too). Then, with the general path back: rank 0 on it (a strided input)
-    beside the lane, and rank 1 passing a larger input, which every rank must refuse
-    alike. Returns the paths seen and the mismatch verdict."""
+    single-copy too); with ``uneven_refused`` last the same with one split size
+    disagreeing (the same MismatchError on every rank). Else, with the general path
+    back: rank 0 on it (a strided input) beside the lane, and last rank 1 passing a
+    larger input, which every rank must refuse alike. Returns the paths seen and the
+    mismatch verdict."""
     r, n = dist.get_rank(), dist.get_world_size()
     pg = dist.group.WORLD
     seen: list[str] = []
@@ -925,15 +927,22 @@ def all_to_all_past_one_shot(base: int) -> list[str]:
     try:
         for k in range(4):
             even(k, np.float64 if k < 2 else np.int32, bool(k % 2))
-        # uneven: rank n - 1 sends 2 `base` more elements to rank 0 than the others send
-        sent = [3 + d + (2 * base if r == n - 1 and d == 0 else 0) for d in range(n)]
-        got = [3 + r + (2 * base if s == n - 1 and r == 0 else 0) for s in range(n)]
+        # uneven: rank 0 sends 2 `base` more elements to rank n - 1 than the others send
+        sent = [3 + d + (2 * base if r == 0 and d == n - 1 else 0) for d in range(n)]
+        got = [3 + r + (2 * base if s == 0 and r == n - 1 else 0) for s in range(n)]
         inp = np.concatenate([_value(r, d, c) for d, c in enumerate(sent)])
         out = np.zeros(sum(got))
         dist.all_to_all_single(out, inp, got, sent)
         seen.append(pg.last_algorithm)
         np.testing.assert_array_equal(out, np.concatenate([_value(s, r, c)
                                                            for s, c in enumerate(got)]))
+        if uneven_refused:
+            # the same, but rank 0 expects one element more from rank 1 than it is
+            # sent: refused alike on every rank, before anyone reads (also when the
+            # pair is checked after the rank whose input was not staged)
+            got = [c + (1 if r == 0 and s == 1 else 0) for s, c in enumerate(got)]
+            return _refused(seen, lambda: dist.all_to_all_single(np.zeros(sum(got)), inp,
+                                                                 got, sent))
     finally:
         del pg.all_to_all
     singles = [key for key, plan in pg.lane.plans.items()
@@ -941,8 +950,14 @@ def all_to_all_past_one_shot(base: int) -> list[str]:
     assert singles, "the lane never took an all_to_all past the one-shot sizes"
     even(4, np.float64, False, strided=r == 0)
     size = n * base + (n if r == 1 else 0)
+    return _refused(seen, lambda: dist.all_to_all_single(np.zeros(size), np.ones(size)))
+
+
+def _refused(seen: list[str], call: Callable[[], None]) -> list[str]:
+    """``seen`` with whether ``call``, an all_to_all whose split sizes disagree, raised
+    the MismatchError that names them (a group is unusable after one: the last call)."""
     try:
-        dist.all_to_all_single(np.zeros(size), np.ones(size))
+        call()
         seen.append("no MismatchError")
     except dist.MismatchError as exc:
         seen.append(f"mismatch: {'sends' in str(exc) and 'expects' in str(exc)}")

@@ -89,10 +89,13 @@ def test_uneven_all_to_all_takes_the_lane(n):
 
 
 @pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("uneven_refused", [False, True])
 def test_all_to_all_past_one_shot_takes_the_lane_and_mixes_with_the_general_path(
-        n, single_copy):
-    out = spawn_world(bodies.all_to_all_past_one_shot, n, timeout=120, base=20_000)
-    assert all(seen == ["all_to_all/cma"] * 6 + ["mismatch: True"] for seen in out), out
+        n, uneven_refused, single_copy):
+    out = spawn_world(bodies.all_to_all_past_one_shot, n, timeout=120, base=20_000,
+                      uneven_refused=uneven_refused)
+    paths = 5 if uneven_refused else 6
+    assert all(seen == ["all_to_all/cma"] * paths + ["mismatch: True"] for seen in out), out
 
 
 @pytest.mark.parametrize("n, compiled", [(2, "1"), (3, "1"), (5, "1"), (3, "0")])

@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import config, ops
 from . import _select, hierarchical
+from ._onehost import split_head
 from ._simulate import make_plans
 
 # Where each path's code, engine and tests are (file names a reader can open).
@@ -51,7 +52,8 @@ def explain(coll: str, nbytes: int, n: int, hosts: int = 1, cma: bool = True) ->
     if hosts > 1:
         return _across(coll, nbytes, n, hosts, what)
     caps = _select.HostCaps(n, _oneshot_bytes(), cma)
-    fast = _select.fast_path(coll, caps, nbytes)
+    fast = _select.fast_path(coll, caps, nbytes,
+                             header=split_head(n) if coll == "all_to_all" else 0)
     lines = [f"{what}, one host:"]
     if fast is not None:
         code, engine, tests = _FAST_WHERE[fast]

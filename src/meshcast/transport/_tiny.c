@@ -933,8 +933,9 @@ fail:
  * piece from every rank is copied into out (writable, C-contiguous, my receive counts
  * end to end). Otherwise nothing is copied and Python finds out why, to raise or go
  * on as the general path does: 1 some fingerprint differs (beyond the count), 2 two
- * ranks disagree on a split size, 3 some input was not staged, 4 out is not my
- * receive counts long. */
+ * ranks disagree on a split size, 3 every split size agrees but some input was not
+ * staged (Python reads single-copy, from each header's offset of my piece), 4 out is
+ * not my receive counts long. */
 static PyObject *Round_splits(Round *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError, "splits(seq, out, head, itemsize, limit, count_at)");
@@ -961,6 +962,7 @@ static PyObject *Round_splits(Round *self, PyObject *const *args, Py_ssize_t nar
     }
     /* (headers are 8-byte aligned: regions start on cache lines) */
     Py_ssize_t total = 0;
+    int unstaged = 0; /* 3 only once every split size is checked: Python then reads */
     for (Py_ssize_t q = 0; q < n; q++) {
         const int64_t *h = (const int64_t *)region(self, q, parity);
         int64_t sent = 0;
@@ -971,11 +973,13 @@ static PyObject *Round_splits(Round *self, PyObject *const *args, Py_ssize_t nar
             sent += h[n + r];
         }
         if (sent > limit / isz)
-            return PyLong_FromLong(3);
+            unstaged = 1;
         total += (Py_ssize_t)((const int64_t *)region(self, me, parity))[2 * n + q];
-        if (h[me] < 0 || h[me] > sent - h[n + me]) /* my piece inside what q staged */
+        if (h[me] < 0 || h[me] > sent - h[n + me]) /* my piece inside q's input */
             return PyLong_FromLong(2);
     }
+    if (unstaged)
+        return PyLong_FromLong(3);
     Py_buffer out;
     if (PyObject_GetBuffer(args[1], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
         return NULL;
