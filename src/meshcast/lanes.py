@@ -209,7 +209,7 @@ class TinyCallLane:
         if not plan or not out.flags.writeable or (
                 self.group.symmetric.allocations and self._symmetric(out)):
             return None
-        tail, views = plan
+        tail, views, _ = plan
         if views is None:
             return None
         flat_out = out.reshape(-1)
@@ -412,9 +412,9 @@ class TinyCallLane:
         group = self.group
         if group.symmetric.allocations and self._symmetric(out):
             return False
-        tail, views = plan
+        tail, views, reads = plan
         if views is None:
-            return self._all_gather_single(out.reshape(-1), inp, tail)
+            return self._all_gather_single(out, inp, tail, reads)
         fifo = group.fifo
         if not fifo.enter_inline():  # queued async work goes first
             flat_out = out.reshape(-1)
@@ -484,23 +484,42 @@ class TinyCallLane:
         return self._start("all_gather", tail, inp, outs, _COPY_EACH, -1, 0, False, _copy_each,
                            self.group.arena.small, outs)
 
-    def _all_gather_single(self, flat_out: np.ndarray, inp: np.ndarray, tail: bytes) -> bool:
-        """all_gather past the one-shot sizes: the general path's single-copy form when
-        every rank agrees (each reads every other rank's piece straight from it); any
-        disagreement is handed over to the general path after the entry."""
+    def _all_gather_single(self, out: np.ndarray, inp: np.ndarray, tail: bytes,
+                           reads: tuple[tuple, tuple]) -> bool:
+        """all_gather past the one-shot sizes: the general path's single-copy form
+        (paths.single_copy.gather_pieces: each rank reads every other rank's piece
+        straight from it) in two compiled calls, the entry (my input exposed) and my
+        ``reads`` with their closing round; any disagreement is handed over to the
+        general path after the entry."""
         group = self.group
         arena, n = group.arena, group._size
-        mine = inp.reshape(-1).view(np.uint8)
-        p = mine.nbytes
-        gather_pieces = single_copy.gather_pieces(flat_out.view(np.uint8), mine,
-                                                  [q * p for q in range(n + 1)], group._rank, n)
+        p = inp.nbytes
+        what = self._whats["all_gather"]
+        # An input in its place in the output (in place) is not copied: my slot and the
+        # input share memory (both contiguous, so their byte ranges meet; checked on the
+        # slot only when the arrays' bounds meet, which costs a fifth as much).
+        flat_out = out.reshape(-1)
+        mine_read = (reads[1] if np.may_share_memory(out, inp) and np.may_share_memory(
+            flat_out[group._rank * inp.size:(group._rank + 1) * inp.size], inp) else reads[0])
+        fast = arena.compiled_rooted
+        tails = (tail,) * n
 
         def run(seq: int) -> None:
-            arena.expose(seq, self._address(inp), p, 0)
-            if arena.packed_enter(seq, _SEQ.pack(seq) + tail, self._whats["all_gather"],
-                                  time.monotonic() + group.timeout):
+            if fast is not None:
+                status = fast(seq, tails, None, arena.spin_ns, inp, None, None, -1, 0)
+                if status == 0:
+                    group.last_algorithm = "all_gather/cma"
+                    single_copy.run_reads(group, seq, what, out, inp, mine_read)
+                    return
+                agreed = arena.finish_entry(seq, _SEQ.pack(seq) + tail, what,
+                                            time.monotonic() + group.timeout, status)
+            else:
+                arena.expose(seq, self._address(inp), p, 0)
+                agreed = arena.packed_enter(seq, _SEQ.pack(seq) + tail, what,
+                                            time.monotonic() + group.timeout)
+            if agreed:
                 group.last_algorithm = "all_gather/cma"
-                single_copy.run(group, gather_pieces, 1, [inp.size] * n, self._whats["all_gather"])
+                single_copy.run_reads(group, seq, what, out, inp, mine_read)
                 return
             counts = arena.compare_entered(seq, True)
             group.all_gather(flat_out, inp.reshape(-1), [inp.size] * n, inp.dtype.name,
@@ -1570,8 +1589,9 @@ class TinyCallLane:
         return tail, self._views(arr), root
 
     def _all_gather_plan(self, out: np.ndarray, inp: np.ndarray) -> tuple | bool:
-        """(fingerprint tail, one-shot views) in the one-shot range; (tail, None) where the
-        single-copy path takes over; False elsewhere (the schedules)."""
+        """(fingerprint tail, one-shot views, None) in the one-shot range; (tail, None, my
+        single-copy reads with and without my own piece) where the single-copy path
+        takes over; False elsewhere (the schedules)."""
         group = self.group
         dtype, n = inp.dtype, group.size()
         if (dtype.name not in _MOVE_DTYPES or not dtype.isnative or out.dtype != dtype
@@ -1579,9 +1599,14 @@ class TinyCallLane:
             return False
         fields = dict(dtype=dtype.name, count=inp.size, extra=counts_hash((inp.size,) * n))
         if _fast.oneshot_all_gather(group.caps, inp.nbytes):
-            return self._tail("all_gather", **fields), self._views(inp.reshape(-1))
+            return self._tail("all_gather", **fields), self._views(inp.reshape(-1)), None
         if _fast.single_copy(group.caps, inp.nbytes):
-            return self._tail("all_gather", False, **fields), None
+            # my reads (paths.single_copy.gather_pieces), with my own piece copied and,
+            # for an input in its place in the output, not
+            p, me = inp.nbytes, group._rank
+            reads = tuple((q, 0, p, q * p) for q in rotation(me, n))
+            return self._tail("all_gather", False, **fields), None, (
+                reads, tuple(r for r in reads if r[0] != me))
         return False
 
     def _all_gather_list_plan(self, inp: np.ndarray) -> tuple | bool:

@@ -387,11 +387,14 @@ SINGLE_COPY_MIN_BYTES = 64 << 10
 # benchmarks/README.md).
 ALL_REDUCE_SINGLE_MIN_BYTES = 2 << 20
 
-# all_gather leaves one-shot for single-copy once the gathered array reaches this. 2
-# ranks, rotating buffers, compiled reads (transport/_tiny.c), best of 7: single-copy
-# 22.5 vs one-shot 30.1 us at 256 KiB gathered, 36 vs 58 at 512 KiB, 76 vs 128 at
-# 1 MiB; a tie at 128 KiB.
-ALL_GATHER_SINGLE_MIN_BYTES = 256 << 10
+# all_gather leaves one-shot for single-copy once the gathered array reaches this (and a
+# piece SINGLE_COPY_MIN_BYTES). Since the lane's single-copy entry is compiled too (the
+# reads were already), single-copy wins at 128 KiB gathered: 2 ranks, one job with
+# MPICH's Allgather, best of 5 x 30-100 calls, us, one-shot / single-copy / MPICH: one
+# window 13.7-14.1 / 9.6-9.8 / 15-16.3, 64 windows 17.1-19.5 / 13.0-15.2 / 13.6-16.0.
+# (At 64 KiB, 32 KiB pieces, single-copy wins with hot buffers only: 10.3 / 7.2 / 10.4,
+# 64 windows 10.9 / 10.1 / 9.7.)
+ALL_GATHER_SINGLE_MIN_BYTES = 128 << 10
 
 # Where the one-shot path runs (one synchronisation, a copy in), it beats the symmetric
 # broadcast (two synchronisations, no copies), which therefore starts where the one-shot

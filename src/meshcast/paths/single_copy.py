@@ -161,12 +161,14 @@ def run_reads(group: GroupView, seq: int, what: object, dest: np.ndarray, mine: 
     from ``mine``: any C-contiguous arrays, the offsets in bytes) and its closing round,
     as :func:`run` runs it, for call ``seq`` (named ``what``) after a compiled entry: the
     compiled reads on the arrays as they are, and only when those do not finish (a late
-    reader, an abort, a size disagreement) the call's state for Python, which waits or
-    explains (:func:`finish`). The lanes' single-copy all_to_all; a Python frame and
+    reader, an abort, a size disagreement) or where nothing was compiled, the call's
+    state for Python, which reads, waits or explains (:func:`finish`). The lanes' single-copy all_to_all; a Python frame and
     byte views fewer than :func:`run`, a fifth of a tiny call's cost."""
     arena = group.arena
+    fast = arena.compiled_reads
     try:
-        status = arena.compiled_reads(seq, group._pids, dest, mine, reads, 1, arena.spin_ns)
+        status = None if fast is None else fast(seq, group._pids, dest, mine, reads, 1,
+                                                arena.spin_ns)
     except OSError:
         status = None  # Python's reads raise with the whole story
     if status != 0:
