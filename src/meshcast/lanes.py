@@ -165,7 +165,7 @@ class TinyCallLane:
             return None
         tail, views, kernel, average, code = plan
         if views is None:
-            return None
+            return self._all_reduce_single(arr, tail, kernel, average, async_op=True)
         return self._start("all_reduce", tail, arr, arr, code, -1, 0, average,
                            _reduce_parity, arr, views, kernel, average)
 
@@ -209,9 +209,9 @@ class TinyCallLane:
         if not plan or not out.flags.writeable or (
                 self.group.symmetric.allocations and self._symmetric(out)):
             return None
-        tail, views, _ = plan
+        tail, views, reads = plan
         if views is None:
-            return None
+            return self._all_gather_single(out, inp, tail, reads, async_op=True)
         flat_out = out.reshape(-1)
         return self._start("all_gather", tail, inp, flat_out, _COPY_ALL, -1, 0, False,
                            _concatenate, views, flat_out)
@@ -224,7 +224,8 @@ class TinyCallLane:
             return None
         tail, views, pieces, kernel, average, code = plan
         if views is None:
-            return None
+            return self._reduce_scatter_single(out.reshape(-1), inp.reshape(-1), tail, kernel,
+                                               average, async_op=True)
         flat_out = out.reshape(-1)
         return self._start("reduce_scatter", tail, inp, flat_out, code, -1,
                            self.group._rank * out.nbytes, average, _reduce_parity, flat_out,
@@ -293,26 +294,85 @@ class TinyCallLane:
         return True
 
     def _all_reduce_single(self, arr: np.ndarray, tail: bytes, op: ops.ReduceOp,
-                           average: bool) -> bool:
+                           average: bool, async_op: bool = False) -> Any:
         """all_reduce past the one-shot sizes: the general path's single-copy form (see
-        paths.single_copy.reduce_then_collect), entered here. The entry compares every
-        field, so ranks that disagree get the general path's MismatchError."""
+        paths.single_copy.reduce_then_collect), through :meth:`_single_call`. The entry
+        compares every field, so ranks that disagree get the general path's
+        MismatchError."""
         group = self.group
         arena, n = group.arena, group._size
         flat = arr.reshape(-1)
+        what = self._whats["all_reduce"]
 
-        def run(seq: int) -> None:
-            arena.expose(seq, self._address(arr), arr.nbytes, 0)
-            if not arena.packed_enter(seq, _SEQ.pack(seq) + tail, self._whats["all_reduce"],
-                                      time.monotonic() + group.timeout):
+        def rest(seq: int, agreed: bool) -> None:
+            if not agreed:
                 arena.compare_entered(seq, False)  # raises the MismatchError
             group.last_algorithm = "all_reduce/cma"
             body = single_copy.reduce_then_collect(arena, flat, op, group._rank, n)
-            single_copy.run(group, body, 2, [arr.size] * n, self._whats["all_reduce"])
+            single_copy.run(group, body, 2, [arr.size] * n, what)
             if average:
                 ops.finish_average(flat, n)
 
-        return self._inline(run)
+        return self._single_call("all_reduce", tail, arr, rest, async_op)
+
+    def _single_call(self, kind: str, tail: bytes, exposed: np.ndarray,
+                     rest: Callable[[int, bool], None], async_op: bool) -> Any:
+        """A single-copy call (``kind``) as the group's next: its entry, ``exposed``'s memory
+        exposed (the compiled entry, which waits no longer than the spin time, where
+        built), then ``rest(seq, agreed)``, ``agreed`` whether every rank's fingerprint is
+        mine (else rest raises or hands over to the general path), with the call's
+        state (seq, deadline, name) the arena's. Synchronous: all inline; True. With
+        ``async_op``: inline when every rank was in within the spin time and the call
+        moves at most :data:`_select.ASYNC_INLINE_MAX_BYTES`, else on the worker thread
+        (whose copies may overlap the caller's work), ahead of the calls queued behind
+        it; behind queued async work, the whole call queued behind that (in call order:
+        its sequence number taken now); its Work. False/None (nothing done): a
+        synchronous call while async work is queued, or an async one where nothing was
+        compiled: the general path."""
+        group = self.group
+        arena = group.arena
+        fast = arena.compiled_rooted
+        fifo = group.fifo
+        what = self._whats[kind]
+
+        def enter(seq: int) -> tuple[int, Callable[[], None]]:
+            """The compiled entry of call ``seq``: its status, and the rest of the call."""
+            status = fast(seq, (tail,) * group._size, None, arena.spin_ns, exposed, None,
+                          None, -1, 0)
+
+            def finish() -> None:
+                deadline = time.monotonic() + group.timeout
+                if status == 0:  # (the compiled entry leaves the call's state to Python)
+                    arena.seq, arena.deadline, arena.what = seq, deadline, what
+                rest(seq, status == 0 or arena.finish_entry(
+                    seq, _SEQ.pack(seq) + tail, what, deadline, status))
+
+            return status, finish
+
+        if async_op and fast is None:
+            return None
+        if not fifo.enter_inline():
+            if not async_op:
+                return False
+            queued = next(group._seq)
+            return fifo.submit(lambda: enter(queued)[1](), Work(what), inline=False)
+        try:
+            seq = next(group._seq)
+            if fast is None:
+                arena.expose(seq, self._address(exposed), exposed.nbytes, 0)
+                rest(seq, arena.packed_enter(seq, _SEQ.pack(seq) + tail, what,
+                                             time.monotonic() + group.timeout))
+            else:
+                status, finish = enter(seq)
+                if async_op and (status != 0 or
+                                 exposed.nbytes > _fast.ASYNC_INLINE_MAX_BYTES):
+                    return fifo.hand_over(finish, Work(what))
+                finish()
+        except BaseException as exc:
+            fifo.leave_inline(exc)
+            raise
+        fifo.leave_inline(None)
+        return Work.finished(what) if async_op else True
 
     def reduce(self, arr: np.ndarray, op: Any, dst: int) -> bool:
         """:meth:`ProcessGroup.reduce` of ``arr`` into global rank ``dst`` (in place there)."""
@@ -485,15 +545,14 @@ class TinyCallLane:
                            self.group.arena.small, outs)
 
     def _all_gather_single(self, out: np.ndarray, inp: np.ndarray, tail: bytes,
-                           reads: tuple[tuple, tuple]) -> bool:
+                           reads: tuple[tuple, tuple], async_op: bool = False) -> Any:
         """all_gather past the one-shot sizes: the general path's single-copy form
         (paths.single_copy.gather_pieces: each rank reads every other rank's piece
-        straight from it) in two compiled calls, the entry (my input exposed) and my
-        ``reads`` with their closing round; any disagreement is handed over to the
-        general path after the entry."""
+        straight from it) through :meth:`_single_call`, my ``reads`` and their closing
+        round one compiled call; any disagreement is handed over to the general path
+        after the entry."""
         group = self.group
         arena, n = group.arena, group._size
-        p = inp.nbytes
         what = self._whats["all_gather"]
         # An input in its place in the output (in place) is not copied: my slot and the
         # input share memory (both contiguous, so their byte ranges meet; checked on the
@@ -501,22 +560,8 @@ class TinyCallLane:
         flat_out = out.reshape(-1)
         mine_read = (reads[1] if np.may_share_memory(out, inp) and np.may_share_memory(
             flat_out[group._rank * inp.size:(group._rank + 1) * inp.size], inp) else reads[0])
-        fast = arena.compiled_rooted
-        tails = (tail,) * n
 
-        def run(seq: int) -> None:
-            if fast is not None:
-                status = fast(seq, tails, None, arena.spin_ns, inp, None, None, -1, 0)
-                if status == 0:
-                    group.last_algorithm = "all_gather/cma"
-                    single_copy.run_reads(group, seq, what, out, inp, mine_read)
-                    return
-                agreed = arena.finish_entry(seq, _SEQ.pack(seq) + tail, what,
-                                            time.monotonic() + group.timeout, status)
-            else:
-                arena.expose(seq, self._address(inp), p, 0)
-                agreed = arena.packed_enter(seq, _SEQ.pack(seq) + tail, what,
-                                            time.monotonic() + group.timeout)
+        def rest(seq: int, agreed: bool) -> None:
             if agreed:
                 group.last_algorithm = "all_gather/cma"
                 single_copy.run_reads(group, seq, what, out, inp, mine_read)
@@ -525,7 +570,7 @@ class TinyCallLane:
             group.all_gather(flat_out, inp.reshape(-1), [inp.size] * n, inp.dtype.name,
                              _nothing, entered=(seq, counts))
 
-        return self._inline(run)
+        return self._single_call("all_gather", tail, inp, rest, async_op)
 
     def reduce_scatter(self, out: np.ndarray, inp: np.ndarray, op: Any) -> bool:
         """:meth:`ProcessGroup.reduce_scatter` of ``inp`` into ``out`` (reduce_scatter_tensor)."""
@@ -623,21 +668,20 @@ class TinyCallLane:
                            regions, kernel, average)
 
     def _reduce_scatter_single(self, out: np.ndarray, inp: np.ndarray, tail: bytes,
-                               op: ops.ReduceOp, average: bool) -> bool:
+                               op: ops.ReduceOp, average: bool, async_op: bool = False) -> Any:
         """reduce_scatter past the one-shot sizes: the general path's single-copy form
-        (paths.single_copy.reduce_my_piece) when every rank agrees; anything else is handed
-        over to the general path after the entry."""
+        (paths.single_copy.reduce_my_piece) through :meth:`_single_call` when every rank
+        agrees; anything else is handed over to the general path after the entry."""
         group = self.group
         arena, me, n = group.arena, group._rank, group._size
         c = out.size
+        what = self._whats["reduce_scatter"]
 
-        def run(seq: int) -> None:
-            arena.expose(seq, self._address(inp), inp.nbytes, 0)
-            if arena.packed_enter(seq, _SEQ.pack(seq) + tail, self._whats["reduce_scatter"],
-                                  time.monotonic() + group.timeout):
+        def rest(seq: int, agreed: bool) -> None:
+            if agreed:
                 group.last_algorithm = "reduce_scatter/cma"
                 single_copy.run(group, single_copy.reduce_my_piece(inp, me * c, out, op, me, n),
-                                1, [c] * n, self._whats["reduce_scatter"])
+                                1, [c] * n, what)
                 if average:
                     ops.finish_average(out, n)
                 return
@@ -646,7 +690,7 @@ class TinyCallLane:
             group.reduce_scatter(buf, inp, [c] * n, ops.ReduceOp.AVG if average else op,
                                  _nothing, entered=(seq, counts))
 
-        return self._inline(run)
+        return self._single_call("reduce_scatter", tail, inp, rest, async_op)
 
     def all_to_all(self, out: np.ndarray, inp: np.ndarray) -> bool:
         """:meth:`ProcessGroup.all_to_all` with equal splits (all_to_all_single without

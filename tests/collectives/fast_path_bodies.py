@@ -14,6 +14,7 @@ import numpy as np
 
 import meshcast as dist
 from meshcast import _world
+from meshcast.algorithms import _select as table
 
 # A piece this large leaves the one-shot range at every world size tested and reaches
 # the single-copy threshold (64 KiB per piece, per rank for all_to_all): float64.
@@ -615,6 +616,77 @@ def all_gather_list_beside_the_rest() -> list[str]:
 def want_rs(r: int, n: int) -> np.ndarray:
     """Rank r's piece of the reduce_scatter of ``arange(2n) + q`` over ranks q."""
     return n * np.arange(2 * r, 2 * r + 2, dtype=np.float32) + n * (n - 1) / 2
+
+
+def async_past_one_shot(base: int) -> list[str]:
+    """all_gather_into_tensor, reduce_scatter_tensor and all_reduce with ``async_op=True``
+    past the one-shot sizes (``base`` elements a piece), which the lane runs single-copy,
+    with the group's general forms made to fail: every rank in at once, inline and (a
+    small _select.ASYNC_INLINE_MAX_BYTES) on the worker thread; one rank late; and
+    rank 0's calls returning before rank 1, which waits for rank 0's message, is in.
+    Then, with the general path back, rank 0 on it (non-contiguous arrays), and last
+    rank 1 passing another size: the same MismatchError from every rank's Work.
+    Returns the paths seen and the verdict."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    seen: list[str] = []
+    full = [np.concatenate([_value(q, d, base) for d in range(n)]) for q in range(n)]
+
+    def round_of(late: int | None, strided: bool = False) -> None:
+        if r == late:
+            time.sleep(0.05)
+        mine = _value(r, 0, base)
+        inp = np.repeat(mine, 2)[::2] if strided else mine
+        whole = np.zeros((n, base))
+        works = [dist.all_gather_into_tensor(whole, inp, async_op=True)]
+        piece = np.zeros(base)
+        works.append(dist.reduce_scatter_tensor(
+            piece, np.repeat(full[r], 2)[::2] if strided else full[r].copy(), async_op=True))
+        summed = np.concatenate([full[r], full[r]])
+        works.append(dist.all_reduce(summed, async_op=True))
+        for w in works:
+            w.wait()
+        for q in range(n):
+            np.testing.assert_array_equal(whole[q], _value(q, 0, base), f"all_gather {q}")
+        np.testing.assert_array_equal(piece, np.add.reduce([f[r * base:(r + 1) * base]
+                                                            for f in full]), "reduce_scatter")
+        want = np.add.reduce(full)
+        np.testing.assert_array_equal(summed, np.concatenate([want, want]), "all_reduce")
+        seen.append(pg.last_algorithm)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the general path ran")
+
+    pg.all_gather = pg.reduce_scatter = pg.all_reduce = refuse  # instance attributes
+    inline = table.ASYNC_INLINE_MAX_BYTES
+    try:
+        for most in (1 << 40, 0):  # every call inline when all are in, then none
+            table.ASYNC_INLINE_MAX_BYTES = most
+            round_of(None)
+        table.ASYNC_INLINE_MAX_BYTES = inline
+        for late in range(n):
+            round_of(late)
+        # rank 0's call must return though rank 1 comes only after rank 0's message
+        whole = np.zeros((n, base))
+        w = dist.all_gather_into_tensor(whole, _value(r, 1, base), async_op=True)
+        if r == 0:
+            dist.send(np.full(1, 7.0), 1)
+        elif r == 1:
+            token = np.zeros(1)
+            dist.recv(token, 0)
+        w.wait()
+        np.testing.assert_array_equal(whole, [_value(q, 1, base) for q in range(n)])
+    finally:
+        table.ASYNC_INLINE_MAX_BYTES = inline
+        del pg.all_gather, pg.reduce_scatter, pg.all_reduce
+    round_of(None, strided=r == 0)
+    size = base + (1 if r == 1 else 0)
+    try:
+        dist.all_gather_into_tensor(np.zeros(n * size), np.ones(size), async_op=True).wait()
+        seen.append("no MismatchError")
+    except dist.MismatchError as exc:
+        seen.append(f"mismatch: {'count' in str(exc) or 'layout' in str(exc)}")
+    return seen
 
 
 def async_calls_in_order() -> list[str]:

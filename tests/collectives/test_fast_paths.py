@@ -190,6 +190,14 @@ def test_async_calls_through_the_lane(n):
 
 
 @pytest.mark.parametrize("n", [2, 3])
+def test_async_calls_past_one_shot_take_the_lane(n, single_copy):
+    out = spawn_world(bodies.async_past_one_shot, n, timeout=120, base=70_000)
+    rounds = 3 + n  # in at once (inline, then on the worker), each rank late, rank 0 first
+    assert all(seen == ["all_reduce/cma"] * (rounds - 1) + ["all_reduce/cma", "mismatch: True"]
+               for seen in out), out
+
+
+@pytest.mark.parametrize("n", [2, 3])
 def test_list_and_split_forms_meet_the_tensor_forms(n):
     out = spawn_world(bodies.list_and_split_forms, n, timeout=120)
     assert all(set(seen) == {"reduce_scatter/oneshot", "all_to_all/oneshot"} for seen in out), out

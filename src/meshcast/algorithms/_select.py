@@ -406,6 +406,11 @@ ALL_GATHER_SINGLE_MIN_BYTES = 128 << 10
 # all_gather 31.5 vs 20.1 us at 128 KiB, a tie from 256 KiB; reduce_scatter 34.4 vs
 # 14.4 us at 128 KiB, 33.5 vs 25.0 at 256 KiB, 36.9 vs 45.7 at 512 KiB).
 SYMMETRIC_ALL_REDUCE_MIN_BYTES = 512 << 10
+
+# An async single-copy call whose ranks are all in at once runs inline up to this many
+# bytes exposed a rank; a larger one goes to the group's worker thread, whose copies may
+# overlap the caller's work (DDP's buckets, FSDP's prefetch).
+ASYNC_INLINE_MAX_BYTES = 1 << 20
 SYMMETRIC_MIN_BYTES = 512 << 10
 
 
@@ -576,7 +581,7 @@ def fast_path(kind: str, caps: HostCaps, piece: int, *, symmetric: bool = False,
     raise ValueError(f"no collective {kind!r}")
 
 
-__all__ = ["ALL_GATHER_SINGLE_MIN_BYTES", "ALL_REDUCE_SINGLE_MIN_BYTES", "ONESHOT_WORK_BYTES",
+__all__ = ["ALL_GATHER_SINGLE_MIN_BYTES", "ASYNC_INLINE_MAX_BYTES", "ALL_REDUCE_SINGLE_MIN_BYTES", "ONESHOT_WORK_BYTES",
            "ROOTED_SINGLE_MIN_BYTES", "SINGLE_COPY_MIN_BYTES", "SYMMETRIC_ALL_REDUCE_MIN_BYTES", "SYMMETRIC_MIN_BYTES",
            "TABLE", "Choice", "HostCaps", "Rule", "algorithm_name", "all_reduce_single_copy",
            "all_to_all_direct_limit", "all_to_all_single_copy", "decide", "direct_bytes", "fast_path", "message_bytes",
