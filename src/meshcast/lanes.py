@@ -1722,7 +1722,7 @@ class TinyCallLane:
                   for parity in (0, 1)]
         limit = _fast.all_to_all_direct_limit(group.caps, head)
         # Past the limit, when the call goes single-copy: my reads, piece by piece (q,
-        # offset in q's input, bytes, offset in my output), starting at the next rank.
+        # offset in q's input, bytes, offset in my output), my own piece first.
         single = (tuple((q, me * p, p, q * p) for q in rotation(me, n))
                   if _fast.all_to_all_single_copy(group.caps, inp.nbytes, head) else None)
         return tail, header, headers, head, limit, pieces, dtype.name, (tail,) * n, single

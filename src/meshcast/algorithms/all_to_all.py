@@ -354,7 +354,7 @@ def oneshot(plan: Plan) -> Iterator[Round]:
     family="cma",
 )
 def cma(plan: Plan) -> Iterator[Round]:
-    """Single-copy all-to-all (paths/single_copy.read_pieces; ``_select.single_copy``).
+    """Single-copy all-to-all (paths/single_copy.read_pieces; ``_select.all_to_all_single_copy``).
 
     Steps: 2 rounds. Round 0: ``Put`` my split header into my one-shot region,
     ``Expose`` my input, ``Enter``, ``Get`` every rank's header. Round 1: copy

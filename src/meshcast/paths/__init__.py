@@ -18,7 +18,7 @@ enter, then one path):
   header, which every path of all_to_all publishes.
 * :mod:`.single_copy` (reported as "cma"): each rank reads (or writes)
   straight from the buffers its peers exposed, with process_vm_readv
-  (``_select.single_copy``, ``all_reduce_single_copy``).
+  (``_select.single_copy``, ``all_reduce_single_copy``, ``all_to_all_single_copy``).
 * :mod:`.symmetric`: buffers of a symmetric allocation
   (:mod:`meshcast.symmetric`), read and written in place in the peers'
   parts (``_select.SYMMETRIC_MIN_BYTES``, ``SYMMETRIC_ALL_REDUCE_MIN_BYTES``).

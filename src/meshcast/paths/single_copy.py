@@ -4,8 +4,10 @@ Which calls come here: the "cma" answer of
 :func:`meshcast.algorithms._select.fast_path`, i.e. ``_select.single_copy``
 (``SINGLE_COPY_MIN_BYTES`` per piece) for every collective but all_reduce,
 whose rule is ``_select.all_reduce_single_copy``
-(``ALL_REDUCE_SINGLE_MIN_BYTES``), on a host whose kernel lets members read
-each other's memory (``MESHCAST_CMA_BYTES`` > 0, ``HostCaps.single_copy``).
+(``ALL_REDUCE_SINGLE_MIN_BYTES``), and all_to_all, whose is
+``_select.all_to_all_single_copy`` (past the one-shot limit), on a host whose
+kernel lets members read each other's memory (``MESHCAST_CMA_BYTES`` > 0,
+``HostCaps.single_copy``).
 
 Protocol (``ProcessGroup._submit``): every rank exposes one buffer of its
 own (address, bytes and a word of its choice, ``Arena.expose``) before
