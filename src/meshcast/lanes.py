@@ -752,7 +752,8 @@ class TinyCallLane:
         rest of the entry, then what :meth:`all_to_all` would do) ahead of the calls
         queued behind it (as :meth:`_start`). ``then``: run once ``out`` holds the
         result, before the Work completes. Past the one-shot sizes, the single-copy
-        reads run here too once every rank is in. None (nothing done): no compiled
+        reads run here too once every rank is in, up to _select.ASYNC_INLINE_MAX_BYTES
+        of input (larger ones on the worker thread). None (nothing done): no compiled
         helper, an input too large to stage that does not go single-copy, or the group
         busy: the general path."""
         plan = self._pair_plan("all_to_all", out, inp, self._all_to_all_plan, disjoint=True)
@@ -771,9 +772,15 @@ class TinyCallLane:
         what = self._whats["all_to_all"]
         try:
             seq = next(group._seq)
-            if single is not None:  # (its reads take about as long as a copy: done here)
+            if single is not None:  # reads inline as _select.ASYNC_INLINE_MAX_BYTES says
                 status = fast(seq, tails, header, arena.spin_ns, inp, None, None, -1, 0,
                               len(header))
+                if status == 0 and nbytes > _fast.ASYNC_INLINE_MAX_BYTES:
+                    def read() -> None:
+                        self._all_to_all_reads(seq, out, inp, single)
+                        if then is not None:
+                            then()
+                    return fifo.hand_over(read, Work(what))  # type: ignore[arg-type]
                 if status == 0:
                     self._all_to_all_reads(seq, out, inp, single)
             else:

@@ -177,7 +177,9 @@ def run_async(group: GroupView, what: Any, out: np.ndarray, inp: np.ndarray, p: 
     try:
         seq = next(group._seq)
         status = _enter(group, seq, inp, p)
-        if status not in (0, 1):  # the others are not all in yet: the worker waits
+        if status not in (0, 1) or inp.nbytes > _fast.ASYNC_INLINE_MAX_BYTES:
+            # the others are not all in yet (the worker waits), or the call moves more
+            # than an async call moves inline (_select.ASYNC_INLINE_MAX_BYTES)
             def finish() -> None:
                 _finish(group, what, seq, status, out, inp, p)
                 if then is not None:

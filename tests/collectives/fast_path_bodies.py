@@ -967,9 +967,9 @@ def uneven_all_to_all_lane(base: int) -> list[str]:
 def all_to_all_past_one_shot(base: int, uneven_refused: bool) -> list[str]:
     """all_to_all_single past the one-shot sizes (``base`` elements a piece), with the
     group's general all_to_all made to fail: equal splits through the lane's compiled
-    single-copy form, synchronous and async, both parities, float64 and int32; then
-    uneven splits with one rank's input too large to stage (the uneven lane reads
-    single-copy too); with ``uneven_refused`` last the same with one split size
+    single-copy form, synchronous and async (inline and on the worker), both parities,
+    float64 and int32; then uneven splits with one rank's input too large to stage
+    (the uneven lane reads single-copy too), synchronous and async; with ``uneven_refused`` last the same with one split size
     disagreeing (the same MismatchError on every rank). Else, with the general path
     back: rank 0 on it (a strided input) beside the lane, and last rank 1 passing a
     larger input, which every rank must refuse alike. Returns the paths seen and the
@@ -996,18 +996,27 @@ def all_to_all_past_one_shot(base: int, uneven_refused: bool) -> list[str]:
         raise AssertionError("the general path ran")
 
     pg.all_to_all = refuse  # an instance attribute: deleted below
+    inline = table.ASYNC_INLINE_MAX_BYTES
     try:
         for k in range(4):
+            # (the last async one too large to read inline: the worker reads)
+            table.ASYNC_INLINE_MAX_BYTES = 0 if k == 3 else inline
             even(k, np.float64 if k < 2 else np.int32, bool(k % 2))
-        # uneven: rank 0 sends 2 `base` more elements to rank n - 1 than the others send
+        # uneven: rank 0 sends 2 `base` more elements to rank n - 1 than the others send,
+        # synchronous and async (read by the worker)
         sent = [3 + d + (2 * base if r == 0 and d == n - 1 else 0) for d in range(n)]
         got = [3 + r + (2 * base if s == 0 and r == n - 1 else 0) for s in range(n)]
         inp = np.concatenate([_value(r, d, c) for d, c in enumerate(sent)])
-        out = np.zeros(sum(got))
-        dist.all_to_all_single(out, inp, got, sent)
-        seen.append(pg.last_algorithm)
-        np.testing.assert_array_equal(out, np.concatenate([_value(s, r, c)
-                                                           for s, c in enumerate(got)]))
+        for run_async in (False, True):
+            table.ASYNC_INLINE_MAX_BYTES = 0 if run_async else inline
+            out = np.zeros(sum(got))
+            work = dist.all_to_all_single(out, inp, got, sent, async_op=run_async)
+            if run_async:
+                work.wait()
+            seen.append(pg.last_algorithm)
+            np.testing.assert_array_equal(out, np.concatenate([_value(s, r, c)
+                                                               for s, c in enumerate(got)]))
+        table.ASYNC_INLINE_MAX_BYTES = inline
         if uneven_refused:
             # the same, but rank 0 expects one element more from rank 1 than it is
             # sent: refused alike on every rank, before anyone reads (also when the
@@ -1016,6 +1025,7 @@ def all_to_all_past_one_shot(base: int, uneven_refused: bool) -> list[str]:
             return _refused(seen, lambda: dist.all_to_all_single(np.zeros(sum(got)), inp,
                                                                  got, sent))
     finally:
+        table.ASYNC_INLINE_MAX_BYTES = inline
         del pg.all_to_all
     singles = [key for key, plan in pg.lane.plans.items()
                if key[0] == "all_to_all" and plan and plan[8]]

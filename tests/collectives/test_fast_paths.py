@@ -94,7 +94,7 @@ def test_all_to_all_past_one_shot_takes_the_lane_and_mixes_with_the_general_path
         n, uneven_refused, single_copy):
     out = spawn_world(bodies.all_to_all_past_one_shot, n, timeout=120, base=20_000,
                       uneven_refused=uneven_refused)
-    paths = 5 if uneven_refused else 6
+    paths = 6 if uneven_refused else 7
     assert all(seen == ["all_to_all/cma"] * paths + ["mismatch: True"] for seen in out), out
 
 
