@@ -242,8 +242,10 @@ def oneshot(plan: Plan) -> Iterator[Round]:
     family="cma",
 )
 def cma(plan: Plan) -> Iterator[Round]:
-    """Single-copy all-gather (paths/single_copy.gather_pieces; ``_select.single_copy`` and
-    ``ALL_GATHER_SINGLE_MIN_BYTES``).
+    """Single-copy all-gather (paths/single_copy.gather_pieces; ``_select.oneshot_all_gather``).
+
+    Taken from ``_select.ALL_GATHER_SINGLE_MIN_BYTES`` gathered, with pieces of
+    ``SINGLE_COPY_MIN_BYTES``.
 
     Steps: 1 round: ``Expose`` my piece and ``Enter``; copy my own piece into
     place (unless it is there, in place) and ``Get`` every other piece from its
