@@ -912,7 +912,7 @@ class TinyCallLane:
                            ) -> None:
         """all_to_all's entry in Python (no compiled helper, or too large to stage), then
         :meth:`_all_to_all_rest`."""
-        tail, header, headers, head, limit, pieces, dtype_name, _, _ = plan
+        tail, header, headers, head, limit, _, _, _, _ = plan
         group = self.group
         arena = group.arena
         parity = seq & 1
@@ -931,45 +931,38 @@ class TinyCallLane:
             arena.expose(seq, self._address(inp), nbytes, 0)
         agreed = arena.packed_enter(seq, _SEQ.pack(seq) + tail, self._whats["all_to_all"],
                                     time.monotonic() + group.timeout)
-        self._all_to_all_rest(seq, out, inp, agreed, header, mv, pieces[parity], limit,
-                              dtype_name)
+        self._all_to_all_rest(seq, out, inp, agreed, plan)
 
     def _all_to_all_finish(self, seq: int, out: np.ndarray, inp: np.ndarray, plan: tuple,
                            status: int) -> None:
         """all_to_all after a compiled entry that returned ``status`` (not 0): the rest
         of the entry in Python, then :meth:`_all_to_all_rest`."""
-        tail, header, headers, _, limit, pieces, dtype_name, _, _ = plan
         group = self.group
-        agreed = group.arena.finish_entry(seq, _SEQ.pack(seq) + tail, self._whats["all_to_all"],
+        agreed = group.arena.finish_entry(seq, _SEQ.pack(seq) + plan[0],
+                                          self._whats["all_to_all"],
                                           time.monotonic() + group.timeout, status)
-        self._all_to_all_rest(seq, out, inp, agreed, header, headers[seq & 1], pieces[seq & 1],
-                              limit, dtype_name)
+        self._all_to_all_rest(seq, out, inp, agreed, plan)
 
     def _all_to_all_rest(self, seq: int, out: np.ndarray, inp: np.ndarray, agreed: bool,
-                         header: bytes, headers: list[memoryview], pieces: list[np.ndarray],
-                         limit: int, dtype_name: str) -> None:
+                         plan: tuple) -> None:
         """all_to_all after the entry: one-shot when every rank agreed and splits alike
-        (its split header is mine) and the input was staged, single-copy when it
-        fits, else the general path from the entry on."""
+        (its split header is mine) and the input was staged, single-copy (the plan's
+        reads) past the one-shot sizes, else the general path from the entry on."""
+        _, header, headers, _, limit, pieces, dtype_name, _, single = plan
         group = self.group
         me, n = group._rank, group._size
         mine = inp.reshape(-1).view(np.uint8)
         nbytes = mine.nbytes
         p = nbytes // n
-        uniform = agreed and all(h == header for h in headers)
+        uniform = agreed and all(h == header for h in headers[seq & 1])
         dst = out.reshape(-1).view(np.uint8)
         if uniform and nbytes <= limit:
             # Every rank splits evenly with the same sizes and staged its input.
-            for q, src in enumerate(pieces):
+            for q, src in enumerate(pieces[seq & 1]):
                 dst[q * p:(q + 1) * p] = mine[me * p:(me + 1) * p] if q == me else src
             group.last_algorithm = "all_to_all/oneshot"
-        elif uniform and group.caps.single_copy:  # (past the limit: all_to_all_single_copy)
-            # The general path's single-copy all_to_all, without rebuilding it.
-            group.last_algorithm = "all_to_all/cma"
-            single_copy.run(
-                group, single_copy.read_pieces(dst, mine, [q * p for q in range(n + 1)],
-                                               [me * p] * n, me, n),
-                1, [inp.size] * n, self._whats["all_to_all"])
+        elif uniform and single is not None:  # (past the limit: all_to_all_single_copy)
+            self._all_to_all_reads(seq, out, inp, single)
         else:
             counts = [inp.size] * n if agreed else group.arena.compare_entered(seq, True)
             split = [inp.size // n] * n

@@ -406,12 +406,12 @@ ALL_GATHER_SINGLE_MIN_BYTES = 128 << 10
 # all_gather 31.5 vs 20.1 us at 128 KiB, a tie from 256 KiB; reduce_scatter 34.4 vs
 # 14.4 us at 128 KiB, 33.5 vs 25.0 at 256 KiB, 36.9 vs 45.7 at 512 KiB).
 SYMMETRIC_ALL_REDUCE_MIN_BYTES = 512 << 10
+SYMMETRIC_MIN_BYTES = 512 << 10
 
 # An async single-copy call whose ranks are all in at once runs inline up to this many
 # bytes exposed a rank; a larger one goes to the group's worker thread, whose copies may
 # overlap the caller's work (DDP's buckets, FSDP's prefetch).
 ASYNC_INLINE_MAX_BYTES = 1 << 20
-SYMMETRIC_MIN_BYTES = 512 << 10
 
 
 # gather and scatter go single-copy from this piece size where the kernel allows it,
@@ -445,10 +445,10 @@ def oneshot_all_gather(caps: HostCaps, piece: int) -> bool:
                                          and single_copy(caps, piece))
 
 
-def single_copy(caps: HostCaps, nbytes: int, pieces: int = 1) -> bool:
-    """Whether a non-reducing call whose largest contribution is ``nbytes`` (in
-    ``pieces`` pieces) goes single-copy."""
-    return caps.single_copy and nbytes >= SINGLE_COPY_MIN_BYTES * pieces
+def single_copy(caps: HostCaps, nbytes: int) -> bool:
+    """Whether a non-reducing call whose largest contribution is ``nbytes`` goes
+    single-copy (all_to_all has its own rule, :func:`all_to_all_single_copy`)."""
+    return caps.single_copy and nbytes >= SINGLE_COPY_MIN_BYTES
 
 
 def all_reduce_single_copy(caps: HostCaps, nbytes: int) -> bool:
@@ -581,9 +581,10 @@ def fast_path(kind: str, caps: HostCaps, piece: int, *, symmetric: bool = False,
     raise ValueError(f"no collective {kind!r}")
 
 
-__all__ = ["ALL_GATHER_SINGLE_MIN_BYTES", "ASYNC_INLINE_MAX_BYTES", "ALL_REDUCE_SINGLE_MIN_BYTES", "ONESHOT_WORK_BYTES",
-           "ROOTED_SINGLE_MIN_BYTES", "SINGLE_COPY_MIN_BYTES", "SYMMETRIC_ALL_REDUCE_MIN_BYTES", "SYMMETRIC_MIN_BYTES",
-           "TABLE", "Choice", "HostCaps", "Rule", "algorithm_name", "all_reduce_single_copy",
-           "all_to_all_direct_limit", "all_to_all_single_copy", "decide", "direct_bytes", "fast_path", "message_bytes",
+__all__ = ["ALL_GATHER_SINGLE_MIN_BYTES", "ALL_REDUCE_SINGLE_MIN_BYTES", "ASYNC_INLINE_MAX_BYTES",
+           "ONESHOT_WORK_BYTES", "ROOTED_SINGLE_MIN_BYTES", "SINGLE_COPY_MIN_BYTES",
+           "SYMMETRIC_ALL_REDUCE_MIN_BYTES", "SYMMETRIC_MIN_BYTES", "TABLE", "Choice", "HostCaps",
+           "Rule", "algorithm_name", "all_reduce_single_copy", "all_to_all_direct_limit",
+           "all_to_all_single_copy", "decide", "direct_bytes", "fast_path", "message_bytes",
            "oneshot", "oneshot_all_gather", "parse_tune", "select", "single_copy",
            "tuned_collectives"]

@@ -135,10 +135,10 @@ def exposing(arr: np.ndarray | None, meta: int = 0) -> tuple[int, int, int]:
     return (arr.ctypes.data, arr.nbytes, meta)
 
 
-def fits(caps: HostCaps, itemsize: int, pieces: int = 1) -> Callable[[list[int]], bool]:
-    """``fits`` of a :class:`SingleCopy` whose counts hold ``pieces`` pieces per rank
-    (the table's ``single_copy`` rule on the largest contribution)."""
-    return lambda counts: _fast.single_copy(caps, max(counts) * itemsize, pieces)
+def fits(caps: HostCaps, itemsize: int) -> Callable[[list[int]], bool]:
+    """``fits`` of a :class:`SingleCopy`: the table's ``single_copy`` rule on the largest
+    contribution (``counts`` in elements of ``itemsize`` bytes)."""
+    return lambda counts: _fast.single_copy(caps, max(counts) * itemsize)
 
 
 def run(group: GroupView, body: Body, phases: int, counts: list[int], what: object) -> None:
@@ -164,8 +164,9 @@ def run_reads(group: GroupView, seq: int, what: object, dest: np.ndarray, mine: 
     as :func:`run` runs it, for call ``seq`` (named ``what``) after a compiled entry: the
     compiled reads on the arrays as they are, and only when those do not finish (a late
     reader, an abort, a size disagreement) or where nothing was compiled, the call's
-    state for Python, which reads, waits or explains (:func:`finish`). The lanes' single-copy all_to_all; a Python frame and
-    byte views fewer than :func:`run`, a fifth of a tiny call's cost."""
+    state for Python, which reads, waits or explains (:func:`finish`). The lanes'
+    single-copy all_gather and all_to_all: a Python frame and byte views fewer than
+    :func:`run`, a fifth of a tiny call's cost."""
     arena = group.arena
     fast = arena.compiled_reads
     try:
