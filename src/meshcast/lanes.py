@@ -42,6 +42,9 @@ from .topology import rotation
 from .transport.shm import KIND_P2P
 from .work import P2PWork, Work
 
+# The state bits of a port's sendrecv (transport/_rings.c): the receive is done; the
+# single-copy send's FIN has not come
+_SR_SENT, _SR_RECEIVED, _SR_FIN_PENDING = 1, 2, 4
 _MOVED_MAX = 256  # finished p2p Works a lane keeps (see TinyCallLane.moved)
 _SEQ = struct.Struct("<Q")  # the fingerprint's first field (see _fingerprint._STRUCT)
 _PLANS_MAX = 64
@@ -99,6 +102,8 @@ class TinyCallLane:
         self._ports = {g: port for g, port in ports if port is not None}
         # Messages this large go single-copy: through a port, send_address and its FIN
         self._copy_bytes = group.transport.port_copy_bytes or (1 << 62)
+        # ... and a sendrecv's send already from a smaller size (see _select)
+        self._pair_copy_bytes = min(self._copy_bytes, _fast.SENDRECV_SINGLE_MIN_BYTES)
         self._peers = frozenset(group.global_ranks) - {group.global_ranks[group._rank]}
         self._whats = {kind: _What(group, kind) for kind in (
             "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all",
@@ -107,6 +112,8 @@ class TinyCallLane:
         # peer, tag): such a Work never changes, and making one cost a third of a
         # microsecond, a tenth of an 8 B batch_isend_irecv
         self._moved: dict[tuple[str, int, int], Work] = {}
+        # ... and :meth:`sendrecv`'s pairs of them, by (dst, send tag, src, receive tag)
+        self._sendrecv_moved: dict[tuple[int, int, int, int], tuple[Work, Work]] = {}
 
     # ------------------------------------------------------------------ calls
 
@@ -1294,7 +1301,7 @@ class TinyCallLane:
         # transport's state itself); a frame less matters here: a small message's
         # round trip is a few microseconds.
         port = self._ports.get(dst)
-        if (port is not None and TAGS[0] <= tag < TAGS[1] and _p2p_dtype(arr.dtype)
+        if (port is not None and TAGS[0] <= tag < TAGS[1] and p2p_dtype(arr.dtype)
                 and port.send(arr, tag) > 0):
             next(self.group._p2p_seq)  # numbered like any send, for later messages
             return True
@@ -1314,7 +1321,7 @@ class TinyCallLane:
         array, when its message is, or within the spin time becomes, the first in the
         ring (see ShmTransport.recv_now); False: the general path."""
         port = self._ports.get(src)  # (as in send)
-        if port is not None and TAGS[0] <= tag < TAGS[1] and _p2p_dtype(arr.dtype):
+        if port is not None and TAGS[0] <= tag < TAGS[1] and p2p_dtype(arr.dtype):
             state = port.recv(arr, tag, self._spin_ns)
             if state > 0:
                 next(self.group._p2p_seq)
@@ -1363,6 +1370,48 @@ class TinyCallLane:
         elif state == 0 or not self._recv_now(arr, src, tag, self._spec.spin_s if wait else 0.0):
             return None
         return self.moved("recv", src, tag)
+
+    def sendrecv(self, data: np.ndarray, dst: int, send_tag: int, out: np.ndarray, src: int,
+                 recv_tag: int) -> list[Work] | None:
+        """A batch of one send of ``data`` to global rank ``dst`` and one receive from
+        ``src`` into ``out`` (batch_isend_irecv's sendrecv: rings, halo exchanges),
+        both C-contiguous arrays :meth:`p2p_ok` accepts, in one compiled call (its
+        port's ``sendrecv``): the send written, the receive taken as it comes within
+        the spin time, and a single-copy send's FIN awaited as long. Returns the two
+        Works, each finished or, when its part did not finish in C, the general
+        path's, as ``[send's, receive's]``; None: nothing was sent (the caller's batch
+        takes over)."""
+        port, rport = self._ports.get(dst), self._ports.get(src)
+        if port is None or rport is None:
+            return None
+        group = self.group
+        transport = group.transport
+        send_id = transport.next_send_id() if data.nbytes >= self._pair_copy_bytes else 0
+        state = port.sendrecv(data, send_tag, send_id, rport, out, recv_tag, self._spin_ns)
+        if not state:
+            return None
+        seq = group._p2p_seq
+        next(seq)  # numbered like any send, for later messages
+        if state == _SR_SENT | _SR_RECEIVED:  # the common case, its Works kept by peers and tags
+            next(seq)
+            key = (dst, send_tag, src, recv_tag)
+            works = self._sendrecv_moved.get(key)
+            if works is None:
+                works = (self.moved("send", dst, send_tag), self.moved("recv", src, recv_tag))
+                if len(self._sendrecv_moved) < _MOVED_MAX:
+                    self._sendrecv_moved[key] = works
+            return [*works]  # (a list of the caller's own)
+        if state & _SR_FIN_PENDING:
+            handle = transport.adopt_address_send(port, dst, data, send_id,
+                                                  _P2PWhat(group, "send", dst, send_tag))
+            send_work: Work = P2PWork(handle.describe, handle, group._deadline())
+        else:
+            send_work = self.moved("send", dst, send_tag)
+        if state & _SR_RECEIVED:
+            next(seq)
+            return [send_work, self.moved("recv", src, recv_tag)]
+        buf = as_buffer(out, name="tensor", caller="batch_isend_irecv", rank=None)
+        return [send_work, group.irecv(buf, group.group_rank(src), recv_tag)]
 
     def moved(self, verb: str, peer: int, tag: int) -> Work:
         """The finished Work of a message that moved as it was posted (``verb`` "send"
@@ -1417,7 +1466,7 @@ class TinyCallLane:
         (anything else: the general path decides, and explains)."""
         flags = arr.flags
         return (flags.c_contiguous and (flags.writeable or not writes)
-                and (_P2P_DTYPES.get(arr.dtype) or _p2p_dtype(arr.dtype))
+                and (_P2P_DTYPES.get(arr.dtype) or p2p_dtype(arr.dtype))
                 and peer in self._peers and TAGS[0] <= tag < TAGS[1])
 
     # -------------------------------------------------------------- machinery
@@ -1899,7 +1948,7 @@ TAGS = (-(1 << 62), 1 << 62)
 _P2P_DTYPES: dict[np.dtype, bool] = {}
 
 
-def _p2p_dtype(dtype: np.dtype) -> bool:
+def p2p_dtype(dtype: np.dtype) -> bool:
     """Whether the front door would take an array of ``dtype`` for a message as it is
     (remembered: numpy builds ``dtype.name`` anew on every access)."""
     ok = _P2P_DTYPES.get(dtype)

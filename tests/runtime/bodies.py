@@ -875,6 +875,82 @@ def single_copy_through_the_port(sizes: list[int]) -> list[Any]:
             bool(dist.group.WORLD.lane._ports), _wait.spec().spin_s > 0]
 
 
+def sendrecv_pairs(rounds: int) -> list[int]:
+    """batch_isend_irecv of one send and one receive (TinyCallLane.sendrecv: both in one
+    C call) around a ring of ranks: sizes through the ring and single-copy, the send
+    or the receive listed first, float64 and int32, new tags, a rank late every few
+    rounds (the others' receives go to the general path), a strided receive (the
+    general batch), and a pair on a subgroup. Every message where it belongs, every
+    Work in op order naming its own message. Returns [pairs the lane carried, pairs
+    posted, single-copy sends it left to a FIN still to come, whether the compiled
+    ports exist, whether waits spin]."""
+    from meshcast import lanes
+    from meshcast.transport import shm
+
+    r, n = dist.get_rank(), dist.get_world_size()
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    counted = {"lane": 0, "adopted": 0}
+    kept = lanes.TinyCallLane.sendrecv, shm.ShmTransport.adopt_address_send
+
+    def lane_pair(self: Any, *args: Any) -> Any:
+        works = kept[0](self, *args)
+        counted["lane"] += works is not None
+        return works
+
+    def adopted(self: Any, *args: Any) -> Any:
+        counted["adopted"] += 1
+        return kept[1](self, *args)
+
+    lanes.TinyCallLane.sendrecv, shm.ShmTransport.adopt_address_send = lane_pair, adopted
+    copy = dist.group.WORLD.transport.port_copy_bytes
+    posted = 0
+    try:
+        for k in range(rounds):
+            dtype = (np.float64, np.int32)[k % 2]
+            nbytes = (8, 4000, copy or 8, 3 * copy or 16)[k % 4]
+            count = nbytes // np.dtype(dtype).itemsize
+            tag = k % 5
+            if r == k % n and k % 6 == 5:
+                time.sleep(0.003)  # past the spin time
+            mine = (np.arange(count) * (r + 3) + k).astype(dtype)
+            got = np.zeros(count, dtype)
+            ops = [dist.P2POp(dist.isend, mine, nxt, tag=tag),
+                   dist.P2POp(dist.irecv, got, prv, tag=tag)]
+            if k % 3 == 1:
+                ops.reverse()
+            works = dist.batch_isend_irecv(ops)
+            posted += 1
+            for op, work in zip(ops, works):
+                work.wait()
+                if op.kind == "irecv":
+                    assert work.source_rank == prv and f"from rank {prv} (tag {tag})" in repr(
+                        work), (k, repr(work))
+                else:
+                    assert f"to rank {nxt} (tag {tag})" in repr(work), (k, repr(work))
+            np.testing.assert_array_equal(got, (np.arange(count) * (prv + 3) + k).astype(dtype),
+                                          f"round {k}: {nbytes} bytes")
+        wide = np.zeros((4, 2))
+        works = dist.batch_isend_irecv([dist.P2POp(dist.irecv, wide[:, 0], prv),
+                                        dist.P2POp(dist.isend, np.full(4, float(r)), nxt)])
+        for work in works:
+            work.wait()
+        assert (wide[:, 0] == prv).all() and (wide[:, 1] == 0).all(), wide
+        sub = dist.new_group(list(range(n)))
+        got = np.zeros(3)
+        for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, np.full(3, r + 0.5), nxt,
+                                                       group=sub),
+                                            dist.P2POp(dist.irecv, got, prv, group=sub)]):
+            work.wait()
+        assert (got == prv + 0.5).all(), got
+        posted += 1
+    finally:
+        lanes.TinyCallLane.sendrecv, shm.ShmTransport.adopt_address_send = kept
+    from meshcast import _wait
+
+    return [counted["lane"], posted, counted["adopted"], bool(dist.group.WORLD.lane._ports),
+            _wait.spec().spin_s > 0]
+
+
 def send_to_dying_peer(nbytes: int) -> str:
     """Rank 1 SIGKILLs itself without receiving; rank 0's single-copy send (its data
     waits in its own memory for a reader that never comes) must fail fast naming it."""

@@ -417,6 +417,79 @@ def check_single_copy_messages() -> str | None:
 
 
 @check()
+def check_port_sendrecv_both_ways_and_its_late_fins() -> str | None:
+    """A port's sendrecv (batch_isend_irecv's sendrecv in one C call): both ranks send
+    and receive at once, through the ring and single-copy, and every message arrives
+    whole; an array it cannot take sends nothing. A single-copy send whose FIN has not
+    come when it returns completes once registered (adopt_address_send), also when a
+    progress pass took that FIN first."""
+    import meshcast.transport.shm as shm_module
+
+    if shm_module._compiled_rings() is None:
+        return "no compiled ring helper"
+    if dist.group.WORLD.transport.cma_min_bytes == 0:
+        dist.barrier()
+        return "skip: ranks may not read each other's memory on this machine"
+    me, peer = dist.get_rank(), 1 - dist.get_rank()
+    sent, received, fin_pending = 1, 2, 4  # the state bits (_rings.c)
+    spin = 500_000_000
+    with shm(cma_min_bytes=RING - HEADER) as t:
+        port = t.port(peer, GROUP, KIND_P2P)
+        copy = t.port_copy_bytes
+        fast = 0
+        for i, nbytes in enumerate((0, 8, 1000, copy - 1, copy, 100_000) * 8):
+            data = _value(me, i, nbytes)
+            out = np.full(nbytes, 255, np.uint8)
+            send_id = t.next_send_id() if nbytes >= copy else 0
+            dist.barrier()
+            state = port.sendrecv(data, i, send_id, port, out, i, spin)
+            assert state & sent, (nbytes, state)
+            if state & fin_pending:
+                t.adopt_address_send(port, peer, data, send_id, "send").wait(_deadline())
+            if state & received:
+                fast += 1
+            else:  # (a progress pass may take the peer's message aside: the general path)
+                h = t.irecv(peer, GROUP, KIND_P2P, i, out, "recv")
+                h.wait(_deadline())
+            np.testing.assert_array_equal(out, _value(peer, i, nbytes), f"{nbytes} bytes")
+        assert fast > 40, f"only {fast} of 48 receives were taken in the call"
+        # not C-contiguous, or a read-only output: nothing sent, nothing taken
+        data = np.zeros(64, np.uint8)
+        assert port.sendrecv(data[::2], 1, 0, port, np.zeros(32, np.uint8), 1, 0) == 0
+        read_only = np.zeros(32, np.uint8)
+        read_only.setflags(write=False)
+        assert port.sendrecv(data[:32], 1, 0, port, read_only, 1, 0) == 0
+        dist.barrier()
+        # a late FIN, registered before it comes, then one a progress pass took first
+        for early in (False, True):
+            data = _value(me, 7, copy)
+            if me == 0:
+                send_id = t.next_send_id()
+                state = port.sendrecv(data, 7, send_id, port, np.zeros(0, np.uint8), 8, 0)
+                assert state == sent | fin_pending, state
+                if not early:
+                    h = t.adopt_address_send(port, peer, data, send_id, "send")
+                    assert not h.done
+                dist.barrier()  # rank 1 copies, then answers with the FIN
+                dist.barrier()
+                if early:
+                    with t._lock:
+                        t._pass()  # the FIN goes aside: its send is not registered yet
+                    assert send_id in t._early_fins
+                    h = t.adopt_address_send(port, peer, data, send_id, "send")
+                    assert h.done and h.error is None and send_id not in t._early_fins
+                h.wait(_deadline())
+            else:
+                dist.barrier()
+                out = np.zeros(copy, np.uint8)
+                assert port.recv(out, 7, spin) == 1
+                np.testing.assert_array_equal(out, _value(peer, 7, copy))
+                dist.barrier()
+            dist.barrier()
+    return None
+
+
+@check()
 def check_size_mismatch_is_an_error() -> str | None:
     """A message larger than the posted buffer fails the receive with MismatchError
     (ring and single-copy alike), instead of overrunning it or hanging."""

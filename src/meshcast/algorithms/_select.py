@@ -414,6 +414,12 @@ SYMMETRIC_MIN_BYTES = 512 << 10
 ASYNC_INLINE_MAX_BYTES = 1 << 20
 
 
+# batch_isend_irecv's sendrecv (one send, one receive: TinyCallLane.sendrecv) sends
+# single-copy from this many bytes, where a lone send waits for the ring's sizes
+# (ShmTransport.port_copy_bytes, 128 KiB: a blocking send through the ring returns at
+# once, a single-copy one waits for its reader). MEASURED_IN_NOTE
+SENDRECV_SINGLE_MIN_BYTES = 32 << 10
+
 # gather and scatter go single-copy from this piece size where the kernel allows it,
 # one-shot sizes included: every rank writes its piece straight into the root's list
 # (gather) or reads it straight from the root's pieces (scatter), one copy, where

@@ -525,11 +525,29 @@ static int port_look(Port *self, Py_buffer *out, int64_t tag) {
         Header want = {self->group, self->kind, tag, 0, 0};
         state = ring_take(self->in_ring, self->size, self->in_bell, &want, out->buf,
                           (uint64_t)out->len);
-        /* (a sender without the compiled port sends such a message through the ring) */
-        if (state == -1 && self->copy_bytes && (uint64_t)out->len >= self->copy_bytes)
+        /* Not in the ring: maybe its address. Of any size: a sendrecv goes single-copy
+         * from a smaller size than copy_bytes (TinyCallLane.sendrecv), and a sender
+         * without the compiled port sends large ones through the ring. */
+        if (state == -1 && self->copy_bytes)
             state = port_take_address(self, out, tag);
     }
     return port_leave(self, state);
+}
+
+/* Look, wait for data without the lock and the GIL, look again: 1 taken, 0 nothing
+ * came, -1 not the quiet case or another message first, -2 error. */
+static int port_take(Port *self, Py_buffer *out, int64_t tag, uint64_t spin) {
+    int state = port_look(self, out, tag);
+    if (state == 0) {
+        /* ShmTransport.patience: the copy of a large one; and with no spin time (ranks
+         * outnumber cores) still the short look-around of spin_until's first 64
+         * pauses, as recv_now's wait does, so that both paths take the same messages */
+        if (spin)
+            spin += (uint64_t)out->len / 2;
+        if (port_wait_data(self, spin))
+            state = port_look(self, out, tag);
+    }
+    return state;
 }
 
 /* recv(out, tag, spin_ns) -> 1 taken, 0 nothing came within spin_ns (and half a
@@ -550,16 +568,7 @@ static PyObject *port_recv(Port *self, PyObject *const *args, Py_ssize_t nargs) 
         PyErr_Clear();
         return PyLong_FromLong(-1);
     }
-    int state = port_look(self, &out, tag);
-    if (state == 0) {
-        /* ShmTransport.patience: the copy of a large one; and with no spin time (ranks
-         * outnumber cores) still the short look-around of spin_until's first 64
-         * pauses, as recv_now's wait does, so that both paths take the same messages */
-        if (spin)
-            spin += (uint64_t)out.len / 2;
-        if (port_wait_data(self, spin))
-            state = port_look(self, &out, tag);
-    }
+    int state = port_take(self, &out, tag, spin);
     PyBuffer_Release(&out);
     if (state == -2)
         return NULL;
@@ -653,6 +662,122 @@ static PyObject *port_fin(Port *self, PyObject *const *args, Py_ssize_t nargs) {
     return PyLong_FromLong(state);
 }
 
+/* Under the lock, the quiet case: write one message to the peer, whole into the ring
+ * (`address` 0) or as the address of `data` and `send_id` (single-copy). 1 written,
+ * 0 no room now or not the quiet case, -2 error. */
+static int port_put(Port *self, Py_buffer *data, int64_t tag, int address, uint64_t send_id) {
+    if (port_lock(self) < 0)
+        return -2;
+    int open = port_open(self);
+    Py_ssize_t queued = open > 0 ? PyObject_Size(self->sendq) : 0;
+    int state = 0;
+    if (open > 0 && queued == 0) {
+        Header h = {self->group, self->kind, tag, (uint64_t)data->len, 0};
+        if (address) {
+            uint64_t where[2] = {(uint64_t)(uintptr_t)data->buf, send_id};
+            h.mode = MODE_ADDRESS;
+            state = ring_put_payload(self->out_ring, self->size, self->out_bell, &h, where,
+                                     ADDRESS);
+        } else {
+            state = ring_put(self->out_ring, self->size, self->out_bell, &h, data->buf);
+        }
+    }
+    int failed = open < 0 || queued < 0;
+    if (port_unlock(self) < 0 || failed)
+        return -2;
+    return state;
+}
+
+#define SR_SENT 1        /* the message to the peer is written */
+#define SR_RECEIVED 2    /* the message from `rport`'s peer is taken */
+#define SR_FIN_PENDING 4 /* a single-copy send whose FIN has not come yet */
+
+/* sendrecv(data, send_tag, send_id, rport, out, recv_tag, spin_ns) -> state bits:
+ * batch_isend_irecv's one send and one receive in a call. Writes `data` to this port's
+ * peer (single-copy as send_address does, naming `send_id`, when that is not 0 and the
+ * port reads single-copy; else whole into the ring, waiting for room as long as recv
+ * waits for data), then takes the message from rport's
+ * peer into `out` as recv does, then waits for a single-copy send's FIN as fin does
+ * (patience: spin_ns and half a nanosecond a byte). 0: nothing written (not the
+ * quiet case, no room, or an array that is not C-contiguous, `out` not writable): the
+ * caller's general path. Else SR_SENT, with SR_RECEIVED if the receive is done and
+ * SR_FIN_PENDING if the send is not: the caller then registers it under `send_id`
+ * (the FIN may come to any progress pass) and keeps `data` alive until then. A
+ * failure after the send is written is not raised here: the bits say what is not
+ * done, and the general path that finishes it finds the failure again. */
+static PyObject *port_sendrecv(Port *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "sendrecv(data, send_tag, send_id, rport, out, recv_tag, spin_ns)");
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(args[3], Py_TYPE(self))) {
+        PyErr_SetString(PyExc_TypeError, "sendrecv: rport must be a Port");
+        return NULL;
+    }
+    Port *rport = (Port *)args[3];
+    int64_t stag = PyLong_AsLongLong(args[1]);
+    uint64_t send_id = PyLong_AsUnsignedLongLong(args[2]);
+    int64_t rtag = PyLong_AsLongLong(args[5]);
+    uint64_t spin = PyLong_AsUnsignedLongLong(args[6]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer data, out;
+    if (PyObject_GetBuffer(args[0], &data, PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        return PyLong_FromLong(0);
+    }
+    if (PyObject_GetBuffer(args[4], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+        PyBuffer_Release(&data);
+        return PyLong_FromLong(0);
+    }
+    int address = self->copy_bytes && send_id;
+    long result = 0;
+    int sent = -1;
+    if (address || (uint64_t)data.len < self->max_bytes) {
+        sent = port_put(self, &data, stag, address, send_id);
+        if (sent == 0 && !address && spin) {
+            int room;
+            char *ring = self->out_ring;
+            uint64_t size = self->size, need = HEADER + (uint64_t)data.len;
+            uint64_t patience = spin + (uint64_t)data.len / 2;  /* (ShmTransport.patience) */
+            Py_BEGIN_ALLOW_THREADS
+            room = spin_until(has_room, ring, size, need, patience);
+            Py_END_ALLOW_THREADS
+            if (room)
+                sent = port_put(self, &data, stag, address, send_id);
+        }
+    }
+    if (sent == -2) {
+        PyBuffer_Release(&data);
+        PyBuffer_Release(&out);
+        return NULL;
+    }
+    if (sent == 1) {
+        result = SR_SENT;
+        int got = port_take(rport, &out, rtag, spin);
+        if (address) {
+            uint64_t patience = spin ? spin + (uint64_t)data.len / 2 : 0;
+            int fin = got == -2 ? -2 : port_look_fin(self, send_id);
+            if (fin == 0 && patience && port_wait_data(self, patience))
+                fin = port_look_fin(self, send_id);
+            /* the peer answered before it sent: its message sat behind our FIN */
+            if (fin == 1 && got == -1)
+                got = port_look(rport, &out, rtag);
+            if (fin != 1)
+                result |= SR_FIN_PENDING;
+        }
+        if (got == 1)
+            result |= SR_RECEIVED;
+        if (PyErr_Occurred())
+            PyErr_Clear();  /* (see above: the general path meets it again) */
+    }
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&out);
+    return PyLong_FromLong(result);
+}
+
 static PyMethodDef port_methods[] = {
     {"send_address", (PyCFunction)(void (*)(void))port_send_address, METH_FASTCALL,
      "send_address(data, tag, send_id) -> 1 written, 0 no room, -1 the general path."},
@@ -662,6 +787,8 @@ static PyMethodDef port_methods[] = {
      "send(data, tag) -> 1 written, 0 no room, -1 the general path must decide."},
     {"recv", (PyCFunction)(void (*)(void))port_recv, METH_FASTCALL,
      "recv(out, tag, spin_ns) -> 1 taken, 0 nothing came, -1 the general path must decide."},
+    {"sendrecv", (PyCFunction)(void (*)(void))port_sendrecv, METH_FASTCALL,
+     "sendrecv(data, send_tag, send_id, rport, out, recv_tag, spin_ns) -> state bits."},
     {NULL, NULL, 0, NULL},
 };
 

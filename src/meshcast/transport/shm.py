@@ -372,6 +372,8 @@ class ShmTransport:
         # to isend would otherwise be freed, and its memory reused, meanwhile)
         self._cma_sends: dict[int, tuple[int, Handle, np.ndarray]] = {}
         self._cma_ids = itertools.count(1)
+        # FINs a progress pass took before their send was registered (adopt_address_send)
+        self._early_fins: set[int] = set()
         # The compiled ports made (see port), by (peer, group, kind): a receive posted
         # before its single-copy message came is taken by its port's recv (take_posted).
         self._port_of: dict[tuple[int, int, int], Any] = {}
@@ -550,6 +552,33 @@ class ShmTransport:
             del self._cma_sends[send_id]  # never sent: no FIN can name it
             return None
         handle.fin = (port, send_id)
+        return handle
+
+    def next_send_id(self) -> int:
+        """A new id for a single-copy send (its FIN names it)."""
+        return next(self._cma_ids)
+
+    def adopt_address_send(self, port: Any, peer: int, raw: np.ndarray, send_id: int,
+                           describe: Any) -> Handle:
+        """The Handle of a single-copy send a port's ``sendrecv`` wrote under ``send_id``
+        and returned before its FIN came: registered now, as :meth:`send_address` does
+        before it writes (a progress pass that took the FIN meanwhile left it in
+        ``_early_fins``). ``raw`` stays referenced until the FIN."""
+        handle = Handle(self, peer, describe)
+        handle.nbytes = raw.nbytes
+        with self._lock:
+            if send_id in self._early_fins:
+                self._early_fins.discard(send_id)
+                handle._finish()
+            elif self._closed is not None or peer in self._gone:
+                # (the peer's loss swept _cma_sends before this send was in it)
+                try:
+                    self._check_open(peer, describe)
+                except (GroupAbortedError, PeerGoneError) as exc:
+                    handle._finish(exc)
+            else:
+                self._cma_sends[send_id] = (peer, handle, raw)
+                handle.fin = (port, send_id)
         return handle
 
     def take_fin(self, handle: Handle) -> None:
@@ -1000,8 +1029,13 @@ class ShmTransport:
                 tail += _HEADER.size
                 tail_v[0] = tail
                 self._space_freed(j, waiting_v)
-                _, handle, _ = self._cma_sends.pop(tag)
-                handle._finish()
+                sent = self._cma_sends.pop(tag, None)
+                if sent is None:
+                    # A port's sendrecv gave up waiting for this FIN and has not
+                    # registered its send yet (adopt_address_send finds it here).
+                    self._early_fins.add(tag)
+                else:
+                    sent[1]._finish()
                 return True
             if mode == _MODE_CMA:
                 if avail < _HEADER.size + _CMA.size:
