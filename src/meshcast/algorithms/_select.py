@@ -417,7 +417,10 @@ ASYNC_INLINE_MAX_BYTES = 1 << 20
 # batch_isend_irecv's sendrecv (one send, one receive: TinyCallLane.sendrecv) sends
 # single-copy from this many bytes, where a lone send waits for the ring's sizes
 # (ShmTransport.port_copy_bytes, 128 KiB: a blocking send through the ring returns at
-# once, a single-copy one waits for its reader). MEASURED_IN_NOTE
+# once, a single-copy one waits for its reader: a 64 KiB ping-pong takes 17 us through
+# the ring, 26 single-copy). sendrecv, 2 ranks, one job with MPICH's Sendrecv (stop 43,
+# /tmp/s43/ab_coll.py), us, ring / single-copy / MPICH: 16 KiB 5.5 / 5.4 / 4.3-4.7,
+# 32 KiB 6.3 / 5.9-6.3 / 5.2-5.6, 64 KiB 9.5 / 7.5 / 6.4-6.9.
 SENDRECV_SINGLE_MIN_BYTES = 32 << 10
 
 # gather and scatter go single-copy from this piece size where the kernel allows it,
