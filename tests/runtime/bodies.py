@@ -883,14 +883,15 @@ def sendrecv_pairs(rounds: int) -> list[int]:
     general batch), and a pair on a subgroup. Every message where it belongs, every
     Work in op order naming its own message. Returns [pairs the lane carried, pairs
     posted, single-copy sends it left to a FIN still to come, whether the compiled
-    ports exist, whether waits spin]."""
+    ports exist, whether waits spin, single-copy sends, pairs past the single-copy size]."""
     from meshcast import lanes
     from meshcast.transport import shm
 
     r, n = dist.get_rank(), dist.get_world_size()
     nxt, prv = (r + 1) % n, (r - 1) % n
-    counted = {"lane": 0, "adopted": 0}
-    kept = lanes.TinyCallLane.sendrecv, shm.ShmTransport.adopt_address_send
+    counted = {"lane": 0, "adopted": 0, "single-copy": 0}
+    kept = (lanes.TinyCallLane.sendrecv, shm.ShmTransport.adopt_address_send,
+            shm.ShmTransport.next_send_id)
 
     def lane_pair(self: Any, *args: Any) -> Any:
         works = kept[0](self, *args)
@@ -901,13 +902,23 @@ def sendrecv_pairs(rounds: int) -> list[int]:
         counted["adopted"] += 1
         return kept[1](self, *args)
 
-    lanes.TinyCallLane.sendrecv, shm.ShmTransport.adopt_address_send = lane_pair, adopted
-    copy = dist.group.WORLD.transport.port_copy_bytes
-    posted = 0
+    def send_id(self: Any) -> int:
+        counted["single-copy"] += 1
+        return kept[2](self)
+
+    (lanes.TinyCallLane.sendrecv, shm.ShmTransport.adopt_address_send,
+     shm.ShmTransport.next_send_id) = lane_pair, adopted, send_id
+    # both sides of the single-copy size (_select.SENDRECV_SINGLE_MIN_BYTES), and past
+    # the size from which a lone send goes single-copy
+    pair = dist.group.WORLD.lane._pair_copy_bytes
+    pair = pair if pair < 1 << 40 else 4096
+    copy = dist.group.WORLD.transport.port_copy_bytes or 4096
+    posted = wanted = 0
     try:
         for k in range(rounds):
             dtype = (np.float64, np.int32)[k % 2]
-            nbytes = (8, 4000, copy or 8, 3 * copy or 16)[k % 4]
+            nbytes = (8, pair - 8, pair, 3 * copy)[k % 4]
+            wanted += nbytes >= pair
             count = nbytes // np.dtype(dtype).itemsize
             tag = k % 5
             if r == k % n and k % 6 == 5:
@@ -944,11 +955,12 @@ def sendrecv_pairs(rounds: int) -> list[int]:
         assert (got == prv + 0.5).all(), got
         posted += 1
     finally:
-        lanes.TinyCallLane.sendrecv, shm.ShmTransport.adopt_address_send = kept
+        (lanes.TinyCallLane.sendrecv, shm.ShmTransport.adopt_address_send,
+         shm.ShmTransport.next_send_id) = kept
     from meshcast import _wait
 
     return [counted["lane"], posted, counted["adopted"], bool(dist.group.WORLD.lane._ports),
-            _wait.spec().spin_s > 0]
+            _wait.spec().spin_s > 0, counted["single-copy"], wanted]
 
 
 def send_to_dying_peer(nbytes: int) -> str:

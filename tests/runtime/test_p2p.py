@@ -195,8 +195,10 @@ def test_sendrecv_pairs_take_one_compiled_call(n, spin):
     # without a spin time a single-copy send returns before its FIN: registered after
     env = {"MESHCAST_SPIN_US": "0"} if spin == "no spin" else {}
     out = spawn_world(bodies.sendrecv_pairs, n, timeout=90, env=env, rounds=48)
-    for carried, posted, adopted, ports, spins in out:
+    for carried, posted, adopted, ports, spins, single, past in out:
         assert posted == 49, out
+        if ports:  # the pairs that go single-copy: those past its size, no others
+            assert single == past == 24, out
         if ports and spins:  # (ranks outnumbering cores do not spin)
             assert carried >= 40, out
         if ports and spin == "no spin":
