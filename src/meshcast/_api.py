@@ -22,7 +22,7 @@ from . import _world, config, ops
 from .buffers import Buffer, as_buffer, span
 from .errors import InvalidUsage, usage
 from .group import ProcessGroup
-from .lanes import TAGS, TinyCallLane, p2p_dtype
+from .lanes import P2P_DTYPES, TAGS, TinyCallLane, p2p_dtype
 from .ops import ReduceOp
 from .spanning import HostSpanningGroup
 from .spanning_lane import AcrossHostsLane
@@ -1310,6 +1310,9 @@ def _batch_lane(ops: Any) -> list[Work] | None:
     return works
 
 
+TAG_MIN, TAG_END = TAGS
+
+
 def _batch_pair(ops: list) -> list[Work] | None:
     """:func:`batch_isend_irecv` of one send and one receive in one group (sendrecv:
     rings, pipelines, halo exchanges) on contiguous NumPy arrays with plain int peers
@@ -1335,8 +1338,9 @@ def _batch_pair(ops: list) -> list[Work] | None:
         return None
     # (the rest of p2p_ok is the port's: it sends nothing for an array that is not
     # C-contiguous, or an output that is not writable, and only peers have ports)
-    if not (p2p_dtype(data.dtype) and p2p_dtype(out.dtype)
-            and TAGS[0] <= s.tag < TAGS[1] and TAGS[0] <= r.tag < TAGS[1]):
+    if not ((P2P_DTYPES.get(data.dtype) or p2p_dtype(data.dtype))
+            and (P2P_DTYPES.get(out.dtype) or p2p_dtype(out.dtype))
+            and TAG_MIN <= s.tag < TAG_END and TAG_MIN <= r.tag < TAG_END):
         return None
     works = pg.lane.sendrecv(data, s.peer, s.tag, out, r.peer, r.tag)
     if works is None or s is a:

@@ -1466,7 +1466,7 @@ class TinyCallLane:
         (anything else: the general path decides, and explains)."""
         flags = arr.flags
         return (flags.c_contiguous and (flags.writeable or not writes)
-                and (_P2P_DTYPES.get(arr.dtype) or p2p_dtype(arr.dtype))
+                and (P2P_DTYPES.get(arr.dtype) or p2p_dtype(arr.dtype))
                 and peer in self._peers and TAGS[0] <= tag < TAGS[1])
 
     # -------------------------------------------------------------- machinery
@@ -1945,15 +1945,15 @@ def _reduce(arr: np.ndarray, regions: list[np.ndarray], kernel: Any, average: bo
 TAGS = (-(1 << 62), 1 << 62)
 
 
-_P2P_DTYPES: dict[np.dtype, bool] = {}
+P2P_DTYPES: dict[np.dtype, bool] = {}
 
 
 def p2p_dtype(dtype: np.dtype) -> bool:
     """Whether the front door would take an array of ``dtype`` for a message as it is
     (remembered: numpy builds ``dtype.name`` anew on every access)."""
-    ok = _P2P_DTYPES.get(dtype)
+    ok = P2P_DTYPES.get(dtype)
     if ok is None:
-        ok = _P2P_DTYPES[dtype] = dtype.isnative and dtype.name in SUPPORTED
+        ok = P2P_DTYPES[dtype] = dtype.isnative and dtype.name in SUPPORTED
     return ok
 
 

@@ -46,6 +46,12 @@ def every_path() -> dict:
         dist.recv(got, (r - 1) % n)
         send.wait()
         assert (got == (r - 1) % n).all()
+        pair = np.zeros(2, np.float32)  # a sendrecv pair: the lane's one compiled call
+        for work in dist.batch_isend_irecv([
+                dist.P2POp(dist.irecv, pair, (r - 1) % n),
+                dist.P2POp(dist.isend, np.full(2, r, np.float32), (r + 1) % n)]):
+            work.wait()
+        assert (pair == (r - 1) % n).all()
     evens = dist.new_group([q for q in range(n) if q % 2 == 0])
     if r % 2 == 0:
         v = np.ones(2, np.float32)

@@ -62,8 +62,12 @@ def test_the_trace_says_what_ran_on_every_rank(n, tmp_path):
             sends = [c for c in t.calls if c["kind"] == "send"]
             recvs = [c for c in t.calls if c["kind"] == "recv"]
             assert [(c["peer"], c["bytes"], c["dtype"]) for c in sends] == [
-                (info["ring_peer"], 6, "int16")]
-            assert [c["peer"] for c in recvs] == [(t.rank - 1) % n]
+                (info["ring_peer"], 6, "int16"), (info["ring_peer"], 8, "float32")]
+            assert [c["peer"] for c in recvs] == [(t.rank - 1) % n] * 2
+            # each its own number, the pair's send before its receive
+            seqs = [c["seq"] for c in t.calls if c["kind"] in ("send", "recv")]
+            assert sorted(seqs) == list(range(1, 5)), seqs
+            assert sends[1]["seq"] + 1 == recvs[1]["seq"], (sends, recvs)
         if t.rank % 2 == 0:
             evens = [g for g in t.groups if g != "WORLD"]
             assert len(evens) == 1 and t.groups[evens[0]]["ranks"] == list(range(0, n, 2))
