@@ -1318,9 +1318,23 @@ def _batch_pair(ops: list) -> list[Work] | None:
     rings, pipelines, halo exchanges) on contiguous NumPy arrays with plain int peers
     and tags, in one compiled call (TinyCallLane.sendrecv); None: not such a pair, or
     nothing moved (:func:`_batch_lane` then posts both)."""
-    a, b = ops
     w = _world.current
-    if w is None or type(a) is not P2POp or type(b) is not P2POp or a.kind == b.kind:
+    if w is None:
+        return None
+    a, b = ops
+    lane = w.default_group.lane
+    pairs = lane.pairs
+    if pairs is False:
+        pairs = lane.make_pairs(P2POp)
+    if pairs is not None:  # the common case whole in C, from the ops
+        got = pairs(ops)
+        if type(got) is list or got is False:
+            return got or None
+        if got is not None:  # sent: what is left to do in Python
+            s, r = (a, b) if a.kind == "isend" else (b, a)
+            works = lane.sendrecv_done(*got, s.tensor, s.peer, s.tag, r.tensor, r.peer, r.tag)
+            return works if s is a else [works[1], works[0]]
+    if type(a) is not P2POp or type(b) is not P2POp or a.kind == b.kind:
         return None
     s, r = (a, b) if a.kind == "isend" else (b, a)
     data, out = s.tensor, r.tensor

@@ -114,6 +114,10 @@ class TinyCallLane:
         self._moved: dict[tuple[str, int, int], Work] = {}
         # ... and :meth:`sendrecv`'s pairs of them, by (dst, send tag, src, receive tag)
         self._sendrecv_moved: dict[tuple[int, int, int, int], tuple[Work, Work]] = {}
+        # The compiled batch_isend_irecv of two P2POps of this group, whole from the ops
+        # (see make_pairs): False until made, None when there is none or a tracer
+        # records this lane's calls (it counts the messages in Python)
+        self.pairs: Any = False
 
     # ------------------------------------------------------------------ calls
 
@@ -1385,11 +1389,35 @@ class TinyCallLane:
         if port is None or rport is None:
             return None
         group = self.group
-        transport = group.transport
-        send_id = transport.next_send_id() if data.nbytes >= self._pair_copy_bytes else 0
+        send_id = (group.transport.next_send_id() if data.nbytes >= self._pair_copy_bytes
+                   else 0)
         state = port.sendrecv(data, send_tag, send_id, rport, out, recv_tag, self._spin_ns)
         if not state:
             return None
+        return self.sendrecv_done(state, send_id, data, dst, send_tag, out, src, recv_tag)
+
+    def make_pairs(self, op_type: type) -> Any:
+        """:attr:`pairs`, made at the first call: ``pairs(ops)`` takes a list of two
+        ``op_type`` (P2POp) objects of this group (no group named: the default one), a
+        send and a receive on contiguous NumPy arrays with plain int peers and tags,
+        and does :meth:`sendrecv`'s work in one C call straight from them. It returns
+        the two Works in op order when both finished and this pair of peers and tags
+        has its finished Works kept; None: not such a pair (nothing done); False:
+        nothing could be sent (the general batch's turn); or ``(state, send_id)`` for
+        :meth:`sendrecv_done`. None: no such call here."""
+        if self.pairs is False:
+            self.pairs = self.group.transport.pairs(
+                op_type, self._ports, P2P_DTYPES, self._sendrecv_moved, self.group._p2p_seq,
+                TAGS, self._pair_copy_bytes, self._spin_ns)
+        return self.pairs
+
+    def sendrecv_done(self, state: int, send_id: int, data: np.ndarray, dst: int,
+                      send_tag: int, out: np.ndarray, src: int, recv_tag: int) -> list[Work]:
+        """The Works of a pair whose compiled call sent its message (``state``: the
+        port's sendrecv bits; ``send_id``: its single-copy send's, or 0), as
+        ``[send's, receive's]``: finished, a single-copy send's whose FIN is still to
+        come, the general path's receive when it did not come in time."""
+        group = self.group
         seq = group._p2p_seq
         next(seq)  # numbered like any send, for later messages
         if state == _SR_SENT | _SR_RECEIVED:  # the common case, its Works kept by peers and tags
@@ -1402,8 +1430,8 @@ class TinyCallLane:
                     self._sendrecv_moved[key] = works
             return [*works]  # (a list of the caller's own)
         if state & _SR_FIN_PENDING:
-            handle = transport.adopt_address_send(port, dst, data, send_id,
-                                                  _P2PWhat(group, "send", dst, send_tag))
+            handle = group.transport.adopt_address_send(self._ports[dst], dst, data, send_id,
+                                                        _P2PWhat(group, "send", dst, send_tag))
             send_work: Work = P2PWork(handle.describe, handle, group._deadline())
         else:
             send_work = self.moved("send", dst, send_tag)

@@ -876,38 +876,57 @@ def single_copy_through_the_port(sizes: list[int]) -> list[Any]:
 
 
 def sendrecv_pairs(rounds: int) -> list[int]:
-    """batch_isend_irecv of one send and one receive (TinyCallLane.sendrecv: both in one
-    C call) around a ring of ranks: sizes through the ring and single-copy, the send
-    or the receive listed first, float64 and int32, new tags, a rank late every few
-    rounds (the others' receives go to the general path), a strided receive (the
-    general batch), and a pair on a subgroup. Every message where it belongs, every
-    Work in op order naming its own message. Returns [pairs the lane carried, pairs
-    posted, single-copy sends it left to a FIN still to come, whether the compiled
-    ports exist, whether waits spin, single-copy sends, pairs past the single-copy size]."""
+    """batch_isend_irecv of one send and one receive (TinyCallLane.pairs, whole from the
+    ops in C, or TinyCallLane.sendrecv: both messages in one C call) around a ring of
+    ranks: sizes through the ring and single-copy, the send or the receive listed
+    first, float64 and int32, new tags, a rank late every few rounds (the others'
+    receives go to the general path), a strided receive (the general batch), and a
+    pair on a subgroup. Every message where it belongs, every Work in op order naming
+    its own message. Returns [pairs the compiled calls carried, pairs posted,
+    single-copy sends they left to a FIN still to come, whether the compiled ports
+    exist, whether waits spin, single-copy sends, pairs past the single-copy size,
+    pairs nothing of which could be sent]."""
     from meshcast import lanes
     from meshcast.transport import shm
 
     r, n = dist.get_rank(), dist.get_world_size()
     nxt, prv = (r + 1) % n, (r - 1) % n
-    counted = {"lane": 0, "adopted": 0, "single-copy": 0}
-    kept = (lanes.TinyCallLane.sendrecv, shm.ShmTransport.adopt_address_send,
-            shm.ShmTransport.next_send_id)
+    counted = {"carried": 0, "adopted": 0, "single-copy": 0, "unsent": 0}
+    kept = lanes.TinyCallLane.sendrecv, shm.ShmTransport.adopt_address_send
 
     def lane_pair(self: Any, *args: Any) -> Any:
         works = kept[0](self, *args)
-        counted["lane"] += works is not None
+        counted["carried"] += works is not None
         return works
 
     def adopted(self: Any, *args: Any) -> Any:
         counted["adopted"] += 1
         return kept[1](self, *args)
 
-    def send_id(self: Any) -> int:
-        counted["single-copy"] += 1
-        return kept[2](self)
+    class Ids:  # the transport's single-copy send ids, counted as drawn
+        def __init__(self, ids: Any) -> None:
+            self.ids = ids
 
-    (lanes.TinyCallLane.sendrecv, shm.ShmTransport.adopt_address_send,
-     shm.ShmTransport.next_send_id) = lane_pair, adopted, send_id
+        def __iter__(self) -> Any:
+            return self
+
+        def __next__(self) -> int:
+            counted["single-copy"] += 1
+            return next(self.ids)
+
+    transport, lane = dist.group.WORLD.transport, dist.group.WORLD.lane
+    transport._cma_ids = Ids(transport._cma_ids)
+    compiled = lane.make_pairs(dist.P2POp)
+
+    def pairs(ops: Any) -> Any:
+        got = compiled(ops)
+        counted["carried"] += type(got) is list or type(got) is tuple
+        counted["unsent"] += got is False
+        return got
+
+    if compiled is not None:
+        lane.pairs = pairs
+    lanes.TinyCallLane.sendrecv, shm.ShmTransport.adopt_address_send = lane_pair, adopted
     # both sides of the single-copy size (_select.SENDRECV_SINGLE_MIN_BYTES), and past
     # the size from which a lone send goes single-copy
     pair = dist.group.WORLD.lane._pair_copy_bytes
@@ -955,12 +974,11 @@ def sendrecv_pairs(rounds: int) -> list[int]:
         assert (got == prv + 0.5).all(), got
         posted += 1
     finally:
-        (lanes.TinyCallLane.sendrecv, shm.ShmTransport.adopt_address_send,
-         shm.ShmTransport.next_send_id) = kept
+        lanes.TinyCallLane.sendrecv, shm.ShmTransport.adopt_address_send = kept
     from meshcast import _wait
 
-    return [counted["lane"], posted, counted["adopted"], bool(dist.group.WORLD.lane._ports),
-            _wait.spec().spin_s > 0, counted["single-copy"], wanted]
+    return [counted["carried"], posted, counted["adopted"], bool(lane._ports),
+            _wait.spec().spin_s > 0, counted["single-copy"], wanted, counted["unsent"]]
 
 
 def send_to_dying_peer(nbytes: int) -> str:

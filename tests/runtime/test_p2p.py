@@ -195,10 +195,11 @@ def test_sendrecv_pairs_take_one_compiled_call(n, spin):
     # without a spin time a single-copy send returns before its FIN: registered after
     env = {"MESHCAST_SPIN_US": "0"} if spin == "no spin" else {}
     out = spawn_world(bodies.sendrecv_pairs, n, timeout=90, env=env, rounds=48)
-    for carried, posted, adopted, ports, spins, single, past in out:
+    for carried, posted, adopted, ports, spins, single, past, unsent in out:
         assert posted == 49, out
-        if ports:  # the pairs that go single-copy: those past its size, no others
-            assert single == past == 24, out
+        if ports:  # the pairs that go single-copy: those past its size, no others (but
+            # a lone send of that size does too: the general batch's, when none was sent)
+            assert past == 24 and past <= single <= past + unsent, out
         if ports and spins:  # (ranks outnumbering cores do not spin)
             assert carried >= 40, out
         if ports and spin == "no spin":

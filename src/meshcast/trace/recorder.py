@@ -251,6 +251,7 @@ class Tracer:
             pair = getattr(lane, "sendrecv", None)
             if pair is not None:
                 lane.sendrecv = self._wrap_sendrecv(group, pair)
+                lane.pairs = None  # (its C twin would count the messages past the tap)
 
     def _wrap_sendrecv(self, group: Any, method: Callable[..., Any]) -> Callable[..., Any]:
         """The lane's sendrecv (a send and a receive in one compiled call), recorded as

@@ -17,8 +17,10 @@
  * A message: header <IIqQQ> (group, kind, tag, nbytes, mode) and nbytes of data. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <linux/futex.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -692,6 +694,51 @@ static int port_put(Port *self, Py_buffer *data, int64_t tag, int address, uint6
 #define SR_RECEIVED 2    /* the message from `rport`'s peer is taken */
 #define SR_FIN_PENDING 4 /* a single-copy send whose FIN has not come yet */
 
+/* sendrecv's work on its buffers: its state bits, or -2 with an exception set when
+ * nothing was written. */
+static long exchange(Port *self, Py_buffer *data, int64_t stag, uint64_t send_id, Port *rport,
+                     Py_buffer *out, int64_t rtag, uint64_t spin) {
+    int address = self->copy_bytes && send_id;
+    long result = 0;
+    int sent = -1;
+    if (address || (uint64_t)data->len < self->max_bytes) {
+        sent = port_put(self, data, stag, address, send_id);
+        if (sent == 0 && !address && spin) {
+            int room;
+            char *ring = self->out_ring;
+            uint64_t size = self->size, need = HEADER + (uint64_t)data->len;
+            uint64_t patience = spin + (uint64_t)data->len / 2;  /* (ShmTransport.patience) */
+            Py_BEGIN_ALLOW_THREADS
+            room = spin_until(has_room, ring, size, need, patience);
+            Py_END_ALLOW_THREADS
+            if (room)
+                sent = port_put(self, data, stag, address, send_id);
+        }
+    }
+    if (sent == -2)
+        return -2;
+    if (sent == 1) {
+        result = SR_SENT;
+        int got = port_take(rport, out, rtag, spin);
+        if (address) {
+            uint64_t patience = spin ? spin + (uint64_t)data->len / 2 : 0;
+            int fin = got == -2 ? -2 : port_look_fin(self, send_id);
+            if (fin == 0 && patience && port_wait_data(self, patience))
+                fin = port_look_fin(self, send_id);
+            /* the peer answered before it sent: its message sat behind our FIN */
+            if (fin == 1 && got == -1)
+                got = port_look(rport, out, rtag);
+            if (fin != 1)
+                result |= SR_FIN_PENDING;
+        }
+        if (got == 1)
+            result |= SR_RECEIVED;
+        if (PyErr_Occurred())
+            PyErr_Clear();  /* (see sendrecv: the general path meets it again) */
+    }
+    return result;
+}
+
 /* sendrecv(data, send_tag, send_id, rport, out, recv_tag, spin_ns) -> state bits:
  * batch_isend_irecv's one send and one receive in a call. Writes `data` to this port's
  * peer (single-copy as send_address does, naming `send_id`, when that is not 0 and the
@@ -732,50 +779,10 @@ static PyObject *port_sendrecv(Port *self, PyObject *const *args, Py_ssize_t nar
         PyBuffer_Release(&data);
         return PyLong_FromLong(0);
     }
-    int address = self->copy_bytes && send_id;
-    long result = 0;
-    int sent = -1;
-    if (address || (uint64_t)data.len < self->max_bytes) {
-        sent = port_put(self, &data, stag, address, send_id);
-        if (sent == 0 && !address && spin) {
-            int room;
-            char *ring = self->out_ring;
-            uint64_t size = self->size, need = HEADER + (uint64_t)data.len;
-            uint64_t patience = spin + (uint64_t)data.len / 2;  /* (ShmTransport.patience) */
-            Py_BEGIN_ALLOW_THREADS
-            room = spin_until(has_room, ring, size, need, patience);
-            Py_END_ALLOW_THREADS
-            if (room)
-                sent = port_put(self, &data, stag, address, send_id);
-        }
-    }
-    if (sent == -2) {
-        PyBuffer_Release(&data);
-        PyBuffer_Release(&out);
-        return NULL;
-    }
-    if (sent == 1) {
-        result = SR_SENT;
-        int got = port_take(rport, &out, rtag, spin);
-        if (address) {
-            uint64_t patience = spin ? spin + (uint64_t)data.len / 2 : 0;
-            int fin = got == -2 ? -2 : port_look_fin(self, send_id);
-            if (fin == 0 && patience && port_wait_data(self, patience))
-                fin = port_look_fin(self, send_id);
-            /* the peer answered before it sent: its message sat behind our FIN */
-            if (fin == 1 && got == -1)
-                got = port_look(rport, &out, rtag);
-            if (fin != 1)
-                result |= SR_FIN_PENDING;
-        }
-        if (got == 1)
-            result |= SR_RECEIVED;
-        if (PyErr_Occurred())
-            PyErr_Clear();  /* (see above: the general path meets it again) */
-    }
+    long result = exchange(self, &data, stag, send_id, rport, &out, rtag, spin);
     PyBuffer_Release(&data);
     PyBuffer_Release(&out);
-    return PyLong_FromLong(result);
+    return result < 0 ? NULL : PyLong_FromLong(result);
 }
 
 static PyMethodDef port_methods[] = {
@@ -804,6 +811,248 @@ static PyTypeObject PortType = {
     .tp_methods = port_methods,
 };
 
+/* ------------------------------------------------------------------ pairs */
+
+/* A group's batch_isend_irecv of one send and one receive (meshcast._api.P2POp objects
+ * with no group: the default one) read straight out of the two ops' slots and run as
+ * Port.sendrecv runs, so that the common case costs one C call from the front door
+ * (TinyCallLane.pairs). The checks are the Python path's (_api._batch_pair); any op it
+ * cannot take as it is returns None before anything moves. */
+enum { AT_KIND, AT_TENSOR, AT_PEER, AT_GROUP, AT_TAG, AT_GROUP_PEER, N_AT };
+static const char *slot_names[N_AT] = {"kind", "tensor", "peer", "group", "tag", "group_peer"};
+static PyObject *dtype_name, *isend_kind, *irecv_kind;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;      /* pairs(ops) without an argument tuple */
+    PyObject *op_type, *array_type; /* P2POp, numpy.ndarray: exactly these */
+    PyObject *ports;                /* global rank -> Port */
+    PyObject *dtypes;               /* dtype -> whether a message may carry it */
+    PyObject *works;                /* (dst, send tag, src, recv tag) -> finished Works */
+    PyObject *seq;                  /* the group's _p2p_seq: numbers the messages */
+    PyObject *send_ids;             /* the transport's single-copy send ids */
+    Py_ssize_t at[N_AT];            /* where P2POp keeps each slot */
+    int64_t tag_min, tag_end;
+    uint64_t single_min, spin;      /* single-copy from this many bytes; spin time, ns */
+} Pairs;
+
+/* (the kept Works name their group, whose lane holds this: a cycle the collector
+ * must see through) */
+static int pairs_traverse(Pairs *self, visitproc visit, void *arg) {
+    Py_VISIT(self->op_type);
+    Py_VISIT(self->array_type);
+    Py_VISIT(self->ports);
+    Py_VISIT(self->dtypes);
+    Py_VISIT(self->works);
+    Py_VISIT(self->seq);
+    Py_VISIT(self->send_ids);
+    return 0;
+}
+
+static int pairs_clear(Pairs *self) {
+    Py_CLEAR(self->op_type);
+    Py_CLEAR(self->array_type);
+    Py_CLEAR(self->ports);
+    Py_CLEAR(self->dtypes);
+    Py_CLEAR(self->works);
+    Py_CLEAR(self->seq);
+    Py_CLEAR(self->send_ids);
+    return 0;
+}
+
+static void pairs_dealloc(Pairs *self) {
+    PyObject_GC_UnTrack(self);
+    pairs_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int pairs_init(Pairs *self, PyObject *args, PyObject *kwds) {
+    static char *names[] = {"op_type", "array_type", "ports", "dtypes", "works", "seq",
+                            "send_ids", "tag_min", "tag_end", "single_min", "spin_ns", NULL};
+    PyObject *op_type, *array_type, *ports, *dtypes, *works, *seq, *send_ids;
+    long long tag_min, tag_end;
+    unsigned long long single_min, spin;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!O!O!OOLLKK", names, &PyType_Type,
+                                     &op_type, &PyType_Type, &array_type, &PyDict_Type, &ports,
+                                     &PyDict_Type, &dtypes, &PyDict_Type, &works, &seq,
+                                     &send_ids, &tag_min, &tag_end, &single_min, &spin))
+        return -1;
+    for (int i = 0; i < N_AT; i++) {
+        PyObject *d = PyObject_GetAttrString(op_type, slot_names[i]);
+        if (!d)
+            return -1;
+        int member = Py_IS_TYPE(d, &PyMemberDescr_Type);
+        if (member)
+            self->at[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+        Py_DECREF(d);
+        if (!member) {
+            PyErr_Format(PyExc_TypeError, "P2POp.%s is not a slot", slot_names[i]);
+            return -1;
+        }
+    }
+    Py_XSETREF(self->op_type, Py_NewRef(op_type));
+    Py_XSETREF(self->array_type, Py_NewRef(array_type));
+    Py_XSETREF(self->ports, Py_NewRef(ports));
+    Py_XSETREF(self->dtypes, Py_NewRef(dtypes));
+    Py_XSETREF(self->works, Py_NewRef(works));
+    Py_XSETREF(self->seq, Py_NewRef(seq));
+    Py_XSETREF(self->send_ids, Py_NewRef(send_ids));
+    self->tag_min = tag_min;
+    self->tag_end = tag_end;
+    self->single_min = single_min;
+    self->spin = spin;
+    return 0;
+}
+
+/* The kind slot: 1 a send, 0 a receive, -1 neither (then nothing is done here). */
+static int send_kind(PyObject *kind) {
+    if (kind == isend_kind)
+        return 1;
+    if (kind == irecv_kind)
+        return 0;
+    if (!PyUnicode_Check(kind))
+        return -1;
+    if (PyUnicode_Compare(kind, isend_kind) == 0)
+        return 1;
+    return PyUnicode_Compare(kind, irecv_kind) == 0 ? 0 : -1;
+}
+
+/* An op's peer's Port (borrowed), its tag, and whether its array's dtype may travel;
+ * 0 with nothing set: not one this call takes. */
+static int pair_side(Pairs *self, PyObject **v, Port **port, int64_t *tag) {
+    if (!Py_IS_TYPE(v[AT_TENSOR], (PyTypeObject *)self->array_type) ||
+        !PyLong_CheckExact(v[AT_PEER]) || !PyLong_CheckExact(v[AT_TAG]) ||
+        v[AT_GROUP] != Py_None || v[AT_GROUP_PEER] != Py_None)
+        return 0;
+    int overflow;
+    *tag = PyLong_AsLongLongAndOverflow(v[AT_TAG], &overflow);
+    if (overflow || *tag < self->tag_min || *tag >= self->tag_end)
+        return 0;
+    PyObject *p = PyDict_GetItemWithError(self->ports, v[AT_PEER]);
+    if (!p || !Py_IS_TYPE(p, &PortType))
+        return 0;
+    *port = (Port *)p;
+    PyObject *dtype = PyObject_GetAttr(v[AT_TENSOR], dtype_name);
+    if (!dtype)
+        return 0;
+    PyObject *ok = PyDict_GetItemWithError(self->dtypes, dtype);
+    Py_DECREF(dtype);
+    return ok == Py_True;
+}
+
+/* pairs(ops) -> [Work, Work] in op order: both done, their Works kept for these peers and
+ * tags; None: not such a pair, nothing done; False: nothing could be written (the
+ * general batch posts both); (state, send_id): Port.sendrecv's state bits, the rest
+ * for TinyCallLane.sendrecv_done. */
+static PyObject *pairs_call(Pairs *self, PyObject *ops) {
+    if (!PyList_CheckExact(ops) || PyList_GET_SIZE(ops) != 2)
+        Py_RETURN_NONE;
+    PyObject *a = PyList_GET_ITEM(ops, 0), *b = PyList_GET_ITEM(ops, 1);
+    if (!Py_IS_TYPE(a, (PyTypeObject *)self->op_type) ||
+        !Py_IS_TYPE(b, (PyTypeObject *)self->op_type))
+        Py_RETURN_NONE;
+    PyObject *va[N_AT], *vb[N_AT];
+    for (int i = 0; i < N_AT; i++) {
+        va[i] = *(PyObject **)((char *)a + self->at[i]);
+        vb[i] = *(PyObject **)((char *)b + self->at[i]);
+        if (!va[i] || !vb[i])
+            Py_RETURN_NONE;
+    }
+    int a_sends = send_kind(va[AT_KIND]), b_sends = send_kind(vb[AT_KIND]);
+    if (a_sends < 0 || b_sends < 0 || a_sends == b_sends)
+        Py_RETURN_NONE;
+    PyObject **s = a_sends ? va : vb, **r = a_sends ? vb : va;
+    Port *port, *rport;
+    int64_t stag, rtag;
+    if (!pair_side(self, s, &port, &stag) || !pair_side(self, r, &rport, &rtag)) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Py_buffer data, out;
+    if (PyObject_GetBuffer(s[AT_TENSOR], &data, PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (PyObject_GetBuffer(r[AT_TENSOR], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+        PyBuffer_Release(&data);
+        Py_RETURN_NONE;
+    }
+    uint64_t send_id = 0;
+    if ((uint64_t)data.len >= self->single_min && port->copy_bytes) {
+        PyObject *id = PyIter_Next(self->send_ids);
+        send_id = id ? PyLong_AsUnsignedLongLong(id) : 0;
+        Py_XDECREF(id);
+        if (PyErr_Occurred() || !send_id) {
+            PyBuffer_Release(&data);
+            PyBuffer_Release(&out);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_RuntimeError, "no single-copy send id");
+            return NULL;
+        }
+    }
+    long state = exchange(port, &data, stag, send_id, rport, &out, rtag, self->spin);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&out);
+    if (state < 0)
+        return NULL;
+    if (state == 0)
+        Py_RETURN_FALSE;
+    if (state == (SR_SENT | SR_RECEIVED)) {
+        PyObject *key = PyTuple_Pack(4, s[AT_PEER], s[AT_TAG], r[AT_PEER], r[AT_TAG]);
+        PyObject *kept = key ? PyDict_GetItemWithError(self->works, key) : NULL;
+        Py_XDECREF(key);
+        if (kept && PyTuple_CheckExact(kept) && PyTuple_GET_SIZE(kept) == 2) {
+            /* numbered as two messages (a tracer, which taps the count, takes this
+             * object away from the lane: TinyCallLane.pairs) */
+            for (int i = 0; i < 2; i++)
+                Py_XDECREF(PyIter_Next(self->seq));
+            PyErr_Clear();  /* (a counter does not fail; the messages moved regardless) */
+            PyObject *w0 = PyTuple_GET_ITEM(kept, a_sends ? 0 : 1);
+            PyObject *w1 = PyTuple_GET_ITEM(kept, a_sends ? 1 : 0);
+            PyObject *list = PyList_New(2);
+            if (!list)
+                return NULL;
+            PyList_SET_ITEM(list, 0, Py_NewRef(w0));
+            PyList_SET_ITEM(list, 1, Py_NewRef(w1));
+            return list;
+        }
+        PyErr_Clear();
+    }
+    return Py_BuildValue("(lK)", state, (unsigned long long)send_id);
+}
+
+static PyObject *pairs_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                  PyObject *kwnames) {
+    if (PyVectorcall_NARGS(nargsf) != 1 || kwnames) {
+        PyErr_SetString(PyExc_TypeError, "pairs(ops)");
+        return NULL;
+    }
+    return pairs_call((Pairs *)self, args[0]);
+}
+
+static PyObject *pairs_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    Pairs *self = (Pairs *)PyType_GenericNew(type, args, kwds);
+    if (self)
+        self->vectorcall = pairs_vectorcall;
+    return (PyObject *)self;
+}
+
+static PyTypeObject PairsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "meshcast.transport._rings.Pairs",
+    .tp_doc = "batch_isend_irecv's one send and one receive, from the P2POps, in C.",
+    .tp_basicsize = sizeof(Pairs),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
+    .tp_new = pairs_new,
+    .tp_traverse = (traverseproc)pairs_traverse,
+    .tp_clear = (inquiry)pairs_clear,
+    .tp_init = (initproc)pairs_init,
+    .tp_dealloc = (destructor)pairs_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Pairs, vectorcall),
+};
+
 static PyMethodDef methods[] = {
     {"put", (PyCFunction)(void (*)(void))put, METH_FASTCALL,
      "put(ring, size, bell, group, kind, tag, data) -> whether the message was written."},
@@ -826,10 +1075,15 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__rings(void) {
     closed_name = PyUnicode_InternFromString("_closed");
-    if (!closed_name || PyType_Ready(&PortType) < 0)
+    dtype_name = PyUnicode_InternFromString("dtype");
+    isend_kind = PyUnicode_InternFromString("isend");
+    irecv_kind = PyUnicode_InternFromString("irecv");
+    if (!closed_name || !dtype_name || !isend_kind || !irecv_kind ||
+        PyType_Ready(&PortType) < 0 || PyType_Ready(&PairsType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
-    if (m && PyModule_AddObjectRef(m, "Port", (PyObject *)&PortType) < 0)
+    if (m && (PyModule_AddObjectRef(m, "Port", (PyObject *)&PortType) < 0 ||
+              PyModule_AddObjectRef(m, "Pairs", (PyObject *)&PairsType) < 0))
         Py_CLEAR(m);
     return m;
 }
