@@ -103,7 +103,8 @@ class TinyCallLane:
         # Messages this large go single-copy: through a port, send_address and its FIN
         self._copy_bytes = group.transport.port_copy_bytes or (1 << 62)
         # ... and a sendrecv's send already from a smaller size (see _select)
-        self._pair_copy_bytes = min(self._copy_bytes, _fast.SENDRECV_SINGLE_MIN_BYTES)
+        self._pair_copy_bytes = min(self._copy_bytes, _fast.SENDRECV_SINGLE_MIN_BYTES[
+            self._spec.oversubscribed])
         self._peers = frozenset(group.global_ranks) - {group.global_ranks[group._rank]}
         self._whats = {kind: _What(group, kind) for kind in (
             "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all",

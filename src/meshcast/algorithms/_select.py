@@ -420,8 +420,11 @@ ASYNC_INLINE_MAX_BYTES = 1 << 20
 # once, a single-copy one waits for its reader: a 64 KiB ping-pong takes 17 us through
 # the ring, 26 single-copy). sendrecv, 2 ranks, one job with MPICH's Sendrecv (stop 43,
 # /tmp/s43/ab_coll.py), us, ring / single-copy / MPICH: 16 KiB 5.5 / 5.4 / 4.3-4.7,
-# 32 KiB 6.3 / 5.9-6.3 / 5.2-5.6, 64 KiB 9.5 / 7.5 / 6.4-6.9.
-SENDRECV_SINGLE_MIN_BYTES = 32 << 10
+# 32 KiB 6.3 / 5.9-6.3 / 5.2-5.6, 64 KiB 9.5 / 7.5 / 6.4-6.9. Where ranks outnumber
+# cores a single-copy send waits for a reader that may not be running: from the lone
+# send's size there (`meshcast bench --op sendrecv`, 4 ranks: 32 KiB 78 us through the
+# ring, 143 single-copy; 64 KiB 105 / 164; 8 ranks 215 / 410 and 288 / 441).
+SENDRECV_SINGLE_MIN_BYTES = (32 << 10, 256 << 10)  # (ranks fit the cores, outnumber them)
 
 # gather and scatter go single-copy from this piece size where the kernel allows it,
 # one-shot sizes included: every rank writes its piece straight into the root's list
