@@ -981,16 +981,31 @@ def sendrecv_pairs(rounds: int) -> list[int]:
             _wait.spec().spin_s > 0, counted["single-copy"], wanted, counted["unsent"]]
 
 
-def send_to_dying_peer(nbytes: int) -> str:
+def send_to_dying_peer(nbytes: int, pair: bool = False) -> str:
     """Rank 1 SIGKILLs itself without receiving; rank 0's single-copy send (its data
-    waits in its own memory for a reader that never comes) must fail fast naming it."""
+    waits in its own memory for a reader that never comes) must fail fast naming it.
+    ``pair``: the send is half of a batch_isend_irecv sendrecv with rank 1 (its compiled
+    call returns before the FIN that never comes), whose receive must fail too."""
     r = dist.get_rank()
     if r == 1:
         time.sleep(0.2)
         os.kill(os.getpid(), signal.SIGKILL)
     t0 = time.monotonic()
     try:
-        dist.send(np.ones(nbytes, np.uint8), 1)
+        if pair:
+            works = dist.batch_isend_irecv([
+                dist.P2POp(dist.isend, np.ones(nbytes, np.uint8), 1),
+                dist.P2POp(dist.irecv, np.zeros(nbytes, np.uint8), 1)])
+            for i, work in enumerate(works):
+                try:
+                    work.wait()
+                except dist.PeerGoneError:
+                    if i == 1:
+                        raise
+                else:
+                    raise AssertionError(f"op {i} of a sendrecv with a dead rank completed")
+        else:
+            dist.send(np.ones(nbytes, np.uint8), 1)
     except dist.PeerGoneError as exc:
         return f"{time.monotonic() - t0:.2f}|{exc}"
     raise AssertionError("a send to a dead rank returned")

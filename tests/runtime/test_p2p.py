@@ -206,11 +206,14 @@ def test_sendrecv_pairs_take_one_compiled_call(n, spin):
             assert carried >= 1 and adopted >= 1, out
 
 
-def test_single_copy_send_to_a_dead_peer_raises_naming_it():
+@pytest.mark.parametrize("pair", [False, True], ids=["send", "sendrecv"])
+def test_single_copy_send_to_a_dead_peer_raises_naming_it(pair):
     out = spawn_world(bodies.send_to_dying_peer, 2, timeout=60, expect_failure=True,
-                      nbytes=1 << 20)
+                      nbytes=1 << 20, pair=pair)
     status, text = out[0]
     assert status == "ok", text
     elapsed, message = text.split("|", 1)
     assert float(elapsed) < 2.5
-    assert "send to rank 1 (tag 0) on WORLD" in message and "rank 1 exited" in message, message
+    # (a sendrecv's error is its receive's, the last to fail)
+    verb = "recv #2 from" if pair else "send to"
+    assert f"{verb} rank 1 (tag 0) on WORLD" in message and "rank 1 exited" in message, message
