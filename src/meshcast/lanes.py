@@ -989,12 +989,16 @@ class TinyCallLane:
         MismatchError after the entry (the entry checks every count against its
         pieces). Another rank may see a larger piece of a third rank (a legal
         uneven gather): it hands the entered call over to the general path."""
-        plan = self._rooted("gather", inp, outs, dst)
-        if not plan or not inp.flags.c_contiguous or (plan[3] and not plan[5](outs, inp, True)):
+        last = self._last_rooted["gather"]  # (_rooted's first look, without its frame)
+        plan = (last[3] if last[0] is inp.dtype and last[1] == inp.shape and last[2] == dst
+                else self._rooted("gather", inp, None, dst))
+        if not plan or not inp.flags.c_contiguous:
             return False
-        if plan[8]:
+        tails, root, _, at_root, cma, alike, _, _, single = plan
+        if not alike(outs, inp, True) if at_root else outs is not None:
+            return False
+        if single:
             return self._gather_single(inp, outs, plan)
-        tails, root, _, at_root, cma = plan[:5]
         group = self.group
         fifo = group.fifo
         if not fifo.enter_inline():  # queued async work goes first: the general path
@@ -1133,11 +1137,15 @@ class TinyCallLane:
         """:meth:`ProcessGroup.scatter` of the list ``ins`` on global rank ``src`` (None:
         the group's first rank) into ``out``, every piece shaped like ``out``. As in
         :meth:`gather`, only a rank other than the root ever hands a call over."""
-        plan = self._rooted("scatter", out, ins, src)
+        last = self._last_rooted["scatter"]  # (_rooted's first look, without its frame)
+        plan = (last[3] if last[0] is out.dtype and last[1] == out.shape and last[2] == src
+                else self._rooted("scatter", out, None, src))
         if not plan:
             return False
-        tails, root, _, at_root, cma, alike, mine, direct = plan[:8]
-        if plan[8]:
+        tails, root, _, at_root, cma, alike, mine, direct, single = plan
+        if not at_root and ins is not None:
+            return False
+        if single:
             flags = out.flags
             if not (flags.c_contiguous and flags.writeable and (
                     not at_root or alike(ins, out, False))):
