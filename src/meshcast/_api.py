@@ -22,7 +22,7 @@ from . import _world, config, ops
 from .buffers import Buffer, as_buffer, span
 from .errors import InvalidUsage, usage
 from .group import ProcessGroup
-from .lanes import P2P_DTYPES, TAGS, TinyCallLane, p2p_dtype
+from .lanes import TAGS, TinyCallLane
 from .ops import ReduceOp
 from .spanning import HostSpanningGroup
 from .spanning_lane import AcrossHostsLane
@@ -1214,9 +1214,8 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
     every rank sends to one neighbour and receives from another cannot deadlock.
     All ops are validated before any is posted.
     """
-    works = (_batch_pair(p2p_op_list) if type(p2p_op_list) is list and len(p2p_op_list) == 2
-             else None)
-    if works is None:
+    works = _batch_compiled(p2p_op_list)
+    if not works:  # (False: the compiled batch could send nothing now)
         works = _batch_lane(p2p_op_list)
     if works is not None:
         return works
@@ -1310,56 +1309,30 @@ def _batch_lane(ops: Any) -> list[Work] | None:
     return works
 
 
-TAG_MIN, TAG_END = TAGS
-
-
-def _batch_pair(ops: list) -> list[Work] | None:
-    """:func:`batch_isend_irecv` of one send and one receive in one group (sendrecv:
-    rings, pipelines, halo exchanges) on contiguous NumPy arrays with plain int peers
-    and tags, in one compiled call (TinyCallLane.sendrecv); None: not such a pair, or
-    nothing moved (:func:`_batch_lane` then posts both)."""
+def _batch_compiled(ops: Any) -> list[Work] | bool | None:
+    """:func:`batch_isend_irecv` of P2POps of one group in one C call from the ops
+    (TinyCallLane.make_batch), finished in Python when some op did not finish there
+    (TinyCallLane.batch_done). None: not such a list (nothing done); False: no send
+    could be written now (nothing done: the general batch's turn)."""
     w = _world.current
-    if w is None:
+    if w is None or type(ops) is not list or not ops or type(ops[0]) is not P2POp:
         return None
-    a, b = ops
-    lane = w.default_group.lane
-    pairs = lane.pairs
-    if pairs is False:
-        pairs = lane.make_pairs(P2POp)
-    if pairs is not None:  # the common case whole in C, from the ops
-        got = pairs(ops)
-        if type(got) is list or got is False:
-            return got or None
-        if got is not None:  # sent: what is left to do in Python
-            s, r = (a, b) if a.kind == "isend" else (b, a)
-            works = lane.sendrecv_done(*got, s.tensor, s.peer, s.tag, r.tensor, r.peer, r.tag)
-            return works if s is a else [works[1], works[0]]
-    if type(a) is not P2POp or type(b) is not P2POp or a.kind == b.kind:
-        return None
-    s, r = (a, b) if a.kind == "isend" else (b, a)
-    data, out = s.tensor, r.tensor
-    if (type(data) is not np.ndarray or type(out) is not np.ndarray
-            or type(s.peer) is not int or type(r.peer) is not int
-            or type(s.tag) is not int or type(r.tag) is not int
-            or s.group_peer is not None or r.group_peer is not None or s.group is not r.group):
-        return None
-    pg = s.group
+    pg = ops[0].group  # (the C call checks that every op names the same)
+    default = w.default_group
     if pg is None:
-        pg = w.default_group
-    elif pg is not w.default_group and pg not in w.groups:
+        pg = default
+    elif type(pg) is not ProcessGroup or (pg is not default and pg not in w.groups):
+        return None  # (a group across hosts, or destroyed: the Python batch explains)
+    lane = pg.lane
+    batch = lane.batch
+    if batch is False:
+        batch = lane.make_batch(P2POp, pg is default)
+    if batch is None:
         return None
-    if type(pg) is not ProcessGroup:  # (a group across hosts has no such lane)
-        return None
-    # (the rest of p2p_ok is the port's: it sends nothing for an array that is not
-    # C-contiguous, or an output that is not writable, and only peers have ports)
-    if not ((P2P_DTYPES.get(data.dtype) or p2p_dtype(data.dtype))
-            and (P2P_DTYPES.get(out.dtype) or p2p_dtype(out.dtype))
-            and TAG_MIN <= s.tag < TAG_END and TAG_MIN <= r.tag < TAG_END):
-        return None
-    works = pg.lane.sendrecv(data, s.peer, s.tag, out, r.peer, r.tag)
-    if works is None or s is a:
-        return works
-    return [works[1], works[0]]
+    got = batch(ops)
+    if type(got) is tuple:
+        return lane.batch_done(ops, got)
+    return got
 
 
 # ------------------------------------------------------------------ misc

@@ -42,9 +42,6 @@ from .topology import rotation
 from .transport.shm import KIND_P2P
 from .work import P2PWork, Work
 
-# The state bits of a port's sendrecv (transport/_rings.c): the receive is done; the
-# single-copy send's FIN has not come
-_SR_SENT, _SR_RECEIVED, _SR_FIN_PENDING = 1, 2, 4
 _MOVED_MAX = 256  # finished p2p Works a lane keeps (see TinyCallLane.moved)
 _SEQ = struct.Struct("<Q")  # the fingerprint's first field (see _fingerprint._STRUCT)
 _PLANS_MAX = 64
@@ -113,12 +110,10 @@ class TinyCallLane:
         # peer, tag): such a Work never changes, and making one cost a third of a
         # microsecond, a tenth of an 8 B batch_isend_irecv
         self._moved: dict[tuple[str, int, int], Work] = {}
-        # ... and :meth:`sendrecv`'s pairs of them, by (dst, send tag, src, receive tag)
-        self._sendrecv_moved: dict[tuple[int, int, int, int], tuple[Work, Work]] = {}
-        # The compiled batch_isend_irecv of two P2POps of this group, whole from the ops
-        # (see make_pairs): False until made, None when there is none or a tracer
-        # records this lane's calls (it counts the messages in Python)
-        self.pairs: Any = False
+        # The compiled batch_isend_irecv of this group's P2POps, whole from the ops (see
+        # make_batch): False until made, None when there is none or a tracer records
+        # this lane's calls (it counts the messages in Python)
+        self.batch: Any = False
 
     # ------------------------------------------------------------------ calls
 
@@ -1314,7 +1309,7 @@ class TinyCallLane:
         # transport's state itself); a frame less matters here: a small message's
         # round trip is a few microseconds.
         port = self._ports.get(dst)
-        if (port is not None and TAGS[0] <= tag < TAGS[1] and p2p_dtype(arr.dtype)
+        if (port is not None and TAGS[0] <= tag < TAGS[1] and _p2p_dtype(arr.dtype)
                 and port.send(arr, tag) > 0):
             next(self.group._p2p_seq)  # numbered like any send, for later messages
             return True
@@ -1334,7 +1329,7 @@ class TinyCallLane:
         array, when its message is, or within the spin time becomes, the first in the
         ring (see ShmTransport.recv_now); False: the general path."""
         port = self._ports.get(src)  # (as in send)
-        if port is not None and TAGS[0] <= tag < TAGS[1] and p2p_dtype(arr.dtype):
+        if port is not None and TAGS[0] <= tag < TAGS[1] and _p2p_dtype(arr.dtype):
             state = port.recv(arr, tag, self._spin_ns)
             if state > 0:
                 next(self.group._p2p_seq)
@@ -1384,71 +1379,54 @@ class TinyCallLane:
             return None
         return self.moved("recv", src, tag)
 
-    def sendrecv(self, data: np.ndarray, dst: int, send_tag: int, out: np.ndarray, src: int,
-                 recv_tag: int) -> list[Work] | None:
-        """A batch of one send of ``data`` to global rank ``dst`` and one receive from
-        ``src`` into ``out`` (batch_isend_irecv's sendrecv: rings, halo exchanges),
-        both C-contiguous arrays :meth:`p2p_ok` accepts, in one compiled call (its
-        port's ``sendrecv``): the send written, the receive taken as it comes within
-        the spin time, and a single-copy send's FIN awaited as long. Returns the two
-        Works, each finished or, when its part did not finish in C, the general
-        path's, as ``[send's, receive's]``; None: nothing was sent (the caller's batch
-        takes over)."""
-        port, rport = self._ports.get(dst), self._ports.get(src)
-        if port is None or rport is None:
-            return None
-        group = self.group
-        send_id = (group.transport.next_send_id() if data.nbytes >= self._pair_copy_bytes
-                   else 0)
-        state = port.sendrecv(data, send_tag, send_id, rport, out, recv_tag, self._spin_ns)
-        if not state:
-            return None
-        return self.sendrecv_done(state, send_id, data, dst, send_tag, out, src, recv_tag)
-
-    def make_pairs(self, op_type: type) -> Any:
-        """:attr:`pairs`, made at the first call: ``pairs(ops)`` takes a list of two
-        ``op_type`` (P2POp) objects of this group (no group named: the default one), a
-        send and a receive on contiguous NumPy arrays with plain int peers and tags,
-        and does :meth:`sendrecv`'s work in one C call straight from them. It returns
-        the two Works in op order when both finished and this pair of peers and tags
-        has its finished Works kept; None: not such a pair (nothing done); False:
-        nothing could be sent (the general batch's turn); or ``(state, send_id)`` for
-        :meth:`sendrecv_done`. None: no such call here."""
-        if self.pairs is False:
-            self.pairs = self.group.transport.pairs(
-                op_type, self._ports, P2P_DTYPES, self._sendrecv_moved, self.group._p2p_seq,
+    def make_batch(self, op_type: type, default: bool) -> Any:
+        """:attr:`batch`, made at the first call: ``batch(ops)`` takes a list of
+        ``op_type`` (P2POp) objects of this group (or of no group named, when it is the
+        ``default`` one) on
+        contiguous NumPy arrays with plain int peers (of this host) and tags, and posts
+        them in one C call straight from the ops: the sends written in list order as
+        :meth:`post_send` writes one (single-copy from the lone send's size), then the
+        receives taken in list order as :meth:`post_recv` takes one, then the
+        single-copy sends' FINs awaited. It returns the ops' Works in op order when
+        every op finished and each has its finished Work kept (:meth:`moved`); None:
+        not such a list (nothing done); False: no send could be written (nothing
+        done: the general batch's turn); or every op's state for :meth:`batch_done`.
+        None: no such call here."""
+        if self.batch is False:
+            group = self.group
+            self.batch = group.transport.batch(
+                op_type, self._ports, _P2P_DTYPES, self._moved, group._p2p_seq, group, default,
                 TAGS, self._pair_copy_bytes, self._spin_ns)
-        return self.pairs
+        return self.batch
 
-    def sendrecv_done(self, state: int, send_id: int, data: np.ndarray, dst: int,
-                      send_tag: int, out: np.ndarray, src: int, recv_tag: int) -> list[Work]:
-        """The Works of a pair whose compiled call sent its message (``state``: the
-        port's sendrecv bits; ``send_id``: its single-copy send's, or 0), as
-        ``[send's, receive's]``: finished, a single-copy send's whose FIN is still to
-        come, the general path's receive when it did not come in time."""
+    def batch_done(self, ops: list, states: tuple[int, ...]) -> list[Work]:
+        """The Works of a compiled batch (:meth:`make_batch`) whose ops did not all
+        finish in C, in op order, by ``states`` (1 done, -send_id a single-copy send
+        whose FIN is still to come, 0 not done): finished ones, registered single-copy
+        sends, the general path's receives, then its sends (in their order, after the
+        receives: a message streamed in pieces drains what the peers stream to us)."""
         group = self.group
-        seq = group._p2p_seq
-        next(seq)  # numbered like any send, for later messages
-        if state == _SR_SENT | _SR_RECEIVED:  # the common case, its Works kept by peers and tags
-            next(seq)
-            key = (dst, send_tag, src, recv_tag)
-            works = self._sendrecv_moved.get(key)
-            if works is None:
-                works = (self.moved("send", dst, send_tag), self.moved("recv", src, recv_tag))
-                if len(self._sendrecv_moved) < _MOVED_MAX:
-                    self._sendrecv_moved[key] = works
-            return [*works]  # (a list of the caller's own)
-        if state & _SR_FIN_PENDING:
-            handle = group.transport.adopt_address_send(self._ports[dst], dst, data, send_id,
-                                                        _P2PWhat(group, "send", dst, send_tag))
-            send_work: Work = P2PWork(handle.describe, handle, group._deadline())
-        else:
-            send_work = self.moved("send", dst, send_tag)
-        if state & _SR_RECEIVED:
-            next(seq)
-            return [send_work, self.moved("recv", src, recv_tag)]
-        buf = as_buffer(out, name="tensor", caller="batch_isend_irecv", rank=None)
-        return [send_work, group.irecv(buf, group.group_rank(src), recv_tag)]
+        works: list[Any] = []
+        held = []
+        for i, (p, state) in enumerate(zip(ops, states)):
+            sends = p.kind == "isend"
+            if state == 1:
+                works.append(self.moved("send" if sends else "recv", p.peer, p.tag))
+            elif state < 0:
+                handle = group.transport.adopt_address_send(
+                    self._ports[p.peer], p.peer, p.tensor, -state,
+                    _P2PWhat(group, "send", p.peer, p.tag))
+                works.append(P2PWork(handle.describe, handle, group._deadline()))
+            elif sends:
+                works.append(None)
+                held.append(i)
+            else:
+                buf = as_buffer(p.tensor, name="tensor", caller="batch_isend_irecv", rank=None)
+                works.append(group.irecv(buf, group.group_rank(p.peer), p.tag))
+        for i in held:
+            p = ops[i]
+            works[i] = group.isend(p.tensor.reshape(-1), group.group_rank(p.peer), p.tag)
+        return works
 
     def moved(self, verb: str, peer: int, tag: int) -> Work:
         """The finished Work of a message that moved as it was posted (``verb`` "send"
@@ -1503,7 +1481,7 @@ class TinyCallLane:
         (anything else: the general path decides, and explains)."""
         flags = arr.flags
         return (flags.c_contiguous and (flags.writeable or not writes)
-                and (P2P_DTYPES.get(arr.dtype) or p2p_dtype(arr.dtype))
+                and (_P2P_DTYPES.get(arr.dtype) or _p2p_dtype(arr.dtype))
                 and peer in self._peers and TAGS[0] <= tag < TAGS[1])
 
     # -------------------------------------------------------------- machinery
@@ -1982,15 +1960,15 @@ def _reduce(arr: np.ndarray, regions: list[np.ndarray], kernel: Any, average: bo
 TAGS = (-(1 << 62), 1 << 62)
 
 
-P2P_DTYPES: dict[np.dtype, bool] = {}
+_P2P_DTYPES: dict[np.dtype, bool] = {}
 
 
-def p2p_dtype(dtype: np.dtype) -> bool:
+def _p2p_dtype(dtype: np.dtype) -> bool:
     """Whether the front door would take an array of ``dtype`` for a message as it is
     (remembered: numpy builds ``dtype.name`` anew on every access)."""
-    ok = P2P_DTYPES.get(dtype)
+    ok = _P2P_DTYPES.get(dtype)
     if ok is None:
-        ok = P2P_DTYPES[dtype] = dtype.isnative and dtype.name in SUPPORTED
+        ok = _P2P_DTYPES[dtype] = dtype.isnative and dtype.name in SUPPORTED
     return ok
 
 

@@ -161,7 +161,7 @@ class AcrossHostsLane:
             "gather", "scatter", "all_to_all")}
         self._slot = group._slot_view
         self._me = group.rank()
-        self.pairs = None  # (TinyCallLane's compiled sendrecv: none across hosts)
+        self.batch = None  # (TinyCallLane's compiled batch_isend_irecv: none across hosts)
 
     @property
     def compiled(self) -> frozenset[str]:

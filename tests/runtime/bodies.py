@@ -876,9 +876,8 @@ def single_copy_through_the_port(sizes: list[int]) -> list[Any]:
 
 
 def sendrecv_pairs(rounds: int) -> list[int]:
-    """batch_isend_irecv of one send and one receive (TinyCallLane.pairs, whole from the
-    ops in C, or TinyCallLane.sendrecv: both messages in one C call) around a ring of
-    ranks: sizes through the ring and single-copy, the send or the receive listed
+    """batch_isend_irecv of one send and one receive (TinyCallLane.batch: whole from the
+    ops in one C call) around a ring of ranks: sizes through the ring and single-copy, the send or the receive listed
     first, float64 and int32, new tags, a rank late every few rounds (the others'
     receives go to the general path), a strided receive (the general batch), and a
     pair on a subgroup. Every message where it belongs, every Work in op order naming
@@ -886,22 +885,16 @@ def sendrecv_pairs(rounds: int) -> list[int]:
     single-copy sends they left to a FIN still to come, whether the compiled ports
     exist, whether waits spin, single-copy sends, pairs past the single-copy size,
     pairs nothing of which could be sent]."""
-    from meshcast import lanes
     from meshcast.transport import shm
 
     r, n = dist.get_rank(), dist.get_world_size()
     nxt, prv = (r + 1) % n, (r - 1) % n
     counted = {"carried": 0, "adopted": 0, "single-copy": 0, "unsent": 0}
-    kept = lanes.TinyCallLane.sendrecv, shm.ShmTransport.adopt_address_send
-
-    def lane_pair(self: Any, *args: Any) -> Any:
-        works = kept[0](self, *args)
-        counted["carried"] += works is not None
-        return works
+    kept = shm.ShmTransport.adopt_address_send
 
     def adopted(self: Any, *args: Any) -> Any:
         counted["adopted"] += 1
-        return kept[1](self, *args)
+        return kept(self, *args)
 
     class Ids:  # the transport's single-copy send ids, counted as drawn
         def __init__(self, ids: Any) -> None:
@@ -916,17 +909,17 @@ def sendrecv_pairs(rounds: int) -> list[int]:
 
     transport, lane = dist.group.WORLD.transport, dist.group.WORLD.lane
     transport._cma_ids = Ids(transport._cma_ids)
-    compiled = lane.make_pairs(dist.P2POp)
+    compiled = lane.make_batch(dist.P2POp, True)
 
-    def pairs(ops: Any) -> Any:
+    def batch(ops: Any) -> Any:
         got = compiled(ops)
         counted["carried"] += type(got) is list or type(got) is tuple
         counted["unsent"] += got is False
         return got
 
     if compiled is not None:
-        lane.pairs = pairs
-    lanes.TinyCallLane.sendrecv, shm.ShmTransport.adopt_address_send = lane_pair, adopted
+        lane.batch = batch
+    shm.ShmTransport.adopt_address_send = adopted
     # both sides of the single-copy size (_select.SENDRECV_SINGLE_MIN_BYTES), and past
     # the size from which a lone send goes single-copy
     pair = dist.group.WORLD.lane._pair_copy_bytes
@@ -974,7 +967,7 @@ def sendrecv_pairs(rounds: int) -> list[int]:
         assert (got == prv + 0.5).all(), got
         posted += 1
     finally:
-        lanes.TinyCallLane.sendrecv, shm.ShmTransport.adopt_address_send = kept
+        shm.ShmTransport.adopt_address_send = kept
     from meshcast import _wait
 
     return [counted["carried"], posted, counted["adopted"], bool(lane._ports),

@@ -417,12 +417,17 @@ def check_single_copy_messages() -> str | None:
 
 
 @check()
-def check_port_sendrecv_both_ways_and_its_late_fins() -> str | None:
-    """A port's sendrecv (batch_isend_irecv's sendrecv in one C call): both ranks send
-    and receive at once, through the ring and single-copy, and every message arrives
-    whole; an array it cannot take sends nothing. A single-copy send whose FIN has not
-    come when it returns completes once registered (adopt_address_send), also when a
+def check_compiled_batch_both_ways_and_its_late_fins() -> str | None:
+    """The compiled batch_isend_irecv (``_rings.Batch``, straight from P2POps): both
+    ranks send and receive at once, through the ring and single-copy, and every
+    message arrives whole; each op's state, or with every op done and its finished
+    Work kept, the Works in op order. A list it cannot take as it is (an array that
+    is not C-contiguous, an output not writable, another group) sends nothing; one
+    whose first send cannot go now says so. A single-copy send whose FIN has not come
+    when it returns completes once registered (adopt_address_send), also when a
     progress pass took that FIN first."""
+    import itertools
+
     import meshcast.transport.shm as shm_module
 
     if shm_module._compiled_rings() is None:
@@ -431,53 +436,82 @@ def check_port_sendrecv_both_ways_and_its_late_fins() -> str | None:
         dist.barrier()
         return "skip: ranks may not read each other's memory on this machine"
     me, peer = dist.get_rank(), 1 - dist.get_rank()
-    sent, received, fin_pending = 1, 2, 4  # the state bits (_rings.c)
     spin = 500_000_000
+    tags = (-(1 << 62), 1 << 62)
+    send, recv = dist.isend, dist.irecv
     with shm(cma_min_bytes=RING - HEADER) as t:
         port = t.port(peer, GROUP, KIND_P2P)
         copy = t.port_copy_bytes
+        dtypes = {np.dtype(np.uint8): True}
+        kept = {("send", peer, 99): "sent", ("recv", peer, 99): "received"}
+        batch = t.batch(dist.P2POp, {peer: port}, dtypes, kept, itertools.count(1), None,
+                        True, tags, copy, spin)
         fast = 0
         for i, nbytes in enumerate((0, 8, 1000, copy - 1, copy, 100_000) * 8):
             data = _value(me, i, nbytes)
             out = np.full(nbytes, 255, np.uint8)
-            send_id = t.next_send_id() if nbytes >= copy else 0
+            ops = [dist.P2POp(send, data, peer, tag=i), dist.P2POp(recv, out, peer, tag=i)]
+            if i % 2:
+                ops.reverse()
             dist.barrier()
-            state = port.sendrecv(data, i, send_id, port, out, i, spin)
-            assert state & sent, (nbytes, state)
-            if state & fin_pending:
-                t.adopt_address_send(port, peer, data, send_id, "send").wait(_deadline())
-            if state & received:
+            states = batch(ops)
+            assert type(states) is tuple and len(states) == 2, (nbytes, states)
+            sent, received = states if i % 2 == 0 else states[::-1]
+            assert sent == 1 or (sent < 0 and nbytes >= copy), (nbytes, states)
+            if sent < 0:
+                t.adopt_address_send(port, peer, data, -sent, "send").wait(_deadline())
+            if received == 1:
                 fast += 1
             else:  # (a progress pass may take the peer's message aside: the general path)
+                assert received == 0, states
                 h = t.irecv(peer, GROUP, KIND_P2P, i, out, "recv")
                 h.wait(_deadline())
             np.testing.assert_array_equal(out, _value(peer, i, nbytes), f"{nbytes} bytes")
         assert fast > 40, f"only {fast} of 48 receives were taken in the call"
-        # not C-contiguous, or a read-only output: nothing sent, nothing taken
+        # every op done, its Work kept: the Works, in op order
+        out = np.zeros(4, np.uint8)
+        dist.barrier()
+        got = batch([dist.P2POp(recv, out, peer, tag=99),
+                     dist.P2POp(send, np.full(4, me, np.uint8), peer, tag=99)])
+        if got != ["received", "sent"]:  # (the peer's message came late: the general path)
+            assert got[1] == 1 and got[0] == 0, got
+            t.irecv(peer, GROUP, KIND_P2P, 99, out, "recv").wait(_deadline())
+        assert (out == peer).all(), out
+        dist.barrier()
+        # not C-contiguous, an output not writable, another group's op: nothing sent
         data = np.zeros(64, np.uint8)
-        assert port.sendrecv(data[::2], 1, 0, port, np.zeros(32, np.uint8), 1, 0) == 0
         read_only = np.zeros(32, np.uint8)
         read_only.setflags(write=False)
-        assert port.sendrecv(data[:32], 1, 0, port, read_only, 1, 0) == 0
+        ok = dist.P2POp(send, data[:32], peer, tag=1)
+        for bad in (dist.P2POp(send, data[::2], peer, tag=1),
+                    dist.P2POp(recv, read_only, peer, tag=1),
+                    dist.P2POp(recv, data[:32], peer, tag=1, group=dist.group.WORLD),
+                    dist.P2POp(recv, data[:32].view(np.int8), peer, tag=1)):
+            assert batch([ok, bad]) is None and batch([bad, ok]) is None, bad
+        # a first send that cannot go now (no room for it whole, not single-copy here)
+        whole = t.batch(dist.P2POp, {peer: port}, dtypes, {}, itertools.count(1), None,
+                        True, tags, 1 << 40, 0)
+        assert whole([dist.P2POp(send, np.zeros(RING, np.uint8), peer, tag=1)]) is False
         dist.barrier()
         # a late FIN, registered before it comes, then one a progress pass took first
+        lone = t.batch(dist.P2POp, {peer: port}, dtypes, {}, itertools.count(1), None,
+                       True, tags, copy, 0)
         for early in (False, True):
             data = _value(me, 7, copy)
             if me == 0:
-                send_id = t.next_send_id()
-                state = port.sendrecv(data, 7, send_id, port, np.zeros(0, np.uint8), 8, 0)
-                assert state == sent | fin_pending, state
+                (state,) = lone([dist.P2POp(send, data, peer, tag=7)])
+                assert state < 0, state
                 if not early:
-                    h = t.adopt_address_send(port, peer, data, send_id, "send")
+                    h = t.adopt_address_send(port, peer, data, -state, "send")
                     assert not h.done
                 dist.barrier()  # rank 1 copies, then answers with the FIN
                 dist.barrier()
                 if early:
                     with t._lock:
                         t._pass()  # the FIN goes aside: its send is not registered yet
-                    assert send_id in t._early_fins
-                    h = t.adopt_address_send(port, peer, data, send_id, "send")
-                    assert h.done and h.error is None and send_id not in t._early_fins
+                    assert -state in t._early_fins
+                    h = t.adopt_address_send(port, peer, data, -state, "send")
+                    assert h.done and h.error is None and -state not in t._early_fins
                 h.wait(_deadline())
             else:
                 dist.barrier()

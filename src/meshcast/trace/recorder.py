@@ -124,8 +124,7 @@ class _Tap:
 
     def __init__(self, count: Any) -> None:
         self._count = count
-        # the record of the call being made (a list: the calls a lane's sendrecv makes)
-        self.rec: dict[str, Any] | list[dict[str, Any]] | None = None
+        self.rec: dict[str, Any] | None = None  # the record of the call being made
 
     def __iter__(self) -> _Tap:
         return self
@@ -133,8 +132,6 @@ class _Tap:
     def __next__(self) -> int:
         n = next(self._count)
         rec = self.rec
-        if type(rec) is list:  # a lane's sendrecv: its send, then its receive
-            rec = next((r for r in rec if r["seq"] is None), None)
         if rec is not None and rec["seq"] is None:  # a call's first number is its seq
             rec["seq"] = n
         return n
@@ -248,53 +245,9 @@ class Tracer:
                 method = getattr(lane, name, None)
                 if method is not None:
                     setattr(lane, name, self._wrap(group, name, method, where, lane=True))
-            pair = getattr(lane, "sendrecv", None)
-            if pair is not None:
-                lane.sendrecv = self._wrap_sendrecv(group, pair)
-                lane.pairs = None  # (its C twin would count the messages past the tap)
-
-    def _wrap_sendrecv(self, group: Any, method: Callable[..., Any]) -> Callable[..., Any]:
-        """The lane's sendrecv (a send and a receive in one compiled call), recorded as
-        the two calls it makes, each finished when its Work is."""
-        gid = id(group)
-
-        def recorded(data: Any, dst: int, send_tag: int, out: Any, src: int, recv_tag: int
-                     ) -> Any:
-            busy = self._busy()
-            if gid in busy:
-                return method(data, dst, send_tag, out, src, recv_tag)
-            tap = group._p2p_seq
-            recs = [self._record(group, "send", (data, dst, send_tag), 0, 1, None, None, True),
-                    self._record(group, "recv", (out, src, recv_tag), 0, 1, None, None, True)]
-            with self._lock:
-                self._pending.extend(recs)
-            busy.add(gid)
-            tap.rec = recs
-            try:
-                works = method(data, dst, send_tag, out, src, recv_tag)
-            except BaseException as exc:
-                for rec in recs:
-                    self._finish(rec, group, exc)
-                self._failed(exc)
-                raise
-            finally:
-                tap.rec = None
-                busy.discard(gid)
-            if works is None:  # nothing moved: the batch posts both, recorded there
-                for rec in recs:
-                    self._drop(rec)
-                return works
-            for rec, work in zip(recs, works):
-                rec["compiled"] = True  # (the port's call, C)
-                rec["async"] = True
-
-                def done(f: Any, rec: dict[str, Any] = rec) -> None:
-                    self._finish(rec, group, f.exception())
-
-                work.get_future().add_done_callback(done)
-            return works
-
-        return recorded
+            # a batch_isend_irecv then takes the lane's post_send and post_recv, recorded
+            # (its compiled twin would count the messages past the tap)
+            lane.batch = None
 
     def rounds_of(self, group: Any, seq: int) -> list[dict[str, Any]]:
         """The list the executor fills with call ``seq``'s rounds (peers as group

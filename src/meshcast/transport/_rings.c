@@ -690,101 +690,6 @@ static int port_put(Port *self, Py_buffer *data, int64_t tag, int address, uint6
     return state;
 }
 
-#define SR_SENT 1        /* the message to the peer is written */
-#define SR_RECEIVED 2    /* the message from `rport`'s peer is taken */
-#define SR_FIN_PENDING 4 /* a single-copy send whose FIN has not come yet */
-
-/* sendrecv's work on its buffers: its state bits, or -2 with an exception set when
- * nothing was written. */
-static long exchange(Port *self, Py_buffer *data, int64_t stag, uint64_t send_id, Port *rport,
-                     Py_buffer *out, int64_t rtag, uint64_t spin) {
-    int address = self->copy_bytes && send_id;
-    long result = 0;
-    int sent = -1;
-    if (address || (uint64_t)data->len < self->max_bytes) {
-        sent = port_put(self, data, stag, address, send_id);
-        if (sent == 0 && !address && spin) {
-            int room;
-            char *ring = self->out_ring;
-            uint64_t size = self->size, need = HEADER + (uint64_t)data->len;
-            uint64_t patience = spin + (uint64_t)data->len / 2;  /* (ShmTransport.patience) */
-            Py_BEGIN_ALLOW_THREADS
-            room = spin_until(has_room, ring, size, need, patience);
-            Py_END_ALLOW_THREADS
-            if (room)
-                sent = port_put(self, data, stag, address, send_id);
-        }
-    }
-    if (sent == -2)
-        return -2;
-    if (sent == 1) {
-        result = SR_SENT;
-        int got = port_take(rport, out, rtag, spin);
-        if (address) {
-            uint64_t patience = spin ? spin + (uint64_t)data->len / 2 : 0;
-            int fin = got == -2 ? -2 : port_look_fin(self, send_id);
-            if (fin == 0 && patience && port_wait_data(self, patience))
-                fin = port_look_fin(self, send_id);
-            /* the peer answered before it sent: its message sat behind our FIN */
-            if (fin == 1 && got == -1)
-                got = port_look(rport, out, rtag);
-            if (fin != 1)
-                result |= SR_FIN_PENDING;
-        }
-        if (got == 1)
-            result |= SR_RECEIVED;
-        if (PyErr_Occurred())
-            PyErr_Clear();  /* (see sendrecv: the general path meets it again) */
-    }
-    return result;
-}
-
-/* sendrecv(data, send_tag, send_id, rport, out, recv_tag, spin_ns) -> state bits:
- * batch_isend_irecv's one send and one receive in a call. Writes `data` to this port's
- * peer (single-copy as send_address does, naming `send_id`, when that is not 0 and the
- * port reads single-copy; else whole into the ring, waiting for room as long as recv
- * waits for data), then takes the message from rport's
- * peer into `out` as recv does, then waits for a single-copy send's FIN as fin does
- * (patience: spin_ns and half a nanosecond a byte). 0: nothing written (not the
- * quiet case, no room, or an array that is not C-contiguous, `out` not writable): the
- * caller's general path. Else SR_SENT, with SR_RECEIVED if the receive is done and
- * SR_FIN_PENDING if the send is not: the caller then registers it under `send_id`
- * (the FIN may come to any progress pass) and keeps `data` alive until then. A
- * failure after the send is written is not raised here: the bits say what is not
- * done, and the general path that finishes it finds the failure again. */
-static PyObject *port_sendrecv(Port *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError,
-                        "sendrecv(data, send_tag, send_id, rport, out, recv_tag, spin_ns)");
-        return NULL;
-    }
-    if (!PyObject_TypeCheck(args[3], Py_TYPE(self))) {
-        PyErr_SetString(PyExc_TypeError, "sendrecv: rport must be a Port");
-        return NULL;
-    }
-    Port *rport = (Port *)args[3];
-    int64_t stag = PyLong_AsLongLong(args[1]);
-    uint64_t send_id = PyLong_AsUnsignedLongLong(args[2]);
-    int64_t rtag = PyLong_AsLongLong(args[5]);
-    uint64_t spin = PyLong_AsUnsignedLongLong(args[6]);
-    if (PyErr_Occurred())
-        return NULL;
-    Py_buffer data, out;
-    if (PyObject_GetBuffer(args[0], &data, PyBUF_C_CONTIGUOUS) < 0) {
-        PyErr_Clear();
-        return PyLong_FromLong(0);
-    }
-    if (PyObject_GetBuffer(args[4], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
-        PyErr_Clear();
-        PyBuffer_Release(&data);
-        return PyLong_FromLong(0);
-    }
-    long result = exchange(self, &data, stag, send_id, rport, &out, rtag, spin);
-    PyBuffer_Release(&data);
-    PyBuffer_Release(&out);
-    return result < 0 ? NULL : PyLong_FromLong(result);
-}
-
 static PyMethodDef port_methods[] = {
     {"send_address", (PyCFunction)(void (*)(void))port_send_address, METH_FASTCALL,
      "send_address(data, tag, send_id) -> 1 written, 0 no room, -1 the general path."},
@@ -794,8 +699,6 @@ static PyMethodDef port_methods[] = {
      "send(data, tag) -> 1 written, 0 no room, -1 the general path must decide."},
     {"recv", (PyCFunction)(void (*)(void))port_recv, METH_FASTCALL,
      "recv(out, tag, spin_ns) -> 1 taken, 0 nothing came, -1 the general path must decide."},
-    {"sendrecv", (PyCFunction)(void (*)(void))port_sendrecv, METH_FASTCALL,
-     "sendrecv(data, send_tag, send_id, rport, out, recv_tag, spin_ns) -> state bits."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -811,34 +714,40 @@ static PyTypeObject PortType = {
     .tp_methods = port_methods,
 };
 
-/* ------------------------------------------------------------------ pairs */
+/* ------------------------------------------------------------------ batch */
 
-/* A group's batch_isend_irecv of one send and one receive (meshcast._api.P2POp objects
- * with no group: the default one) read straight out of the two ops' slots and run as
- * Port.sendrecv runs, so that the common case costs one C call from the front door
- * (TinyCallLane.pairs). The checks are the Python path's (_api._batch_pair); any op it
- * cannot take as it is returns None before anything moves. */
+/* A group's batch_isend_irecv (meshcast._api.P2POp objects naming the group, or none for
+ * the default one) read straight out of the ops' slots, so that the common case costs
+ * one C call from the front door (TinyCallLane.batch): the sends written in list order
+ * (whole into the ring, waiting for room as long as a receive waits for data, or
+ * single-copy as Port.send_address writes them), then the receives taken in list order
+ * (as Port.recv), then the single-copy sends' FINs awaited (as Port.fin). The checks are the Python batch's
+ * (_api._batch_lane); an op it cannot take as it is returns None before anything
+ * moves. */
 enum { AT_KIND, AT_TENSOR, AT_PEER, AT_GROUP, AT_TAG, AT_GROUP_PEER, N_AT };
 static const char *slot_names[N_AT] = {"kind", "tensor", "peer", "group", "tag", "group_peer"};
-static PyObject *dtype_name, *isend_kind, *irecv_kind;
+static PyObject *dtype_name, *isend_kind, *irecv_kind, *send_verb, *recv_verb;
+#define BATCH_MAX 64 /* ops one compiled batch takes (a longer list: the Python batch) */
 
 typedef struct {
     PyObject_HEAD
-    vectorcallfunc vectorcall;      /* pairs(ops) without an argument tuple */
+    vectorcallfunc vectorcall;      /* batch(ops) without an argument tuple */
     PyObject *op_type, *array_type; /* P2POp, numpy.ndarray: exactly these */
     PyObject *ports;                /* global rank -> Port */
     PyObject *dtypes;               /* dtype -> whether a message may carry it */
-    PyObject *works;                /* (dst, send tag, src, recv tag) -> finished Works */
+    PyObject *works;                /* (verb, peer, tag) -> its finished Work */
     PyObject *seq;                  /* the group's _p2p_seq: numbers the messages */
     PyObject *send_ids;             /* the transport's single-copy send ids */
+    PyObject *group;                /* the ops' group (None stands for it if is_default) */
+    int is_default;
     Py_ssize_t at[N_AT];            /* where P2POp keeps each slot */
     int64_t tag_min, tag_end;
     uint64_t single_min, spin;      /* single-copy from this many bytes; spin time, ns */
-} Pairs;
+} Batch;
 
 /* (the kept Works name their group, whose lane holds this: a cycle the collector
  * must see through) */
-static int pairs_traverse(Pairs *self, visitproc visit, void *arg) {
+static int batch_traverse(Batch *self, visitproc visit, void *arg) {
     Py_VISIT(self->op_type);
     Py_VISIT(self->array_type);
     Py_VISIT(self->ports);
@@ -846,10 +755,11 @@ static int pairs_traverse(Pairs *self, visitproc visit, void *arg) {
     Py_VISIT(self->works);
     Py_VISIT(self->seq);
     Py_VISIT(self->send_ids);
+    Py_VISIT(self->group);
     return 0;
 }
 
-static int pairs_clear(Pairs *self) {
+static int batch_clear(Batch *self) {
     Py_CLEAR(self->op_type);
     Py_CLEAR(self->array_type);
     Py_CLEAR(self->ports);
@@ -857,25 +767,29 @@ static int pairs_clear(Pairs *self) {
     Py_CLEAR(self->works);
     Py_CLEAR(self->seq);
     Py_CLEAR(self->send_ids);
+    Py_CLEAR(self->group);
     return 0;
 }
 
-static void pairs_dealloc(Pairs *self) {
+static void batch_dealloc(Batch *self) {
     PyObject_GC_UnTrack(self);
-    pairs_clear(self);
+    batch_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static int pairs_init(Pairs *self, PyObject *args, PyObject *kwds) {
+static int batch_init(Batch *self, PyObject *args, PyObject *kwds) {
     static char *names[] = {"op_type", "array_type", "ports", "dtypes", "works", "seq",
-                            "send_ids", "tag_min", "tag_end", "single_min", "spin_ns", NULL};
-    PyObject *op_type, *array_type, *ports, *dtypes, *works, *seq, *send_ids;
+                            "send_ids", "group", "is_default", "tag_min", "tag_end",
+                            "single_min", "spin_ns", NULL};
+    PyObject *op_type, *array_type, *ports, *dtypes, *works, *seq, *send_ids, *group;
+    int is_default;
     long long tag_min, tag_end;
     unsigned long long single_min, spin;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!O!O!OOLLKK", names, &PyType_Type,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!O!O!OOOpLLKK", names, &PyType_Type,
                                      &op_type, &PyType_Type, &array_type, &PyDict_Type, &ports,
                                      &PyDict_Type, &dtypes, &PyDict_Type, &works, &seq,
-                                     &send_ids, &tag_min, &tag_end, &single_min, &spin))
+                                     &send_ids, &group, &is_default, &tag_min, &tag_end,
+                                     &single_min, &spin))
         return -1;
     for (int i = 0; i < N_AT; i++) {
         PyObject *d = PyObject_GetAttrString(op_type, slot_names[i]);
@@ -897,6 +811,8 @@ static int pairs_init(Pairs *self, PyObject *args, PyObject *kwds) {
     Py_XSETREF(self->works, Py_NewRef(works));
     Py_XSETREF(self->seq, Py_NewRef(seq));
     Py_XSETREF(self->send_ids, Py_NewRef(send_ids));
+    Py_XSETREF(self->group, Py_NewRef(group));
+    self->is_default = is_default;
     self->tag_min = tag_min;
     self->tag_end = tag_end;
     self->single_min = single_min;
@@ -917,140 +833,234 @@ static int send_kind(PyObject *kind) {
     return PyUnicode_Compare(kind, irecv_kind) == 0 ? 0 : -1;
 }
 
-/* An op's peer's Port (borrowed), its tag, and whether its array's dtype may travel;
- * 0 with nothing set: not one this call takes. */
-static int pair_side(Pairs *self, PyObject **v, Port **port, int64_t *tag) {
-    if (!Py_IS_TYPE(v[AT_TENSOR], (PyTypeObject *)self->array_type) ||
+typedef struct {
+    Port *port;          /* the peer's (borrowed) */
+    PyObject *peer, *tag; /* the op's (borrowed) */
+    int64_t tag_value;
+    int sends, has_buf;
+    Py_buffer buf;
+    long state;          /* 1 done, 0 not done, -send_id: a send whose FIN is to come */
+} BatchOp;
+
+/* One op read and checked: 1 taken (its buffer held), 0 not one this call takes. */
+static int batch_op(Batch *self, PyObject *op, BatchOp *o) {
+    if (!Py_IS_TYPE(op, (PyTypeObject *)self->op_type))
+        return 0;
+    PyObject *v[N_AT];
+    for (int i = 0; i < N_AT; i++)
+        if (!(v[i] = *(PyObject **)((char *)op + self->at[i])))
+            return 0;
+    o->sends = send_kind(v[AT_KIND]);
+    if (o->sends < 0 || !Py_IS_TYPE(v[AT_TENSOR], (PyTypeObject *)self->array_type) ||
         !PyLong_CheckExact(v[AT_PEER]) || !PyLong_CheckExact(v[AT_TAG]) ||
-        v[AT_GROUP] != Py_None || v[AT_GROUP_PEER] != Py_None)
+        v[AT_GROUP_PEER] != Py_None ||
+        (v[AT_GROUP] != self->group && !(v[AT_GROUP] == Py_None && self->is_default)))
         return 0;
     int overflow;
-    *tag = PyLong_AsLongLongAndOverflow(v[AT_TAG], &overflow);
-    if (overflow || *tag < self->tag_min || *tag >= self->tag_end)
+    o->tag_value = PyLong_AsLongLongAndOverflow(v[AT_TAG], &overflow);
+    if (overflow || o->tag_value < self->tag_min || o->tag_value >= self->tag_end)
         return 0;
-    PyObject *p = PyDict_GetItemWithError(self->ports, v[AT_PEER]);
-    if (!p || !Py_IS_TYPE(p, &PortType))
+    PyObject *port = PyDict_GetItemWithError(self->ports, v[AT_PEER]);
+    if (!port || !Py_IS_TYPE(port, &PortType))
         return 0;
-    *port = (Port *)p;
     PyObject *dtype = PyObject_GetAttr(v[AT_TENSOR], dtype_name);
     if (!dtype)
         return 0;
     PyObject *ok = PyDict_GetItemWithError(self->dtypes, dtype);
     Py_DECREF(dtype);
-    return ok == Py_True;
+    if (ok != Py_True)
+        return 0;
+    int flags = PyBUF_C_CONTIGUOUS | (o->sends ? 0 : PyBUF_WRITABLE);
+    if (PyObject_GetBuffer(v[AT_TENSOR], &o->buf, flags) < 0)
+        return 0;
+    o->has_buf = 1;
+    o->port = (Port *)port;
+    o->peer = v[AT_PEER];
+    o->tag = v[AT_TAG];
+    o->state = 0;
+    return 1;
 }
 
-/* pairs(ops) -> [Work, Work] in op order: both done, their Works kept for these peers and
- * tags; None: not such a pair, nothing done; False: nothing could be written (the
- * general batch posts both); (state, send_id): Port.sendrecv's state bits, the rest
- * for TinyCallLane.sendrecv_done. */
-static PyObject *pairs_call(Pairs *self, PyObject *ops) {
-    if (!PyList_CheckExact(ops) || PyList_GET_SIZE(ops) != 2)
-        Py_RETURN_NONE;
-    PyObject *a = PyList_GET_ITEM(ops, 0), *b = PyList_GET_ITEM(ops, 1);
-    if (!Py_IS_TYPE(a, (PyTypeObject *)self->op_type) ||
-        !Py_IS_TYPE(b, (PyTypeObject *)self->op_type))
-        Py_RETURN_NONE;
-    PyObject *va[N_AT], *vb[N_AT];
-    for (int i = 0; i < N_AT; i++) {
-        va[i] = *(PyObject **)((char *)a + self->at[i]);
-        vb[i] = *(PyObject **)((char *)b + self->at[i]);
-        if (!va[i] || !vb[i])
-            Py_RETURN_NONE;
+/* Write a send whole into the ring (waiting up to the patience for room) or as its
+ * address: 1 written, 0 not now, -2 error. */
+static int batch_put(Batch *self, BatchOp *o, uint64_t send_id) {
+    Port *port = o->port;
+    int address = send_id != 0;
+    if (!address && (uint64_t)o->buf.len >= port->max_bytes)
+        return 0;
+    int sent = port_put(port, &o->buf, o->tag_value, address, send_id);
+    if (sent == 0 && !address && self->spin) {
+        int room;
+        char *ring = port->out_ring;
+        uint64_t size = port->size, need = HEADER + (uint64_t)o->buf.len;
+        uint64_t patience = self->spin + (uint64_t)o->buf.len / 2;  /* (ShmTransport.patience) */
+        Py_BEGIN_ALLOW_THREADS
+        room = spin_until(has_room, ring, size, need, patience);
+        Py_END_ALLOW_THREADS
+        if (room)
+            sent = port_put(port, &o->buf, o->tag_value, address, send_id);
     }
-    int a_sends = send_kind(va[AT_KIND]), b_sends = send_kind(vb[AT_KIND]);
-    if (a_sends < 0 || b_sends < 0 || a_sends == b_sends)
-        Py_RETURN_NONE;
-    PyObject **s = a_sends ? va : vb, **r = a_sends ? vb : va;
-    Port *port, *rport;
-    int64_t stag, rtag;
-    if (!pair_side(self, s, &port, &stag) || !pair_side(self, r, &rport, &rtag)) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    Py_buffer data, out;
-    if (PyObject_GetBuffer(s[AT_TENSOR], &data, PyBUF_C_CONTIGUOUS) < 0) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    if (PyObject_GetBuffer(r[AT_TENSOR], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
-        PyErr_Clear();
-        PyBuffer_Release(&data);
-        Py_RETURN_NONE;
-    }
-    uint64_t send_id = 0;
-    if ((uint64_t)data.len >= self->single_min && port->copy_bytes) {
-        PyObject *id = PyIter_Next(self->send_ids);
-        send_id = id ? PyLong_AsUnsignedLongLong(id) : 0;
-        Py_XDECREF(id);
-        if (PyErr_Occurred() || !send_id) {
-            PyBuffer_Release(&data);
-            PyBuffer_Release(&out);
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_RuntimeError, "no single-copy send id");
-            return NULL;
-        }
-    }
-    long state = exchange(port, &data, stag, send_id, rport, &out, rtag, self->spin);
-    PyBuffer_Release(&data);
-    PyBuffer_Release(&out);
-    if (state < 0)
-        return NULL;
-    if (state == 0)
-        Py_RETURN_FALSE;
-    if (state == (SR_SENT | SR_RECEIVED)) {
-        PyObject *key = PyTuple_Pack(4, s[AT_PEER], s[AT_TAG], r[AT_PEER], r[AT_TAG]);
-        PyObject *kept = key ? PyDict_GetItemWithError(self->works, key) : NULL;
-        Py_XDECREF(key);
-        if (kept && PyTuple_CheckExact(kept) && PyTuple_GET_SIZE(kept) == 2) {
-            /* numbered as two messages (a tracer, which taps the count, takes this
-             * object away from the lane: TinyCallLane.pairs) */
-            for (int i = 0; i < 2; i++)
-                Py_XDECREF(PyIter_Next(self->seq));
-            PyErr_Clear();  /* (a counter does not fail; the messages moved regardless) */
-            PyObject *w0 = PyTuple_GET_ITEM(kept, a_sends ? 0 : 1);
-            PyObject *w1 = PyTuple_GET_ITEM(kept, a_sends ? 1 : 0);
-            PyObject *list = PyList_New(2);
-            if (!list)
-                return NULL;
-            PyList_SET_ITEM(list, 0, Py_NewRef(w0));
-            PyList_SET_ITEM(list, 1, Py_NewRef(w1));
-            return list;
-        }
-        PyErr_Clear();
-    }
-    return Py_BuildValue("(lK)", state, (unsigned long long)send_id);
+    return sent;
 }
 
-static PyObject *pairs_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+/* The receives in list order from `from`, up to the first that is not taken (a later
+ * one could take a message an earlier one matches): the index of that one, or n. */
+static Py_ssize_t batch_receive(Batch *self, BatchOp *o, Py_ssize_t from, Py_ssize_t n) {
+    for (Py_ssize_t i = from; i < n; i++) {
+        if (o[i].sends)
+            continue;
+        if (port_take(o[i].port, &o[i].buf, o[i].tag_value, self->spin) != 1) {
+            PyErr_Clear(); /* (the general path meets it again) */
+            return i;
+        }
+        o[i].state = 1;
+    }
+    return n;
+}
+
+/* batch(ops) -> a list of one Work per op, in op order: every op done, its finished Work
+ * kept; None: not a list this call takes, nothing done; False: some send could be
+ * written and none was (the general batch posts them all); or a tuple of every op's
+ * state (1 done, 0 not done: the general path's turn, -send_id: a single-copy send
+ * whose FIN is still to come) for TinyCallLane.batch_done. The ops done are
+ * numbered (the group's _p2p_seq). */
+static PyObject *batch_call(Batch *self, PyObject *ops) {
+    if (!PyList_CheckExact(ops) || PyList_GET_SIZE(ops) == 0 ||
+        PyList_GET_SIZE(ops) > BATCH_MAX)
+        Py_RETURN_NONE;
+    Py_ssize_t n = PyList_GET_SIZE(ops), taken = 0, sends = 0;
+    BatchOp o[BATCH_MAX];
+    for (; taken < n; taken++) {
+        o[taken].has_buf = 0;
+        if (!batch_op(self, PyList_GET_ITEM(ops, taken), &o[taken]))
+            break;
+        sends += o[taken].sends;
+    }
+    PyObject *result = NULL;
+    if (taken < n) {
+        PyErr_Clear();
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    /* the sends in order, up to the first that cannot be written now (later ones must
+     * not overtake it) */
+    Py_ssize_t written = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!o[i].sends)
+            continue;
+        uint64_t send_id = 0;
+        if ((uint64_t)o[i].buf.len >= self->single_min && o[i].port->copy_bytes) {
+            PyObject *id = PyIter_Next(self->send_ids);
+            send_id = id ? PyLong_AsUnsignedLongLong(id) : 0;
+            Py_XDECREF(id);
+            if (!send_id) {
+                PyErr_Clear();
+                break;
+            }
+        }
+        int sent = batch_put(self, &o[i], send_id);
+        if (sent != 1) {
+            PyErr_Clear();
+            break;
+        }
+        o[i].state = send_id ? -(long)send_id : 1;
+        written++;
+    }
+    if (sends && !written) {
+        result = Py_NewRef(Py_False);
+        goto done;
+    }
+    Py_ssize_t stuck = batch_receive(self, o, 0, n);
+    int fins = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (o[i].state >= 0)
+            continue;
+        Port *port = o[i].port;
+        uint64_t send_id = (uint64_t)(-o[i].state);
+        uint64_t patience = self->spin ? self->spin + (uint64_t)o[i].buf.len / 2 : 0;
+        int fin = port_look_fin(port, send_id);
+        if (fin == 0 && patience && port_wait_data(port, patience))
+            fin = port_look_fin(port, send_id);
+        if (fin == 1) {
+            o[i].state = 1;
+            fins = 1;
+        }
+        PyErr_Clear();
+    }
+    /* a peer that answered before it sent: its message sat behind our FIN */
+    if (fins && stuck < n)
+        batch_receive(self, o, stuck, n);
+    int all_done = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (o[i].state != 0) /* numbered like any message, for later ones */
+            Py_XDECREF(PyIter_Next(self->seq));
+        all_done &= o[i].state == 1;
+    }
+    PyErr_Clear(); /* (a counter does not fail; the messages moved regardless) */
+    if (all_done) {
+        PyObject *list = PyList_New(n);
+        for (Py_ssize_t i = 0; list && i < n; i++) {
+            PyObject *key = PyTuple_Pack(3, o[i].sends ? send_verb : recv_verb, o[i].peer,
+                                         o[i].tag);
+            PyObject *work = key ? PyDict_GetItemWithError(self->works, key) : NULL;
+            Py_XDECREF(key);
+            if (!work) {
+                Py_CLEAR(list);
+                break;
+            }
+            PyList_SET_ITEM(list, i, Py_NewRef(work));
+        }
+        PyErr_Clear();
+        if (list) {
+            result = list;
+            goto done;
+        }
+    }
+    result = PyTuple_New(n);
+    for (Py_ssize_t i = 0; result && i < n; i++) {
+        PyObject *state = PyLong_FromLong(o[i].state);
+        if (!state) {
+            Py_CLEAR(result);
+            break;
+        }
+        PyTuple_SET_ITEM(result, i, state);
+    }
+done:
+    for (Py_ssize_t i = 0; i < n && i <= taken && i < BATCH_MAX; i++)
+        if (o[i].has_buf)
+            PyBuffer_Release(&o[i].buf);
+    return result;
+}
+
+static PyObject *batch_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
                                   PyObject *kwnames) {
     if (PyVectorcall_NARGS(nargsf) != 1 || kwnames) {
-        PyErr_SetString(PyExc_TypeError, "pairs(ops)");
+        PyErr_SetString(PyExc_TypeError, "batch(ops)");
         return NULL;
     }
-    return pairs_call((Pairs *)self, args[0]);
+    return batch_call((Batch *)self, args[0]);
 }
 
-static PyObject *pairs_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    Pairs *self = (Pairs *)PyType_GenericNew(type, args, kwds);
+static PyObject *batch_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    Batch *self = (Batch *)PyType_GenericNew(type, args, kwds);
     if (self)
-        self->vectorcall = pairs_vectorcall;
+        self->vectorcall = batch_vectorcall;
     return (PyObject *)self;
 }
 
-static PyTypeObject PairsType = {
+static PyTypeObject BatchType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "meshcast.transport._rings.Pairs",
-    .tp_doc = "batch_isend_irecv's one send and one receive, from the P2POps, in C.",
-    .tp_basicsize = sizeof(Pairs),
+    .tp_name = "meshcast.transport._rings.Batch",
+    .tp_doc = "batch_isend_irecv of P2POps of one group, straight from the ops, in C.",
+    .tp_basicsize = sizeof(Batch),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
-    .tp_new = pairs_new,
-    .tp_traverse = (traverseproc)pairs_traverse,
-    .tp_clear = (inquiry)pairs_clear,
-    .tp_init = (initproc)pairs_init,
-    .tp_dealloc = (destructor)pairs_dealloc,
+    .tp_new = batch_new,
+    .tp_traverse = (traverseproc)batch_traverse,
+    .tp_clear = (inquiry)batch_clear,
+    .tp_init = (initproc)batch_init,
+    .tp_dealloc = (destructor)batch_dealloc,
     .tp_call = PyVectorcall_Call,
-    .tp_vectorcall_offset = offsetof(Pairs, vectorcall),
+    .tp_vectorcall_offset = offsetof(Batch, vectorcall),
 };
 
 static PyMethodDef methods[] = {
@@ -1078,12 +1088,14 @@ PyMODINIT_FUNC PyInit__rings(void) {
     dtype_name = PyUnicode_InternFromString("dtype");
     isend_kind = PyUnicode_InternFromString("isend");
     irecv_kind = PyUnicode_InternFromString("irecv");
-    if (!closed_name || !dtype_name || !isend_kind || !irecv_kind ||
-        PyType_Ready(&PortType) < 0 || PyType_Ready(&PairsType) < 0)
+    send_verb = PyUnicode_InternFromString("send");
+    recv_verb = PyUnicode_InternFromString("recv");
+    if (!closed_name || !dtype_name || !isend_kind || !irecv_kind || !send_verb ||
+        !recv_verb || PyType_Ready(&PortType) < 0 || PyType_Ready(&BatchType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m && (PyModule_AddObjectRef(m, "Port", (PyObject *)&PortType) < 0 ||
-              PyModule_AddObjectRef(m, "Pairs", (PyObject *)&PairsType) < 0))
+              PyModule_AddObjectRef(m, "Batch", (PyObject *)&BatchType) < 0))
         Py_CLEAR(m);
     return m;
 }

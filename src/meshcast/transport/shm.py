@@ -554,16 +554,19 @@ class ShmTransport:
         handle.fin = (port, send_id)
         return handle
 
-    def pairs(self, op_type: type, ports: dict[int, Any], dtypes: dict, works: dict,
-              seq: Any, tags: tuple[int, int], single_min: int, spin_ns: int) -> Any:
-        """The compiled sendrecv of a batch of two P2POps (``_rings.Pairs``: see
-        TinyCallLane.pairs) over the ``ports`` of :meth:`port`, single-copy from
-        ``single_min`` bytes (ids from :meth:`next_send_id`'s count), numbering the
-        messages with ``seq``; None without the compiled helper or ports."""
+    def batch(self, op_type: type, ports: dict[int, Any], dtypes: dict, works: dict,
+              seq: Any, group: Any, default: bool, tags: tuple[int, int], single_min: int,
+              spin_ns: int) -> Any:
+        """The compiled batch_isend_irecv of a list of P2POps of ``group`` (or of none,
+        if it is the ``default`` one) (``_rings.Batch``: see TinyCallLane.batch) over
+        the ``ports`` of :meth:`port`, single-copy from ``single_min`` bytes (ids from
+        :meth:`next_send_id`'s count), its finished Works from ``works`` by (verb,
+        peer, tag), numbering the messages with ``seq``; None without the compiled
+        helper or ports."""
         if self._rings is None or not ports:
             return None
-        return self._rings.Pairs(op_type, np.ndarray, ports, dtypes, works, seq, self._cma_ids,
-                                 tags[0], tags[1], single_min, spin_ns)
+        return self._rings.Batch(op_type, np.ndarray, ports, dtypes, works, seq, self._cma_ids,
+                                 group, default, tags[0], tags[1], single_min, spin_ns)
 
     def next_send_id(self) -> int:
         """A new id for a single-copy send (its FIN names it)."""
