@@ -99,8 +99,8 @@ class TinyCallLane:
         self._ports = {g: port for g, port in ports if port is not None}
         # Messages this large go single-copy: through a port, send_address and its FIN
         self._copy_bytes = group.transport.port_copy_bytes or (1 << 62)
-        # ... and a sendrecv's send already from a smaller size (see _select)
-        self._pair_copy_bytes = min(self._copy_bytes, _fast.SENDRECV_SINGLE_MIN_BYTES[
+        # ... and a compiled batch's sends already from a smaller size (see _select)
+        self._batch_copy_bytes = min(self._copy_bytes, _fast.BATCH_SINGLE_MIN_BYTES[
             self._spec.oversubscribed])
         self._peers = frozenset(group.global_ranks) - {group.global_ranks[group._rank]}
         self._whats = {kind: _What(group, kind) for kind in (
@@ -1396,7 +1396,7 @@ class TinyCallLane:
             group = self.group
             self.batch = group.transport.batch(
                 op_type, self._ports, _P2P_DTYPES, self._moved, group._p2p_seq, group, default,
-                TAGS, self._pair_copy_bytes, self._spin_ns)
+                TAGS, self._batch_copy_bytes, self._spin_ns)
         return self.batch
 
     def batch_done(self, ops: list, states: tuple[int, ...]) -> list[Work]:

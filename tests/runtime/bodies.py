@@ -920,9 +920,9 @@ def sendrecv_pairs(rounds: int) -> list[int]:
     if compiled is not None:
         lane.batch = batch
     shm.ShmTransport.adopt_address_send = adopted
-    # both sides of the single-copy size (_select.SENDRECV_SINGLE_MIN_BYTES), and past
+    # both sides of the single-copy size (_select.BATCH_SINGLE_MIN_BYTES), and past
     # the size from which a lone send goes single-copy
-    pair = dist.group.WORLD.lane._pair_copy_bytes
+    pair = dist.group.WORLD.lane._batch_copy_bytes
     pair = pair if pair < 1 << 40 else 4096
     copy = dist.group.WORLD.transport.port_copy_bytes or 4096
     posted = wanted = 0

@@ -414,8 +414,9 @@ SYMMETRIC_MIN_BYTES = 512 << 10
 ASYNC_INLINE_MAX_BYTES = 1 << 20
 
 
-# batch_isend_irecv's sendrecv (one send, one receive: TinyCallLane.sendrecv) sends
-# single-copy from this many bytes, where a lone send waits for the ring's sizes
+# batch_isend_irecv's compiled batch (TinyCallLane.make_batch: a sendrecv, a halo
+# exchange) sends single-copy from this many bytes, where a lone send waits for the
+# ring's sizes
 # (ShmTransport.port_copy_bytes, 128 KiB: a blocking send through the ring returns at
 # once, a single-copy one waits for its reader: a 64 KiB ping-pong takes 17 us through
 # the ring, 26 single-copy). sendrecv, 2 ranks, one job with MPICH's Sendrecv (stop 43,
@@ -424,7 +425,7 @@ ASYNC_INLINE_MAX_BYTES = 1 << 20
 # cores a single-copy send waits for a reader that may not be running: from the lone
 # send's size there (`meshcast bench --op sendrecv`, 4 ranks: 32 KiB 78 us through the
 # ring, 143 single-copy; 64 KiB 105 / 164; 8 ranks 215 / 410 and 288 / 441).
-SENDRECV_SINGLE_MIN_BYTES = (32 << 10, 256 << 10)  # (ranks fit the cores, outnumber them)
+BATCH_SINGLE_MIN_BYTES = (32 << 10, 256 << 10)  # (ranks fit the cores, outnumber them)
 
 # gather and scatter go single-copy from this piece size where the kernel allows it,
 # one-shot sizes included: every rank writes its piece straight into the root's list
