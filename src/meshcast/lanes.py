@@ -1381,17 +1381,17 @@ class TinyCallLane:
 
     def make_batch(self, op_type: type, default: bool) -> Any:
         """:attr:`batch`, made at the first call: ``batch(ops)`` takes a list of
-        ``op_type`` (P2POp) objects of this group (or of no group named, when it is the
-        ``default`` one) on
-        contiguous NumPy arrays with plain int peers (of this host) and tags, and posts
-        them in one C call straight from the ops: the sends written in list order as
-        :meth:`post_send` writes one (single-copy from the lone send's size), then the
-        receives taken in list order as :meth:`post_recv` takes one, then the
-        single-copy sends' FINs awaited. It returns the ops' Works in op order when
-        every op finished and each has its finished Work kept (:meth:`moved`); None:
-        not such a list (nothing done); False: no send could be written (nothing
-        done: the general batch's turn); or every op's state for :meth:`batch_done`.
-        None: no such call here."""
+        ``op_type`` (P2POp) objects of this group (or naming none, when it is the
+        ``default`` one) on contiguous NumPy arrays with plain int peers (of this
+        host) and tags, and posts them in one C call straight from the ops: the sends
+        written in list order as :meth:`post_send` writes one (single-copy already
+        from ``_select.BATCH_SINGLE_MIN_BYTES``), then the receives taken in list
+        order as :meth:`post_recv` takes one, then the single-copy sends' FINs
+        awaited. It returns the ops' Works in op order when every op finished and
+        each has its finished Work kept (:meth:`moved`); None: not such a list
+        (nothing done); False: no send could be written (nothing done: the general
+        batch's turn); or every op's state for :meth:`batch_done`. None: no such call
+        here."""
         if self.batch is False:
             group = self.group
             self.batch = group.transport.batch(

@@ -527,8 +527,8 @@ static int port_look(Port *self, Py_buffer *out, int64_t tag) {
         Header want = {self->group, self->kind, tag, 0, 0};
         state = ring_take(self->in_ring, self->size, self->in_bell, &want, out->buf,
                           (uint64_t)out->len);
-        /* Not in the ring: maybe its address. Of any size: a sendrecv goes single-copy
-         * from a smaller size than copy_bytes (TinyCallLane.sendrecv), and a sender
+        /* Not in the ring: maybe its address. Of any size: a compiled batch sends
+         * single-copy from a smaller size than copy_bytes (Batch, below), and a sender
          * without the compiled port sends large ones through the ring. */
         if (state == -1 && self->copy_bytes)
             state = port_take_address(self, out, tag);
@@ -716,14 +716,14 @@ static PyTypeObject PortType = {
 
 /* ------------------------------------------------------------------ batch */
 
-/* A group's batch_isend_irecv (meshcast._api.P2POp objects naming the group, or none for
- * the default one) read straight out of the ops' slots, so that the common case costs
- * one C call from the front door (TinyCallLane.batch): the sends written in list order
- * (whole into the ring, waiting for room as long as a receive waits for data, or
- * single-copy as Port.send_address writes them), then the receives taken in list order
- * (as Port.recv), then the single-copy sends' FINs awaited (as Port.fin). The checks are the Python batch's
- * (_api._batch_lane); an op it cannot take as it is returns None before anything
- * moves. */
+/* A group's batch_isend_irecv (meshcast._api.P2POp objects naming the group, or none
+ * for the default one) read straight out of the ops' slots, so that the common case
+ * costs one C call from the front door (TinyCallLane.make_batch): the sends written in
+ * list order (whole into the ring, waiting for room as long as a receive waits for
+ * data, or single-copy as Port.send_address writes them), then the receives taken in
+ * list order (as Port.recv), then the single-copy sends' FINs awaited (as Port.fin).
+ * The checks are the Python batch's (_api._batch_lane); an op it cannot take as it is
+ * returns None before anything moves. */
 enum { AT_KIND, AT_TENSOR, AT_PEER, AT_GROUP, AT_TAG, AT_GROUP_PEER, N_AT };
 static const char *slot_names[N_AT] = {"kind", "tensor", "peer", "group", "tag", "group_peer"};
 static PyObject *dtype_name, *isend_kind, *irecv_kind, *send_verb, *recv_verb;

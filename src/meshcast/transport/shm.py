@@ -557,27 +557,23 @@ class ShmTransport:
     def batch(self, op_type: type, ports: dict[int, Any], dtypes: dict, works: dict,
               seq: Any, group: Any, default: bool, tags: tuple[int, int], single_min: int,
               spin_ns: int) -> Any:
-        """The compiled batch_isend_irecv of a list of P2POps of ``group`` (or of none,
-        if it is the ``default`` one) (``_rings.Batch``: see TinyCallLane.batch) over
-        the ``ports`` of :meth:`port`, single-copy from ``single_min`` bytes (ids from
-        :meth:`next_send_id`'s count), its finished Works from ``works`` by (verb,
-        peer, tag), numbering the messages with ``seq``; None without the compiled
-        helper or ports."""
+        """The compiled batch_isend_irecv of a list of P2POps of ``group``, or naming
+        none if it is the ``default`` one (``_rings.Batch``: see
+        TinyCallLane.make_batch), over the ``ports`` of :meth:`port`: single-copy from
+        ``single_min`` bytes (send ids from this transport's count), its finished
+        Works from ``works`` by (verb, peer, tag), the messages numbered by ``seq``.
+        None without the compiled helper or ports."""
         if self._rings is None or not ports:
             return None
         return self._rings.Batch(op_type, np.ndarray, ports, dtypes, works, seq, self._cma_ids,
                                  group, default, tags[0], tags[1], single_min, spin_ns)
 
-    def next_send_id(self) -> int:
-        """A new id for a single-copy send (its FIN names it)."""
-        return next(self._cma_ids)
-
     def adopt_address_send(self, port: Any, peer: int, raw: np.ndarray, send_id: int,
                            describe: Any) -> Handle:
-        """The Handle of a single-copy send a port's ``sendrecv`` wrote under ``send_id``
-        and returned before its FIN came: registered now, as :meth:`send_address` does
-        before it writes (a progress pass that took the FIN meanwhile left it in
-        ``_early_fins``). ``raw`` stays referenced until the FIN."""
+        """The Handle of a single-copy send a compiled batch (:meth:`batch`) wrote under
+        ``send_id`` and returned before its FIN came: registered now, as
+        :meth:`send_address` does before it writes (a progress pass that took the FIN
+        meanwhile left it in ``_early_fins``). ``raw`` stays referenced until the FIN."""
         handle = Handle(self, peer, describe)
         handle.nbytes = raw.nbytes
         with self._lock:
@@ -1045,7 +1041,7 @@ class ShmTransport:
                 self._space_freed(j, waiting_v)
                 sent = self._cma_sends.pop(tag, None)
                 if sent is None:
-                    # A port's sendrecv gave up waiting for this FIN and has not
+                    # A compiled batch gave up waiting for this FIN and has not
                     # registered its send yet (adopt_address_send finds it here).
                     self._early_fins.add(tag)
                 else:
