@@ -974,6 +974,40 @@ def sendrecv_pairs(rounds: int) -> list[int]:
             _wait.spec().spin_s > 0, counted["single-copy"], wanted, counted["unsent"]]
 
 
+def shuffled_halo_batches(rounds: int) -> int:
+    """Halo exchanges through batch_isend_irecv with the four ops in a random order (the
+    same on every rank), sizes across the ring and single-copy, three dtypes, the world
+    or a subgroup, new tags, now and then a late rank: every message where it
+    belongs. Returns the rounds done."""
+    import random
+
+    r, n = dist.get_rank(), dist.get_world_size()
+    left, right = (r - 1) % n, (r + 1) % n
+    rng = random.Random(1234)
+    sub = dist.new_group(list(range(n)))
+    for k in range(rounds):
+        count = rng.choice([0, 1, 3, 1000, 5000, 9000, 40000, 70000, 300000])
+        dtype = rng.choice([np.float32, np.int64, np.uint8])
+        group = rng.choice([None, sub])
+        if r == (rng.randrange(n) if rng.random() < 0.1 else -1):
+            time.sleep(0.002)
+        from_left, from_right = np.zeros(count, dtype), np.zeros(count, dtype)
+        ops = [dist.P2POp(dist.irecv, from_left, left, group, tag=k % 3),
+               dist.P2POp(dist.irecv, from_right, right, group, tag=10 + k % 3),
+               dist.P2POp(dist.isend, (np.arange(count) * (r + 1) + k).astype(dtype), right,
+                          group, tag=k % 3),
+               dist.P2POp(dist.isend, (np.arange(count) * (r + 7) - k).astype(dtype), left,
+                          group, tag=10 + k % 3)]
+        rng.shuffle(ops)
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+        np.testing.assert_array_equal(
+            from_left, (np.arange(count) * (left + 1) + k).astype(dtype), f"round {k}")
+        np.testing.assert_array_equal(
+            from_right, (np.arange(count) * (right + 7) - k).astype(dtype), f"round {k}")
+    return rounds
+
+
 def send_to_dying_peer(nbytes: int, pair: bool = False) -> str:
     """Rank 1 SIGKILLs itself without receiving; rank 0's single-copy send (its data
     waits in its own memory for a reader that never comes) must fail fast naming it.

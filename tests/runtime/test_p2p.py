@@ -206,6 +206,16 @@ def test_sendrecv_pairs_take_one_compiled_call(n, spin):
             assert carried >= 1 and adopted >= 1, out
 
 
+@pytest.mark.parametrize("n, env", [(2, {}), (3, {}), (2, {"MESHCAST_RING_BYTES": "4K"}),
+                                    (2, {"MESHCAST_SPIN_US": "0"})],
+                         ids=["2", "3", "2-small-ring", "2-no-spin"])
+def test_shuffled_halo_batches(n, env):
+    # the compiled batch's every outcome: all done, some left to the general path, none
+    # sent (a send the small ring cannot hold whole), FINs still to come (no spin)
+    assert spawn_world(bodies.shuffled_halo_batches, n, timeout=90, env=env,
+                       rounds=150) == [150] * n
+
+
 @pytest.mark.parametrize("pair", [False, True], ids=["send", "sendrecv"])
 def test_single_copy_send_to_a_dead_peer_raises_naming_it(pair):
     out = spawn_world(bodies.send_to_dying_peer, 2, timeout=60, expect_failure=True,
