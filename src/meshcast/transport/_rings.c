@@ -385,6 +385,33 @@ static int port_unlock(Port *self) {
     return done ? 0 : -1;
 }
 
+/* Under the lock, the quiet case (the transport open, the peer alive, no send to it
+ * queued): write one message to the peer, whole into the ring (`address` 0) or as the
+ * address of `data` and `send_id` (single-copy). 1 written, 0 no room now, -1 not the
+ * quiet case, -2 error. */
+static int port_put(Port *self, Py_buffer *data, int64_t tag, int address, uint64_t send_id) {
+    if (port_lock(self) < 0)
+        return -2;
+    int open = port_open(self);
+    Py_ssize_t queued = open > 0 ? PyObject_Size(self->sendq) : 0;
+    int state = -1;
+    if (open > 0 && queued == 0) {
+        Header h = {self->group, self->kind, tag, (uint64_t)data->len, 0};
+        if (address) {
+            uint64_t where[2] = {(uint64_t)(uintptr_t)data->buf, send_id};
+            h.mode = MODE_ADDRESS;
+            state = ring_put_payload(self->out_ring, self->size, self->out_bell, &h, where,
+                                     ADDRESS);
+        } else {
+            state = ring_put(self->out_ring, self->size, self->out_bell, &h, data->buf);
+        }
+    }
+    int failed = open < 0 || queued < 0;
+    if (port_unlock(self) < 0 || failed)
+        return -2;
+    return state;
+}
+
 /* send(data, tag) -> 1 written, 0 no room now, -1 not the quiet case (or data that is
  * not C-contiguous, or too large): nothing written. */
 static PyObject *port_send(Port *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -400,26 +427,9 @@ static PyObject *port_send(Port *self, PyObject *const *args, Py_ssize_t nargs) 
         PyErr_Clear();
         return PyLong_FromLong(-1);
     }
-    long state = -1;
-    if ((uint64_t)data.len < self->max_bytes) {
-        if (port_lock(self) < 0) {
-            PyBuffer_Release(&data);
-            return NULL;
-        }
-        int open = port_open(self);
-        Py_ssize_t queued = open > 0 ? PyObject_Size(self->sendq) : 0;
-        if (open > 0 && queued == 0) {
-            Header h = {self->group, self->kind, tag, (uint64_t)data.len, 0};
-            state = ring_put(self->out_ring, self->size, self->out_bell, &h, data.buf);
-        }
-        int failed = open < 0 || queued < 0;
-        if (port_unlock(self) < 0 || failed) {
-            PyBuffer_Release(&data);
-            return NULL;
-        }
-    }
+    int state = (uint64_t)data.len < self->max_bytes ? port_put(self, &data, tag, 0, 0) : -1;
     PyBuffer_Release(&data);
-    return PyLong_FromLong(state);
+    return state == -2 ? NULL : PyLong_FromLong(state);
 }
 
 /* Copy n bytes at `address` in process `pid` into `dst` (the kernel may copy less than
@@ -596,28 +606,11 @@ static PyObject *port_send_address(Port *self, PyObject *const *args, Py_ssize_t
         PyErr_Clear();
         return PyLong_FromLong(-1);
     }
-    long state = -1;
-    if (self->copy_bytes && (uint64_t)data.len >= self->copy_bytes) {
-        if (port_lock(self) < 0) {
-            PyBuffer_Release(&data);
-            return NULL;
-        }
-        int open = port_open(self);
-        Py_ssize_t queued = open > 0 ? PyObject_Size(self->sendq) : 0;
-        if (open > 0 && queued == 0) {
-            Header h = {self->group, self->kind, tag, (uint64_t)data.len, MODE_ADDRESS};
-            uint64_t where[2] = {(uint64_t)(uintptr_t)data.buf, send_id};
-            state = ring_put_payload(self->out_ring, self->size, self->out_bell, &h, where,
-                                     ADDRESS);
-        }
-        int failed = open < 0 || queued < 0;
-        if (port_unlock(self) < 0 || failed) {
-            PyBuffer_Release(&data);
-            return NULL;
-        }
-    }
+    int state = self->copy_bytes && (uint64_t)data.len >= self->copy_bytes
+                    ? port_put(self, &data, tag, 1, send_id)
+                    : -1;
     PyBuffer_Release(&data);
-    return PyLong_FromLong(state);
+    return state == -2 ? NULL : PyLong_FromLong(state);
 }
 
 /* Under the lock: take the first message from the peer if it is the FIN of `send_id`.
@@ -662,32 +655,6 @@ static PyObject *port_fin(Port *self, PyObject *const *args, Py_ssize_t nargs) {
     if (state == -2)
         return NULL;
     return PyLong_FromLong(state);
-}
-
-/* Under the lock, the quiet case: write one message to the peer, whole into the ring
- * (`address` 0) or as the address of `data` and `send_id` (single-copy). 1 written,
- * 0 no room now or not the quiet case, -2 error. */
-static int port_put(Port *self, Py_buffer *data, int64_t tag, int address, uint64_t send_id) {
-    if (port_lock(self) < 0)
-        return -2;
-    int open = port_open(self);
-    Py_ssize_t queued = open > 0 ? PyObject_Size(self->sendq) : 0;
-    int state = 0;
-    if (open > 0 && queued == 0) {
-        Header h = {self->group, self->kind, tag, (uint64_t)data->len, 0};
-        if (address) {
-            uint64_t where[2] = {(uint64_t)(uintptr_t)data->buf, send_id};
-            h.mode = MODE_ADDRESS;
-            state = ring_put_payload(self->out_ring, self->size, self->out_bell, &h, where,
-                                     ADDRESS);
-        } else {
-            state = ring_put(self->out_ring, self->size, self->out_bell, &h, data->buf);
-        }
-    }
-    int failed = open < 0 || queued < 0;
-    if (port_unlock(self) < 0 || failed)
-        return -2;
-    return state;
 }
 
 static PyMethodDef port_methods[] = {
@@ -882,7 +849,7 @@ static int batch_op(Batch *self, PyObject *op, BatchOp *o) {
 }
 
 /* Write a send whole into the ring (waiting up to the patience for room) or as its
- * address: 1 written, 0 not now, -2 error. */
+ * address: port_put's 1 written, 0 no room, -1 not the quiet case, -2 error. */
 static int batch_put(Batch *self, BatchOp *o, uint64_t send_id) {
     Port *port = o->port;
     int address = send_id != 0;
@@ -1026,7 +993,7 @@ static PyObject *batch_call(Batch *self, PyObject *ops) {
         PyTuple_SET_ITEM(result, i, state);
     }
 done:
-    for (Py_ssize_t i = 0; i < n && i <= taken && i < BATCH_MAX; i++)
+    for (Py_ssize_t i = 0; i < n && i <= taken; i++) /* (past `taken`: never read) */
         if (o[i].has_buf)
             PyBuffer_Release(&o[i].buf);
     return result;
