@@ -4,6 +4,9 @@ from setuptools import Extension, setup
 
 setup(
     ext_modules=[
+        # optional: without it a group's FIFO claims the idle group in Python (_fifo.py)
+        Extension("meshcast._claim", ["src/meshcast/_claim.c"],
+                  extra_compile_args=["-O3", "-std=gnu11"], optional=True),
         # optional: without a C compiler meshcast installs and runs in pure Python
         # (the tiny calls' arena round then stays in transport/arena.py).
         Extension("meshcast.transport._tiny", ["src/meshcast/transport/_tiny.c"],

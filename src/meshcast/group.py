@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from . import _wait, calls, config, ops, symmetric
-from ._fifo import CallFifo
+from ._fifo import call_fifo
 from ._fingerprint import SYMMETRIC_PATH, Fingerprint, path_digest, symmetric_extra
 from .algorithms import _select as _fast
 from .algorithms._plan import Plan
@@ -99,7 +99,7 @@ class ProcessGroup(GroupRanks):
         self.liveness = liveness
         # every member's pid, by group rank (single-copy reads; -1: not on this host)
         self._pids = tuple(liveness.pids.get(g, -1) for g in self.global_ranks)
-        self.fifo = CallFifo(name)
+        self.fifo = call_fifo(name)
         self._where = f" on {name} (rank {self.global_ranks[rank]})"  # ends each call's name
         self._seq = itertools.count(1)
         # Numbers point-to-point calls for error messages ("recv #3 from rank 1 ..."): one

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from . import config, ops
-from ._fifo import CallFifo
+from ._fifo import call_fifo
 from ._fingerprint import SIZE as FP_SIZE
 from ._fingerprint import Fingerprint, compare, counts_hash, path_digest
 from .agreement_rows import _WORDS, CELL, ROW_LENGTH, _row_length
@@ -171,7 +171,7 @@ class HostSpanningGroup(GroupRanks):
         self.timeout = timeout
         self.internode = engine_name
         self.hostnames = list(hostnames)  # per host index, for messages
-        self.fifo = CallFifo(name)
+        self.fifo = call_fifo(name)
         self._seq = itertools.count(1)
         self._p2p_seq = itertools.count(1)
         self.last_algorithm: str | None = None
