@@ -114,8 +114,10 @@ static PyTypeObject ClaimType = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "meshcast._claim",
-    "The group FIFO's inline claim, compiled (see meshcast._fifo).", -1, NULL,
+    PyModuleDef_HEAD_INIT,
+    .m_name = "meshcast._claim",
+    .m_doc = "The group FIFO's inline claim, compiled (see meshcast._fifo).",
+    .m_size = -1,
 };
 
 PyMODINIT_FUNC PyInit__claim(void) {

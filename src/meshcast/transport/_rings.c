@@ -28,6 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "_copy.h"
+
 #define RING_DATA 128
 #define HEADER 32
 #define WAKE_ALWAYS 1
@@ -49,9 +51,9 @@ static inline uint64_t *tail_of(char *ring) { return (uint64_t *)(ring + 64); }
 /* Copy n bytes into the ring from position pos (which wraps at size), or out of it. */
 static void ring_write(char *data, uint64_t size, uint64_t pos, const char *src, uint64_t n) {
     uint64_t start = pos % size, first = n < size - start ? n : size - start;
-    memcpy(data + start, src, first);
+    copy_to_shared(data + start, src, first);
     if (first < n)
-        memcpy(data, src + first, n - first);
+        copy_to_shared(data, src + first, n - first);
 }
 
 static void ring_read(const char *data, uint64_t size, uint64_t pos, char *dst, uint64_t n) {

@@ -37,6 +37,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "_copy.h"
+
 #define LINE 64
 #define PHASE_BITS 24
 
@@ -247,7 +249,7 @@ static int stage(Round *self, char *to, PyObject *data, const Py_buffer *like) {
     Py_ssize_t at = 0;
     for (Py_ssize_t i = 0; i < held; i++) { /* then the copies, or nothing */
         if (result == 0 && views[i].obj != NULL)
-            memcpy(to + at, views[i].buf, (size_t)views[i].len);
+            copy_to_shared(to + at, views[i].buf, (size_t)views[i].len);
         at += views[i].len;
         if (views[i].obj != NULL)
             PyBuffer_Release(&views[i]);
@@ -764,6 +766,10 @@ static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nar
     if (like_obj == Py_None)
         return round_and_combine(self, seq, 0, packed, args[2], spin_ns, tails,
                                  exposing ? exposure : NULL, same, &c, NULL, sided);
+    static const Py_buffer stage_nothing; /* data None: like only makes a bad out status 5 */
+    if (args[2] == Py_None)
+        return round_and_combine(self, seq, 0, packed, args[2], spin_ns, tails,
+                                 exposing ? exposure : NULL, same, &c, &stage_nothing, sided);
     Py_buffer like;
     if (PyObject_GetBuffer(like_obj, &like, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         PyErr_Clear();
