@@ -1149,7 +1149,7 @@ class TinyCallLane:
         group = self.group
         arena = group.arena
         fast = arena.compiled_rooted
-        if fast is None or direct:  # (else the compiled entry checks: see below)
+        if fast is None:  # (else the compiled entry checks: see below)
             flags = out.flags
             if not (flags.c_contiguous and flags.writeable and (
                     not at_root or alike(ins, out, False))):
@@ -1158,32 +1158,27 @@ class TinyCallLane:
         if not fifo.enter_inline():  # queued async work goes first: the general path
             return False
         # Inline, as gather; the compiled entry copies my piece of the root's region.
-        # (Nothing is read from the lane's root by a general path taking over.) A root
-        # with a large piece of its own stages only the others' (the others wait for
-        # that) and copies its own straight into place once the entry is done.
+        # (Nothing is read from the lane's root by a general path taking over.) The
+        # root's own piece goes straight into place, never through its region: in the
+        # compiled entry, or, in Python, once the others' are staged (a large one).
         try:
             seq = next(group._seq)
             exposure = (0, 0) if at_root and cma else None
-            # One-sided: the root awaits nobody, the others only the root (arena.py). A
-            # root on the lane staged every piece, so no general path taking over after
-            # the entry needs it (its list's layout is checked against the counts).
-            awaited = -1 if at_root else root
-            what = self._whats["scatter"]
-            if direct:
-                data: Any = (*ins[:root], out.nbytes, *ins[root + 1:])
-                status = None if fast is None else fast(
-                    seq, tails, data, arena.spin_ns, exposure, None, None, root, mine, 0, None,
-                    awaited, what)
-                if status == 0:
-                    np.copyto(out, ins[root])
+            if fast is None:  # Python stages (_scatter_rest)
+                data: Any = ((*ins[:root], out.nbytes, *ins[root + 1:]) if direct
+                             else ins if at_root else None)
+                status = None
             else:
                 data = (() if ins is None else ins) if at_root else None
                 # The entry itself refuses (status 5, nothing done) an out that is not
                 # writable and contiguous, and a root's list not of pieces like out:
                 # checking them in Python first cost 0.2 us of a 1.9 us scatter.
-                status = None if fast is None else fast(
-                    seq, tails, data, arena.spin_ns, exposure, out, _COPY_ROOT, root, mine, 0,
-                    out, awaited, what)
+                # One-sided: the root awaits nobody, the others only the root
+                # (arena.py). A root on the lane staged every other piece, so no
+                # general path taking over after the entry needs it (its list's
+                # layout is checked against the counts).
+                status = fast(seq, tails, data, arena.spin_ns, exposure, out, _COPY_ROOT, root,
+                              mine, 0, out, -1 if at_root else root, self._whats["scatter"])
                 if status == 5:  # the general path explains, as this call's number
                     group._seq = itertools.count(seq)
                     fifo.leave_inline(None)
@@ -1281,10 +1276,11 @@ class TinyCallLane:
         not run): the rest of the entry in Python and my piece copied out, or, for a
         legal uneven scatter too large for the root's region, the general path from the
         entry on (as in :meth:`_gather_rest`, never on the root)."""
-        tails, root, limit, _, _, _, mine, direct = plan[:8]
+        tails, root, limit, at_root, _, _, mine, _ = plan[:8]
         group = self.group
         arena = group.arena
-        use = ((_copy_own, out, ins[root]) if direct
+        # (the root's own piece straight from its list: staged or not, it is the same)
+        use = ((_copy_own, out, ins[root]) if at_root
                else (_copy_piece, out, arena.small[root], mine))
         counts = arena.rooted_entry(
             seq, tails, self._whats["scatter"], group.timeout, data, exposure, status, root,
@@ -1900,7 +1896,7 @@ def _copy_each(parity: int, small: list, outs: list[np.ndarray]) -> None:
 
 
 def _copy_own(parity: int, out: np.ndarray, piece: np.ndarray) -> None:
-    """scatter's root with a large piece: its own piece, straight from its list."""
+    """scatter's root: its own piece, straight from its list."""
     np.copyto(out, piece)
 
 

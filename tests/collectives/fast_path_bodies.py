@@ -586,6 +586,18 @@ def scatter_root_pieces(sizes: tuple[int, ...]) -> list[str]:
                 assert np.array_equal(out, want), (count, root, r, out[:4], want[:4])
                 out[:] = -1
             seen.append(dist.group.WORLD.last_algorithm)
+        # The root's out is its own piece of the list (the compiled entry copies it
+        # onto itself), and pieces whose dtype equals out's without being the same
+        # object (metadata): the entry compares dtypes, not only their identity.
+        tagged = np.dtype(np.float32, metadata={"tag": 1})
+        for root in range(n):
+            pieces = [(np.arange(count, dtype=np.float32) + 100 * q).view(tagged)
+                      for q in range(n)] if r == root else None
+            out = pieces[root] if r == root else np.full(count, -1, np.float32)
+            dist.scatter(out, pieces, src=root)
+            want = np.arange(count, dtype=np.float32) + 100 * r
+            assert np.array_equal(out, want), (count, root, r, out[:4], want[:4])
+            seen.append(dist.group.WORLD.last_algorithm)
     return seen
 
 

@@ -440,7 +440,9 @@ ROOTED_SINGLE_MIN_BYTES = 256 << 10
 
 # A one-shot scatter's root stages the other ranks' pieces and copies its own straight
 # into place after the entry, once its piece is this large (below, one staging copy of
-# every piece and the compiled combine cost less than a second call).
+# every piece and the compiled combine cost less than a second call), where Python
+# stages or the call is async. A synchronous compiled entry's root (one-sided) copies
+# its own piece straight into place inside the entry, at every size.
 SCATTER_ROOT_DIRECT_BYTES = 16 << 10
 
 
