@@ -209,11 +209,10 @@ static int looks_like(const Py_buffer *view, const Py_buffer *like, PyObject *li
  * None must be a list of n objects each looking like it (looks_like), else 1 and
  * nothing is copied: a tiny scatter root's list, checked here because asking for
  * every piece's buffer twice (a check, then the copy) cost a tenth of an 8-byte
- * scatter. own (NULL: none; only with like): where this rank's own piece goes
- * instead of its place in region, which is left as it was (a one-sided scatter
- * root's own piece: nobody reads it there). */
-static int stage(Round *self, char *to, PyObject *data, const Py_buffer *like,
-                 const Py_buffer *own) {
+ * scatter. skip_own (only with like): this rank's own piece is not copied, its
+ * place in region left as it was (a one-sided scatter root's own piece: nobody
+ * reads it there, and it goes straight into place after the signal: own_piece). */
+static int stage(Round *self, char *to, PyObject *data, const Py_buffer *like, int skip_own) {
     if (data == Py_None)
         return 0;
     int many = PyTuple_Check(data) || PyList_Check(data);
@@ -264,9 +263,7 @@ static int stage(Round *self, char *to, PyObject *data, const Py_buffer *like,
     }
     Py_ssize_t at = 0;
     for (Py_ssize_t i = 0; i < held; i++) { /* then the copies, or nothing */
-        if (result == 0 && own != NULL && i == self->rank) /* (looks_like: own's length) */
-            memmove(own->buf, views[i].buf, (size_t)views[i].len); /* (out may be it) */
-        else if (result == 0 && views[i].obj != NULL)
+        if (result == 0 && views[i].obj != NULL && !(skip_own && i == self->rank))
             copy_to_shared(to + at, views[i].buf, (size_t)views[i].len);
         at += views[i].len;
         if (views[i].obj != NULL)
@@ -404,14 +401,14 @@ static int Round_set_settle_slow(Round *self, PyObject *value, void *closure) {
  * every rank's must equal packed. */
 static int round_core(Round *self, uint64_t seq, long phase, const char *packed, PyObject *data,
                       uint64_t spin_ns, PyObject *expected, const uint64_t *exposure,
-                      const Py_buffer *like, const Py_buffer *own, const OneSided *one) {
+                      const Py_buffer *like, int skip_own, const OneSided *one) {
     Py_ssize_t packed_len = self->fp_size;
     if (self->pending && settle(self, spin_ns) < 0)
         return -1;
     if (__atomic_load_n((uint32_t *)self->base, __ATOMIC_ACQUIRE))
         return 3;
     int parity = (int)(seq & 1);
-    int staged = stage(self, region(self, self->rank, parity), data, like, own);
+    int staged = stage(self, region(self, self->rank, parity), data, like, skip_own);
     if (staged != 0)
         return staged < 0 ? -1 : 5;
     memcpy(fingerprint(self, self->rank, parity), packed, (size_t)packed_len);
@@ -477,7 +474,7 @@ static PyObject *Round_run(Round *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "packed fingerprint of the wrong size");
         return NULL;
     }
-    int status = round_core(self, seq, phase, packed, args[3], spin_ns, expected, NULL, NULL, NULL,
+    int status = round_core(self, seq, phase, packed, args[3], spin_ns, expected, NULL, NULL, 0,
                             NULL);
     return status < 0 ? NULL : PyLong_FromLong(status);
 }
@@ -650,6 +647,20 @@ static int combine_args(PyObject *const *a, Combine *c) {
     return 0;
 }
 
+/* A scatter root's own piece of its list (which stage found like out) into out: 0,
+ * or -1 with an exception. (memmove: out may be that piece.) */
+static int own_piece(Round *self, PyObject *pieces, Py_buffer *out) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(PyList_GET_ITEM(pieces, self->rank), &view, PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (view.len == out->len)
+        memmove(out->buf, view.buf, (size_t)view.len);
+    else
+        PyErr_SetString(PyExc_ValueError, "the root's own piece changed size during the call");
+    PyBuffer_Release(&view);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
 /* round_core, then, on status 0 and out (an object) not None, the combine; out and
  * code are checked before the round. same > 0: the first same bytes of every rank's
  * region must equal mine too (all_to_all's split header), else status 4 and no
@@ -669,17 +680,19 @@ static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const 
         return PyLong_FromLong(5);
     }
     /* A one-sided scatter root (awaiting nobody, out its own piece of the root's
-     * list): its own piece goes straight into out, never through its region. Such a
-     * round returns 0 once staged, so out is always written. */
+     * list): its own piece goes straight into out once the others' are signalled,
+     * never through its region. */
     int own = like != NULL && one != NULL && one->awaited < 0 && have_out && data != Py_None
               && c->code == COPY_ROOT && c->root == self->rank;
     int status = round_core(self, seq, phase, packed, data, spin_ns, expected, exposure, like,
-                            own ? &outs.views[0] : NULL, one);
+                            own, one);
     int parity = (int)(seq & 1);
     for (Py_ssize_t r = 0; status == 0 && same > 0 && r < self->n; r++)
         if (memcmp(region(self, r, parity), region(self, self->rank, parity), (size_t)same))
             status = 4; /* every fingerprint agrees, some region's layout differs */
-    if (status == 0 && have_out && !own)
+    if (status == 0 && own)
+        status = own_piece(self, data, &outs.views[0]);
+    else if (status == 0 && have_out)
         combine(self, parity, &outs, c->code, c->root, c->off);
     outs_release(&outs);
     return status < 0 ? NULL : PyLong_FromLong(status);
