@@ -209,10 +209,12 @@ static int looks_like(const Py_buffer *view, const Py_buffer *like, PyObject *li
  * None must be a list of n objects each looking like it (looks_like), else 1 and
  * nothing is copied: a tiny scatter root's list, checked here because asking for
  * every piece's buffer twice (a check, then the copy) cost a tenth of an 8-byte
- * scatter. skip_own (only with like): this rank's own piece is not copied, its
- * place in region left as it was (a one-sided scatter root's own piece: nobody
- * reads it there, and it goes straight into place after the signal: own_piece). */
-static int stage(Round *self, char *to, PyObject *data, const Py_buffer *like, int skip_own) {
+ * scatter. own (NULL: none; only with like): this rank's own piece is not copied,
+ * its place in region left as it was (a one-sided scatter root's own piece: nobody
+ * reads it there), and its buffer is handed over in *own (obj NULL if nothing was
+ * staged), for the caller to copy straight into place after the signal and
+ * release. */
+static int stage(Round *self, char *to, PyObject *data, const Py_buffer *like, Py_buffer *own) {
     if (data == Py_None)
         return 0;
     int many = PyTuple_Check(data) || PyList_Check(data);
@@ -263,7 +265,12 @@ static int stage(Round *self, char *to, PyObject *data, const Py_buffer *like, i
     }
     Py_ssize_t at = 0;
     for (Py_ssize_t i = 0; i < held; i++) { /* then the copies, or nothing */
-        if (result == 0 && views[i].obj != NULL && !(skip_own && i == self->rank))
+        if (result == 0 && own != NULL && i == self->rank) {
+            *own = views[i]; /* (held: the caller releases it) */
+            at += views[i].len;
+            continue;
+        }
+        if (result == 0 && views[i].obj != NULL)
             copy_to_shared(to + at, views[i].buf, (size_t)views[i].len);
         at += views[i].len;
         if (views[i].obj != NULL)
@@ -401,14 +408,14 @@ static int Round_set_settle_slow(Round *self, PyObject *value, void *closure) {
  * every rank's must equal packed. */
 static int round_core(Round *self, uint64_t seq, long phase, const char *packed, PyObject *data,
                       uint64_t spin_ns, PyObject *expected, const uint64_t *exposure,
-                      const Py_buffer *like, int skip_own, const OneSided *one) {
+                      const Py_buffer *like, Py_buffer *own, const OneSided *one) {
     Py_ssize_t packed_len = self->fp_size;
     if (self->pending && settle(self, spin_ns) < 0)
         return -1;
     if (__atomic_load_n((uint32_t *)self->base, __ATOMIC_ACQUIRE))
         return 3;
     int parity = (int)(seq & 1);
-    int staged = stage(self, region(self, self->rank, parity), data, like, skip_own);
+    int staged = stage(self, region(self, self->rank, parity), data, like, own);
     if (staged != 0)
         return staged < 0 ? -1 : 5;
     memcpy(fingerprint(self, self->rank, parity), packed, (size_t)packed_len);
@@ -474,7 +481,7 @@ static PyObject *Round_run(Round *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "packed fingerprint of the wrong size");
         return NULL;
     }
-    int status = round_core(self, seq, phase, packed, args[3], spin_ns, expected, NULL, NULL, 0,
+    int status = round_core(self, seq, phase, packed, args[3], spin_ns, expected, NULL, NULL, NULL,
                             NULL);
     return status < 0 ? NULL : PyLong_FromLong(status);
 }
@@ -647,25 +654,16 @@ static int combine_args(PyObject *const *a, Combine *c) {
     return 0;
 }
 
-/* A scatter root's own piece of its list (which stage found like out) into out: 0,
- * or -1 with an exception. (memmove: out may be that piece.) */
-static int own_piece(Round *self, PyObject *pieces, Py_buffer *out) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(PyList_GET_ITEM(pieces, self->rank), &view, PyBUF_C_CONTIGUOUS) < 0)
-        return -1;
-    if (view.len == out->len)
-        memmove(out->buf, view.buf, (size_t)view.len);
-    else
-        PyErr_SetString(PyExc_ValueError, "the root's own piece changed size during the call");
-    PyBuffer_Release(&view);
-    return PyErr_Occurred() ? -1 : 0;
-}
+/* like, for round_and_combine: out itself (the object whose buffer outs holds), so
+ * that the model costs no buffer request of its own. */
+static const Py_buffer like_out;
 
 /* round_core, then, on status 0 and out (an object) not None, the combine; out and
  * code are checked before the round. same > 0: the first same bytes of every rank's
  * region must equal mine too (all_to_all's split header), else status 4 and no
- * combine. like (NULL: none): data's model (see stage), and an out that cannot be
- * had is status 5 too, not an exception. Returns the status object, or NULL. */
+ * combine. like (NULL: none): data's model (see stage; &like_out: out), and an out
+ * that cannot be had is status 5 too, not an exception. Returns the status object,
+ * or NULL. */
 static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const char *packed,
                                    PyObject *data, uint64_t spin_ns, PyObject *expected,
                                    const uint64_t *exposure, Py_ssize_t same,
@@ -679,21 +677,27 @@ static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const 
         PyErr_Clear();
         return PyLong_FromLong(5);
     }
+    if (like == &like_out)
+        like = &outs.views[0]; /* (have_out: Round_rooted passes like_out only then) */
     /* A one-sided scatter root (awaiting nobody, out its own piece of the root's
      * list): its own piece goes straight into out once the others' are signalled,
      * never through its region. */
     int own = like != NULL && one != NULL && one->awaited < 0 && have_out && data != Py_None
               && c->code == COPY_ROOT && c->root == self->rank;
+    Py_buffer own_view = {0};
     int status = round_core(self, seq, phase, packed, data, spin_ns, expected, exposure, like,
-                            own, one);
+                            own ? &own_view : NULL, one);
     int parity = (int)(seq & 1);
     for (Py_ssize_t r = 0; status == 0 && same > 0 && r < self->n; r++)
         if (memcmp(region(self, r, parity), region(self, self->rank, parity), (size_t)same))
             status = 4; /* every fingerprint agrees, some region's layout differs */
-    if (status == 0 && own)
-        status = own_piece(self, data, &outs.views[0]);
-    else if (status == 0 && have_out)
+    if (own_view.obj != NULL) { /* staged, so status 0: a one-sided round waits for nobody */
+        if (status == 0) /* (looks_like: out's length; memmove: out may be this piece) */
+            memmove(outs.views[0].buf, own_view.buf, (size_t)own_view.len);
+        PyBuffer_Release(&own_view);
+    } else if (status == 0 && have_out) {
         combine(self, parity, &outs, c->code, c->root, c->off);
+    }
     outs_release(&outs);
     return status < 0 ? NULL : PyLong_FromLong(status);
 }
@@ -809,6 +813,9 @@ static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nar
     if (args[2] == Py_None)
         return round_and_combine(self, seq, 0, packed, args[2], spin_ns, tails,
                                  exposing ? exposure : NULL, same, &c, &stage_nothing, sided);
+    if (like_obj == c.out) /* (the lane's scatter: out is its own model) */
+        return round_and_combine(self, seq, 0, packed, args[2], spin_ns, tails,
+                                 exposing ? exposure : NULL, same, &c, &like_out, sided);
     Py_buffer like;
     if (PyObject_GetBuffer(like_obj, &like, PyBUF_C_CONTIGUOUS) < 0) {
         PyErr_Clear();
