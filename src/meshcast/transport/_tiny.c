@@ -654,8 +654,7 @@ static int combine_args(PyObject *const *a, Combine *c) {
     return 0;
 }
 
-/* like, for round_and_combine: out itself (the object whose buffer outs holds), so
- * that the model costs no buffer request of its own. */
+/* like, for round_and_combine: out itself (the object whose buffer outs holds). */
 static const Py_buffer like_out;
 
 /* round_core, then, on status 0 and out (an object) not None, the combine; out and
@@ -749,10 +748,10 @@ static PyObject *Round_oneshot(Round *self, PyObject *const *args, Py_ssize_t na
  * rank's region into out[r], a tuple or list of one buffer per rank; COPY_COLUMN (-4)
  * copies bytes [offset, offset + L / n) of every rank's region into piece r of
  * out (all_to_all, which stages its own piece too). same: see
- * round_and_combine (status 4). like (None: none), a tiny scatter's own array: data
- * other than None must be a list of n objects of its type, format and shape, and out
- * a writable C-contiguous buffer; if not (or like itself is no C-contiguous buffer),
- * status 5 and nothing done. awaited and what: a one-sided round, as in oneshot
+ * round_and_combine (status 4). like (None: none), a tiny scatter's out itself (the
+ * same object): data other than None must be a list of n objects of its type, dtype
+ * and shape, and out a writable C-contiguous buffer; if not, status 5 and nothing
+ * done. awaited and what: a one-sided round, as in oneshot
  * (scatter; never with same, which reads every rank's region). Any other status:
  * Python finishes the entry (Arena.packed_enter's slow path) and the call.
  */
@@ -809,22 +808,12 @@ static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nar
     if (like_obj == Py_None)
         return round_and_combine(self, seq, 0, packed, args[2], spin_ns, tails,
                                  exposing ? exposure : NULL, same, &c, NULL, sided);
-    static const Py_buffer stage_nothing; /* data None: like only makes a bad out status 5 */
-    if (args[2] == Py_None)
-        return round_and_combine(self, seq, 0, packed, args[2], spin_ns, tails,
-                                 exposing ? exposure : NULL, same, &c, &stage_nothing, sided);
-    if (like_obj == c.out) /* (the lane's scatter: out is its own model) */
-        return round_and_combine(self, seq, 0, packed, args[2], spin_ns, tails,
-                                 exposing ? exposure : NULL, same, &c, &like_out, sided);
-    Py_buffer like;
-    if (PyObject_GetBuffer(like_obj, &like, PyBUF_C_CONTIGUOUS) < 0) {
-        PyErr_Clear();
-        return PyLong_FromLong(5);
+    if (like_obj != c.out) { /* (so the model costs no buffer request of its own) */
+        PyErr_SetString(PyExc_ValueError, "like: None, or out itself");
+        return NULL;
     }
-    PyObject *status = round_and_combine(self, seq, 0, packed, args[2], spin_ns, tails,
-                                         exposing ? exposure : NULL, same, &c, &like, sided);
-    PyBuffer_Release(&like);
-    return status;
+    return round_and_combine(self, seq, 0, packed, args[2], spin_ns, tails,
+                             exposing ? exposure : NULL, same, &c, &like_out, sided);
 }
 
 /* ------------------------------------------------------------ single copy
