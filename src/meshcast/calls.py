@@ -316,7 +316,7 @@ def scatter(m: Machinery, out_flat: np.ndarray, in_flat: np.ndarray | None, root
                              lambda total, largest: _fast.scatter_oneshot(m.caps, total, largest),
                              max(expected_counts) * isz if expected_counts else 0)
     single = SingleCopy(exposing(in_flat), single_copy.fits(m.caps, isz),
-                        single_copy.scatter(out, inp, root, isz, me))
+                        single_copy.scatter(m.arena, out, inp, root, isz, me))
     return m.submit("scatter", fp,
                     lambda c: m.plan("scatter", out_flat.dtype, root=root, input=in_flat,
                                      output=out_flat, counts=tuple(c)),

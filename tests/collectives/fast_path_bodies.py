@@ -443,10 +443,11 @@ def gather_past_one_shot(base: int) -> list[str]:
 
 def scatter_past_one_shot(base: int) -> list[str]:
     """scatter past the one-shot sizes, where the lane runs the single-copy scatter: the
-    root's pieces back to back (exposed as they lie) and apart (concatenated first);
-    the root on the general path (a non-contiguous output) with the others on the
-    lane, and the other way round; then rank 1 passing another size, which every
-    rank must refuse alike. Returns the paths seen on this rank."""
+    root's pieces back to back (exposed as they lie) and apart (through its table of
+    pieces, whose entries the others read their own from, on the lane or on the
+    general path); the root on the general path (a non-contiguous output) with the
+    others on the lane, and the other way round; then rank 1 passing another size,
+    which every rank must refuse alike. Returns the paths seen on this rank."""
     r, n = dist.get_rank(), dist.get_world_size()
     pg = dist.group.WORLD
     seen = []

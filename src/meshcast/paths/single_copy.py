@@ -48,7 +48,9 @@ class Peers(NamedTuple):
     """Copies between this rank and the buffers the peers exposed (see :class:`SingleCopy`):
     ``read(q, dest, offset)``, ``write(q, src, offset)``, and ``write_piece(q, i, src)``,
     which writes ``src`` into piece ``i`` of the table of pieces rank q published
-    (:func:`piece_table`)."""
+    (:func:`piece_table`). A negative ``offset`` ``-1 - i`` reads q's piece ``i`` of
+    ``dest.nbytes`` bytes: where its table says, or at ``i * dest.nbytes`` of a buffer
+    exposed whole (as the compiled reads do)."""
 
     read: Callable[..., None]
     write: Callable[..., None]
@@ -57,15 +59,17 @@ class Peers(NamedTuple):
 
 # One entry of a piece table (piece_table): the piece's address and bytes.
 _PIECE = struct.Struct("<QQ")
+#: The bytes of one entry of a piece table (a table must fit its owner's one-shot region).
+PIECE_BYTES = _PIECE.size
 # The exposure word of a rank that published a piece table instead of one buffer.
 PIECE_TABLE = 2
 
 
 def piece_table(arena: Arena, pieces: Sequence[np.ndarray]) -> tuple[tuple[int, int, int],
                                                                      Callable[[int], None]]:
-    """A rank's exposure of several buffers apart in memory (a gather root's list): the
-    exposure (its offset and bytes in this rank's one-shot region, and the word
-    :data:`PIECE_TABLE`), and ``write(parity)``, which writes every piece's address
+    """A rank's exposure of several buffers apart in memory (a gather or scatter root's
+    list): the exposure (its offset and bytes in this rank's one-shot region, and the
+    word :data:`PIECE_TABLE`), and ``write(parity)``, which writes every piece's address
     and size there, in the region of the call's parity, before the entry. The region
     is free then: a call that goes single-copy stages nothing (the rule is the
     counts', and a root knows them all)."""
@@ -206,25 +210,33 @@ def finish(group: GroupView, body: Body, phases: int, counts: list[int], what: o
                 f"which holds {nbytes} (the ranks disagree about the sizes)")
         return address + offset
 
+    def piece(q: int, i: int, nbytes: int, verb: str) -> int:
+        """The address of rank q's piece ``i``, which must hold ``nbytes``."""
+        at_table, table_bytes, word = arena.exposed(q, seq)
+        if word != PIECE_TABLE:
+            return at(q, i * nbytes, nbytes, verb)
+        address, held = ((0, -1) if (i + 1) * _PIECE.size > table_bytes else
+                         _PIECE.unpack_from(arena.small[q][seq & 1], at_table + i * _PIECE.size))
+        if held != nbytes:
+            raise MismatchError(
+                f"{what}: rank {group.global_ranks[group._rank]} would {verb} {nbytes} "
+                f"bytes of piece {i} of rank {group.global_ranks[q]}, which holds {held} "
+                f"(the ranks disagree about the sizes)")
+        return address
+
     def read(q: int, dest: np.ndarray, offset: int = 0) -> None:
         if dest.nbytes:
-            cma.read(pids[q], at(q, offset, dest.nbytes, "read"), dest)
+            address = (piece(q, -1 - offset, dest.nbytes, "read") if offset < 0
+                       else at(q, offset, dest.nbytes, "read"))
+            cma.read(pids[q], address, dest)
 
     def write(q: int, src: np.ndarray, offset: int = 0) -> None:
         if src.nbytes:
             cma.write(pids[q], at(q, offset, src.nbytes, "write"), src)
 
     def write_piece(q: int, i: int, src: np.ndarray) -> None:
-        at_table, table_bytes, _ = arena.exposed(q, seq)
-        address, nbytes = ((0, -1) if (i + 1) * _PIECE.size > table_bytes else
-                           _PIECE.unpack_from(arena.small[q][seq & 1], at_table + i * _PIECE.size))
-        if nbytes != src.nbytes:
-            raise MismatchError(
-                f"{what}: rank {group.global_ranks[group._rank]} would write {src.nbytes} "
-                f"bytes into piece {i} of rank {group.global_ranks[q]}, which holds {nbytes} "
-                f"(the ranks disagree about the sizes)")
-        if nbytes:
-            cma.write(pids[q], address, src)
+        if src.nbytes:
+            cma.write(pids[q], piece(q, i, src.nbytes, "write"), src)
 
     try:
         body(counts, Peers(read, write, write_piece))
@@ -370,14 +382,19 @@ def gather(arena: Arena, root: int, mine: np.ndarray, outs: list[np.ndarray] | N
     return exposure, move_pieces, table
 
 
-def scatter(out: np.ndarray, inp: np.ndarray | None, root: int, isz: int, me: int) -> Body:
+def scatter(arena: Arena, out: np.ndarray, inp: np.ndarray | None, root: int, isz: int,
+            me: int) -> Body:
     """The body of the single-copy scatter: my piece of the root's ``inp`` (bytes; None
-    but on the root) into ``out`` (bytes)."""
+    but on the root) into ``out`` (bytes), from the buffer the root exposed, or from
+    where its table of pieces says (a root on the lane whose list lies apart in memory
+    publishes one: see ``TinyCallLane._scatter_single``)."""
 
     def read_piece(counts: list[int], peers: Peers) -> None:
         lo = sum(counts[:me]) * isz
         if inp is not None:
             out[:] = inp[lo:lo + out.nbytes]
+        elif arena.exposed(root, arena.seq)[2] == PIECE_TABLE:
+            peers.read(root, out, -1 - me)
         else:
             peers.read(root, out, lo)
 

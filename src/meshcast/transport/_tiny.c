@@ -834,12 +834,47 @@ typedef struct {
     Py_ssize_t q, offset, length, at;
 } Read;
 
+/* The exposure's meta word of a table of pieces (paths/single_copy.py's PIECE_TABLE): its
+ * address is then an offset in the owner's one-shot region of the call's parity, where
+ * each piece's address and bytes lie (two uint64 an entry). */
+#define PIECE_TABLE 2
+
+/* Where piece i of rank q's exposure lies (a read's offset -1 - i): at i * length in its
+ * buffer, or where the entry i of its table says (meta PIECE_TABLE), which must hold
+ * length bytes. 1 with *from set, or 0 when the piece is not there. */
+static int piece_at(Round *s, Py_ssize_t q, int parity, Py_ssize_t i, Py_ssize_t length,
+                    uint64_t *from) {
+    uint64_t address, nbytes, meta;
+    const char *tail = fingerprint(s, q, parity) + s->fp_size;
+    memcpy(&address, tail, 8);
+    memcpy(&nbytes, tail + 8, 8);
+    memcpy(&meta, tail + 16, 8);
+    uint64_t entry = (uint64_t)i * 16;
+    if (meta == PIECE_TABLE) {
+        if (entry + 16 > nbytes || address > (uint64_t)s->small_bytes ||
+                entry + 16 > (uint64_t)s->small_bytes - address)
+            return 0;
+        uint64_t at, held;
+        memcpy(&at, region(s, q, parity) + address + entry, 8);
+        memcpy(&held, region(s, q, parity) + address + entry + 8, 8);
+        if (held != (uint64_t)length)
+            return 0;
+        *from = at;
+        return 1;
+    }
+    if ((uint64_t)(i + 1) * (uint64_t)length > nbytes)
+        return 0;
+    *from = address + (uint64_t)i * (uint64_t)length;
+    return 1;
+}
+
 /* reads(seq, pids, dest, mine, reads, phase, spin_ns) -> status
  *
  * reads: a tuple of (q, offset, length, at): copy length bytes at byte offset of
  * rank q's exposed buffer into dest[at:at + length] (q == this rank: a memmove
- * from the buffer mine). Then signal phase and wait for everyone's, as
- * run() does. Status: 0 done; 2 done but someone is not there yet (Python
+ * from the buffer mine); a negative offset -1 - i reads q's piece i instead (see
+ * piece_at: a scatter root's list, apart in memory or not). Then signal phase and
+ * wait for everyone's, as run() does. Status: 0 done; 2 done but someone is not there yet (Python
  * waits); 3 the group was aborted (nothing read); 4 a read lies outside what its
  * owner exposed or outside dest (nothing read: Python's reads explain the
  * disagreement). A failed process_vm_readv raises OSError, as cma.read does.
@@ -899,8 +934,12 @@ static PyObject *Round_reads(Round *self, PyObject *const *args, Py_ssize_t narg
         uint64_t address, nbytes = (uint64_t)mine.len;
         if (rd->q != self->rank)
             exposed(self, rd->q, parity, &address, &nbytes);
-        if (rd->offset < 0 || rd->length < 0 || rd->at < 0
-                || (uint64_t)rd->offset + (uint64_t)rd->length > nbytes
+        int piece = rd->offset < 0 && rd->q != self->rank;
+        if (piece && rd->length >= 0 &&
+                !piece_at(self, rd->q, parity, -1 - rd->offset, rd->length, &address))
+            piece = -1;
+        if (piece < 0 || (rd->offset < 0 && !piece) || rd->length < 0 || rd->at < 0
+                || (!piece && (uint64_t)rd->offset + (uint64_t)rd->length > nbytes)
                 || rd->at + rd->length > dest.len) {
             status = 4;
             goto done;
@@ -918,8 +957,14 @@ static PyObject *Round_reads(Round *self, PyObject *const *args, Py_ssize_t narg
             continue;
         }
         uint64_t address, nbytes;
-        exposed(self, rd->q, parity, &address, &nbytes);
-        char *from = (char *)(uintptr_t)(address + (uint64_t)rd->offset);
+        char *from;
+        if (rd->offset < 0) {  /* a piece: checked above */
+            piece_at(self, rd->q, parity, -1 - rd->offset, rd->length, &address);
+            from = (char *)(uintptr_t)address;
+        } else {
+            exposed(self, rd->q, parity, &address, &nbytes);
+            from = (char *)(uintptr_t)(address + (uint64_t)rd->offset);
+        }
         Py_ssize_t done = 0;
         while (done < rd->length && !err) {
             /* the kernel may copy less than asked (e.g. across many pages): go on */
