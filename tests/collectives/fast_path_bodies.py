@@ -1186,3 +1186,43 @@ def one_sided_group_is_freed() -> list[bool]:
     del g
     gc.collect()
     return [pending, arena() is None]
+
+
+def pipelined_copies(rounds: int) -> list[str]:
+    """One-shot broadcasts and scatters past the size from which the root publishes its
+    staging progress and the others copy as it comes (_tiny.c, pipelined copies): every
+    call entered by all ranks together (a tiny all_reduce first), sizes around the
+    chunk's edges and odd ones, every root, checked against the root's data; then a
+    broadcast whose root passes fewer elements than the others expect (they copy what it
+    staged, then every rank raises the same MismatchError). Returns the paths seen and
+    the verdict."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    flag = np.zeros(1, np.int32)
+    seen = []
+    for k in range(rounds):
+        for count in (4095, 4096, 4097, 6143, 12_289, 20_000):  # float64: 32 KiB - 8 B ..
+            root = (k + count) % n
+            want = _value(root, k, count)
+            got = want.copy() if r == root else np.full(count, -1.0)
+            dist.all_reduce(flag)  # every rank enters the broadcast together
+            dist.broadcast(got, src=root)
+            seen.append(pg.last_algorithm)
+            np.testing.assert_array_equal(got, want, f"broadcast of {count} from {root}")
+            ins = [_value(root, q, count) for q in range(n)] if r == root else None
+            out = np.full(count, -1.0)
+            dist.all_reduce(flag)
+            dist.scatter(out, ins, src=root)
+            seen.append(pg.last_algorithm)
+            np.testing.assert_array_equal(out, _value(root, r, count),
+                                          f"scatter of {count} from {root}")
+    dist.all_reduce(flag)
+    short = np.zeros(6000 if r == 0 else 8000)
+    try:
+        dist.broadcast(short, src=0)
+        if r == 0:
+            dist.barrier()  # a one-sided root finds out at its next call
+        verdict = "no error"
+    except dist.MismatchError as exc:
+        verdict = str(exc)
+    return seen + [verdict]

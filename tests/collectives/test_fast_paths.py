@@ -201,3 +201,13 @@ def test_async_calls_past_one_shot_take_the_lane(n, single_copy):
 def test_list_and_split_forms_meet_the_tensor_forms(n):
     out = spawn_world(bodies.list_and_split_forms, n, timeout=120)
     assert all(set(seen) == {"reduce_scatter/oneshot", "all_to_all/oneshot"} for seen in out), out
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_pipelined_one_shot_copies(n):
+    """Broadcast and scatter readers copy the root's region as it is staged."""
+    out = spawn_world(bodies.pipelined_copies, n, timeout=120, rounds=2)
+    for seen in out:
+        assert set(seen[:-1]) == {"broadcast/oneshot", "scatter/oneshot"}, seen
+    verdicts = {seen[-1] for seen in out}
+    assert len(verdicts) == 1 and "ranks disagree" in verdicts.pop(), out

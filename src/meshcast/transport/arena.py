@@ -128,6 +128,7 @@ class Arena:
         lines = segment.view(ranks_off, n * _LINE, np.uint64).reshape(n, _LINE // 8)
         self._words = lines[:, 0]
         self._sleeping = lines[:, 1]  # low half of the second u64: the u32 at +8
+        # (the u64 at +16 is the compiled stager's progress: see pipelined copies in _tiny.c)
         self._word_addr = [segment.address + ranks_off + r * _LINE for r in range(n)]
         self._fp_off = fp_off
         stride = _align(slot_bytes, _PAGE)
