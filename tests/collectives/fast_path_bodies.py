@@ -1189,13 +1189,14 @@ def one_sided_group_is_freed() -> list[bool]:
 
 
 def pipelined_copies(rounds: int) -> list[str]:
-    """One-shot broadcasts and scatters past the size from which the root publishes its
-    staging progress and the others copy as it comes (_tiny.c, pipelined copies): every
-    call entered by all ranks together (a tiny all_reduce first), sizes around the
-    chunk's edges and odd ones, every root, checked against the root's data; then a
-    broadcast whose root passes fewer elements than the others expect (they copy what it
-    staged, then every rank raises the same MismatchError). Returns the paths seen and
-    the verdict."""
+    """One-shot broadcasts, scatters and gathers past the size from which a rank that
+    stages publishes its progress and its readers copy as it comes (_tiny.c, pipelined
+    copies: the others from a broadcast's or scatter's root, a gather's root from every
+    other rank): every call entered by all ranks together (a tiny all_reduce first),
+    sizes around the chunk's edges and odd ones, every root, checked against the data
+    sent; then a broadcast whose root passes fewer elements than the others expect (they
+    copy what it staged, then every rank raises the same MismatchError). Returns the
+    paths seen and the verdict."""
     r, n = dist.get_rank(), dist.get_world_size()
     pg = dist.group.WORLD
     flag = np.zeros(1, np.int32)
@@ -1216,6 +1217,13 @@ def pipelined_copies(rounds: int) -> list[str]:
             seen.append(pg.last_algorithm)
             np.testing.assert_array_equal(out, _value(root, r, count),
                                           f"scatter of {count} from {root}")
+            outs = [np.full(count, -1.0) for _ in range(n)] if r == root else None
+            dist.all_reduce(flag)
+            dist.gather(_value(r, root, count), outs, dst=root)
+            seen.append(pg.last_algorithm)
+            for q, got in enumerate(outs or ()):
+                np.testing.assert_array_equal(got, _value(q, root, count),
+                                              f"gather of {count} from {q} into {root}")
     dist.all_reduce(flag)
     short = np.zeros(6000 if r == 0 else 8000)
     try:

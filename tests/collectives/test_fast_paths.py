@@ -205,9 +205,10 @@ def test_list_and_split_forms_meet_the_tensor_forms(n):
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_pipelined_one_shot_copies(n):
-    """Broadcast and scatter readers copy the root's region as it is staged."""
+    """Broadcast and scatter readers copy the root's region, and a gather root the
+    others', as it is staged."""
     out = spawn_world(bodies.pipelined_copies, n, timeout=120, rounds=2)
     for seen in out:
-        assert set(seen[:-1]) == {"broadcast/oneshot", "scatter/oneshot"}, seen
+        assert set(seen[:-1]) == {"broadcast/oneshot", "scatter/oneshot", "gather/oneshot"}, seen
     verdicts = {seen[-1] for seen in out}
     assert len(verdicts) == 1 and "ranks disagree" in verdicts.pop(), out

@@ -500,6 +500,72 @@ static int Round_set_settle_slow(Round *self, PyObject *value, void *closure) {
     return 0;
 }
 
+/* The outputs of a combine: one writable buffer, or (COPY_EACH) a tuple or list of them. */
+typedef struct {
+    Py_buffer one;
+    Py_buffer *views; /* &one, or n of them from PyMem_Malloc */
+    Py_ssize_t count; /* views held */
+    int many;
+} Outs;
+
+/* A gather root's copies of the others' pieces as they are staged (see pipelined
+ * copies): each rank's region [off, off + its out's length) into its out, copied[r]
+ * bytes of it so far (the round then copies the rest). */
+typedef struct {
+    Outs *outs;
+    Py_ssize_t off;
+    Py_ssize_t *copied;
+} EachPipe;
+
+/* pipe_copy for every rank but this one at once (a gather root): until every piece is
+ * copied, every rank with bytes left has signalled target, the group is aborted, or
+ * spin_ns + yield_ns passed. Called without the GIL. */
+static void pipe_copy_each(Round *s, int parity, uint64_t seq, uint64_t target, EachPipe *e,
+                           uint64_t spin_ns, uint64_t yield_ns) {
+    uint64_t want = seq & 0xffffffffu, start = 0;
+    unsigned k = 0;
+    int yielding = 0;
+    for (;;) {
+        int moved = 0, left = 0, waiting = 0;
+        for (Py_ssize_t r = 0; r < s->n; r++) {
+            Py_ssize_t len = e->outs->views[r].len, done = e->copied[r];
+            if (r == s->rank || done >= len)
+                continue;
+            left = 1;
+            uint64_t p = __atomic_load_n(progress(s, r), __ATOMIC_ACQUIRE);
+            Py_ssize_t staged = (p >> 32) == want ? (Py_ssize_t)(p & 0xffffffffu) - e->off : 0;
+            if (staged > len)
+                staged = len;
+            if (staged > done) {
+                memcpy((char *)e->outs->views[r].buf + done,
+                       region(s, r, parity) + e->off + done, (size_t)(staged - done));
+                e->copied[r] = staged;
+                moved = 1;
+            } else if (__atomic_load_n(word(s, r), __ATOMIC_ACQUIRE) < target) {
+                waiting = 1; /* (signalled: its progress came before; the round copies) */
+            }
+        }
+        if (!left || (!moved && !waiting))
+            return;
+        if (moved)
+            continue;
+        if (start == 0)
+            start = now_ns();
+        if (yielding || spin_ns == 0 || (++k & 63) == 0) {
+            uint64_t t = now_ns();
+            if (t >= start + spin_ns + yield_ns)
+                return;
+            if (__atomic_load_n((uint32_t *)s->base, __ATOMIC_RELAXED))
+                return;
+            yielding = t >= start + spin_ns;
+        }
+        if (yielding)
+            sched_yield();
+        else
+            relax();
+    }
+}
+
 /* One round: stage data (see stage) into this rank's one-shot
  * region of parity seq & 1, publish packed (fp_size bytes), signal phase, wait
  * for every rank's signal, compare. Returns the status (see the top of the file),
@@ -508,7 +574,7 @@ static int Round_set_settle_slow(Round *self, PyObject *value, void *closure) {
  * every rank's must equal packed. */
 static int round_core(Round *self, uint64_t seq, long phase, const char *packed, PyObject *data,
                       uint64_t spin_ns, PyObject *expected, const uint64_t *exposure,
-                      const Py_buffer *like, Py_buffer *own, OneSided *one) {
+                      const Py_buffer *like, Py_buffer *own, OneSided *one, EachPipe *each) {
     Py_ssize_t packed_len = self->fp_size;
     if (self->pending && settle(self, spin_ns) < 0)
         return -1;
@@ -550,6 +616,8 @@ static int round_core(Round *self, uint64_t seq, long phase, const char *packed,
         return 0;
     }
     Py_BEGIN_ALLOW_THREADS
+    if (each != NULL)
+        pipe_copy_each(self, parity, seq, target, each, spin_ns, self->yield_ns);
     ok = arrived(self, target, spin_ns, self->yield_ns);
     Py_END_ALLOW_THREADS
     if (!ok)
@@ -585,7 +653,7 @@ static PyObject *Round_run(Round *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     int status = round_core(self, seq, phase, packed, args[3], spin_ns, expected, NULL, NULL, NULL,
-                            NULL);
+                            NULL, NULL);
     return status < 0 ? NULL : PyLong_FromLong(status);
 }
 
@@ -635,14 +703,6 @@ static int combine_ok(Round *s, long code, Py_ssize_t root, Py_ssize_t off, Py_s
         PyErr_SetString(PyExc_ValueError, bad);
     return bad == NULL;
 }
-
-/* The outputs of a combine: one writable buffer, or (COPY_EACH) a tuple or list of them. */
-typedef struct {
-    Py_buffer one;
-    Py_buffer *views; /* &one, or n of them from PyMem_Malloc */
-    Py_ssize_t count; /* views held */
-    int many;
-} Outs;
 
 static void outs_release(Outs *o) {
     for (Py_ssize_t i = 0; i < o->count; i++)
@@ -796,8 +856,31 @@ static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const 
         one->pipe_len = outs.views[0].len;
         one->piped = 0;
     }
-    int status = round_core(self, seq, phase, packed, data, spin_ns, expected, exposure, like,
-                            own ? &own_view : NULL, one);
+    /* A gather root copies the others' pieces as they are staged (see pipelined copies). */
+    Py_ssize_t copied_held[STAGE_HELD], *copied = NULL;
+    EachPipe each = {&outs, c->off, NULL};
+    if (one == NULL && have_out && c->code == COPY_EACH && c->root == self->rank
+            && outs.views[0].len >= PIPE_MIN && same <= 0) {
+        copied = self->n <= STAGE_HELD ? copied_held
+                                        : PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)self->n);
+        if (copied != NULL)
+            memset(copied, 0, sizeof(Py_ssize_t) * (size_t)self->n);
+        each.copied = copied; /* (no memory: no pipe, the round copies it all) */
+    }
+    /* A gather root's own piece goes from its array straight into its out after the
+     * round, never through its region (nobody else reads it there; Python's rest of
+     * the entry copies it so too: lanes._copy_each_to_root). */
+    Py_buffer mine = {0};
+    if (one == NULL && have_out && c->code == COPY_EACH && c->root == self->rank
+            && data != Py_None && !PyTuple_Check(data) && !PyList_Check(data)) {
+        if (PyObject_GetBuffer(data, &mine, PyBUF_C_CONTIGUOUS) < 0)
+            PyErr_Clear(); /* (stage raises it, naming what is wrong) */
+        else if (mine.len != outs.views[self->rank].len)
+            PyBuffer_Release(&mine); /* (the round finds out; obj is NULL again) */
+    }
+    int status = round_core(self, seq, phase, packed, mine.obj != NULL ? Py_None : data,
+                            spin_ns, expected, exposure, like, own ? &own_view : NULL, one,
+                            copied != NULL ? &each : NULL);
     int parity = (int)(seq & 1);
     for (Py_ssize_t r = 0; status == 0 && same > 0 && r < self->n; r++)
         if (memcmp(region(self, r, parity), region(self, self->rank, parity), (size_t)same))
@@ -806,9 +889,23 @@ static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const 
         if (status == 0) /* (looks_like: out's length; memmove: out may be this piece) */
             memmove(outs.views[0].buf, own_view.buf, (size_t)own_view.len);
         PyBuffer_Release(&own_view);
+    } else if (status == 0 && (copied != NULL || mine.obj != NULL)) { /* gather's root */
+        for (Py_ssize_t r = 0; r < self->n; r++) { /* the rest of every piece */
+            Py_ssize_t done = r == self->rank || copied == NULL ? 0 : copied[r];
+            Py_ssize_t len = outs.views[r].len;
+            if (r == self->rank && mine.obj != NULL) /* (memmove: out may be inp itself) */
+                memmove(outs.views[r].buf, mine.buf, (size_t)len);
+            else if (done < len)
+                memcpy((char *)outs.views[r].buf + done, region(self, r, parity) + c->off + done,
+                       (size_t)(len - done));
+        }
     } else if (status == 0 && have_out && !(one != NULL && one->piped)) {
         combine(self, parity, &outs, c->code, c->root, c->off);
     }
+    if (copied != NULL && copied != copied_held)
+        PyMem_Free(copied);
+    if (mine.obj != NULL)
+        PyBuffer_Release(&mine);
     outs_release(&outs);
     return status < 0 ? NULL : PyLong_FromLong(status);
 }
