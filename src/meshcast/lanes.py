@@ -1259,8 +1259,8 @@ class TinyCallLane:
         # Every other rank reads its piece where it lies (a negative offset: piece me of
         # the root's exposure, see single_copy.Peers): the root's list back to back as
         # one buffer, else its table of pieces, so a list of separate arrays (torch's
-        # scatter_list) is not concatenated first (256 KiB pieces, 2 ranks: 57 against
-        # 20 us a call); the root's own piece from its list.
+        # scatter_list) is not concatenated first (2 ranks, 256 KiB pieces, when those
+        # went single-copy: 57 against 20 us a call); the root's own piece from its list.
         reads = ((root, -1 - me, out.nbytes, 0),)
         mine = dest  # (Reads' own buffer is read only for the root's piece)
         if at_root:

@@ -8,7 +8,7 @@ Where it lives:
 * the path a call takes with no algorithm named: ``algorithms/_select.py``
   (``fast_path("scatter", ...)``, its thresholds beside it):
   one-shot while the root's pieces together fit its 1 MiB region and are smaller than
-  ``ROOTED_SINGLE_MIN_BYTES`` (256 KiB); past either, single-copy from 64 KiB pieces
+  ``ROOTED_SINGLE_MIN_BYTES`` (512 KiB); past either, single-copy from 64 KiB pieces
   (each rank reads its piece from the root's list; the lane runs it for NumPy calls);
   otherwise the schedules;
 * the engine: ``transport/arena.py`` (the group's signal words, fingerprints,

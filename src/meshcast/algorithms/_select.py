@@ -435,8 +435,18 @@ BATCH_SINGLE_MIN_BYTES = (32 << 10, 256 << 10)  # (ranks fit the cores, outnumbe
 # 26.9-27.9, 256 KiB 46.9-47.4 / 36.6-39.2, 512 KiB 98-102 / 62-72; 4 ranks on 2 cores
 # 128 KiB 65-95 / 117-165, 256 KiB 203-212 / 134-141; gather, 2 ranks (the root's list
 # back to back) 128 KiB 28 / 47, 256 KiB 65.5 / 59-60, 512 KiB 186-190 / 118-119
-# (/tmp/s41/gs_cold2.py, stop 41).
-ROOTED_SINGLE_MIN_BYTES = 256 << 10
+# (/tmp/s41/gs_cold2.py, stop 41). Since one-shot copies overlap (a gather root and a
+# scatter's or broadcast's readers copy as the stager goes, _tiny.c's pipelined copies)
+# and a gather root's own piece skips its region (stop 45), one-shot wins to 512 KiB:
+# `meshcast bench --op gather,scatter` (cold), the bench's size (n pieces), us,
+# out-of-place and in-place, single-copy -> one-shot: 2 ranks, 512 KiB gather 48-53 /
+# 52 -> 33-35 / 19-20, scatter 34 / 32-40 -> 29-37 / 18; 1 MiB gather 71 / 63-66 ->
+# 66-71 / 39-47, scatter 47-52 / 45-46 -> 53-67 / 42-50; 4 ranks, 1 MiB gather 205-219
+# / 231-360 -> 142-215 / 114-146, scatter 173-204 / 126-294 -> 165-182 / 120-137; 2 MiB
+# gather 290-349 / 236-504 -> 436-492 / 222-257. Hot, 2 ranks, the root's list of
+# separate arrays, us: 256 KiB pieces gather 42-49 -> 27-28, scatter 32-33 -> 22-23
+# (MPICH 20-22); 512 KiB gather 52-57 -> 48-49, scatter 48-49 -> 54.
+ROOTED_SINGLE_MIN_BYTES = 512 << 10
 
 # A one-shot scatter's root stages the other ranks' pieces and copies its own straight
 # into place after the entry, once its piece is this large (below, one staging copy of
