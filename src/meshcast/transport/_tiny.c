@@ -237,6 +237,33 @@ static inline void publish_progress(Round *s, uint64_t seq, Py_ssize_t staged) {
                      __ATOMIC_RELEASE);
 }
 
+/* A wait's pause between looks, as arrived_from paces its own: spinning for spin_ns,
+ * then yielding the core for yield_ns. 0 when the wait should stop looking (its time is
+ * up, or the group was aborted: the round that follows notices). */
+typedef struct {
+    uint64_t start;
+    unsigned k;
+    int yielding;
+} Pace;
+
+static int pause_or_stop(Round *s, Pace *p, uint64_t spin_ns, uint64_t yield_ns) {
+    if (p->start == 0)
+        p->start = now_ns();
+    if (p->yielding || spin_ns == 0 || (++p->k & 63) == 0) {
+        uint64_t t = now_ns();
+        if (t >= p->start + spin_ns + yield_ns)
+            return 0;
+        if (__atomic_load_n((uint32_t *)s->base, __ATOMIC_RELAXED))
+            return 0;
+        p->yielding = t >= p->start + spin_ns;
+    }
+    if (p->yielding)
+        sched_yield();
+    else
+        relax();
+    return 1;
+}
+
 /* Copy rank r's region of parity [off, off + len) into to as r stages it (its progress
  * in call seq), until all is copied, r signalled target (the round then copies the
  * rest), the group is aborted, or spin_ns + yield_ns passed, spinning then yielding as
@@ -245,10 +272,10 @@ static Py_ssize_t pipe_copy(Round *s, Py_ssize_t r, int parity, uint64_t seq,
                             uint64_t target, Py_ssize_t off, char *to, Py_ssize_t len,
                             uint64_t spin_ns, uint64_t yield_ns) {
     const char *from = region(s, r, parity) + off;
-    uint64_t want = seq & 0xffffffffu, start = 0;
+    uint64_t want = seq & 0xffffffffu;
     Py_ssize_t copied = 0;
-    unsigned k = 0;
-    int yielding = 0, signalled = 0;
+    Pace pace = {0, 0, 0};
+    int signalled = 0;
     while (copied < len) {
         uint64_t p = __atomic_load_n(progress(s, r), __ATOMIC_ACQUIRE);
         Py_ssize_t staged = (p >> 32) == want ? (Py_ssize_t)(p & 0xffffffffu) - off : 0;
@@ -265,20 +292,8 @@ static Py_ssize_t pipe_copy(Round *s, Py_ssize_t r, int parity, uint64_t seq,
             signalled = 1; /* (its progress came before: one more look) */
             continue;
         }
-        if (start == 0)
-            start = now_ns();
-        if (yielding || spin_ns == 0 || (++k & 63) == 0) {
-            uint64_t t = now_ns();
-            if (t >= start + spin_ns + yield_ns)
-                break;
-            if (__atomic_load_n((uint32_t *)s->base, __ATOMIC_RELAXED))
-                break; /* aborted: the round notices */
-            yielding = t >= start + spin_ns;
-        }
-        if (yielding)
-            sched_yield();
-        else
-            relax();
+        if (!pause_or_stop(s, &pace, spin_ns, yield_ns))
+            break;
     }
     return copied;
 }
@@ -522,9 +537,8 @@ typedef struct {
  * spin_ns + yield_ns passed. Called without the GIL. */
 static void pipe_copy_each(Round *s, int parity, uint64_t seq, uint64_t target, EachPipe *e,
                            uint64_t spin_ns, uint64_t yield_ns) {
-    uint64_t want = seq & 0xffffffffu, start = 0;
-    unsigned k = 0;
-    int yielding = 0;
+    uint64_t want = seq & 0xffffffffu;
+    Pace pace = {0, 0, 0};
     for (;;) {
         int moved = 0, left = 0, waiting = 0;
         for (Py_ssize_t r = 0; r < s->n; r++) {
@@ -547,22 +561,8 @@ static void pipe_copy_each(Round *s, int parity, uint64_t seq, uint64_t target, 
         }
         if (!left || (!moved && !waiting))
             return;
-        if (moved)
-            continue;
-        if (start == 0)
-            start = now_ns();
-        if (yielding || spin_ns == 0 || (++k & 63) == 0) {
-            uint64_t t = now_ns();
-            if (t >= start + spin_ns + yield_ns)
-                return;
-            if (__atomic_load_n((uint32_t *)s->base, __ATOMIC_RELAXED))
-                return;
-            yielding = t >= start + spin_ns;
-        }
-        if (yielding)
-            sched_yield();
-        else
-            relax();
+        if (!moved && !pause_or_stop(s, &pace, spin_ns, yield_ns))
+            return;
     }
 }
 
