@@ -235,8 +235,9 @@ def finish(group: GroupView, body: Body, phases: int, counts: list[int], what: o
             cma.write(pids[q], at(q, offset, src.nbytes, "write"), src)
 
     def write_piece(q: int, i: int, src: np.ndarray) -> None:
+        address = piece(q, i, src.nbytes, "write")  # (checked even when src is empty)
         if src.nbytes:
-            cma.write(pids[q], piece(q, i, src.nbytes, "write"), src)
+            cma.write(pids[q], address, src)
 
     try:
         body(counts, Peers(read, write, write_piece))
