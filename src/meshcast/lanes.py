@@ -1277,10 +1277,17 @@ class TinyCallLane:
         else:
             exposure = single_copy.exposing(None)
         body = single_copy.Reads(dest, mine, me, lambda: reads)
-        return self._rooted_single(
-            "scatter", tails, root, exposure, table, body, out.size,
-            lambda seq, counts: group.scatter(  # (never on the root: see _rooted_single)
-                flat_out, None, root, out.dtype.name, _nothing, entered=(seq, counts)))
+
+        def hand_over(seq: int, counts: list[int]) -> None:
+            # (not on the root, whose pieces are all alike: the entry checked the counts)
+            whole = (np.concatenate([p.reshape(-1) for p in ins])  # type: ignore[union-attr]
+                     if at_root else None)
+            group.scatter(flat_out, whole, root, out.dtype.name, _nothing,
+                          expected_counts=[out.size] * n if at_root else None,
+                          entered=(seq, counts))
+
+        return self._rooted_single("scatter", tails, root, exposure, table, body, out.size,
+                                   hand_over)
 
     def _scatter_rest(self, seq: int, out: np.ndarray, ins: Any, data: Any, plan: tuple,
                       exposure: Any, status: int | None) -> None:
