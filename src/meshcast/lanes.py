@@ -1121,7 +1121,7 @@ class TinyCallLane:
         arena = group.arena
         counts = arena.rooted_entry(
             seq, tails, self._whats["gather"], group.timeout, inp, exposure, status, root,
-            *((_copy_each_to_root, arena.small, outs, inp, group._rank) if at_root
+            *((_copy_each, arena.small, outs, inp, group._rank) if at_root
               else (_ignore,)))
         if counts and max(counts) * inp.dtype.itemsize > limit:
             group.gather(None, inp.reshape(-1), root, inp.dtype.name, _nothing,
@@ -1907,19 +1907,13 @@ def _concatenate(parity: int, views: list, out: np.ndarray) -> None:
     np.concatenate(views[parity], out=out)
 
 
-def _copy_each(parity: int, small: list, outs: list[np.ndarray]) -> None:
-    """all_gather into a list: every rank's region into its own piece."""
+def _copy_each(parity: int, small: list, outs: list[np.ndarray],
+               mine: np.ndarray | None = None, me: int = -1) -> None:
+    """Every rank's region into its own piece (all_gather into a list); a gather's root
+    passes its own piece ``mine``, which goes straight from its array into piece ``me``
+    (the compiled entry does not stage it)."""
     for q, piece in enumerate(outs):
-        dest = piece.reshape(-1).view(np.uint8)
-        dest[:] = small[q][parity][:dest.nbytes]
-
-
-def _copy_each_to_root(parity: int, small: list, outs: list[np.ndarray], mine: np.ndarray,
-                       me: int) -> None:
-    """gather's root: every other rank's region into its piece, and its own piece
-    ``mine`` straight from its array (the compiled entry does not stage it)."""
-    for q, piece in enumerate(outs):
-        if q == me:
+        if q == me and mine is not None:
             np.copyto(piece, mine.reshape(piece.shape))
             continue
         dest = piece.reshape(-1).view(np.uint8)

@@ -857,10 +857,10 @@ static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const 
         one->piped = 0;
     }
     /* A gather root copies the others' pieces as they are staged (see pipelined copies). */
+    int gather_root = one == NULL && have_out && c->code == COPY_EACH && c->root == self->rank;
     Py_ssize_t copied_held[STAGE_HELD], *copied = NULL;
     EachPipe each = {&outs, c->off, NULL};
-    if (one == NULL && have_out && c->code == COPY_EACH && c->root == self->rank
-            && outs.views[0].len >= PIPE_MIN && same <= 0) {
+    if (gather_root && outs.views[0].len >= PIPE_MIN && same <= 0) {
         copied = self->n <= STAGE_HELD ? copied_held
                                         : PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)self->n);
         if (copied != NULL)
@@ -869,10 +869,9 @@ static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const 
     }
     /* A gather root's own piece goes from its array straight into its out after the
      * round, never through its region (nobody else reads it there; Python's rest of
-     * the entry copies it so too: lanes._copy_each_to_root). */
+     * the entry copies it so too: lanes._copy_each). */
     Py_buffer mine = {0};
-    if (one == NULL && have_out && c->code == COPY_EACH && c->root == self->rank
-            && data != Py_None && !PyTuple_Check(data) && !PyList_Check(data)) {
+    if (gather_root && data != Py_None && !PyTuple_Check(data) && !PyList_Check(data)) {
         if (PyObject_GetBuffer(data, &mine, PyBUF_C_CONTIGUOUS) < 0)
             PyErr_Clear(); /* (stage raises it, naming what is wrong) */
         else if (mine.len != outs.views[self->rank].len)
