@@ -468,7 +468,7 @@ def large_reduce_scatters(count: int = (4 << 20) // 4 + 5) -> list[str]:
     return seen
 
 
-def large_broadcasts(count: int = 600_000, default_count: int = (9 << 20) // 4) -> list[str]:
+def large_broadcasts(count: int = 600_000, default_count: int = (3 << 20) // 4) -> list[str]:
     """Broadcasts larger than the engine's broadcast chunk from every root: forced
     'leader' (which then moves them in chunks, the hosts' own broadcasts overlapping the
     link, where the engine pipelines) and, at ``default_count``, what the table picks;

@@ -265,13 +265,28 @@ class Layout:
 #: alike within the noise (from 256 KiB runs of one job differ up to 2x); from 1 MiB
 #: ``flat``, which copies nothing on the way.
 #:
+#: broadcast ``leader`` (its pipeline: each host broadcasts one 1 MiB chunk while the link
+#: carries the next) against ``rails``, ``flat`` and MPICH's own Bcast, one job, four
+#: alternating rounds (best / typical, us), by size; below 1 MiB an eager broadcast runs:
+#:
+#: ===========  ==========================================  ==================================
+#: size         unlimited: leader / rails / flat / MPI      2 Gbit/s: leader / flat / MPI
+#: ===========  ==========================================  ==================================
+#: 1 MiB        1308-1625 / 1384-1475 / 1674-1875 / 1325    4454 / 4403 / 4396
+#: 2 MiB        2428-2725 / 2707-2888 / 3191-3359 / 2433    8962 / 9064 / 8794
+#: 4 MiB        4295-4812 / 5235-5646 / 5632-6086 / 4000    17820 / 19966 / 18433
+#: ===========  ==========================================  ==================================
+#:
+#: so ``leader`` from 1 MiB: as fast as ``flat`` at 2 Gbit/s, 1.2-1.3x faster unlimited,
+#: where ``flat`` pays MPICH's nonblocking Ibcast and its progress on shared cores.
+#:
 #: ``rails`` needs every host to hold the same number (> 1) of ranks; where it cannot run,
 #: ``leader`` does. Calls of at most :data:`EAGER_BYTES` per rank never get here:
 #: their data rides in the agreement.
 DEFAULTS: dict[str, dict[str, tuple[tuple[int, str], ...]]] = {
     "mpi": {
         "all_reduce": ((0, "fused"), (1 << 20, "flat"), (16 << 20, "leader")),
-        "broadcast": ((0, "flat"), (8 << 20, "leader")),
+        "broadcast": ((0, "flat"), (1 << 20, "leader")),
         "all_gather": ((0, "flat"), (256 << 10, "rails")),
         "reduce_scatter": ((0, "fused"), (2 << 20, "rails")),
         "all_to_all": ((0, "fused"), (1 << 20, "flat")),

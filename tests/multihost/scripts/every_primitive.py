@@ -24,7 +24,7 @@ bodies.uneven_and_shapes()
 bodies.p2p_objects_groups_async()
 bodies.even_beside_uneven_all_to_all()  # MPI's two all-to-alls never mixed
 bodies.lane_beside_general_path()  # tiny calls: the cached lane beside the general path
-large = bodies.large_broadcasts()  # leader's broadcast in chunks; the table's from 8 MiB
+large = bodies.large_broadcasts()  # leader's broadcast in chunks; the table's from 1 MiB
 assert set(large) == {"broadcast/leader"}, large
 hostnames = [None] * dist.get_world_size()
 dist.all_gather_object(hostnames, socket.gethostname())
