@@ -296,7 +296,7 @@ def bring_up(store: Any, rank: int, size: int, timeout: float, backend: str,
         cma.allow_peers()  # (before the probe: a peer reads us right after the meeting)
     probe = np.frombuffer(os.urandom(16), np.uint8).copy()  # read by a peer to test CMA
     me = {"host": host_id(), "machine": _boot_id(), "pid": os.getpid(),
-          "probe": [probe.ctypes.data, probe.tobytes().hex()]}
+          "cores": _wait.usable_cores(), "probe": [probe.ctypes.data, probe.tobytes().hex()]}
     store.set(f"meshcast/peer/{rank}", json.dumps(me))
     keys = [f"meshcast/peer/{r}" for r in range(size)]
     try:
@@ -322,7 +322,10 @@ def bring_up(store: Any, rank: int, size: int, timeout: float, backend: str,
     liveness = _wait.Liveness(pids)
     # Cores are the machine's, not the host's: emulated hosts (and containers) on one
     # machine share them, and a spinning waiter would hold a core its peer needs.
-    _wait.spec().share_cores(sum(p.get("machine") == me["machine"] for p in peers))
+    # The fewest cores any of them may use, so every rank of the machine decides alike
+    # (the fast paths' table reads it: _select.HostCaps.crowded).
+    mates = [p for p in peers if p.get("machine") == me["machine"]]
+    _wait.spec().share_cores(len(mates), min(p.get("cores", me["cores"]) for p in mates))
     # Room for a message's header on top, so a message of MESHCAST_RING_BYTES sits in
     # the ring whole (1 MiB sendrecv, 2 ranks, cold buffers: 160-190 us through the
     # ring, 240-350 single-copy).

@@ -113,7 +113,7 @@ class ProcessGroup(GroupRanks):
         self.tuned = _fast.tuned_collectives(config.get("MESHCAST_ALGO"))
         # What the fast paths' table (algorithms/_select.py) decides by.
         self.caps = _fast.HostCaps(self._size, arena.small_bytes if self._size > 1 else 0,
-                                   transport.cma_min_bytes > 0)
+                                   transport.cma_min_bytes > 0, _wait.spec().oversubscribed)
         self.lane = TinyCallLane(self)  # the cached lane for tiny synchronous calls
         # what each collective's call (calls.py) uses of the group, bound once
         self._calls = calls.Machinery(self, next=self._next, what=self._what, run=self._run,

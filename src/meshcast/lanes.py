@@ -183,7 +183,9 @@ class TinyCallLane:
         flags = arr.flags
         if not (plan and flags.c_contiguous and flags.writeable):
             return None
-        tail, views, root = plan
+        tail, views, root, copies = plan
+        if views is None:
+            return self._broadcast_single(arr, tail, root, copies, async_op=True)
         if self.group._rank == root:
             return self._start("broadcast", tail, arr, None, _COPY_ROOT, root, 0, False,
                                _ignore)
@@ -439,7 +441,9 @@ class TinyCallLane:
         flags = arr.flags
         if not (plan and flags.c_contiguous and flags.writeable):
             return False
-        tail, views, root = plan
+        tail, views, root, copies = plan
+        if views is None:
+            return self._broadcast_single(arr, tail, root, copies)
         group = self.group
         at_root = group._rank == root
         fifo = group.fifo
@@ -470,6 +474,26 @@ class TinyCallLane:
         fifo.leave_inline(None)
         group.last_algorithm = "broadcast/oneshot"
         return True
+
+    def _broadcast_single(self, arr: np.ndarray, tail: bytes, root: int,
+                          copies: tuple[tuple[int, ...], ...], async_op: bool = False) -> Any:
+        """broadcast where it goes single-copy: the general path's single-copy form
+        (paths.single_copy.broadcast) through :meth:`_single_call`, my ``copies`` and
+        their closing round one compiled call. The ranks can only disagree illegally
+        (the count and the root are in the fingerprint): the entry raises that."""
+        group = self.group
+        if not _fast.oneshot(group.caps, arr.nbytes) and self._symmetric(arr, 0):
+            return None if async_op else False  # the symmetric path, where one-shot ends
+        what = self._whats["broadcast"]
+
+        def rest(seq: int, agreed: bool) -> None:
+            if not agreed:
+                group.arena.compare_entered(seq, False)  # raises the MismatchError
+                raise AssertionError(f"{what}: the entry disagreed, the fingerprints not")
+            group.last_algorithm = "broadcast/cma"
+            single_copy.run_reads(group, seq, what, arr, arr, copies)
+
+        return self._single_call("broadcast", tail, arr, rest, async_op)
 
     def all_gather(self, out: np.ndarray, inp: np.ndarray) -> bool:
         """:meth:`ProcessGroup.all_gather` of ``inp`` into ``out`` (all_gather_into_tensor)."""
@@ -1709,13 +1733,23 @@ class TinyCallLane:
         return (*plan, root) if isinstance(plan, tuple) else False
 
     def _broadcast_plan(self, arr: np.ndarray, src: int) -> tuple | bool:
+        """(fingerprint tail, one-shot views, root, None) in the one-shot range; (tail,
+        None, root, my single-copy copies) where the single-copy path takes over
+        (paths.single_copy.broadcast: the root writes each reader's part, the reader
+        reads the others); False elsewhere (the schedules)."""
         dtype = arr.dtype
-        root = self.group._group_rank_of.get(src)
-        if (root is None or dtype.name not in _MOVE_DTYPES or not dtype.isnative
-                or not self._fits(arr.nbytes)):
+        group = self.group
+        root = group._group_rank_of.get(src)
+        if root is None or dtype.name not in _MOVE_DTYPES or not dtype.isnative:
             return False
-        tail = self._tail("broadcast", dtype=dtype.name, root=root, count=arr.size)
-        return tail, self._views(arr), root
+        fields = dict(dtype=dtype.name, root=root, count=arr.size)
+        path = _fast.fast_path("broadcast", group.caps, arr.nbytes)
+        if path == "oneshot":
+            return self._tail("broadcast", **fields), self._views(arr), root, None
+        if path == "cma":
+            copies = single_copy.broadcast_copies(arr.nbytes, root, group._rank, group._size)
+            return self._tail("broadcast", False, **fields), None, root, copies
+        return False
 
     def _all_gather_plan(self, out: np.ndarray, inp: np.ndarray) -> tuple | bool:
         """(fingerprint tail, one-shot views, None) in the one-shot range; (tail, None, my

@@ -1204,12 +1204,13 @@ def pipelined_copies(rounds: int) -> list[str]:
     for k in range(rounds):
         for count in (4095, 4096, 4097, 6143, 12_289, 20_000):  # float64: 32 KiB - 8 B ..
             root = (k + count) % n
-            want = _value(root, k, count)
-            got = want.copy() if r == root else np.full(count, -1.0)
+            # (a broadcast goes single-copy from 64 KiB where ranks fit the cores)
+            want = _value(root, k, min(count, 8191))
+            got = want.copy() if r == root else np.full(want.size, -1.0)
             dist.all_reduce(flag)  # every rank enters the broadcast together
             dist.broadcast(got, src=root)
             seen.append(pg.last_algorithm)
-            np.testing.assert_array_equal(got, want, f"broadcast of {count} from {root}")
+            np.testing.assert_array_equal(got, want, f"broadcast of {want.size} from {root}")
             ins = [_value(root, q, count) for q in range(n)] if r == root else None
             out = np.full(count, -1.0)
             dist.all_reduce(flag)
@@ -1233,4 +1234,40 @@ def pipelined_copies(rounds: int) -> list[str]:
         verdict = "no error"
     except dist.MismatchError as exc:
         verdict = str(exc)
+    return seen + [verdict]
+
+
+def single_copy_broadcasts() -> list[str]:
+    """Broadcasts that go single-copy at one-shot sizes (ranks fitting the cores, from
+    _select.BROADCAST_SINGLE_MIN_BYTES): the root writes each reader's part while the
+    reader reads the others. Every root, sizes at the threshold and odd byte counts
+    (parts of unequal length), the lane beside a rank on the general path (a strided
+    array), async calls; then a count that differs on one rank: the same MismatchError
+    on every rank. Returns the paths seen and the verdict."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    seen = []
+    for dtype, count in ((np.float32, 16384), (np.float32, 16385), (np.int8, 65539),
+                         (np.float64, 40_001)):
+        for root in range(n):
+            want = (_value(root, 7, count) * 3).astype(dtype)
+            got = want.copy() if r == root else np.zeros(count, dtype)
+            dist.broadcast(got, src=root)
+            seen.append(pg.last_algorithm)
+            np.testing.assert_array_equal(got, want, f"broadcast of {count} {dtype} from {root}")
+            # one rank on the general path (strided), the others in the lane
+            strided = np.zeros(2 * count, dtype)[::2]
+            got = strided if r == (root + 1) % n else np.zeros(count, dtype)
+            got[...] = want if r == root else 0
+            dist.broadcast(got, src=root)
+            np.testing.assert_array_equal(got, want, f"mixed broadcast of {count} from {root}")
+            got = want.copy() if r == root else np.zeros(count, dtype)
+            dist.broadcast(got, src=root, async_op=True).wait()
+            np.testing.assert_array_equal(got, want, f"async broadcast of {count} from {root}")
+    mine = np.zeros(20_000 if r == 0 else 20_001, np.float32)
+    try:
+        dist.broadcast(mine, src=0)
+        verdict = "no error"
+    except dist.MismatchError as exc:
+        verdict = f"mismatch: {'count' in str(exc)}"
     return seen + [verdict]

@@ -203,6 +203,17 @@ def test_list_and_split_forms_meet_the_tensor_forms(n):
     assert all(set(seen) == {"reduce_scatter/oneshot", "all_to_all/oneshot"} for seen in out), out
 
 
+@pytest.mark.parametrize("compiled", ["1", "0"])
+def test_single_copy_broadcast_at_one_shot_sizes(single_copy, compiled):
+    """With the compiled copies (transport/_tiny.c's reads, which also write) and with
+    Python's."""
+    out = spawn_world(bodies.single_copy_broadcasts, 2, timeout=120,
+                      env={"MESHCAST_COMPILED": compiled})
+    for seen in out:
+        assert seen[:-1] == ["broadcast/cma"] * (len(seen) - 1), seen
+        assert seen[-1] == "mismatch: True", seen
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_pipelined_one_shot_copies(n):
     """Broadcast and scatter readers copy the root's region, and a gather root the

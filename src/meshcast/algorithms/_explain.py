@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import config, ops
+from .. import _wait, config, ops
 from . import _select, hierarchical
 from ._onehost import split_head
 from ._simulate import make_plans
@@ -51,7 +51,8 @@ def explain(coll: str, nbytes: int, n: int, hosts: int = 1, cma: bool = True) ->
     what = f"{coll} of {_size(nbytes)} per rank on {n} rank{'s' * (n > 1)}"
     if hosts > 1:
         return _across(coll, nbytes, n, hosts, what)
-    caps = _select.HostCaps(n, _oneshot_bytes(), cma)
+    # (crowded: n ranks on this machine's cores, as a job of n ranks here would be)
+    caps = _select.HostCaps(n, _oneshot_bytes(), cma, n > _wait.usable_cores())
     fast = _select.fast_path(coll, caps, nbytes,
                              header=split_head(n) if coll == "all_to_all" else 0)
     lines = [f"{what}, one host:"]

@@ -363,11 +363,14 @@ class HostCaps:
         size: ranks in the group.
         oneshot_bytes: one-shot region per rank and parity (0: the group has no arena).
         single_copy: members may read each other's memory (process_vm_readv).
+        crowded: the machine runs more ranks than they have cores (so a rank that
+            waits for all may wait for one that is not running).
     """
 
     size: int
     oneshot_bytes: int
     single_copy: bool
+    crowded: bool = False
 
 
 # One-shot while every rank's work (reading all P contributions) stays under this
@@ -448,6 +451,22 @@ BATCH_SINGLE_MIN_BYTES = (32 << 10, 256 << 10)  # (ranks fit the cores, outnumbe
 # (MPICH 20-22); 512 KiB gather 52-57 -> 48-49, scatter 48-49 -> 54.
 ROOTED_SINGLE_MIN_BYTES = 512 << 10
 
+# A broadcast goes single-copy from this size where the kernel allows it and the ranks
+# fit the cores, one-shot sizes included: the root writes each reader's part while the
+# reader reads the others (one compiled call with the closing round), where one-shot
+# copies it all in, then out. Where ranks outnumber the cores, one-shot as far as it
+# runs: its root awaits nobody, where single-copy waits for every rank twice. One job
+# with MPICH's Bcast (stop 46, /tmp/s46/sc.py and lat_mpi.py), us, one-shot /
+# single-copy / MPICH; 2 ranks, hot loop (best of 5 x 300 calls): 16 KiB 2.7 / 4.4-4.6 /
+# 3.4-3.6, 32 KiB 4.3 / 5.0-5.2 / 4.3, 64 KiB 7.5-7.8 / 5.5-6.1 / 5.5-6.2, 128 KiB
+# 9.1-9.3 / 6.7-6.9 / 8.1-8.5, 256 KiB 17.5 / 9.2-9.5 / 12.5-13.1, 512 KiB 36 /
+# 14.8-15.0 / 20-28, 1 MiB 80 / 23.6 / 38-46; synchronized starts (median of 400): 16
+# KiB 3.9 / 3.9-4.0 / 2.9-3.1, 32 KiB 5.7 / 4.2-4.6 / 3.4-3.7, 64 KiB 8.6 / 5.0-5.2 /
+# 4.7-4.9, 128 KiB 15.0-15.5 / 6.0 / 6.9-7.2, 512 KiB 36 / 14.5-15.4 / 28-30. 4 ranks on
+# 2 cores, hot (100 calls): 64 KiB 19 / 43-61, 256 KiB 40-41 / 65-69, 512 KiB 69-76 /
+# 81-84; 3 ranks 64 KiB 20-22 / 36-42, 256 KiB 35-44 / 52-57.
+BROADCAST_SINGLE_MIN_BYTES = 64 << 10
+
 # A one-shot scatter's root stages the other ranks' pieces and copies its own straight
 # into place after the entry, once its piece is this large (below, one staging copy of
 # every piece and the compiled combine cost less than a second call), where Python
@@ -460,6 +479,14 @@ def oneshot(caps: HostCaps, nbytes: int) -> bool:
     """Whether a reducing or broadcasting call of ``nbytes`` per rank goes one-shot."""
     return (caps.size > 1 and nbytes <= caps.oneshot_bytes
             and nbytes * caps.size <= ONESHOT_WORK_BYTES)
+
+
+def oneshot_broadcast(caps: HostCaps, nbytes: int) -> bool:
+    """:func:`oneshot` for a broadcast of ``nbytes``: not from
+    :data:`BROADCAST_SINGLE_MIN_BYTES` where single-copy runs and the ranks fit the
+    cores."""
+    return oneshot(caps, nbytes) and not (caps.single_copy and not caps.crowded
+                                          and nbytes >= BROADCAST_SINGLE_MIN_BYTES)
 
 
 def oneshot_all_gather(caps: HostCaps, piece: int) -> bool:
@@ -565,9 +592,9 @@ def fast_path(kind: str, caps: HostCaps, piece: int, *, symmetric: bool = False,
     if kind == "barrier":
         return "oneshot" if oneshot(caps, 0) else None
     if kind == "broadcast":
-        if oneshot(caps, piece):
+        if oneshot_broadcast(caps, piece):
             return "oneshot"
-        if symmetric:
+        if symmetric and not oneshot(caps, piece):  # (see SYMMETRIC_MIN_BYTES)
             return "symmetric"
         return "cma" if single_copy(caps, piece) else None
     if kind == "all_reduce":
@@ -607,9 +634,10 @@ def fast_path(kind: str, caps: HostCaps, piece: int, *, symmetric: bool = False,
 
 
 __all__ = ["ALL_GATHER_SINGLE_MIN_BYTES", "ALL_REDUCE_SINGLE_MIN_BYTES", "ASYNC_INLINE_MAX_BYTES",
+           "BROADCAST_SINGLE_MIN_BYTES",
            "ONESHOT_WORK_BYTES", "ROOTED_SINGLE_MIN_BYTES", "SINGLE_COPY_MIN_BYTES",
            "SYMMETRIC_ALL_REDUCE_MIN_BYTES", "SYMMETRIC_MIN_BYTES", "TABLE", "Choice", "HostCaps",
            "Rule", "algorithm_name", "all_reduce_single_copy", "all_to_all_direct_limit",
            "all_to_all_single_copy", "decide", "direct_bytes", "fast_path", "message_bytes",
-           "oneshot", "oneshot_all_gather", "parse_tune", "select", "single_copy",
+           "oneshot", "oneshot_all_gather", "oneshot_broadcast", "parse_tune", "select", "single_copy",
            "tuned_collectives"]

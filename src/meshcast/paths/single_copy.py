@@ -104,13 +104,19 @@ class SingleCopy:
     phases: int = 1  # the body's own barriers (signal/wait of phases 1..) plus the last one
 
 
+#: The last field of a :class:`Reads` entry that writes instead of reading.
+WRITE = 1
+
+
 class Reads:
-    """A :class:`SingleCopy` body that only reads: ``(q, offset, length, at)`` copies
-    ``length`` bytes at ``offset`` of rank q's exposed buffer (of ``mine`` when q is this
-    rank) into ``dest[at:at + length]``, in list order. Being data, not code, it runs in
-    the compiled helper when that was built (Arena.compiled_reads, one C call for the
-    reads and the closing round); calling it runs the same reads in Python, which also
-    explains any disagreement about the sizes."""
+    """A :class:`SingleCopy` body of copies given as data: ``(q, offset, length, at)``
+    copies ``length`` bytes at ``offset`` of rank q's exposed buffer (of ``mine`` when q
+    is this rank) into ``dest[at:at + length]``; ``(q, offset, length, at, WRITE)`` the
+    other way, ``dest[at:at + length]`` into another rank q's exposed buffer at
+    ``offset``; in list order. Being data, not code, it runs in the compiled helper when
+    that was built (Arena.compiled_reads, one C call for the copies and the closing
+    round); calling it runs the same copies in Python, which also explains any
+    disagreement about the sizes."""
 
     __slots__ = ("dest", "mine", "me", "_reads")
 
@@ -125,8 +131,10 @@ class Reads:
 
     def __call__(self, _: list[int], peers: Peers) -> None:
         dest, mine = self.dest, self.mine
-        for q, offset, length, at in self.reads:
-            if q == self.me:
+        for q, offset, length, at, *write in self.reads:
+            if write:
+                peers.write(q, dest[at:at + length], offset)
+            elif q == self.me:
                 dest[at:at + length] = mine[offset:offset + length]
             else:
                 peers.read(q, dest[at:at + length], offset)
@@ -281,22 +289,24 @@ def reduce_from_all(read: Callable[..., None], mine: np.ndarray, lo: int, hi: in
 # ------------------------------------------------------------------ bodies
 
 
-def broadcast(data: np.ndarray, root: int, me: int, n: int) -> Body:
+def broadcast(data: np.ndarray, root: int, me: int, n: int) -> Reads:
     """The body of the single-copy broadcast of ``data`` (bytes, exposed by every rank)."""
+    copies = broadcast_copies(data.nbytes, root, me, n)
+    return Reads(data, data, me, lambda: copies)
 
-    def copy_from_root(_: list[int], peers: Peers) -> None:
-        # Reader q's copy is split in n parts: the root writes part q into it
-        # while q reads the others, so the root's core works too (at 2 ranks each
-        # side copies half: about twice as fast as the reader copying it all).
-        bounds = [data.nbytes * k // n for k in range(n + 1)]
-        if me == root:
-            for q in rotation(me, n)[1:]:
-                peers.write(q, data[bounds[q]:bounds[q + 1]], bounds[q])
-            return
-        for k in rotation(me, n)[1:]:  # every part but mine (part `root` included)
-            peers.read(root, data[bounds[k]:bounds[k + 1]], bounds[k])
 
-    return copy_from_root
+def broadcast_copies(nbytes: int, root: int, me: int, n: int) -> tuple[tuple[int, ...], ...]:
+    """My copies (a :class:`Reads` list) in the single-copy broadcast of ``nbytes``."""
+    # Reader q's copy is split in n parts: the root writes part q into it while q
+    # reads the others, so the root's core works too (at 2 ranks each side copies
+    # half: about twice as fast as the reader copying it all).
+    bounds = [nbytes * k // n for k in range(n + 1)]
+    if me == root:
+        return tuple((q, bounds[q], bounds[q + 1] - bounds[q], bounds[q], WRITE)
+                     for q in rotation(me, n)[1:] if bounds[q + 1] > bounds[q])
+    # every part but mine (part `root` included)
+    return tuple((root, bounds[k], bounds[k + 1] - bounds[k], bounds[k])
+                 for k in rotation(me, n)[1:] if bounds[k + 1] > bounds[k])
 
 
 def reduce_then_collect(arena: Arena, arr: np.ndarray, op: ops.ReduceOp, me: int, n: int

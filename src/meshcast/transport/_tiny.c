@@ -1040,6 +1040,7 @@ static void exposed(Round *s, Py_ssize_t r, int parity, uint64_t *address, uint6
 
 typedef struct {
     Py_ssize_t q, offset, length, at;
+    int write; /* 1: dest[at:at + length] into q's exposed buffer at offset */
 } Read;
 
 /* The exposure's meta word of a table of pieces (paths/single_copy.py's PIECE_TABLE): its
@@ -1081,7 +1082,10 @@ static int piece_at(Round *s, Py_ssize_t q, int parity, Py_ssize_t i, Py_ssize_t
  * reads: a tuple of (q, offset, length, at): copy length bytes at byte offset of
  * rank q's exposed buffer into dest[at:at + length] (q == this rank: a memmove
  * from the buffer mine); a negative offset -1 - i reads q's piece i instead (see
- * piece_at: a scatter root's list, apart in memory or not). Then signal phase and
+ * piece_at: a scatter root's list, apart in memory or not). A 5-tuple (q, offset,
+ * length, at, 1) writes instead: dest[at:at + length] into rank q's exposed buffer at
+ * offset (q another rank, offset not negative; a single-copy broadcast's root writes
+ * each reader's part while the reader reads the others). Then signal phase and
  * wait for everyone's, as run() does. Status: 0 done; 2 done but someone is not there yet (Python
  * waits); 3 the group was aborted (nothing read); 4 a read lies outside what its
  * owner exposed or outside dest (nothing read: Python's reads explain the
@@ -1125,24 +1129,27 @@ static PyObject *Round_reads(Round *self, PyObject *const *args, Py_ssize_t narg
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *t = PyTuple_GET_ITEM(list, i);
         Read *rd = &todo[i];
-        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 4) {
-            PyErr_SetString(PyExc_ValueError, "a read is (q, offset, length, at)");
+        Py_ssize_t arity = PyTuple_Check(t) ? PyTuple_GET_SIZE(t) : 0;
+        if (arity != 4 && arity != 5) {
+            PyErr_SetString(PyExc_ValueError,
+                            "a read is (q, offset, length, at), a write (q, offset, length, at, 1)");
             goto fail;
         }
+        rd->write = arity == 5 && PyObject_IsTrue(PyTuple_GET_ITEM(t, 4));
         rd->q = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 0));
         rd->offset = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 1));
         rd->length = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 2));
         rd->at = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 3));
         if (PyErr_Occurred())
             goto fail;
-        if (rd->q < 0 || rd->q >= self->n) {
-            PyErr_SetString(PyExc_ValueError, "a read names no rank");
+        if (rd->q < 0 || rd->q >= self->n || (rd->write && rd->q == self->rank)) {
+            PyErr_SetString(PyExc_ValueError, "a read names no rank (a write no other rank)");
             goto fail;
         }
         uint64_t address, nbytes = (uint64_t)mine.len;
         if (rd->q != self->rank)
             exposed(self, rd->q, parity, &address, &nbytes);
-        int piece = rd->offset < 0 && rd->q != self->rank;
+        int piece = rd->offset < 0 && rd->q != self->rank && !rd->write;
         if (piece && rd->length >= 0 &&
                 !piece_at(self, rd->q, parity, -1 - rd->offset, rd->length, &address))
             piece = -1;
@@ -1178,7 +1185,8 @@ static PyObject *Round_reads(Round *self, PyObject *const *args, Py_ssize_t narg
             /* the kernel may copy less than asked (e.g. across many pages): go on */
             struct iovec mine = {to + done, (size_t)(rd->length - done)};
             struct iovec theirs = {from + done, (size_t)(rd->length - done)};
-            ssize_t got = process_vm_readv(pid[rd->q], &mine, 1, &theirs, 1, 0);
+            ssize_t got = rd->write ? process_vm_writev(pid[rd->q], &mine, 1, &theirs, 1, 0)
+                                    : process_vm_readv(pid[rd->q], &mine, 1, &theirs, 1, 0);
             if (got <= 0)
                 err = got < 0 ? errno : EIO;
             else
@@ -1348,8 +1356,8 @@ static PyMethodDef Round_methods[] = {
     {"alike", (PyCFunction)(void (*)(void))Round_alike, METH_FASTCALL,
      "alike(pieces, like, writable) -> bool: a list of n arrays like like (see the source)."},
     {"reads", (PyCFunction)(void (*)(void))Round_reads, METH_FASTCALL,
-     "reads(seq, pids, dest, mine, reads, phase, spin_ns) -> status: single-copy reads from the "
-     "peers' exposed buffers, then a round (see single copy in the source)."},
+     "reads(seq, pids, dest, mine, reads, phase, spin_ns) -> status: single-copy reads from (and "
+     "writes into) the peers' exposed buffers, then a round (see single copy in the source)."},
     {NULL, NULL, 0, NULL},
 };
 
