@@ -136,9 +136,8 @@ def barrier(m: Machinery, algorithm: str | None, async_op: bool) -> Work | None:
 def broadcast(m: Machinery, buf: Buffer, root: int, algorithm: str | None, async_op: bool
               ) -> Work | None:
     small = algorithm is None and _fast.oneshot_broadcast(m.caps, buf.nbytes)
-    # the symmetric path where the one-shot one ends (_select.SYMMETRIC_MIN_BYTES)
-    region = (None if algorithm is None and _fast.oneshot(m.caps, buf.nbytes)
-              else m.region(buf.flat, algorithm, 0))
+    region = (m.region(buf.flat, algorithm, 0) if _fast.symmetric_broadcast(m.caps, buf.nbytes)
+              else None)
     if region is not None:
         parts = region.views(buf.flat.nbytes, np.dtype(np.uint8))
         body = symmetric_path.broadcast(m.group, parts, root)

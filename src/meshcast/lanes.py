@@ -482,8 +482,8 @@ class TinyCallLane:
         their closing round one compiled call. The ranks can only disagree illegally
         (the count and the root are in the fingerprint): the entry raises that."""
         group = self.group
-        if not _fast.oneshot(group.caps, arr.nbytes) and self._symmetric(arr, 0):
-            return None if async_op else False  # the symmetric path, where one-shot ends
+        if _fast.symmetric_broadcast(group.caps, arr.nbytes) and self._symmetric(arr, 0):
+            return None if async_op else False  # the symmetric path
         what = self._whats["broadcast"]
 
         def rest(seq: int, agreed: bool) -> None:

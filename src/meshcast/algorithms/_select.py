@@ -489,6 +489,13 @@ def oneshot_broadcast(caps: HostCaps, nbytes: int) -> bool:
                                           and nbytes >= BROADCAST_SINGLE_MIN_BYTES)
 
 
+def symmetric_broadcast(caps: HostCaps, nbytes: int) -> bool:
+    """Whether a broadcast of ``nbytes`` on a symmetric allocation takes the symmetric
+    path: where one-shot ends (see :data:`SYMMETRIC_MIN_BYTES`; single-copy, which
+    starts inside the one-shot sizes, is the faster there)."""
+    return not oneshot(caps, nbytes)
+
+
 def oneshot_all_gather(caps: HostCaps, piece: int) -> bool:
     """:func:`oneshot` for all_gather's ``piece`` bytes per rank: not once the gathered
     array is large enough for single-copy, which reads each piece once where one-shot
@@ -594,7 +601,7 @@ def fast_path(kind: str, caps: HostCaps, piece: int, *, symmetric: bool = False,
     if kind == "broadcast":
         if oneshot_broadcast(caps, piece):
             return "oneshot"
-        if symmetric and not oneshot(caps, piece):  # (see SYMMETRIC_MIN_BYTES)
+        if symmetric and symmetric_broadcast(caps, piece):
             return "symmetric"
         return "cma" if single_copy(caps, piece) else None
     if kind == "all_reduce":
@@ -640,4 +647,4 @@ __all__ = ["ALL_GATHER_SINGLE_MIN_BYTES", "ALL_REDUCE_SINGLE_MIN_BYTES", "ASYNC_
            "Rule", "algorithm_name", "all_reduce_single_copy", "all_to_all_direct_limit",
            "all_to_all_single_copy", "decide", "direct_bytes", "fast_path", "message_bytes",
            "oneshot", "oneshot_all_gather", "oneshot_broadcast", "parse_tune", "select", "single_copy",
-           "tuned_collectives"]
+           "symmetric_broadcast", "tuned_collectives"]
