@@ -34,7 +34,7 @@ import numpy as np
 from . import _wait, ops, uneven_all_to_all
 from ._fingerprint import Fingerprint, counts_hash, path_digest
 from .algorithms import _select as _fast
-from .buffers import SUPPORTED, as_buffer, span
+from .buffers import SUPPORTED, as_buffer
 from .errors import InvalidUsage
 from .paths import GroupView, single_copy
 from .paths.oneshot import pack_split_header, split_head, split_header
@@ -1085,52 +1085,59 @@ class TinyCallLane:
     def _gather_single(self, inp: np.ndarray, outs: list[np.ndarray] | None, plan: tuple
                        ) -> bool:
         """gather where it goes single-copy (``_select.gather_oneshot``): the general
-        path's single-copy gather, from the lane's compiled entry on (every rank writes
-        its piece straight into the root's list: one exposed buffer when it lies back
-        to back, else through the root's piece table). Any disagreement is handed
-        over to the general path after the entry."""
+        path's single-copy gather (paths.single_copy.gather_copies: every rank writes
+        most of its piece straight into the root's list, exposed where it lies as a
+        table of pieces, while the root reads the rest), from the lane's compiled entry
+        on, the copies and their closing round one compiled call. Any disagreement is
+        handed over to the general path after the entry."""
         tails, root, _, at_root = plan[:4]
         group = self.group
-        mine = inp.reshape(-1).view(np.uint8)
-        flat_outs = [o.reshape(-1).view(np.uint8) for o in outs] if at_root else None
-        exposure, body, table = single_copy.gather(group.arena, root, mine, flat_outs,
-                                                   span(flat_outs) if flat_outs else None,
-                                                   inp.dtype.itemsize, group._rank)
         return self._rooted_single(
-            "gather", tails, root, exposure, table, body, inp.size,
+            "gather", tails, root, outs if at_root else inp, inp, plan[8], inp.nbytes,
             lambda seq, counts: group.gather(outs, inp.reshape(-1), root, inp.dtype.name,
-                                             _nothing, entered=(seq, counts)))
+                                             _nothing, entered=(seq, counts)),
+            _in_place(inp, outs[root]) if at_root else False)  # type: ignore[index]
 
-    def _rooted_single(self, kind: str, tails: tuple[bytes, ...], root: int,
-                       exposure: tuple[int, int, int], table: Callable[[int], None] | None,
-                       body: Any, count: int,
-                       hand_over: Callable[[int, list[int]], None]) -> bool:
-        """The single-copy gather or scatter (``kind``) as the group's next call: expose
-        ``exposure`` (and write the root's piece ``table``, if any), the compiled entry
-        with every rank's fingerprint ``tails``, then ``body`` of the general path's
-        single-copy form (``count`` elements a rank) with its closing round; a legal
-        call the lane does not finish (uneven pieces) goes to ``hand_over(seq,
-        counts)`` after the entry."""
+    def _rooted_single(self, kind: str, tails: tuple[bytes, ...], root: int, exposed: Any,
+                       mine: np.ndarray, copies: tuple[tuple[int, ...], ...], piece: int,
+                       hand_over: Callable[[int, list[int]], None], split: bool) -> bool:
+        """The single-copy gather or scatter (``kind``, ``piece`` bytes a rank) as the
+        group's next call: the compiled entry with every rank's fingerprint ``tails``,
+        exposing ``exposed`` (the root's list of pieces as their table, with the word's
+        SPLIT bit if ``split``, another rank's array), then my ``copies``
+        (paths.single_copy.gather_copies or scatter_copies, between ``exposed`` and
+        ``mine``; the root's ``split`` ones if so) with their closing round; a legal call
+        the lane does not finish (uneven pieces) goes to ``hand_over(seq, counts)`` after
+        the entry."""
         group = self.group
         arena = group.arena
         fast = arena.compiled_rooted
         what = self._whats[kind]
+        bits = single_copy.SPLIT if split else 0
+        if split:  # (a root's own list, known only now)
+            copies = (single_copy.gather_copies if kind == "gather" else
+                      single_copy.scatter_copies)(piece, root, root, group._size, True)
 
         def run(seq: int) -> None:
-            arena.expose(seq, *exposure)  # (its word too, which the compiled entry has not)
-            if table is not None:  # (after expose, which settles any one-sided call first)
-                table(seq & 1)
-            status = None if fast is None else fast(
-                seq, tails, None, arena.spin_ns, None, None, None, root, 0)
+            if fast is None:  # Python exposes, as the general path does
+                if type(exposed) is list:
+                    exposure, table = single_copy.piece_table(arena, exposed, bits)
+                    arena.expose(seq, *exposure)
+                    table(seq & 1)  # (after expose, which settles any one-sided call first)
+                else:
+                    arena.expose(seq, *single_copy.exposing(exposed))
+                status = None
+            else:
+                status = fast(seq, tails, None, arena.spin_ns,
+                              (exposed, bits) if type(exposed) is list else exposed, None, None,
+                              root, 0)
             counts = [] if status == 0 else arena.rooted_entry(
                 seq, tails, what, group.timeout, None, None, status, root, _ignore)
             if counts:
                 hand_over(seq, counts)
                 return
-            # (the compiled entry leaves the call's state to Python; the closing round reads it)
-            arena.seq, arena.deadline, arena.what = seq, time.monotonic() + group.timeout, what
-            single_copy.run(group, body, 1, [count] * group._size, what)
             group.last_algorithm = f"{kind}/cma"
+            single_copy.run_reads(group, seq, what, exposed, mine, copies, piece)
 
         return self._inline(run)
 
@@ -1269,49 +1276,26 @@ class TinyCallLane:
     def _scatter_single(self, out: np.ndarray, ins: list[np.ndarray] | None, plan: tuple
                         ) -> bool:
         """scatter where it goes single-copy (``_select.scatter_oneshot``): the general
-        path's single-copy scatter, from the lane's compiled entry on (the root exposes
-        its pieces, back to back as they lie or concatenated as the general path
-        concatenates them; every other rank reads its own straight from there, in one
-        compiled call with the closing round). Any disagreement is handed over to the
-        general path after the entry."""
+        path's single-copy scatter (paths.single_copy.scatter_copies: the root exposes
+        its list where it lies, as a table of pieces, and writes a part of each rank's
+        piece into that rank's out while the rank reads the rest), from the lane's
+        compiled entry on, the copies and their closing round one compiled call. Any
+        disagreement is handed over to the general path after the entry."""
         tails, root, _, at_root = plan[:4]
         group = self.group
-        me, n = group._rank, group._size
-        flat_out = out.reshape(-1)
-        dest = flat_out.view(np.uint8)
-        inp, table = None, None
-        # Every other rank reads its piece where it lies (a negative offset: piece me of
-        # the root's exposure, see single_copy.Peers): the root's list back to back as
-        # one buffer, else its table of pieces, so a list of separate arrays (torch's
-        # scatter_list) is not concatenated first (2 ranks, 256 KiB pieces, when those
-        # went single-copy: 57 against 20 us a call); the root's own piece from its list.
-        reads = ((root, -1 - me, out.nbytes, 0),)
-        mine = dest  # (Reads' own buffer is read only for the root's piece)
-        if at_root:
-            flats = [p.reshape(-1).view(np.uint8) for p in ins]  # type: ignore[union-attr]
-            inp = span(flats)
-            if inp is None and n * single_copy.PIECE_BYTES > group.arena.small_bytes:
-                inp = np.concatenate(flats)
-            if inp is None:
-                exposure, table = single_copy.piece_table(group.arena, flats)
-                mine, reads = flats[root], ((root, 0, out.nbytes, 0),)
-            else:
-                exposure = single_copy.exposing(inp)
-                mine, reads = inp, ((root, me * out.nbytes, out.nbytes, 0),)
-        else:
-            exposure = single_copy.exposing(None)
-        body = single_copy.Reads(dest, mine, me, lambda: reads)
+        n = group._size
 
         def hand_over(seq: int, counts: list[int]) -> None:
             # (not on the root, whose pieces are all alike: the entry checked the counts)
             whole = (np.concatenate([p.reshape(-1) for p in ins])  # type: ignore[union-attr]
                      if at_root else None)
-            group.scatter(flat_out, whole, root, out.dtype.name, _nothing,
+            group.scatter(out.reshape(-1), whole, root, out.dtype.name, _nothing,
                           expected_counts=[out.size] * n if at_root else None,
                           entered=(seq, counts))
 
-        return self._rooted_single("scatter", tails, root, exposure, table, body, out.size,
-                                   hand_over)
+        return self._rooted_single("scatter", tails, root, ins if at_root else out, out,
+                                   plan[8], out.nbytes, hand_over,
+                                   _in_place(out, ins[root]) if at_root else False)  # type: ignore[index]
 
     def _scatter_rest(self, seq: int, out: np.ndarray, ins: Any, data: Any, plan: tuple,
                       exposure: Any, status: int | None) -> None:
@@ -1853,8 +1837,8 @@ class TinyCallLane:
         root, whether pieces are exposed for single-copy reads, the check of the root's
         list (compiled or :func:`_alike`), where my piece starts in the root's,
         whether I am a scatter's root that copies its own piece straight into place,
-        and whether the call goes single-copy (:meth:`_gather_single`,
-        :meth:`_scatter_single`) instead of one-shot."""
+        and, when the call goes single-copy (:meth:`_gather_single`,
+        :meth:`_scatter_single`) instead of one-shot, my copies (else None)."""
         group = self.group
         dtype, n = arr.dtype, group.size()
         root = group._group_rank_of.get(group.global_ranks[0] if root_rank is None
@@ -1867,8 +1851,12 @@ class TinyCallLane:
                       _fast.scatter_oneshot(group.caps, arr.nbytes * n, arr.nbytes))
         if (root is None or n < 2 or dtype.name not in _MOVE_DTYPES or not dtype.isnative
                 or single and not (group.transport.cma_min_bytes > 0
-                                   and _fast.single_copy(group.caps, arr.nbytes))):
+                                   and _fast.single_copy(group.caps, arr.nbytes)
+                                   and single_copy.pieces_apart_fit(group.arena))):
             return False
+        copies = None if not single else (
+            single_copy.gather_copies if kind == "gather" else single_copy.scatter_copies)(
+                arr.nbytes, root, group._rank, n)
         tails = tuple(self._tail(kind, False, dtype=dtype.name, root=root, count=arr.size,
                                  extra=counts_hash((arr.size,) * n) if q == root else 0)
                       for q in range(n))
@@ -1877,7 +1865,15 @@ class TinyCallLane:
         return (tails, root, limit, at_root, group.transport.cma_min_bytes > 0, alike,
                 group._rank * arr.nbytes,
                 kind == "scatter" and at_root and arr.nbytes >= _fast.SCATTER_ROOT_DIRECT_BYTES,
-                single)
+                copies)
+
+
+def _in_place(arr: np.ndarray, piece: np.ndarray) -> bool:
+    """Whether a gather's input or a scatter's out is the root's own piece of its list, in
+    place: the root then has nothing of its own to copy, and moves a part of every
+    other rank's piece instead (paths.single_copy.SPLIT)."""
+    return (np.may_share_memory(arr, piece)  # (cheap; the addresses only if so)
+            and arr.__array_interface__["data"][0] == piece.__array_interface__["data"][0])
 
 
 def _alike(pieces: Any, like: np.ndarray, n: int, writable: bool) -> bool:

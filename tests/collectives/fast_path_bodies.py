@@ -397,8 +397,13 @@ def lanes_past_one_shot(base: int) -> list[str]:
 
 
 # (the root's pieces back to back, the root on the lane, the others on the lane)
-_PAST_ONE_SHOT_CASES = [(True, True, True), (False, True, True), (True, False, True),
-                        (False, True, False)]
+# (the root's pieces back to back, the root on the lane, the others on the lane, the
+# root in place: its own piece is its input or output, so it moves a part of every
+# other rank's piece and says so in its exposure, single_copy.SPLIT)
+_PAST_ONE_SHOT_CASES = [(True, True, True, False), (False, True, True, False),
+                        (True, False, True, False), (False, True, False, False),
+                        (True, True, True, True), (False, True, True, True),
+                        (False, True, False, True)]
 
 
 def _single_then_refused(pg: Any, kind: str, seen: list[str], call: Callable[[], None]
@@ -416,14 +421,15 @@ def _single_then_refused(pg: Any, kind: str, seen: list[str], call: Callable[[],
 
 def gather_past_one_shot(base: int) -> list[str]:
     """gather past the one-shot sizes, where the lane runs the single-copy gather: the
-    root's pieces back to back (every rank writes its own into them) and apart (the
-    root reads each); the root on the general path (a non-contiguous input) with the
-    others on the lane, and the other way round; then rank 1 passing another size,
-    which every rank must refuse alike. Returns the paths seen on this rank."""
+    root's pieces back to back and apart (every rank writes its own into them, through
+    the root's table of pieces), the root in place (it reads part of every piece); the
+    root on the general path (a non-contiguous input) with the others on the lane, and
+    the other way round; then rank 1 passing another size, which every rank must refuse
+    alike. Returns the paths seen on this rank."""
     r, n = dist.get_rank(), dist.get_world_size()
     pg = dist.group.WORLD
     seen = []
-    for k, (together, lane_root, lane_others) in enumerate(_PAST_ONE_SHOT_CASES):
+    for k, (together, lane_root, lane_others, in_place) in enumerate(_PAST_ONE_SHOT_CASES):
         root = k % n
         mine = _value(r, root, base)
         if not (lane_root if r == root else lane_others):
@@ -431,6 +437,9 @@ def gather_past_one_shot(base: int) -> list[str]:
         outs = None
         if r == root:
             outs = list(np.zeros((n, base))) if together else [np.zeros(base) for _ in range(n)]
+            if in_place:
+                outs[root][...] = mine
+                mine = outs[root]
         dist.gather(mine, outs, dst=root)
         seen.append(pg.last_algorithm)
         if r == root:
@@ -443,15 +452,16 @@ def gather_past_one_shot(base: int) -> list[str]:
 
 def scatter_past_one_shot(base: int) -> list[str]:
     """scatter past the one-shot sizes, where the lane runs the single-copy scatter: the
-    root's pieces back to back (exposed as they lie) and apart (through its table of
-    pieces, whose entries the others read their own from, on the lane or on the
-    general path); the root on the general path (a non-contiguous output) with the
-    others on the lane, and the other way round; then rank 1 passing another size,
-    which every rank must refuse alike. Returns the paths seen on this rank."""
+    root's pieces back to back and apart (through its table of pieces, whose entries
+    the others read their own from, on the lane or on the general path), the root in
+    place (it writes part of every rank's piece into that rank's output); the root on
+    the general path (a non-contiguous output) with the others on the lane, and the
+    other way round; then rank 1 passing another size, which every rank must refuse
+    alike. Returns the paths seen on this rank."""
     r, n = dist.get_rank(), dist.get_world_size()
     pg = dist.group.WORLD
     seen = []
-    for k, (together, lane_root, lane_others) in enumerate(_PAST_ONE_SHOT_CASES):
+    for k, (together, lane_root, lane_others, in_place) in enumerate(_PAST_ONE_SHOT_CASES):
         root = k % n
         ins = None
         if r == root:
@@ -459,6 +469,8 @@ def scatter_past_one_shot(base: int) -> list[str]:
             if together:
                 ins = list(np.stack(ins))
         got = np.zeros(base) if (lane_root if r == root else lane_others) else _strided(base)
+        if in_place and r == root:
+            got = ins[root]
         dist.scatter(got, ins, src=root)
         seen.append(pg.last_algorithm)
         np.testing.assert_array_equal(got, _value(root, r, base), f"scatter {k}")

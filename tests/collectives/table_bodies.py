@@ -24,7 +24,7 @@ def boundaries(caps: table.HostCaps) -> list[int]:
              table.all_to_all_direct_limit(caps, split_head(n)) // n,
              table.SINGLE_COPY_MIN_BYTES * n // n, table.ONESHOT_WORK_BYTES // n // n,
              table.SYMMETRIC_MIN_BYTES // n, table.SYMMETRIC_ALL_REDUCE_MIN_BYTES,
-             table.ROOTED_SINGLE_MIN_BYTES, table.BROADCAST_SINGLE_MIN_BYTES}
+             *table.ROOTED_SINGLE_MIN_BYTES, table.BROADCAST_SINGLE_MIN_BYTES}
     sizes = {0, 4}
     for e in edges:
         for d in (-4, 0, 4):

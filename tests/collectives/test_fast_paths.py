@@ -116,21 +116,20 @@ def test_lanes_past_one_shot_mix_with_the_general_path(n, single_copy):
                for seen in out), out
 
 
-@pytest.mark.parametrize("n", [2, 3])
-def test_gather_past_one_shot_takes_the_lane_and_mixes_with_the_general_path(n, single_copy):
-    out = spawn_world(bodies.gather_past_one_shot, n, timeout=120, base=bodies.LARGE)
-    assert all(seen == ["gather/cma"] * 4 + ["mismatch: True"] for seen in out), out
+@pytest.mark.parametrize("kind", ["gather", "scatter"])
+@pytest.mark.parametrize("n, compiled", [(2, "1"), (3, "1"), (3, "0")])
+def test_rooted_past_one_shot_takes_the_lane_and_mixes_with_the_general_path(kind, n, compiled,
+                                                                            single_copy):
+    """With the compiled entry and copies (transport/_tiny.c) and with Python's."""
+    out = spawn_world(getattr(bodies, f"{kind}_past_one_shot"), n, timeout=120,
+                      base=bodies.LARGE, env={"MESHCAST_COMPILED": compiled})
+    cases = len(bodies._PAST_ONE_SHOT_CASES)
+    assert all(seen == [f"{kind}/cma"] * cases + ["mismatch: True"] for seen in out), out
 
 
 def test_gather_without_one_shot_regions(single_copy):
     out = spawn_world(bodies.gather_without_regions, 3, timeout=120, base=20_000)
     assert all(seen == ["gather/cma"] * 2 for seen in out), out
-
-
-@pytest.mark.parametrize("n", [2, 3])
-def test_scatter_past_one_shot_takes_the_lane_and_mixes_with_the_general_path(n, single_copy):
-    out = spawn_world(bodies.scatter_past_one_shot, n, timeout=120, base=bodies.LARGE)
-    assert all(seen == ["scatter/cma"] * 4 + ["mismatch: True"] for seen in out), out
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])

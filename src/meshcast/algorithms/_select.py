@@ -430,10 +430,27 @@ ASYNC_INLINE_MAX_BYTES = 1 << 20
 # ring, 143 single-copy; 64 KiB 105 / 164; 8 ranks 215 / 410 and 288 / 441).
 BATCH_SINGLE_MIN_BYTES = (32 << 10, 256 << 10)  # (ranks fit the cores, outnumber them)
 
-# gather and scatter go single-copy from this piece size where the kernel allows it,
-# one-shot sizes included: every rank writes its piece straight into the root's list
-# (gather) or reads it straight from the root's pieces (scatter), one copy, where
-# one-shot copies every piece into a region and out again. Lane calls, cold rotating
+# gather and scatter go single-copy from this piece size where the kernel allows it
+# (ranks fit the cores, outnumber them), one-shot sizes included: every rank writes its
+# piece straight into the root's list (gather) or reads it straight from the root's
+# pieces (scatter), one copy, where one-shot copies every piece into a region and out
+# again; the root copies its own piece meanwhile, or, in place, moves a part of every
+# other rank's (paths/single_copy.SPLIT). Since the lane runs that compiled (stop 47:
+# the root's pieces exposed as a table by the compiled entry, one compiled call for the
+# copies; 2 ranks, 64 KiB pieces, hot: gather 40 -> 7.3 us, scatter 25.6 -> 7.4),
+# single-copy wins from 256 KiB pieces where ranks fit the cores. `meshcast bench -n 2
+# --op gather,scatter --iters 100` (cold), two runs each, us, one-shot -> single-copy,
+# out-of-place / in-place, by piece (half the bench's size): 64 KiB gather 10.6-10.8 ->
+# 9.6-11.3 / 6.8 -> 10.0-11.4, scatter 11.2-11.5 -> 11.2-13.4 / 6.7-6.8 -> 11.5-12.2;
+# 128 KiB gather 19.4-20.1 -> 12.3-15.5 / 9.1-9.3 -> 11.5-13.7, scatter 21.4-21.6 ->
+# 12.3-14.7 / 9.5-9.8 -> 13.1-13.9; 256 KiB gather 37.3-38.0 -> 19.7-25.1 / 19.3-20.1
+# -> 16.4-18.7, scatter 40.9-41.9 -> 22.3-24.4 / 17.6-17.8 -> 14.0-16.9. Hot, 2 ranks
+# against MPICH's Gather/Scatter (/tmp/s47/allcmp.py), us, single-copy / MPICH: 256 KiB
+# pieces gather 12.5 / 16.7, scatter 12.3 / 18.1; 512 KiB 21.2 / 56.6, 21.6 / 30.8 (at
+# 64 and 128 KiB pieces single-copy won hot, 5.6-6.1 / 6.3-6.5 and 7.7-7.8 / 9.3-10.7,
+# but lost the bench's in-place rows above). Where ranks outnumber the cores the bench's scatter (3
+# and 4 ranks) kept one-shot ahead to 512 KiB, so the old line stays there; the older
+# figures below are of the Python single-copy body. Lane calls, cold rotating
 # windows, two runs, us, one-shot / single-copy: scatter, 2 ranks 128 KiB 24.7-24.8 /
 # 26.9-27.9, 256 KiB 46.9-47.4 / 36.6-39.2, 512 KiB 98-102 / 62-72; 4 ranks on 2 cores
 # 128 KiB 65-95 / 117-165, 256 KiB 203-212 / 134-141; gather, 2 ranks (the root's list
@@ -449,7 +466,7 @@ BATCH_SINGLE_MIN_BYTES = (32 << 10, 256 << 10)  # (ranks fit the cores, outnumbe
 # gather 290-349 / 236-504 -> 436-492 / 222-257. Hot, 2 ranks, the root's list of
 # separate arrays, us: 256 KiB pieces gather 42-49 -> 27-28, scatter 32-33 -> 22-23
 # (MPICH 20-22); 512 KiB gather 52-57 -> 48-49, scatter 48-49 -> 54.
-ROOTED_SINGLE_MIN_BYTES = 512 << 10
+ROOTED_SINGLE_MIN_BYTES = (256 << 10, 512 << 10)  # (ranks fit the cores, outnumber them)
 
 # A broadcast goes single-copy from this size where the kernel allows it and the ranks
 # fit the cores, one-shot sizes included: the root writes each reader's part while the
@@ -532,7 +549,7 @@ def gather_oneshot(caps: HostCaps, largest: int) -> bool:
 def _rooted_single_copy(caps: HostCaps, largest: int) -> bool:
     """Whether a gather or scatter whose largest piece holds ``largest`` bytes goes
     single-copy even where one-shot could run (:data:`ROOTED_SINGLE_MIN_BYTES`)."""
-    return caps.single_copy and largest >= ROOTED_SINGLE_MIN_BYTES
+    return caps.single_copy and largest >= ROOTED_SINGLE_MIN_BYTES[caps.crowded]
 
 
 def direct_bytes(caps: HostCaps, readers: int) -> int:

@@ -268,7 +268,10 @@ def cma(plan: Plan) -> Iterator[Round]:
     When the root's gather_list pieces do not lie back to back (the plan's
     output always does), the runtime's root publishes a table of where each lies
     in its one-shot region instead (``single_copy.piece_table``) and every rank
-    writes its piece there: the same bytes, the same writes.
+    writes its piece there: the same bytes, the same writes. A root whose input is
+    its own piece of the list (in place) has nothing of its own to copy: it says so
+    in its exposure (``single_copy.SPLIT``) and reads part q of rank q's piece while q
+    writes the rest (``single_copy.gather_copies``), which this schedule leaves out.
     """
     me, root = plan.rank, plan.root
     d = displs(piece_counts(plan))

@@ -46,15 +46,17 @@ if TYPE_CHECKING:
 
 class Peers(NamedTuple):
     """Copies between this rank and the buffers the peers exposed (see :class:`SingleCopy`):
-    ``read(q, dest, offset)``, ``write(q, src, offset)``, and ``write_piece(q, i, src)``,
-    which writes ``src`` into piece ``i`` of the table of pieces rank q published
-    (:func:`piece_table`). A negative ``offset`` ``-1 - i`` reads q's piece ``i`` of
-    ``dest.nbytes`` bytes: where its table says, or at ``i * dest.nbytes`` of a buffer
-    exposed whole (as the compiled reads do)."""
+    ``read(q, dest, offset, piece_bytes=0)``, ``write(q, src, offset, piece_bytes=0)``,
+    and ``write_piece(q, i, src)``, which writes ``src`` into piece ``i`` of the table of
+    pieces rank q published (:func:`piece_table`). A negative ``offset`` ``-1 - p`` is
+    position ``p`` of q's pieces of ``piece_bytes`` each laid end to end: where its
+    table says each lies, or at ``p`` of a buffer exposed whole (as the compiled reads
+    do); the bytes must not cross a piece's end."""
 
     read: Callable[..., None]
     write: Callable[..., None]
     write_piece: Callable[..., None]
+    word: Callable[[int], int]  # the word rank q exposed its buffer with
 
 
 # One entry of a piece table (piece_table): the piece's address and bytes.
@@ -63,13 +65,18 @@ _PIECE = struct.Struct("<QQ")
 PIECE_BYTES = _PIECE.size
 # The exposure word of a rank that published a piece table instead of one buffer.
 PIECE_TABLE = 2
+#: A bit of the exposure word: this gather or scatter root moves a part of every other
+#: rank's piece itself (it has no piece of its own to copy: its out is its own piece),
+#: and the entries of a :class:`Reads` list marked :data:`IF_SPLIT` run instead of those
+#: marked :data:`UNLESS_SPLIT`.
+SPLIT = 4
 
 
-def piece_table(arena: Arena, pieces: Sequence[np.ndarray]) -> tuple[tuple[int, int, int],
-                                                                     Callable[[int], None]]:
+def piece_table(arena: Arena, pieces: Sequence[np.ndarray], bits: int = 0
+                ) -> tuple[tuple[int, int, int], Callable[[int], None]]:
     """A rank's exposure of several buffers apart in memory (a gather or scatter root's
     list): the exposure (its offset and bytes in this rank's one-shot region, and the
-    word :data:`PIECE_TABLE`), and ``write(parity)``, which writes every piece's address
+    word :data:`PIECE_TABLE` | ``bits``), and ``write(parity)``, which writes every piece's address
     and size there, in the region of the call's parity, before the entry. The region
     is free then: a call that goes single-copy stages nothing (the rule is the
     counts', and a root knows them all)."""
@@ -81,7 +88,7 @@ def piece_table(arena: Arena, pieces: Sequence[np.ndarray]) -> tuple[tuple[int, 
         for i, (address, nbytes) in enumerate(table):
             _PIECE.pack_into(region, i * _PIECE.size, address, nbytes)
 
-    return (0, len(table) * _PIECE.size, PIECE_TABLE), write
+    return (0, len(table) * _PIECE.size, PIECE_TABLE | bits), write
 
 
 Body = Callable[[list[int], Peers], None]
@@ -104,25 +111,33 @@ class SingleCopy:
     phases: int = 1  # the body's own barriers (signal/wait of phases 1..) plus the last one
 
 
-#: The last field of a :class:`Reads` entry that writes instead of reading.
-WRITE = 1
+#: Bits of the fifth field of a :class:`Reads` entry: it writes instead of reading; it
+#: runs only if its rank exposed with / without :data:`SPLIT`.
+WRITE, IF_SPLIT, UNLESS_SPLIT = 1, 2, 4
 
 
 class Reads:
     """A :class:`SingleCopy` body of copies given as data: ``(q, offset, length, at)``
     copies ``length`` bytes at ``offset`` of rank q's exposed buffer (of ``mine`` when q
     is this rank) into ``dest[at:at + length]``; ``(q, offset, length, at, WRITE)`` the
-    other way, ``dest[at:at + length]`` into another rank q's exposed buffer at
-    ``offset``; in list order. Being data, not code, it runs in the compiled helper when
-    that was built (Arena.compiled_reads, one C call for the copies and the closing
-    round); calling it runs the same copies in Python, which also explains any
-    disagreement about the sizes."""
+    other way, ``dest[at:at + length]`` into q's exposed buffer (``mine``) at
+    ``offset``; :data:`IF_SPLIT` / :data:`UNLESS_SPLIT` in that fifth field: only if q
+    exposed with / without :data:`SPLIT`; a sixth field ``k`` names which of ``dest``'s
+    buffers (``dest`` a list of them: a gather or scatter root's pieces); a negative
+    ``offset`` is a position in
+    q's pieces of ``piece_bytes`` each (see :class:`Peers`); in list order. Being data,
+    not code, it runs in the compiled helper when that was built
+    (Arena.compiled_reads, one C call for the copies and the closing round); calling it
+    runs the same copies in Python, which also explains any disagreement about the
+    sizes. Every buffer is bytes (uint8) when Python runs it."""
 
-    __slots__ = ("dest", "mine", "me", "_reads")
+    __slots__ = ("dest", "mine", "me", "_reads", "piece_bytes")
 
-    def __init__(self, dest: np.ndarray, mine: np.ndarray, me: int,
-                 reads: Callable[[], tuple[tuple[int, int, int, int], ...]]) -> None:
+    def __init__(self, dest: np.ndarray | Sequence[np.ndarray], mine: np.ndarray, me: int,
+                 reads: Callable[[], tuple[tuple[int, ...], ...]], piece_bytes: int = 0
+                 ) -> None:
         self.dest, self.mine, self.me, self._reads = dest, mine, me, reads
+        self.piece_bytes = piece_bytes
 
     @property
     def reads(self) -> tuple[tuple[int, int, int, int], ...]:
@@ -130,14 +145,24 @@ class Reads:
         return self._reads()
 
     def __call__(self, _: list[int], peers: Peers) -> None:
-        dest, mine = self.dest, self.mine
-        for q, offset, length, at, *write in self.reads:
-            if write:
-                peers.write(q, dest[at:at + length], offset)
-            elif q == self.me:
-                dest[at:at + length] = mine[offset:offset + length]
+        dests = self.dest if isinstance(self.dest, (list, tuple)) else (self.dest,)
+        mine, piece_bytes = self.mine, self.piece_bytes
+        for q, offset, length, at, *more in self.reads:
+            flags, k = (more + [0, 0])[:2]
+            write = flags & WRITE
+            if flags & (IF_SPLIT | UNLESS_SPLIT) and not flags & (
+                    IF_SPLIT if q != self.me and peers.word(q) & SPLIT else UNLESS_SPLIT):
+                continue
+            local = dests[k][at:at + length]
+            if local.nbytes != length:
+                raise ValueError(f"a copy of {length} bytes at {at} of a buffer of "
+                                 f"{dests[k].nbytes}")
+            if q != self.me:
+                (peers.write if write else peers.read)(q, local, offset, piece_bytes)
+            elif write:
+                mine[offset:offset + length] = local
             else:
-                peers.read(q, dest[at:at + length], offset)
+                local[...] = mine[offset:offset + length]
 
 
 def exposing(arr: np.ndarray | None, meta: int = 0) -> tuple[int, int, int]:
@@ -163,16 +188,18 @@ def run(group: GroupView, body: Body, phases: int, counts: list[int], what: obje
     if fast is not None and phases == 1 and type(body) is Reads:
         try:
             status = fast(arena.seq, group._pids, body.dest, body.mine, body.reads, 1,
-                          arena.spin_ns)
+                          arena.spin_ns, body.piece_bytes)
         except OSError:
             status = None  # Python's reads below raise with the whole story
     finish(group, body, phases, counts, what, status)
 
 
-def run_reads(group: GroupView, seq: int, what: object, dest: np.ndarray, mine: np.ndarray,
-              reads: tuple[tuple[int, int, int, int], ...]) -> None:
+def run_reads(group: GroupView, seq: int, what: object, dest: np.ndarray | list[np.ndarray],
+              mine: np.ndarray, reads: tuple[tuple[int, ...], ...], piece_bytes: int = 0
+              ) -> None:
     """A :class:`Reads` body (``reads`` into ``dest``, from the peers' exposed buffers and
-    from ``mine``: any C-contiguous arrays, the offsets in bytes) and its closing round,
+    from ``mine``: any C-contiguous arrays, or for ``dest`` a list of them, the offsets in
+    bytes, negative ones positions in pieces of ``piece_bytes``) and its closing round,
     as :func:`run` runs it, for call ``seq`` (named ``what``) after a compiled entry: the
     compiled reads on the arrays as they are, and only when those do not finish (a late
     reader, an abort, a size disagreement) or where nothing was compiled, the call's
@@ -183,13 +210,19 @@ def run_reads(group: GroupView, seq: int, what: object, dest: np.ndarray, mine: 
     fast = arena.compiled_reads
     try:
         status = None if fast is None else fast(seq, group._pids, dest, mine, reads, 1,
-                                                arena.spin_ns)
+                                                arena.spin_ns, piece_bytes)
     except OSError:
         status = None  # Python's reads raise with the whole story
     if status != 0:
         arena.seq, arena.deadline, arena.what = seq, time.monotonic() + group.timeout, what
-        finish(group, Reads(dest.reshape(-1).view(np.uint8), mine.reshape(-1).view(np.uint8),
-                            group._rank, lambda: reads), 1, [], what, status)
+        dests = ([_bytes(d) for d in dest] if isinstance(dest, list) else _bytes(dest))
+        finish(group, Reads(dests, _bytes(mine), group._rank, lambda: reads, piece_bytes), 1,
+               [], what, status)
+
+
+def _bytes(arr: np.ndarray) -> np.ndarray:
+    """A C-contiguous array's bytes, flat (uint8), for Python's copies."""
+    return arr.reshape(-1).view(np.uint8)
 
 
 def finish(group: GroupView, body: Body, phases: int, counts: list[int], what: object,
@@ -208,10 +241,17 @@ def finish(group: GroupView, body: Body, phases: int, counts: list[int], what: o
     if status == 3:
         arena.check_abort()
 
-    def at(q: int, offset: int, length: int, verb: str) -> int:
-        """The address of bytes ``[offset, offset + length)`` of rank q's buffer."""
+    def at(q: int, offset: int, length: int, verb: str, piece_bytes: int = 0) -> int:
+        """The address of bytes ``[offset, offset + length)`` of rank q's buffer, or, for a
+        negative offset, of position ``-1 - offset`` in its pieces (see Peers)."""
+        if offset < 0:
+            i, within = divmod(-1 - offset, piece_bytes or 1)
+            if not piece_bytes or within + length > piece_bytes:
+                raise ValueError(f"{what}: {length} bytes at {within} of a piece of "
+                                 f"{piece_bytes}")
+            return piece(q, i, piece_bytes, verb) + within
         address, nbytes, _ = arena.exposed(q, seq)
-        if offset < 0 or offset + length > nbytes:
+        if offset + length > nbytes:
             raise MismatchError(
                 f"{what}: rank {group.global_ranks[group._rank]} would {verb} bytes "
                 f"{offset}..{offset + length} of rank {group.global_ranks[q]}'s buffer, "
@@ -221,7 +261,7 @@ def finish(group: GroupView, body: Body, phases: int, counts: list[int], what: o
     def piece(q: int, i: int, nbytes: int, verb: str) -> int:
         """The address of rank q's piece ``i``, which must hold ``nbytes``."""
         at_table, table_bytes, word = arena.exposed(q, seq)
-        if word != PIECE_TABLE:
+        if word & 3 != PIECE_TABLE:
             return at(q, i * nbytes, nbytes, verb)
         address, held = ((0, -1) if (i + 1) * _PIECE.size > table_bytes else
                          _PIECE.unpack_from(arena.small[q][seq & 1], at_table + i * _PIECE.size))
@@ -232,15 +272,13 @@ def finish(group: GroupView, body: Body, phases: int, counts: list[int], what: o
                 f"(the ranks disagree about the sizes)")
         return address
 
-    def read(q: int, dest: np.ndarray, offset: int = 0) -> None:
+    def read(q: int, dest: np.ndarray, offset: int = 0, piece_bytes: int = 0) -> None:
         if dest.nbytes:
-            address = (piece(q, -1 - offset, dest.nbytes, "read") if offset < 0
-                       else at(q, offset, dest.nbytes, "read"))
-            cma.read(pids[q], address, dest)
+            cma.read(pids[q], at(q, offset, dest.nbytes, "read", piece_bytes), dest)
 
-    def write(q: int, src: np.ndarray, offset: int = 0) -> None:
+    def write(q: int, src: np.ndarray, offset: int = 0, piece_bytes: int = 0) -> None:
         if src.nbytes:
-            cma.write(pids[q], at(q, offset, src.nbytes, "write"), src)
+            cma.write(pids[q], at(q, offset, src.nbytes, "write", piece_bytes), src)
 
     def write_piece(q: int, i: int, src: np.ndarray) -> None:
         address = piece(q, i, src.nbytes, "write")  # (checked even when src is empty)
@@ -248,7 +286,7 @@ def finish(group: GroupView, body: Body, phases: int, counts: list[int], what: o
             cma.write(pids[q], address, src)
 
     try:
-        body(counts, Peers(read, write, write_piece))
+        body(counts, Peers(read, write, write_piece, lambda q: arena.exposed(q, seq)[2]))
     except BaseException as exc:
         arena.abort(f"rank {group.global_ranks[group._rank]} failed in {what}: {exc}",
                     mismatch=isinstance(exc, MismatchError))
@@ -307,6 +345,69 @@ def broadcast_copies(nbytes: int, root: int, me: int, n: int) -> tuple[tuple[int
     # every part but mine (part `root` included)
     return tuple((root, bounds[k], bounds[k + 1] - bounds[k], bounds[k])
                  for k in rotation(me, n)[1:] if bounds[k + 1] > bounds[k])
+
+
+def scatter_copies(piece: int, root: int, me: int, n: int, split: bool = False
+                   ) -> tuple[tuple[int, ...], ...]:
+    """My copies (a :class:`Reads` list, ``piece_bytes`` = ``piece``) in the single-copy
+    scatter of ``piece`` bytes a rank. The root (``dest`` its n pieces, ``mine`` its out)
+    copies its own piece into its out while every other rank (``dest`` its out, which
+    it exposes) reads its piece straight from the root's exposed pieces; or, ``split``
+    (a root whose out is its own piece, which it exposes with :data:`SPLIT`), the root
+    writes part q of piece q into rank q's out while q reads the other parts, as a
+    broadcast does. Another rank's list holds both, run as the root's word says."""
+    # The root's own copy keeps its core busy: a share of the readers' on top made it the
+    # slowest (2 ranks, one job with MPICH, root writing none / a quarter / half of the
+    # reader's piece, us: 256 KiB 12.3 / 12.1 / 13.8, 1 MiB 74 / 90 / 145). Without it
+    # (in place), the root idles unless it takes a share.
+    bounds = [piece * k // n for k in range(n + 1)]
+    if me == root:
+        if split:
+            return tuple((q, bounds[q], bounds[q + 1] - bounds[q], bounds[q], WRITE, q)
+                         for q in rotation(me, n)[1:] if bounds[q + 1] > bounds[q])
+        return ((me, 0, piece, 0, WRITE, me),) if piece else ()
+    return _split_or_whole(piece, root, me, n, 0)
+
+
+def gather_copies(piece: int, root: int, me: int, n: int, split: bool = False
+                  ) -> tuple[tuple[int, ...], ...]:
+    """My copies (a :class:`Reads` list, ``piece_bytes`` = ``piece``) in the single-copy
+    gather of ``piece`` bytes a rank, :func:`scatter_copies` the other way: the root
+    (``dest`` its n pieces, ``mine`` its input) copies its input into its own piece while
+    every other rank (``dest`` its input, which it exposes) writes its piece straight
+    into the root's exposed pieces, all at once; or, ``split`` (a root whose input is
+    its own piece), the root reads part q of rank q's input while q writes the rest."""
+    # (not split otherwise either: 2 ranks, 1 MiB, 61 us with the root reading none, 100
+    # a quarter, 143 half)
+    bounds = [piece * k // n for k in range(n + 1)]
+    if me == root:
+        if split:
+            return tuple((q, bounds[q], bounds[q + 1] - bounds[q], bounds[q], 0, q)
+                         for q in rotation(me, n)[1:] if bounds[q + 1] > bounds[q])
+        return ((me, 0, piece, 0, 0, me),) if piece else ()
+    return _split_or_whole(piece, root, me, n, WRITE)
+
+
+def _split_or_whole(piece: int, root: int, me: int, n: int, write: int
+                    ) -> tuple[tuple[int, ...], ...]:
+    """A gather's or scatter's non-root copies (``write``: a gather's) of its piece, at
+    position ``me * piece`` of the root's pieces: whole, unless the root exposed with
+    :data:`SPLIT`; then every part but part ``me``, which the root moves."""
+    if not piece:
+        return ()
+    bounds = [piece * k // n for k in range(n + 1)]
+    at = me * piece
+    return ((root, -1 - at, piece, 0, write | UNLESS_SPLIT),) + tuple(
+        (root, -1 - (at + bounds[k]), bounds[k + 1] - bounds[k], bounds[k], write | IF_SPLIT)
+        for k in rotation(me, n)[1:] if bounds[k + 1] > bounds[k])
+
+
+def pieces_apart_fit(arena: Arena) -> bool:
+    """Whether a root's table of pieces fits its one-shot region: then every root of a
+    single-copy gather or scatter of equal pieces exposes them in place (as one buffer
+    or a table) and every rank copies by piece (:func:`gather_copies`,
+    :func:`scatter_copies`); the same on every rank, as the regions are."""
+    return arena.n * PIECE_BYTES <= arena.small_bytes
 
 
 def reduce_then_collect(arena: Arena, arr: np.ndarray, op: ops.ReduceOp, me: int, n: int
@@ -378,6 +479,11 @@ def gather(arena: Arena, root: int, mine: np.ndarray, outs: list[np.ndarray] | N
         exposure = exposing(mine)
 
     def move_pieces(counts: list[int], peers: Peers) -> None:
+        if _alike(counts, arena):  # as the lane runs it (compiled there)
+            piece = counts[0] * isz
+            Reads(outs if me == root else mine, mine, me,  # type: ignore[arg-type]
+                  lambda: gather_copies(piece, root, me, arena.n), piece)(counts, peers)
+            return
         word = arena.exposed(root, arena.seq)[2]
         if me == root:
             for q, out in enumerate(outs or ()):
@@ -385,7 +491,7 @@ def gather(arena: Arena, root: int, mine: np.ndarray, outs: list[np.ndarray] | N
                     out[:] = mine
                 elif word == 0:
                     peers.read(q, out)
-        elif word == PIECE_TABLE:
+        elif word & 3 == PIECE_TABLE:
             peers.write_piece(root, me, mine)
         elif word == 1:
             peers.write(root, mine, sum(counts[:me]) * isz)
@@ -401,15 +507,28 @@ def scatter(arena: Arena, out: np.ndarray, inp: np.ndarray | None, root: int, is
     publishes one: see ``TinyCallLane._scatter_single``)."""
 
     def read_piece(counts: list[int], peers: Peers) -> None:
+        if _alike(counts, arena):  # as the lane runs it (compiled there)
+            piece = counts[0] * isz
+            dest = (out if inp is None else
+                    [inp[q * piece:(q + 1) * piece] for q in range(arena.n)])
+            Reads(dest, out, me, lambda: scatter_copies(piece, root, me, arena.n),
+                  piece)(counts, peers)
+            return
         lo = sum(counts[:me]) * isz
         if inp is not None:
             out[:] = inp[lo:lo + out.nbytes]
-        elif arena.exposed(root, arena.seq)[2] == PIECE_TABLE:
-            peers.read(root, out, -1 - me)
         else:
             peers.read(root, out, lo)
 
     return read_piece
+
+
+def _alike(counts: list[int], arena: Arena) -> bool:
+    """Whether a single-copy gather or scatter runs the lane's copies (:func:`gather_copies`,
+    :func:`scatter_copies`, by piece), the same on every rank: equal pieces, and the
+    root's table of them fits its region (:func:`pieces_apart_fit`). Otherwise each rank
+    moves its piece from or into where the root's buffer holds it, by offset."""
+    return all(c == counts[0] for c in counts) and pieces_apart_fit(arena)
 
 
 def reduce_my_piece(inp: np.ndarray, lo: int, out: np.ndarray, op: ops.ReduceOp, me: int,

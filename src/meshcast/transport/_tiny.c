@@ -944,6 +944,44 @@ static PyObject *Round_oneshot(Round *self, PyObject *const *args, Py_ssize_t na
                              nargs == 10 ? &one : NULL);
 }
 
+/* The exposure's meta word of a table of pieces (paths/single_copy.py's PIECE_TABLE): its
+ * address is then an offset in the owner's one-shot region of the call's parity, where
+ * each piece's address and bytes lie (two uint64 an entry). */
+#define PIECE_TABLE 2
+/* A bit of the meta word: this root moves a part of every other rank's piece itself
+ * (paths/single_copy.py's SPLIT: a root with no piece of its own to copy), and the
+ * reads list's entries marked IF_SPLIT run instead of those marked UNLESS_SPLIT. */
+#define SPLIT 4
+#define IF_SPLIT 2
+#define UNLESS_SPLIT 4
+
+/* The table of pieces (paths/single_copy.py's piece_table) of a list of C-contiguous
+ * buffers: each one's address and bytes (two uint64), as bytes to stage at the start of
+ * my one-shot region; NULL with an exception if one is not a buffer or the table does
+ * not fit the region. The caller keeps the buffers alive for the call. */
+static PyObject *piece_table(Round *self, PyObject *pieces) {
+    Py_ssize_t k = PyList_GET_SIZE(pieces);
+    if (k * 16 > self->small_bytes) {
+        PyErr_SetString(PyExc_ValueError, "exposure: a table of pieces larger than a region");
+        return NULL;
+    }
+    PyObject *table = PyBytes_FromStringAndSize(NULL, k * 16);
+    if (table == NULL)
+        return NULL;
+    char *at = PyBytes_AS_STRING(table);
+    for (Py_ssize_t i = 0; i < k; i++) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(PyList_GET_ITEM(pieces, i), &view, PyBUF_C_CONTIGUOUS) < 0) {
+            Py_DECREF(table);
+            return NULL;
+        }
+        uint64_t entry[2] = {view.len ? (uint64_t)(uintptr_t)view.buf : 0, (uint64_t)view.len};
+        memcpy(at + i * 16, entry, 16);
+        PyBuffer_Release(&view);
+    }
+    return table;
+}
+
 /* rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset[, same[, like[,
  *         awaited, what]]]) -> status
  *
@@ -951,7 +989,9 @@ static PyObject *Round_oneshot(Round *self, PyObject *const *args, Py_ssize_t na
  * have published seq followed by tails[r] (the root's tail differs: it names its
  * pieces), with data staged (a buffer or a tuple or list of them, one after the other)
  * and exposure, None, (address, nbytes) or a C-contiguous buffer whose memory that
- * is, written as Arena.expose does. On
+ * is, written as Arena.expose does, or (pieces, bits), pieces a list of C-contiguous
+ * buffers (with data None): their table staged, and exposed with the word PIECE_TABLE |
+ * bits. On
  * status 0 the combine follows, as in oneshot; COPY_EACH (-3) copies every
  * rank's region into out[r], a tuple or list of one buffer per rank; COPY_COLUMN (-4)
  * copies bytes [offset, offset + L / n) of every rank's region into piece r of
@@ -990,7 +1030,25 @@ static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nar
         return NULL;
     uint64_t exposure[3] = {0, 0, 0};
     int exposing = args[4] != Py_None;
-    if (exposing && PyTuple_Check(args[4])) {
+    PyObject *data = args[2], *table = NULL;
+    if (exposing && PyTuple_Check(args[4]) && PyTuple_GET_SIZE(args[4]) == 2
+            && PyList_Check(PyTuple_GET_ITEM(args[4], 0))) {
+        /* (pieces, bits): a list of buffers apart in memory (a gather or scatter root's
+         * pieces): their table (see piece_at) is staged in my region, where nothing else
+         * is, and exposed with the word PIECE_TABLE | bits (SPLIT) */
+        uint64_t bits = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(args[4], 1));
+        if (PyErr_Occurred())
+            return NULL;
+        if (data != Py_None || (bits & ~(uint64_t)SPLIT)) {
+            PyErr_SetString(PyExc_ValueError, "a table of pieces: no data, bits SPLIT or 0");
+            return NULL;
+        }
+        if ((table = piece_table(self, PyTuple_GET_ITEM(args[4], 0))) == NULL)
+            return NULL;
+        data = table;
+        exposure[1] = (uint64_t)PyBytes_GET_SIZE(table);
+        exposure[2] = PIECE_TABLE | bits;
+    } else if (exposing && PyTuple_Check(args[4])) {
         if (PyTuple_GET_SIZE(args[4]) != 2) {
             PyErr_SetString(PyExc_ValueError, "exposure: (address, nbytes) or a buffer");
             return NULL;
@@ -1009,19 +1067,21 @@ static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nar
         PyBuffer_Release(&view);
     }
     OneSided one = {.awaited = -1, .what = NULL, .root = c.root};
+    PyObject *like_obj = nargs >= 11 ? args[10] : Py_None, *status = NULL;
     if (nargs == 13 && one_sided_args(self, args[11], args[12], same, &one) < 0)
-        return NULL;
-    OneSided *sided = nargs == 13 ? &one : NULL;
-    PyObject *like_obj = nargs >= 11 ? args[10] : Py_None;
-    if (like_obj == Py_None)
-        return round_and_combine(self, seq, 0, packed, args[2], spin_ns, tails,
-                                 exposing ? exposure : NULL, same, &c, NULL, sided);
-    if (like_obj != c.out) { /* (so the model costs no buffer request of its own) */
+        goto out;
+    if (like_obj != Py_None && like_obj != c.out) { /* (so the model costs no buffer
+                                                      * request of its own) */
         PyErr_SetString(PyExc_ValueError, "like: None, or out itself");
-        return NULL;
+        goto out;
     }
-    return round_and_combine(self, seq, 0, packed, args[2], spin_ns, tails,
-                             exposing ? exposure : NULL, same, &c, &like_out, sided);
+    status = round_and_combine(self, seq, 0, packed, data, spin_ns, tails,
+                               exposing ? exposure : NULL, same, &c,
+                               like_obj == Py_None ? NULL : &like_out,
+                               nargs == 13 ? &one : NULL);
+out:
+    Py_XDECREF(table);
+    return status;
 }
 
 /* ------------------------------------------------------------ single copy
@@ -1038,19 +1098,25 @@ static void exposed(Round *s, Py_ssize_t r, int parity, uint64_t *address, uint6
     memcpy(nbytes, at + 8, 8);
 }
 
+/* The meta word rank r exposed with its buffer. */
+static uint64_t exposed_meta(Round *s, Py_ssize_t r, int parity) {
+    uint64_t meta;
+    memcpy(&meta, fingerprint(s, r, parity) + s->fp_size + 16, 8);
+    return meta;
+}
+
+/* One copy of a reads list, resolved before any byte moves. */
 typedef struct {
-    Py_ssize_t q, offset, length, at;
-    int write; /* 1: dest[at:at + length] into q's exposed buffer at offset */
+    Py_ssize_t q;      /* the other side: a rank, or this rank (mine) */
+    char *local;       /* in one of dest's buffers */
+    uint64_t remote;   /* the address on q's side (in mine when q is this rank) */
+    Py_ssize_t length;
+    int write;         /* 1: local -> remote; 0: remote -> local */
 } Read;
 
-/* The exposure's meta word of a table of pieces (paths/single_copy.py's PIECE_TABLE): its
- * address is then an offset in the owner's one-shot region of the call's parity, where
- * each piece's address and bytes lie (two uint64 an entry). */
-#define PIECE_TABLE 2
-
-/* Where piece i of rank q's exposure lies (a read's offset -1 - i): at i * length in its
- * buffer, or where the entry i of its table says (meta PIECE_TABLE), which must hold
- * length bytes. 1 with *from set, or 0 when the piece is not there. */
+/* Where piece i of rank q's exposure lies: at i * length in its buffer, or where the
+ * entry i of its table says (meta PIECE_TABLE), which must hold length bytes. 1 with
+ * *from set, or 0 when the piece is not there. */
 static int piece_at(Round *s, Py_ssize_t q, int parity, Py_ssize_t i, Py_ssize_t length,
                     uint64_t *from) {
     uint64_t address, nbytes, meta;
@@ -1059,7 +1125,7 @@ static int piece_at(Round *s, Py_ssize_t q, int parity, Py_ssize_t i, Py_ssize_t
     memcpy(&nbytes, tail + 8, 8);
     memcpy(&meta, tail + 16, 8);
     uint64_t entry = (uint64_t)i * 16;
-    if (meta == PIECE_TABLE) {
+    if ((meta & 3) == PIECE_TABLE) {
         if (entry + 16 > nbytes || address > (uint64_t)s->small_bytes ||
                 entry + 16 > (uint64_t)s->small_bytes - address)
             return 0;
@@ -1077,52 +1143,90 @@ static int piece_at(Round *s, Py_ssize_t q, int parity, Py_ssize_t i, Py_ssize_t
     return 1;
 }
 
-/* reads(seq, pids, dest, mine, reads, phase, spin_ns) -> status
+/* Where bytes [offset, offset + length) of rank q's exposure lie: at offset of the
+ * buffer it exposed, or, for a negative offset -1 - p, at position p of its pieces
+ * of piece_bytes each laid end to end (piece p / piece_bytes, wherever piece_at finds
+ * it; the bytes must not cross the piece's end). 1 with *from set, 0 if not there. */
+static int exposed_at(Round *s, Py_ssize_t q, int parity, Py_ssize_t offset, Py_ssize_t length,
+                      Py_ssize_t piece_bytes, uint64_t *from) {
+    if (offset >= 0) {
+        uint64_t address, nbytes;
+        exposed(s, q, parity, &address, &nbytes);
+        if ((uint64_t)offset + (uint64_t)length > nbytes)
+            return 0;
+        *from = address + (uint64_t)offset;
+        return 1;
+    }
+    Py_ssize_t p = -1 - offset, within;
+    if (piece_bytes <= 0)
+        return 0;
+    within = p % piece_bytes;
+    if (within + length > piece_bytes || !piece_at(s, q, parity, p / piece_bytes, piece_bytes,
+                                                   from))
+        return 0;
+    *from += (uint64_t)within;
+    return 1;
+}
+
+/* reads(seq, pids, dest, mine, reads, phase, spin_ns[, piece_bytes]) -> status
  *
- * reads: a tuple of (q, offset, length, at): copy length bytes at byte offset of
- * rank q's exposed buffer into dest[at:at + length] (q == this rank: a memmove
- * from the buffer mine); a negative offset -1 - i reads q's piece i instead (see
- * piece_at: a scatter root's list, apart in memory or not). A 5-tuple (q, offset,
- * length, at, 1) writes instead: dest[at:at + length] into rank q's exposed buffer at
- * offset (q another rank, offset not negative; a single-copy broadcast's root writes
- * each reader's part while the reader reads the others). Then signal phase and
- * wait for everyone's, as run() does. Status: 0 done; 2 done but someone is not there yet (Python
- * waits); 3 the group was aborted (nothing read); 4 a read lies outside what its
- * owner exposed or outside dest (nothing read: Python's reads explain the
+ * dest: a C-contiguous buffer, or a tuple or list of them (a gather root's pieces, a
+ * scatter root's). reads: a tuple of (q, offset, length, at[, flags[, k]]) (k: which of
+ * dest's buffers, 0 by default): copy length bytes at byte offset of rank q's exposed
+ * buffer into dest[k][at:at + length]; with flags bit 1 (write) the other way,
+ * dest[k][at:at + length] into q's exposed buffer at offset (a single-copy broadcast's
+ * root writes part of each reader's while the reader reads the others). IF_SPLIT /
+ * UNLESS_SPLIT: only if q exposed with / without the word's SPLIT bit (a gather or
+ * scatter root with no piece of its own to copy moves part of each rank's piece
+ * itself, the others the rest). q this rank: the same with the buffer
+ * mine instead of an exposed one (a memmove). A negative offset -1 - p of another rank
+ * lies at position p of its pieces laid end to end, piece_bytes each (see exposed_at: a
+ * gather or scatter root's list, apart in memory or not). Then signal phase and wait
+ * for everyone's, as run() does. Status: 0 done; 2 done but someone is not there yet
+ * (Python waits); 3 the group was aborted (nothing read); 4 a copy lies outside what its
+ * owner exposed or outside its buffer here (nothing copied: Python's reads explain the
  * disagreement). A failed process_vm_readv raises OSError, as cma.read does.
  */
 static PyObject *Round_reads(Round *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "reads(seq, pids, dest, mine, reads, phase, spin_ns)");
+    if (nargs != 7 && nargs != 8) {
+        PyErr_SetString(PyExc_TypeError,
+                        "reads(seq, pids, dest, mine, reads, phase, spin_ns[, piece_bytes])");
         return NULL;
     }
     unsigned long long seq = PyLong_AsUnsignedLongLong(args[0]);
     long phase = PyLong_AsLong(args[5]);
     unsigned long long spin_ns = PyLong_AsUnsignedLongLong(args[6]);
+    Py_ssize_t piece_bytes = nargs == 8 ? PyLong_AsSsize_t(args[7]) : 0;
     if (PyErr_Occurred())
         return NULL;
-    PyObject *pids = args[1], *list = args[4];
+    PyObject *pids = args[1], *list = args[4], *dests = args[2];
     if (!PyTuple_Check(pids) || PyTuple_GET_SIZE(pids) != self->n || !PyTuple_Check(list)) {
         PyErr_SetString(PyExc_ValueError, "pids: a tuple of one pid per rank; reads: a tuple");
         return NULL;
     }
     if (__atomic_load_n((uint32_t *)self->base, __ATOMIC_ACQUIRE))
         return PyLong_FromLong(3);
-    Py_buffer dest, mine;
-    if (PyObject_GetBuffer(args[2], &dest, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
-        return NULL;
-    if (PyObject_GetBuffer(args[3], &mine, PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&dest);
-        return NULL;
-    }
+    int many = PyTuple_Check(dests) || PyList_Check(dests);
+    Py_ssize_t held = 0, kinds = many ? PySequence_Fast_GET_SIZE(dests) : 1;
     Py_ssize_t count = PyTuple_GET_SIZE(list);
+    Py_buffer mine = {0}, stack[STAGE_HELD], *dest = stack;
     Read *todo = PyMem_Malloc(sizeof(Read) * (size_t)(count ? count : 1));
     pid_t *pid = PyMem_Malloc(sizeof(pid_t) * (size_t)self->n);
     int status = 0, parity = (int)(seq & 1);
-    if (todo == NULL || pid == NULL) {
+    PyObject *result = NULL;
+    if (kinds > STAGE_HELD)
+        dest = PyMem_Malloc(sizeof(Py_buffer) * (size_t)kinds);
+    if (todo == NULL || pid == NULL || dest == NULL) {
         PyErr_NoMemory();
         goto fail;
     }
+    for (; held < kinds; held++) {
+        PyObject *d = many ? PySequence_Fast_GET_ITEM(dests, held) : dests;
+        if (PyObject_GetBuffer(d, &dest[held], PyBUF_C_CONTIGUOUS) < 0)
+            goto fail;
+    }
+    if (PyObject_GetBuffer(args[3], &mine, PyBUF_C_CONTIGUOUS) < 0)
+        goto fail;
     for (Py_ssize_t r = 0; r < self->n; r++) {
         pid[r] = (pid_t)PyLong_AsLong(PyTuple_GET_ITEM(pids, r));
     }
@@ -1130,63 +1234,74 @@ static PyObject *Round_reads(Round *self, PyObject *const *args, Py_ssize_t narg
         PyObject *t = PyTuple_GET_ITEM(list, i);
         Read *rd = &todo[i];
         Py_ssize_t arity = PyTuple_Check(t) ? PyTuple_GET_SIZE(t) : 0;
-        if (arity != 4 && arity != 5) {
-            PyErr_SetString(PyExc_ValueError,
-                            "a read is (q, offset, length, at), a write (q, offset, length, at, 1)");
+        if (arity < 4 || arity > 6) {
+            PyErr_SetString(PyExc_ValueError, "a copy is (q, offset, length, at[, write[, k]])");
             goto fail;
         }
-        rd->write = arity == 5 && PyObject_IsTrue(PyTuple_GET_ITEM(t, 4));
+        long flags = arity >= 5 ? PyLong_AsLong(PyTuple_GET_ITEM(t, 4)) : 0;
+        rd->write = (int)(flags & 1);
         rd->q = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 0));
-        rd->offset = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 1));
+        Py_ssize_t offset = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 1));
         rd->length = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 2));
-        rd->at = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 3));
+        Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 3));
+        Py_ssize_t k = arity == 6 ? PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 5)) : 0;
         if (PyErr_Occurred())
             goto fail;
-        if (rd->q < 0 || rd->q >= self->n || (rd->write && rd->q == self->rank)) {
-            PyErr_SetString(PyExc_ValueError, "a read names no rank (a write no other rank)");
+        if (rd->q < 0 || rd->q >= self->n || k < 0 || k >= kinds) {
+            PyErr_SetString(PyExc_ValueError, "a copy names no rank, or no buffer of dest");
             goto fail;
         }
-        uint64_t address, nbytes = (uint64_t)mine.len;
-        if (rd->q != self->rank)
-            exposed(self, rd->q, parity, &address, &nbytes);
-        int piece = rd->offset < 0 && rd->q != self->rank && !rd->write;
-        if (piece && rd->length >= 0 &&
-                !piece_at(self, rd->q, parity, -1 - rd->offset, rd->length, &address))
-            piece = -1;
-        if (piece < 0 || (rd->offset < 0 && !piece) || rd->length < 0 || rd->at < 0
-                || (!piece && (uint64_t)rd->offset + (uint64_t)rd->length > nbytes)
-                || rd->at + rd->length > dest.len) {
+        if (flags & (IF_SPLIT | UNLESS_SPLIT)) { /* as q's exposure says */
+            int split = rd->q != self->rank && (exposed_meta(self, rd->q, parity) & SPLIT);
+            if (!(flags & (split ? IF_SPLIT : UNLESS_SPLIT))) {
+                rd->length = 0;
+                rd->q = self->rank; /* (nothing to move) */
+                rd->local = NULL;
+                continue;
+            }
+        }
+        Py_buffer *local = &dest[k];
+        /* the side written into must be writable (an error of the caller's, not a
+         * disagreement between ranks) */
+        if ((rd->write ? rd->q == self->rank && mine.readonly : local->readonly)) {
+            PyErr_SetString(PyExc_ValueError, "a copy into a read-only buffer");
+            goto fail;
+        }
+        int there;
+        if (rd->q == self->rank) {
+            there = offset >= 0 && offset + rd->length <= mine.len;
+            rd->remote = (uint64_t)(uintptr_t)mine.buf + (uint64_t)offset;
+        } else {
+            there = exposed_at(self, rd->q, parity, offset, rd->length, piece_bytes,
+                               &rd->remote);
+        }
+        if (!there || rd->length < 0 || at < 0 || at + rd->length > local->len) {
             status = 4;
             goto done;
         }
+        rd->local = (char *)local->buf + at;
     }
-    if (PyErr_Occurred())
-        goto fail;
     int err = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < count && !err; i++) {
         Read *rd = &todo[i];
-        char *to = (char *)dest.buf + rd->at;
-        if (rd->q == self->rank) {
-            memmove(to, (char *)mine.buf + rd->offset, (size_t)rd->length);
+        char *remote = (char *)(uintptr_t)rd->remote;
+        if (rd->length == 0)
             continue;
-        }
-        uint64_t address, nbytes;
-        char *from;
-        if (rd->offset < 0) {  /* a piece: checked above */
-            piece_at(self, rd->q, parity, -1 - rd->offset, rd->length, &address);
-            from = (char *)(uintptr_t)address;
-        } else {
-            exposed(self, rd->q, parity, &address, &nbytes);
-            from = (char *)(uintptr_t)(address + (uint64_t)rd->offset);
+        if (rd->q == self->rank) {
+            if (rd->write)
+                memmove(remote, rd->local, (size_t)rd->length);
+            else
+                memmove(rd->local, remote, (size_t)rd->length);
+            continue;
         }
         Py_ssize_t done = 0;
         while (done < rd->length && !err) {
             /* the kernel may copy less than asked (e.g. across many pages): go on */
-            struct iovec mine = {to + done, (size_t)(rd->length - done)};
-            struct iovec theirs = {from + done, (size_t)(rd->length - done)};
-            ssize_t got = rd->write ? process_vm_writev(pid[rd->q], &mine, 1, &theirs, 1, 0)
-                                    : process_vm_readv(pid[rd->q], &mine, 1, &theirs, 1, 0);
+            struct iovec here = {rd->local + done, (size_t)(rd->length - done)};
+            struct iovec theirs = {remote + done, (size_t)(rd->length - done)};
+            ssize_t got = rd->write ? process_vm_writev(pid[rd->q], &here, 1, &theirs, 1, 0)
+                                    : process_vm_readv(pid[rd->q], &here, 1, &theirs, 1, 0);
             if (got <= 0)
                 err = got < 0 ? errno : EIO;
             else
@@ -1207,17 +1322,17 @@ static PyObject *Round_reads(Round *self, PyObject *const *args, Py_ssize_t narg
     Py_END_ALLOW_THREADS
     status = ok ? 0 : 2;
 done:
-    PyMem_Free(todo);
-    PyMem_Free(pid);
-    PyBuffer_Release(&dest);
-    PyBuffer_Release(&mine);
-    return PyLong_FromLong(status);
+    result = PyLong_FromLong(status);
 fail:
     PyMem_Free(todo);
     PyMem_Free(pid);
-    PyBuffer_Release(&dest);
-    PyBuffer_Release(&mine);
-    return NULL;
+    if (mine.obj != NULL)
+        PyBuffer_Release(&mine);
+    for (Py_ssize_t h = 0; h < held; h++)
+        PyBuffer_Release(&dest[h]);
+    if (dest != stack)
+        PyMem_Free(dest);
+    return result;
 }
 
 /* alike(pieces, like, writable) -> bool: whether pieces is a list of n objects of
@@ -1356,8 +1471,9 @@ static PyMethodDef Round_methods[] = {
     {"alike", (PyCFunction)(void (*)(void))Round_alike, METH_FASTCALL,
      "alike(pieces, like, writable) -> bool: a list of n arrays like like (see the source)."},
     {"reads", (PyCFunction)(void (*)(void))Round_reads, METH_FASTCALL,
-     "reads(seq, pids, dest, mine, reads, phase, spin_ns) -> status: single-copy reads from (and "
-     "writes into) the peers' exposed buffers, then a round (see single copy in the source)."},
+     "reads(seq, pids, dest, mine, reads, phase, spin_ns[, piece_bytes]) -> status: single-copy "
+     "reads from (and writes into) the peers' exposed buffers, then a round (see single copy in "
+     "the source)."},
     {NULL, NULL, 0, NULL},
 };
 
