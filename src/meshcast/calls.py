@@ -316,7 +316,7 @@ def scatter(m: Machinery, out_flat: np.ndarray, in_flat: np.ndarray | None, root
     staged = oneshot.scatter(m.arena, root, me, out, inp, isz,
                              lambda total, largest: _fast.scatter_oneshot(m.caps, total, largest),
                              max(expected_counts) * isz if expected_counts else 0)
-    # (the others expose their out: a root in place writes a part of each, scatter_copies)
+    # (the others expose their out: a root in place writes a part of each, rooted_copies)
     single = SingleCopy(exposing(inp if me == root else out), single_copy.fits(m.caps, isz),
                         single_copy.scatter(m.arena, out, inp, root, isz, me))
     return m.submit("scatter", fp,

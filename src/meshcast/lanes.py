@@ -1085,11 +1085,11 @@ class TinyCallLane:
     def _gather_single(self, inp: np.ndarray, outs: list[np.ndarray] | None, plan: tuple
                        ) -> bool:
         """gather where it goes single-copy (``_select.gather_oneshot``): the general
-        path's single-copy gather (paths.single_copy.gather_copies: every rank writes
-        most of its piece straight into the root's list, exposed where it lies as a
-        table of pieces, while the root reads the rest), from the lane's compiled entry
-        on, the copies and their closing round one compiled call. Any disagreement is
-        handed over to the general path after the entry."""
+        path's single-copy gather (paths.single_copy.rooted_copies: every rank writes its
+        piece straight into the root's list, exposed where it lies as a table of pieces;
+        a root in place reads part of each), from the lane's compiled entry on, the
+        copies and their closing round one compiled call. Any disagreement is handed
+        over to the general path after the entry."""
         tails, root, _, at_root = plan[:4]
         group = self.group
         return self._rooted_single(
@@ -1105,8 +1105,8 @@ class TinyCallLane:
         group's next call: the compiled entry with every rank's fingerprint ``tails``,
         exposing ``exposed`` (the root's list of pieces as their table, with the word's
         SPLIT bit if ``split``, another rank's array), then my ``copies``
-        (paths.single_copy.gather_copies or scatter_copies, between ``exposed`` and
-        ``mine``; the root's ``split`` ones if so) with their closing round; a legal call
+        (paths.single_copy.rooted_copies, between ``exposed`` and ``mine``; the root's
+        ``split`` ones if so) with their closing round; a legal call
         the lane does not finish (uneven pieces) goes to ``hand_over(seq, counts)`` after
         the entry."""
         group = self.group
@@ -1115,8 +1115,7 @@ class TinyCallLane:
         what = self._whats[kind]
         bits = single_copy.SPLIT if split else 0
         if split:  # (a root's own list, known only now)
-            copies = (single_copy.gather_copies if kind == "gather" else
-                      single_copy.scatter_copies)(piece, root, root, group._size, True)
+            copies = single_copy.rooted_copies(kind, piece, root, root, group._size, True)
 
         def run(seq: int) -> None:
             if fast is None:  # Python exposes, as the general path does
@@ -1276,11 +1275,11 @@ class TinyCallLane:
     def _scatter_single(self, out: np.ndarray, ins: list[np.ndarray] | None, plan: tuple
                         ) -> bool:
         """scatter where it goes single-copy (``_select.scatter_oneshot``): the general
-        path's single-copy scatter (paths.single_copy.scatter_copies: the root exposes
-        its list where it lies, as a table of pieces, and writes a part of each rank's
-        piece into that rank's out while the rank reads the rest), from the lane's
-        compiled entry on, the copies and their closing round one compiled call. Any
-        disagreement is handed over to the general path after the entry."""
+        path's single-copy scatter (paths.single_copy.rooted_copies: the root exposes its
+        list where it lies, as a table of pieces, and every other rank reads its piece
+        from there; a root in place writes part of each into that rank's out), from the
+        lane's compiled entry on, the copies and their closing round one compiled call.
+        Any disagreement is handed over to the general path after the entry."""
         tails, root, _, at_root = plan[:4]
         group = self.group
         n = group._size
@@ -1854,9 +1853,8 @@ class TinyCallLane:
                                    and _fast.single_copy(group.caps, arr.nbytes)
                                    and single_copy.pieces_apart_fit(group.arena))):
             return False
-        copies = None if not single else (
-            single_copy.gather_copies if kind == "gather" else single_copy.scatter_copies)(
-                arr.nbytes, root, group._rank, n)
+        copies = (single_copy.rooted_copies(kind, arr.nbytes, root, group._rank, n) if single
+                  else None)
         tails = tuple(self._tail(kind, False, dtype=dtype.name, root=root, count=arr.size,
                                  extra=counts_hash((arr.size,) * n) if q == root else 0)
                       for q in range(n))

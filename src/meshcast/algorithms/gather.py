@@ -271,7 +271,7 @@ def cma(plan: Plan) -> Iterator[Round]:
     writes its piece there: the same bytes, the same writes. A root whose input is
     its own piece of the list (in place) has nothing of its own to copy: it says so
     in its exposure (``single_copy.SPLIT``) and reads part q of rank q's piece while q
-    writes the rest (``single_copy.gather_copies``), which this schedule leaves out.
+    writes the rest (``single_copy.rooted_copies``), which this schedule leaves out.
     """
     me, root = plan.rank, plan.root
     d = displs(piece_counts(plan))

@@ -229,7 +229,7 @@ def cma(plan: Plan) -> Iterator[Round]:
     A root whose output is its own piece of its list (in place) has nothing of its
     own to copy: it says so in its exposure (``single_copy.SPLIT``) and writes part q
     of rank q's piece into q's output while q reads the rest
-    (``single_copy.scatter_copies``), which this schedule leaves out.
+    (``single_copy.rooted_copies``), which this schedule leaves out.
     """
     me, root = plan.rank, plan.root
     d = displs(piece_counts(plan))

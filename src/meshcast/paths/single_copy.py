@@ -124,12 +124,11 @@ class Reads:
     ``offset``; :data:`IF_SPLIT` / :data:`UNLESS_SPLIT` in that fifth field: only if q
     exposed with / without :data:`SPLIT`; a sixth field ``k`` names which of ``dest``'s
     buffers (``dest`` a list of them: a gather or scatter root's pieces); a negative
-    ``offset`` is a position in
-    q's pieces of ``piece_bytes`` each (see :class:`Peers`); in list order. Being data,
-    not code, it runs in the compiled helper when that was built
-    (Arena.compiled_reads, one C call for the copies and the closing round); calling it
-    runs the same copies in Python, which also explains any disagreement about the
-    sizes. Every buffer is bytes (uint8) when Python runs it."""
+    ``offset`` is a position in q's pieces of ``piece_bytes`` each (see :class:`Peers`);
+    in list order. Being data, not code, it runs in the compiled helper when that was
+    built (Arena.compiled_reads, one C call for the copies and the closing round);
+    calling it runs the same copies in Python, which also explains any disagreement
+    about the sizes. Every buffer is bytes (uint8) when Python runs it."""
 
     __slots__ = ("dest", "mine", "me", "_reads", "piece_bytes")
 
@@ -140,7 +139,7 @@ class Reads:
         self.piece_bytes = piece_bytes
 
     @property
-    def reads(self) -> tuple[tuple[int, int, int, int], ...]:
+    def reads(self) -> tuple[tuple[int, ...], ...]:
         """The list, built when the call runs (all_to_all's offsets are known only then)."""
         return self._reads()
 
@@ -261,7 +260,7 @@ def finish(group: GroupView, body: Body, phases: int, counts: list[int], what: o
     def piece(q: int, i: int, nbytes: int, verb: str) -> int:
         """The address of rank q's piece ``i``, which must hold ``nbytes``."""
         at_table, table_bytes, word = arena.exposed(q, seq)
-        if word & 3 != PIECE_TABLE:
+        if word & ~SPLIT != PIECE_TABLE:
             return at(q, i * nbytes, nbytes, verb)
         address, held = ((0, -1) if (i + 1) * _PIECE.size > table_bytes else
                          _PIECE.unpack_from(arena.small[q][seq & 1], at_table + i * _PIECE.size))
@@ -338,75 +337,59 @@ def broadcast_copies(nbytes: int, root: int, me: int, n: int) -> tuple[tuple[int
     # Reader q's copy is split in n parts: the root writes part q into it while q
     # reads the others, so the root's core works too (at 2 ranks each side copies
     # half: about twice as fast as the reader copying it all).
-    bounds = [nbytes * k // n for k in range(n + 1)]
     if me == root:
-        return tuple((q, bounds[q], bounds[q + 1] - bounds[q], bounds[q], WRITE)
-                     for q in rotation(me, n)[1:] if bounds[q + 1] > bounds[q])
+        return _parts(nbytes, n, rotation(me, n)[1:], lambda q, lo, length: (
+            q, lo, length, lo, WRITE))
     # every part but mine (part `root` included)
-    return tuple((root, bounds[k], bounds[k + 1] - bounds[k], bounds[k])
-                 for k in rotation(me, n)[1:] if bounds[k + 1] > bounds[k])
+    return _parts(nbytes, n, rotation(me, n)[1:], lambda _, lo, length: (
+        root, lo, length, lo))
 
 
-def scatter_copies(piece: int, root: int, me: int, n: int, split: bool = False
-                   ) -> tuple[tuple[int, ...], ...]:
-    """My copies (a :class:`Reads` list, ``piece_bytes`` = ``piece``) in the single-copy
-    scatter of ``piece`` bytes a rank. The root (``dest`` its n pieces, ``mine`` its out)
-    copies its own piece into its out while every other rank (``dest`` its out, which
-    it exposes) reads its piece straight from the root's exposed pieces; or, ``split``
-    (a root whose out is its own piece, which it exposes with :data:`SPLIT`), the root
-    writes part q of piece q into rank q's out while q reads the other parts, as a
-    broadcast does. Another rank's list holds both, run as the root's word says."""
-    # The root's own copy keeps its core busy: a share of the readers' on top made it the
-    # slowest (2 ranks, one job with MPICH, root writing none / a quarter / half of the
-    # reader's piece, us: 256 KiB 12.3 / 12.1 / 13.8, 1 MiB 74 / 90 / 145). Without it
-    # (in place), the root idles unless it takes a share.
-    bounds = [piece * k // n for k in range(n + 1)]
-    if me == root:
-        if split:
-            return tuple((q, bounds[q], bounds[q + 1] - bounds[q], bounds[q], WRITE, q)
-                         for q in rotation(me, n)[1:] if bounds[q + 1] > bounds[q])
-        return ((me, 0, piece, 0, WRITE, me),) if piece else ()
-    return _split_or_whole(piece, root, me, n, 0)
+def _parts(nbytes: int, n: int, which: Sequence[int],
+           copy: Callable[[int, int, int], tuple[int, ...]]) -> tuple[tuple[int, ...], ...]:
+    """``copy(k, lo, length)`` for each part k in ``which`` of ``nbytes`` cut in ``n``
+    parts (part k is ``[lo, lo + length)``), empty parts left out: a reader-split copy,
+    where the root moves part q of reader q's bytes and q the others."""
+    bounds = [nbytes * k // n for k in range(n + 1)]
+    return tuple(copy(k, bounds[k], bounds[k + 1] - bounds[k]) for k in which
+                 if bounds[k + 1] > bounds[k])
 
 
-def gather_copies(piece: int, root: int, me: int, n: int, split: bool = False
+def rooted_copies(kind: str, piece: int, root: int, me: int, n: int, split: bool = False
                   ) -> tuple[tuple[int, ...], ...]:
     """My copies (a :class:`Reads` list, ``piece_bytes`` = ``piece``) in the single-copy
-    gather of ``piece`` bytes a rank, :func:`scatter_copies` the other way: the root
-    (``dest`` its n pieces, ``mine`` its input) copies its input into its own piece while
-    every other rank (``dest`` its input, which it exposes) writes its piece straight
-    into the root's exposed pieces, all at once; or, ``split`` (a root whose input is
-    its own piece), the root reads part q of rank q's input while q writes the rest."""
-    # (not split otherwise either: 2 ranks, 1 MiB, 61 us with the root reading none, 100
-    # a quarter, 143 half)
-    bounds = [piece * k // n for k in range(n + 1)]
+    gather or scatter (``kind``) of ``piece`` bytes a rank.
+
+    The root (``dest`` its n pieces, ``mine`` its gather input or scatter out) copies
+    its own piece between the two while every other rank (``dest`` its array, which
+    it exposes) moves its whole piece straight into (gather) or out of (scatter) the
+    root's exposed pieces. ``split`` (a root whose array is its own piece, which it
+    exposes with :data:`SPLIT`): the root moves part q of rank q's piece itself while
+    q moves the other parts, as a broadcast splits. Another rank's list holds both,
+    run as the root's word says."""
+    # Not split otherwise: the root's own copy keeps its core busy, and a share of the
+    # others' on top made it the slowest (2 ranks, one job with MPICH, root moving none /
+    # a quarter / half of the other's piece, us: scatter 256 KiB 12.3 / 12.1 / 13.8,
+    # 1 MiB 74 / 90 / 145; gather 1 MiB 61 / 100 / 143).
+    root_writes = WRITE if kind == "scatter" else 0  # (the others the other way)
     if me == root:
         if split:
-            return tuple((q, bounds[q], bounds[q + 1] - bounds[q], bounds[q], 0, q)
-                         for q in rotation(me, n)[1:] if bounds[q + 1] > bounds[q])
-        return ((me, 0, piece, 0, 0, me),) if piece else ()
-    return _split_or_whole(piece, root, me, n, WRITE)
-
-
-def _split_or_whole(piece: int, root: int, me: int, n: int, write: int
-                    ) -> tuple[tuple[int, ...], ...]:
-    """A gather's or scatter's non-root copies (``write``: a gather's) of its piece, at
-    position ``me * piece`` of the root's pieces: whole, unless the root exposed with
-    :data:`SPLIT`; then every part but part ``me``, which the root moves."""
+            return _parts(piece, n, rotation(me, n)[1:], lambda q, lo, length: (
+                q, lo, length, lo, root_writes, q))
+        return ((me, 0, piece, 0, root_writes, me),) if piece else ()
     if not piece:
         return ()
-    bounds = [piece * k // n for k in range(n + 1)]
-    at = me * piece
-    return ((root, -1 - at, piece, 0, write | UNLESS_SPLIT),) + tuple(
-        (root, -1 - (at + bounds[k]), bounds[k + 1] - bounds[k], bounds[k], write | IF_SPLIT)
-        for k in rotation(me, n)[1:] if bounds[k + 1] > bounds[k])
+    at, flags = me * piece, root_writes ^ WRITE  # (at: my piece among the root's)
+    return ((root, -1 - at, piece, 0, flags | UNLESS_SPLIT),) + _parts(
+        piece, n, rotation(me, n)[1:], lambda _, lo, length: (
+            root, -1 - (at + lo), length, lo, flags | IF_SPLIT))
 
 
 def pieces_apart_fit(arena: Arena) -> bool:
     """Whether a root's table of pieces fits its one-shot region: then every root of a
     single-copy gather or scatter of equal pieces exposes them in place (as one buffer
-    or a table) and every rank copies by piece (:func:`gather_copies`,
-    :func:`scatter_copies`); the same on every rank, as the regions are."""
+    or a table) and every rank copies by piece (:func:`rooted_copies`); the same on
+    every rank, as the regions are."""
     return arena.n * PIECE_BYTES <= arena.small_bytes
 
 
@@ -479,10 +462,11 @@ def gather(arena: Arena, root: int, mine: np.ndarray, outs: list[np.ndarray] | N
         exposure = exposing(mine)
 
     def move_pieces(counts: list[int], peers: Peers) -> None:
-        if _alike(counts, arena):  # as the lane runs it (compiled there)
+        if _equal_pieces(counts, arena):  # as the lane runs it (compiled there)
             piece = counts[0] * isz
             Reads(outs if me == root else mine, mine, me,  # type: ignore[arg-type]
-                  lambda: gather_copies(piece, root, me, arena.n), piece)(counts, peers)
+                  lambda: rooted_copies("gather", piece, root, me, arena.n), piece)(counts,
+                                                                                     peers)
             return
         word = arena.exposed(root, arena.seq)[2]
         if me == root:
@@ -491,7 +475,7 @@ def gather(arena: Arena, root: int, mine: np.ndarray, outs: list[np.ndarray] | N
                     out[:] = mine
                 elif word == 0:
                     peers.read(q, out)
-        elif word & 3 == PIECE_TABLE:
+        elif word & ~SPLIT == PIECE_TABLE:
             peers.write_piece(root, me, mine)
         elif word == 1:
             peers.write(root, mine, sum(counts[:me]) * isz)
@@ -507,11 +491,11 @@ def scatter(arena: Arena, out: np.ndarray, inp: np.ndarray | None, root: int, is
     publishes one: see ``TinyCallLane._scatter_single``)."""
 
     def read_piece(counts: list[int], peers: Peers) -> None:
-        if _alike(counts, arena):  # as the lane runs it (compiled there)
+        if _equal_pieces(counts, arena):  # as the lane runs it (compiled there)
             piece = counts[0] * isz
             dest = (out if inp is None else
                     [inp[q * piece:(q + 1) * piece] for q in range(arena.n)])
-            Reads(dest, out, me, lambda: scatter_copies(piece, root, me, arena.n),
+            Reads(dest, out, me, lambda: rooted_copies("scatter", piece, root, me, arena.n),
                   piece)(counts, peers)
             return
         lo = sum(counts[:me]) * isz
@@ -523,11 +507,11 @@ def scatter(arena: Arena, out: np.ndarray, inp: np.ndarray | None, root: int, is
     return read_piece
 
 
-def _alike(counts: list[int], arena: Arena) -> bool:
-    """Whether a single-copy gather or scatter runs the lane's copies (:func:`gather_copies`,
-    :func:`scatter_copies`, by piece), the same on every rank: equal pieces, and the
-    root's table of them fits its region (:func:`pieces_apart_fit`). Otherwise each rank
-    moves its piece from or into where the root's buffer holds it, by offset."""
+def _equal_pieces(counts: list[int], arena: Arena) -> bool:
+    """Whether a single-copy gather or scatter runs the lane's copies (:func:`rooted_copies`,
+    by piece), the same on every rank: equal pieces, and the root's table of them fits
+    its region (:func:`pieces_apart_fit`). Otherwise each rank moves its piece from or
+    into where the root's buffer holds it, by offset."""
     return all(c == counts[0] for c in counts) and pieces_apart_fit(arena)
 
 

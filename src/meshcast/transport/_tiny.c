@@ -1119,13 +1119,10 @@ typedef struct {
  * *from set, or 0 when the piece is not there. */
 static int piece_at(Round *s, Py_ssize_t q, int parity, Py_ssize_t i, Py_ssize_t length,
                     uint64_t *from) {
-    uint64_t address, nbytes, meta;
-    const char *tail = fingerprint(s, q, parity) + s->fp_size;
-    memcpy(&address, tail, 8);
-    memcpy(&nbytes, tail + 8, 8);
-    memcpy(&meta, tail + 16, 8);
+    uint64_t address, nbytes;
+    exposed(s, q, parity, &address, &nbytes);
     uint64_t entry = (uint64_t)i * 16;
-    if ((meta & 3) == PIECE_TABLE) {
+    if ((exposed_meta(s, q, parity) & ~(uint64_t)SPLIT) == PIECE_TABLE) {
         if (entry + 16 > nbytes || address > (uint64_t)s->small_bytes ||
                 entry + 16 > (uint64_t)s->small_bytes - address)
             return 0;
