@@ -20,7 +20,7 @@ setup(
         # optional too: without it, mpi4py runs the across-hosts agreement's exchange
         # of rows on persistent requests (transport/mpi_rows.py).
         Extension("meshcast.transport._mpi_rows", ["src/meshcast/transport/_mpi_rows.c"],
-                  depends=["src/meshcast/transport/_fold.h"],
+                  depends=["src/meshcast/transport/_fold.h", "src/meshcast/transport/_copy.h"],
                   extra_compile_args=["-O3", "-std=gnu11", "-ffp-contract=off"], optional=True),
     ],
 )

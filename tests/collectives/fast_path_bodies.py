@@ -1283,3 +1283,80 @@ def single_copy_broadcasts() -> list[str]:
     except dist.MismatchError as exc:
         verdict = f"mismatch: {'count' in str(exc)}"
     return seen + [verdict]
+
+
+def _at_distance(distance: int, count: int, dtype: Any = np.float32) -> np.ndarray:
+    """A contiguous array of ``count`` elements whose address is ``distance`` bytes past
+    a 4 KiB boundary, filled with -1: copied out of a page-aligned region, its copy's
+    destination lies that far past the source modulo 4 KiB."""
+    itemsize = np.dtype(dtype).itemsize
+    base = np.full(count + 4096 // itemsize + 1, -1, dtype)
+    skip = ((distance - base.__array_interface__["data"][0]) % 4096) // itemsize
+    return base[skip:skip + count]
+
+
+def short_distance_copies() -> list[str]:
+    """One-shot broadcast, all_gather, gather, scatter and all_to_all, and blocking
+    send/recv through the ring, on float32 arrays lying 4-60 bytes past a 4 KiB boundary
+    (each rank its own distance): the compiled copies take a vector loop at 4-12 instead
+    of the string move (_copy.h, short distances); byte counts from 1 KiB to 48 KiB,
+    none a multiple of 64, so the loop's tail counts too. Checked against the data
+    sent. Returns the paths seen."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    seen = []
+    for k, count in enumerate((257, 1023, 4099, 12_285)):  # float32: 1028 B .. 48 KiB
+        d = (4, 8, 12, 20, 36, 60)[(k + 2 * r) % 6]
+        root = k % n
+        want = _value(root, k, count).astype(np.float32)
+        got = _at_distance(d, count)
+        if r == root:
+            got[:] = want
+        dist.broadcast(got, src=root)
+        seen.append(pg.last_algorithm)
+        np.testing.assert_array_equal(got, want, f"broadcast of {count} at distance {d}")
+        mine = _at_distance(60 - d, count)
+        mine[:] = _value(r, k, count)
+        out = _at_distance(d, count * n)
+        dist.all_gather_into_tensor(out, mine)
+        seen.append(pg.last_algorithm)
+        np.testing.assert_array_equal(
+            out, np.concatenate([_value(q, k, count).astype(np.float32) for q in range(n)]),
+            f"all_gather of {count} at distance {d}")
+        outs = [_at_distance(d + 4 * q, count) for q in range(n)] if r == root else None
+        dist.gather(mine, outs, dst=root)
+        seen.append(pg.last_algorithm)
+        for q, piece in enumerate(outs or ()):
+            np.testing.assert_array_equal(piece, _value(q, k, count).astype(np.float32),
+                                          f"gather of {count} from {q} at distance {d}")
+        ins = None
+        if r == root:
+            ins = [_at_distance(8, count) for _ in range(n)]
+            for q, piece in enumerate(ins):
+                piece[:] = _value(root, q, count)
+        part = _at_distance(d, count)
+        dist.scatter(part, ins, src=root)
+        seen.append(pg.last_algorithm)
+        np.testing.assert_array_equal(part, _value(root, r, count).astype(np.float32),
+                                      f"scatter of {count} at distance {d}")
+        each = max(count // n // 4, 1) * 4  # (whole rows for every rank)
+        inp = _at_distance(60 - d, each * n)
+        inp[:] = np.concatenate([_value(r, q, each) for q in range(n)])
+        swapped = _at_distance(d, each * n)
+        dist.all_to_all_single(swapped, inp)
+        seen.append(pg.last_algorithm)
+        np.testing.assert_array_equal(
+            swapped, np.concatenate([_value(q, r, each).astype(np.float32) for q in range(n)]),
+            f"all_to_all of {each} a peer at distance {d}")
+        if r < 2:  # a blocking pair through the ring, each way
+            ball = _at_distance(d, count)
+            if r == 0:
+                ball[:] = want
+                dist.send(ball, 1)
+                dist.recv(ball, 1)
+                np.testing.assert_array_equal(ball, want[::-1], "send/recv back")
+            else:
+                dist.recv(ball, 0)
+                np.testing.assert_array_equal(ball, want, f"recv at distance {d}")
+                dist.send(np.ascontiguousarray(ball[::-1]), 0)
+    return seen

@@ -213,6 +213,17 @@ def test_single_copy_broadcast_at_one_shot_sizes(single_copy, compiled):
         assert seen[-1] == "mismatch: True", seen
 
 
+@pytest.mark.parametrize("compiled", ["1", "0"])
+@pytest.mark.parametrize("n", [2, 3])
+def test_arrays_just_past_a_page_boundary(n, compiled):
+    # _copy.h: the compiled copies take a vector loop where the destination lies 1-15
+    # bytes past the source modulo 4 KiB (the string move slows down tenfold there on
+    # some CPUs). The same calls in Python (MESHCAST_COMPILED=0) check the body itself.
+    out = spawn_world(bodies.short_distance_copies, n, timeout=120,
+                      env={"MESHCAST_COMPILED": compiled})
+    assert _paths(out[0]) == {"oneshot"}, out[0]
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_pipelined_one_shot_copies(n):
     """Broadcast and scatter readers copy the root's region, and a gather root the

@@ -49,6 +49,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_copy.h"
+
 typedef int (*isend_fn)(const void *, int, intptr_t, int, int, intptr_t, void *);
 typedef int (*irecv_fn)(void *, int, intptr_t, int, int, intptr_t, void *);
 typedef int (*testall_fn)(int, void *, int *, void *);
@@ -327,7 +329,7 @@ static Py_ssize_t pack_rows(Rows *self, const Step *s) {
     for (Py_ssize_t k = 1; k < s->nrows; k++) {
         const char *row = row_at(self, s, k);
         Py_ssize_t len = row_length(self, row);
-        memcpy(first + at, row, len);
+        copy_bytes(first + at, row, len);
         at += len;
     }
     return total;
@@ -344,7 +346,7 @@ static void unpack_rows(Rows *self, const Step *s, Py_ssize_t count) {
         Py_ssize_t len = row_length(self, first + at);
         if (len > count - at)
             len = count - at;
-        memcpy(row_at(self, s, k), first + at, len);
+        copy_bytes(row_at(self, s, k), first + at, len);
         at += len;
     }
 }
@@ -632,11 +634,11 @@ static void combine_rows(Rows *self, Py_ssize_t n, Py_buffer *out, long code, Py
     if (out->len == 0)
         return;
     if (code == COPY_ROW) {
-        memcpy(out->buf, payload(self, row) + at, out->len);
+        copy_bytes(out->buf, payload(self, row) + at, out->len);
     } else if (code == COPY_ALL) {
         Py_ssize_t piece = out->len / n;
         for (Py_ssize_t r = 0; r < n; r++)
-            memcpy((char *)out->buf + r * piece, payload(self, r) + at, piece);
+            copy_bytes((char *)out->buf + r * piece, payload(self, r) + at, piece);
     } else {
         fold_rows(payload(self, 0) + at, self->cap, n, (int)(code / 8), (int)(code % 8),
                   out->buf, out->len / type_size[code / 8]);
@@ -707,7 +709,7 @@ static PyObject *Rows_eager(Rows *self, PyObject *const *args, Py_ssize_t nargs)
     memcpy(my, le, 8);
     memcpy(my + 8, head.buf, head.len);
     if (has_data)
-        memcpy(my + self->len_base, data.buf, data.len);
+        copy_bytes(my + self->len_base, data.buf, data.len);
     Py_ssize_t p = 0;
     Py_BEGIN_ALLOW_THREADS
     code_mpi = run_phases(self, &p, polls);
@@ -925,7 +927,7 @@ static int differ(const char *rows, Py_ssize_t stride, Py_ssize_t n, Py_ssize_t 
 static void fold_into(char *out, const char *rows, Py_ssize_t stride, Py_ssize_t n,
                       long code, Py_ssize_t bytes, Py_ssize_t itemsize) {
     if (n == 1)
-        memcpy(out, rows, bytes);
+        copy_bytes(out, rows, bytes);
     else
         fold_rows(rows, stride, n, (int)(code / 8), (int)(code % 8), out, bytes / itemsize);
 }
@@ -998,14 +1000,14 @@ static PyObject *fused(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ss
                 state = 2;
                 break;
             }
-            memcpy(parts + at * piece, work + start, piece);
+            copy_bytes(parts + at * piece, work + start, piece);
             fold_into(partial, parts, piece, L, code, piece, itemsize);
         } else if (step == 1) {
             if (differ(heads, k, H, rail_at, head, k)) {
                 state = 2;
                 break;
             }
-            memcpy(got + rail_at * mine, partial + own, mine);
+            copy_bytes(got + rail_at * mine, partial + own, mine);
             fold_into(dest, got, mine, H, code, mine, itemsize);
         }
     }
@@ -1069,7 +1071,7 @@ static PyObject *swap_rows(PyObject *Py_UNUSED(module), PyObject *const *args,
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t g = 0; g < members; g++) {
         memcpy(work + g * row, head, k);
-        memcpy(work + g * row + k, src + g * piece, piece);
+        copy_bytes(work + g * row + k, src + g * piece, piece);
     }
     int r = wait_requests(startall, testall, iprobe, (int)n, b[0].buf, b[1].buf, status_size,
                           comm, probe, any_source, 1, polls);
@@ -1085,9 +1087,9 @@ static PyObject *swap_rows(PyObject *Py_UNUSED(module), PyObject *const *args,
     } else {
         for (Py_ssize_t g = 0; g < members; g++)
             if (g != me)
-                memcpy(dst + g * piece, got + g * row + k, piece);
+                copy_bytes(dst + g * piece, got + g * row + k, piece);
         if (dst != src)
-            memcpy(dst + me * piece, src + me * piece, piece);
+            copy_bytes(dst + me * piece, src + me * piece, piece);
     }
     Py_END_ALLOW_THREADS
     result = Py_BuildValue("(ii)", state, error);

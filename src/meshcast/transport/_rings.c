@@ -58,9 +58,9 @@ static void ring_write(char *data, uint64_t size, uint64_t pos, const char *src,
 
 static void ring_read(const char *data, uint64_t size, uint64_t pos, char *dst, uint64_t n) {
     uint64_t start = pos % size, first = n < size - start ? n : size - start;
-    memcpy(dst, data + start, first);
+    copy_bytes(dst, data + start, first);
     if (first < n)
-        memcpy(dst + first, data, n - first);
+        copy_bytes(dst + first, data, n - first);
 }
 
 /* Bump the doorbell at `bell` and wake its owner's progress thread if it sleeps there

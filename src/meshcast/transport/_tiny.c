@@ -282,7 +282,7 @@ static Py_ssize_t pipe_copy(Round *s, Py_ssize_t r, int parity, uint64_t seq,
         if (staged > len)
             staged = len;
         if (staged > copied) {
-            memcpy(to + copied, from + copied, (size_t)(staged - copied));
+            copy_bytes(to + copied, from + copied, (size_t)(staged - copied));
             copied = staged;
             continue;
         }
@@ -551,7 +551,7 @@ static void pipe_copy_each(Round *s, int parity, uint64_t seq, uint64_t target, 
             if (staged > len)
                 staged = len;
             if (staged > done) {
-                memcpy((char *)e->outs->views[r].buf + done,
+                copy_bytes((char *)e->outs->views[r].buf + done,
                        region(s, r, parity) + e->off + done, (size_t)(staged - done));
                 e->copied[r] = staged;
                 moved = 1;
@@ -754,19 +754,19 @@ static void combine(Round *self, int parity, Outs *o, long code, Py_ssize_t root
     Py_buffer *out = &o->views[0];
     if (code == COPY_EACH) {
         for (Py_ssize_t r = 0; r < self->n; r++)
-            memcpy(o->views[r].buf, region(self, r, parity) + off, (size_t)o->views[r].len);
+            copy_bytes(o->views[r].buf, region(self, r, parity) + off, (size_t)o->views[r].len);
     } else if (out->len == 0) {
         return;
     } else if (code == COPY_ROOT) {
-        memcpy(out->buf, region(self, root, parity) + off, (size_t)out->len);
+        copy_bytes(out->buf, region(self, root, parity) + off, (size_t)out->len);
     } else if (code == COPY_ALL) {
         Py_ssize_t piece = out->len / self->n;
         for (Py_ssize_t r = 0; r < self->n; r++)
-            memcpy((char *)out->buf + r * piece, region(self, r, parity), (size_t)piece);
+            copy_bytes((char *)out->buf + r * piece, region(self, r, parity), (size_t)piece);
     } else if (code == COPY_COLUMN) { /* (mine too: the lane stages its own piece) */
         Py_ssize_t piece = out->len / self->n;
         for (Py_ssize_t r = 0; r < self->n; r++)
-            memcpy((char *)out->buf + r * piece, region(self, r, parity) + off, (size_t)piece);
+            copy_bytes((char *)out->buf + r * piece, region(self, r, parity) + off, (size_t)piece);
     } else {
         Py_ssize_t count = out->len / type_size[code / 8];
         int big = out->len >= (1 << 16); /* long enough to let other threads run */
@@ -886,16 +886,16 @@ static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const 
             status = 4; /* every fingerprint agrees, some region's layout differs */
     if (own_view.obj != NULL) { /* staged, so status 0: a one-sided round waits for nobody */
         if (status == 0) /* (looks_like: out's length; memmove: out may be this piece) */
-            memmove(outs.views[0].buf, own_view.buf, (size_t)own_view.len);
+            move_bytes(outs.views[0].buf, own_view.buf, (size_t)own_view.len);
         PyBuffer_Release(&own_view);
     } else if (status == 0 && (copied != NULL || mine.obj != NULL)) { /* gather's root */
         for (Py_ssize_t r = 0; r < self->n; r++) { /* the rest of every piece */
             Py_ssize_t done = r == self->rank || copied == NULL ? 0 : copied[r];
             Py_ssize_t len = outs.views[r].len;
             if (r == self->rank && mine.obj != NULL) /* (memmove: out may be inp itself) */
-                memmove(outs.views[r].buf, mine.buf, (size_t)len);
+                move_bytes(outs.views[r].buf, mine.buf, (size_t)len);
             else if (done < len)
-                memcpy((char *)outs.views[r].buf + done, region(self, r, parity) + c->off + done,
+                copy_bytes((char *)outs.views[r].buf + done, region(self, r, parity) + c->off + done,
                        (size_t)(len - done));
         }
     } else if (status == 0 && have_out && !(one != NULL && one->piped)) {
@@ -1287,9 +1287,9 @@ static PyObject *Round_reads(Round *self, PyObject *const *args, Py_ssize_t narg
             continue;
         if (rd->q == self->rank) {
             if (rd->write)
-                memmove(remote, rd->local, (size_t)rd->length);
+                move_bytes(remote, rd->local, (size_t)rd->length);
             else
-                memmove(rd->local, remote, (size_t)rd->length);
+                move_bytes(rd->local, remote, (size_t)rd->length);
             continue;
         }
         Py_ssize_t done = 0;
@@ -1406,7 +1406,7 @@ static PyObject *Round_splits(Round *self, PyObject *const *args, Py_ssize_t nar
     for (Py_ssize_t q = 0; q < n; q++) {
         const int64_t *h = (const int64_t *)region(self, q, parity);
         size_t len = (size_t)(own[2 * n + q] * isz);
-        memcpy(dst, region(self, q, parity) + head + h[me] * isz, len);
+        copy_bytes(dst, region(self, q, parity) + head + h[me] * isz, len);
         dst += len;
     }
     PyBuffer_Release(&out);
