@@ -17,7 +17,7 @@ piece of all_gather, gather and scatter, each rank's output of reduce_scatter, a
 the piece for each peer of all_to_all; barrier and the send/recv round trip run at
 the first size only. The ratio is meshcast's time over MPI's (below 1: meshcast
 faster); for a collective that moves data, that is MPI's busbw over meshcast's. "path" is what meshcast ran
-(``last_algorithm``) on rank 0.
+(``last_algorithm``) on rank 0, blank for send/recv.
 """
 
 from __future__ import annotations
@@ -135,7 +135,9 @@ def main() -> None:
                     best[i] = min(best[i], best_time(call, loops, comm))
             if comm.Get_rank() == 0:
                 group = dist.group.WORLD
-                path = (group.last_algorithm or "") if group is not None else ""
+                # (send/recv set no algorithm: the last collective's would show)
+                path = ("" if op == "sendrecv" or group is None
+                        else group.last_algorithm or "")
                 print(f"{op:>15} {nbytes:>9} {best[0] * 1e6:9.2f} {best[1] * 1e6:9.2f} "
                       f"{best[0] / best[1]:6.2f}  {path}", flush=True)
     dist.destroy_process_group()
