@@ -30,15 +30,11 @@ import numpy as np
 from mpi4py import MPI
 
 import meshcast as dist
+from meshcast.config import parse_size
 
 OPS = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all",
        "gather", "scatter", "barrier", "sendrecv")
 LATENCY_ONLY = ("barrier", "sendrecv")  # (sendrecv: a blocking round trip of ranks 0, 1)
-
-
-def size_of(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20}
-    return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
 
 
 def calls(op: str, nbytes: int, comm: MPI.Intracomm) -> tuple[Callable[[], object],
@@ -118,7 +114,7 @@ def main() -> None:
     dist.init_process_group()
     comm = MPI.COMM_WORLD
     n = comm.Get_size()
-    sizes = [size_of(s) for s in args.sizes.split(",")]
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
     if comm.Get_rank() == 0:
         print(f"{n} ranks, float32, hot buffers; us per call, best of 2 turns x 5 loops; "
               f"MPI: {MPI.Get_library_version().splitlines()[0]}")

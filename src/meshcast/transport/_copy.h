@@ -84,16 +84,12 @@ static inline void move_bytes(void *to, const void *from, size_t n) {
 /* A copy into shared memory another process reads. */
 static inline void copy_to_shared(void *to, const void *from, size_t n) {
 #if defined(__x86_64__)
-    if (n >= COPY_STRING_MIN) {
-        if (__builtin_expect(short_distance(to, from), 0)) {
-            copy_vectors(to, from, n);
-            return;
-        }
+    if (n >= COPY_STRING_MIN && __builtin_expect(!short_distance(to, from), 1)) {
         __asm__ __volatile__("rep movsb" : "+D"(to), "+S"(from), "+c"(n) : : "memory");
         return;
     }
 #endif
-    memcpy(to, from, n);
+    copy_bytes(to, from, n);
 }
 
 #endif
