@@ -1295,17 +1295,18 @@ def _at_distance(distance: int, count: int, dtype: Any = np.float32) -> np.ndarr
     return base[skip:skip + count]
 
 
-def short_distance_copies() -> list[str]:
-    """One-shot broadcast, all_gather, gather, scatter and all_to_all, and blocking
-    send/recv through the ring, on float32 arrays lying 4-60 bytes past a 4 KiB boundary
-    (each rank its own distance): the compiled copies take a vector loop at 4-12 instead
-    of the string move (_copy.h, short distances); byte counts from 1 KiB to 48 KiB,
-    none a multiple of 64, so the loop's tail counts too. Checked against the data
+def short_distance_copies(counts: tuple[int, ...] = (257, 1023, 4099, 12_285)) -> list[str]:
+    """Broadcast, all_gather, gather, scatter and all_to_all, and blocking send/recv, on
+    float32 arrays lying 4-60 bytes past a 4 KiB boundary (each rank its own distance):
+    at 4-12 the compiled copies take a vector loop instead of the string move, and the
+    kernel's copies (single-copy) go through a bounce buffer (_copy.h, short
+    distances). The default counts, 1 KiB to 48 KiB, run one-shot and through the ring;
+    none is a multiple of 64, so the loop's tail counts too. Checked against the data
     sent. Returns the paths seen."""
     r, n = dist.get_rank(), dist.get_world_size()
     pg = dist.group.WORLD
     seen = []
-    for k, count in enumerate((257, 1023, 4099, 12_285)):  # float32: 1028 B .. 48 KiB
+    for k, count in enumerate(counts):
         d = (4, 8, 12, 20, 36, 60)[(k + 2 * r) % 6]
         root = k % n
         want = _value(root, k, count).astype(np.float32)

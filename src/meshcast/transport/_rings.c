@@ -434,19 +434,10 @@ static PyObject *port_send(Port *self, PyObject *const *args, Py_ssize_t nargs) 
     return state == -2 ? NULL : PyLong_FromLong(state);
 }
 
-/* Copy n bytes at `address` in process `pid` into `dst` (the kernel may copy less than
- * asked: go on). 0 done, -1 refused (the peer is gone, or a bad address). */
+/* Copy n bytes at `address` in process `pid` into `dst`. 0 done, -1 refused (the peer
+ * is gone, or a bad address). */
 static int copy_from(long pid, uint64_t address, char *dst, uint64_t n) {
-    uint64_t done = 0;
-    while (done < n) {
-        struct iovec mine = {dst + done, n - done};
-        struct iovec theirs = {(void *)(uintptr_t)(address + done), n - done};
-        ssize_t got = process_vm_readv((pid_t)pid, &mine, 1, &theirs, 1, 0);
-        if (got <= 0)
-            return -1;
-        done += (uint64_t)got;
-    }
-    return 0;
+    return copy_across((pid_t)pid, dst, (uintptr_t)address, (size_t)n, 0) ? -1 : 0;
 }
 
 /* Under the lock, the quiet case: take the first message of the ring from the peer if
@@ -1032,7 +1023,35 @@ static PyTypeObject BatchType = {
     .tp_vectorcall_offset = offsetof(Batch, vectorcall),
 };
 
+/* copy_across(pid, address, buffer, write) -> 0 done, else an errno: buffer's bytes
+ * from address in process pid (write false), or to it (write true), without the GIL,
+ * through _copy.h's copy_across (a bounce buffer at short distances). cma.py's copies. */
+static PyObject *copy_across_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "copy_across(pid, address, buffer, write)");
+        return NULL;
+    }
+    long pid = PyLong_AsLong(args[0]);
+    unsigned long long address = PyLong_AsUnsignedLongLong(args[1]);
+    int write = PyObject_IsTrue(args[3]);
+    if (PyErr_Occurred() || write < 0)
+        return NULL;
+    Py_buffer local;
+    int flags = write ? PyBUF_C_CONTIGUOUS : PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE;
+    if (PyObject_GetBuffer(args[2], &local, flags) < 0)
+        return NULL;
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = copy_across((pid_t)pid, local.buf, (uintptr_t)address, (size_t)local.len, write);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&local);
+    return PyLong_FromLong(err);
+}
+
 static PyMethodDef methods[] = {
+    {"copy_across", (PyCFunction)(void (*)(void))copy_across_py, METH_FASTCALL,
+     "copy_across(pid, address, buffer, write) -> 0 done, else an errno."},
     {"put", (PyCFunction)(void (*)(void))put, METH_FASTCALL,
      "put(ring, size, bell, group, kind, tag, data) -> whether the message was written."},
     {"take", (PyCFunction)(void (*)(void))take, METH_FASTCALL,

@@ -1292,18 +1292,8 @@ static PyObject *Round_reads(Round *self, PyObject *const *args, Py_ssize_t narg
                 move_bytes(rd->local, remote, (size_t)rd->length);
             continue;
         }
-        Py_ssize_t done = 0;
-        while (done < rd->length && !err) {
-            /* the kernel may copy less than asked (e.g. across many pages): go on */
-            struct iovec here = {rd->local + done, (size_t)(rd->length - done)};
-            struct iovec theirs = {remote + done, (size_t)(rd->length - done)};
-            ssize_t got = rd->write ? process_vm_writev(pid[rd->q], &here, 1, &theirs, 1, 0)
-                                    : process_vm_readv(pid[rd->q], &here, 1, &theirs, 1, 0);
-            if (got <= 0)
-                err = got < 0 ? errno : EIO;
-            else
-                done += got;
-        }
+        err = copy_across(pid[rd->q], rd->local, (uintptr_t)remote, (size_t)rd->length,
+                          rd->write);
     }
     Py_END_ALLOW_THREADS
     if (err) {
