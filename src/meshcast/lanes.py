@@ -1053,9 +1053,11 @@ class TinyCallLane:
         calls queued behind it (as :meth:`_start`). None (nothing done): no compiled
         helper, a call the lane does not take, or the group busy: the general path."""
         plan = self._rooted("gather", inp, outs, dst)
-        if not plan or plan[8] or not inp.flags.c_contiguous or (
+        if not plan or not inp.flags.c_contiguous or (
                 plan[3] and not plan[5](outs, inp, True)):
             return None
+        if plan[8]:
+            return self._gather_single(inp, outs, plan, async_op=True)
         tails, root, _, at_root, cma = plan[:5]
         group = self.group
         arena = group.arena
@@ -1082,25 +1084,28 @@ class TinyCallLane:
         fifo.leave_inline(None)
         return Work.finished(what)
 
-    def _gather_single(self, inp: np.ndarray, outs: list[np.ndarray] | None, plan: tuple
-                       ) -> bool:
+    def _gather_single(self, inp: np.ndarray, outs: list[np.ndarray] | None, plan: tuple,
+                       async_op: bool = False) -> Any:
         """gather where it goes single-copy (``_select.gather_oneshot``): the general
         path's single-copy gather (paths.single_copy.rooted_copies: every rank writes its
         piece straight into the root's list, exposed where it lies as a table of pieces;
         a root in place reads part of each), from the lane's compiled entry on, the
         copies and their closing round one compiled call. Any disagreement is handed
-        over to the general path after the entry."""
+        over to the general path after the entry. ``async_op``: see
+        :meth:`_rooted_single`."""
         tails, root, _, at_root = plan[:4]
         group = self.group
         return self._rooted_single(
             "gather", tails, root, outs if at_root else inp, inp, plan[8], inp.nbytes,
             lambda seq, counts: group.gather(outs, inp.reshape(-1), root, inp.dtype.name,
                                              _nothing, entered=(seq, counts)),
-            _in_place(inp, outs[root]) if at_root else False)  # type: ignore[index]
+            _in_place(inp, outs[root]) if at_root else False,  # type: ignore[index]
+            async_op)
 
     def _rooted_single(self, kind: str, tails: tuple[bytes, ...], root: int, exposed: Any,
                        mine: np.ndarray, copies: tuple[tuple[int, ...], ...], piece: int,
-                       hand_over: Callable[[int, list[int]], None], split: bool) -> bool:
+                       hand_over: Callable[[int, list[int]], None], split: bool,
+                       async_op: bool = False) -> Any:
         """The single-copy gather or scatter (``kind``, ``piece`` bytes a rank) as the
         group's next call: the compiled entry with every rank's fingerprint ``tails``,
         exposing ``exposed`` (the root's list of pieces as their table, with the word's
@@ -1108,7 +1113,12 @@ class TinyCallLane:
         (paths.single_copy.rooted_copies, between ``exposed`` and ``mine``; the root's
         ``split`` ones if so) with their closing round; a legal call
         the lane does not finish (uneven pieces) goes to ``hand_over(seq, counts)`` after
-        the entry."""
+        the entry. Synchronous: True, or False (nothing done) while async work is
+        queued. With ``async_op``, as :meth:`_single_call`: the copies inline when every
+        rank was in within the spin time and ``piece`` is at most
+        :data:`_select.ASYNC_INLINE_MAX_BYTES`, else on the worker thread; behind queued
+        async work, the whole call queued; its Work, or None (nothing done) where
+        nothing was compiled."""
         group = self.group
         arena = group.arena
         fast = arena.compiled_rooted
@@ -1117,7 +1127,8 @@ class TinyCallLane:
         if split:  # (a root's own list, known only now)
             copies = single_copy.rooted_copies(kind, piece, root, root, group._size, True)
 
-        def run(seq: int) -> None:
+        def enter(seq: int) -> tuple[int | None, Callable[[], None]]:
+            """The entry of call ``seq``: its status, and the rest of the call."""
             if fast is None:  # Python exposes, as the general path does
                 if type(exposed) is list:
                     exposure, table = single_copy.piece_table(arena, exposed, bits)
@@ -1130,15 +1141,36 @@ class TinyCallLane:
                 status = fast(seq, tails, None, arena.spin_ns,
                               (exposed, bits) if type(exposed) is list else exposed, None, None,
                               root, 0)
-            counts = [] if status == 0 else arena.rooted_entry(
-                seq, tails, what, group.timeout, None, None, status, root, _ignore)
-            if counts:
-                hand_over(seq, counts)
-                return
-            group.last_algorithm = f"{kind}/cma"
-            single_copy.run_reads(group, seq, what, exposed, mine, copies, piece)
 
-        return self._inline(run)
+            def finish() -> None:
+                counts = [] if status == 0 else arena.rooted_entry(
+                    seq, tails, what, group.timeout, None, None, status, root, _ignore)
+                if counts:
+                    hand_over(seq, counts)
+                    return
+                group.last_algorithm = f"{kind}/cma"
+                single_copy.run_reads(group, seq, what, exposed, mine, copies, piece)
+
+            return status, finish
+
+        if not async_op:
+            return self._inline(lambda seq: enter(seq)[1]())
+        if fast is None:
+            return None
+        fifo = group.fifo
+        if not fifo.enter_inline():
+            queued = next(group._seq)
+            return fifo.submit(lambda: enter(queued)[1](), Work(what), inline=False)
+        try:
+            status, finish = enter(next(group._seq))
+            if status != 0 or piece > _fast.ASYNC_INLINE_MAX_BYTES:
+                return fifo.hand_over(finish, Work(what))
+            finish()
+        except BaseException as exc:
+            fifo.leave_inline(exc)
+            raise
+        fifo.leave_inline(None)
+        return Work.finished(what)
 
     def _gather_rest(self, seq: int, inp: np.ndarray, outs: list[np.ndarray] | None,
                      plan: tuple, exposure: Any, status: int | None) -> None:
@@ -1229,9 +1261,15 @@ class TinyCallLane:
         starts a gather; the worker finishes it with :meth:`_scatter_rest`. None
         (nothing done): the general path."""
         plan = self._rooted("scatter", out, ins, src)
-        if not plan or plan[8]:
+        if not plan:
             return None
         tails, root, _, at_root, cma, alike, mine, direct = plan[:8]
+        if plan[8]:
+            flags = out.flags
+            if not (flags.c_contiguous and flags.writeable and (
+                    not at_root or alike(ins, out, False))):
+                return None
+            return self._scatter_single(out, ins, plan, async_op=True)
         group = self.group
         arena = group.arena
         fast = arena.compiled_rooted
@@ -1272,14 +1310,15 @@ class TinyCallLane:
         fifo.leave_inline(None)
         return Work.finished(what)
 
-    def _scatter_single(self, out: np.ndarray, ins: list[np.ndarray] | None, plan: tuple
-                        ) -> bool:
+    def _scatter_single(self, out: np.ndarray, ins: list[np.ndarray] | None, plan: tuple,
+                        async_op: bool = False) -> Any:
         """scatter where it goes single-copy (``_select.scatter_oneshot``): the general
         path's single-copy scatter (paths.single_copy.rooted_copies: the root exposes its
         list where it lies, as a table of pieces, and every other rank reads its piece
         from there; a root in place writes part of each into that rank's out), from the
         lane's compiled entry on, the copies and their closing round one compiled call.
-        Any disagreement is handed over to the general path after the entry."""
+        Any disagreement is handed over to the general path after the entry.
+        ``async_op``: see :meth:`_rooted_single`."""
         tails, root, _, at_root = plan[:4]
         group = self.group
         n = group._size
@@ -1294,7 +1333,8 @@ class TinyCallLane:
 
         return self._rooted_single("scatter", tails, root, ins if at_root else out, out,
                                    plan[8], out.nbytes, hand_over,
-                                   _in_place(out, ins[root]) if at_root else False)  # type: ignore[index]
+                                   _in_place(out, ins[root]) if at_root else False,  # type: ignore[index]
+                                   async_op)
 
     def _scatter_rest(self, seq: int, out: np.ndarray, ins: Any, data: Any, plan: tuple,
                       exposure: Any, status: int | None) -> None:

@@ -644,8 +644,9 @@ def want_rs(r: int, n: int) -> np.ndarray:
 
 
 def async_past_one_shot(base: int) -> list[str]:
-    """all_gather_into_tensor, reduce_scatter_tensor and all_reduce with ``async_op=True``
-    past the one-shot sizes (``base`` elements a piece), which the lane runs single-copy,
+    """all_gather_into_tensor, reduce_scatter_tensor, gather, scatter and all_reduce with
+    ``async_op=True`` past the one-shot sizes (``base`` elements a piece), which the lane
+    runs single-copy,
     with the group's general forms made to fail: every rank in at once, inline and (a
     small _select.ASYNC_INLINE_MAX_BYTES) on the worker thread; one rank late; and
     rank 0's calls returning before rank 1, which waits for rank 0's message, is in.
@@ -667,10 +668,19 @@ def async_past_one_shot(base: int) -> list[str]:
         piece = np.zeros(base)
         works.append(dist.reduce_scatter_tensor(
             piece, np.repeat(full[r], 2)[::2] if strided else full[r].copy(), async_op=True))
+        root = n - 1
+        gathered = [np.zeros(base) for _ in range(n)] if r == root else None
+        works.append(dist.gather(inp, gathered, dst=root, async_op=True))
+        part = np.zeros(base)
+        works.append(dist.scatter(part, [_value(root, d, base) for d in range(n)]
+                                  if r == root else None, src=root, async_op=True))
         summed = np.concatenate([full[r], full[r]])
         works.append(dist.all_reduce(summed, async_op=True))
         for w in works:
             w.wait()
+        for q, got in enumerate(gathered or ()):
+            np.testing.assert_array_equal(got, _value(q, 0, base), f"gather from {q}")
+        np.testing.assert_array_equal(part, _value(root, r, base), "scatter")
         for q in range(n):
             np.testing.assert_array_equal(whole[q], _value(q, 0, base), f"all_gather {q}")
         np.testing.assert_array_equal(piece, np.add.reduce([f[r * base:(r + 1) * base]
@@ -683,6 +693,7 @@ def async_past_one_shot(base: int) -> list[str]:
         raise AssertionError("the general path ran")
 
     pg.all_gather = pg.reduce_scatter = pg.all_reduce = refuse  # instance attributes
+    pg.gather = pg.scatter = refuse
     inline = table.ASYNC_INLINE_MAX_BYTES
     try:
         for most in (1 << 40, 0):  # every call inline when all are in, then none
@@ -703,7 +714,7 @@ def async_past_one_shot(base: int) -> list[str]:
         np.testing.assert_array_equal(whole, [_value(q, 1, base) for q in range(n)])
     finally:
         table.ASYNC_INLINE_MAX_BYTES = inline
-        del pg.all_gather, pg.reduce_scatter, pg.all_reduce
+        del pg.all_gather, pg.reduce_scatter, pg.all_reduce, pg.gather, pg.scatter
     round_of(None, strided=r == 0)
     size = base + (1 if r == 1 else 0)
     try:

@@ -13,7 +13,8 @@ of its schedules, :data:`sweep.VARIANTS`) it runs
 * at 2 and 3 ranks, the fast-path table (:mod:`.table_bodies`): both sides of
   every threshold of ``algorithms/_select.fast_path``, plain and symmetric
   (``meshcast.empty``) buffers, the path that ran beside the one the table names;
-* at 3 ranks, the sweep again with ``async_op=True``, in two subgroups (roots by
+* at 3 ranks, the sweep again with ``async_op=True`` (past the one-shot sizes too),
+  in two subgroups (roots by
   group and by global rank), in a group with 4 KiB arena slots (every algorithm
   pipelines its chunks) and in a group without the compiled helper
   (``MESHCAST_COMPILED=0``: Python's one-shot rounds and single-copy reads).
@@ -80,7 +81,8 @@ def run(coll: str) -> dict[str, Any]:
         out["table"] = (table_bodies.run_table(False, kinds=(coll,))
                         + table_bodies.run_table(True, kinds=(coll,)))
     if n == EXTRAS_SIZE:
-        out["async"] = sweep.sweep(colls=colls, counts=(1, 300), async_op=True)
+        out["async"] = sweep.sweep(colls=colls, counts=(1, 300), async_op=True,
+                                   path_counts=True, path_ops=False)
         for phase, members in SUBGROUPS.items():
             out[phase] = sweep.sweep(colls=colls, members=members, counts=(0, 1, 300))
         out["4 KiB slots"] = _in_group_with({"MESHCAST_SLOT_BYTES": "4K"}, colls=colls,
@@ -139,7 +141,7 @@ def check(coll: str, n: int) -> None:
         # path (where the machine lets ranks read each other's memory); every API
         # function of the collective does
         want = {"oneshot", "cma"} if first["single copy"] and coll != "barrier" else {"oneshot"}
-        for phase in ("plain", "strided", "not compiled"):
+        for phase in ("plain", "strided", "async", "not compiled"):
             for label in labels(coll) if phase in first else ():
                 got = _paths(first[phase], label)
                 assert want <= got, f"{phase}: {label} ran {sorted(got)}, not all of {want}"
