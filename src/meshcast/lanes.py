@@ -331,11 +331,7 @@ class TinyCallLane:
         built), then ``rest(seq, agreed)``, ``agreed`` whether every rank's fingerprint is
         mine (else rest raises or hands over to the general path), with the call's
         state (seq, deadline, name) the arena's. Synchronous: all inline; True. With
-        ``async_op``: inline when every rank was in within the spin time and the call
-        moves at most :data:`_select.ASYNC_INLINE_MAX_BYTES`, else on the worker thread
-        (whose copies may overlap the caller's work), ahead of the calls queued behind
-        it; behind queued async work, the whole call queued behind that (in call order:
-        its sequence number taken now); its Work. False/None (nothing done): a
+        ``async_op``: :meth:`_async_single`'s Work. False/None (nothing done): a
         synchronous call while async work is queued, or an async one where nothing was
         compiled: the general path."""
         group = self.group
@@ -358,13 +354,10 @@ class TinyCallLane:
 
             return status, finish
 
-        if async_op and fast is None:
-            return None
+        if async_op:
+            return None if fast is None else self._async_single(enter, what, exposed.nbytes)
         if not fifo.enter_inline():
-            if not async_op:
-                return False
-            queued = next(group._seq)
-            return fifo.submit(lambda: enter(queued)[1](), Work(what), inline=False)
+            return False
         try:
             seq = next(group._seq)
             if fast is None:
@@ -372,16 +365,37 @@ class TinyCallLane:
                 rest(seq, arena.packed_enter(seq, _SEQ.pack(seq) + tail, what,
                                              time.monotonic() + group.timeout))
             else:
-                status, finish = enter(seq)
-                if async_op and (status != 0 or
-                                 exposed.nbytes > _fast.ASYNC_INLINE_MAX_BYTES):
-                    return fifo.hand_over(finish, Work(what))
-                finish()
+                enter(seq)[1]()
         except BaseException as exc:
             fifo.leave_inline(exc)
             raise
         fifo.leave_inline(None)
-        return Work.finished(what) if async_op else True
+        return True
+
+    def _async_single(self, enter: Callable[[int], tuple[int | None, Callable[[], None]]],
+                      what: str, nbytes: int) -> Work:
+        """An async single-copy call as the group's next: ``enter(seq)`` runs its compiled
+        entry and returns its status and the rest of the call. The rest runs inline when
+        every rank was in within the spin time and ``nbytes``, what the call moves, is at
+        most :data:`_select.ASYNC_INLINE_MAX_BYTES`, else on the worker thread (whose copies
+        may overlap the caller's work), ahead of the calls queued behind it; behind
+        queued async work, the whole call is queued behind that (in call order: its
+        sequence number taken now). Its Work."""
+        group = self.group
+        fifo = group.fifo
+        if not fifo.enter_inline():
+            queued = next(group._seq)
+            return fifo.submit(lambda: enter(queued)[1](), Work(what), inline=False)
+        try:
+            status, finish = enter(next(group._seq))
+            if status != 0 or nbytes > _fast.ASYNC_INLINE_MAX_BYTES:
+                return fifo.hand_over(finish, Work(what))
+            finish()
+        except BaseException as exc:
+            fifo.leave_inline(exc)
+            raise
+        fifo.leave_inline(None)
+        return Work.finished(what)
 
     def reduce(self, arr: np.ndarray, op: Any, dst: int) -> bool:
         """:meth:`ProcessGroup.reduce` of ``arr`` into global rank ``dst`` (in place there)."""
@@ -1114,11 +1128,8 @@ class TinyCallLane:
         ``split`` ones if so) with their closing round; a legal call
         the lane does not finish (uneven pieces) goes to ``hand_over(seq, counts)`` after
         the entry. Synchronous: True, or False (nothing done) while async work is
-        queued. With ``async_op``, as :meth:`_single_call`: the copies inline when every
-        rank was in within the spin time and ``piece`` is at most
-        :data:`_select.ASYNC_INLINE_MAX_BYTES`, else on the worker thread; behind queued
-        async work, the whole call queued; its Work, or None (nothing done) where
-        nothing was compiled."""
+        queued. With ``async_op``: :meth:`_async_single`'s Work (``piece`` bytes moved),
+        or None (nothing done) where nothing was compiled."""
         group = self.group
         arena = group.arena
         fast = arena.compiled_rooted
@@ -1155,22 +1166,7 @@ class TinyCallLane:
 
         if not async_op:
             return self._inline(lambda seq: enter(seq)[1]())
-        if fast is None:
-            return None
-        fifo = group.fifo
-        if not fifo.enter_inline():
-            queued = next(group._seq)
-            return fifo.submit(lambda: enter(queued)[1](), Work(what), inline=False)
-        try:
-            status, finish = enter(next(group._seq))
-            if status != 0 or piece > _fast.ASYNC_INLINE_MAX_BYTES:
-                return fifo.hand_over(finish, Work(what))
-            finish()
-        except BaseException as exc:
-            fifo.leave_inline(exc)
-            raise
-        fifo.leave_inline(None)
-        return Work.finished(what)
+        return None if fast is None else self._async_single(enter, what, piece)
 
     def _gather_rest(self, seq: int, inp: np.ndarray, outs: list[np.ndarray] | None,
                      plan: tuple, exposure: Any, status: int | None) -> None:
