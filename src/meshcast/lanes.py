@@ -1200,19 +1200,14 @@ class TinyCallLane:
         if not at_root and ins is not None:
             return False
         if single:
-            flags = out.flags
-            if not (flags.c_contiguous and flags.writeable and (
-                    not at_root or alike(ins, out, False))):
+            if not _scatter_fits(out, ins, at_root, alike):
                 return False
             return self._scatter_single(out, ins, plan)
         group = self.group
         arena = group.arena
         fast = arena.compiled_rooted
-        if fast is None:  # (else the compiled entry checks: see below)
-            flags = out.flags
-            if not (flags.c_contiguous and flags.writeable and (
-                    not at_root or alike(ins, out, False))):
-                return False
+        if fast is None and not _scatter_fits(out, ins, at_root, alike):
+            return False  # (else the compiled entry checks: see below)
         fifo = group.fifo
         if not fifo.enter_inline():  # queued async work goes first: the general path
             return False
@@ -1261,9 +1256,7 @@ class TinyCallLane:
             return None
         tails, root, _, at_root, cma, alike, mine, direct = plan[:8]
         if plan[8]:
-            flags = out.flags
-            if not (flags.c_contiguous and flags.writeable and (
-                    not at_root or alike(ins, out, False))):
+            if not _scatter_fits(out, ins, at_root, alike):
                 return None
             return self._scatter_single(out, ins, plan, async_op=True)
         group = self.group
@@ -1271,10 +1264,8 @@ class TinyCallLane:
         fast = arena.compiled_rooted
         if fast is None:
             return None
-        if direct:
-            flags = out.flags
-            if not (flags.c_contiguous and flags.writeable and alike(ins, out, False)):
-                return None
+        if direct and not _scatter_fits(out, ins, at_root, alike):
+            return None
         fifo = group.fifo
         if not fifo.enter_inline():
             return None
@@ -1900,6 +1891,14 @@ class TinyCallLane:
                 group._rank * arr.nbytes,
                 kind == "scatter" and at_root and arr.nbytes >= _fast.SCATTER_ROOT_DIRECT_BYTES,
                 copies)
+
+
+def _scatter_fits(out: np.ndarray, ins: Any, at_root: bool, alike: Callable[..., bool]
+                  ) -> bool:
+    """Whether a scatter's ``out`` is C-contiguous and writable and, at the root, its list
+    ``ins`` holds pieces like it (the plan's check ``alike``)."""
+    flags = out.flags
+    return flags.c_contiguous and flags.writeable and (not at_root or alike(ins, out, False))
 
 
 def _in_place(arr: np.ndarray, piece: np.ndarray) -> bool:

@@ -33,6 +33,7 @@ import meshcast as dist
 from meshcast._fingerprint import Fingerprint
 from meshcast.errors import CommTimeout, GroupAbortedError, MismatchError, PeerGoneError
 from meshcast.testing.world import spawn_world
+from meshcast.transport import compiled_helper
 from meshcast.transport.arena import Arena
 from meshcast.transport.segment import Segment
 from meshcast.transport.shm import KIND_COLL, KIND_P2P, Handle, ShmTransport
@@ -272,10 +273,8 @@ def check_blocking_fast_path_around_the_ring() -> str:
     everything to the general path. Every message arrives whole and in order, on
     both paths, and the fast path really carried most of them (each message is
     answered, so the ring always has room)."""
-    import meshcast.transport.shm as shm_module
-
     report = []
-    built = shm_module._compiled_rings() is not None
+    built = compiled_helper("_rings") is not None
     for mode in ("port", "compiled", "python") if built else ("python",):
         with shm() as t:
             if mode == "python":
@@ -358,9 +357,7 @@ def check_a_blocking_send_waits_for_room_while_the_peer_copies_out() -> str | No
     message still takes while the receiver copies it out, then writes the message
     whole; without one (isend's look) it gives up at once. Compiled helper only:
     the Python path always looks once."""
-    import meshcast.transport.shm as shm_module
-
-    if shm_module._compiled_rings() is None:
+    if compiled_helper("_rings") is None:
         return "no compiled ring helper"
     me, peer = dist.get_rank(), 1 - dist.get_rank()
     nbytes = RING * 3 // 4
@@ -428,9 +425,7 @@ def check_compiled_batch_both_ways_and_its_late_fins() -> str | None:
     progress pass took that FIN first."""
     import itertools
 
-    import meshcast.transport.shm as shm_module
-
-    if shm_module._compiled_rings() is None:
+    if compiled_helper("_rings") is None:
         return "no compiled ring helper"
     if dist.group.WORLD.transport.cma_min_bytes == 0:
         dist.barrier()

@@ -434,12 +434,6 @@ static PyObject *port_send(Port *self, PyObject *const *args, Py_ssize_t nargs) 
     return state == -2 ? NULL : PyLong_FromLong(state);
 }
 
-/* Copy n bytes at `address` in process `pid` into `dst`. 0 done, -1 refused (the peer
- * is gone, or a bad address). */
-static int copy_from(long pid, uint64_t address, char *dst, uint64_t n) {
-    return copy_across((pid_t)pid, dst, (uintptr_t)address, (size_t)n, 0) ? -1 : 0;
-}
-
 /* Under the lock, the quiet case: take the first message of the ring from the peer if
  * it is the address of the one `tag` names, `out->len` bytes (shm.py's single-copy
  * message): copy it straight out of the sender's memory, then answer with the FIN
@@ -468,12 +462,12 @@ static int port_take_address(Port *self, Py_buffer *out, int64_t tag) {
         return queued < 0 ? -2 : -1;
     if (!has_room(self->out_ring, self->size, HEADER))
         return -1;
-    int failed;
+    int failed;  /* (the peer is gone, or a bad address) */
     char *dst = out->buf;
-    uint64_t n = (uint64_t)out->len;
-    long pid = self->pid;
+    size_t n = (size_t)out->len;
+    pid_t pid = (pid_t)self->pid;
     Py_BEGIN_ALLOW_THREADS
-    failed = copy_from(pid, where[0], dst, n);
+    failed = copy_across(pid, dst, (uintptr_t)where[0], n, 0);
     Py_END_ALLOW_THREADS
     if (failed)
         return -1;

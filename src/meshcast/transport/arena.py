@@ -44,10 +44,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import _wait, config
+from .. import _wait
 from .._fingerprint import SIZE as FP_SIZE
 from .._fingerprint import Fingerprint, compare, counts_hash
 from ..errors import CommTimeout, GroupAbortedError, MeshcastError, MismatchError
+from . import compiled_helper
 from .segment import Segment
 
 _LINE = 64
@@ -75,11 +76,8 @@ def _compiled_round(segment: Segment, rank: int, n: int, ranks_off: int, fp_off:
                     small_off: int, small_bytes: int) -> object | None:
     """The compiled helper's ``Round`` for this arena, or None (not built, turned off
     with MESHCAST_COMPILED=0, or a single rank, which never signals)."""
-    if n < 2 or not config.get("MESHCAST_COMPILED"):
-        return None
-    try:
-        from . import _tiny
-    except ImportError:
+    _tiny = compiled_helper("_tiny") if n > 1 else None
+    if _tiny is None:
         return None
     yield_ns = int(_wait.spec().yield_s * 1e9)
     return _tiny.Round(segment.address, n, rank, ranks_off, fp_off, small_off, small_bytes,

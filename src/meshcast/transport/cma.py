@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import config
+from . import compiled_helper
 
 
 class _IOVec(ctypes.Structure):
@@ -63,17 +63,12 @@ def write(pid: int, address: int, src: np.ndarray) -> None:
 
 
 def _compiled_copy() -> Any:
-    """The compiled helper's copy (transport/_rings.c, through _copy.h), or None: not
-    built, or turned off with MESHCAST_COMPILED=0. It goes through a bounce buffer where
-    the destination lies 1-15 bytes past the source modulo 4 KiB, where the kernel's own
-    copy slows down tenfold on some CPUs (see _copy.h)."""
-    if not config.get("MESHCAST_COMPILED"):
-        return None
-    try:
-        from . import _rings
-    except ImportError:
-        return None
-    return _rings.copy_across
+    """The compiled helper's copy (transport/_rings.c, through _copy.h), or None (see
+    :func:`compiled_helper`). It goes through a bounce buffer where the destination lies
+    1-15 bytes past the source modulo 4 KiB, where the kernel's own copy slows down
+    tenfold on some CPUs (see _copy.h)."""
+    rings = compiled_helper("_rings")
+    return None if rings is None else rings.copy_across
 
 
 def _transfer(fn: Any, what: str, pid: int, local: np.ndarray, address: int) -> None:

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import config
+from . import compiled_helper
 
 
 def _mpi() -> Any:
@@ -97,12 +97,10 @@ _found: tuple[Any, ...] | None = None
 
 
 def _find_mpi_functions() -> tuple[Any, ...]:
-    if not config.get("MESHCAST_COMPILED"):
+    helper = compiled_helper("_mpi_rows")
+    if helper is None:  # built without a C compiler: mpi4py posts and tests
         return ()
-    try:
-        from ._mpi_rows import Rows
-    except ImportError:  # built without a C compiler: mpi4py posts and tests
-        return ()
+    Rows = helper.Rows
     try:
         # MPI's own symbols, looked up through the module mpi4py loaded them for, so they
         # are those of the library mpi4py uses, whichever MPI the site has.

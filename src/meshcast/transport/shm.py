@@ -58,9 +58,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import _wait, config
+from .. import _wait
 from ..errors import GroupAbortedError, MismatchError, PeerGoneError, TransportError
-from . import cma
+from . import cma, compiled_helper
 from .segment import Segment
 
 KIND_P2P = 0  # user send/recv: tags are the user's
@@ -84,18 +84,6 @@ _RING_HEADER = 128  # head u64 at +0, tail u64 at +64: separate cache lines
 
 
 _EVENT_LOCK = threading.Lock()
-
-
-def _compiled_rings() -> object | None:
-    """The compiled ring helper (transport/_rings.c), or None: not built, or turned off
-    with MESHCAST_COMPILED=0."""
-    if not config.get("MESHCAST_COMPILED"):
-        return None
-    try:
-        from . import _rings
-    except ImportError:
-        return None
-    return _rings
 
 
 class Handle:
@@ -330,7 +318,7 @@ class ShmTransport:
             # to go past the smaller sizes' part of the ring: 26 us a call, 11.5 warm).
             int(data[::_PAGE].sum())
         # their addresses, for the compiled send_now/recv_now (None: Python moves the bytes)
-        self._rings = _compiled_rings()
+        self._rings = compiled_helper("_rings")
         self._out_at = {j: segment.address + base + (self.li * n + j) * stride for j in self._out}
         self._in_at = {j: segment.address + base + (j * n + self.li) * stride for j in self._in}
         # The same, by the peer's global rank, with the doorbell its put or take rings
