@@ -1113,7 +1113,8 @@ class TinyCallLane:
             "gather", tails, root, outs if at_root else inp, inp, plan[8], inp.nbytes,
             lambda seq, counts: group.gather(outs, inp.reshape(-1), root, inp.dtype.name,
                                              _nothing, entered=(seq, counts)),
-            _in_place(inp, outs[root]) if at_root else False,  # type: ignore[index]
+            at_root and _fast.rooted_split(inp.nbytes)
+            and _in_place(inp, outs[root]),  # type: ignore[index]
             async_op)
 
     def _rooted_single(self, kind: str, tails: tuple[bytes, ...], root: int, exposed: Any,
@@ -1320,7 +1321,8 @@ class TinyCallLane:
 
         return self._rooted_single("scatter", tails, root, ins if at_root else out, out,
                                    plan[8], out.nbytes, hand_over,
-                                   _in_place(out, ins[root]) if at_root else False,  # type: ignore[index]
+                                   at_root and _fast.rooted_split(out.nbytes)
+                                   and _in_place(out, ins[root]),  # type: ignore[index]
                                    async_op)
 
     def _scatter_rest(self, seq: int, out: np.ndarray, ins: Any, data: Any, plan: tuple,
@@ -1904,7 +1906,10 @@ def _scatter_fits(out: np.ndarray, ins: Any, at_root: bool, alike: Callable[...,
 def _in_place(arr: np.ndarray, piece: np.ndarray) -> bool:
     """Whether a gather's input or a scatter's out is the root's own piece of its list, in
     place: the root then has nothing of its own to copy, and moves a part of every
-    other rank's piece instead (paths.single_copy.SPLIT)."""
+    other rank's piece instead (paths.single_copy.SPLIT), from
+    ``_select.ROOTED_SPLIT_MIN_BYTES``. (Asked only from there: it costs 3 us, and
+    below, the root's copy of its piece onto itself costs nothing, _copy.h's
+    move_bytes.)"""
     return (np.may_share_memory(arr, piece)  # (cheap; the addresses only if so)
             and arr.__array_interface__["data"][0] == piece.__array_interface__["data"][0])
 

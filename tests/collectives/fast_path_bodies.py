@@ -19,6 +19,9 @@ from meshcast.algorithms import _select as table
 # A piece this large leaves the one-shot range at every world size tested and reaches
 # the single-copy threshold (64 KiB per piece, per rank for all_to_all): float64.
 LARGE = 140_000
+# Pieces past the single-copy threshold where ranks fit the cores (2 ranks here) and
+# below the one from which a root in place splits (_select.ROOTED_SPLIT_MIN_BYTES).
+UNSPLIT = 16_000
 SMALL = 3
 
 
@@ -1234,6 +1237,8 @@ def pipelined_copies(rounds: int) -> list[str]:
             dist.broadcast(got, src=root)
             seen.append(pg.last_algorithm)
             np.testing.assert_array_equal(got, want, f"broadcast of {want.size} from {root}")
+            # (and so do gather and scatter, where ranks fit the cores)
+            count = min(count, 8191) if not pg.caps.crowded else count
             ins = [_value(root, q, count) for q in range(n)] if r == root else None
             out = np.full(count, -1.0)
             dist.all_reduce(flag)

@@ -117,12 +117,15 @@ def test_lanes_past_one_shot_mix_with_the_general_path(n, single_copy):
 
 
 @pytest.mark.parametrize("kind", ["gather", "scatter"])
-@pytest.mark.parametrize("n, compiled", [(2, "1"), (3, "1"), (3, "0")])
-def test_rooted_past_one_shot_takes_the_lane_and_mixes_with_the_general_path(kind, n, compiled,
-                                                                            single_copy):
+@pytest.mark.parametrize("n, compiled, base", [
+    (2, "1", bodies.LARGE), (3, "1", bodies.LARGE), (3, "0", bodies.LARGE),
+    # (pieces below _select.ROOTED_SPLIT_MIN_BYTES: a root in place copies nothing)
+    (2, "1", bodies.UNSPLIT), (2, "0", bodies.UNSPLIT)])
+def test_rooted_past_one_shot_takes_the_lane_and_mixes_with_the_general_path(
+        kind, n, compiled, base, single_copy):
     """With the compiled entry and copies (transport/_tiny.c) and with Python's."""
     out = spawn_world(getattr(bodies, f"{kind}_past_one_shot"), n, timeout=120,
-                      base=bodies.LARGE, env={"MESHCAST_COMPILED": compiled})
+                      base=base, env={"MESHCAST_COMPILED": compiled})
     cases = len(bodies._PAST_ONE_SHOT_CASES)
     assert all(seen == [f"{kind}/cma"] * cases + ["mismatch: True"] for seen in out), out
 

@@ -232,3 +232,11 @@ def test_register_rejects_duplicates_and_unknown_families():
         registry.register("barrier", "x", description="x", family="mpi")
     with pytest.raises(ValueError, match="unknown collective"):
         registry.register("allreduce", "x", description="x")
+
+
+def test_a_rooted_root_in_place_splits_from_its_threshold():
+    # (below, the root in place copies nothing; from it, part of every other piece)
+    edge = sel.ROOTED_SPLIT_MIN_BYTES
+    assert not sel.rooted_split(edge - 1)
+    assert sel.rooted_split(edge)
+    assert sel.ROOTED_SINGLE_MIN_BYTES[0] < edge  # (so that both sides run single-copy)

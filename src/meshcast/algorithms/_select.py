@@ -466,7 +466,36 @@ BATCH_SINGLE_MIN_BYTES = (32 << 10, 256 << 10)  # (ranks fit the cores, outnumbe
 # gather 290-349 / 236-504 -> 436-492 / 222-257. Hot, 2 ranks, the root's list of
 # separate arrays, us: 256 KiB pieces gather 42-49 -> 27-28, scatter 32-33 -> 22-23
 # (MPICH 20-22); 512 KiB gather 52-57 -> 48-49, scatter 48-49 -> 54.
-ROOTED_SINGLE_MIN_BYTES = (256 << 10, 512 << 10)  # (ranks fit the cores, outnumber them)
+# Stop 50 (Intel Xeon VM, 2 cores): single-copy from 64 KiB pieces where ranks fit the
+# cores, once a root in place no longer splits small pieces (ROOTED_SPLIT_MIN_BYTES;
+# the split was most of what lost the in-place rows above) nor spends 3 us finding out
+# that it is in place. Hot, 2 ranks, one job with MPICH (benchmarks/versus_mpi.py), us,
+# one-shot -> single-copy (MPICH): 64 KiB gather 7.3-8.0 -> 6.6 (6.1-6.5), scatter
+# 8.5-8.8 -> 6.6 (6.4-6.9); 128 KiB gather 12.1-13.0 -> 9.2 (9.6-10.4), scatter
+# 10.8-11.2 -> 9.0 (9.9-10.7); the root in place (/tmp/s50/inpl.py) 64 KiB 7.2-7.6 ->
+# 6.4-6.6, 128 KiB 8.9-9.6 -> 8.8-9.1. Cold (`meshcast bench -n 2 --op gather,scatter -e
+# 32M --iters 30 --compare mpi`: every call a window not touched since the start), the
+# bench's 128 KiB and 256 KiB rows (64 and 128 KiB pieces), out-of-place: gather 17.6 ->
+# 16.3 (MPICH 21.0), 36.9 -> 26.9 (43.0); scatter 18.1 -> 16.4 (22.9), 34.7 -> 28.1
+# (44.3). Left worse: the cold in-place rows, 8.5-12.2 -> 14.0-15.3 and 15.5-17.4 ->
+# 19.7-27 (a kernel copy between windows just mapped in costs 3x a user copy, and a
+# root in place has none of its own to overlap it with; MPICH has no in-place row
+# there). Stop 49 (AMD EPYC VM, hot) had gather at 128-255 KiB pieces faster one-shot,
+# 16.6-18.2 against 19.3-25 us, and scatter faster single-copy, 19.5-19.9 against 22.8.
+ROOTED_SINGLE_MIN_BYTES = (64 << 10, 512 << 10)  # (ranks fit the cores, outnumber them)
+
+# A single-copy gather's or scatter's root in place (its own piece is its input or
+# output, so it has nothing of its own to copy) moves a part of every other rank's piece
+# itself from this piece size (paths/single_copy.SPLIT), as a broadcast splits: below,
+# the second kernel copy and its wait cost more than the half copy they save. 2 ranks,
+# stop 50 (Intel Xeon VM), us, whole / split: hot (/tmp/s50/inpl.py) 64 KiB 6.8-7.0 /
+# 11.5, 128 KiB 9.8-9.9 / 13.1-13.2, 256 KiB 13.5-14.2 / 14.9-16.8, 512 KiB 21.2-24.9 /
+# 19.7-27.8, 1 MiB gather 42.8-44.8 / 29.3-29.9, scatter 87-90 / 40 (the split ones
+# include the 3 us of finding that the root is in place, lanes._in_place); cold (`meshcast
+# bench -n 2 --op gather,scatter --placement in-place -e 4M`), GB/s algbw, whole / split:
+# 64 KiB pieces 10.0-10.5 / 8.2-10.7, 128 KiB 16.1 / 15.8-16.8, 256 KiB 15.8-17.0 /
+# 19.7-23.4, 512 KiB 15.2-20.0 / 32.2-33.3, 1 MiB 18.4-19.3 / 36-39.
+ROOTED_SPLIT_MIN_BYTES = 256 << 10
 
 # A broadcast goes single-copy from this size where the kernel allows it and the ranks
 # fit the cores, one-shot sizes included: the root writes each reader's part while the
@@ -550,6 +579,12 @@ def _rooted_single_copy(caps: HostCaps, largest: int) -> bool:
     """Whether a gather or scatter whose largest piece holds ``largest`` bytes goes
     single-copy even where one-shot could run (:data:`ROOTED_SINGLE_MIN_BYTES`)."""
     return caps.single_copy and largest >= ROOTED_SINGLE_MIN_BYTES[caps.crowded]
+
+
+def rooted_split(piece: int) -> bool:
+    """Whether a single-copy gather's or scatter's root in place moves a part of every
+    other rank's ``piece`` bytes itself (:data:`ROOTED_SPLIT_MIN_BYTES`)."""
+    return piece >= ROOTED_SPLIT_MIN_BYTES
 
 
 def direct_bytes(caps: HostCaps, readers: int) -> int:
@@ -659,7 +694,8 @@ def fast_path(kind: str, caps: HostCaps, piece: int, *, symmetric: bool = False,
 
 __all__ = ["ALL_GATHER_SINGLE_MIN_BYTES", "ALL_REDUCE_SINGLE_MIN_BYTES", "ASYNC_INLINE_MAX_BYTES",
            "BROADCAST_SINGLE_MIN_BYTES",
-           "ONESHOT_WORK_BYTES", "ROOTED_SINGLE_MIN_BYTES", "SINGLE_COPY_MIN_BYTES",
+           "ONESHOT_WORK_BYTES", "ROOTED_SINGLE_MIN_BYTES", "ROOTED_SPLIT_MIN_BYTES",
+           "SINGLE_COPY_MIN_BYTES",
            "SYMMETRIC_ALL_REDUCE_MIN_BYTES", "SYMMETRIC_MIN_BYTES", "TABLE", "Choice", "HostCaps",
            "Rule", "algorithm_name", "all_reduce_single_copy", "all_to_all_direct_limit",
            "all_to_all_single_copy", "decide", "direct_bytes", "fast_path", "message_bytes",

@@ -78,8 +78,11 @@ static inline void copy_bytes(void *to, const void *from, size_t n) {
     memcpy(to, from, n);
 }
 
-/* A copy between buffers that may overlap (an output that may be the input). */
+/* A copy between buffers that may overlap (an output that may be the input, as a root's
+ * piece of its own gather or scatter in place: then nothing to do). */
 static inline void move_bytes(void *to, const void *from, size_t n) {
+    if (to == from)
+        return;
     if ((char *)to + n <= (const char *)from || (const char *)from + n <= (char *)to)
         copy_bytes(to, from, n);
     else
