@@ -1113,20 +1113,20 @@ class TinyCallLane:
             "gather", tails, root, outs if at_root else inp, inp, plan[8], inp.nbytes,
             lambda seq, counts: group.gather(outs, inp.reshape(-1), root, inp.dtype.name,
                                              _nothing, entered=(seq, counts)),
-            at_root and _fast.rooted_split(inp.nbytes)
-            and _in_place(inp, outs[root]),  # type: ignore[index]
             async_op)
 
     def _rooted_single(self, kind: str, tails: tuple[bytes, ...], root: int, exposed: Any,
                        mine: np.ndarray, copies: tuple[tuple[int, ...], ...], piece: int,
-                       hand_over: Callable[[int, list[int]], None], split: bool,
-                       async_op: bool = False) -> Any:
+                       hand_over: Callable[[int, list[int]], None], async_op: bool = False
+                       ) -> Any:
         """The single-copy gather or scatter (``kind``, ``piece`` bytes a rank) as the
         group's next call: the compiled entry with every rank's fingerprint ``tails``,
-        exposing ``exposed`` (the root's list of pieces as their table, with the word's
-        SPLIT bit if ``split``, another rank's array), then my ``copies``
-        (paths.single_copy.rooted_copies, between ``exposed`` and ``mine``; the root's
-        ``split`` ones if so) with their closing round; a legal call
+        exposing ``exposed`` (the root's list of pieces as their table, another rank's
+        array), then my ``copies`` (paths.single_copy.rooted_copies, between ``exposed``
+        and ``mine``) with their closing round. A root in place (``mine`` its own piece
+        of ``exposed``, :func:`_in_place`) with pieces of
+        ``_select.ROOTED_SPLIT_MIN_BYTES`` or more moves a part of every other rank's
+        piece instead, and says so with the word's SPLIT bit. A legal call
         the lane does not finish (uneven pieces) goes to ``hand_over(seq, counts)`` after
         the entry. Synchronous: True, or False (nothing done) while async work is
         queued. With ``async_op``: :meth:`_async_single`'s Work (``piece`` bytes moved),
@@ -1135,6 +1135,8 @@ class TinyCallLane:
         arena = group.arena
         fast = arena.compiled_rooted
         what = self._whats[kind]
+        split = (group._rank == root and _fast.rooted_split(piece)
+                 and _in_place(mine, exposed[root]))
         bits = single_copy.SPLIT if split else 0
         if split:  # (a root's own list, known only now)
             copies = single_copy.rooted_copies(kind, piece, root, root, group._size, True)
@@ -1320,10 +1322,7 @@ class TinyCallLane:
                           entered=(seq, counts))
 
         return self._rooted_single("scatter", tails, root, ins if at_root else out, out,
-                                   plan[8], out.nbytes, hand_over,
-                                   at_root and _fast.rooted_split(out.nbytes)
-                                   and _in_place(out, ins[root]),  # type: ignore[index]
-                                   async_op)
+                                   plan[8], out.nbytes, hand_over, async_op)
 
     def _scatter_rest(self, seq: int, out: np.ndarray, ins: Any, data: Any, plan: tuple,
                       exposure: Any, status: int | None) -> None:
@@ -1908,8 +1907,8 @@ def _in_place(arr: np.ndarray, piece: np.ndarray) -> bool:
     place: the root then has nothing of its own to copy, and moves a part of every
     other rank's piece instead (paths.single_copy.SPLIT), from
     ``_select.ROOTED_SPLIT_MIN_BYTES``. (Asked only from there: it costs 3 us, and
-    below, the root's copy of its piece onto itself costs nothing, _copy.h's
-    move_bytes.)"""
+    below, the root's copy of its piece onto itself costs nothing in the compiled
+    reads, _copy.h's move_bytes.)"""
     return (np.may_share_memory(arr, piece)  # (cheap; the addresses only if so)
             and arr.__array_interface__["data"][0] == piece.__array_interface__["data"][0])
 
