@@ -20,6 +20,7 @@ EVERY = str(Path(__file__).parent / "scripts" / "every_primitive.py")
 TRACED = str(Path(__file__).parent / "scripts" / "traced_tiny_calls.py")
 FUSED = str(Path(__file__).parent / "scripts" / "fused_calls.py")
 RANDOM = str(Path(__file__).parent / "scripts" / "random_program.py")
+FORCED = str(Path(__file__).parent / "scripts" / "forced_family.py")
 
 
 @pytest.mark.parametrize("style", ["mpiexec", "meshcast", "torchrun"])
@@ -57,6 +58,19 @@ def test_every_primitive_over_mpi(emulated_hosts, hosts_n, per_host, env):
     assert verdict and r.stdout.count(verdict[1]) == ranks, r.describe()
     after = traffic(hosts, hosts.hosts[1])
     assert after[0] - before[0] > 1 << 20, (before, after)  # data crossed the link
+
+
+def test_meshcast_algo_forces_a_cross_host_family(two_hosts):
+    """README's ``MESHCAST_ALGO=all_reduce:flat`` (a family per collective): the host-local
+    groups parse the same string and leave those names to the spanning group, which
+    runs them."""
+    env = {"MESHCAST_ALGO": "all_reduce:flat;reduce_scatter:leader;broadcast:tree"}
+    r = run_job(two_hosts, "mpiexec", 2, [FORCED], env=env, timeout=120)
+    assert r.returncode == 0, r.describe()
+    results = r.records()
+    assert len(results) == 4 and all(x["ok"] for x in results), r.describe()
+    assert {tuple(x["ran"]) for x in results} == {
+        ("all_reduce/flat", "reduce_scatter/leader")}, results
 
 
 # seed 1 at 2x2 hung (all_to_all #136 of a subgroup) when a rank with even pieces posted

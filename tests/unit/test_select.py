@@ -96,6 +96,15 @@ def test_tune_grammar():
     assert sel.parse_tune("gather:tree@1M-2G")["gather"][0] == sel.Choice("tree", 1 << 20, 2 << 30)
 
 
+def test_tune_leaves_the_cross_host_families_to_groups_spanning_hosts():
+    """README's ``MESHCAST_ALGO=all_reduce:flat`` forces a family across hosts; the
+    host-local groups inside such a group (and groups on one host) parse the same string
+    and must neither refuse it nor skip their fast paths for it."""
+    assert sel.parse_tune("all_reduce:flat;*:leader;broadcast:tree") == {
+        "broadcast": (sel.Choice("tree"),)}
+    assert sel.tuned_collectives("all_reduce:fused;reduce_scatter:rails") == frozenset()
+
+
 @pytest.mark.parametrize(
     "tune, message",
     [
@@ -107,6 +116,7 @@ def test_tune_grammar():
         ("all_reduce:ring,", "empty algorithm name"),
         ("nothing", "no collective has an algorithm 'nothing'"),
         ("all_to_all:direct@0-1K", "all_to_all split sizes differ"),
+        ("all_reduce:flat@1M-2M", "cross-host family 'flat' takes no byte range"),
     ],
 )
 def test_tune_errors(tune, message):

@@ -58,6 +58,7 @@ from . import _registry
 from ._common import piece_counts
 from ._plan import Plan
 from ._registry import AlgorithmEntry
+from .hierarchical import FAMILIES as CROSS_HOST_FAMILIES
 
 INF = math.inf
 KiB = 1 << 10
@@ -155,6 +156,9 @@ def _size(text: str, tune: str) -> float:
 def parse_tune(tune: str) -> dict[str, tuple[Choice, ...]]:
     """Parse a ``MESHCAST_ALGO`` string into ``{coll or "*": choices}``.
 
+    Cross-host family names (``hierarchical.FAMILIES``: ``all_reduce:flat``) are
+    checked and left out: they choose how a group spanning hosts composes a call.
+
     Raises:
         InvalidUsage: bad syntax, an unknown collective or algorithm name, an
             empty or reversed range, or a byte range on all_to_all.
@@ -177,6 +181,13 @@ def parse_tune(tune: str) -> dict[str, tuple[Choice, ...]]:
                 raise usage("MESHCAST_ALGO", f"empty algorithm name in {tune!r}")
             name, _, span = part.partition("@")
             name = name.strip()
+            if name in CROSS_HOST_FAMILIES:
+                # a group spanning hosts reads these (spanning._forced_families); the
+                # host-local groups inside it, and groups on one host, run as untuned
+                if span:
+                    raise usage("MESHCAST_ALGO", f"the cross-host family {name!r} takes no "
+                                f"byte range: drop '@{span}' from {tune!r}")
+                continue
             choice = Choice(name)
             if span:
                 lo, dash, hi = span.partition("-")
