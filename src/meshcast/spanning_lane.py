@@ -110,7 +110,7 @@ class SpanningView(Protocol):
 
     def _eager_runners(self) -> Any: ...
 
-    _fused_plans: dict
+    _fused_plans: hier.FusedPlans
 
     def _fused_ctx(self, deadline: float, what: Any, seq: int) -> Any: ...
 

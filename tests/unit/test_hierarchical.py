@@ -293,3 +293,79 @@ def test_fused_call_refuses_together_when_one_cell_differs(shape, kind):
     done = simulate(shape, lambda ctx, g: _fused(kind, ctx, inputs[g].copy(), b"this call",
                                                   n)[0])
     assert all(done), done
+
+
+def test_fused_all_reduce_over_more_windows_than_plans_keeps_its_plans(monkeypatch):
+    """A benchmark's windows over one buffer (more arrays in turn than plans kept): every
+    call's result is right, and each rank makes a few plans, not one every other call
+    (each made plan costs persistent requests; the cache once freed them all whenever
+    it grew past FUSED_PLANS)."""
+    shape = [[0, 1], [2, 3]]
+    n, count, windows = 4, 40, 2 * hier.FUSED_PLANS
+    made = []
+    real_init = hier._FusedPlan.__init__
+
+    def counting_init(self, *args, **kwargs):
+        made.append(1)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(hier._FusedPlan, "__init__", counting_init)
+    inputs = [ref.rank_input(g, count, "float32") for g in range(n)]
+    want = ref.reduced(inputs, ReduceOp.SUM)
+
+    def body(ctx, g):
+        plans = hier.fused_plans()
+        buffer = np.empty((windows, count), np.float32)
+        wrong = []
+        for call in range(3 * windows):
+            w = buffer[call % windows]
+            w[:] = inputs[g]
+            if not hier.all_reduce_fused(ctx, w, ReduceOp.SUM, b"cell", plans):
+                wrong.append((call, "refused"))
+            elif not np.array_equal(w, want):
+                wrong.append((call, "wrong"))
+        return wrong, len(plans)
+
+    for g, (wrong, kept) in enumerate(simulate(shape, body)):
+        assert not wrong, f"rank {g}: {wrong}"
+        assert kept <= hier.FUSED_PLANS, f"rank {g} keeps {kept} plans"
+    # one plan of the size, and one per window seen again while there was room
+    assert len(made) <= n * hier.FUSED_PLANS, f"{len(made)} plans made for {3 * windows} calls"
+
+
+class _Plan:
+    def __init__(self) -> None:
+        self.freed = False
+
+    def free(self) -> None:
+        self.freed = True
+
+
+def test_fused_plans_free_the_least_recent_one_and_back_off_from_temporaries():
+    """Past the cap only the least recently used plan is freed; an address plan pushed
+    out unused since it was made stops address plans for a while."""
+    plans = hier.fused_plans()
+    kept = [_Plan() for _ in range(hier.FUSED_PLANS)]
+    for i, plan in enumerate(kept):
+        plans.address(1000 + i)
+        plans.keep(("size", i), plan)
+    assert plans.get(("size", 0)) is kept[0]  # now the most recent
+    plans.keep(("size", "new"), _Plan())
+    assert [p.freed for p in kept] == [False, True] + [False] * (hier.FUSED_PLANS - 2)
+    assert len(plans) == hier.FUSED_PLANS
+
+    # an address seen once gets no plan of its own; seen again, with room, it does
+    plans = hier.fused_plans()
+    assert plans.address(1) is False
+    assert plans.address(1) is True
+    # temporaries: each address plan holds its array, so the next one lives elsewhere and
+    # none is used again; once one is pushed out unused, address plans stop for a while
+    for i in range(hier.FUSED_PLANS):
+        plans.keep(("at", 100 + i), _Plan())
+    for _ in range(2 * hier.FUSED_PLANS + 1):
+        plans.address(5)
+    assert plans.address(7) is False and plans.address(7) is True  # the oldest is idle
+    plans.keep(("at", 7), _Plan())  # pushes out an address plan never used again
+    for _ in range(2 * hier.FUSED_PLANS + 1):
+        plans.address(5)
+    assert plans.address(8) is False and plans.address(8) is False, "no backing off"

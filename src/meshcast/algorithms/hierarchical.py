@@ -46,6 +46,7 @@ agreement step (``spanning.py``) made every rank know.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -535,7 +536,7 @@ _DIFFER = 1
 
 
 def all_reduce_fused(ctx: Ctx, w: np.ndarray, op: ReduceOp, cell: bytes = b"",
-                     plans: dict | None = None, kernel: int | None = None) -> bool:
+                     plans: FusedPlans | None = None, kernel: int | None = None) -> bool:
     """``w`` becomes the reduction over every rank, with the call's agreement riding in
     the data's messages (family ``fused``): no exchange of rows before the data moves.
 
@@ -565,7 +566,7 @@ def all_reduce_fused(ctx: Ctx, w: np.ndarray, op: ReduceOp, cell: bytes = b"",
     ``plans`` (:func:`fused_plans`): where the exchanges and buffers are kept from call
     to call (on MPI, persistent requests): for an array seen before, on its own memory
     (the plan keeps the array); else per (size, dtype, cell length), with the data
-    copied in and out. None: made for this call. ``kernel``: the compiled fold's code for ``op`` on
+    copied in and out (see :class:`FusedPlans`). None: made for this call. ``kernel``: the compiled fold's code for ``op`` on
     ``w``'s dtype (``lanes._c_kernel``), with which an engine that can (MPI with the
     compiled helper) runs the steps, checks and folds in one call; None: NumPy folds.
 
@@ -576,27 +577,24 @@ def all_reduce_fused(ctx: Ctx, w: np.ndarray, op: ReduceOp, cell: bytes = b"",
         exchanges may not all have been matched).
     """
     shape = (w.size, w.dtype.str, len(cell))
-    at = (w.__array_interface__["data"][0], *shape)
+    at = ("at", w.__array_interface__["data"][0], *shape)
     plan = None
     if plans is not None:
-        # An array seen before gets a plan whose requests use its own memory (no copies;
-        # the plan keeps the array, so its memory cannot go to another one); an array
-        # seen once (a staged copy, a temporary) the plan of its size, which copies.
-        plan = plans.get(at) or (plans.get(shape) if at not in plans["seen"] else None)
+        direct = plans.address(at[1])
+        plan = plans.get(at)
+        if plan is None and direct:
+            plan = _FusedPlan(ctx, w.size, w.dtype, len(cell), w)
+            plans.keep(at, plan)
+        elif plan is None:
+            plan = plans.get(shape)
     if plan is None:
-        direct = plans is not None and at in plans["seen"]
-        plan = _FusedPlan(ctx, w.size, w.dtype, len(cell), w if direct else None)
-        _keep(plans, at if direct else shape, plan)
-    if plans is not None:
-        seen = plans["seen"]
-        if len(seen) > 4 * FUSED_PLANS:
-            seen.clear()
-        seen.add(at)
+        plan = _FusedPlan(ctx, w.size, w.dtype, len(cell))
+        _keep(plans, shape, plan)
     return _settle(plans, plan, plan.run(ctx.p2p, w, w, op, cell, kernel))
 
 
 def reduce_scatter_fused(ctx: Ctx, out: np.ndarray, w: np.ndarray, counts: Sequence[int],
-                         op: ReduceOp, cell: bytes = b"", plans: dict | None = None,
+                         op: ReduceOp, cell: bytes = b"", plans: FusedPlans | None = None,
                          kernel: int | None = None) -> bool:
     """``out`` = piece ``me`` of the reduction of every rank's ``w`` (pieces of ``counts``
     elements in group-rank order), with the call's agreement riding in the data's
@@ -625,7 +623,7 @@ def reduce_scatter_fused(ctx: Ctx, out: np.ndarray, w: np.ndarray, counts: Seque
 
 
 def all_to_all_fused(ctx: Ctx, out: np.ndarray, w: np.ndarray, cell: bytes,
-                     plans: dict | None = None) -> bool:
+                     plans: FusedPlans | None = None) -> bool:
     """``out`` = piece ``me`` of every rank's ``w`` (even pieces, group-rank order), with
     the call's agreement riding in the data's messages (family ``fused``): each rank
     sends every other rank one message, its ``cell`` and then that rank's piece of
@@ -709,38 +707,109 @@ class _FusedAllToAllPlan:
         return True
 
 
-def _keep(plans: dict | None, key: Any, plan: _FusedPlan | _FusedAllToAllPlan) -> None:
-    """Keep ``plan`` under ``key`` (all freed once there are more than FUSED_PLANS)."""
-    if plans is None:
-        return
-    if len(plans) > FUSED_PLANS:
-        free_fused_plans(plans)
-    plans[key] = plan
+def _keep(plans: FusedPlans | None, key: Any, plan: _FusedPlan | _FusedAllToAllPlan) -> None:
+    """Keep ``plan`` under ``key`` (None: the call runs without a cache)."""
+    if plans is not None:
+        plans.keep(key, plan)
 
 
-def _settle(plans: dict | None, plan: _FusedPlan | _FusedAllToAllPlan, done: bool) -> bool:
+def _settle(plans: FusedPlans | None, plan: _FusedPlan | _FusedAllToAllPlan,
+            done: bool) -> bool:
     """After a fused call: a plan made for this call alone is freed; after a refusal the
     plans are dropped (not freed: some requests may still be active)."""
     if plans is None:
         plan.free()
     elif not done:
-        plans.clear()
-        plans["seen"] = set()
+        plans.drop()
     return done
 
 
-def fused_plans() -> dict:
-    """An empty cache of the fused collectives' plans, for a group to keep."""
-    return {"seen": set()}
+class FusedPlans:
+    """The plans of a group's fused calls, kept from call to call: at most
+    :data:`FUSED_PLANS`, the least recently used one freed to make room.
 
+    A plan is made per size (its exchanges on buffers of its own, the data copied in
+    and out) or, for an all_reduce on an array whose address was seen before, on that
+    array itself (no copies; the plan keeps the array, so its memory cannot go to
+    another one). Making a plan costs several calls' time (its persistent requests),
+    so an address plan never pushes out a plan used within the last
+    ``2 * FUSED_PLANS`` calls: more arrays in turn than there is room for (a
+    benchmark's windows over one buffer) share their size's plan instead of each
+    pushing out the next one's. An address plan pushed out unused since it was made (a
+    temporary array whose memory the plan held, so the next one lives elsewhere) stops
+    address plans for a while, doubling each time.
+    """
 
-def free_fused_plans(plans: dict) -> None:
-    """Free the requests of every plan in ``plans`` (the group is shutting down)."""
-    for key, plan in plans.items():
-        if key != "seen":
+    def __init__(self) -> None:
+        self._kept: OrderedDict[Any, Any] = OrderedDict()  # key -> plan, least recent first
+        self._used: dict[Any, tuple[int, int]] = {}  # key -> (last call, calls)
+        self._seen: OrderedDict[int, None] = OrderedDict()  # addresses of recent arrays
+        self._calls = 0
+        self._direct_after = 0  # no address plans before this call
+        self._strikes = 0
+
+    def get(self, key: Any) -> Any:
+        """The plan kept under ``key`` (marked used by this call), or None."""
+        plan = self._kept.get(key)
+        if plan is not None:
+            self._kept.move_to_end(key)
+            self._used[key] = (self._calls, self._used[key][1] + 1)
+        return plan
+
+    def keep(self, key: Any, plan: Any) -> None:
+        """Keep ``plan`` under ``key``, freeing the least recently used plan past the cap."""
+        while len(self._kept) >= FUSED_PLANS:
+            old_key, old = self._kept.popitem(last=False)
+            _, calls = self._used.pop(old_key)
+            if isinstance(old_key, tuple) and old_key[0] == "at" and calls <= 1:
+                self._direct_after = self._calls + (64 << min(self._strikes, 10))
+                self._strikes += 1
+            old.free()
+        self._kept[key] = plan
+        self._used[key] = (self._calls, 1)
+
+    def address(self, at: int) -> bool:
+        """Count a call on an array at ``at``: whether it gets a plan of its own (its
+        address was seen before, and room for one is there)."""
+        self._calls += 1
+        seen = at in self._seen
+        if seen:
+            self._seen.move_to_end(at)
+        else:
+            self._seen[at] = None
+            if len(self._seen) > 4 * FUSED_PLANS:
+                self._seen.popitem(last=False)
+        if not seen or self._calls < self._direct_after:
+            return False
+        if len(self._kept) < FUSED_PLANS:
+            return True
+        oldest = next(iter(self._kept))
+        return self._used[oldest][0] < self._calls - 2 * FUSED_PLANS
+
+    def drop(self) -> None:
+        """Forget every plan without freeing it (some requests may still be active)."""
+        self._kept.clear()
+        self._used.clear()
+        self._seen.clear()
+
+    def free(self) -> None:
+        """Free every plan's requests (the group is shutting down)."""
+        for plan in self._kept.values():
             plan.free()
-    plans.clear()
-    plans["seen"] = set()
+        self.drop()
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+
+def fused_plans() -> FusedPlans:
+    """An empty cache of the fused collectives' plans, for a group to keep."""
+    return FusedPlans()
+
+
+def free_fused_plans(plans: FusedPlans) -> None:
+    """Free the requests of every plan in ``plans`` (the group is shutting down)."""
+    plans.free()
 
 
 #: How many sizes of fused calls keep their buffers and requests (a training loop
