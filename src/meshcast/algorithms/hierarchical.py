@@ -742,8 +742,8 @@ class FusedPlans:
     """
 
     def __init__(self) -> None:
-        self._kept: OrderedDict[Any, Any] = OrderedDict()  # key -> plan, least recent first
-        self._used: dict[Any, tuple[int, int]] = {}  # key -> (last call, calls)
+        # key -> [plan, the last call that used it, how many calls did], least recent first
+        self._kept: OrderedDict[Any, list[Any]] = OrderedDict()
         self._seen: OrderedDict[int, None] = OrderedDict()  # addresses of recent arrays
         self._calls = 0
         self._direct_after = 0  # no address plans before this call
@@ -751,23 +751,23 @@ class FusedPlans:
 
     def get(self, key: Any) -> Any:
         """The plan kept under ``key`` (marked used by this call), or None."""
-        plan = self._kept.get(key)
-        if plan is not None:
-            self._kept.move_to_end(key)
-            self._used[key] = (self._calls, self._used[key][1] + 1)
-        return plan
+        entry = self._kept.get(key)
+        if entry is None:
+            return None
+        self._kept.move_to_end(key)
+        entry[1] = self._calls
+        entry[2] += 1
+        return entry[0]
 
     def keep(self, key: Any, plan: Any) -> None:
         """Keep ``plan`` under ``key``, freeing the least recently used plan past the cap."""
         while len(self._kept) >= FUSED_PLANS:
-            old_key, old = self._kept.popitem(last=False)
-            _, calls = self._used.pop(old_key)
-            if isinstance(old_key, tuple) and old_key[0] == "at" and calls <= 1:
+            old_key, (old, _, calls) = self._kept.popitem(last=False)
+            if old_key[0] == "at" and calls <= 1:
                 self._direct_after = self._calls + (64 << min(self._strikes, 10))
                 self._strikes += 1
             old.free()
-        self._kept[key] = plan
-        self._used[key] = (self._calls, 1)
+        self._kept[key] = [plan, self._calls, 1]
 
     def address(self, at: int) -> bool:
         """Count a call on an array at ``at``: whether it gets a plan of its own (its
@@ -784,18 +784,17 @@ class FusedPlans:
             return False
         if len(self._kept) < FUSED_PLANS:
             return True
-        oldest = next(iter(self._kept))
-        return self._used[oldest][0] < self._calls - 2 * FUSED_PLANS
+        _, last, _ = next(iter(self._kept.values()))
+        return last < self._calls - 2 * FUSED_PLANS
 
     def drop(self) -> None:
         """Forget every plan without freeing it (some requests may still be active)."""
         self._kept.clear()
-        self._used.clear()
         self._seen.clear()
 
     def free(self) -> None:
         """Free every plan's requests (the group is shutting down)."""
-        for plan in self._kept.values():
+        for plan, _, _ in self._kept.values():
             plan.free()
         self.drop()
 
