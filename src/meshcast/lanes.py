@@ -1136,7 +1136,7 @@ class TinyCallLane:
         fast = arena.compiled_rooted
         what = self._whats[kind]
         split = (group._rank == root and _fast.rooted_split(piece)
-                 and _in_place(mine, exposed[root]))
+                 and _in_place(mine, exposed[root], arena.compiled_same))
         bits = single_copy.SPLIT if split else 0
         if split:  # (a root's own list, known only now)
             copies = single_copy.rooted_copies(kind, piece, root, root, group._size, True)
@@ -1902,13 +1902,18 @@ def _scatter_fits(out: np.ndarray, ins: Any, at_root: bool, alike: Callable[...,
     return flags.c_contiguous and flags.writeable and (not at_root or alike(ins, out, False))
 
 
-def _in_place(arr: np.ndarray, piece: np.ndarray) -> bool:
+def _in_place(arr: np.ndarray, piece: np.ndarray,
+              same_start: Callable[[np.ndarray, np.ndarray], bool] | None = None) -> bool:
     """Whether a gather's input or a scatter's out is the root's own piece of its list, in
     place: the root then has nothing of its own to copy, and moves a part of every
     other rank's piece instead (paths.single_copy.SPLIT), from
-    ``_select.ROOTED_SPLIT_MIN_BYTES``. (Asked only from there: it costs 3 us, and
-    below, the root's copy of its piece onto itself costs nothing in the compiled
+    ``_select.ROOTED_SPLIT_MIN_BYTES``. ``same_start``: the compiled check
+    (transport/_tiny.c), 0.1 us; without it, NumPy's array interface costs 2-3 us in
+    place, on the root's entry, which every rank waits for. (Asked only from the split
+    size: below, the root's copy of its piece onto itself costs nothing in the compiled
     reads, _copy.h's move_bytes.)"""
+    if same_start is not None:
+        return same_start(arr, piece)
     return (np.may_share_memory(arr, piece)  # (cheap; the addresses only if so)
             and arr.__array_interface__["data"][0] == piece.__array_interface__["data"][0])
 

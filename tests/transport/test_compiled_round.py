@@ -254,6 +254,26 @@ def test_alike_agrees_with_the_lanes_python_check():
     assert alike(cases["read-only"], like, False)
 
 
+@built
+def test_same_start_agrees_with_the_lanes_python_check():
+    """same_start(): a root's input is its own piece in place exactly when the Python
+    check (lanes._in_place) says so: the same array or another view of its start, not a
+    view one element on, another array of equal bytes, or a copy."""
+    from meshcast.lanes import _in_place
+
+    buffer = np.arange(12, dtype=np.float32)
+    arr = buffer[:6]
+    other = arr.copy()
+    cases = {"itself": arr, "a view of it": buffer[:6].reshape(2, 3).reshape(-1),
+             "one element on": buffer[1:7], "its second half": buffer[6:],
+             "a copy": other, "the same bytes, another dtype": arr.view(np.int32)}
+    for name, piece in cases.items():
+        want = _in_place(arr, piece)
+        assert _in_place(arr, piece, _tiny.same_start) is want, (name, want)
+    assert _tiny.same_start(arr, buffer[:6]) and not _tiny.same_start(arr, buffer[1:7])
+    assert not _tiny.same_start(arr, [0.0] * 6)  # (no buffer: not in place, never an error)
+
+
 def _read_only(n: int) -> np.ndarray:
     a = np.zeros(n, np.int32)
     a.flags.writeable = False

@@ -1488,11 +1488,45 @@ static PyTypeObject RoundType = {
     .tp_getset = Round_getset,
 };
 
+/* same_start(a, b) -> whether two contiguous arrays' data start at one address: whether
+ * a gather's input or a scatter's output is the root's own piece of its list, in place
+ * (lanes._in_place). NumPy's __array_interface__ costs 1 us an array, on the root's
+ * entry, which every rank waits for; this costs about 0.2. False where either has no
+ * contiguous buffer (the caller then copies, which is right either way). */
+static PyObject *same_start(PyObject *Py_UNUSED(module), PyObject *const *args,
+                            Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "same_start(a, b)");
+        return NULL;
+    }
+    Py_buffer a, b;
+    if (PyObject_GetBuffer(args[0], &a, PyBUF_ANY_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        Py_RETURN_FALSE;
+    }
+    if (PyObject_GetBuffer(args[1], &b, PyBUF_ANY_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&a);
+        PyErr_Clear();
+        Py_RETURN_FALSE;
+    }
+    int same = a.buf == b.buf;
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&b);
+    return PyBool_FromLong(same);
+}
+
+static PyMethodDef module_methods[] = {
+    {"same_start", (PyCFunction)(void (*)(void))same_start, METH_FASTCALL,
+     "same_start(a, b) -> bool: whether two contiguous arrays' data start at one address."},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_tiny",
     .m_doc = "The arena's hottest round in C (see transport/_tiny.c).",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__tiny(void) {
