@@ -505,7 +505,10 @@ ROOTED_SINGLE_MIN_BYTES = (64 << 10, 512 << 10)  # (ranks fit the cores, outnumb
 # include the 3 us of finding that the root is in place, lanes._in_place); cold (`meshcast
 # bench -n 2 --op gather,scatter --placement in-place -e 4M`), GB/s algbw, whole / split:
 # 64 KiB pieces 10.0-10.5 / 8.2-10.7, 128 KiB 16.1 / 15.8-16.8, 256 KiB 15.8-17.0 /
-# 19.7-23.4, 512 KiB 15.2-20.0 / 32.2-33.3, 1 MiB 18.4-19.3 / 36-39.
+# 19.7-23.4, 512 KiB 15.2-20.0 / 32.2-33.3, 1 MiB 18.4-19.3 / 36-39. Stop 52: that check
+# is compiled (_tiny.same_start, 0.06 us), and a split root in place gained more than
+# the 3 us (hot, /tmp/s52/inpl.py, 256 KiB 16.0-17.3 -> 12.5-13.0, 512 KiB 21.7-24.4 ->
+# 17.9-19.9, 1 MiB 39-48 -> 30-38); at 128 KiB the split (~10 us less 3) still only ties.
 ROOTED_SPLIT_MIN_BYTES = 256 << 10
 
 # A broadcast goes single-copy from this size where the kernel allows it and the ranks
