@@ -1908,7 +1908,7 @@ def _in_place(arr: np.ndarray, piece: np.ndarray,
     place: the root then has nothing of its own to copy, and moves a part of every
     other rank's piece instead (paths.single_copy.SPLIT), from
     ``_select.ROOTED_SPLIT_MIN_BYTES``. ``same_start``: the compiled check
-    (transport/_tiny.c), 0.1 us; without it, NumPy's array interface costs 2-3 us in
+    (transport/_tiny.c), 0.06 us; without it, NumPy's array interface costs 2-3 us in
     place, on the root's entry, which every rank waits for. (Asked only from the split
     size: below, the root's copy of its piece onto itself costs nothing in the compiled
     reads, _copy.h's move_bytes.)"""

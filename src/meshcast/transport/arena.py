@@ -158,8 +158,7 @@ class Arena:
         # alike(pieces, like, writable): a gather/scatter root's list checked in one call
         self.compiled_alike = None if compiled is None else compiled.alike  # type: ignore[attr-defined]
         # same_start(a, b): whether two arrays start at one address (lanes._in_place)
-        self.compiled_same = None if compiled is None else getattr(
-            compiled_helper("_tiny"), "same_start", None)
+        self.compiled_same = None if compiled is None else compiled_helper("_tiny").same_start
         # an uneven all_to_all's checks and copies after its entry (uneven_all_to_all)
         self.compiled_splits = None if compiled is None else compiled.splits  # type: ignore[attr-defined]
         # single-copy reads, then a round (paths.single_copy.run)
