@@ -58,6 +58,7 @@ from .errors import MismatchError, usage
 from .group import GroupRanks, ProcessGroup
 from .lanes import _c_kernel
 from .spanning_lane import AcrossHostsLane
+from .trace.steps import StepNotes, Traced
 from .transport.interhost import AGREE_TAGS, HostComm, Request
 from .work import Work
 
@@ -206,6 +207,8 @@ class HostSpanningGroup(GroupRanks):
         self.lane = AcrossHostsLane(self)  # tiny synchronous calls, cached (spanning_lane)
         self._fused_plans = hier.fused_plans()  # the fused calls' (hierarchical)
         self._kept_ctx: _Ctx | None = None  # the fused calls' context (_fused_ctx)
+        self.tracer: Any = None  # meshcast.trace.recorder.Tracer when MESHCAST_TRACE is set
+        self._notes: tuple[int, StepNotes] | None = None  # the traced call's (_step_notes)
 
     def algorithm_names(self, kind: str) -> tuple[str, ...]:
         """The ``algorithm=`` names a call of ``kind`` accepts on this group."""
@@ -305,13 +308,38 @@ class HostSpanningGroup(GroupRanks):
     def _settle(self, body: Callable[[_Ctx, list[int], list[int]], None],
                 eager: Callable[[list[np.ndarray], list[int], list[int]], None] | None,
                 counts: list[int], auxes: list[int], rows: list[np.ndarray] | None,
-                deadline: float, what: Any) -> None:
+                deadline: float, what: Any, seq: int | None = None) -> None:
         """Finish an agreed call: ``eager`` from the rows when every rank's data rode in
-        them, else ``body`` (the call's family)."""
+        them, else ``body`` (the call's family). ``seq``: the call's number, whose trace
+        record notes the family's steps when the group is traced."""
         if rows is not None and eager is not None:
             eager(rows, counts, auxes)
-        else:
-            body(_Ctx(self, deadline, what), counts, auxes)
+            return
+        ctx = _Ctx(self, deadline, what)
+        if self.tracer is not None and seq is not None:
+            self._traced(ctx, self._step_notes(seq))
+        body(ctx, counts, auxes)
+
+    def _step_notes(self, seq: int) -> StepNotes:
+        """Call ``seq``'s step notes, made once per call (see meshcast.trace.steps)."""
+        kept = self._notes
+        if kept is None or kept[0] != seq:
+            kept = self._notes = (seq, StepNotes(self.tracer.rounds_of(self, seq)))
+        return kept[1]
+
+    def _traced(self, ctx: _Ctx, notes: StepNotes) -> None:
+        """``ctx``'s communicators, each of whose calls becomes a step of ``notes``."""
+        lay, ranks, me = self.layout, self.global_ranks, self._rank
+
+        def peers(members: Any) -> list[int]:
+            return [ranks[g] for g in members if g != me]
+
+        ctx.local = Traced(ctx.local, "local", peers(lay.hosts[lay.host]), notes)
+        if ctx.rail is not None:
+            ctx.rail = Traced(ctx.rail, "rail", peers(lay.rail(lay.local)), notes)
+        if ctx.leaders is not None:
+            ctx.leaders = Traced(ctx.leaders, "leaders", peers(h[0] for h in lay.hosts), notes)
+        ctx.flat = ctx.p2p = Traced(ctx.flat, "flat", peers(range(lay.size)), notes)
 
     def _agree_then_settle(self, fp: Fingerprint, mine: int, aux: int,
                            payload: np.ndarray | None,
@@ -321,7 +349,7 @@ class HostSpanningGroup(GroupRanks):
         """:meth:`_agree`, then :meth:`_settle` the call from the rows: the general path of
         every call, and how a refused fused all_to_all finishes."""
         counts, auxes, rows = self._agree(fp, mine, aux, payload, deadline, what)
-        self._settle(body, eager, counts, auxes, rows, deadline, what)
+        self._settle(body, eager, counts, auxes, rows, deadline, what, fp.seq)
 
     def _agree(self, fp: Fingerprint, mine: int, aux: int, payload: np.ndarray | None,
                deadline: float, what: str
@@ -341,7 +369,17 @@ class HostSpanningGroup(GroupRanks):
             carried = payload.nbytes
             slot[CELL:CELL + carried] = payload
         _WORDS.pack_into(slot, FP_SIZE, mine, aux, carried)
-        self._exchange(deadline, what, fp.seq)
+        if self.tracer is None:
+            self._exchange(deadline, what, fp.seq)
+        else:
+            notes = self._step_notes(fp.seq)
+            rnd = notes.begin("agreement", [g for g in self.global_ranks
+                                            if g != self.global_ranks[self._rank]],
+                              _row_length(self._slot, 0))
+            try:
+                self._exchange(deadline, what, fp.seq)
+            finally:
+                notes.end(rnd)
         return self._read_rows(packed)
 
     def _exchange(self, deadline: float, what: Any, seq: int) -> None:

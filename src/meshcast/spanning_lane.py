@@ -117,7 +117,7 @@ class SpanningView(Protocol):
     def _fused_refused(self, fp: Fingerprint, mine: int, deadline: float, what: Any) -> None: ...
 
     def _settle(self, body: Any, eager: Any, counts: list[int], auxes: list[int],
-                rows: Any, deadline: float, what: Any) -> None: ...
+                rows: Any, deadline: float, what: Any, seq: int | None = None) -> None: ...
 
     def _agree_then_settle(self, fp: Fingerprint, mine: int, aux: int, payload: Any,
                            body: Any, eager: Any, deadline: float, what: Any) -> None: ...
@@ -453,7 +453,7 @@ class AcrossHostsLane:
                     raise MismatchError(f"{kind} #{seq} on {group.group_name}: the ranks' "
                                         f"agreement rows differ in their sizes")
                 body, eager = steps(seq)
-                group._settle(body, eager, counts, auxes, rows, deadline, what)
+                group._settle(body, eager, counts, auxes, rows, deadline, what, seq)
                 return False
         return True
 

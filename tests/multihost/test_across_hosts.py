@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TOUR = str(ROOT / "examples" / "tour.py")
 EVERY = str(Path(__file__).parent / "scripts" / "every_primitive.py")
 TRACED = str(Path(__file__).parent / "scripts" / "traced_tiny_calls.py")
+TRACED_STEPS = str(Path(__file__).parent / "scripts" / "traced_steps.py")
 FUSED = str(Path(__file__).parent / "scripts" / "fused_calls.py")
 RANDOM = str(Path(__file__).parent / "scripts" / "random_program.py")
 FORCED = str(Path(__file__).parent / "scripts" / "forced_family.py")
@@ -129,3 +130,38 @@ def test_the_trace_says_which_tiny_calls_ran_compiled(two_hosts, tmp_path):
             seen = [(c["kind"], c["lane"], c["compiled"], c["algorithm"]) for c in calls]
             assert seen == [("all_reduce", True, compiled, "all_reduce/eager")] * 3 + [
                 ("gather", True, compiled, "gather/eager")], (rank, seen)
+
+
+def test_the_trace_notes_the_steps_of_a_hierarchical_call(two_hosts, tmp_path):
+    """A call past the eager size runs a family of steps (the agreement, then calls on the
+    host's group and the inter-host communicators): its record lists them in order, each
+    with the ranks it involves and its times inside the call's (meshcast.trace.steps)."""
+    tmp_path.chmod(0o777)
+    r = run_job(two_hosts, "mpiexec", 2, [TRACED_STEPS],
+                env={"MESHCAST_TRACE": str(tmp_path)}, timeout=120)
+    assert r.returncode == 0, r.describe()
+    files = {k: [json.loads(line) for line in
+                 (tmp_path / f"rank-{k:05d}.jsonl").read_text().splitlines()] for k in range(4)}
+    host_of = {k: lines[0]["host"] for k, lines in files.items()}
+    for rank, lines in files.items():
+        mates = [k for k in range(4) if host_of[k] == host_of[rank]]
+        rail = [k for k in range(4) if host_of[k] != host_of[rank]
+                and sorted(k2 for k2 in range(4) if host_of[k2] == host_of[k]).index(k)
+                == mates.index(rank)]
+        local = [k for k in mates if k != rank]
+        everyone = [k for k in range(4) if k != rank]
+        calls = [c for c in lines if c["type"] == "call" and c["group"] == "WORLD"]
+        assert [c["algorithm"] for c in calls] == ["all_reduce/rails", "all_reduce/leader"]
+        rails, leader = ([(s["step"], s["peers"]) for s in c["rounds"]] for c in calls)
+        assert rails[0] == ("agreement", everyone), (rank, rails)
+        assert rails[1] == ("local.reduce_scatter", local), (rank, rails)
+        assert rails[-1] == ("local.all_gather", local), (rank, rails)
+        assert rails[2:-1] and all(step.startswith("rail.") and peers == rail
+                                   for step, peers in rails[2:-1]), (rank, rails)
+        assert leader[0] == ("agreement", everyone), (rank, leader)
+        assert ("local.reduce", local) in leader and leader[-1] == ("local.broadcast", local)
+        for c in calls:
+            assert [s["round"] for s in c["rounds"]] == list(range(len(c["rounds"])))
+            for s in c["rounds"]:
+                assert c["begin"] <= s["begin"] <= s["end"] <= c["end"], (rank, c)
+                assert s["wait_ns"] == s["end"] - s["begin"] and s["bytes"] > 0, (rank, s)

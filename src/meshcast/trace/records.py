@@ -49,7 +49,13 @@ Lines (``"type"`` says which)::
   waiting for the round's messages and signals). A round is noted when it
   starts: one with ``end`` null is where the call failed or was stopped.
   Other families run one entry round (plus, for single-copy, a closing one)
-  and leave this empty.
+  and leave this empty. Across hosts, a call past the eager size lists its
+  steps instead (:mod:`meshcast.trace.steps`): ``{"round": i, "step":
+  "agreement" | "<communicator>.<method>", "peers": [global ranks], "bytes":
+  n, "send": [], "recv": [], "begin", "end", "wait_ns"}``, ``wait_ns`` being
+  the step's whole time. A call whose data rides in the agreement lists at
+  most that step (none through the tiny-call lane), a fused one none (its
+  steps are one C call).
 * point-to-point calls have ``algorithm`` null and ``family`` ``"p2p"``.
 
 Calls a group makes on its inner groups (a group spanning hosts calls its

@@ -92,7 +92,8 @@ def events(tl: Timeline) -> dict[str, Any]:
                 rb = min(max(r["b"] if r["b"] is not None else c["b"], c["b"]), e)
                 nxt = rounds[k + 1]["b"] if k + 1 < len(rounds) else None
                 re_ = min(max(nxt if nxt is not None else e, rb), e)
-                ev.append({"ph": "X", "name": f"round {r.get('round', k)}", "cat": "round",
+                ev.append({"ph": "X", "name": r.get("step") or f"round {r.get('round', k)}",
+                           "cat": "round",
                            "pid": rank, "tid": tid, "ts": _us(rb), "dur": _us(re_ - rb),
                            "args": {"send": r.get("send") or [], "recv": r.get("recv") or [],
                                     "wait_ns": r.get("wait_ns")}})
