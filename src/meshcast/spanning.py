@@ -328,7 +328,7 @@ class HostSpanningGroup(GroupRanks):
         return kept[1]
 
     def _traced(self, ctx: _Ctx, notes: StepNotes) -> None:
-        """``ctx``'s communicators, each of whose calls becomes a step of ``notes``."""
+        """Make every call on ``ctx``'s communicators a step of ``notes``."""
         lay, ranks, me = self.layout, self.global_ranks, self._rank
 
         def peers(members: Any) -> list[int]:
