@@ -327,13 +327,15 @@ class HostSpanningGroup(GroupRanks):
             kept = self._notes = (seq, StepNotes(self.tracer.rounds_of(self, seq)))
         return kept[1]
 
+    def _peers(self, members: Any) -> list[int]:
+        """The global ranks of the group ranks ``members``, this rank left out (a step's
+        peers in the trace)."""
+        ranks, me = self.global_ranks, self._rank
+        return [ranks[g] for g in members if g != me]
+
     def _traced(self, ctx: _Ctx, notes: StepNotes) -> None:
         """Make every call on ``ctx``'s communicators a step of ``notes``."""
-        lay, ranks, me = self.layout, self.global_ranks, self._rank
-
-        def peers(members: Any) -> list[int]:
-            return [ranks[g] for g in members if g != me]
-
+        lay, peers = self.layout, self._peers
         ctx.local = Traced(ctx.local, "local", peers(lay.hosts[lay.host]), notes)
         if ctx.rail is not None:
             ctx.rail = Traced(ctx.rail, "rail", peers(lay.rail(lay.local)), notes)
@@ -373,8 +375,7 @@ class HostSpanningGroup(GroupRanks):
             self._exchange(deadline, what, fp.seq)
         else:
             notes = self._step_notes(fp.seq)
-            rnd = notes.begin("agreement", [g for g in self.global_ranks
-                                            if g != self.global_ranks[self._rank]],
+            rnd = notes.begin("agreement", self._peers(range(self._size)),
                               _row_length(self._slot, 0))
             try:
                 self._exchange(deadline, what, fp.seq)

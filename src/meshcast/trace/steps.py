@@ -106,6 +106,3 @@ class _TracedPending:
             self._inner.wait()
         finally:
             StepNotes.end(self._rnd)
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(self._inner, attr)
