@@ -141,9 +141,10 @@ _NO_BYTES = np.zeros(0, np.uint8)
 class _Ctx:
     """One call's view of the group for the algorithms (hierarchical.Ctx)."""
 
-    __slots__ = ("layout", "local", "rail", "leaders", "p2p", "flat")
+    __slots__ = ("layout", "local", "rail", "leaders", "p2p", "flat", "notes")
 
     def __init__(self, group: HostSpanningGroup, deadline: float, what: str) -> None:
+        self.notes: StepNotes | None = None  # a traced fused call's (_fused_ctx)
         self.layout = group.layout
         self.local = group.local_ops
         self.rail = group.rail.bind(deadline, what) if group.rail is not None else None
@@ -299,6 +300,7 @@ class HostSpanningGroup(GroupRanks):
             ctx = self._kept_ctx = _Ctx(self, deadline, what)
         p2p = ctx.p2p
         p2p.deadline, p2p.what, p2p.probe = deadline, what, AGREE_TAGS[seq & 1]
+        ctx.notes = self._step_notes(seq) if self.tracer is not None else None
         return ctx
 
     def eager_cap(self, kind: str) -> int:
@@ -324,18 +326,13 @@ class HostSpanningGroup(GroupRanks):
         """Call ``seq``'s step notes, made once per call (see meshcast.trace.steps)."""
         kept = self._notes
         if kept is None or kept[0] != seq:
-            kept = self._notes = (seq, StepNotes(self.tracer.rounds_of(self, seq)))
+            kept = self._notes = (seq, StepNotes(self.tracer.rounds_of(self, seq),
+                                                 self.global_ranks, self._rank))
         return kept[1]
-
-    def _peers(self, members: Any) -> list[int]:
-        """The global ranks of the group ranks ``members``, this rank left out (a step's
-        peers in the trace)."""
-        ranks, me = self.global_ranks, self._rank
-        return [ranks[g] for g in members if g != me]
 
     def _traced(self, ctx: _Ctx, notes: StepNotes) -> None:
         """Make every call on ``ctx``'s communicators a step of ``notes``."""
-        lay, peers = self.layout, self._peers
+        lay, peers = self.layout, notes.peers
         ctx.local = Traced(ctx.local, "local", peers(lay.hosts[lay.host]), notes)
         if ctx.rail is not None:
             ctx.rail = Traced(ctx.rail, "rail", peers(lay.rail(lay.local)), notes)
@@ -375,7 +372,7 @@ class HostSpanningGroup(GroupRanks):
             self._exchange(deadline, what, fp.seq)
         else:
             notes = self._step_notes(fp.seq)
-            rnd = notes.begin("agreement", self._peers(range(self._size)),
+            rnd = notes.begin("agreement", notes.peers(range(self._size)),
                               _row_length(self._slot, 0))
             try:
                 self._exchange(deadline, what, fp.seq)

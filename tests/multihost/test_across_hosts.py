@@ -134,8 +134,9 @@ def test_the_trace_says_which_tiny_calls_ran_compiled(two_hosts, tmp_path):
 
 def test_the_trace_notes_the_steps_of_a_hierarchical_call(two_hosts, tmp_path):
     """A call past the eager size runs a family of steps (the agreement, then calls on the
-    host's group and the inter-host communicators): its record lists them in order, each
-    with the ranks it involves and its times inside the call's (meshcast.trace.steps)."""
+    host's group and the inter-host communicators; fused: its three exchanges, timed in
+    the compiled call): its record lists them in order, each with the ranks it involves
+    and its times inside the call's (meshcast.trace.steps)."""
     tmp_path.chmod(0o777)
     r = run_job(two_hosts, "mpiexec", 2, [TRACED_STEPS],
                 env={"MESHCAST_TRACE": str(tmp_path)}, timeout=120)
@@ -151,8 +152,11 @@ def test_the_trace_notes_the_steps_of_a_hierarchical_call(two_hosts, tmp_path):
         local = [k for k in mates if k != rank]
         everyone = [k for k in range(4) if k != rank]
         calls = [c for c in lines if c["type"] == "call" and c["group"] == "WORLD"]
-        assert [c["algorithm"] for c in calls] == ["all_reduce/rails", "all_reduce/leader"]
-        rails, leader = ([(s["step"], s["peers"]) for s in c["rounds"]] for c in calls)
+        assert [c["algorithm"] for c in calls] == [
+            "all_reduce/rails", "all_reduce/leader", "all_reduce/fused", "all_reduce/fused",
+            "reduce_scatter/fused", "all_to_all/fused"]
+        rails, leader, fused, forced, scattered, swapped = (
+            [(s["step"], s["peers"]) for s in c["rounds"]] for c in calls)
         assert rails[0] == ("agreement", everyone), (rank, rails)
         assert rails[1] == ("local.reduce_scatter", local), (rank, rails)
         assert rails[-1] == ("local.all_gather", local), (rank, rails)
@@ -160,8 +164,20 @@ def test_the_trace_notes_the_steps_of_a_hierarchical_call(two_hosts, tmp_path):
                                    for step, peers in rails[2:-1]), (rank, rails)
         assert leader[0] == ("agreement", everyone), (rank, leader)
         assert ("local.reduce", local) in leader and leader[-1] == ("local.broadcast", local)
+        # fused: the steps of the compiled call (the lane's), timed in C, or of the Python
+        # waits (forced: the general path)
+        for steps in (fused, forced):
+            assert steps == [("fused.local_reduce_scatter", local),
+                             ("fused.rail_all_reduce", rail),
+                             ("fused.local_all_gather", local)], (rank, steps)
+        assert scattered == [("fused.local_reduce_scatter", local),
+                             ("fused.rail_reduce_scatter", rail)], (rank, scattered)
+        assert swapped == [("fused.all_to_all", everyone)], (rank, swapped)
         for c in calls:
             assert [s["round"] for s in c["rounds"]] == list(range(len(c["rounds"])))
             for s in c["rounds"]:
                 assert c["begin"] <= s["begin"] <= s["end"] <= c["end"], (rank, c)
                 assert s["wait_ns"] == s["end"] - s["begin"] and s["bytes"] > 0, (rank, s)
+        for c in calls[2:]:  # one step after the other
+            ends = [(s["begin"], s["end"]) for s in c["rounds"]]
+            assert all(e <= b for (_, e), (b, _) in zip(ends, ends[1:])), (rank, c)

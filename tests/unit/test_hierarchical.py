@@ -11,6 +11,7 @@ from meshcast.algorithms import hierarchical as hier
 from meshcast.ops import ReduceOp, working_dtype
 from meshcast.testing import reference as ref
 from meshcast.testing.hosts_sim import simulate
+from meshcast.trace.steps import StepNotes
 
 SHAPES = [
     [[0], [1]],                      # 2 hosts x 1
@@ -293,6 +294,36 @@ def test_fused_call_refuses_together_when_one_cell_differs(shape, kind):
     done = simulate(shape, lambda ctx, g: _fused(kind, ctx, inputs[g].copy(), b"this call",
                                                   n)[0])
     assert all(done), done
+
+
+@pytest.mark.parametrize("kind", ["all_reduce", "reduce_scatter", "all_to_all"])
+def test_a_traced_fused_call_notes_its_steps(kind):
+    """Under MESHCAST_TRACE a fused call's context carries step notes: each step (here the
+    Python waits, as without the compiled helper) becomes a round named by what it does,
+    with the global ranks it exchanges with, in order, timed, ending where the next begins."""
+    shape, n = [[0, 1], [2, 3]], 4
+    ranks = [10, 11, 12, 13]  # global ranks apart from group ranks: the notes map them
+    inputs = [ref.rank_input(g, 300 * n, "float32") for g in range(n)]
+
+    def body(ctx, g):
+        ctx.notes = StepNotes([], ranks, g)
+        done, _ = _fused(kind, ctx, inputs[g].copy(), b"cell", n)
+        return done, ctx.notes.rounds
+
+    for g, (done, rounds) in enumerate(simulate(shape, body)):
+        mate, rail = ranks[g ^ 1], ranks[g ^ 2]
+        want = {"all_reduce": [("fused.local_reduce_scatter", [mate]),
+                               ("fused.rail_all_reduce", [rail]),
+                               ("fused.local_all_gather", [mate])],
+                "reduce_scatter": [("fused.local_reduce_scatter", [mate]),
+                                   ("fused.rail_reduce_scatter", [rail])],
+                "all_to_all": [("fused.all_to_all", [r for r in ranks if r != ranks[g]])]}
+        assert done, g
+        assert [(r["step"], r["peers"]) for r in rounds] == want[kind], (g, rounds)
+        assert [r["round"] for r in rounds] == list(range(len(rounds)))
+        for r, after in zip(rounds, rounds[1:] + [None]):
+            assert r["bytes"] > 0 and r["wait_ns"] == r["end"] - r["begin"] >= 0, r
+            assert after is None or r["end"] <= after["begin"], (r, after)
 
 
 def test_fused_all_reduce_over_more_windows_than_plans_keeps_its_plans(monkeypatch):

@@ -133,6 +133,7 @@ class Ctx(Protocol):
     leaders: Across | None   # set on each host's leader
     p2p: Across              # every rank of the group, in group-rank order
     flat: Across             # the same members, for whole-call delegation
+    notes: Any               # a traced call's meshcast.trace.steps.StepNotes, else None
 
 
 @dataclass(frozen=True)
@@ -591,7 +592,7 @@ def all_reduce_fused(ctx: Ctx, w: np.ndarray, op: ReduceOp, cell: bytes = b"",
     if plan is None:
         plan = _FusedPlan(ctx, w.size, w.dtype, len(cell))
         _keep(plans, shape, plan)
-    return _settle(plans, plan, plan.run(ctx.p2p, w, w, op, cell, kernel))
+    return _settle(plans, plan, plan.run(ctx.p2p, w, w, op, cell, kernel, ctx.notes))
 
 
 def reduce_scatter_fused(ctx: Ctx, out: np.ndarray, w: np.ndarray, counts: Sequence[int],
@@ -620,7 +621,7 @@ def reduce_scatter_fused(ctx: Ctx, out: np.ndarray, w: np.ndarray, counts: Seque
     if plan is None:
         plan = _FusedPlan(ctx, w.size, w.dtype, len(cell), counts=counts)
         _keep(plans, shape, plan)
-    return _settle(plans, plan, plan.run(ctx.p2p, w, out, op, cell, kernel))
+    return _settle(plans, plan, plan.run(ctx.p2p, w, out, op, cell, kernel, ctx.notes))
 
 
 def all_to_all_fused(ctx: Ctx, out: np.ndarray, w: np.ndarray, cell: bytes,
@@ -649,7 +650,16 @@ def all_to_all_fused(ctx: Ctx, out: np.ndarray, w: np.ndarray, cell: bytes,
     if plan is None:
         plan = _FusedAllToAllPlan(ctx.p2p, w.size, w.dtype, len(cell))
         _keep(plans, shape, plan)
-    return _settle(plans, plan, plan.run(ctx.p2p, w, out, cell))
+    notes = ctx.notes
+    if notes is None:
+        return _settle(plans, plan, plan.run(ctx.p2p, w, out, cell))
+    # traced: the one exchange is the call's one step
+    rnd = notes.begin("fused.all_to_all", notes.peers(range(ctx.layout.size)), w.nbytes)
+    try:
+        done = plan.run(ctx.p2p, w, out, cell)
+    finally:
+        notes.end(rnd)
+    return _settle(plans, plan, done)
 
 
 class _FusedAllToAllPlan:
@@ -907,14 +917,46 @@ class _FusedPlan:
                          self.partial.nbytes, own * work.itemsize)
         # all_reduce's step 2 folds into my piece of work; reduce_scatter's into its output
         self.finished = work[self.start:self.start + mine] if counts is None else None
+        # a traced call's steps as rounds (meshcast.trace.steps): their names, peers (group
+        # ranks) and bytes; reduce_scatter's third step moves nothing and is not noted
+        self.step_names = (("fused.local_reduce_scatter", "fused.rail_all_reduce",
+                            "fused.local_all_gather") if counts is None else
+                           ("fused.local_reduce_scatter", "fused.rail_reduce_scatter"))
+        self.step_peers = (mates, rail, mates)
+        self.step_bytes = (work.nbytes, self.partial.nbytes, piece(self.at).nbytes)
+        self.times = np.zeros(6, np.int64)  # each step's begin and end, when compiled
 
     def free(self) -> None:
         for step in (self.step1, self.step2, self.step2_differ, self.step3):
             getattr(step, "free", lambda: None)()
 
+    def _step(self, p2p: Across, i: int, exchange: Any, notes: Any, started: Any = None,
+              settled: bool = False) -> bool:
+        """``p2p.run`` of step ``i``'s ``exchange``; when the call is traced (``notes``),
+        noted as a round, from when the compiled call began it if it did."""
+        if notes is None or i >= len(self.step_names):
+            return p2p.run(exchange, settled=settled, started=started)
+        name, peers = self.step_names[i], notes.peers(self.step_peers[i])
+        begun = int(self.times[2 * i]) if started is not None else 0
+        rnd = (notes.timed(name, peers, self.step_bytes[i], begun, None) if begun else
+               notes.begin(name, peers, self.step_bytes[i]))
+        try:
+            return p2p.run(exchange, settled=settled, started=started)
+        finally:
+            notes.end(rnd)
+
+    def _note_compiled(self, notes: Any, done: int) -> None:
+        """Note the ``done`` steps the compiled call ran whole, at the times it took."""
+        times = self.times
+        for i in range(min(done, len(self.step_names))):
+            notes.timed(self.step_names[i], notes.peers(self.step_peers[i]),
+                        self.step_bytes[i], int(times[2 * i]), int(times[2 * i + 1]))
+
     def run(self, p2p: Across, w: np.ndarray, out: np.ndarray, op: ReduceOp, cell: bytes,
-            kernel: int | None = None) -> bool:
-        """One call: ``w`` the input, ``out`` the destination (all_reduce: ``w``)."""
+            kernel: int | None = None, notes: Any = None) -> bool:
+        """One call: ``w`` the input, ``out`` the destination (all_reduce: ``w``).
+        ``notes``: a traced call's step notes (meshcast.trace.steps.StepNotes), which get
+        a round per step; None when untraced."""
         head, cells, parts, work = self.head, self.cells, self.parts, self.work
         k = self.k - 1
         self.head_bytes[:k] = cell
@@ -931,12 +973,18 @@ class _FusedPlan:
         if kernel is not None and run_fused is not None:
             # the engine may run the steps, checks and folds whole (compiled); it stops
             # where something differs or waits, and the steps below go on from there
+            times = None
+            if notes is not None:
+                times = self.times
+                times[:] = 0
             ran = run_fused((self.step1, self.step2, self.step3), (*self.buffers, dest),
-                            self.geometry, kernel)
+                            self.geometry, kernel, times)
             if ran is not None:
                 done, started = ran
+                if notes is not None:
+                    self._note_compiled(notes, done)
         if done < 1:
-            if not p2p.run(self.step1, started=started):
+            if not self._step(p2p, 0, self.step1, notes, started):
                 return False  # (a member diverted to the agreement; nobody waits on step 2)
             started = None
             cells[self.at] = head
@@ -946,10 +994,11 @@ class _FusedPlan:
                                        else parts[j] for j in range(len(parts))])
             else:
                 head[-1] = _DIFFER
-            if not p2p.run(self.step2 if host_agrees else self.step2_differ) or not host_agrees:
+            if not self._step(p2p, 1, self.step2 if host_agrees else self.step2_differ,
+                              notes) or not host_agrees:
                 return False
         if done < 2:
-            if started is not None and not p2p.run(self.step2, started=started):
+            if started is not None and not self._step(p2p, 1, self.step2, notes, started):
                 return False
             started = None
             heads, got = self.heads, self.got
@@ -961,7 +1010,7 @@ class _FusedPlan:
             # piece round the host)
             _combine(op, dest, list(got))
         if done < 3:
-            p2p.run(self.step3, settled=True, started=started)
+            self._step(p2p, 2, self.step3, notes, started, settled=True)
         if self.order is None and self.direct is None:
             np.copyto(w, work)
         return True

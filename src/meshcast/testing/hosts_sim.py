@@ -201,6 +201,7 @@ class SimCtx:
                  flat: SimAcross) -> None:
         self.layout, self.local, self.rail, self.flat, self.p2p = layout, local, rail, flat, flat
         self.leaders = rail if layout.local == 0 else None
+        self.notes = None  # (a traced call's step notes: the simulator traces nothing)
 
 
 def simulate(hosts: Sequence[Sequence[int]], fn: Callable[[SimCtx, int], Any],

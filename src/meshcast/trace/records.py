@@ -51,11 +51,14 @@ Lines (``"type"`` says which)::
   Other families run one entry round (plus, for single-copy, a closing one)
   and leave this empty. Across hosts, a call past the eager size lists its
   steps instead (:mod:`meshcast.trace.steps`): ``{"round": i, "step":
-  "agreement" | "<communicator>.<method>", "peers": [global ranks], "bytes":
-  n, "send": [], "recv": [], "begin", "end", "wait_ns"}``, ``wait_ns`` being
-  the step's whole time. A call whose data rides in the agreement lists at
-  most that step (none through the tiny-call lane), a fused one none (its
-  steps are one C call).
+  "agreement" | "<communicator>.<method>" | "fused.<what>", "peers": [global
+  ranks], "bytes": n, "send": [], "recv": [], "begin", "end", "wait_ns"}``,
+  ``wait_ns`` being the step's whole time. A call whose data rides in the
+  agreement lists at most that step (none through the tiny-call lane); a
+  fused one its exchanges (``fused.local_reduce_scatter``,
+  ``fused.rail_all_reduce`` / ``fused.rail_reduce_scatter``,
+  ``fused.local_all_gather``; ``fused.all_to_all``), timed by the compiled
+  call where it ran them.
 * point-to-point calls have ``algorithm`` null and ``family`` ``"p2p"``.
 
 Calls a group makes on its inner groups (a group spanning hosts calls its

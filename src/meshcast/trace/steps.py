@@ -13,8 +13,10 @@ asks).
 
 A step's round says ``step`` (``agreement``, or ``<communicator>.<method>``:
 ``local`` the host's group, ``rail`` / ``leaders`` / ``flat`` the inter-host
-communicators), ``peers`` (the global ranks the step involves, this one left
-out) and ``bytes`` (the largest array handed to the step). ``send``/``recv``
+communicators; a ``fused`` call's exchanges are named by what they do, e.g.
+``fused.rail_all_reduce``, and where the compiled call ran them, their times
+are the ones it took), ``peers`` (the global ranks the step involves, this one
+left out) and ``bytes`` (the largest array handed to the step). ``send``/``recv``
 stay empty: the engines choose their own messages. ``wait_ns`` is the step's
 whole time, an upper bound of its waiting: an engine's call does not tell its
 waits from its copies. A step posted now and waited for later (``start_*``)
@@ -24,17 +26,27 @@ ends when its wait returns.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 
 class StepNotes:
-    """The rounds list of one call's record, and how to note a step in it."""
+    """The rounds list of one call's record, and how to note a step in it.
 
-    __slots__ = ("rounds",)
+    ``ranks``: the global rank of every group rank, and ``me`` this rank's group rank
+    (:meth:`peers` names a step's peers from them).
+    """
 
-    def __init__(self, rounds: list[dict[str, Any]]) -> None:
-        self.rounds = rounds
+    __slots__ = ("rounds", "ranks", "me")
+
+    def __init__(self, rounds: list[dict[str, Any]], ranks: Sequence[int] = (),
+                 me: int = -1) -> None:
+        self.rounds, self.ranks, self.me = rounds, ranks, me
+
+    def peers(self, members: Iterable[int]) -> list[int]:
+        """The global ranks of the group ranks ``members``, this rank left out."""
+        ranks, me = self.ranks, self.me
+        return [ranks[g] for g in members if g != me]
 
     def begin(self, step: str, peers: Sequence[int], nbytes: int) -> dict[str, Any]:
         """Note that ``step`` starts (in the list at once: a call stopped inside it shows
@@ -46,9 +58,22 @@ class StepNotes:
         return rnd
 
     @staticmethod
-    def end(rnd: dict[str, Any]) -> None:
-        rnd["end"] = time.time_ns()
+    def end(rnd: dict[str, Any], at: int | None = None) -> None:
+        """Note that the step of ``rnd`` ended (now, or at ``time.time_ns()`` value ``at``)."""
+        rnd["end"] = time.time_ns() if at is None else at
         rnd["wait_ns"] = rnd["end"] - rnd["begin"]
+
+    def timed(self, step: str, peers: Sequence[int], nbytes: int, begin: int,
+              end: int | None) -> dict[str, Any]:
+        """Note a step that someone else timed (the compiled fused call: see
+        :mod:`meshcast.algorithms.hierarchical`): it began at ``begin``
+        (``time.time_ns()``'s clock) and ended at ``end``, or is still running (None:
+        pass the round to :meth:`end` when it does)."""
+        rnd = self.begin(step, peers, nbytes)
+        rnd["begin"] = begin
+        if end is not None:
+            self.end(rnd, end)
+        return rnd
 
 
 def _largest(args: Sequence[Any]) -> int:

@@ -48,6 +48,7 @@
 #include <sched.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "_copy.h"
 
@@ -912,8 +913,16 @@ static PyObject *exchange(PyObject *Py_UNUSED(module), PyObject *const *args,
  *
  * fused(startall, testall, iprobe, comm, any_source, probe, polls, step1, step2, step3,
  *       statuses, head, cells, parts, partial, heads, got, work, dest, at, rail_at, start,
- *       piece, own, code) -- byte offsets and sizes; code the fold kernel (type * 8 + op).
+ *       piece, own, code[, times]) -- byte offsets and sizes; code the fold kernel (type *
+ * 8 + op). `times` (a traced call's, else absent or None): 6 int64 that get each step's
+ * begin and end on time.time_ns()'s clock, 0 where the step did not begin or end here.
  */
+static inline int64_t wall_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 /* Whether a row other than `mine` of the `n` rows `stride` bytes apart starts otherwise
  * than `head`'s `k` bytes. */
 static int differ(const char *rows, Py_ssize_t stride, Py_ssize_t n, Py_ssize_t mine,
@@ -938,8 +947,8 @@ typedef struct {
 } Reqs;
 
 static PyObject *fused(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 25) {
-        PyErr_SetString(PyExc_TypeError, "fused: 25 arguments (see the source)");
+    if (nargs != 25 && nargs != 26) {
+        PyErr_SetString(PyExc_TypeError, "fused: 25 or 26 arguments (see the source)");
         return NULL;
     }
     startall_fn startall = (startall_fn)(uintptr_t)PyLong_AsUnsignedLongLong(args[0]);
@@ -954,13 +963,19 @@ static PyObject *fused(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ss
     long code = PyLong_AsLong(args[24]);
     if (PyErr_Occurred())
         return NULL;
-    Py_buffer b[12];
-    int got_n = 0;
+    Py_buffer b[13];
+    int got_n = 0, traced = nargs == 26 && args[25] != Py_None;
     PyObject *result = NULL;
-    /* 7..10: step1, step2, step3 handles, statuses; 11..18: head .. work, dest */
-    for (int i = 0; i < 12; i++, got_n++) {
-        if (PyObject_GetBuffer(args[7 + i], &b[i], PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
+    /* 7..10: step1, step2, step3 handles, statuses; 11..18: head .. work, dest; 25 times */
+    for (int i = 0; i < 12 + traced; i++, got_n++) {
+        if (PyObject_GetBuffer(args[i < 12 ? 7 + i : 25], &b[i],
+                               PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
             goto done;
+    }
+    int64_t *times = traced ? (int64_t *)b[12].buf : NULL;
+    if (traced && (b[12].itemsize != 8 || b[12].len < 6 * 8)) {
+        PyErr_SetString(PyExc_ValueError, "fused: times must be 6 int64");
+        goto done;
     }
     Py_buffer *req[3] = {&b[0], &b[1], &b[2]};
     char *statuses = b[3].buf;
@@ -984,6 +999,8 @@ static PyObject *fused(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ss
     for (; step < 3; step++) {
         int n = (int)(req[step]->len / req[step]->itemsize);
         Py_ssize_t each = status_size / (n + 1 > 1 ? n + 1 : 1);
+        if (times)
+            times[2 * step] = wall_ns();
         int r = wait_requests(startall, testall, iprobe, n, req[step]->buf, statuses, each,
                               comm, step < 2 ? probe : -1, any_source, 1, polls);
         if (r < 0) {
@@ -1010,6 +1027,8 @@ static PyObject *fused(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ss
             copy_bytes(got + rail_at * mine, partial + own, mine);
             fold_into(dest, got, mine, H, code, mine, itemsize);
         }
+        if (times)
+            times[2 * step + 1] = wall_ns();
     }
     Py_END_ALLOW_THREADS
     result = Py_BuildValue("(iii)", step, state, error);

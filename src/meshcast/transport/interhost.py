@@ -144,8 +144,8 @@ class HostComm:
         return False  # the engine has no native reduction for this (dtype, op)
 
     def _run_fused(self, steps: Sequence[Any], buffers: Sequence[np.ndarray],
-                   geometry: Sequence[int], code: int, probe: int | None
-                   ) -> tuple[int, Exchange | None] | None:
+                   geometry: Sequence[int], code: int, probe: int | None,
+                   times: np.ndarray | None = None) -> tuple[int, Exchange | None] | None:
         """See :meth:`Bound.run_fused`; None: this engine has no compiled steps."""
         return None
 
@@ -484,14 +484,17 @@ class Bound:
             raise c._explained(self.what, exc) from exc
 
     def run_fused(self, steps: Sequence[Any], buffers: Sequence[np.ndarray],
-                  geometry: Sequence[int], code: int) -> tuple[int, Exchange | None] | None:
+                  geometry: Sequence[int], code: int, times: np.ndarray | None = None
+                  ) -> tuple[int, Exchange | None] | None:
         """A fused call's prepared ``steps`` (all_reduce, reduce_scatter) run compiled as
         far as they go without a difference (``algorithms.hierarchical._FusedPlan``):
         (steps done with their checks and folds, the next step's exchange if it was
-        started, for :meth:`run`), or None when the engine cannot."""
+        started, for :meth:`run`), or None when the engine cannot. ``times``: a traced
+        call's 6 int64, which get each step's begin and end as the engine saw them
+        (``time.time_ns()``; 0: not begun, or not ended, there)."""
         c = self.comm
         try:
-            return c._run_fused(steps, buffers, geometry, code, self.probe)
+            return c._run_fused(steps, buffers, geometry, code, self.probe, times)
         except (TransportError, InvalidUsage):
             raise
         except Exception as exc:  # noqa: BLE001 - as the general wait: the lost host named

@@ -487,12 +487,13 @@ class MpiComm(HostComm):
         return True
 
     def _run_fused(self, steps: Sequence[Any], buffers: Sequence[np.ndarray],
-                   geometry: Sequence[int], code: int, probe: int | None
-                   ) -> tuple[int, Exchange | None] | None:
+                   geometry: Sequence[int], code: int, probe: int | None,
+                   times: np.ndarray | None = None) -> tuple[int, Exchange | None] | None:
         """A fused call's three prepared steps, their checks and folds in one C
         call (``fused`` in transport/_mpi_rows.c), when the helper runs them: (steps
         done, the next step's exchange, already started, or None when not started);
-        None when it cannot run compiled."""
+        None when it cannot run compiled. ``times``: a traced call's 6 int64, which get
+        each step's begin and end (``time.time_ns()``), 0 where it did not happen here."""
         # what does not change from call to call, kept on the first step (a plan's steps
         # are made once): False when the steps cannot run compiled
         kept = getattr(steps[0], "fused_call", None)
@@ -511,7 +512,7 @@ class MpiComm(HostComm):
             return None
         fused, head, requests, parts = kept
         done, state, error = fused(*head, -1 if probe is None else probe, self.QUICK_POLLS,
-                                   *requests, *buffers, *geometry, code)
+                                   *requests, *buffers, *geometry, code, times)
         if done == 3 or state == 0:
             return done, None
         c, comm, reqs, receives = parts[done]
