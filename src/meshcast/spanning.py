@@ -372,12 +372,9 @@ class HostSpanningGroup(GroupRanks):
             self._exchange(deadline, what, fp.seq)
         else:
             notes = self._step_notes(fp.seq)
-            rnd = notes.begin("agreement", notes.peers(range(self._size)),
-                              _row_length(self._slot, 0))
-            try:
+            with notes.step("agreement", notes.peers(range(self._size)),
+                            _row_length(self._slot, 0)):
                 self._exchange(deadline, what, fp.seq)
-            finally:
-                notes.end(rnd)
         return self._read_rows(packed)
 
     def _exchange(self, deadline: float, what: Any, seq: int) -> None:

@@ -654,11 +654,8 @@ def all_to_all_fused(ctx: Ctx, out: np.ndarray, w: np.ndarray, cell: bytes,
     if notes is None:
         return _settle(plans, plan, plan.run(ctx.p2p, w, out, cell))
     # traced: the one exchange is the call's one step
-    rnd = notes.begin("fused.all_to_all", notes.peers(range(ctx.layout.size)), w.nbytes)
-    try:
+    with notes.step("fused.all_to_all", notes.peers(range(ctx.layout.size)), w.nbytes):
         done = plan.run(ctx.p2p, w, out, cell)
-    finally:
-        notes.end(rnd)
     return _settle(plans, plan, done)
 
 
@@ -936,14 +933,10 @@ class _FusedPlan:
         noted as a round, from when the compiled call began it if it did."""
         if notes is None or i >= len(self.step_names):
             return p2p.run(exchange, settled=settled, started=started)
-        name, peers = self.step_names[i], notes.peers(self.step_peers[i])
         begun = int(self.times[2 * i]) if started is not None else 0
-        rnd = (notes.timed(name, peers, self.step_bytes[i], begun, None) if begun else
-               notes.begin(name, peers, self.step_bytes[i]))
-        try:
+        with notes.step(self.step_names[i], notes.peers(self.step_peers[i]),
+                        self.step_bytes[i], begun):
             return p2p.run(exchange, settled=settled, started=started)
-        finally:
-            notes.end(rnd)
 
     def _note_compiled(self, notes: Any, done: int) -> None:
         """Note the ``done`` steps the compiled call ran whole, at the times it took."""

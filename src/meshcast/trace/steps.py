@@ -26,7 +26,8 @@ ends when its wait returns.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -63,17 +64,27 @@ class StepNotes:
         rnd["end"] = time.time_ns() if at is None else at
         rnd["wait_ns"] = rnd["end"] - rnd["begin"]
 
+    @contextmanager
+    def step(self, step: str, peers: Sequence[int], nbytes: int, begun: int = 0
+             ) -> Iterator[None]:
+        """Note ``step`` around a ``with`` block, which ends it also when it raises;
+        ``begun``: when someone else started it (``time.time_ns()``'s clock), 0: now."""
+        rnd = self.begin(step, peers, nbytes)
+        if begun:
+            rnd["begin"] = begun
+        try:
+            yield
+        finally:
+            self.end(rnd)
+
     def timed(self, step: str, peers: Sequence[int], nbytes: int, begin: int,
-              end: int | None) -> dict[str, Any]:
+              end: int) -> None:
         """Note a step that someone else timed (the compiled fused call: see
-        :mod:`meshcast.algorithms.hierarchical`): it began at ``begin``
-        (``time.time_ns()``'s clock) and ended at ``end``, or is still running (None:
-        pass the round to :meth:`end` when it does)."""
+        :mod:`meshcast.algorithms.hierarchical`), from ``begin`` to ``end``
+        (``time.time_ns()``'s clock)."""
         rnd = self.begin(step, peers, nbytes)
         rnd["begin"] = begin
-        if end is not None:
-            self.end(rnd, end)
-        return rnd
+        self.end(rnd, end)
 
 
 def _largest(args: Sequence[Any]) -> int:
