@@ -47,8 +47,8 @@ import numpy as np
 
 from . import config, ops
 from ._fifo import call_fifo
+from ._fingerprint import KINDS, Fingerprint, compare, counts_hash, path_digest
 from ._fingerprint import SIZE as FP_SIZE
-from ._fingerprint import Fingerprint, compare, counts_hash, path_digest
 from .agreement_rows import _WORDS, CELL, ROW_LENGTH, _row_length
 from .algorithms import hierarchical as hier
 from .algorithms._common import as_bytes
@@ -187,8 +187,9 @@ class HostSpanningGroup(GroupRanks):
         self._flat_rows = route == "flat"
         self._row_steps = hier.agreement_steps(layout) if self._flat_rows else ()
         self._route = route
-        # the cap of every call but a broadcast's or an all_gather's (see eager_cap)
-        self.eager_bytes = hier.eager_cap("all_reduce", route)
+        # each kind's eager cap (read on every call of the general path)
+        self._eager_caps = {kind: hier.eager_cap(kind, route, layout, flat.engine)
+                            for kind in KINDS}
         self._slot_bytes = CELL + hier.largest_eager_cap(route)
         widest = max(len(h) for h in layout.hosts)
         self._cap = widest * self._slot_bytes
@@ -305,7 +306,7 @@ class HostSpanningGroup(GroupRanks):
 
     def eager_cap(self, kind: str) -> int:
         """The most data bytes a rank's row carries in a call of ``kind`` on this group."""
-        return hier.eager_cap(kind, self._route)
+        return self._eager_caps[kind]
 
     def _settle(self, body: Callable[[_Ctx, list[int], list[int]], None],
                 eager: Callable[[list[np.ndarray], list[int], list[int]], None] | None,
@@ -538,7 +539,8 @@ class HostSpanningGroup(GroupRanks):
             self._finish_reduction(buf, w, upcast, op)
 
         payload = self._eager_payload("all_reduce", algorithm, as_bytes(w))
-        if family == "fused" and (payload is None or payload.nbytes > self.eager_bytes):
+        if family == "fused" and (payload is None
+                                  or payload.nbytes > self._eager_caps["all_reduce"]):
             def fused(ctx: _Ctx) -> bool:
                 if not hier.all_reduce_fused(ctx, w, combine, fp.pack(), self._fused_plans,
                                              _c_kernel(combine, w.dtype)):
@@ -725,7 +727,8 @@ class HostSpanningGroup(GroupRanks):
             finish()
 
         payload = self._eager_payload("reduce_scatter", algorithm, as_bytes(w))
-        if family == "fused" and (payload is None or payload.nbytes > self.eager_bytes) \
+        if family == "fused" and (payload is None
+                                  or payload.nbytes > self._eager_caps["reduce_scatter"]) \
                 and out_buf.count == expected[self._rank]:
             # (an output of another size goes to the agreement, which says so everywhere)
             def fused(ctx: _Ctx) -> bool:

@@ -92,7 +92,6 @@ class SpanningView(Protocol):
     _table_view: memoryview
     _slot_bytes: int
     flat: Any  # the inter-host communicator of the whole group (transport.interhost)
-    eager_bytes: int
 
     def eager_cap(self, kind: str) -> int: ...
 
@@ -567,7 +566,7 @@ class AcrossHostsLane:
                          root: int = -1) -> tuple | bool:
         group, dtype, n = self.group, arr.dtype, self.group.size()
         if (dtype.name not in ops.FAST_DTYPES or not dtype.isnative
-                or arr.nbytes > group.eager_bytes or n < 2):
+                or arr.nbytes > group.eager_cap(kind) or n < 2):
             return False
         try:
             rop = ops.validate(op, dtype, caller=kind)
@@ -589,7 +588,7 @@ class AcrossHostsLane:
         size that the group would run ``fused``; False: the general path runs it."""
         group, dtype, n = self.group, arr.dtype, self.group.size()
         if (dtype.name not in ops.FAST_DTYPES or not dtype.isnative
-                or arr.nbytes <= group.eager_bytes or n < 2
+                or arr.nbytes <= group.eager_cap(kind) or n < 2
                 or group._family(kind, arr.nbytes, None)[0] != "fused"):
             return False
         try:
@@ -639,7 +638,8 @@ class AcrossHostsLane:
                              ) -> tuple | bool:
         group, dtype, n = self.group, inp.dtype, self.group.size()
         if (dtype.name not in ops.FAST_DTYPES or not dtype.isnative or out.dtype != dtype
-                or inp.size != out.size * n or inp.nbytes > group.eager_bytes or n < 2):
+                or inp.size != out.size * n or inp.nbytes > group.eager_cap("reduce_scatter")
+                or n < 2):
             return False
         try:
             rop = ops.validate(op, dtype, caller="reduce_scatter")
@@ -701,7 +701,7 @@ class AcrossHostsLane:
         group, dtype, n = self.group, inp.dtype, self.group.size()
         root = self._root_of(dst)
         if (root is None or dtype.name not in _MOVE_DTYPES or not dtype.isnative
-                or inp.nbytes > group.eager_bytes):
+                or inp.nbytes > group.eager_cap("gather")):
             return False
         # The root's cell names the pieces it expects (all like its input): a rank whose
         # input differs shows in its row, and the root's check decides as the general
@@ -719,7 +719,7 @@ class AcrossHostsLane:
         root = self._root_of(src)
         whole = out.nbytes * n
         if (root is None or dtype.name not in _MOVE_DTYPES or not dtype.isnative
-                or whole > group.eager_bytes):
+                or whole > group.eager_cap("scatter")):
             return False
         # Only the root's row carries data: every rank's piece, back to back.
         lengths = [whole if g == root else 0 for g in range(n)]

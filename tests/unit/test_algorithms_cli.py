@@ -130,7 +130,9 @@ def test_size_says_what_runs_and_where():
     step = next(at for at, fam in hier.DEFAULTS["mpi"]["all_gather"] if fam == "rails")
     assert "all_gather/rails" in explain("all_gather", step // 4, 4, hosts=2)
     assert "all_gather/flat" in explain("all_gather", step // 4 - 4, 4, hosts=2)
-    cap = hier.eager_cap("reduce_scatter", hier.agreement_route("mpi", 4))
+    cap = hier.eager_cap("reduce_scatter", hier.agreement_route("mpi", 4),
+                         hier.Layout(((0, 1), (2, 3)), 0))
+    assert cap == hier.EAGER_BYTES["flat"] // 2
     assert "reduce_scatter/eager" in explain("reduce_scatter", cap // 4, 4, hosts=2)
     assert "reduce_scatter/fused" in explain("reduce_scatter", cap // 4 + 4, 4, hosts=2)
     with pytest.raises(ValueError, match="hosts"):

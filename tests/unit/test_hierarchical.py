@@ -201,6 +201,26 @@ def test_choose_follows_the_measured_table_on_both_sides_of_every_step():
     assert "unknown" in hier.supports("all_reduce", "ring", even)
 
 
+def test_a_host_shares_the_eager_cap_of_its_reductions_where_fused_runs_past_it():
+    flat, whole = "flat", hier.EAGER_BYTES["flat"]
+    for layout, per_host in ((hier.Layout(((0, 1), (2, 3)), 0), 2),
+                             (hier.Layout(((0, 1), (2, 3), (4, 5)), 0), 2),
+                             (hier.Layout(((0, 1, 2, 3), (4, 5, 6, 7)), 0), 4)):
+        for kind in ("all_reduce", "reduce_scatter"):
+            assert hier.eager_cap(kind, flat, layout) == whole // per_host, (layout, kind)
+            assert hier.eager_cap(kind, flat, layout, "gloo") == whole  # no fused there
+        # the other collectives' rows are not shared: their caps stay whole
+        assert hier.eager_cap("reduce", flat, layout) == whole
+        assert hier.eager_cap("gather", flat, layout) == whole
+        assert hier.eager_cap("broadcast", flat, layout) == hier.EAGER_BROADCAST_BYTES[flat]
+    # one rank a host, hosts of unequal size (fused cannot run): the whole cap
+    for layout in (hier.Layout(((0,), (1,), (2,)), 0), hier.Layout(((0, 1, 2), (3,)), 0)):
+        assert hier.eager_cap("all_reduce", flat, layout) == whole, layout
+    assert hier.eager_cap("all_reduce", "leaders", hier.Layout(((0, 1), (2, 3)), 0)) == (
+        hier.EAGER_BYTES["leaders"])
+    assert hier.eager_cap("all_reduce", flat) == whole
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=IDS)
 def test_agreement_steps_bring_every_row_to_every_rank(shape):
     """Run every rank's program phase by phase: a rank sends only rows it holds, every

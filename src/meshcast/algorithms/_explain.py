@@ -86,10 +86,11 @@ def explain(coll: str, nbytes: int, n: int, hosts: int = 1, cma: bool = True) ->
 
 def _across(coll: str, nbytes: int, n: int, hosts: int, what: str) -> str:
     per = [n // hosts + (h < n % hosts) for h in range(hosts)]
-    eager = hierarchical.eager_cap(coll, hierarchical.agreement_route("mpi", n))
-    eager_gloo = hierarchical.eager_cap(coll, hierarchical.agreement_route("gloo", n))
     layout = hierarchical.Layout(tuple(tuple(range(sum(per[:h]), sum(per[:h + 1])))
                                        for h in range(hosts)), 0)
+    eager = hierarchical.eager_cap(coll, hierarchical.agreement_route("mpi", n), layout)
+    eager_gloo = hierarchical.eager_cap(coll, hierarchical.agreement_route("gloo", n),
+                                        layout, "gloo")
     lines = [f"{what}, {hosts} hosts ({' + '.join(map(str, per))} ranks):"]
     # What the group decides by (spanning.py): an all_gather by the gathered array, a
     # reduce_scatter and an all_to_all by a rank's whole input; and what a rank's row

@@ -355,8 +355,33 @@ AGREEMENT_FLAT_MAX = 8
 #: 182-261 / 156-290 us, broadcast of 16 / 32 KiB 269-420 / 275-415 against 98-172 /
 #: 89-163 us; at 64 KiB it was mixed (all_reduce 413-691 against 223-863 us), so the cap
 #: stops at 32 KiB. Through the leaders the rows are padded to the cap over Gloo, so it
-#: stays small there.
+#: stays small there. An all_reduce's or a reduce_scatter's cap is shared by the host
+#: where ``fused`` runs past it (see :data:`SHARED_BY_HOST`).
 EAGER_BYTES = {"flat": 32 << 10, "leaders": 976}
+
+#: The collectives whose eager cap on the direct route is :data:`EAGER_BYTES` shared by
+#: the ranks of a host, where ``fused`` runs past the cap: an eager row carries a rank's
+#: whole input to every other host, so a host's link carries (ranks per host) x (the
+#: input), where ``fused`` (reduce-scatter inside the host first) carries about one
+#: input. The cap was measured against ``flat``, before ``fused`` existed. Against
+#: ``fused``, at 2 emulated hosts x 2 ranks over MPICH, one session, alternating jobs of
+#: 300 calls, best / median of the ranks' worst median (us; MPICH's own in brackets):
+#:
+#: ==================  ===========================  ========================
+#: call (input)        2 Gbit/s: eager / fused      unlimited: eager / fused
+#: ==================  ===========================  ========================
+#: all_reduce 8 KiB    62-71 / 60-63 (58-66)        58-60 / 53-56 (58-67)
+#: all_reduce 16 KiB   137-138 / 101-106 (73-82)    67-71 / 100-101 (73-78)
+#: all_reduce 32 KiB   276-277 / 118-122 (132-140)  79-90 / 110 (84-87)
+#: reduce_scatter 8K   58-62 / 58-59 (31-33)        50-58 / 47-48 (29-30)
+#: reduce_scatter 16K  135-137 / 83-84 (65-68)      54-67 / 76-79 (32-33)
+#: reduce_scatter 32K  273-277 / 89 (138-140)       69-85 / 82-84 (45)
+#: ==================  ===========================  ========================
+#:
+#: The eager call wins where the link is not the limit, ``fused`` where it is, and a
+#: host's eager bytes grow with its ranks; sharing 32 KiB by the 2 ranks (16 KiB each)
+#: keeps the 16 KiB call eager and sends the 32 KiB one through ``fused``.
+SHARED_BY_HOST = ("all_reduce", "reduce_scatter")
 
 #: The most bytes a broadcast's root carries in its row (an eager broadcast), per route.
 #: Only the root's row is long (the others carry no data), so the data crosses the link
@@ -397,9 +422,19 @@ _EAGER_CAPS = {"broadcast": EAGER_BROADCAST_BYTES, "all_gather": EAGER_ALL_GATHE
                "all_to_all": EAGER_ALL_TO_ALL_BYTES}
 
 
-def eager_cap(kind: str, route: str) -> int:
-    """The most data bytes a rank's row carries in a call of ``kind`` on ``route``."""
-    return _EAGER_CAPS.get(kind, EAGER_BYTES)[route]
+def eager_cap(kind: str, route: str, layout: Layout | None = None,
+              engine: str = "mpi") -> int:
+    """The most data bytes a rank's row carries in a call of ``kind`` on ``route``, in a
+    group of ``layout`` over ``engine`` (None: a layout where ``fused`` cannot run;
+    see :data:`SHARED_BY_HOST`)."""
+    caps = _EAGER_CAPS.get(kind)
+    if caps is not None:
+        return caps[route]
+    cap = EAGER_BYTES[route]
+    if (layout is not None and route == "flat" and kind in SHARED_BY_HOST
+            and supports(kind, "fused", layout, engine) is None):
+        return cap // len(layout.hosts[0])
+    return cap
 
 
 def largest_eager_cap(route: str) -> int:

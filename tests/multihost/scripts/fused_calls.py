@@ -15,6 +15,7 @@ from tests.runtime import spanning_bodies as bodies  # noqa: E402
 
 import meshcast as dist  # noqa: E402
 from meshcast import ops  # noqa: E402
+from meshcast.algorithms import hierarchical as hier  # noqa: E402
 from meshcast.testing import reference as ref  # noqa: E402
 
 bodies.quick_polls_from_env()
@@ -83,6 +84,28 @@ for dtype in ("float32", "int64"):
             assert g.last_algorithm == "reduce_scatter/fused", g.last_algorithm
 assert {k[0] for k in g.lane.plans if k[-1] == "fused" and g.lane.plans[k]} == {
     "all_reduce", "reduce_scatter"}, "the lane ran no fused call"
+# Both sides of the eager cap that an all_reduce's and a reduce_scatter's ranks share by
+# host (hierarchical.SHARED_BY_HOST): at the cap the data ride in the agreement, one
+# element past it the call runs fused; through the lane and (strided) the general path.
+cap = hier.EAGER_BYTES["flat"] // len(g.layout.hosts[0])
+assert g.eager_cap("all_reduce") == g.eager_cap("reduce_scatter") == cap, cap
+for count, family in ((cap // 4, "eager"), (cap // 4 + 1, "fused")):
+    full = [ref.rank_input(q, count, "float32") for q in range(n)]
+    x = full[r].copy()
+    dist.all_reduce(x)
+    bodies._eq(x, ref.reduced(full, ops.ReduceOp.SUM), f"all_reduce x{count}")
+    assert g.last_algorithm == f"all_reduce/{family}", (count, g.last_algorithm)
+    y = np.zeros(2 * count, np.float32)[::2]
+    y[...] = full[r]
+    dist.all_reduce(y)
+    bodies._eq(y, ref.reduced(full, ops.ReduceOp.SUM), f"strided all_reduce x{count}")
+    assert g.last_algorithm == f"all_reduce/{family}", (count, g.last_algorithm)
+    piece = count // n + (family == "fused")
+    whole = [ref.rank_input(q, piece * n, "float32") for q in range(n)]
+    out = np.zeros(piece, np.float32)
+    dist.reduce_scatter_tensor(out, whole[r].copy())
+    bodies._eq(out, ref.reduce_scatter(whole, ops.ReduceOp.SUM)[r], f"reduce_scatter x{piece}")
+    assert g.last_algorithm == f"reduce_scatter/{family}", (piece, g.last_algorithm)
 # A broadcast up to hierarchical.EAGER_BROADCAST_BYTES rides in its agreement (only the
 # root's row carries data), through the lane or, for a strided array, the general path.
 for count in (9000, 100001, 262144):
