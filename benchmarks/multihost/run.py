@@ -9,7 +9,7 @@ sizes and flags of the published pages in one place::
 
     sudo python benchmarks/multihost/run.py --rate 2gbit --report benchmarks/multihost
     sudo python benchmarks/multihost/run.py --rate '' --report benchmarks/multihost/unlimited
-    sudo python benchmarks/multihost/run.py --rate 2gbit --sizes 8,64,512,4K,8K,32K \\
+    sudo python benchmarks/multihost/run.py --rate 2gbit --sizes 8,64,512,4K,8K,16K,32K \\
         --iters 1000 --warmup 100 --report benchmarks/multihost/small
 
 the first of which runs::
