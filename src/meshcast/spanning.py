@@ -540,7 +540,7 @@ class HostSpanningGroup(GroupRanks):
 
         payload = self._eager_payload("all_reduce", algorithm, as_bytes(w))
         if family == "fused" and (payload is None
-                                  or payload.nbytes > self._eager_caps["all_reduce"]):
+                                  or payload.nbytes > self.eager_cap("all_reduce")):
             def fused(ctx: _Ctx) -> bool:
                 if not hier.all_reduce_fused(ctx, w, combine, fp.pack(), self._fused_plans,
                                              _c_kernel(combine, w.dtype)):
@@ -728,7 +728,7 @@ class HostSpanningGroup(GroupRanks):
 
         payload = self._eager_payload("reduce_scatter", algorithm, as_bytes(w))
         if family == "fused" and (payload is None
-                                  or payload.nbytes > self._eager_caps["reduce_scatter"]) \
+                                  or payload.nbytes > self.eager_cap("reduce_scatter")) \
                 and out_buf.count == expected[self._rank]:
             # (an output of another size goes to the agreement, which says so everywhere)
             def fused(ctx: _Ctx) -> bool:

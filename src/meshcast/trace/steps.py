@@ -49,12 +49,14 @@ class StepNotes:
         ranks, me = self.ranks, self.me
         return [ranks[g] for g in members if g != me]
 
-    def begin(self, step: str, peers: Sequence[int], nbytes: int) -> dict[str, Any]:
-        """Note that ``step`` starts (in the list at once: a call stopped inside it shows
-        where); pass the returned round to :meth:`end`."""
+    def begin(self, step: str, peers: Sequence[int], nbytes: int, at: int = 0
+              ) -> dict[str, Any]:
+        """Note that ``step`` starts, now or at ``time.time_ns()`` value ``at`` (in the
+        list at once: a call stopped inside it shows where); pass the returned round to
+        :meth:`end`."""
         rnd: dict[str, Any] = {"round": len(self.rounds), "step": step, "peers": list(peers),
                                "bytes": nbytes, "send": [], "recv": [],
-                               "begin": time.time_ns(), "end": None, "wait_ns": None}
+                               "begin": at or time.time_ns(), "end": None, "wait_ns": None}
         self.rounds.append(rnd)
         return rnd
 
@@ -69,9 +71,7 @@ class StepNotes:
              ) -> Iterator[None]:
         """Note ``step`` around a ``with`` block, which ends it also when it raises;
         ``begun``: when someone else started it (``time.time_ns()``'s clock), 0: now."""
-        rnd = self.begin(step, peers, nbytes)
-        if begun:
-            rnd["begin"] = begun
+        rnd = self.begin(step, peers, nbytes, begun)
         try:
             yield
         finally:
@@ -82,9 +82,7 @@ class StepNotes:
         """Note a step that someone else timed (the compiled fused call: see
         :mod:`meshcast.algorithms.hierarchical`), from ``begin`` to ``end``
         (``time.time_ns()``'s clock)."""
-        rnd = self.begin(step, peers, nbytes)
-        rnd["begin"] = begin
-        self.end(rnd, end)
+        self.end(self.begin(step, peers, nbytes, begin), end)
 
 
 def _largest(args: Sequence[Any]) -> int:
