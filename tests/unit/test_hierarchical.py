@@ -203,12 +203,15 @@ def test_choose_follows_the_measured_table_on_both_sides_of_every_step():
 
 def test_a_host_shares_the_eager_cap_of_its_reductions_where_fused_runs_past_it():
     flat, whole = "flat", hier.EAGER_BYTES["flat"]
+    a2a = hier.EAGER_ALL_TO_ALL_BYTES["flat"]
     for layout, per_host in ((hier.Layout(((0, 1), (2, 3)), 0), 2),
                              (hier.Layout(((0, 1), (2, 3), (4, 5)), 0), 2),
                              (hier.Layout(((0, 1, 2, 3), (4, 5, 6, 7)), 0), 4)):
         for kind in ("all_reduce", "reduce_scatter"):
             assert hier.eager_cap(kind, flat, layout) == whole // per_host, (layout, kind)
             assert hier.eager_cap(kind, flat, layout, "gloo") == whole  # no fused there
+        assert hier.eager_cap("all_to_all", flat, layout) == a2a // per_host, layout
+        assert hier.eager_cap("all_to_all", flat, layout, "gloo") == a2a
         # the other collectives' rows are not shared: their caps stay whole
         assert hier.eager_cap("reduce", flat, layout) == whole
         assert hier.eager_cap("gather", flat, layout) == whole
@@ -216,6 +219,11 @@ def test_a_host_shares_the_eager_cap_of_its_reductions_where_fused_runs_past_it(
     # one rank a host, hosts of unequal size (fused cannot run): the whole cap
     for layout in (hier.Layout(((0,), (1,), (2,)), 0), hier.Layout(((0, 1, 2), (3,)), 0)):
         assert hier.eager_cap("all_reduce", flat, layout) == whole, layout
+    # fused all_to_all runs on hosts of unequal size: the largest host shares the cap
+    assert hier.eager_cap("all_to_all", flat, hier.Layout(((0,), (1,), (2,)), 0)) == a2a
+    assert hier.eager_cap("all_to_all", flat, hier.Layout(((0, 1, 2), (3,)), 3)) == a2a // 3
+    assert hier.eager_cap("all_to_all", flat,
+                          hier.Layout(tuple((q,) for q in range(9)), 0)) == a2a  # leaders
     assert hier.eager_cap("all_reduce", "leaders", hier.Layout(((0, 1), (2, 3)), 0)) == (
         hier.EAGER_BYTES["leaders"])
     assert hier.eager_cap("all_reduce", flat) == whole

@@ -356,7 +356,7 @@ AGREEMENT_FLAT_MAX = 8
 #: 89-163 us; at 64 KiB it was mixed (all_reduce 413-691 against 223-863 us), so the cap
 #: stops at 32 KiB. Through the leaders the rows are padded to the cap over Gloo, so it
 #: stays small there. An all_reduce's or a reduce_scatter's cap is shared by the host
-#: where ``fused`` runs past it (see :data:`SHARED_BY_HOST`).
+#: where ``fused`` runs past it (see :data:`SHARED_BY_HOST`), as is an all_to_all's own.
 EAGER_BYTES = {"flat": 32 << 10, "leaders": 976}
 
 #: The collectives whose eager cap on the direct route is :data:`EAGER_BYTES` shared by
@@ -381,7 +381,22 @@ EAGER_BYTES = {"flat": 32 << 10, "leaders": 976}
 #: The eager call wins where the link is not the limit, ``fused`` where it is, and a
 #: host's eager bytes grow with its ranks; sharing 32 KiB by the 2 ranks (16 KiB each)
 #: keeps the 16 KiB call eager and sends the 32 KiB one through ``fused``.
-SHARED_BY_HOST = ("all_reduce", "reduce_scatter")
+#:
+#: An all_to_all's eager row, too, carries the rank's whole input to every other host,
+#: where ``fused`` sends each rank only its piece: a host's link carries (hosts) x what
+#: ``fused`` carries, and (ranks per host) x the input. Its cap
+#: (:data:`EAGER_ALL_TO_ALL_BYTES`) is shared alike, and by the largest host where hosts
+#: differ (``fused`` all_to_all runs there too). Same setup and figures, all_to_all_single
+#: by a rank's input:
+#:
+#: ==================  ===========================  ========================
+#: call (input)        2 Gbit/s: eager / fused      unlimited: eager / fused
+#: ==================  ===========================  ========================
+#: all_to_all 8 KiB    70-79 / 110-114 (67-71)      82-83 / 105-108 (67-69)
+#: all_to_all 16 KiB   136-140 / 116-124 (72-76)    85-90 / 112-116 (68-70)
+#: all_to_all 32 KiB   269-273 / 134-139 (130-136)  104-112 / 123-144 (82-85)
+#: ==================  ===========================  ========================
+SHARED_BY_HOST = ("all_reduce", "reduce_scatter", "all_to_all")
 
 #: The most bytes a broadcast's root carries in its row (an eager broadcast), per route.
 #: Only the root's row is long (the others carry no data), so the data crosses the link
@@ -414,6 +429,8 @@ EAGER_ALL_GATHER_BYTES = {"flat": 512 << 10, "leaders": 976}
 #: MPICH's Ialltoall (us): unlimited 16 B 46 / 292 / 62, 4 KiB 87 / 334 / 114, 16 KiB
 #: 162 / 359 / 128, 32 KiB 219 / 402 / 152, 64 KiB 292 / 423 / 179; 2 Gbit/s 16 KiB
 #: 159 / 357 / 138, 32 KiB 273 / 407 / 158, 64 KiB 773 / 451 / 275 (the link's time).
+#: Measured against ``flat``, before ``fused``; where ``fused`` runs, a host's ranks
+#: share it (see :data:`SHARED_BY_HOST`).
 EAGER_ALL_TO_ALL_BYTES = {"flat": 32 << 10, "leaders": 976}
 
 
@@ -427,13 +444,11 @@ def eager_cap(kind: str, route: str, layout: Layout | None = None,
     """The most data bytes a rank's row carries in a call of ``kind`` on ``route``, in a
     group of ``layout`` over ``engine`` (None: a layout where ``fused`` cannot run;
     see :data:`SHARED_BY_HOST`)."""
-    caps = _EAGER_CAPS.get(kind)
-    if caps is not None:
-        return caps[route]
-    cap = EAGER_BYTES[route]
+    cap = _EAGER_CAPS.get(kind, EAGER_BYTES)[route]
     if (layout is not None and route == "flat" and kind in SHARED_BY_HOST
             and supports(kind, "fused", layout, engine) is None):
-        return cap // len(layout.hosts[0])
+        # the host with the most ranks puts the most rows on its link
+        return cap // max(len(h) for h in layout.hosts)
     return cap
 
 

@@ -151,6 +151,23 @@ for dtype in ("float32", "int64", "uint8", "complex64"):
         bodies._eq(x, ref.all_to_all(inputs)[r], f"all_to_all in place {dtype} x{count}")
         assert g.last_algorithm == ("all_to_all/fused" if x.nbytes < 1 << 20
                                     else "all_to_all/flat"), (g.last_algorithm, x.nbytes)
+# Both sides of an all_to_all's eager cap, shared by host too: even pieces of the most
+# elements within it ride in the agreement, the next even size runs fused; through the
+# lane and (strided) the general path.
+cap = hier.EAGER_ALL_TO_ALL_BYTES["flat"] // len(g.layout.hosts[0])
+assert g.eager_cap("all_to_all") == cap, (g.eager_cap("all_to_all"), cap)
+for count, family in (((cap // 4) // n * n, "eager"), ((cap // 4) // n * n + n, "fused")):
+    inputs = [ref.rank_input(q, count, "float32") for q in range(n)]
+    out = np.zeros(count, np.float32)
+    dist.all_to_all_single(out, inputs[r])
+    bodies._eq(out, ref.all_to_all(inputs)[r], f"all_to_all x{count}")
+    assert g.last_algorithm == f"all_to_all/{family}", (count, g.last_algorithm)
+    y = np.zeros(2 * count, np.float32)[::2]
+    y[...] = inputs[r]
+    out = np.zeros(count, np.float32)
+    dist.all_to_all_single(out, y)
+    bodies._eq(out, ref.all_to_all(inputs)[r], f"strided all_to_all x{count}")
+    assert g.last_algorithm == f"all_to_all/{family}", (count, g.last_algorithm)
 m = np.arange(20000 * n, dtype=np.float32).reshape(n * 100, 200) + 1e6 * r  # 2-D
 got = np.empty_like(m)
 dist.all_to_all_single(got, m)
