@@ -201,7 +201,7 @@ def test_choose_follows_the_measured_table_on_both_sides_of_every_step():
     assert "unknown" in hier.supports("all_reduce", "ring", even)
 
 
-def test_a_host_shares_the_eager_cap_of_its_reductions_where_fused_runs_past_it():
+def test_a_host_shares_the_eager_cap_where_fused_runs_past_it():
     flat, whole = "flat", hier.EAGER_BYTES["flat"]
     a2a = hier.EAGER_ALL_TO_ALL_BYTES["flat"]
     for layout, per_host in ((hier.Layout(((0, 1), (2, 3)), 0), 2),
