@@ -735,6 +735,8 @@ class _FusedAllToAllPlan:
         others = [g for g in range(n) if g != me]
         self.step = p2p.prepare([(g, self.got[g]) for g in others],
                                 [(g, self.work[g]) for g in others])
+        # (the binding it was made for, the compiled runner or None): see interhost.Bound.swap_runner
+        self.runner: tuple[Any, Any] = (None, None)
 
     def free(self) -> None:
         getattr(self.step, "free", lambda: None)()
@@ -744,15 +746,17 @@ class _FusedAllToAllPlan:
         head[:-1] = np.frombuffer(cell, np.uint8)
         src, dst = as_bytes(w), as_bytes(out)
         started = None
-        run_swap = getattr(p2p, "run_swap", None)
-        if run_swap is not None:
+        bound, runner = self.runner
+        if bound is not p2p:
+            make = getattr(p2p, "swap_runner", None)
+            runner = make(self.step) if make is not None else None
+            self.runner = (p2p, runner)
+        if runner is not None:
             # the engine may pack, run, check and unpack in one call (compiled); it stops
             # where anything but the happy path begins
-            ran = run_swap(self.step, (head, src, work, got, dst), me)
-            if ran is not None:
-                state, started = ran
-                if started is None:
-                    return state == 0
+            state, started = runner((head, src, work, got, dst), me)
+            if started is None:
+                return state == 0
         if started is None:
             work[:, :k] = head
             np.copyto(work[:, k:], src.reshape(len(work), -1))

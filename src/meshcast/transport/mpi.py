@@ -16,7 +16,7 @@ Interface selection is MPI's own (``mpiexec -iface eth0``, ``FI_TCP_IFACE``,
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -522,26 +522,33 @@ class MpiComm(HostComm):
             ex.failed_with(_mpi().Exception(error))
         return done, ex
 
-    def _run_swap(self, step: Any, buffers: Sequence[np.ndarray], me: int,
-                  probe: int | None) -> tuple[int, Exchange | None] | None:
+    def _swap_runner(self, step: Any) -> Callable[[Sequence[np.ndarray], int, int | None],
+                                                  tuple[int, Exchange | None]] | None:
         """A prepared exchange of rows with heads, packed, run, checked and unpacked in one
-        C call (``swap_rows`` in transport/_mpi_rows.c), when the helper runs it: (0, None)
-        done, (2, None) some head differs, (1, the exchange, started) to wait for as
-        usual; None when it cannot run compiled."""
+        C call (``swap_rows`` in transport/_mpi_rows.c): ``run(buffers, me, probe)`` ->
+        (0, None) done, (2, None) some head differs, (1, the exchange, started) to wait
+        for as usual; None when the helper cannot run it. The call's arguments are bound
+        here once, not looked up per call."""
         parts = getattr(step, "parts", None)
         if parts is None or parts[0] is None:
             return None
         compiled, comm, reqs, receives = parts
-        state, error = mpi_rows.swap_function()(
-            *compiled[:6], -1 if probe is None else probe, _mpi().ANY_SOURCE,
-            self.QUICK_POLLS, *buffers, me)
-        if state in (0, 2):
-            return state, None
-        ex = _CompiledExchange(compiled, comm, reqs, receives, probe, 0,
-                               state={1: 1, 3: 2, 4: 1}[state])
-        if state == 4:
-            ex.failed_with(_mpi().Exception(error))
-        return 1, ex
+        swap, head = mpi_rows.swap_function(), (*compiled[:6],)
+        any_source, polls, mpi_exception = _mpi().ANY_SOURCE, self.QUICK_POLLS, _mpi().Exception
+
+        def run(buffers: Sequence[np.ndarray], me: int, probe: int | None
+                ) -> tuple[int, Exchange | None]:
+            state, error = swap(*head, -1 if probe is None else probe, any_source, polls,
+                                *buffers, me)
+            if state == 0 or state == 2:
+                return state, None
+            ex = _CompiledExchange(compiled, comm, reqs, receives, probe, 0,
+                                   state={1: 1, 3: 2, 4: 1}[state])
+            if state == 4:
+                ex.failed_with(mpi_exception(error))
+            return 1, ex
+
+        return run
 
     def _prepare(self, recvs: list[tuple[int, np.ndarray]],
                  sends: list[tuple[int, np.ndarray]]) -> Any:
