@@ -109,9 +109,15 @@ def faulted_job(hosts: EmulatedHosts, style: str, fault: str, out: Path) -> Faul
     out.mkdir()
     victim = hosts.hosts[1]
     box: dict[str, JobResult] = {}
+    # A killed launcher cannot remove its temporary files (meshcast run's directory,
+    # Hydra's hwloc file): they stay in the test's directory, as a crashed host's stay
+    # on its own disk, not in the machine's /tmp.
+    scratch = out.parent / "tmp"
+    scratch.mkdir(exist_ok=True)
+    env = {**ENV, "TMPDIR": str(scratch)}
 
     def job() -> None:
-        box["r"] = run_job(hosts, style, 2, [FAULT_JOB, str(out)], env=ENV, timeout=90,
+        box["r"] = run_job(hosts, style, 2, [FAULT_JOB, str(out)], env=env, timeout=90,
                            after_failure=45, cleanup=False)
 
     thread = threading.Thread(target=job)
