@@ -205,8 +205,7 @@ class HostComm:
             self.failed = True
             raise
         except Exception as exc:  # noqa: BLE001 - the engine's own error, made ours
-            self.failed = True
-            raise self._explained(what, exc) from exc
+            raise self._failed(what, exc) from exc
 
     def _block(self, req: Request, deadline: float, describe: Callable[[], str],
                pending: Callable[[], Sequence[int]]) -> None:
@@ -224,6 +223,12 @@ class HostComm:
                 return
             if self.watch is not None:
                 self.watch.check(pending(), describe())
+
+    def _failed(self, what: str, exc: BaseException) -> TransportError:
+        """A wait or run on this communicator raised ``exc``: mark it failed (its operation
+        may still be in flight) and return the error :meth:`_explained`, to raise."""
+        self.failed = True
+        return self._explained(what, exc)
 
     def _explained(self, what: str, exc: BaseException) -> TransportError:
         """The engine's error ``exc``, made ours. A lost host resets its connections
@@ -275,8 +280,7 @@ class HostComm:
                     return
                 os.sched_yield()
         except Exception as exc:  # noqa: BLE001 - as the general wait: the lost host named
-            self.failed = True
-            raise self._explained(what, exc) from exc
+            raise self._failed(what, exc) from exc
         self.wait(req, deadline, what)
 
     def allgather_sized(self, out: np.ndarray, n: int, cap: int, deadline: float,
@@ -491,8 +495,7 @@ class Bound:
             except (TransportError, InvalidUsage):
                 raise
             except Exception as exc:  # noqa: BLE001 - as the general wait: the lost host named
-                c.failed = True
-                raise c._explained(self.what, exc) from exc
+                raise c._failed(self.what, exc) from exc
 
         return runner
 
@@ -511,8 +514,7 @@ class Bound:
         except (TransportError, InvalidUsage):
             raise
         except Exception as exc:  # noqa: BLE001 - as the general wait: the lost host named
-            c.failed = True
-            raise c._explained(self.what, exc) from exc
+            raise c._failed(self.what, exc) from exc
 
 
 class Engine:

@@ -384,8 +384,7 @@ class MpiComm(HostComm):
     def _runner_failed(self, what: Any, exc: BaseException) -> BaseException:
         """A runner's error (the compiled one's MPI error code, or mpi4py's), explained as
         the general wait explains the engine's: the lost host named when there is one."""
-        self.failed = True
-        return self._explained(what, mpi_rows.as_mpi_error(exc))
+        return self._failed(what, mpi_rows.as_mpi_error(exc))
 
     def rows_runner(self, out: np.ndarray, program: tuple, cap: int,
                     length: tuple[int, int], tag: int = AGREE_TAG) -> Any:
@@ -533,7 +532,7 @@ class MpiComm(HostComm):
         if parts is None or parts[0] is None:
             return None
         compiled, comm, reqs, receives = parts
-        swap, head = mpi_rows.swap_function(), (*compiled[:6],)
+        swap, head = mpi_rows.swap_function(), compiled[:6]
         any_source, polls, mpi_exception = _mpi().ANY_SOURCE, self.QUICK_POLLS, _mpi().Exception
 
         def run(buffers: Sequence[np.ndarray], me: int, probe: int | None
