@@ -184,7 +184,13 @@ def test_choose_follows_the_measured_table_on_both_sides_of_every_step():
     assert hier.choose("broadcast", even, 32 << 20, None, "gloo") == "leader"
     assert hier.choose("all_gather", even, 1 << 20, None) == "rails"
     assert hier.choose("all_gather", uneven, 1 << 20, None) == "leader"  # rails cannot
-    assert hier.choose("reduce_scatter", single, 8 << 20, None) == "leader"
+    # one rank a host: leader's exchange is flat's, plus copies
+    for engine in hier.DEFAULTS:
+        assert hier.choose("reduce_scatter", single, 8 << 20, None, engine) == "flat"
+        assert hier.choose("all_gather", single, 8 << 20, None, engine) == "flat"
+    assert hier.choose("reduce_scatter", single, 8 << 20, "leader") == "leader"
+    assert hier.choose("broadcast", single, 8 << 20, None) == "leader"
+    assert hier.choose("all_gather", hier.Layout(((0,), (1, 2)), 0), 8 << 20, None) == "leader"
     assert hier.choose("all_reduce", uneven, 1 << 10, None) == "flat"
     # where fused cannot run, what ran before it: both sides of its fallback's step
     big = hier.Layout(tuple((2 * h, 2 * h + 1) for h in range(5)), 0)  # 10 ranks

@@ -283,7 +283,7 @@ class Layout:
 #: where ``flat`` pays MPICH's nonblocking Ibcast and its progress on shared cores.
 #:
 #: ``rails`` needs every host to hold the same number (> 1) of ranks; where it cannot run,
-#: ``leader`` does. Calls of at most :data:`EAGER_BYTES` per rank never get here:
+#: ``leader`` does, or ``flat`` where every host holds one rank (:data:`SAME_EXCHANGE_ALONE`). Calls of at most :data:`EAGER_BYTES` per rank never get here:
 #: their data rides in the agreement.
 DEFAULTS: dict[str, dict[str, tuple[tuple[int, str], ...]]] = {
     "mpi": {
@@ -306,15 +306,35 @@ DEFAULTS: dict[str, dict[str, tuple[tuple[int, str], ...]]] = {
 def choose(kind: str, layout: Layout, nbytes: int, forced: str | None,
            engine: str = "mpi") -> str:
     """The family that runs a call: ``forced`` if given, else :data:`DEFAULTS` of the
-    inter-host ``engine`` (``leader`` for the collectives it does not list)."""
+    inter-host ``engine`` (``leader`` for the collectives it does not list), where the
+    layout can run it (see :data:`WITHOUT_FUSED` and :data:`SAME_EXCHANGE_ALONE`)."""
     if forced:
         return forced
     family = _from_table(DEFAULTS[engine].get(kind, ()), nbytes)
     if family == "fused" and supports(kind, family, layout, engine):
         family = _from_table(WITHOUT_FUSED[kind], nbytes)
     if family == "rails" and not (layout.uniform and len(layout.hosts[0]) > 1):
-        return "leader"
+        family = "leader"
+    if (family == "leader" and kind in SAME_EXCHANGE_ALONE
+            and all(len(h) == 1 for h in layout.hosts)):
+        return "flat"
     return family
+
+
+#: The collectives whose ``leader`` family, where every host holds one rank, runs the very
+#: exchange ``flat`` runs (the leaders are every rank) plus the local phases' copies and
+#: scratch: there ``flat`` runs instead. 2 emulated hosts x 1 rank over MPICH, each family
+#: forced in its own bench job, best of 2 jobs (us), by nccl-tests size:
+#:
+#: ==========================  ======================  ======================  ======================
+#: call, links                 leader: 2 / 8 / 32 MiB  flat: 2 / 8 / 32 MiB    MPICH: 2 / 8 / 32 MiB
+#: ==========================  ======================  ======================  ======================
+#: all_gather, 2 Gbit/s        4383 / 20385 / 84138    4389 / 21525 / 74088    4385 / 18772 / 74305
+#: all_gather, unlimited       1242 / 4171 / 24400     919 / 3248 / 12511      829 / 3120 / 12055
+#: reduce_scatter, 2 Gbit/s    4402 / 21985 / 100681   4388 / 21268 / 81600    4383 / 19026 / 77929
+#: reduce_scatter, unlimited   1593 / 5519 / 42221     1196 / 4067 / 20772     903 / 3496 / 16317
+#: ==========================  ======================  ======================  ======================
+SAME_EXCHANGE_ALONE = ("all_gather", "reduce_scatter")
 
 
 #: Where ``fused`` cannot run (uneven hosts, more than 8 ranks), the families measured
