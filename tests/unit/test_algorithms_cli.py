@@ -135,6 +135,10 @@ def test_size_says_what_runs_and_where():
     assert cap == hier.EAGER_BYTES["flat"] // 2
     assert "reduce_scatter/eager" in explain("reduce_scatter", cap // 4, 4, hosts=2)
     assert "reduce_scatter/fused" in explain("reduce_scatter", cap // 4 + 4, 4, hosts=2)
+    # one rank a host: its own table
+    alone = explain("all_reduce", 512 << 10, 2, hosts=2)
+    assert "all_reduce/flat over MPI" in alone and "ONE_RANK_A_HOST" in alone
+    assert "ONE_RANK_A_HOST" not in explain("all_reduce", 512 << 10, 4, hosts=2)
     with pytest.raises(ValueError, match="hosts"):
         explain("all_reduce", 8, 2, hosts=3)
 

@@ -184,13 +184,23 @@ def test_choose_follows_the_measured_table_on_both_sides_of_every_step():
     assert hier.choose("broadcast", even, 32 << 20, None, "gloo") == "leader"
     assert hier.choose("all_gather", even, 1 << 20, None) == "rails"
     assert hier.choose("all_gather", uneven, 1 << 20, None) == "leader"  # rails cannot
-    # one rank a host: leader's exchange is flat's, plus copies
-    for engine in hier.DEFAULTS:
-        assert hier.choose("reduce_scatter", single, 8 << 20, None, engine) == "flat"
-        assert hier.choose("all_gather", single, 8 << 20, None, engine) == "flat"
+    # one rank a host: its own table, both sides of every step
+    for engine, table in hier.ONE_RANK_A_HOST.items():
+        for kind, steps in table.items():
+            for i, (start, family) in enumerate(steps):
+                assert hier.choose(kind, single, start, None, engine) == family, (kind, start)
+                if start:
+                    assert hier.choose(kind, single, start - 1, None, engine) == steps[i - 1][1]
+    # and where no table says so, leader's exchange is flat's plus copies: flat
+    three = hier.Layout(((0,), (1,), (2,)), 0)
+    for layout, engine in ((single, "gloo"), (three, "gloo"), (three, "mpi")):
+        assert hier.choose("reduce_scatter", layout, 8 << 20, None, engine) == "flat"
+        assert hier.choose("all_gather", layout, 8 << 20, None, engine) == "flat"
+    assert hier.choose("broadcast", single, 8 << 20, None, "gloo") == "leader"
     assert hier.choose("reduce_scatter", single, 8 << 20, "leader") == "leader"
-    assert hier.choose("broadcast", single, 8 << 20, None) == "leader"
     assert hier.choose("all_gather", hier.Layout(((0,), (1, 2)), 0), 8 << 20, None) == "leader"
+    assert hier.choose("all_reduce", single, 64 << 10, None) == "flat"
+    assert hier.choose("all_reduce", even, 64 << 10, None) == "fused"
     assert hier.choose("all_reduce", uneven, 1 << 10, None) == "flat"
     # where fused cannot run, what ran before it: both sides of its fallback's step
     big = hier.Layout(tuple((2 * h, 2 * h + 1) for h in range(5)), 0)  # 10 ranks

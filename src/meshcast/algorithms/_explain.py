@@ -92,6 +92,7 @@ def _across(coll: str, nbytes: int, n: int, hosts: int, what: str) -> str:
     eager_gloo = hierarchical.eager_cap(coll, hierarchical.agreement_route("gloo", n),
                                         layout, "gloo")
     lines = [f"{what}, {hosts} hosts ({' + '.join(map(str, per))} ranks):"]
+    table = "ONE_RANK_A_HOST, DEFAULTS" if max(per) == 1 else "DEFAULTS"
     # What the group decides by (spanning.py): an all_gather by the gathered array, a
     # reduce_scatter and an all_to_all by a rank's whole input; and what a rank's row
     # carries when the call is eager (a reduce_scatter's or an all_to_all's whole input;
@@ -107,13 +108,13 @@ def _across(coll: str, nbytes: int, n: int, hosts: int, what: str) -> str:
         if eager_gloo < carried:
             family = hierarchical.choose(coll, layout, whole, None, "gloo")
             lines.append(f"            {coll}/{family} over Gloo (algorithms/hierarchical.py "
-                         "DEFAULTS and choose())")
+                         f"{table} and choose())")
     else:
         family = hierarchical.choose(coll, layout, whole, None, "mpi")
         over_gloo = hierarchical.choose(coll, layout, whole, None, "gloo")
         engines = "" if family == over_gloo else f" over MPI, {coll}/{over_gloo} over Gloo"
         lines.append(f"  runs      {coll}/{family}{engines} (algorithms/hierarchical.py "
-                     "DEFAULTS and choose())")
+                     f"{table} and choose())")
         lines.append(f"  code      algorithms/hierarchical.py::{coll}, shared memory inside "
                      "each host (the one-host paths above), MPI or Gloo between hosts "
                      "(transport/interhost.py)")

@@ -303,37 +303,74 @@ DEFAULTS: dict[str, dict[str, tuple[tuple[int, str], ...]]] = {
 }
 
 
+#: Where every host holds one rank there is no local phase: ``leader``'s and ``rails``'
+#: steps inside a host are copies, and a fused all_reduce's one exchange sends each host's
+#: whole array (its pieces are the other hosts' own) in chunks of at most
+#: :data:`FUSED_CHUNK`. So over MPI the engine's own calls win there, except for
+#: reduce_scatter and all_to_all below 512 KiB, where ``fused`` saves an exchange. 2
+#: emulated hosts x 1 rank over MPICH (ofi/tcp). Each family forced in its own bench job
+#: (rotating buffers), best of 2 jobs, us, by nccl-tests size:
+#:
+#: ==========================  ======================  ======================  ======================
+#: call, links                 leader: 2 / 8 / 32 MiB  flat: 2 / 8 / 32 MiB    MPICH: 2 / 8 / 32 MiB
+#: ==========================  ======================  ======================  ======================
+#: all_gather, unlimited       1242 / 4171 / 24400     919 / 3248 / 12511      829 / 3120 / 12055
+#: reduce_scatter, unlimited   1593 / 5519 / 42221     1196 / 4067 / 20772     903 / 3496 / 16317
+#: broadcast, unlimited        1205 / 4192 / 17437     1040 / 3831 / 14953     935 / 3716 / 14477
+#: all_reduce, unlimited       1868 / 6476 / 39636     1689 / 5578 / 30701     1519 / 5515 / 30401
+#: all_gather, 2 Gbit/s        4383 / 20385 / 84138    4389 / 21525 / 74088    4385 / 18772 / 74305
+#: reduce_scatter, 2 Gbit/s    4402 / 21985 / 100681   4388 / 21268 / 81600    4383 / 19026 / 77929
+#: ==========================  ======================  ======================  ======================
+#:
+#: (broadcast and all_reduce at 2 Gbit/s: all three within 2% from 128 KiB to 32 MiB, the
+#: link's pace.) ``fused`` against ``flat``, alternating jobs of 200-300 calls on one hot
+#: buffer, best / median of 2-3 jobs (us; MPICH's own takes 1x or 2x, job to job):
+#:
+#: ====================  ======================================  =============================
+#: call, family          unlimited: 128 K / 256 K / 512 K / 1 M  2 Gbit/s: 128 K / 512 K / 1 M
+#: ====================  ======================================  =============================
+#: all_reduce, fused     89-91 / 180 / 377-399 / 843-845         551 / 2200 / 4401
+#: all_reduce, flat      79-80 / 108 / 179-183 / 337-338         549 / 2196 / 4390
+#: reduce_scatter, fused 70 / 138 / 283 / 589                    274 / 1100 / 2198
+#: reduce_scatter, flat  77 / 172 / 172 / 314                    274 / 1098 / 2195
+#: all_to_all, fused     47 / 67 / 280 / 555                     274 / 1098 / 2195
+#: all_to_all, flat      58 / 147 / 113 / 225                    275 / 1098 / 2195
+#: ====================  ======================================  =============================
+ONE_RANK_A_HOST: dict[str, dict[str, tuple[tuple[int, str], ...]]] = {
+    "mpi": {
+        "all_reduce": ((0, "flat"),),
+        "broadcast": ((0, "flat"),),
+        "all_gather": ((0, "flat"),),
+        "reduce_scatter": ((0, "fused"), (512 << 10, "flat")),
+        "all_to_all": ((0, "fused"), (512 << 10, "flat")),
+    },
+}
+
+
 def choose(kind: str, layout: Layout, nbytes: int, forced: str | None,
            engine: str = "mpi") -> str:
-    """The family that runs a call: ``forced`` if given, else :data:`DEFAULTS` of the
-    inter-host ``engine`` (``leader`` for the collectives it does not list), where the
-    layout can run it (see :data:`WITHOUT_FUSED` and :data:`SAME_EXCHANGE_ALONE`)."""
+    """The family that runs a call: ``forced`` if given, else the measured table of the
+    inter-host ``engine`` (:data:`ONE_RANK_A_HOST` where every host holds one rank, else
+    :data:`DEFAULTS`; ``leader`` for the collectives it does not list), where the layout
+    can run it (see :data:`WITHOUT_FUSED` and :data:`SAME_EXCHANGE_ALONE`)."""
     if forced:
         return forced
-    family = _from_table(DEFAULTS[engine].get(kind, ()), nbytes)
+    alone = all(len(h) == 1 for h in layout.hosts)
+    table = ONE_RANK_A_HOST.get(engine, DEFAULTS[engine]) if alone else DEFAULTS[engine]
+    family = _from_table(table.get(kind, ()), nbytes)
     if family == "fused" and supports(kind, family, layout, engine):
         family = _from_table(WITHOUT_FUSED[kind], nbytes)
     if family == "rails" and not (layout.uniform and len(layout.hosts[0]) > 1):
         family = "leader"
-    if (family == "leader" and kind in SAME_EXCHANGE_ALONE
-            and all(len(h) == 1 for h in layout.hosts)):
+    if family == "leader" and alone and kind in SAME_EXCHANGE_ALONE:
         return "flat"
     return family
 
 
 #: The collectives whose ``leader`` family, where every host holds one rank, runs the very
-#: exchange ``flat`` runs (the leaders are every rank) plus the local phases' copies and
-#: scratch: there ``flat`` runs instead. 2 emulated hosts x 1 rank over MPICH, each family
-#: forced in its own bench job, best of 2 jobs (us), by nccl-tests size:
-#:
-#: ==========================  ======================  ======================  ======================
-#: call, links                 leader: 2 / 8 / 32 MiB  flat: 2 / 8 / 32 MiB    MPICH: 2 / 8 / 32 MiB
-#: ==========================  ======================  ======================  ======================
-#: all_gather, 2 Gbit/s        4383 / 20385 / 84138    4389 / 21525 / 74088    4385 / 18772 / 74305
-#: all_gather, unlimited       1242 / 4171 / 24400     919 / 3248 / 12511      829 / 3120 / 12055
-#: reduce_scatter, 2 Gbit/s    4402 / 21985 / 100681   4388 / 21268 / 81600    4383 / 19026 / 77929
-#: reduce_scatter, unlimited   1593 / 5519 / 42221     1196 / 4067 / 20772     903 / 3496 / 16317
-#: ==========================  ======================  ======================  ======================
+#: exchange ``flat`` runs (the leaders are every rank: the same engine call) plus the
+#: local phases' copies and scratch; there ``flat`` runs instead, over any engine and where
+#: ``fused`` cannot run (see :data:`ONE_RANK_A_HOST` for what it cost).
 SAME_EXCHANGE_ALONE = ("all_gather", "reduce_scatter")
 
 
