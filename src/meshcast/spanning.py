@@ -710,9 +710,8 @@ class HostSpanningGroup(GroupRanks):
             check(got)
             self.last_algorithm = f"reduce_scatter/{family}"
             out_w, _ = self._working(out_buf, op)
-            # the algorithms read the input while they write the output: not one buffer
-            inp = w.copy() if np.may_share_memory(out_w, w) else w
-            hier.reduce_scatter(ctx, family, out_w, inp, expected, combine)
+            # (in place, out_w is my piece of w: hier.reduce_scatter copies where it must)
+            hier.reduce_scatter(ctx, family, out_w, w, expected, combine)
             self._finish_reduction(out_buf, out_w, out_w is not out_buf.flat, op)
             finish()
 

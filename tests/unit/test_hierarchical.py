@@ -135,6 +135,22 @@ def test_all_gather_and_reduce_scatter_even_and_uneven(shape, base):
             for g, got in enumerate(simulate(shape, body)):
                 np.testing.assert_array_equal(got, want_rs[g], err_msg=f"{family} rank {g}")
 
+            def in_place(ctx, g, family=family, counts=counts, full=full):
+                # out is my piece of w (torch's reduce_scatter_tensor in place)
+                w = full[g].copy()
+                start = sum(counts[:g])
+                hier.reduce_scatter(ctx, family, w[start:start + counts[g]], w, counts,
+                                    ReduceOp.SUM)
+                rest = np.concatenate([w[:start], w[start + counts[g]:]])
+                np.testing.assert_array_equal(
+                    rest, np.concatenate([full[g][:start], full[g][start + counts[g]:]]),
+                    err_msg=f"{family}: input changed outside the output")
+                return w[start:start + counts[g]].copy()
+
+            for g, got in enumerate(simulate(shape, in_place)):
+                np.testing.assert_array_equal(got, want_rs[g],
+                                              err_msg=f"{family} in place, rank {g}")
+
 
 @pytest.mark.parametrize("shape", SHAPES, ids=IDS)
 def test_gather_scatter_all_to_all(shape):

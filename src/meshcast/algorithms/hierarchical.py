@@ -1360,7 +1360,14 @@ def _pack(inp: np.ndarray, at: np.ndarray, order: Sequence[int]) -> np.ndarray:
 def reduce_scatter(ctx: Ctx, family: str, out: np.ndarray, w: np.ndarray,
                    counts: Sequence[int], op: ReduceOp) -> None:
     """``out`` = piece ``me`` (``counts`` long pieces in group-rank order) of the reduction of
-    every rank's ``w``. ``w`` is left as it was (the caller's input)."""
+    every rank's ``w``. ``w`` is left as it was (the caller's input), but for ``out``
+    itself: ``out`` may be a part of ``w`` (in place). Every family but ``rails`` over
+    contiguous hosts has read the whole of ``w`` (sent, packed or copied it) before it
+    writes ``out``, so it needs no copy of ``w`` (at 2 hosts x 1, flat, 32 MiB in place
+    took 31.7 ms with one, out of place 20.8). ``rails`` over contiguous hosts lets the
+    host's ranks read spans of ``w`` in its local steps; it reads a copy in place (kept
+    to be safe: its last local step returns before it writes ``out``, and the simulator
+    shows no difference without the copy)."""
     lay = ctx.layout
     at = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     if family == "fused":
@@ -1374,7 +1381,8 @@ def reduce_scatter(ctx: Ctx, family: str, out: np.ndarray, w: np.ndarray,
         _combine(op, out, _pieces(got, [counts[lay.me]] * P))
         return
     if family == "rails" and lay.contiguous:
-        _reduce_scatter_rails_by_host(ctx, out, w, counts, at, op)
+        _reduce_scatter_rails_by_host(ctx, out, w.copy() if np.may_share_memory(out, w)
+                                      else w, counts, at, op)
         return
     if family == "rails":
         L = ctx.local.size
