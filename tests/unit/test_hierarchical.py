@@ -191,23 +191,20 @@ def test_choose_follows_the_measured_table_on_both_sides_of_every_step():
     even = hier.Layout(((0, 1), (2, 3)), 0)
     uneven = hier.Layout(((0, 1, 2), (3,)), 0)
     single = hier.Layout(((0,), (1,)), 0)
-    for engine, table in hier.DEFAULTS.items():
-        for kind, steps in table.items():
-            for i, (start, family) in enumerate(steps):
-                assert hier.choose(kind, even, start, None, engine) == family, (kind, start)
-                if start:
-                    assert hier.choose(kind, even, start - 1, None, engine) == steps[i - 1][1]
+    # every host the same number of ranks, then one rank a host (its own table)
+    for tables, layout in ((hier.DEFAULTS, even), (hier.ONE_RANK_A_HOST, single)):
+        for engine, table in tables.items():
+            for kind, steps in table.items():
+                for i, (start, family) in enumerate(steps):
+                    assert hier.choose(kind, layout, start, None, engine) == family, (
+                        kind, start, layout)
+                    if start:
+                        assert hier.choose(kind, layout, start - 1, None, engine) == (
+                            steps[i - 1][1])
     assert hier.choose("broadcast", even, 32 << 20, None, "gloo") == "leader"
     assert hier.choose("all_gather", even, 1 << 20, None) == "rails"
     assert hier.choose("all_gather", uneven, 1 << 20, None) == "leader"  # rails cannot
-    # one rank a host: its own table, both sides of every step
-    for engine, table in hier.ONE_RANK_A_HOST.items():
-        for kind, steps in table.items():
-            for i, (start, family) in enumerate(steps):
-                assert hier.choose(kind, single, start, None, engine) == family, (kind, start)
-                if start:
-                    assert hier.choose(kind, single, start - 1, None, engine) == steps[i - 1][1]
-    # and where no table says so, leader's exchange is flat's plus copies: flat
+    # one rank a host over Gloo too (no table): leader's exchange is flat's plus copies
     three = hier.Layout(((0,), (1,), (2,)), 0)
     for layout, engine in ((single, "gloo"), (three, "gloo"), (three, "mpi")):
         assert hier.choose("reduce_scatter", layout, 8 << 20, None, engine) == "flat"
