@@ -172,6 +172,11 @@ class Layout:
         """Every host holds the same number of ranks (rails need it)."""
         return len({len(h) for h in self.hosts}) == 1
 
+    @property
+    def one_rank_a_host(self) -> bool:
+        """Every host holds one rank: no local phase (:data:`ONE_RANK_A_HOST`)."""
+        return all(len(h) == 1 for h in self.hosts)
+
     def where(self, g: int) -> tuple[int, int]:
         """(host index, local index) of group rank ``g``."""
         for i, h in enumerate(self.hosts):
@@ -283,8 +288,9 @@ class Layout:
 #: where ``flat`` pays MPICH's nonblocking Ibcast and its progress on shared cores.
 #:
 #: ``rails`` needs every host to hold the same number (> 1) of ranks; where it cannot run,
-#: ``leader`` does, or ``flat`` where every host holds one rank (:data:`SAME_EXCHANGE_ALONE`). Calls of at most :data:`EAGER_BYTES` per rank never get here:
-#: their data rides in the agreement.
+#: ``leader`` does, or ``flat`` where every host holds one rank (:data:`ONE_RANK_A_HOST`,
+#: :data:`SAME_EXCHANGE_ALONE`). Calls of at most :data:`EAGER_BYTES` per rank never get
+#: here: their data rides in the agreement.
 DEFAULTS: dict[str, dict[str, tuple[tuple[int, str], ...]]] = {
     "mpi": {
         "all_reduce": ((0, "fused"), (1 << 20, "flat"), (16 << 20, "leader")),
@@ -355,12 +361,12 @@ def choose(kind: str, layout: Layout, nbytes: int, forced: str | None,
     can run it (see :data:`WITHOUT_FUSED` and :data:`SAME_EXCHANGE_ALONE`)."""
     if forced:
         return forced
-    alone = all(len(h) == 1 for h in layout.hosts)
+    alone = layout.one_rank_a_host
     table = ONE_RANK_A_HOST.get(engine, DEFAULTS[engine]) if alone else DEFAULTS[engine]
     family = _from_table(table.get(kind, ()), nbytes)
     if family == "fused" and supports(kind, family, layout, engine):
         family = _from_table(WITHOUT_FUSED[kind], nbytes)
-    if family == "rails" and not (layout.uniform and len(layout.hosts[0]) > 1):
+    if family == "rails" and (alone or not layout.uniform):
         family = "leader"
     if family == "leader" and alone and kind in SAME_EXCHANGE_ALONE:
         return "flat"
