@@ -214,7 +214,7 @@ class HostSpanningGroup(GroupRanks):
 
     def algorithm_names(self, kind: str) -> tuple[str, ...]:
         """The ``algorithm=`` names a call of ``kind`` accepts on this group."""
-        return hier.FAMILIES
+        return hier.families(kind)
 
     def __repr__(self) -> str:
         hosts = "+".join(str(len(h)) for h in self.layout.hosts)
@@ -230,7 +230,7 @@ class HostSpanningGroup(GroupRanks):
         """The family that runs the call, and the fingerprint's path byte: a family
         forced on one rank but not another (``algorithm=``, ``MESHCAST_ALGO``) would
         run different exchanges, so it is a MismatchError instead."""
-        forced = algorithm or self._forced.get(kind) or self._forced.get("*")
+        forced = algorithm or self._forced.get(kind)
         if not forced:
             return hier.choose(kind, self.layout, nbytes, None, self.flat.engine), 0
         why = hier.supports(kind, forced, self.layout, self.flat.engine)
@@ -460,7 +460,7 @@ class HostSpanningGroup(GroupRanks):
     def _eager_payload(self, kind: str, algorithm: str | None, data: np.ndarray
                        ) -> np.ndarray | None:
         """``data`` when the call may ride in the agreement (no family forced)."""
-        if algorithm or kind in self._forced or "*" in self._forced:
+        if algorithm or kind in self._forced:
             return None  # a forced family runs as asked, so that baselines stay measurable
         return data
 
@@ -792,6 +792,8 @@ class HostSpanningGroup(GroupRanks):
         lane finishes a call whose rows it did not expect with them too, so that a
         mismatch reads the same on every rank."""
         n = self._size
+        if family == "fused":  # a call that settles through the agreement: the exchange after it
+            family = "flat"
 
         def body(ctx: _Ctx, counts: list[int], auxes: list[int]) -> None:
             # every rank's pieces even and of one size: only the rows can tell
@@ -916,14 +918,19 @@ class _InterHostP2PWork(Work):
 
 
 def _forced_families(tune: str) -> dict[str, str]:
-    """The cross-host families ``MESHCAST_ALGO`` names (``all_reduce:flat;*:leader``);
-    names of single-host algorithms there are left to the host-local groups."""
-    out: dict[str, str] = {}
+    """The cross-host family ``MESHCAST_ALGO`` forces per collective (``all_reduce:flat;
+    *:leader``); names of single-host algorithms there are left to the host-local
+    groups. ``*:NAME`` forces NAME on the collectives that have it, as on one host (the
+    others keep their default); a collective named on its own wins over ``*``."""
+    named: dict[str, str] = {}
     for part in (tune or "").split(";"):
         if ":" in part:
             coll, name = (s.strip() for s in part.split(":", 1))
             if name in hier.FAMILIES:
-                out[coll] = name
+                named[coll] = name
+    every = named.pop("*", None)
+    out = {kind: every for kind in hier.ALGORITHMS if every in hier.families(kind)}
+    out.update(named)
     return out
 
 

@@ -521,7 +521,7 @@ class AcrossHostsLane:
             return False
         if plan is None:
             forced = self.group._forced
-            plan = False if key[0] in forced or "*" in forced else build(*args)
+            plan = False if key[0] in forced else build(*args)
             if len(self.plans) >= _PLANS_MAX:
                 self.plans.clear()
             self.plans[key] = plan

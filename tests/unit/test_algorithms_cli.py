@@ -49,7 +49,21 @@ def test_fast_paths_are_marked_and_listed_per_place():
     block = out[out.index(_cli.FAST_PATHS_TITLE):]
     assert "one host:" not in block  # every one-host path of all_reduce is a schedule now
     across = re.search(r"across hosts: +(.*?) +\(reported", block).group(1).split(", ")
-    assert sorted(across) == ["eager", "flat", "fused", "leader", "rails"]
+    assert across == ["eager"]  # the families across hosts have their own rows
+
+
+@pytest.mark.parametrize("coll", sorted(hier.ALGORITHMS))
+def test_the_families_across_hosts_are_listed_with_requirements_steps_and_bytes(coll):
+    out = _cli.render(coll)
+    block = out[out.index(_cli.ACROSS_TITLE.format(coll=coll)):out.index(_cli.FAST_PATHS_TITLE)]
+    rows = re.findall(r"^  (\w+) +hosts +requires: (.*)$", block, re.M)
+    assert rows == [(f, hier.requires(coll, f) or "-") for f in hier.families(coll)]
+    for family, next_family in zip(hier.families(coll), [*hier.families(coll)[1:], None]):
+        text = block[block.index(f"  {family} "):
+                     block.index(f"  {next_family} ") if next_family else None]
+        lines = [line.strip() for line in text.splitlines()[1:] if line.strip()]
+        assert len(lines) == 3, (family, lines)  # the docstring's first line, Steps, Bytes
+        assert lines[1].startswith("Steps: ") and lines[2].startswith("Bytes across hosts: ")
 
 
 def test_without_a_collective_every_registered_algorithm_is_listed(capsys):
@@ -83,11 +97,12 @@ def _labels_in_source(*modules: str) -> set[tuple[str, str]]:
                                             ("across hosts", _cli.ACROSS_HOSTS_MODULES)])
 def test_fast_paths_are_what_the_code_reports_and_never_a_schedule(where, modules):
     table = _cli.fast_paths()[where]
+    families = hier.families if where == "across hosts" else (lambda coll: ())
     for coll, name in _labels_in_source(*modules):
-        assert name in _registry.names(coll, described=True) or name in table.get(coll, []), (
-            coll, name)
+        assert (name in _registry.names(coll, described=True) or name in families(coll)
+                or name in table.get(coll, [])), (coll, name)
     for coll, names in table.items():
-        assert not set(names) & set(_registry.names(coll, described=True)), coll
+        assert not set(names) & {*_registry.names(coll, described=True), *families(coll)}, coll
 
 
 def test_every_one_host_fast_path_is_a_described_schedule():
@@ -103,8 +118,8 @@ def test_every_one_host_fast_path_is_a_described_schedule():
 
 def test_the_derived_fast_paths_include_the_generic_sites():
     fast = _cli.fast_paths()
-    # spanning.py's f"{coll}/{family}": rails only where hierarchical.supports allows it
-    assert fast["across hosts"]["all_to_all"] == ["leader", "flat", "eager", "fused"]
+    # spanning.py's f"{coll}/{family}" are hierarchical's families, listed as such
+    assert fast["across hosts"]["all_to_all"] == ["eager"]
     assert fast["across hosts"]["barrier"] == ["agreement"]
 
 

@@ -4,6 +4,9 @@ in-process simulator (no processes: each rank is a thread)."""
 
 from __future__ import annotations
 
+import inspect
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -29,10 +32,7 @@ COUNTS = [0, 1, 7, 300, 20000]  # 20000 x 4 B passes RAILS_MIN_BYTES
 
 def families(kind, shape):
     lay = hier.Layout(tuple(tuple(h) for h in shape), 0)
-    return [f for f in hier.FAMILIES
-            if hier.supports(kind, f, lay) is None
-            and not (f == "rails" and kind not in ("all_reduce", "broadcast", "all_gather",
-                                                   "reduce_scatter"))]
+    return [f for f in hier.families(kind) if hier.supports(kind, f, lay) is None]
 
 
 def _size(shape):
@@ -228,6 +228,58 @@ def test_choose_follows_the_measured_table_on_both_sides_of_every_step():
     assert hier.choose("all_reduce", even, 64, "rails") == "rails"
     assert "same number of ranks" in hier.supports("all_reduce", "rails", uneven)
     assert "unknown" in hier.supports("all_reduce", "ring", even)
+
+
+def test_every_family_is_one_function_that_says_its_steps_and_bytes():
+    assert set(hier.ALGORITHMS) == {"broadcast", "reduce", "all_reduce", "gather",
+                                    "all_gather", "scatter", "reduce_scatter", "all_to_all"}
+    for kind, table in hier.ALGORITHMS.items():
+        assert table and set(table) <= set(hier.FAMILIES), kind
+        # no name runs another family's code (reduce/flat once ran leader's)
+        assert len({id(fn) for fn in table.values()}) == len(table), kind
+        for family, fn in table.items():
+            doc = inspect.getdoc(fn)
+            assert "\nSteps" in doc and "\nBytes across hosts:" in doc, (kind, family)
+    assert hier.families("reduce") == hier.families("gather") == hier.families("scatter") == (
+        "leader",)
+    assert hier.families("all_to_all") == ("flat", "fused")
+
+
+def test_a_family_a_collective_lacks_is_refused_naming_what_it_runs():
+    lay = hier.Layout(((0, 1), (2, 3)), 0)
+    assert hier.supports("reduce", "flat", lay) == (
+        "'flat' runs broadcast, all_reduce, all_gather, reduce_scatter and all_to_all, not "
+        "reduce")
+    assert hier.supports("all_to_all", "leader", lay).endswith("not all_to_all")
+    assert hier.supports("gather", "rails", lay).endswith("not gather")
+    with pytest.raises(ValueError, match="'flat' runs .*, not scatter"):
+        hier.scatter(SimpleNamespace(layout=lay), "flat", np.zeros(1), None, [1] * 4, 0)
+
+
+def test_requires_words_what_supports_checks():
+    even, uneven = hier.Layout(((0, 1), (2, 3)), 0), hier.Layout(((0, 1, 2), (3,)), 0)
+    big = hier.Layout(tuple((2 * h, 2 * h + 1) for h in range(5)), 0)  # 10 ranks
+    for kind in hier.ALGORITHMS:
+        for family in hier.families(kind):
+            words = hier.requires(kind, family)
+            assert hier.supports(kind, family, even) is None, (kind, family)
+            assert ("same number of ranks" in words) == (
+                hier.supports(kind, family, uneven) is not None), (kind, family)
+            assert ("MPI" in words) == (hier.supports(kind, family, even, "gloo") is not None
+                                        ) == (hier.supports(kind, family, big) is not None), (
+                kind, family)
+
+
+@pytest.mark.parametrize("engine", ["mpi", "gloo"])
+def test_the_tables_pick_only_families_the_call_can_run(engine):
+    layouts = [hier.Layout(tuple(tuple(h) for h in shape), 0) for shape in SHAPES]
+    layouts.append(hier.Layout(tuple((2 * h, 2 * h + 1) for h in range(5)), 0))
+    for kind in hier.ALGORITHMS:
+        for layout in layouts:
+            for nbytes in (0, 1, 64 << 10, 512 << 10, 1 << 20, 2 << 20, 16 << 20, 1 << 30):
+                family = hier.choose(kind, layout, nbytes, None, engine)
+                assert hier.supports(kind, family, layout, engine) is None, (
+                    kind, layout.hosts, nbytes, family)
 
 
 def test_a_host_shares_the_eager_cap_where_fused_runs_past_it():

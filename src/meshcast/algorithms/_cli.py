@@ -10,11 +10,14 @@ Three kinds of rows:
   the same way; the runtime still runs paths/*.py for them (issue 13 item 3)
   and the decision rules of ``_select.fast_path`` pick them, so they cannot
   be forced;
+* the families across hosts (:data:`.hierarchical.ALGORITHMS`): one function
+  each, listed the same way from its docstring, with what the group needs
+  for it (:func:`.hierarchical.requires`);
 * the fast paths that are not schedules yet: names
-  ``ProcessGroup.last_algorithm`` can report that are not registered (the
-  eager, agreement and hierarchical families across hosts). They are found
-  by reading the code that reports them (:func:`fast_paths`), so this
-  listing cannot drift from it.
+  ``ProcessGroup.last_algorithm`` can report that are neither registered nor
+  a family across hosts (the eager calls and the barrier's agreement across
+  hosts). They are found by reading the code that reports them
+  (:func:`fast_paths`), so this listing cannot drift from it.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from . import _registry
+from . import hierarchical as hier
 from ._registry import AlgorithmEntry
 
 HELP = "list the algorithms of every collective (or one): schedules and fast paths"
@@ -44,9 +48,11 @@ CALLERS = {"meshcast.group": ("meshcast.calls",)}
 
 SOURCES = {
     "one host": "group.py, lanes.py, paths/",
-    "across hosts": "spanning.py; families from algorithms/hierarchical.py",
+    "across hosts": "spanning.py",
 }
 FAST_PATHS_TITLE = "fast paths (not yet schedules, see issue 13)"
+ACROSS_TITLE = ("across hosts (algorithms/hierarchical.py, picked by its choose(); force one "
+                "with algorithm='NAME' or MESHCAST_ALGO='{coll}:NAME')")
 DESCRIBED_TITLE = ("described schedules, the one-host fast paths (run by paths/*.py until issue 13 "
                    "item 3; _select.fast_path picks them, never forced)")
 WIDTH = 110  # a Steps/Bytes sentence longer than this is cut (the docstring has it all)
@@ -57,8 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "List every registered algorithm (schedule) per collective with its family, its "
         "requirements and the first lines of its docstring, then the one-host fast paths "
-        "as described schedules, and the fast paths that group.last_algorithm can report "
-        "but that are not schedules yet."
+        "as described schedules, the families a group spanning hosts runs, and the fast "
+        "paths that group.last_algorithm can report but that are not schedules yet."
     )
     p.add_argument("collective", nargs="?", default=None,
                    help=f"only this collective (one of: {', '.join(_registry.COLLECTIVES)})")
@@ -113,13 +119,21 @@ def _render_collective(coll: str, fast: dict[str, dict[str, list[str]]]) -> str:
     described = [e for e in every if not e.executed]
     lines = [f"{coll}: {len(entries)} schedules (algorithms/{coll}.py; force one with "
              f"algorithm='NAME' or MESHCAST_ALGO='{coll}:NAME')"]
-    width = max(len(e.name) for e in every)
+    across = hier.families(coll)
+    width = max([len(e.name) for e in every] + [len(f) for f in across])
     for title, group in ((None, entries), (DESCRIBED_TITLE, described)):
         if title and group:
             lines.append(f"  {title}:")
         for e in group:
             lines.append(f"  {e.name.ljust(width)}  {e.family:9}  requires: {e.conditions or '-'}")
             lines.extend(f"  {' ' * width}        {text}" for text in summary(e))
+    if across:
+        lines.append(f"  {ACROSS_TITLE.format(coll=coll)}:")
+    for family in across:
+        lines.append(f"  {family.ljust(width)}  {'hosts':9}  requires: "
+                     f"{hier.requires(coll, family) or '-'}")
+        lines.extend(f"  {' ' * width}        {text}"
+                     for text in _doc_summary(hier.ALGORITHMS[coll][family], family))
     left = {where: table[coll] for where, table in fast.items() if table.get(coll)}
     if left:
         lines.append(f"  {FAST_PATHS_TITLE}:")
@@ -130,9 +144,14 @@ def _render_collective(coll: str, fast: dict[str, dict[str, list[str]]]) -> str:
 
 def summary(entry: AlgorithmEntry) -> list[str]:
     """The docstring's first line, then the first sentence of Steps and of Bytes if any."""
-    doc = inspect.getdoc(entry.fn) or ""
+    return _doc_summary(entry.fn, entry.description)
+
+
+def _doc_summary(fn: object, fallback: str) -> list[str]:
+    """:func:`summary` of any function (``fallback``: the line when it has no docstring)."""
+    doc = inspect.getdoc(fn) or ""
     paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", doc) if p.strip()]
-    out = [_plain(paragraphs[0]) if paragraphs else entry.description]
+    out = [_plain(paragraphs[0]) if paragraphs else fallback]
     for i, para in enumerate(paragraphs):
         if para.startswith(("Steps", "Bytes")):
             if para.endswith(":") and i + 1 < len(paragraphs):  # "Steps:" then a list
@@ -159,7 +178,8 @@ def _clip(text: str) -> str:
 
 def fast_paths() -> dict[str, dict[str, list[str]]]:
     """``{"one host" | "across hosts": {collective: [name, ...]}}``: what
-    ``last_algorithm`` can report beyond the registered schedules.
+    ``last_algorithm`` can report beyond the registered schedules (and, across hosts,
+    beyond the families of :data:`.hierarchical.ALGORITHMS`).
 
     Read from the source of :data:`ONE_HOST_MODULES` and
     :data:`ACROSS_HOSTS_MODULES` (every ``last_algorithm = ...``), so a new
@@ -168,17 +188,21 @@ def fast_paths() -> dict[str, dict[str, list[str]]]:
     """
     return {
         "one host": _finish(_reported(m) for m in ONE_HOST_MODULES),
-        "across hosts": _finish(_reported(m) for m in ACROSS_HOSTS_MODULES),
+        "across hosts": _finish((_reported(m) for m in ACROSS_HOSTS_MODULES), families=True),
     }
 
 
-def _finish(found: Iterable[list[tuple[str, str]]]) -> dict[str, list[str]]:
-    """Drop the registered schedules; order names by where the code first reports them."""
+def _finish(found: Iterable[list[tuple[str, str]]], families: bool = False
+            ) -> dict[str, list[str]]:
+    """Drop the registered schedules (and with ``families`` the families across hosts);
+    order names by where the code first reports them."""
     pairs = [pair for part in found for pair in part]
     order = list(dict.fromkeys(name for _, name in pairs))
     table: dict[str, list[str]] = {}
     for coll, name in pairs:
-        if coll in _registry.COLLECTIVES and name not in _registry.names(coll, described=True):
+        listed = (*_registry.names(coll, described=True), *(hier.families(coll) if families
+                                                            else ()))
+        if coll in _registry.COLLECTIVES and name not in listed:
             table.setdefault(coll, [])
             if name not in table[coll]:
                 table[coll].append(name)
@@ -212,7 +236,8 @@ def _values(value: ast.expr, at: ast.AST, parents: dict[ast.AST, ast.AST], tree:
     first, second = value.values
     if isinstance(first, ast.Constant) and isinstance(second, ast.FormattedValue):
         # f"broadcast/{family}": a family of algorithms/hierarchical.py
-        return [(str(first.value).rstrip("/"), fam) for fam in _families(str(first.value)[:-1])]
+        coll = str(first.value).rstrip("/")
+        return [(coll, fam) for fam in hier.families(coll)]
     if isinstance(first, ast.FormattedValue) and isinstance(second, ast.Constant):
         # f"{kind}/oneshot" in a method taking kind: the kinds its callers pass along
         # with the argument that guards the assignment (ProcessGroup._submit's
@@ -226,14 +251,6 @@ def _values(value: ast.expr, at: ast.AST, parents: dict[ast.AST, ast.AST], tree:
 def _split(label: str) -> tuple[str, str]:
     coll, _, name = label.partition("/")
     return coll, name
-
-
-def _families(coll: str) -> list[str]:
-    """The hierarchical families that can run ``coll`` on some layout of hosts."""
-    from . import hierarchical as hier
-
-    uniform = hier.Layout(hosts=((0, 1), (2, 3)), me=0)  # the layout every family accepts
-    return [fam for fam in hier.FAMILIES if hier.supports(coll, fam, uniform) is None]
 
 
 def _tree(module: str) -> ast.Module:

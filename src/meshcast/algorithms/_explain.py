@@ -115,10 +115,15 @@ def _across(coll: str, nbytes: int, n: int, hosts: int, what: str) -> str:
         engines = "" if family == over_gloo else f" over MPI, {coll}/{over_gloo} over Gloo"
         lines.append(f"  runs      {coll}/{family}{engines} (algorithms/hierarchical.py "
                      f"{table} and choose())")
-        lines.append(f"  code      algorithms/hierarchical.py::{coll}, shared memory inside "
-                     "each host (the one-host paths above), MPI or Gloo between hosts "
+        code = ", ".join(f"::{hierarchical.ALGORITHMS[coll][f].__name__}"
+                         for f in dict.fromkeys((family, over_gloo)))
+        engines = ("MPI or Gloo between every pair of ranks" if family == over_gloo == "flat"
+                   else "shared memory inside each host (the one-host paths above), MPI or "
+                   "Gloo between hosts")
+        lines.append(f"  code      algorithms/hierarchical.py{code}: {engines} "
                      "(transport/interhost.py)")
-    lines.append("  tested in tests/runtime/test_host_spanning.py, tests/multihost/")
+    lines.append("  tested in tests/unit/test_hierarchical.py (the simulator, every family), "
+                 "tests/runtime/test_host_spanning.py, tests/multihost/")
     return "\n".join(lines)
 
 

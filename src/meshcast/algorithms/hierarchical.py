@@ -18,8 +18,10 @@ The inter-host pieces run on an existing engine (MPI or Gloo) through the
 engine: the same functions run in :mod:`meshcast.testing.hosts_sim` (every
 rank a thread, hosts as lists) for any hosts x ranks shape.
 
-Three families, picked per call by :func:`choose` from the measured
-:data:`DEFAULTS`:
+Four families, picked per call by :func:`choose` from the measured
+:data:`DEFAULTS` (a collective has those whose code differs for it; each is one
+function, registered in :data:`ALGORITHMS`, whose docstring gives its steps and
+what it sends between hosts):
 
 ``leader``  local reduce/gather to the host's leader, one exchange among the
             leaders, local broadcast/scatter. One inter-host message per host;
@@ -30,9 +32,10 @@ Three families, picked per call by :func:`choose` from the measured
             what a flat ring would make it send, without the intra-host hops.
 ``flat``    the whole call on the inter-host engine, every rank a peer: the
             baseline (and what MPI's own hierarchy, if any, does).
-``fused``   (all_reduce; every host the same number of ranks; MPI, in groups
-            whose agreement rows go straight between ranks) the data path of
-            ``rails`` in point-to-point messages that also carry the call's
+``fused``   (all_reduce and reduce_scatter, every host the same number of
+            ranks; all_to_all in even pieces; MPI, in groups whose agreement rows
+            go straight between ranks) the data path of ``rails`` (all_to_all:
+            of ``flat``) in point-to-point messages that also carry the call's
             agreement (:func:`all_reduce_fused`): one synchronisation fewer.
 
 Reductions across hosts combine the hosts' partial results in host order, so
@@ -47,9 +50,9 @@ agreement step (``spanning.py``) made every rank know.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -70,6 +73,39 @@ RAILS_MIN_BYTES = 64 << 10
 PIPELINE_BYTES = 8 << 20
 
 FAMILIES = ("leader", "rails", "flat", "fused")
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+#: ``ALGORITHMS[kind][family]``: the function that runs collective ``kind`` with
+#: ``family``, called as ``fn(ctx, *args)`` with :func:`run`'s arguments after the
+#: family. A collective has only the families whose code differs (reduce, gather and
+#: scatter only ``leader``; all_to_all only the engine's exchange, ``flat`` and
+#: ``fused``), so a name never runs another family's code. Each function's docstring
+#: says what it does, its steps and what crosses hosts (``meshcast algorithms`` lists
+#: them); :func:`supports` and :func:`choose` know no other. A ``fused`` function
+#: returns False when the ranks' calls differ (:func:`run` raises then; spanning.py
+#: calls them itself, with the call's cell, and settles a False).
+ALGORITHMS: dict[str, dict[str, Callable[..., Any]]] = {
+    kind: {} for kind in ("broadcast", "reduce", "all_reduce", "gather", "all_gather", "scatter",
+                          "reduce_scatter", "all_to_all")}
+
+
+def _runs(kind: str, family: str) -> Callable[[_F], _F]:
+    """Decorator: ``fn`` runs ``kind`` with ``family`` (see :data:`ALGORITHMS`)."""
+    def deco(fn: _F) -> _F:
+        ALGORITHMS[kind][family] = fn
+        return fn
+    return deco
+
+
+def families(kind: str) -> tuple[str, ...]:
+    """The families that can run ``kind`` on some layout, in :data:`FAMILIES` order."""
+    return tuple(f for f in FAMILIES if f in ALGORITHMS.get(kind, {}))
+
+
+def _runs_what(family: str) -> str:
+    kinds = [k for k in ALGORITHMS if family in ALGORITHMS[k]]
+    return ", ".join(kinds[:-1]) + " and " + kinds[-1] if len(kinds) > 1 else kinds[0]
 
 
 class LocalOps(Protocol):
@@ -571,24 +607,29 @@ def agreement_steps(layout: Layout) -> tuple[tuple[RowStep, ...], ...]:
 
 def supports(kind: str, family: str, layout: Layout, engine: str = "mpi") -> str | None:
     """Why ``family`` cannot run ``kind`` on ``layout`` over ``engine`` (None: it can)."""
-    if family == "fused":
-        if kind not in ("all_reduce", "reduce_scatter", "all_to_all"):
-            return f"'fused' runs all_reduce, reduce_scatter and all_to_all, not {kind}"
-        if engine != "mpi" or agreement_route(engine, layout.size) != "flat":
-            return (f"'fused' needs MPI between hosts and at most {AGREEMENT_FLAT_MAX} ranks "
-                    f"(this group: {engine}, {layout.size} ranks)")
-        if not layout.uniform and kind != "all_to_all":  # (all_to_all's is flat)
-            return ("'fused' needs the same number of ranks on every host "
-                    f"(this group has {[len(h) for h in layout.hosts]})")
     if family not in FAMILIES:
         return f"unknown algorithm {family!r} across hosts (known: {', '.join(FAMILIES)})"
-    if family == "rails" and kind not in ("all_reduce", "broadcast", "all_gather",
-                                          "reduce_scatter"):
-        return f"'rails' runs all_reduce, broadcast, all_gather and reduce_scatter, not {kind}"
-    if family == "rails" and not layout.uniform:
-        return ("'rails' needs the same number of ranks on every host "
+    if family not in ALGORITHMS.get(kind, {}):
+        return f"'{family}' runs {_runs_what(family)}, not {kind}"
+    if family == "fused" and (engine != "mpi" or agreement_route(engine, layout.size) != "flat"):
+        return (f"'fused' needs MPI between hosts and at most {AGREEMENT_FLAT_MAX} ranks "
+                f"(this group: {engine}, {layout.size} ranks)")
+    # (fused all_to_all's exchange is flat: every pair, any hosts)
+    if family in ("rails", "fused") and not layout.uniform and kind != "all_to_all":
+        return (f"'{family}' needs the same number of ranks on every host "
                 f"(this group has {[len(h) for h in layout.hosts]})")
     return None
+
+
+def requires(kind: str, family: str) -> str:
+    """What ``family`` needs of a group to run ``kind``, in words ("": any group that
+    spans hosts, over either engine): the conditions :func:`supports` checks."""
+    needs = []
+    if family == "fused":
+        needs.append(f"MPI between hosts and at most {AGREEMENT_FLAT_MAX} ranks")
+    if family in ("rails", "fused") and kind != "all_to_all":
+        needs.append("the same number of ranks on every host")
+    return "; ".join(needs)
 
 
 def _even(counts: Sequence[int]) -> bool:
@@ -615,26 +656,21 @@ def _combine(op: ReduceOp, dst: np.ndarray, parts: Sequence[np.ndarray]) -> None
 
 def all_reduce(ctx: Ctx, family: str, w: np.ndarray, op: ReduceOp) -> None:
     """``w`` becomes the reduction over every rank of the group, in place."""
-    lay = ctx.layout
-    if family == "flat":
-        if not ctx.flat.allreduce(w, op):
-            everyone = np.empty(w.size * lay.size, w.dtype)
-            ctx.flat.allgatherv(everyone, w, [w.size] * lay.size)
-            _combine(op, w, [everyone[g * w.size:(g + 1) * w.size] for g in range(lay.size)])
-        return
-    if family == "fused":
-        if not all_reduce_fused(ctx, w, op):
-            raise RuntimeError("all_reduce_fused: the ranks' calls differ (no cell told)")
-        return
-    if family == "rails":
-        L = ctx.local.size
-        counts = [c for _, c in split_even(w.size, L)]
-        shard = np.empty(counts[lay.local], w.dtype)
-        ctx.local.reduce_scatter(shard, w, counts, op)
-        if ctx.rail is not None:
-            _rail_all_reduce(ctx.rail, shard, op)
-        ctx.local.all_gather(w, shard, counts)
-        return
+    run("all_reduce", ctx, family, w, op)
+
+
+@_runs("all_reduce", "leader")
+def all_reduce_leader(ctx: Ctx, w: np.ndarray, op: ReduceOp) -> None:
+    """Reduce to each host's leader, all-reduce among the leaders, broadcast inside the host.
+
+    Steps: a local reduce to local rank 0 (shared memory); below RAILS_MIN_BYTES the
+    leaders all-gather their hosts' sums and fold them in host order (one exchange),
+    from it they reduce-scatter then all-gather, in chunks of PIPELINE_BYTES so that the
+    link carries one chunk while the hosts reduce the next; a local broadcast.
+
+    Bytes across hosts: per host, from its leader alone, (H-1) S below RAILS_MIN_BYTES,
+    else 2 S (H-1)/H (S the array, H hosts).
+    """
     if w.nbytes >= RAILS_MIN_BYTES:
         _all_reduce_leader_pipelined(ctx, w, op)
         return
@@ -644,19 +680,61 @@ def all_reduce(ctx: Ctx, family: str, w: np.ndarray, op: ReduceOp) -> None:
     ctx.local.broadcast(w, 0)
 
 
+@_runs("all_reduce", "rails")
+def all_reduce_rails(ctx: Ctx, w: np.ndarray, op: ReduceOp) -> None:
+    """Reduce-scatter inside the host, each rail all-reduces its shard, all-gather inside.
+
+    Steps: a local reduce-scatter into L shards (shared memory); each rail (the ranks
+    of one local index, one per host) all-reduces its shard across hosts, a
+    reduce-scatter then an all-gather, L rails at once; a local all-gather.
+
+    Bytes across hosts: per host 2 S (H-1)/H, in L parallel streams of 1/L of it (S the
+    array, H hosts, L ranks a host).
+    """
+    L = ctx.local.size
+    counts = [c for _, c in split_even(w.size, L)]
+    shard = np.empty(counts[ctx.layout.local], w.dtype)
+    ctx.local.reduce_scatter(shard, w, counts, op)
+    if ctx.rail is not None:
+        _rail_all_reduce(ctx.rail, shard, op)
+    ctx.local.all_gather(w, shard, counts)
+
+
+@_runs("all_reduce", "flat")
+def all_reduce_flat(ctx: Ctx, w: np.ndarray, op: ReduceOp) -> None:
+    """The whole call on the inter-host engine, every rank a peer: the baseline.
+
+    Steps: the engine's own all-reduce (MPI's Iallreduce, Gloo's allreduce); where it
+    has no such op for the dtype, an all-gather of every rank's array and a fold in
+    rank order on every rank.
+
+    Bytes across hosts: what the engine's algorithm sends, ranks of one host included
+    as peers (a ring: 2 S (P-1)/P a rank, P ranks).
+    """
+    lay = ctx.layout
+    if not ctx.flat.allreduce(w, op):
+        everyone = np.empty(w.size * lay.size, w.dtype)
+        ctx.flat.allgatherv(everyone, w, [w.size] * lay.size)
+        _combine(op, w, [everyone[g * w.size:(g + 1) * w.size] for g in range(lay.size)])
+
+
 #: The byte after a fused exchange's cell: the sender's host found that its ranks'
 #: calls differ, and the sender sends no data.
 _DIFFER = 1
 
 
+@_runs("all_reduce", "fused")
 def all_reduce_fused(ctx: Ctx, w: np.ndarray, op: ReduceOp, cell: bytes = b"",
                      plans: FusedPlans | None = None, kernel: int | None = None) -> bool:
-    """``w`` becomes the reduction over every rank, with the call's agreement riding in
-    the data's messages (family ``fused``): no exchange of rows before the data moves.
+    """The ``rails`` data path in the engine's messages, which carry the call's agreement.
 
-    Every host the same number L of ranks; three exchanges of point-to-point messages
-    (``ctx.p2p``), the ``rails`` data path with shared memory replaced by the engine's
-    own messages inside a host:
+    ``w`` becomes the reduction over every rank, with no exchange of agreement rows
+    before the data moves.
+
+    Steps: three exchanges of point-to-point messages on the engine (``ctx.p2p``), the
+    ``rails`` data path with the engine's messages in place of shared memory inside a
+    host, every host the same number L of ranks; each message begins with the call's
+    cell. In detail:
 
     1. inside the host, each rank sends local rank j its ``cell`` and piece j of ``w``
        (``split_even`` in L), and folds what it gets into its host's partial sum of its
@@ -676,6 +754,9 @@ def all_reduce_fused(ctx: Ctx, w: np.ndarray, op: ReduceOp, cell: bytes = b"",
     out in step 1 or 2, together. The link carries what ``rails`` makes it carry,
     with two synchronisations of every rank fewer (the rows' and the shared-memory
     engine's entries), which is what a call of 64 KiB - 1 MiB waits on.
+
+    Bytes across hosts: per host (H-1) S in step 2, in 32 KiB messages (FUSED_CHUNK)
+    on L parallel rails: what ``rails`` sends at 2 hosts (S the array, H hosts).
 
     ``plans`` (:func:`fused_plans`): where the exchanges and buffers are kept from call
     to call (on MPI, persistent requests): for an array seen before, on its own memory
@@ -708,12 +789,18 @@ def all_reduce_fused(ctx: Ctx, w: np.ndarray, op: ReduceOp, cell: bytes = b"",
     return _settle(plans, plan, plan.run(ctx.p2p, w, w, op, cell, kernel, ctx.notes))
 
 
+@_runs("reduce_scatter", "fused")
 def reduce_scatter_fused(ctx: Ctx, out: np.ndarray, w: np.ndarray, counts: Sequence[int],
                          op: ReduceOp, cell: bytes = b"", plans: FusedPlans | None = None,
                          kernel: int | None = None) -> bool:
-    """``out`` = piece ``me`` of the reduction of every rank's ``w`` (pieces of ``counts``
+    """The fused all_reduce's first two steps: the agreement rides in the data's messages.
+
+    ``out`` = piece ``me`` of the reduction of every rank's ``w`` (pieces of ``counts``
     elements in group-rank order), with the call's agreement riding in the data's
-    messages (family ``fused``), as :func:`all_reduce_fused` does it:
+    messages, as :func:`all_reduce_fused` does it.
+
+    Steps: two exchanges of point-to-point messages on the engine, each message
+    beginning with the call's cell. In detail:
 
     1. inside the host, each rank sends local rank j its ``cell`` and the pieces of
        rail j's ranks (the ranks of local index j, in host order), and folds what it
@@ -722,9 +809,11 @@ def reduce_scatter_fused(ctx: Ctx, out: np.ndarray, w: np.ndarray, counts: Seque
        cell and that rank's partial sum, and folds the hosts' sums of its own piece, in
        host order, into ``out``.
 
-    The link carries each host's partial sums for the other hosts' ranks once (what
-    ``rails`` makes it carry), and nothing is written to ``out`` before every rank
-    has seen that all cells agree. ``w`` is read (copied into rail order) before
+    Bytes across hosts: each host's partial sums for the other hosts' ranks, once, what
+    ``rails`` makes the link carry: (H-1) S/H a host with even pieces (S the input, H
+    hosts).
+
+    Nothing is written to ``out`` before every rank has seen that all cells agree. ``w`` is read (copied into rail order) before
     anything is sent, so ``out`` may alias it. ``plans``, ``kernel`` and the result:
     as :func:`all_reduce_fused` (plans per size and ``counts``; the input is always
     copied, into rail order).
@@ -1193,30 +1282,67 @@ def _reduced_piece(comm: Across, got: np.ndarray, counts: Sequence[int],
 
 def broadcast(ctx: Ctx, family: str, w: np.ndarray, root: int) -> None:
     """Every rank's ``w`` becomes the root's (``root`` a group rank)."""
+    run("broadcast", ctx, family, w, root)
+
+
+@_runs("broadcast", "leader")
+def broadcast_leader(ctx: Ctx, w: np.ndarray, root: int) -> None:
+    """Broadcast inside the root's host, among the leaders, then inside every other host.
+
+    Steps: on the root's host a local broadcast (shared memory) reaches its leader; the
+    leaders broadcast on the engine; every other host broadcasts inside itself. Past the
+    engine's pipeline chunk, in chunks, each host broadcasting one chunk while the link
+    carries the next.
+
+    Bytes across hosts: S into each other host, once, between the leaders (S the array).
+    """
     lay = ctx.layout
-    if family == "flat":
-        ctx.flat.bcast(w, root)
-        return
     rh, rl = lay.where(root)
     chunk = ctx.flat.pipeline_chunk
-    if family == "leader" and chunk and w.nbytes > chunk:
+    if chunk and w.nbytes > chunk:
         _broadcast_leader_pipelined(ctx, w, rh, rl, chunk)
         return
     if lay.host == rh:
         ctx.local.broadcast(w, rl)
-    if family == "rails":
-        L = ctx.local.size
-        spans = split_even(w.size, L)
-        start, length = spans[lay.local]
-        if ctx.rail is not None and length:
-            ctx.rail.bcast(w[start:start + length], rh)
-        if lay.host != rh:
-            ctx.local.all_gather(w, w[start:start + length].copy(), [c for _, c in spans])
-        return
     if ctx.leaders is not None:  # on the root's host the local broadcast reached the leader
         ctx.leaders.bcast(w, rh)
     if lay.host != rh:
         ctx.local.broadcast(w, 0)
+
+
+@_runs("broadcast", "rails")
+def broadcast_rails(ctx: Ctx, w: np.ndarray, root: int) -> None:
+    """Broadcast inside the root's host, each rail carries 1/L of it, all-gather inside.
+
+    Steps: a local broadcast on the root's host (shared memory); rail j broadcasts
+    part j of L from the root's host to the others, L rails at once; every other host
+    all-gathers the parts.
+
+    Bytes across hosts: S into each other host, once, in L parallel streams of S/L (S the
+    array, L ranks a host).
+    """
+    lay = ctx.layout
+    rh, rl = lay.where(root)
+    if lay.host == rh:
+        ctx.local.broadcast(w, rl)
+    spans = split_even(w.size, ctx.local.size)
+    start, length = spans[lay.local]
+    if ctx.rail is not None and length:
+        ctx.rail.bcast(w[start:start + length], rh)
+    if lay.host != rh:
+        ctx.local.all_gather(w, w[start:start + length].copy(), [c for _, c in spans])
+
+
+@_runs("broadcast", "flat")
+def broadcast_flat(ctx: Ctx, w: np.ndarray, root: int) -> None:
+    """The whole call on the inter-host engine, every rank a peer: the baseline.
+
+    Steps: the engine's own broadcast (MPI's Ibcast, Gloo's broadcast).
+
+    Bytes across hosts: what the engine's algorithm sends, ranks of one host included as
+    peers: at least S into each other host (S the array).
+    """
+    ctx.flat.bcast(w, root)
 
 
 def _broadcast_leader_pipelined(ctx: Ctx, w: np.ndarray, rh: int, rl: int, chunk: int
@@ -1258,6 +1384,19 @@ def _broadcast_leader_pipelined(ctx: Ctx, w: np.ndarray, rh: int, rl: int, chunk
 
 def reduce(ctx: Ctx, family: str, w: np.ndarray, op: ReduceOp, root: int) -> None:
     """The root's ``w`` becomes the reduction over every rank; others' ``w`` may change."""
+    run("reduce", ctx, family, w, op, root)
+
+
+@_runs("reduce", "leader")
+def reduce_leader(ctx: Ctx, w: np.ndarray, op: ReduceOp, root: int) -> None:
+    """Reduce inside every host, each host's sum straight to the root, folded in host order.
+
+    Steps: a local reduce (shared memory) to the root on its host, to local rank 0 on
+    the others; each other host's leader sends its sum to the root (the engine's
+    point-to-point), which folds the hosts' sums in host order.
+
+    Bytes across hosts: S from each other host to the root's (S the array).
+    """
     lay = ctx.layout
     rh, rl = lay.where(root)
     delegate = rl if lay.host == rh else 0
@@ -1284,29 +1423,23 @@ def reduce(ctx: Ctx, family: str, w: np.ndarray, op: ReduceOp, root: int) -> Non
 def all_gather(ctx: Ctx, family: str, out: np.ndarray, mine: np.ndarray,
                counts: Sequence[int]) -> None:
     """``out`` (every rank's piece, in group-rank order) from each rank's ``mine``."""
+    run("all_gather", ctx, family, out, mine, counts)
+
+
+@_runs("all_gather", "leader")
+def all_gather_leader(ctx: Ctx, out: np.ndarray, mine: np.ndarray,
+                      counts: Sequence[int]) -> None:
+    """Gather inside the host, all-gather among the leaders, broadcast inside the host.
+
+    Steps: a local gather of the host's pieces to local rank 0 (shared memory); the
+    leaders all-gather their hosts' blocks on the engine; a local broadcast of the
+    whole, then every rank puts the pieces in group-rank order.
+
+    Bytes across hosts: each host's block to every other host, from the leaders alone:
+    (H-1) S/H a host with even pieces (S the gathered array, H hosts).
+    """
     lay = ctx.layout
-    if family == "flat":
-        ctx.flat.allgatherv(out, mine, counts)
-        return
     at = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    if family == "rails" and lay.contiguous:
-        _all_gather_rails_in_place(ctx, out, mine, counts, at)
-        return
-    if family == "rails":
-        # rail j gathers the pieces of local rank j of every host; the host then
-        # all-gathers the rails' blocks (each in host order)
-        L = ctx.local.size
-        rails = [lay.rail(j) for j in range(L)]
-        block_counts = [sum(counts[g] for g in rail) for rail in rails]
-        block = np.empty(block_counts[lay.local], out.dtype)
-        if ctx.rail is not None:
-            ctx.rail.allgatherv(block, mine, [counts[g] for g in rails[lay.local]])
-        else:
-            block[:] = mine
-        blocks = np.empty(sum(block_counts), out.dtype)
-        ctx.local.all_gather(blocks, block, block_counts)
-        _place(out, at, blocks, [g for rail in rails for g in rail])
-        return
     host_counts = [sum(counts[g] for g in h) for h in lay.hosts]
     members = lay.hosts[lay.host]
     block = np.empty(host_counts[lay.host], out.dtype)
@@ -1317,6 +1450,52 @@ def all_gather(ctx: Ctx, family: str, out: np.ndarray, mine: np.ndarray,
         ctx.leaders.allgatherv(everything, block, host_counts)
     ctx.local.broadcast(everything, 0)
     _place(out, at, everything, [g for h in lay.hosts for g in h])
+
+
+@_runs("all_gather", "rails")
+def all_gather_rails(ctx: Ctx, out: np.ndarray, mine: np.ndarray,
+                     counts: Sequence[int]) -> None:
+    """Each rail all-gathers its ranks' pieces across hosts, then the host all-gathers.
+
+    Steps: rail j (local rank j of every host) all-gathers its pieces on the engine, L
+    rails at once; a local all-gather of the rails' blocks (shared memory). Where every
+    host's ranks are consecutive, straight into ``out``: the rail's pieces land in
+    place while the host all-gathers its own span.
+
+    Bytes across hosts: as ``leader``, (H-1) S/H a host with even pieces, in L parallel
+    streams (S the gathered array, H hosts, L ranks a host).
+    """
+    lay = ctx.layout
+    at = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    if lay.contiguous:
+        _all_gather_rails_in_place(ctx, out, mine, counts, at)
+        return
+    # rail j gathers the pieces of local rank j of every host; the host then
+    # all-gathers the rails' blocks (each in host order)
+    L = ctx.local.size
+    rails = [lay.rail(j) for j in range(L)]
+    block_counts = [sum(counts[g] for g in rail) for rail in rails]
+    block = np.empty(block_counts[lay.local], out.dtype)
+    if ctx.rail is not None:
+        ctx.rail.allgatherv(block, mine, [counts[g] for g in rails[lay.local]])
+    else:
+        block[:] = mine
+    blocks = np.empty(sum(block_counts), out.dtype)
+    ctx.local.all_gather(blocks, block, block_counts)
+    _place(out, at, blocks, [g for rail in rails for g in rail])
+
+
+@_runs("all_gather", "flat")
+def all_gather_flat(ctx: Ctx, out: np.ndarray, mine: np.ndarray,
+                    counts: Sequence[int]) -> None:
+    """The whole call on the inter-host engine, every rank a peer: the baseline.
+
+    Steps: the engine's own all-gather (MPI's Iallgatherv, Gloo's all_gather).
+
+    Bytes across hosts: what the engine's algorithm sends, ranks of one host included as
+    peers (a ring: (P-1) S/P a rank, S the gathered array, P ranks).
+    """
+    ctx.flat.allgatherv(out, mine, counts)
 
 
 def _all_gather_rails_in_place(ctx: Ctx, out: np.ndarray, mine: np.ndarray,
@@ -1374,39 +1553,23 @@ def reduce_scatter(ctx: Ctx, family: str, out: np.ndarray, w: np.ndarray,
     host's ranks read spans of ``w`` in its local steps; it reads a copy in place (kept
     to be safe: its last local step returns before it writes ``out``, and the simulator
     shows no difference without the copy)."""
+    run("reduce_scatter", ctx, family, out, w, counts, op)
+
+
+@_runs("reduce_scatter", "leader")
+def reduce_scatter_leader(ctx: Ctx, out: np.ndarray, w: np.ndarray, counts: Sequence[int],
+                          op: ReduceOp) -> None:
+    """Reduce to each host's leader, reduce-scatter among the leaders, scatter inside.
+
+    Steps: a local reduce of the whole input to local rank 0 (shared memory); the
+    leaders exchange each host's block of the sum (an all-to-all on the engine) and
+    fold the blocks for their own host in host order; a local scatter of the pieces.
+
+    Bytes across hosts: each other host's block of the sum, from the leaders alone:
+    (H-1) S/H a host with even pieces (S the input, H hosts).
+    """
     lay = ctx.layout
     at = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    if family == "fused":
-        if not reduce_scatter_fused(ctx, out, w, counts, op):
-            raise RuntimeError("reduce_scatter_fused: the ranks' calls differ (no cell told)")
-        return
-    if family == "flat":
-        P = lay.size
-        got = np.empty(counts[lay.me] * P, w.dtype)
-        ctx.flat.alltoallv(got, [counts[lay.me]] * P, w, counts, _even(counts))
-        _combine(op, out, _pieces(got, [counts[lay.me]] * P))
-        return
-    if family == "rails" and lay.contiguous:
-        _reduce_scatter_rails_by_host(ctx, out, w.copy() if np.may_share_memory(out, w)
-                                      else w, counts, at, op)
-        return
-    if family == "rails":
-        L = ctx.local.size
-        rails = [lay.rail(j) for j in range(L)]
-        order = [g for rail in rails for g in rail]
-        block_counts = [sum(counts[g] for g in rail) for rail in rails]
-        block = np.empty(block_counts[lay.local], w.dtype)
-        ctx.local.reduce_scatter(block, _pack(w, at, order), block_counts, op)
-        mine = rails[lay.local]
-        if ctx.rail is not None:
-            n = counts[lay.me]
-            got = np.empty(n * len(mine), w.dtype)
-            rail_counts = [counts[g] for g in mine]
-            ctx.rail.alltoallv(got, [n] * len(mine), block, rail_counts, _even(rail_counts))
-            _combine(op, out, _pieces(got, [n] * len(mine)))
-        else:
-            out[:] = block
-        return
     members = lay.hosts[lay.host]
     w = w.copy()  # the local reduce leaves its result in the leader's buffer
     ctx.local.reduce(w, op, 0)
@@ -1420,6 +1583,62 @@ def reduce_scatter(ctx: Ctx, family: str, out: np.ndarray, w: np.ndarray,
         _combine(op, block, _pieces(got, [host_counts[lay.host]] * len(lay.hosts)))
     ctx.local.scatter(out, _pieces(block, [counts[g] for g in members])
                       if lay.local == 0 else None, 0)
+
+
+@_runs("reduce_scatter", "rails")
+def reduce_scatter_rails(ctx: Ctx, out: np.ndarray, w: np.ndarray, counts: Sequence[int],
+                         op: ReduceOp) -> None:
+    """Reduce-scatter inside the host by rail, then each rail finishes its ranks' pieces.
+
+    Steps: a local reduce-scatter that leaves local rank j the host's partial sums of
+    rail j's pieces (shared memory); rail j exchanges them across hosts (an all-to-all
+    on the engine, L rails at once) and each rank folds its piece's partial sums in
+    host order. Where every host's ranks are consecutive, no packing: the other hosts'
+    spans first, in chunks, so the link works while the host reduces its own span.
+
+    Bytes across hosts: (H-1) S/H a host with even pieces, in L parallel streams (S the
+    input, H hosts, L ranks a host).
+    """
+    lay = ctx.layout
+    at = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    if lay.contiguous:
+        _reduce_scatter_rails_by_host(ctx, out, w.copy() if np.may_share_memory(out, w)
+                                      else w, counts, at, op)
+        return
+    L = ctx.local.size
+    rails = [lay.rail(j) for j in range(L)]
+    order = [g for rail in rails for g in rail]
+    block_counts = [sum(counts[g] for g in rail) for rail in rails]
+    block = np.empty(block_counts[lay.local], w.dtype)
+    ctx.local.reduce_scatter(block, _pack(w, at, order), block_counts, op)
+    mine = rails[lay.local]
+    if ctx.rail is not None:
+        n = counts[lay.me]
+        got = np.empty(n * len(mine), w.dtype)
+        rail_counts = [counts[g] for g in mine]
+        ctx.rail.alltoallv(got, [n] * len(mine), block, rail_counts, _even(rail_counts))
+        _combine(op, out, _pieces(got, [n] * len(mine)))
+    else:
+        out[:] = block
+
+
+@_runs("reduce_scatter", "flat")
+def reduce_scatter_flat(ctx: Ctx, out: np.ndarray, w: np.ndarray, counts: Sequence[int],
+                        op: ReduceOp) -> None:
+    """Every rank's piece of every input straight to its owner on the engine, folded there.
+
+    Steps: one all-to-all on the inter-host engine, every rank a peer (MPI's
+    Ialltoall(v), Gloo's all_to_all), then each rank folds the P copies of its piece in
+    rank order. (MPICH's nonblocking reduce-scatter measured slower than this.)
+
+    Bytes across hosts: each rank's pieces for the other hosts' ranks, (P-L) S/P a rank
+    with even pieces (S the input, P ranks, L on its host).
+    """
+    lay = ctx.layout
+    P = lay.size
+    got = np.empty(counts[lay.me] * P, w.dtype)
+    ctx.flat.alltoallv(got, [counts[lay.me]] * P, w, counts, _even(counts))
+    _combine(op, out, _pieces(got, [counts[lay.me]] * P))
 
 
 def _reduce_scatter_rails_by_host(ctx: Ctx, out: np.ndarray, w: np.ndarray,
@@ -1545,6 +1764,20 @@ def _outer_chunk(count: int, i: int, last: int, chunk: int) -> tuple[int, int]:
 def gather(ctx: Ctx, family: str, outs: list[np.ndarray] | None, mine: np.ndarray,
            counts: Sequence[int], root: int) -> None:
     """The root's ``outs[g]`` becomes rank g's ``mine`` (``counts[g]`` elements)."""
+    run("gather", ctx, family, outs, mine, counts, root)
+
+
+@_runs("gather", "leader")
+def gather_leader(ctx: Ctx, outs: list[np.ndarray] | None, mine: np.ndarray,
+                  counts: Sequence[int], root: int) -> None:
+    """Gather inside every host, each host's block straight to the root.
+
+    Steps: a local gather (shared memory), to the root on its host, to local rank 0 on
+    the others; each other host's leader sends its block to the root (the engine's
+    point-to-point), which puts the pieces in place.
+
+    Bytes across hosts: each other host's pieces, once, to the root's host.
+    """
     lay = ctx.layout
     rh, rl = lay.where(root)
     delegate = rl if lay.host == rh else 0
@@ -1570,6 +1803,20 @@ def gather(ctx: Ctx, family: str, outs: list[np.ndarray] | None, mine: np.ndarra
 def scatter(ctx: Ctx, family: str, out: np.ndarray, ins: list[np.ndarray] | None,
             counts: Sequence[int], root: int) -> None:
     """Rank g's ``out`` becomes the root's ``ins[g]``."""
+    run("scatter", ctx, family, out, ins, counts, root)
+
+
+@_runs("scatter", "leader")
+def scatter_leader(ctx: Ctx, out: np.ndarray, ins: list[np.ndarray] | None,
+                   counts: Sequence[int], root: int) -> None:
+    """The root sends each host its block, every host scatters it inside.
+
+    Steps: the root sends each other host's leader the pieces of that host's ranks in
+    one message (the engine's point-to-point); a local scatter (shared memory), from
+    the root on its host, from local rank 0 on the others.
+
+    Bytes across hosts: each other host's pieces, once, from the root's host.
+    """
     lay = ctx.layout
     rh, rl = lay.where(root)
     members = lay.hosts[lay.host]
@@ -1596,16 +1843,50 @@ def all_to_all(ctx: Ctx, family: str, out: np.ndarray, recv_counts: Sequence[int
     """Rank g's piece for rank h (``send_counts[h]`` of g) lands in h's ``out``.
     ``uniform``: every rank's pieces are even and of one size, as the agreement found
     (this rank's counts alone cannot tell: see ``Across.alltoallv``)."""
+    run("all_to_all", ctx, family, out, recv_counts, inp, send_counts, uniform)
+
+
+@_runs("all_to_all", "flat")
+def all_to_all_flat(ctx: Ctx, out: np.ndarray, recv_counts: Sequence[int], inp: np.ndarray,
+                    send_counts: Sequence[int], uniform: bool = False) -> None:
+    """The whole call on the inter-host engine, every rank a peer.
+
+    Steps: the engine's own all-to-all (MPI's Ialltoall, or Ialltoallv for uneven
+    pieces; Gloo's all_to_all), after the agreement.
+
+    Bytes across hosts: each rank's pieces for the other hosts' ranks, once.
+    """
     ctx.flat.alltoallv(out, recv_counts, inp, send_counts, uniform)
 
 
+@_runs("all_to_all", "fused")
+def _all_to_all_fused(ctx: Ctx, out: np.ndarray, recv_counts: Sequence[int], inp: np.ndarray,
+                      send_counts: Sequence[int], uniform: bool = False) -> bool:
+    """Every pair's cell and piece in one message: the agreement rides in the data.
+
+    Steps: one exchange of point-to-point messages on the engine, every rank a peer,
+    each message a rank's cell and its piece for the receiver (even pieces only:
+    uneven ones take the agreement, then ``flat``); see :func:`all_to_all_fused`.
+
+    Bytes across hosts: as ``flat``, each rank's pieces for the other hosts' ranks, once,
+    with one synchronisation fewer.
+    """
+    if not uniform:
+        raise ValueError("'fused' all_to_all runs even pieces only (uneven: 'flat')")
+    return all_to_all_fused(ctx, out, inp, b"")
+
+
 def run(kind: str, ctx: Ctx, family: str, *args: Any) -> None:
-    """Run ``kind`` with ``family`` on ``ctx`` (the one entry point of the executor)."""
-    return _KINDS[kind](ctx, family, *args)
+    """Run ``kind`` with ``family`` on ``ctx`` (the one entry point of the executor): the
+    function :data:`ALGORITHMS` registers for them.
 
-
-_KINDS = {
-    "all_reduce": all_reduce, "broadcast": broadcast, "reduce": reduce,
-    "all_gather": all_gather, "reduce_scatter": reduce_scatter, "gather": gather,
-    "scatter": scatter, "all_to_all": all_to_all,
-}
+    Raises:
+        ValueError: ``family`` does not run ``kind`` (see :func:`supports`).
+        RuntimeError: a ``fused`` call found the ranks' calls differ (spanning.py runs
+            fused calls itself, with the call's cell, and settles that).
+    """
+    fn = ALGORITHMS[kind].get(family)
+    if fn is None:
+        raise ValueError(supports(kind, family, ctx.layout) or f"no {family!r} for {kind}")
+    if fn(ctx, *args) is False:
+        raise RuntimeError(f"{fn.__name__}: the ranks' calls differ (no cell told)")

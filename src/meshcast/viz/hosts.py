@@ -45,18 +45,11 @@ from .schedules import _addr, _values
 #: hosts x ranks per host the guide offers (hosts_sim runs any shape; these stay readable)
 SHAPES: tuple[tuple[int, int], ...] = ((2, 2), (2, 3), (3, 2))
 
-#: The families whose code differs for a collective (reduce, gather and scatter have one
-#: path whatever the family; all_to_all always runs on the inter-host engine).
+#: The families the guide draws per collective: those of algorithms/hierarchical.py
+#: (reduce, gather and scatter have only ``leader``; all_to_all runs on the inter-host
+#: engine), but ``fused``, whose steps are the engine's prepared messages.
 FAMILIES: dict[str, tuple[str, ...]] = {
-    "all_reduce": ("leader", "rails", "flat"),
-    "broadcast": ("leader", "rails", "flat"),
-    "all_gather": ("leader", "rails", "flat"),
-    "reduce_scatter": ("leader", "rails", "flat"),
-    "reduce": ("leader",),
-    "gather": ("leader",),
-    "scatter": ("leader",),
-    "all_to_all": ("flat",),
-}
+    kind: tuple(f for f in hier.families(kind) if f != "fused") for kind in hier.ALGORITHMS}
 
 DESCRIPTIONS = {
     "leader": "across hosts: each host combines or collects on its leader over shared memory, "
