@@ -65,13 +65,15 @@ def test_meshcast_algo_forces_a_cross_host_family(two_hosts):
     """README's ``MESHCAST_ALGO=all_reduce:flat`` (a family per collective): the host-local
     groups parse the same string and leave those names to the spanning group, which
     runs them."""
-    env = {"MESHCAST_ALGO": "all_reduce:flat;reduce_scatter:leader;broadcast:tree"}
+    env = {"MESHCAST_ALGO": "all_reduce:flat;reduce_scatter:leader;broadcast:tree;"
+                            "reduce:flat;gather:flat;scatter:flat"}
     r = run_job(two_hosts, "mpiexec", 2, [FORCED], env=env, timeout=120)
     assert r.returncode == 0, r.describe()
     results = r.records()
     assert len(results) == 4 and all(x["ok"] for x in results), r.describe()
     assert {tuple(x["ran"]) for x in results} == {
-        ("all_reduce/flat", "reduce_scatter/leader")}, results
+        ("all_reduce/flat", "reduce_scatter/leader", "reduce/flat", "gather/flat",
+         "scatter/flat")}, results
 
 
 # seed 1 at 2x2 hung (all_to_all #136 of a subgroup) when a rank with even pieces posted

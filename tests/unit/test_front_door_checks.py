@@ -74,8 +74,9 @@ def test_a_group_across_hosts_takes_its_families_in_both_spellings():
                                            + ", ".join(FAMILIES)):
         _api._check_algorithm("ring", "all_reduce", "all_reduce", pg)
     # a family whose code a collective does not have: refused before anything is sent
-    with pytest.raises(InvalidUsage, match="unknown algorithm 'flat' of reduce; valid: leader$"):
-        _api._check_algorithm("flat", "reduce", "reduce", pg)
+    with pytest.raises(InvalidUsage, match="unknown algorithm 'rails' of reduce; valid: leader, "
+                                           "flat$"):
+        _api._check_algorithm("rails", "reduce", "reduce", pg)
     with pytest.raises(InvalidUsage, match="'leader' of all_to_all; valid: flat, fused"):
         _api._check_algorithm("leader", "all_to_all", "all_to_all", pg)
 
@@ -83,9 +84,9 @@ def test_a_group_across_hosts_takes_its_families_in_both_spellings():
 def test_a_star_forces_a_cross_host_family_only_where_the_collective_has_it():
     from meshcast.spanning import _forced_families
 
-    assert _forced_families("*:flat;reduce_scatter:rails;broadcast:tree") == {
-        "broadcast": "flat", "all_reduce": "flat", "all_gather": "flat",
-        "reduce_scatter": "rails", "all_to_all": "flat"}
+    assert _forced_families("*:rails;reduce_scatter:flat;broadcast:tree") == {
+        "broadcast": "rails", "all_reduce": "rails", "all_gather": "rails",
+        "reduce_scatter": "flat"}
     assert _forced_families("*:leader") == {k: "leader" for k in (
         "broadcast", "reduce", "all_reduce", "gather", "all_gather", "scatter", "reduce_scatter")}
-    assert _forced_families("reduce:flat") == {"reduce": "flat"}  # named: refused at the call
+    assert _forced_families("reduce:rails") == {"reduce": "rails"}  # named: refused at the call

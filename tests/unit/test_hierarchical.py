@@ -55,14 +55,14 @@ def test_all_reduce_and_reduce(shape, op):
 
                 for g, got in enumerate(simulate(shape, body)):
                     np.testing.assert_array_equal(got, want, err_msg=f"{family} rank {g}")
-            for root in range(n):
-                def body(ctx, g, root=root, inputs=inputs):
+            for root, family in ((r, f) for r in range(n) for f in families("reduce", shape)):
+                def body(ctx, g, root=root, inputs=inputs, family=family):
                     w = inputs[g].copy()
-                    hier.reduce(ctx, "leader", w, op, root)
+                    hier.reduce(ctx, family, w, op, root)
                     return w
 
                 got = simulate(shape, body)[root]
-                np.testing.assert_array_equal(got, want, err_msg=f"reduce root {root}")
+                np.testing.assert_array_equal(got, want, err_msg=f"reduce {family} root {root}")
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=IDS)
@@ -157,22 +157,22 @@ def test_gather_scatter_all_to_all(shape):
     n = _size(shape)
     counts = _uneven(n, 2)
     inputs = [ref.rank_input(r, counts[r], "float64") for r in range(n)]
-    for root in range(n):
-        def body(ctx, g, root=root):
+    for root, family in ((r, f) for r in range(n) for f in families("gather", shape)):
+        def body(ctx, g, root=root, family=family):
             outs = [np.empty(c) for c in counts] if g == root else None
-            hier.gather(ctx, "leader", outs, inputs[g], counts, root)
+            hier.gather(ctx, family, outs, inputs[g], counts, root)
             return outs
 
         got = simulate(shape, body)[root]
-        np.testing.assert_array_equal(np.concatenate(got), np.concatenate(inputs))
+        np.testing.assert_array_equal(np.concatenate(got), np.concatenate(inputs), family)
 
-        def body(ctx, g, root=root):
+        def body(ctx, g, root=root, family=family):
             out = np.empty(counts[g])
-            hier.scatter(ctx, "leader", out, inputs if g == root else None, counts, root)
+            hier.scatter(ctx, family, out, inputs if g == root else None, counts, root)
             return out
 
         for g, got in enumerate(simulate(shape, body)):
-            np.testing.assert_array_equal(got, inputs[g])
+            np.testing.assert_array_equal(got, inputs[g], f"scatter {family} root {root}")
     sends = [[(g + q) % 3 for q in range(n)] for g in range(n)]
     a2a_in = [ref.rank_input(g, sum(sends[g]), "int32") for g in range(n)]
     want = ref.all_to_all(a2a_in, sends)
@@ -241,19 +241,18 @@ def test_every_family_is_one_function_that_says_its_steps_and_bytes():
             doc = inspect.getdoc(fn)
             assert "\nSteps" in doc and "\nBytes across hosts:" in doc, (kind, family)
     assert hier.families("reduce") == hier.families("gather") == hier.families("scatter") == (
-        "leader",)
+        "leader", "flat")
     assert hier.families("all_to_all") == ("flat", "fused")
 
 
 def test_a_family_a_collective_lacks_is_refused_naming_what_it_runs():
     lay = hier.Layout(((0, 1), (2, 3)), 0)
-    assert hier.supports("reduce", "flat", lay) == (
-        "'flat' runs broadcast, all_reduce, all_gather, reduce_scatter and all_to_all, not "
-        "reduce")
+    assert hier.supports("reduce", "rails", lay) == (
+        "'rails' runs broadcast, all_reduce, all_gather and reduce_scatter, not reduce")
     assert hier.supports("all_to_all", "leader", lay).endswith("not all_to_all")
-    assert hier.supports("gather", "rails", lay).endswith("not gather")
-    with pytest.raises(ValueError, match="'flat' runs .*, not scatter"):
-        hier.scatter(SimpleNamespace(layout=lay), "flat", np.zeros(1), None, [1] * 4, 0)
+    assert hier.supports("gather", "fused", lay).endswith("not gather")
+    with pytest.raises(ValueError, match="'rails' runs .*, not scatter"):
+        hier.scatter(SimpleNamespace(layout=lay), "rails", np.zeros(1), None, [1] * 4, 0)
 
 
 def test_requires_words_what_supports_checks():

@@ -79,7 +79,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 #: ``ALGORITHMS[kind][family]``: the function that runs collective ``kind`` with
 #: ``family``, called as ``fn(ctx, *args)`` with :func:`run`'s arguments after the
 #: family. A collective has only the families whose code differs (reduce, gather and
-#: scatter only ``leader``; all_to_all only the engine's exchange, ``flat`` and
+#: scatter ``leader`` and ``flat``; all_to_all only the engine's exchange, ``flat`` and
 #: ``fused``), so a name never runs another family's code. Each function's docstring
 #: says what it does, its steps and what crosses hosts (``meshcast algorithms`` lists
 #: them); :func:`supports` and :func:`choose` know no other. A ``fused`` function
@@ -155,6 +155,12 @@ class Across(Protocol):
     def send(self, w: np.ndarray, peer: int) -> None: ...
     def recv(self, w: np.ndarray, peer: int) -> None: ...
     def allreduce(self, w: np.ndarray, op: ReduceOp) -> bool: ...
+    # the engine's own rooted calls (``flat``); reduce: False where it lacks the op
+    def reduce(self, w: np.ndarray, op: ReduceOp, root: int) -> bool: ...
+    def gatherv(self, out: np.ndarray | None, mine: np.ndarray, counts: Sequence[int],
+                root: int) -> None: ...
+    def scatterv(self, out: np.ndarray, ins: np.ndarray | None, counts: Sequence[int],
+                 root: int) -> None: ...
     def prepare(self, recvs: Sequence[tuple[int, np.ndarray]],
                 sends: Sequence[tuple[int, np.ndarray]]) -> Any: ...
     def run(self, prepared: Any, settled: bool = False, started: Any = None) -> bool: ...
@@ -1417,6 +1423,27 @@ def reduce_leader(ctx: Ctx, w: np.ndarray, op: ReduceOp, root: int) -> None:
         ctx.p2p.send(w, root)
 
 
+@_runs("reduce", "flat")
+def reduce_flat(ctx: Ctx, w: np.ndarray, op: ReduceOp, root: int) -> None:
+    """The whole call on the inter-host engine, every rank a peer: the baseline.
+
+    Steps: the engine's own reduce (MPI's Ireduce, Gloo's reduce); where it has no such
+    op for the dtype, a gather of every rank's array to the root and a fold there in
+    rank order.
+
+    Bytes across hosts: what the engine's algorithm sends, ranks of one host included as
+    peers: at least S out of each host but the root's (S the array).
+    """
+    lay = ctx.layout
+    if ctx.flat.reduce(w, op, root):
+        return
+    at_root = lay.me == root
+    everyone = np.empty(w.size * lay.size, w.dtype) if at_root else None
+    ctx.flat.gatherv(everyone, w, [w.size] * lay.size, root)
+    if at_root:
+        _combine(op, w, _pieces(everyone, [w.size] * lay.size))
+
+
 # ------------------------------------------------------------------ all_gather
 
 
@@ -1800,6 +1827,24 @@ def gather_leader(ctx: Ctx, outs: list[np.ndarray] | None, mine: np.ndarray,
                 outs[g][:] = piece
 
 
+@_runs("gather", "flat")
+def gather_flat(ctx: Ctx, outs: list[np.ndarray] | None, mine: np.ndarray,
+                counts: Sequence[int], root: int) -> None:
+    """The whole call on the inter-host engine, every rank a peer: the baseline.
+
+    Steps: the engine's own gather (MPI's Igatherv; Gloo's gather, pieces padded to the
+    largest) into one array on the root, then copied into its list.
+
+    Bytes across hosts: each other host's pieces, once, to the root's host.
+    """
+    at_root = ctx.layout.me == root
+    whole = np.empty(sum(counts), mine.dtype) if at_root else None
+    ctx.flat.gatherv(whole, mine, counts, root)
+    if at_root:
+        for out, piece in zip(outs, _pieces(whole, counts)):
+            out[:] = piece
+
+
 def scatter(ctx: Ctx, family: str, out: np.ndarray, ins: list[np.ndarray] | None,
             counts: Sequence[int], root: int) -> None:
     """Rank g's ``out`` becomes the root's ``ins[g]``."""
@@ -1833,6 +1878,20 @@ def scatter_leader(ctx: Ctx, out: np.ndarray, ins: list[np.ndarray] | None,
         ctx.p2p.recv(block, root)
     ctx.local.scatter(out, _pieces(block, [counts[g] for g in members])
                       if block is not None else None, 0)
+
+
+@_runs("scatter", "flat")
+def scatter_flat(ctx: Ctx, out: np.ndarray, ins: list[np.ndarray] | None,
+                 counts: Sequence[int], root: int) -> None:
+    """The whole call on the inter-host engine, every rank a peer: the baseline.
+
+    Steps: the root's pieces copied into one array, then the engine's own scatter (MPI's
+    Iscatterv; Gloo's scatter, pieces padded to the largest).
+
+    Bytes across hosts: each other host's pieces, once, from the root's host.
+    """
+    whole = np.concatenate(ins) if ctx.layout.me == root else None
+    ctx.flat.scatterv(out, whole, counts, root)
 
 
 # ------------------------------------------------------------------ all_to_all

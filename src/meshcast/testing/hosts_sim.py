@@ -130,6 +130,25 @@ class SimAcross:
     def allreduce(self, w: np.ndarray, op: ReduceOp) -> bool:
         return False  # the algorithms combine themselves, as on engines without the op
 
+    def reduce(self, w: np.ndarray, op: ReduceOp, root: int) -> bool:
+        return False  # (as allreduce)
+
+    def gatherv(self, out: np.ndarray | None, mine: np.ndarray, counts: Sequence[int],
+                root: int) -> None:
+        got = self.x(self.rank, "gatherv", (mine.copy(), list(counts)))
+        assert all(c == list(counts) for _, c in got), "gatherv counts disagree"
+        assert all(m.size == c for (m, _), c in zip(got, counts)), "gatherv sizes disagree"
+        if self.rank == root:
+            out[:] = np.concatenate([m for m, _ in got]) if got else out
+
+    def scatterv(self, out: np.ndarray, ins: np.ndarray | None, counts: Sequence[int],
+                 root: int) -> None:
+        got = self.x(self.rank, "scatterv", (ins.copy() if self.rank == root else None,
+                                             list(counts)))
+        assert all(c == list(counts) for _, c in got), "scatterv counts disagree"
+        at = sum(counts[:self.rank])
+        out[:] = got[root][0][at:at + counts[self.rank]]
+
     def exchange(self, recvs: Sequence[tuple[int, np.ndarray]],
                  sends: Sequence[tuple[int, np.ndarray]], settled: bool = False) -> bool:
         for peer, a in sends:

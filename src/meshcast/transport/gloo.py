@@ -28,7 +28,7 @@ import numpy as np
 
 from ..ops import ReduceOp
 from ..rendezvous.torch_store import for_torch
-from .interhost import COLL_TAG, Engine, HostComm, Request
+from .interhost import COLL_TAG, Engine, HostComm, Request, offsets
 
 
 def _torch() -> Any:
@@ -211,6 +211,64 @@ class GlooComm(HostComm):
         opts.reduceOp = getattr(dist.ReduceOp, "SUM" if op is ReduceOp.AVG else op.name)
         self.run(lambda: _GlooRequest(self.pg.allreduce([_tensor(w)], opts), w), deadline, what)
         return True
+
+    def _reduce(self, w: np.ndarray, op: ReduceOp, root: int, deadline: float,
+                what: str) -> bool:
+        if w.dtype.name not in _GLOO_REDUCES or (op.name not in _NATIVE
+                                                 and op is not ReduceOp.AVG):
+            return False  # (as _allreduce)
+        dist = _torch().distributed
+        opts = dist.ReduceOptions()
+        opts.rootRank = root
+        opts.reduceOp = getattr(dist.ReduceOp, "SUM" if op is ReduceOp.AVG else op.name)
+        # Gloo's reduce may use a non-root's buffer as scratch: theirs is a copy
+        buf = w if self.rank == root else w.copy()
+        self.run(lambda: _GlooRequest(self.pg.reduce([_tensor(buf)], opts), buf), deadline,
+                 what)
+        return True
+
+    # Gloo's gather and scatter want equal pieces: padded to the largest, then unpacked.
+    def _igatherv(self, out: np.ndarray | None, mine: np.ndarray, counts: list[int],
+                  root: int) -> Request:
+        dist = _torch().distributed
+        opts = dist.GatherOptions()
+        opts.rootRank = root
+        most = max(counts)
+        padded_in = np.zeros(most, np.uint8)
+        padded_in[:mine.size] = mine
+        if self.rank != root:
+            return _GlooRequest(self.pg.gather([], [_tensor(padded_in)], opts), padded_in)
+        padded = [np.empty(most, np.uint8) for _ in counts]
+
+        def unpack() -> None:
+            for piece, at, c in zip(padded, offsets(counts), counts):
+                out[at:at + c] = piece[:c]
+
+        return _GlooRequest(self.pg.gather([[_tensor(p) for p in padded]],
+                                           [_tensor(padded_in)], opts),
+                            padded_in, *padded, after=unpack)
+
+    def _iscatterv(self, out: np.ndarray, ins: np.ndarray | None, counts: list[int],
+                   root: int) -> Request:
+        dist = _torch().distributed
+        opts = dist.ScatterOptions()
+        opts.rootRank = root
+        most = max(counts)
+        padded_out = np.empty(most, np.uint8)
+        pieces = []
+        if self.rank == root:
+            for at, c in zip(offsets(counts), counts):
+                piece = np.zeros(most, np.uint8)
+                piece[:c] = ins[at:at + c]
+                pieces.append(piece)
+
+        def unpack() -> None:
+            out[:] = padded_out[:out.size]
+
+        return _GlooRequest(self.pg.scatter([_tensor(padded_out)],
+                                            [[_tensor(p) for p in pieces]] if pieces else [],
+                                            opts),
+                            padded_out, *pieces, after=unpack)
 
     def user_tag(self, tag: int) -> int:
         return tag if tag != COLL_TAG else tag + 1

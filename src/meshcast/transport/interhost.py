@@ -143,6 +143,22 @@ class HostComm:
     def _allreduce(self, w: np.ndarray, op: ReduceOp, deadline: float, what: str) -> bool:
         return False  # the engine has no native reduction for this (dtype, op)
 
+    def _reduce(self, w: np.ndarray, op: ReduceOp, root: int, deadline: float,
+                what: str) -> bool:
+        return False  # as _allreduce
+
+    def _igatherv(self, out: np.ndarray | None, mine: np.ndarray, counts: list[int],
+                  root: int) -> Request:
+        """Member i's ``counts[i]`` bytes land back to back in ``out`` on ``root`` (None on
+        the others)."""
+        raise NotImplementedError
+
+    def _iscatterv(self, out: np.ndarray, ins: np.ndarray | None, counts: list[int],
+                   root: int) -> Request:
+        """Member i's ``out`` gets its ``counts[i]`` bytes of ``root``'s ``ins`` (pieces back
+        to back; None on the others)."""
+        raise NotImplementedError
+
     def _run_fused(self, steps: Sequence[Any], buffers: Sequence[np.ndarray],
                    geometry: Sequence[int], code: int, probe: int | None,
                    times: np.ndarray | None = None) -> tuple[int, Exchange | None] | None:
@@ -432,6 +448,36 @@ class Bound:
         if not w.size:
             return True
         return self.comm._allreduce(w, op, self.deadline, self.what)
+
+    def reduce(self, w: np.ndarray, op: ReduceOp, root: int) -> bool:
+        """The engine's own reduce: ``root``'s ``w`` becomes the reduction of every member's
+        (the others' stay as they were); False, with nothing sent, where the engine has
+        no such op for the dtype (as :meth:`allreduce`)."""
+        if not w.size:
+            return True
+        return self.comm._reduce(w, op, root, self.deadline, self.what)
+
+    def gatherv(self, out: np.ndarray | None, mine: np.ndarray, counts: Sequence[int],
+                root: int) -> None:
+        """The engine's own gather: member i's ``mine`` (``counts[i]`` elements) lands back
+        to back in ``root``'s ``out`` (None on the others)."""
+        if not sum(counts):
+            return
+        isz = mine.itemsize
+        c = self.comm
+        c.run(lambda: c._igatherv(None if out is None else _bytes(out), _bytes(mine),
+                                  [n * isz for n in counts], root), self.deadline, self.what)
+
+    def scatterv(self, out: np.ndarray, ins: np.ndarray | None, counts: Sequence[int],
+                 root: int) -> None:
+        """The engine's own scatter: member i's ``out`` gets piece i (``counts[i]``
+        elements) of ``root``'s ``ins`` (pieces back to back; None on the others)."""
+        if not sum(counts):
+            return
+        isz = out.itemsize
+        c = self.comm
+        c.run(lambda: c._iscatterv(_bytes(out), None if ins is None else _bytes(ins),
+                                   [n * isz for n in counts], root), self.deadline, self.what)
 
     def prepare(self, recvs: Sequence[tuple[int, np.ndarray]],
                 sends: Sequence[tuple[int, np.ndarray]]) -> Callable[[int | None], Exchange]:

@@ -485,6 +485,30 @@ class MpiComm(HostComm):
                  deadline, what)
         return True
 
+    def _reduce(self, w: np.ndarray, op: ReduceOp, root: int, deadline: float,
+                what: str) -> bool:
+        if w.dtype.kind not in "iuf" or (w.dtype.kind == "f" and op.name.startswith("B")):
+            return False  # (as _allreduce)
+        MPI = _mpi()
+        mpiop = getattr(MPI, _NATIVE_OPS[op.name])
+        mine = self.rank == root
+        self.run(lambda: _MpiRequest(self.comm.Ireduce(MPI.IN_PLACE if mine else w,
+                                                       w if mine else None, mpiop, root), w),
+                 deadline, what)
+        return True
+
+    def _igatherv(self, out: np.ndarray | None, mine: np.ndarray, counts: list[int],
+                  root: int) -> Request:
+        MPI = _mpi()
+        into = [out, (counts, offsets(counts)), MPI.BYTE] if self.rank == root else None
+        return _MpiRequest(self.comm.Igatherv([mine, MPI.BYTE], into, root), out, mine)
+
+    def _iscatterv(self, out: np.ndarray, ins: np.ndarray | None, counts: list[int],
+                   root: int) -> Request:
+        MPI = _mpi()
+        pieces = [ins, (counts, offsets(counts)), MPI.BYTE] if self.rank == root else None
+        return _MpiRequest(self.comm.Iscatterv(pieces, [out, MPI.BYTE], root), out, ins)
+
     def _run_fused(self, steps: Sequence[Any], buffers: Sequence[np.ndarray],
                    geometry: Sequence[int], code: int, probe: int | None,
                    times: np.ndarray | None = None) -> tuple[int, Exchange | None] | None:

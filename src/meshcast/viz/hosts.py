@@ -46,8 +46,8 @@ from .schedules import _addr, _values
 SHAPES: tuple[tuple[int, int], ...] = ((2, 2), (2, 3), (3, 2))
 
 #: The families the guide draws per collective: those of algorithms/hierarchical.py
-#: (reduce, gather and scatter have only ``leader``; all_to_all runs on the inter-host
-#: engine), but ``fused``, whose steps are the engine's prepared messages.
+#: (all_to_all runs on the inter-host engine), but ``fused``, whose steps are the
+#: engine's prepared messages.
 FAMILIES: dict[str, tuple[str, ...]] = {
     kind: tuple(f for f in hier.families(kind) if f != "fused") for kind in hier.ALGORITHMS}
 
@@ -201,6 +201,21 @@ class _RecAcross:
         # hosts_sim has no engine all-reduce (False: the algorithm all-gathers and combines,
         # as on an engine without the op); asked, not recorded: it moves nothing
         return self.inner.allreduce(w, op)
+
+    def reduce(self, w: np.ndarray, op: ReduceOp, root: int) -> bool:
+        return self.inner.reduce(w, op, root)  # (as allreduce: the algorithm gathers)
+
+    def gatherv(self, out: np.ndarray | None, mine: np.ndarray, counts: Sequence[int],
+                root: int) -> None:
+        self._note("gatherv", [(self.m[root], mine)] if self.rank != root else [], out)
+        self.inner.gatherv(out, mine, counts, root)
+
+    def scatterv(self, out: np.ndarray, ins: np.ndarray | None, counts: Sequence[int],
+                 root: int) -> None:
+        at = np.concatenate([[0], np.cumsum(counts)]).astype(int)
+        self._note("scatterv", [(self.m[i], ins[at[i]:at[i + 1]]) for i in self._others()]
+                   if self.rank == root else [], out)
+        self.inner.scatterv(out, ins, counts, root)
 
 
 class _RecCtx:
