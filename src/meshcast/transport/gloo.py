@@ -158,6 +158,13 @@ _GLOO_REDUCES = frozenset({"float16", "float32", "float64", "int8", "uint8", "in
 _NATIVE = {"SUM", "PRODUCT", "MIN", "MAX"}
 
 
+def _rooted(kind: str, root: int) -> Any:
+    """torch's options object of a rooted Gloo call (``BroadcastOptions``, ...) for ``root``."""
+    opts = getattr(_torch().distributed, f"{kind}Options")()
+    opts.rootRank = root
+    return opts
+
+
 class GlooComm(HostComm):
     engine = "gloo"
 
@@ -189,10 +196,7 @@ class GlooComm(HostComm):
                             out, inp)
 
     def _ibcast(self, buf: np.ndarray, root: int) -> Request:
-        dist = _torch().distributed
-        opts = dist.BroadcastOptions()
-        opts.rootRank = root
-        return _GlooRequest(self.pg.broadcast([_tensor(buf)], opts), buf)
+        return _GlooRequest(self.pg.broadcast([_tensor(buf)], _rooted("Broadcast", root)), buf)
 
     def _isend(self, buf: np.ndarray, peer: int, tag: int) -> Request:
         return _GlooP2P(self.pg.send([_tensor(buf)], peer, tag), buf)
@@ -218,8 +222,7 @@ class GlooComm(HostComm):
                                                  and op is not ReduceOp.AVG):
             return False  # (as _allreduce)
         dist = _torch().distributed
-        opts = dist.ReduceOptions()
-        opts.rootRank = root
+        opts = _rooted("Reduce", root)
         opts.reduceOp = getattr(dist.ReduceOp, "SUM" if op is ReduceOp.AVG else op.name)
         # Gloo's reduce may use a non-root's buffer as scratch: theirs is a copy
         buf = w if self.rank == root else w.copy()
@@ -230,9 +233,7 @@ class GlooComm(HostComm):
     # Gloo's gather and scatter want equal pieces: padded to the largest, then unpacked.
     def _igatherv(self, out: np.ndarray | None, mine: np.ndarray, counts: list[int],
                   root: int) -> Request:
-        dist = _torch().distributed
-        opts = dist.GatherOptions()
-        opts.rootRank = root
+        opts = _rooted("Gather", root)
         most = max(counts)
         padded_in = np.zeros(most, np.uint8)
         padded_in[:mine.size] = mine
@@ -250,9 +251,7 @@ class GlooComm(HostComm):
 
     def _iscatterv(self, out: np.ndarray, ins: np.ndarray | None, counts: list[int],
                    root: int) -> Request:
-        dist = _torch().distributed
-        opts = dist.ScatterOptions()
-        opts.rootRank = root
+        opts = _rooted("Scatter", root)
         most = max(counts)
         padded_out = np.empty(most, np.uint8)
         pieces = []
