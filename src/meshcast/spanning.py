@@ -231,12 +231,19 @@ class HostSpanningGroup(GroupRanks):
         forced on one rank but not another (``algorithm=``, ``MESHCAST_ALGO``) would
         run different exchanges, so it is a MismatchError instead."""
         forced = algorithm or self._forced.get(kind)
+        if not forced and kind in hier.CHOSEN_FROM_COUNTS:
+            return "", 0  # the agreed counts decide (:meth:`_chosen`)
         if not forced:
             return hier.choose(kind, self.layout, nbytes, None, self.flat.engine), 0
         why = hier.supports(kind, forced, self.layout, self.flat.engine)
         if why:
             raise usage(kind, why, self.global_ranks[self._rank])
         return forced, path_digest(forced, False)
+
+    def _chosen(self, kind: str, counts: Sequence[int], itemsize: int) -> str:
+        """The family of a gather or scatter that nobody forced (``hier.CHOSEN_FROM_COUNTS``):
+        from the gathered array, which every rank knows once the ranks agreed."""
+        return hier.choose(kind, self.layout, sum(counts) * itemsize, None, self.flat.engine)
 
     def _call(self, fp: Fingerprint, mine: int, aux: int, async_op: bool,
               body: Callable[[_Ctx, list[int], list[int]], None],
@@ -632,9 +639,10 @@ class HostSpanningGroup(GroupRanks):
 
         def body(ctx: _Ctx, counts: list[int], auxes: list[int]) -> None:
             check(counts, auxes)
-            self.last_algorithm = f"gather/{family}"
+            fam = family or self._chosen("gather", counts, in_flat.itemsize)
+            self.last_algorithm = f"gather/{fam}"
             outs = [p.reshape(-1) for p in out_pieces] if out_pieces else None
-            hier.gather(ctx, family, outs, in_flat, counts, root)
+            hier.gather(ctx, fam, outs, in_flat, counts, root)
             finish()
 
         def eager(rows: list[np.ndarray], counts: list[int], auxes: list[int]) -> None:
@@ -671,12 +679,13 @@ class HostSpanningGroup(GroupRanks):
 
         def body(ctx: _Ctx, counts: list[int], auxes: list[int]) -> None:
             check(counts, auxes)
-            self.last_algorithm = f"scatter/{family}"
+            fam = family or self._chosen("scatter", counts, out_flat.itemsize)
+            self.last_algorithm = f"scatter/{fam}"
             ins = None
             if in_flat is not None:
                 at = np.concatenate([[0], np.cumsum(counts)])
                 ins = [in_flat[at[g]:at[g + 1]] for g in range(self._size)]
-            hier.scatter(ctx, family, out_flat, ins, counts, root)
+            hier.scatter(ctx, fam, out_flat, ins, counts, root)
             finish()
 
         def eager(rows: list[np.ndarray], counts: list[int], auxes: list[int]) -> None:

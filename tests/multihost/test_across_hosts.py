@@ -22,6 +22,7 @@ TRACED_STEPS = str(Path(__file__).parent / "scripts" / "traced_steps.py")
 FUSED = str(Path(__file__).parent / "scripts" / "fused_calls.py")
 RANDOM = str(Path(__file__).parent / "scripts" / "random_program.py")
 FORCED = str(Path(__file__).parent / "scripts" / "forced_family.py")
+ROOTED = str(Path(__file__).parent / "scripts" / "rooted_choice.py")
 
 
 @pytest.mark.parametrize("style", ["mpiexec", "meshcast", "torchrun"])
@@ -74,6 +75,18 @@ def test_meshcast_algo_forces_a_cross_host_family(two_hosts):
     assert {tuple(x["ran"]) for x in results} == {
         ("all_reduce/flat", "reduce_scatter/leader", "reduce/flat", "gather/flat",
          "scatter/flat")}, results
+
+
+def test_gather_and_scatter_choose_their_family_from_the_agreed_counts(two_hosts):
+    """A rank knows only its own piece; the table's steps are about the gathered array,
+    so every rank picks the same family once the ranks agreed (hierarchical.
+    CHOSEN_FROM_COUNTS): one piece past the step, the others below it, one family."""
+    r = run_job(two_hosts, "mpiexec", 2, [ROOTED], timeout=120)
+    assert r.returncode == 0, r.describe()
+    results = r.records()
+    assert len(results) == 4 and all(x["ok"] for x in results), r.describe()
+    assert {tuple(x["ran"]) for x in results} == {
+        ("gather/leader", "scatter/leader", "gather/flat", "scatter/flat")}, results
 
 
 # seed 1 at 2x2 hung (all_to_all #136 of a subgroup) when a rank with even pieces posted

@@ -93,11 +93,12 @@ def _across(coll: str, nbytes: int, n: int, hosts: int, what: str) -> str:
                                         layout, "gloo")
     lines = [f"{what}, {hosts} hosts ({' + '.join(map(str, per))} ranks):"]
     table = "ONE_RANK_A_HOST, DEFAULTS" if max(per) == 1 else "DEFAULTS"
-    # What the group decides by (spanning.py): an all_gather by the gathered array, a
-    # reduce_scatter and an all_to_all by a rank's whole input; and what a rank's row
+    # What the group decides by (spanning.py): an all_gather, a gather and a scatter by
+    # the gathered array, a reduce_scatter and an all_to_all by a rank's whole input; and what a rank's row
     # carries when the call is eager (a reduce_scatter's or an all_to_all's whole input;
     # an all_to_all only in even pieces).
-    whole = nbytes * n if coll in ("all_gather", "reduce_scatter", "all_to_all") else nbytes
+    whole = (nbytes * n if coll in ("all_gather", "reduce_scatter", "all_to_all", "gather",
+                                    "scatter") else nbytes)
     carried = nbytes * n if coll in ("reduce_scatter", "all_to_all") else nbytes
     if carried <= max(eager, eager_gloo):
         over = "" if carried <= min(eager, eager_gloo) else (

@@ -329,6 +329,27 @@ class Layout:
 #: so ``leader`` from 1 MiB: as fast as ``flat`` at 2 Gbit/s, 1.2-1.3x faster unlimited,
 #: where ``flat`` pays MPICH's nonblocking Ibcast and its progress on shared cores.
 #:
+#: gather and scatter, ``leader`` against ``flat`` (MPI's Igatherv / Iscatterv) and MPICH's
+#: own blocking calls, each family forced in its own bench job (2 jobs for 128 KiB - 8
+#: MiB, 1 for 16 MiB), out of place, by the gathered array (us):
+#:
+#: ==========  ========================================  ========================================
+#: call        unlimited: 128 K / 2 M / 8 M / 16 M / 32 M  2 Gbit/s: 128 K / 2 M / 8 M / 16 M / 32 M
+#: ==========  ========================================  ========================================
+#: gather      leader 623 / 2055 / 4724 / 8694 / 19596   leader 525 / 4419 / 18496 / 38498 / 77761
+#:             flat 406 / 1881 / 4900 / 10306 / 33844    flat 403 / 4371 / 18428 / 38575 / 88722
+#:             MPICH 94 / 1314 / 3953 / 5942 / 16523     MPICH 234 / 4378 / 17536 / 35194 / 71997
+#: scatter     leader 694 / 2822 / 6710 / 9403 / 19767   leader 631 / 4452 / 19314 / 40779 / 81436
+#:             flat 421 / 2265 / 5375 / 9283 / 33874     flat 348 / 4397 / 18969 / 39738 / 91183
+#:             MPICH 67 / 1334 / 4320 / 6913 / 16701     MPICH 230 / 4363 / 17619 / 36370 / 73154
+#: ==========  ========================================  ========================================
+#:
+#: so ``flat`` below 8 MiB (gather) and 16 MiB (scatter), where they tie within 3%, and
+#: ``leader`` past them (MPICH's nonblocking calls of 32 MiB take twice its blocking ones).
+#: reduce stays ``leader`` (MPI's Ireduce: 0.7-1.0x as fast from 512 KiB, 2 Gbit/s and
+#: unlimited). Below 128 KiB these calls are eager. A gather's or scatter's ranks know only
+#: their own piece, so they choose once they agreed (:data:`CHOSEN_FROM_COUNTS`).
+#:
 #: ``rails`` needs every host to hold the same number (> 1) of ranks; where it cannot run,
 #: ``leader`` does, or ``flat`` where every host holds one rank (:data:`ONE_RANK_A_HOST`,
 #: :data:`SAME_EXCHANGE_ALONE`). Calls of at most :data:`EAGER_BYTES` per rank never get
@@ -340,6 +361,8 @@ DEFAULTS: dict[str, dict[str, tuple[tuple[int, str], ...]]] = {
         "all_gather": ((0, "flat"), (256 << 10, "rails")),
         "reduce_scatter": ((0, "fused"), (2 << 20, "rails")),
         "all_to_all": ((0, "fused"), (1 << 20, "flat")),
+        "gather": ((0, "flat"), (8 << 20, "leader")),
+        "scatter": ((0, "flat"), (16 << 20, "leader")),
     },
     "gloo": {
         "all_reduce": ((0, "leader"), (1 << 20, "flat"), (16 << 20, "leader")),
@@ -413,6 +436,13 @@ def choose(kind: str, layout: Layout, nbytes: int, forced: str | None,
     if family == "leader" and alone and kind in SAME_EXCHANGE_ALONE:
         return "flat"
     return family
+
+
+#: The collectives whose ranks cannot choose a family from their own call: a gather's or a
+#: scatter's rank knows only its own piece, so the family follows from the gathered array
+#: (the agreed counts), chosen once the agreement ran (spanning.py); ranks whose pieces lie
+#: on both sides of a step would otherwise run different families.
+CHOSEN_FROM_COUNTS = ("gather", "scatter")
 
 
 #: The collectives whose ``leader`` family, where every host holds one rank, runs the very
