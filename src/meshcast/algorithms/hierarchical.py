@@ -333,22 +333,23 @@ class Layout:
 #: own blocking calls, each family forced in its own bench job (2 jobs for 128 KiB - 8
 #: MiB, 1 for 16 MiB), out of place, by the gathered array (us):
 #:
-#: ==========  ========================================  ========================================
-#: call        unlimited: 128 K / 2 M / 8 M / 16 M / 32 M  2 Gbit/s: 128 K / 2 M / 8 M / 16 M / 32 M
-#: ==========  ========================================  ========================================
-#: gather      leader 623 / 2055 / 4724 / 8694 / 19596   leader 525 / 4419 / 18496 / 38498 / 77761
-#:             flat 406 / 1881 / 4900 / 10306 / 33844    flat 403 / 4371 / 18428 / 38575 / 88722
-#:             MPICH 94 / 1314 / 3953 / 5942 / 16523     MPICH 234 / 4378 / 17536 / 35194 / 71997
-#: scatter     leader 694 / 2822 / 6710 / 9403 / 19767   leader 631 / 4452 / 19314 / 40779 / 81436
-#:             flat 421 / 2265 / 5375 / 9283 / 33874     flat 348 / 4397 / 18969 / 39738 / 91183
-#:             MPICH 67 / 1334 / 4320 / 6913 / 16701     MPICH 230 / 4363 / 17619 / 36370 / 73154
-#: ==========  ========================================  ========================================
+#: =======  ==========================================  =========================================
+#: call     unlimited: 128 K / 2 M / 8 M / 16 M / 32 M  2 Gbit/s: 128 K / 2 M / 8 M / 16 M / 32 M
+#: =======  ==========================================  =========================================
+#: gather   leader 623 / 2055 / 4724 / 8694 / 19596     leader 525 / 4419 / 18496 / 38498 / 77761
+#:          flat 406 / 1881 / 4900 / 10306 / 33844      flat 403 / 4371 / 18428 / 38575 / 88722
+#:          MPICH 94 / 1314 / 3953 / 5942 / 16523       MPICH 234 / 4378 / 17536 / 35194 / 71997
+#: scatter  leader 694 / 2822 / 6710 / 9403 / 19767     leader 631 / 4452 / 19314 / 40779 / 81436
+#:          flat 421 / 2265 / 5375 / 9283 / 33874       flat 348 / 4397 / 18969 / 39738 / 91183
+#:          MPICH 67 / 1334 / 4320 / 6913 / 16701       MPICH 230 / 4363 / 17619 / 36370 / 73154
+#: =======  ==========================================  =========================================
 #:
-#: so ``flat`` below 8 MiB (gather) and 16 MiB (scatter), where they tie within 3%, and
+#: so ``flat`` below 8 MiB (gather) and 16 MiB (scatter), where they tie within 4%, and
 #: ``leader`` past them (MPICH's nonblocking calls of 32 MiB take twice its blocking ones).
-#: reduce stays ``leader`` (MPI's Ireduce: 0.7-1.0x as fast from 512 KiB, 2 Gbit/s and
-#: unlimited). Below 128 KiB these calls are eager. A gather's or scatter's ranks know only
-#: their own piece, so they choose once they agreed (:data:`CHOSEN_FROM_COUNTS`).
+#: reduce stays ``leader``: MPI's Ireduce was 0.5-0.9x as fast from 512 KiB (2 Gbit/s and
+#: unlimited), and at 128 KiB 1.4x unlimited but 0.7x at 2 Gbit/s. Smaller calls are
+#: mostly eager. A gather's or scatter's ranks know only their own piece, so they choose
+#: once they agreed (:data:`CHOSEN_FROM_COUNTS`).
 #:
 #: ``rails`` needs every host to hold the same number (> 1) of ranks; where it cannot run,
 #: ``leader`` does, or ``flat`` where every host holds one rank (:data:`ONE_RANK_A_HOST`,
