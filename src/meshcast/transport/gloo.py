@@ -224,10 +224,7 @@ class GlooComm(HostComm):
         dist = _torch().distributed
         opts = _rooted("Reduce", root)
         opts.reduceOp = getattr(dist.ReduceOp, "SUM" if op is ReduceOp.AVG else op.name)
-        # Gloo's reduce may use a non-root's buffer as scratch: theirs is a copy
-        buf = w if self.rank == root else w.copy()
-        self.run(lambda: _GlooRequest(self.pg.reduce([_tensor(buf)], opts), buf), deadline,
-                 what)
+        self.run(lambda: _GlooRequest(self.pg.reduce([_tensor(w)], opts), w), deadline, what)
         return True
 
     # Gloo's gather and scatter want equal pieces: padded to the largest, then unpacked.

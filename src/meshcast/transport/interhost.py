@@ -451,8 +451,9 @@ class Bound:
 
     def reduce(self, w: np.ndarray, op: ReduceOp, root: int) -> bool:
         """The engine's own reduce: ``root``'s ``w`` becomes the reduction of every member's
-        (the others' stay as they were); False, with nothing sent, where the engine has
-        no such op for the dtype (as :meth:`allreduce`)."""
+        (the others' ``w`` may serve the engine as scratch, as ``hierarchical.reduce``
+        allows: its caller reduces a copy where the data must stay); False, with nothing
+        sent, where the engine has no such op for the dtype (as :meth:`allreduce`)."""
         if not w.size:
             return True
         return self.comm._reduce(w, op, root, self.deadline, self.what)
