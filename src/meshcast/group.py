@@ -102,10 +102,10 @@ class ProcessGroup(GroupRanks):
         self.fifo = call_fifo(name)
         self._where = f" on {name} (rank {self.global_ranks[rank]})"  # ends each call's name
         self._seq = itertools.count(1)
-        # Numbers point-to-point calls for error messages ("recv #3 from rank 1 ..."): one
-        # count over sends and receives in call order, as _seq is over collective kinds.
+        # Numbers p2p calls for messages ("recv #3 from rank 1"), as _seq does collectives
         self._p2p_seq = itertools.count(1)
         self.last_algorithm: str | None = None
+        self.last_compiled = False  # its one-shot program ran compiled (for the trace)
         self.tracer: Any = None  # meshcast.trace.recorder.Tracer when MESHCAST_TRACE is set
         self.store = store  # where members meet (symmetric allocations use it)
         self.symmetric = symmetric.SymmetricHeap(rank, self._size)

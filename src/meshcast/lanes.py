@@ -1733,7 +1733,7 @@ class TinyCallLane:
         if single:
             return tail, None, sched_op, rop is ops.ReduceOp.AVG, None
         return (tail, self._views(arr), ops.kernel(sched_op, dtype), rop is ops.ReduceOp.AVG,
-                _c_kernel(sched_op, dtype))
+                ops.compiled_kernel(sched_op, dtype))
 
     def _barrier_plan(self) -> tuple | bool:
         return (self._tail("barrier"),) if self._fits(0) else False
@@ -1818,7 +1818,7 @@ class TinyCallLane:
         pieces = [[region[me * c:(me + 1) * c] for region in views[p]] for p in (0, 1)]
         sched_op = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
         return (tail, views, pieces, ops.kernel(sched_op, dtype), rop is ops.ReduceOp.AVG,
-                _c_kernel(sched_op, dtype))
+                ops.compiled_kernel(sched_op, dtype))
 
     def _reduce_scatter_list_plan(self, out: np.ndarray, op: Any) -> tuple | bool:
         """(the tensor form's one-shot plan, the check of the list), with the compiled
@@ -2003,38 +2003,12 @@ def _copy_piece(parity: int, out: np.ndarray, regions: tuple, lo: int) -> None:
     out.reshape(-1).view(np.uint8)[:] = regions[parity][lo:lo + nb]
 
 
-# The compiled combine's kernels (transport/_tiny.c): code = type * 8 + op, only where
-# its result is bitwise NumPy's (see the comment above fold_regions there).
-_C_TYPES = {name: i for i, name in enumerate(
-    ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32",
-     "float64"))}
-_C_OPS = {op: i for i, op in enumerate(
-    (ops.ReduceOp.SUM, ops.ReduceOp.PRODUCT, ops.ReduceOp.MIN, ops.ReduceOp.MAX,
-     ops.ReduceOp.BAND, ops.ReduceOp.BOR, ops.ReduceOp.BXOR))}
-_C_FLOAT_OPS = 2  # SUM and PRODUCT: float MIN/MAX pick NaNs and zeros NumPy's way
 _COPY_ROOT = -1  # the combine that copies the root's region (broadcast)
 _COPY_ALL = -2  # the combine that concatenates every region (all_gather)
 _COPY_EACH = -3  # the combine that copies every region into its own array (gather)
 _COPY_COLUMN = -4  # the combine that copies my piece of every region (all_to_all)
 _ONESHOT = {kind: f"{kind}/oneshot" for kind in (
     "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "barrier")}
-
-
-def _c_kernel(op: ops.ReduceOp, dtype: np.dtype) -> int | None:
-    """The compiled combine's code for ``op`` (AVG already turned into SUM) on ``dtype``,
-    or None: NumPy combines."""
-    try:
-        return _KERNEL_OF[op, dtype]
-    except KeyError:  # (a dtype's name costs ~3 us: looked up once per op and dtype)
-        t, o = _C_TYPES.get(dtype.name), _C_OPS.get(op)
-        code = None if t is None or o is None or (dtype.kind == "f" and o >= _C_FLOAT_OPS) \
-            else t * 8 + o
-        if len(_KERNEL_OF) < 1024:
-            _KERNEL_OF[op, dtype] = code
-        return code
-
-
-_KERNEL_OF: dict[tuple[ops.ReduceOp, np.dtype], int | None] = {}
 
 
 def _reduce(arr: np.ndarray, regions: list[np.ndarray], kernel: Any, average: bool) -> None:

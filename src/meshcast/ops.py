@@ -275,8 +275,36 @@ def finish_average(buf: np.ndarray, n: int) -> None:
     np.floor_divide(buf, n, out=buf)
 
 
+# The compiled helpers' fold kernels (transport/_fold.h, shared by _tiny.c and
+# _mpi_rows.c): code = type * 8 + op, only where the result is bitwise NumPy's.
+_C_TYPES = {name: i for i, name in enumerate(
+    ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32",
+     "float64"))}
+_C_OPS = {op: i for i, op in enumerate(
+    (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.BAND, ReduceOp.BOR,
+     ReduceOp.BXOR))}
+_C_FLOAT_OPS = 2  # SUM and PRODUCT: float MIN/MAX pick NaNs and zeros NumPy's way
+_KERNEL_OF: dict[tuple[ReduceOp, np.dtype], int | None] = {}
+
+
+def compiled_kernel(op: ReduceOp, dtype: np.dtype) -> int | None:
+    """The compiled helpers' fold code for ``op`` (AVG already turned into SUM) on
+    ``dtype``, or None where NumPy folds (float MIN/MAX, bool, complex, float16,
+    AVG, PREMUL_SUM): a fold with this code gives bitwise :func:`reduce_many`'s result."""
+    try:
+        return _KERNEL_OF[op, dtype]
+    except KeyError:  # (a dtype's name costs ~3 us: looked up once per op and dtype)
+        t, o = _C_TYPES.get(dtype.name), _C_OPS.get(op)
+        code = None if t is None or o is None or (dtype.kind == "f" and o >= _C_FLOAT_OPS) \
+            else t * 8 + o
+        if len(_KERNEL_OF) < 1024:
+            _KERNEL_OF[op, dtype] = code
+        return code
+
+
 __all__ = [
     "ReduceOp",
+    "compiled_kernel",
     "finish_average",
     "is_commutative",
     "kernel",

@@ -56,7 +56,6 @@ from .algorithms.hierarchical import Layout
 from .buffers import Buffer, store_back, working_copy
 from .errors import MismatchError, usage
 from .group import GroupRanks, ProcessGroup
-from .lanes import _c_kernel
 from .spanning_lane import AcrossHostsLane
 from .trace.steps import StepNotes, Traced
 from .transport.interhost import AGREE_TAGS, HostComm, Request
@@ -550,7 +549,7 @@ class HostSpanningGroup(GroupRanks):
                                   or payload.nbytes > self.eager_cap("all_reduce")):
             def fused(ctx: _Ctx) -> bool:
                 if not hier.all_reduce_fused(ctx, w, combine, fp.pack(), self._fused_plans,
-                                             _c_kernel(combine, w.dtype)):
+                                             ops.compiled_kernel(combine, w.dtype)):
                     return False
                 self.last_algorithm = "all_reduce/fused"
                 self._finish_reduction(buf, w, upcast, op)
@@ -741,8 +740,9 @@ class HostSpanningGroup(GroupRanks):
             # (an output of another size goes to the agreement, which says so everywhere)
             def fused(ctx: _Ctx) -> bool:
                 out_w, _ = self._working(out_buf, op)
+                kernel = ops.compiled_kernel(combine, w.dtype)
                 if not hier.reduce_scatter_fused(ctx, out_w, w, expected, combine, fp.pack(),
-                                                 self._fused_plans, _c_kernel(combine, w.dtype)):
+                                                 self._fused_plans, kernel):
                     return False
                 self.last_algorithm = "reduce_scatter/fused"
                 self._finish_reduction(out_buf, out_w, out_w is not out_buf.flat, op)

@@ -52,7 +52,7 @@ from ._fingerprint import Fingerprint, counts_hash
 from .agreement_rows import _WORDS, CELL, _row_length
 from .algorithms import hierarchical as hier
 from .errors import InvalidUsage, MismatchError
-from .lanes import _alike, _c_kernel, _nothing
+from .lanes import _alike, _nothing
 
 _SEQ = struct.Struct("<Q")  # the fingerprint's first field (see _fingerprint._STRUCT)
 _PLANS_MAX = 64
@@ -578,7 +578,7 @@ class AcrossHostsLane:
         combine = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
         slot_in = self._slot_like(arr)
         rows = [self._payload(at, arr) for at, _ in checks]
-        fast = self._fast([mine] * n, _c_kernel(combine, dtype))
+        fast = self._fast([mine] * n, ops.compiled_kernel(combine, dtype))
         return (mine, slot_in, checks, rows, ops.kernel(combine, dtype),
                 rop is ops.ReduceOp.AVG, fast)
 
@@ -605,8 +605,8 @@ class AcrossHostsLane:
             counts, mine = [out.size] * n, out.size
             fields = {"dtype": dtype.name, "op": rop.name, "extra": counts_hash(counts)}
         tail = Fingerprint(0, kind, **fields).pack()[_SEQ.size:]
-        return (tail, fields, combine, _c_kernel(combine, dtype), rop is ops.ReduceOp.AVG,
-                counts, mine)
+        return (tail, fields, combine, ops.compiled_kernel(combine, dtype),
+                rop is ops.ReduceOp.AVG, counts, mine)
 
     def _reduce_plan(self, arr: np.ndarray, op: Any, dst: Any) -> tuple | bool:
         group = self.group
@@ -653,7 +653,8 @@ class AcrossHostsLane:
         whole = inp.reshape(-1)
         rows = [self._payload(at, whole)[piece].reshape(out.shape) for at, _ in checks]
         combine = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
-        fast = self._fast([mine] * n, _c_kernel(combine, dtype), at=piece.start * dtype.itemsize)
+        fast = self._fast([mine] * n, ops.compiled_kernel(combine, dtype),
+                          at=piece.start * dtype.itemsize)
         return (mine, slot_in, checks, rows, ops.kernel(combine, dtype),
                 rop is ops.ReduceOp.AVG, fast)
 

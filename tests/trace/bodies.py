@@ -75,6 +75,12 @@ def every_path() -> dict:
     for dtype in (np.int32, np.float32):
         dist.all_reduce(np.arange(4, dtype=dtype) * r, op=dist.ReduceOp.MAX)
         _ran(log, "all_reduce")
+    # the group's own one-shot path (non-contiguous) with a fold the kernels have: its
+    # program runs in the compiled interpreter
+    s = np.ones((4, 2), np.int32)[:, 0]
+    dist.all_reduce(s)
+    assert (s == n).all()
+    _ran(log, "all_reduce")
     return {"log": log, "ring_peer": (r + 1) % n}
 
 

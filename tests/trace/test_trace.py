@@ -35,17 +35,22 @@ def test_the_trace_says_what_ran_on_every_rank(n, tmp_path):
         assert (first["dtype"], first["count"], first["bytes"], first["op"]) == (
             "float32", 4, 16, "SUM")
         assert colls[1]["op"] == "MAX" and colls[1]["lane"] is False
+        # the group's one-shot programs: float MAX has no compiled kernel, int32 SUM has
+        assert colls[1]["compiled"] is False
+        general = colls[-1]
+        assert (general["algorithm"], general["lane"], general["compiled"]) == (
+            "all_reduce/oneshot" if n > 1 else general["algorithm"], False, n > 1), general
         if n > 1:  # the lane's calls say whether the compiled helper did it all, fold too
             assert first["lane"] is True and first["compiled"] is True
-            folds = [(c["dtype"], c["lane"], c["compiled"]) for c in colls[-2:]]
+            folds = [(c["dtype"], c["lane"], c["compiled"]) for c in colls[-3:-1]]
             assert folds == [("int32", True, True), ("float32", True, False)], folds
-            late = colls[-5]  # async_op=True, started by the lane: recorded as async
+            late = colls[-6]  # async_op=True, started by the lane: recorded as async
             assert (late["kind"], late["lane"], late["async"], late["count"]) == (
                 "all_reduce", True, True, 5), late
-            split = colls[-4]  # all_to_all_single with split sizes, async: by its kind
+            split = colls[-5]  # all_to_all_single with split sizes, async: by its kind
             assert (split["kind"], split["lane"], split["async"], split["count"]) == (
                 "all_to_all", True, True, n), split
-            listed = colls[-3]  # all_gather into a list, recorded as the all_gather it is
+            listed = colls[-4]  # all_gather into a list, recorded as the all_gather it is
             assert (listed["kind"], listed["lane"], listed["count"], listed["dtype"]) == (
                 "all_gather", True, 3, "float64"), listed
         ring = colls[2]

@@ -100,7 +100,7 @@ def test_oneshot_combines_only_after_a_complete_round():
                           m).oneshot for r in range(3)]
     tail = bytes(FP - 8)
     data = [np.arange(6, dtype=np.int32) * (r + 1) for r in range(3)]
-    sum_i32 = 4 * 8 + 0  # lanes._C_TYPES["int32"] * 8 + _C_OPS[SUM]
+    sum_i32 = 4 * 8 + 0  # ops._C_TYPES["int32"] * 8 + ops._C_OPS[SUM]
     out = [np.full(2, -1, np.int32) for _ in range(3)]
     assert rounds[0](5, tail, data[0], 0, out[0], sum_i32, -1, 8) == 2
     assert (out[0] == -1).all()  # not everyone there: Python finishes and combines

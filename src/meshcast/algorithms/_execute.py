@@ -10,7 +10,11 @@ Two forms of the same thing: :func:`execute` runs a schedule's generator
 (Round objects made per call); :class:`BoundProgram` takes a schedule
 flattened once per call shape (a :class:`~meshcast.algorithms._program.Program`)
 and makes it a runner for one group's arena, whose per-call work is one pass over
-prepared steps on the call's buffers (the one-shot calls run this way).
+prepared steps on the call's buffers (the one-shot calls run this way). Where
+the compiled helper is built, the same program also has a packed form
+(:func:`pack_program`) that transport/_tiny.c interprets in one C call, its
+entry round included (``Arena.run_program``); the Python steps run it when
+there is no compiler, or a step or fold the interpreter lacks.
 """
 
 from __future__ import annotations
@@ -169,6 +173,60 @@ Buffers = tuple["np.ndarray | None", ...]
 BoundStep = Callable[[ProgramContext, Buffers], None]
 
 
+# What the compiled interpreter (transport/_tiny.c, Round.program) runs: a one-shot
+# program's records; anything else stays with the Python steps below.
+_COMPILED_OPS = frozenset((prog.ROUND, prog.PUT, prog.GET, prog.REDUCE_SLOTS, prog.ENTER,
+                           prog.COPY))
+PROGRAM_HEADER = 4  # the packed form's header words (_tiny.c: PROGRAM_HEADER)
+
+
+def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
+    """``program`` in the compiled interpreter's form (``Round.program`` in
+    transport/_tiny.c), or None when it has a step that interpreter does not run
+    (messages, exposure, a peer's slot, a local reduction) or more than one entry.
+
+    The form is int64 words: a header (the input's and output's byte sizes, 1 if a
+    step writes into the input, the number of records), the records as they are, then
+    the rank sets, each its length then its ranks, a ``REDUCE_SLOTS`` record's peer
+    becoming where its set starts. Every step's bytes are checked here to lie inside
+    its buffer and inside a one-shot region of ``region_bytes``, so that a call only
+    checks its buffers' sizes.
+    """
+    records, sets, starts = [], [], {}
+    writes_input = 0
+    sizes = program.sizes
+    if sum(1 for rec in program.records if rec[0] == prog.ENTER) > 1:
+        return None
+    for rec in program.records:
+        op, peer, space, offset, nbytes, buf, at, src_buf, src_at = rec
+        if op not in _COMPILED_OPS:
+            return None
+        if op in (prog.PUT, prog.GET, prog.REDUCE_SLOTS):
+            if space != prog.SPACE_CODES["region"] or not 0 <= offset <= region_bytes - nbytes:
+                return None
+        touched = ((buf, at), (src_buf, src_at)) if op == prog.COPY else ((buf, at),)
+        if op not in (prog.ROUND, prog.ENTER) and nbytes and not all(
+                b in (prog.INPUT, prog.OUTPUT) and 0 <= a <= sizes[b] - nbytes
+                for b, a in touched):
+            return None
+        if op in (prog.GET, prog.COPY) and buf == prog.INPUT and nbytes:
+            writes_input = 1
+        if op == prog.REDUCE_SLOTS:
+            ranks = program.rank_sets[peer]
+            if ranks not in starts:
+                starts[ranks] = len(sets)
+                sets.extend((len(ranks), *ranks))
+            if buf == prog.INPUT and nbytes:
+                writes_input = 1
+            rec = (op, starts[ranks], *rec[2:])
+        records.append(rec)
+    words = [sizes[0], sizes[1], writes_input, len(records)]
+    for rec in records:
+        words.extend(rec)
+    words.extend(sets)
+    return np.array(words, np.int64).tobytes()
+
+
 class BoundProgram:
     """A :class:`~meshcast.algorithms._program.Program` bound to one group's arena.
 
@@ -178,7 +236,9 @@ class BoundProgram:
     NumPy copy or reduction, and whether a step covers a whole buffer (then it
     takes the call's array as it is, without slicing). Calling it runs the
     steps on the call's input and output (flat arrays of the program's dtype),
-    in order.
+    in order. ``packed`` is the same program for the compiled interpreter
+    (:func:`pack_program`), or None where the arena has none or the program
+    needs these steps.
 
     Args:
         program: the flattened schedule.
@@ -190,10 +250,16 @@ class BoundProgram:
             whole elements): run the schedule through :func:`execute` instead.
     """
 
-    __slots__ = ("program", "_steps")
+    __slots__ = ("program", "packed", "folds", "_steps")
 
     def __init__(self, program: prog.Program, arena: Any) -> None:
         self.program = program
+        # the compiled interpreter's form, where the arena has that interpreter
+        self.packed = (None if getattr(arena, "_compiled", None) is None
+                       else pack_program(program, arena.small_bytes))
+        # whether a step folds ranks' data (the interpreter then needs a kernel)
+        self.folds = any(rec[0] == prog.REDUCE_SLOTS and len(program.rank_sets[rec[1]]) > 1
+                         for rec in program.records)
         self._steps = tuple(_bind(program, rec, arena) for rec in program.records
                             if rec[0] != prog.ROUND)
 

@@ -81,7 +81,8 @@ algorithms`` lists them; the selector never picks them (the fast-path rules
 do). The one-shot schedules decided before the call (barrier, broadcast,
 reduce, all_reduce, all_gather, reduce_scatter) are what runs: flattened
 once per call shape into programs (``_program``) that the executor's
-``BoundProgram`` runs on each call's arrays. The others still run as
+``BoundProgram`` runs on each call's arrays, or the compiled interpreter
+(transport/_tiny.c, ``Round.program``) where it is built. The others still run as
 paths/*.py and the tiny-call lane (issue 13 item 3).
 """
 

@@ -799,7 +799,7 @@ def all_reduce_fused(ctx: Ctx, w: np.ndarray, op: ReduceOp, cell: bytes = b"",
     to call (on MPI, persistent requests): for an array seen before, on its own memory
     (the plan keeps the array); else per (size, dtype, cell length), with the data
     copied in and out (see :class:`FusedPlans`). None: made for this call. ``kernel``:
-    the compiled fold's code for ``op`` on ``w``'s dtype (``lanes._c_kernel``), with
+    the compiled fold's code for ``op`` on ``w``'s dtype (``ops.compiled_kernel``), with
     which an engine that can (MPI with the compiled helper) runs the steps, checks and
     folds in one call; None: NumPy folds.
 

@@ -64,6 +64,7 @@ class GroupView(Protocol):
     timeout: float
     tuned: frozenset[str]
     last_algorithm: str | None
+    last_compiled: bool  # whether the last one-shot program ran in the compiled interpreter
     tracer: Any  # meshcast.trace.recorder.Tracer when MESHCAST_TRACE is set
     _rank: int
     _size: int

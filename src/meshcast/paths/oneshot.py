@@ -17,7 +17,9 @@ Two forms:
   once per call shape and bound to the group's arena (:class:`Programs`),
   then run on the call's arrays. Its steps put my data into my region of
   the call's parity, enter (``Arena.oneshot``: fingerprint exchange and
-  the one signal), and read or reduce every rank's region.
+  the one signal), and read or reduce every rank's region. With the compiled
+  helper the program runs in its interpreter, one C call (``Arena.run_program``),
+  where its fold has a compiled kernel and its buffers are contiguous.
 * Decided after the entry (gather, scatter, all_to_all: a rank does not
   know the other ranks' sizes): :class:`Staged`. Each rank stages its data
   before entering if its own part is small enough, and
@@ -178,11 +180,32 @@ class _OneShot:
 
     def __call__(self) -> None:
         group = self.group
-        group.last_algorithm = self.bound.program.name
+        bound = self.bound
+        group.last_algorithm = bound.program.name
         self.deadline = group._deadline()
-        group.arena.settle()  # the program writes my region before it enters
-        self.bound(self, self.buffers)
+        kernel = self._compiled_kernel()
+        if kernel is not None:
+            group.last_compiled = True
+            group.arena.run_program(self.fp.pack(), bound.packed, self.fp, self.what,
+                                    self.deadline, self.buffers, kernel,
+                                    self.per_rank_counts)
+        else:
+            group.last_compiled = False
+            group.arena.settle()  # the program writes my region before it enters
+            bound(self, self.buffers)
         self.finish()
+
+    def _compiled_kernel(self) -> int | None:
+        """The fold code the compiled interpreter runs this call with (-1: it folds
+        nothing), or None when Python's steps run it: the program or the arena has
+        no compiled form, a buffer is not C-contiguous, or no kernel folds this op."""
+        bound = self.bound
+        if bound.packed is None or not all(
+                b is None or b.flags.c_contiguous for b in self.buffers):
+            return None
+        if not bound.folds:
+            return -1
+        return ops.compiled_kernel(self.op, bound.program.dtype)
 
     def enter(self) -> None:
         self.group.arena.oneshot(self.fp, self.what, self.deadline, self.per_rank_counts)

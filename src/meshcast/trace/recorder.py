@@ -47,7 +47,6 @@ from typing import Any
 import numpy as np
 
 from .. import ops
-from ..lanes import _c_kernel
 from .records import VERSION, file_name
 
 BATCH = 512  # finished records kept before a write: one write per batch, not per call
@@ -185,7 +184,7 @@ def _op_name(op: Any) -> str | None:
 
 def _folds_compiled(op: str | None, dtype: str | None) -> bool:
     """Whether a call reducing with ``op`` (a name; None: no reduction) on ``dtype`` folds
-    in the compiled helper's kernels (lanes._c_kernel, which both lanes use)."""
+    in the compiled helper's kernels (ops.compiled_kernel, which both lanes use)."""
     if op is None:
         return True
     try:
@@ -193,7 +192,7 @@ def _folds_compiled(op: str | None, dtype: str | None) -> bool:
         dt = np.dtype(dtype)
     except (KeyError, TypeError):
         return False
-    return _c_kernel(ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop, dt) is not None
+    return ops.compiled_kernel(ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop, dt) is not None
 
 
 class Tracer:
@@ -293,6 +292,8 @@ class Tracer:
             busy.add(gid)
             tap.rec = rec  # the number the call draws is its seq
             chosen = group.last_algorithm
+            if not lane and hasattr(group, "last_compiled"):
+                group.last_compiled = False  # a one-shot program that runs compiled says so
             try:
                 result = method(*args, **kwargs)
             except BaseException as exc:
@@ -370,6 +371,8 @@ class Tracer:
         if chose and rec["kind"] not in ("send", "recv"):
             algorithm = group.last_algorithm
             rec["algorithm"] = algorithm
+            if not rec["lane"]:
+                rec["compiled"] = bool(getattr(group, "last_compiled", False))
             if algorithm:
                 name = algorithm.partition("/")[2]
                 rec["family"] = _FAMILIES.get(name, "schedule")

@@ -35,8 +35,10 @@ Lines (``"type"`` says which)::
   (across hosts) or ``p2p``. Both are null for a call that failed before it
   chose (in its entry round, where every rank checks that all arrived and
   agree).
-* ``lane``: the tiny-call lane ran it (``compiled``: through the compiled
-  helper, transport/_tiny.c).
+* ``lane``: the tiny-call lane ran it. ``compiled``: the compiled helper
+  (transport/_tiny.c) did the call's work, fold included: the lane's compiled
+  round, or, off the lane, a one-shot program run by the compiled interpreter
+  (``Round.program``) instead of Python's steps.
 * ``async``: the call returned a Work; ``end`` is when that work completed.
 * ``begin``/``end``: ns; ``end`` is null when the call had not finished when
   the file was written (the rank was stopped inside it: see the hang view). A

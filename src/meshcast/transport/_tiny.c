@@ -1439,6 +1439,199 @@ static PyObject *Round_alike(Round *self, PyObject *const *args, Py_ssize_t narg
     return PyBool_FromLong(ok);
 }
 
+/* ------------------------------------------------------------------ programs
+ *
+ * A program (algorithms/_program.py) is a schedule flattened once per call shape into
+ * records of nine integers: (opcode, peer, space, offset, nbytes, buf, at, src_buf,
+ * src_at). This interprets the ones a one-shot call is made of, on this arena: PUT (the
+ * call's bytes into my one-shot region of the call's parity), ENTER (the round: the
+ * fingerprint, phase 1, every rank's signal, the comparison), GET (a rank's region into
+ * the call's buffer), REDUCE_SLOTS (a rank set's regions folded in rank order into the
+ * call's buffer, with the kernels of _fold.h), COPY (between the call's buffers) and
+ * ROUND (nothing: rounds of a one-shot program have no messages). Whatever else a
+ * program holds (messages, exposure, a peer's slot, a local reduction) is refused when
+ * it is packed (_execute.compile_program), and Python's executor runs it.
+ *
+ * The packed form (int64, made once per program): a header of PROGRAM_HEADER words
+ * (the input's and output's byte sizes, whether the program writes its input, the
+ * number of records), then the records, then the rank sets (each its length, then its
+ * ranks), a REDUCE_SLOTS record's peer being where its set starts there. Every offset
+ * and size was checked against the buffers and the region when it was packed; a call
+ * checks its buffers' sizes against the header.
+ */
+enum { P_ROUND, P_SEND, P_RECV, P_PUT, P_GET, P_REDUCE_SLOTS, P_ENTER, P_EXPOSE, P_WRITE,
+       P_SIGNAL, P_WAIT, P_COPY, P_REDUCE, P_OPCODES };
+#define PROGRAM_HEADER 4
+#define RECORD_WORDS 9
+#define REGION_SPACE 1 /* _program.SPACE_CODES["region"] */
+
+#undef FOLD_SOURCE
+#undef FOLD_SOURCES
+#define FOLD_SOURCE(r) (srcs[(r)])
+#define FOLD_SOURCES (nsrc)
+FOLD_CLONES
+static int fold_sources(char *const *srcs, Py_ssize_t nsrc, int type, int op, char *out,
+                        Py_ssize_t count) {
+    FOLD_SWITCH(type, op);
+}
+
+#define SET_HELD 16 /* rank sets this long fold from the stack; longer ones malloc */
+
+/* Run records [from, to) of prog on bufs (the call's input and output); -1 with an
+ * exception (no kernel for a fold, no memory). */
+static int run_records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssize_t to,
+                       char *const *bufs, int parity, long kernel) {
+    const int64_t *sets = prog + PROGRAM_HEADER + prog[3] * RECORD_WORDS;
+    for (Py_ssize_t i = from; i < to; i++) {
+        const int64_t *rec = prog + PROGRAM_HEADER + i * RECORD_WORDS;
+        Py_ssize_t nbytes = (Py_ssize_t)rec[4];
+        if (nbytes == 0)
+            continue; /* ROUND, and empty pieces */
+        char *mem = rec[5] >= 0 ? bufs[rec[5]] + rec[6] : NULL;
+        switch (rec[0]) {
+        case P_PUT:
+            copy_to_shared(region(self, self->rank, parity) + rec[3], mem, (size_t)nbytes);
+            break;
+        case P_GET:
+            copy_bytes(mem, region(self, (Py_ssize_t)rec[1], parity) + rec[3], (size_t)nbytes);
+            break;
+        case P_COPY: /* (memmove: an in-place call's input and output are one array) */
+            move_bytes(mem, bufs[rec[7]] + rec[8], (size_t)nbytes);
+            break;
+        case P_REDUCE_SLOTS: {
+            const int64_t *set = sets + rec[1];
+            Py_ssize_t k = (Py_ssize_t)set[0];
+            if (k == 1) {
+                copy_bytes(mem, region(self, (Py_ssize_t)set[1], parity) + rec[3],
+                           (size_t)nbytes);
+                break;
+            }
+            if (kernel < 0) {
+                PyErr_SetString(PyExc_ValueError, "a program folds, but no kernel was given");
+                return -1;
+            }
+            char *held[SET_HELD], **srcs = held;
+            if (k > SET_HELD && (srcs = PyMem_Malloc(sizeof(char *) * (size_t)k)) == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            for (Py_ssize_t j = 0; j < k; j++)
+                srcs[j] = region(self, (Py_ssize_t)set[1 + j], parity) + rec[3];
+            int type = (int)(kernel / 8), op = (int)(kernel % 8);
+            Py_ssize_t count = nbytes / type_size[type];
+            int big = nbytes >= (1 << 16); /* long enough to let other threads run */
+            PyThreadState *ts = big ? PyEval_SaveThread() : NULL;
+            fold_sources(srcs, k, type, op, mem, count);
+            if (big)
+                PyEval_RestoreThread(ts);
+            if (srcs != held)
+                PyMem_Free(srcs);
+            break;
+        }
+        default:
+            PyErr_Format(PyExc_ValueError, "a program record with opcode %lld", (long long)rec[0]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* program(seq, packed, spin_ns, prog, inp, out, kernel, start) -> 0, or resume * 8 + status:
+ * run the packed program prog (bytes, see above) on inp and out (buffers, or None
+ * where the header's size is 0) from record start, the ENTER record (if any at or
+ * after start) being the round of round_core with fingerprint packed, phase 1. 0:
+ * the program ran to its end. Otherwise the round's status (1 to 3, see the top of
+ * the file) and the record to resume from once Python finished the round (its wait,
+ * comparison or error): call again with that start. kernel: the fold code
+ * (ops.compiled_kernel), -1 for none. */
+static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError,
+                        "program(seq, packed, spin_ns, prog, inp, out, kernel, start)");
+        return NULL;
+    }
+    unsigned long long seq = PyLong_AsUnsignedLongLong(args[0]);
+    unsigned long long spin_ns = PyLong_AsUnsignedLongLong(args[2]);
+    long kernel = PyLong_AsLong(args[6]);
+    Py_ssize_t start = PyLong_AsSsize_t(args[7]);
+    if (PyErr_Occurred())
+        return NULL;
+    char *packed, *raw;
+    Py_ssize_t packed_len, raw_len;
+    if (PyBytes_AsStringAndSize(args[1], &packed, &packed_len) < 0
+        || PyBytes_AsStringAndSize(args[3], &raw, &raw_len) < 0)
+        return NULL;
+    const int64_t *prog = (const int64_t *)raw;
+    if (packed_len != self->fp_size || raw_len < PROGRAM_HEADER * 8
+        || prog[3] < 0 || raw_len < (PROGRAM_HEADER + prog[3] * RECORD_WORDS) * 8
+        || start < 0 || start > prog[3]) {
+        PyErr_SetString(PyExc_ValueError, "program: a bad fingerprint, program or start");
+        return NULL;
+    }
+    if (kernel >= 0 && (kernel / 8 >= N_TYPES || kernel % 8 >= N_OPS)) {
+        PyErr_SetString(PyExc_ValueError, "program: no such kernel");
+        return NULL;
+    }
+    Py_buffer views[2] = {{0}, {0}};
+    char *bufs[2] = {NULL, NULL};
+    for (int b = 0; b < 2; b++) {
+        PyObject *obj = args[4 + b];
+        if (obj == Py_None) {
+            if (prog[b] != 0) {
+                PyErr_SetString(PyExc_ValueError, "program: a buffer it needs is None");
+                goto fail;
+            }
+            continue;
+        }
+        int writes = b == 1 || (prog[2] & 1);
+        if (PyObject_GetBuffer(obj, &views[b], PyBUF_C_CONTIGUOUS | (writes ? PyBUF_WRITABLE : 0))
+            < 0)
+            goto fail;
+        if (views[b].len != prog[b]) {
+            PyErr_SetString(PyExc_ValueError, "program: a buffer of another size than the "
+                                              "program's");
+            goto fail;
+        }
+        bufs[b] = views[b].buf;
+    }
+    int parity = (int)(seq & 1), status = 0;
+    Py_ssize_t n = (Py_ssize_t)prog[3], at = start;
+    for (; at < n; at++) /* the records before the round, then the round */
+        if (prog[PROGRAM_HEADER + at * RECORD_WORDS] == P_ENTER)
+            break;
+    if (at < n) { /* as round_core, before anything is written: the pending one-sided
+                   * round (whose end frees the regions of this parity), then an abort */
+        if (self->pending && settle(self, spin_ns) < 0)
+            goto fail;
+        if (__atomic_load_n((uint32_t *)self->base, __ATOMIC_ACQUIRE)) {
+            status = 3; /* (Python raises what the abort says; nothing ran) */
+            at = start;
+            goto done;
+        }
+    }
+    if (run_records(self, prog, start, at, bufs, parity, kernel) < 0)
+        goto fail;
+    if (at < n) {
+        status = round_core(self, seq, 1, packed, Py_None, spin_ns, NULL, NULL, NULL, NULL,
+                            NULL, NULL);
+        at++;
+        if (status < 0)
+            goto fail;
+        if (status == 0 && run_records(self, prog, at, n, bufs, parity, kernel) < 0)
+            goto fail;
+    }
+done:
+    for (int b = 0; b < 2; b++)
+        if (views[b].obj != NULL)
+            PyBuffer_Release(&views[b]);
+    return PyLong_FromSsize_t(status == 0 ? 0 : at * 8 + status);
+fail:
+    for (int b = 0; b < 2; b++)
+        if (views[b].obj != NULL)
+            PyBuffer_Release(&views[b]);
+    return NULL;
+}
+
 static PyMethodDef Round_methods[] = {
     {"run", (PyCFunction)(void (*)(void))Round_run, METH_FASTCALL,
      "run(seq, phase, packed, data, spin_ns[, expected]) -> status: one arena round (see the module)."},
@@ -1455,6 +1648,10 @@ static PyMethodDef Round_methods[] = {
     {"splits", (PyCFunction)(void (*)(void))Round_splits, METH_FASTCALL,
      "splits(seq, out, head, itemsize, limit, count_at) -> status: an uneven all_to_all's checks "
      "and copies after its entry (see the source)."},
+    {"program", (PyCFunction)(void (*)(void))Round_program, METH_FASTCALL,
+     "program(seq, packed, spin_ns, prog, inp, out, kernel, start) -> 0 or resume * 8 + status: "
+     "a packed one-shot program on this arena, its ENTER the round (see programs in the "
+     "source)."},
     {"alike", (PyCFunction)(void (*)(void))Round_alike, METH_FASTCALL,
      "alike(pieces, like, writable) -> bool: a list of n arrays like like (see the source)."},
     {"reads", (PyCFunction)(void (*)(void))Round_reads, METH_FASTCALL,
@@ -1537,6 +1734,17 @@ PyMODINIT_FUNC PyInit__tiny(void) {
     if (m == NULL)
         return NULL;
     Py_INCREF(&RoundType);
+    /* the program opcodes this file numbers (a test holds them to _program's) */
+    if (PyModule_AddIntConstant(m, "PROGRAM_OPCODES", P_OPCODES) < 0
+        || PyModule_AddIntConstant(m, "PROGRAM_PUT", P_PUT) < 0
+        || PyModule_AddIntConstant(m, "PROGRAM_ENTER", P_ENTER) < 0
+        || PyModule_AddIntConstant(m, "PROGRAM_REDUCE_SLOTS", P_REDUCE_SLOTS) < 0
+        || PyModule_AddIntConstant(m, "PROGRAM_COPY", P_COPY) < 0
+        || PyModule_AddIntConstant(m, "PROGRAM_HEADER", PROGRAM_HEADER) < 0) {
+        Py_DECREF(&RoundType);
+        Py_DECREF(m);
+        return NULL;
+    }
     if (PyModule_AddObject(m, "Round", (PyObject *)&RoundType) < 0) {
         Py_DECREF(&RoundType);
         Py_DECREF(m);

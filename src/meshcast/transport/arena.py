@@ -347,6 +347,32 @@ class Arena:
             self.wait(range(self.n), 1)
             self._compare(table, fp.seq, per_rank_counts, -1)
 
+    def run_program(self, packed: bytes, program: bytes, fp: Fingerprint, what: str,
+                    deadline: float, buffers: tuple, kernel: int, per_rank_counts: bool
+                    ) -> None:
+        """Run a packed one-shot program (``_execute.pack_program``) on ``buffers`` (the
+        call's flat input and output, C-contiguous, or None) in the compiled interpreter
+        (``Round.program`` in _tiny.c), its entry the round of :meth:`oneshot` with
+        fingerprint ``fp`` (``packed``: ``fp.pack()``), with the same rules and errors.
+        Where the compiled round cannot finish (a rank late, fingerprints that differ,
+        an abort), the round ends here in Python and the program resumes after it.
+        ``kernel``: the fold's code (``ops.compiled_kernel``), -1 for none.
+
+        Raises:
+            the errors of :meth:`oneshot`.
+        """
+        seq = fp.seq
+        self.seq, self.deadline, self.what = seq, deadline, what
+        run = self._compiled.program  # type: ignore[union-attr]
+        inp, out = buffers
+        status = run(seq, packed, self.spin_ns, program, inp, out, kernel, 0)
+        if status:
+            self._round_trip(seq, 1, packed, None, status & 7, compare=False)
+            mv = self._mv
+            if any(mv[a:a + FP_SIZE] != packed for a in self._fp_at[seq & 1]):
+                self._compare(self._fp_tables[seq & 1], seq, per_rank_counts, -1)
+            run(seq, packed, self.spin_ns, program, inp, out, kernel, status >> 3)
+
     def combined_oneshot(self, seq: int, tail: bytes, what: object, timeout: float,
                          data: np.ndarray | None, out: np.ndarray | None, code: int | None,
                          root: int = -1, offset: int = 0) -> bool:
@@ -359,7 +385,7 @@ class Arena:
         from byte ``offset`` (broadcast), -2 the concatenation of every region's first
         ``out.nbytes / n`` bytes (all_gather), otherwise the reduce kernel ``code``
         over every region from byte ``offset``, in rank order (see ``_tiny.c`` and
-        ``lanes._c_kernel``).
+        ``ops.compiled_kernel``).
 
         Returns True when ``out`` holds the result; False when the caller combines
         (``out`` None, no compiled helper, or a round that needed Python's slow

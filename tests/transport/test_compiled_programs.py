@@ -1,0 +1,216 @@
+"""The compiled program interpreter (``Round.program`` in transport/_tiny.c) against the
+simulator, in one process: every rank's view of one anonymous mapping, the ranks run
+one after the other.
+
+Each registered one-shot schedule is flattened per rank (as paths/oneshot.Programs
+does), packed (``_execute.pack_program``) and run by the interpreter on the rank's own
+arrays. The ranks enter in turn: all but the last find someone missing (status 2,
+the record to resume from), the last finds everyone and finishes; the others then
+resume after the round. Every rank's output must be bitwise what the simulator gives
+for the schedule's generator, for every rank count, root, dtype, op and placement.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import mmap
+import struct
+
+import numpy as np
+import pytest
+
+from meshcast import ops
+from meshcast.algorithms import _execute, _simulate
+from meshcast.algorithms import _program as prog
+from meshcast.algorithms import _registry as registry
+from meshcast.algorithms._plan import Plan
+from meshcast.algorithms._simulate import host_options, make_plans
+from meshcast.ops import ReduceOp
+from meshcast.testing import reference
+from meshcast.transport.arena import Arena
+
+try:
+    from meshcast.transport import _tiny
+except ImportError:  # tests/transport/test_compiled_round.py says the helper must be built
+    _tiny = None
+pytestmark = pytest.mark.skipif(_tiny is None, reason="the compiled helper was not built")
+
+FP = 32
+REGION = _simulate.REGION_BYTES
+PIECES = {"all_gather", "reduce_scatter"}
+ROOTED = {"broadcast", "reduce"}
+
+
+class _Mapping:
+    """n ranks' arena in one anonymous mapping (the layout Arena computes)."""
+
+    def __init__(self, n: int) -> None:
+        self.ranks_off, self.fp_off, self.small_off, _, _ = Arena.layout(n, 1)
+        self.mm = mmap.mmap(-1, self.small_off + n * 2 * REGION)
+        self.address = ctypes.addressof(ctypes.c_char.from_buffer(self.mm))
+        self.rounds = [_tiny.Round(self.address, n, r, self.ranks_off, self.fp_off,
+                                   self.small_off, REGION, FP, 0, self) for r in range(n)]
+
+    def word(self, rank: int) -> int:
+        return struct.unpack_from("<Q", self.mm, self.ranks_off + rank * 64)[0]
+
+
+def _fp(seq: int, tag: int = 0) -> bytes:
+    return struct.pack("<Q", seq) + bytes([tag]) * (FP - 8)
+
+
+def _packed(plan: Plan) -> bytes:
+    """The rank's program for this call shape, flattened on probe arrays and packed."""
+    def fresh(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else np.empty(a.size, plan.dtype)
+    probe = dataclasses.replace(plan, input=fresh(plan.input), output=fresh(plan.output))
+    entry = registry.get(plan.coll, "oneshot")
+    packed = _execute.pack_program(prog.flatten(entry.fn, probe, entry.qualname), REGION)
+    assert packed is not None, f"{plan.coll}: the one-shot program was not packed"
+    return packed
+
+
+def _plans(coll: str, n: int, count: int, root: int, dtype: np.dtype, op: ReduceOp | None,
+           uneven: bool, in_place: bool) -> list[Plan]:
+    counts = None
+    if coll in PIECES:
+        counts = [(count + 3 * r) % 7 if uneven else count for r in range(n)]
+    lens = [0 if coll == "barrier" else sum(counts) if coll == "reduce_scatter"
+            else counts[r] if counts else count for r in range(n)]
+    data = [reference.rank_input(r, lens[r], dtype) if coll != "barrier" else None
+            for r in range(n)]
+    return make_plans(coll, n, data, dtype=dtype, op=op, root=root, counts=counts,
+                      in_place=in_place, **host_options("oneshot"))
+
+
+def _run_compiled(plans: list[Plan], seq: int, kernel: int) -> list[int]:
+    """Every rank's program through the interpreter, ranks entering in turn; returns
+    the statuses the first calls gave."""
+    n = len(plans)
+    m = _Mapping(n)
+    programs = [_packed(p) for p in plans]
+    statuses, resume = [], []
+    for r, p in enumerate(plans):
+        got = m.rounds[r].program(seq, _fp(seq), 0, programs[r], p.input, p.output, kernel, 0)
+        statuses.append(got & 7)
+        resume.append(got >> 3)
+        assert m.word(r) == (seq << 24) | 1, f"rank {r} did not signal phase 1"
+    for r, p in enumerate(plans):
+        if statuses[r]:
+            again = m.rounds[r].program(seq, _fp(seq), 0, programs[r], p.input, p.output,
+                                        kernel, resume[r])
+            assert again == 0, f"rank {r}: resuming after the round gave {again}"
+    return statuses
+
+
+CASES = [(coll, n) for coll in ("barrier", "broadcast", "reduce", "all_reduce", "all_gather",
+                                "reduce_scatter") for n in (2, 3, 5, 8)]
+
+
+@pytest.mark.parametrize("coll,n", CASES)
+def test_the_interpreter_gives_the_simulators_results(coll, n):
+    checked = 0
+    for dtype, op in ((np.float32, ReduceOp.SUM), (np.float64, ReduceOp.PRODUCT),
+                      (np.int8, ReduceOp.SUM), (np.int64, ReduceOp.MIN),
+                      (np.uint16, ReduceOp.BXOR)):
+        dt = np.dtype(dtype)
+        reducing = coll in ("reduce", "all_reduce", "reduce_scatter")
+        if not reducing and dtype is not np.float32:
+            continue
+        kernel = ops.compiled_kernel(op, dt) if reducing else -1
+        assert kernel is not None
+        for root in sorted({0, n - 1} if coll in ROOTED else {-1}):
+            for count, uneven in ((0, False), (1, False), (37, False), (9, True)):
+                if uneven and coll not in PIECES:
+                    continue
+                for in_place in (False, True):
+                    args = (coll, n, count, root, dt, op if reducing else None, uneven,
+                            in_place)
+                    want, got = _plans(*args), _plans(*args)
+                    _simulate.run(registry.get(coll, "oneshot").fn, want)
+                    statuses = _run_compiled(got, seq=7 + count, kernel=kernel)
+                    assert statuses[-1] == 0 and all(s == 2 for s in statuses[:-1]), statuses
+                    for r, (a, b) in enumerate(zip(want, got)):
+                        if a.output is not None:
+                            assert a.output.tobytes() == b.output.tobytes(), \
+                                f"{args} rank {r}: {b.output} != {a.output}"
+                            checked += 1
+    assert checked or coll == "barrier", "vacuous: no output compared"
+
+
+def test_a_differing_fingerprint_and_an_abort_stop_before_the_fold():
+    n = 2
+    plans = _plans("all_reduce", n, 5, -1, np.dtype(np.int32), ReduceOp.SUM, False, False)
+    before = [p.output.copy() for p in plans]
+    m = _Mapping(n)
+    program = [_packed(p) for p in plans]
+    kernel = ops.compiled_kernel(ReduceOp.SUM, np.dtype(np.int32))
+    assert m.rounds[0].program(9, _fp(9), 0, program[0], plans[0].input, plans[0].output,
+                               kernel, 0) & 7 == 2
+    got = m.rounds[1].program(9, _fp(9, tag=3), 0, program[1], plans[1].input,
+                              plans[1].output, kernel, 0)
+    assert got & 7 == 1  # everyone there, a fingerprint differs: Python compares
+    assert got >> 3 == 3  # resume after ROUND, PUT, ENTER
+    assert plans[1].output.tobytes() == before[1].tobytes()  # nothing folded
+    m.mm[0:4] = struct.pack("<I", 1)  # the group's abort word
+    assert m.rounds[0].program(11, _fp(11), 0, program[0], plans[0].input, plans[0].output,
+                               kernel, 0) == 0 * 8 + 3
+    assert m.word(0) == (9 << 24) | 1  # nothing signalled for call 11
+
+
+def test_bad_calls_raise_before_anything_is_signalled():
+    plans = _plans("all_reduce", 2, 4, -1, np.dtype(np.float32), ReduceOp.SUM, False, False)
+    m = _Mapping(2)
+    program = _packed(plans[0])
+    run = m.rounds[0].program
+    inp, out = plans[0].input, plans[0].output
+    with pytest.raises(ValueError, match="another size"):
+        run(3, _fp(3), 0, program, inp[:3].copy(), out, 8 * 8, 0)
+    with pytest.raises(ValueError, match="needs is None"):
+        run(3, _fp(3), 0, program, None, out, 8 * 8, 0)
+    with pytest.raises(ValueError, match="bad fingerprint, program or start"):
+        run(3, b"short", 0, program, inp, out, 8 * 8, 0)
+    with pytest.raises(ValueError, match="bad fingerprint, program or start"):
+        run(3, _fp(3), 0, program[:16], inp, out, 8 * 8, 0)
+    with pytest.raises(ValueError, match="no such kernel"):
+        run(3, _fp(3), 0, program, inp, out, 99 * 8, 0)
+    read_only = out.copy()
+    read_only.flags.writeable = False
+    with pytest.raises((ValueError, BufferError), match="writable|read-only"):
+        run(3, _fp(3), 0, program, inp, read_only, 8 * 8, 0)
+    assert m.word(0) == 0
+    # a fold without a kernel is refused once the round is done (Python never asks)
+    m.rounds[1].program(3, _fp(3), 0, _packed(plans[1]), plans[1].input, plans[1].output,
+                        8 * 8, 0)
+    with pytest.raises(ValueError, match="no kernel"):
+        run(3, _fp(3), 0, program, inp, out, -1, 0)
+
+
+def test_the_opcodes_and_header_are_the_same_in_c_and_python():
+    assert _tiny.PROGRAM_OPCODES == 13
+    assert (_tiny.PROGRAM_PUT, _tiny.PROGRAM_ENTER, _tiny.PROGRAM_REDUCE_SLOTS,
+            _tiny.PROGRAM_COPY) == (prog.PUT, prog.ENTER, prog.REDUCE_SLOTS, prog.COPY)
+    assert _tiny.PROGRAM_HEADER == _execute.PROGRAM_HEADER
+
+
+def test_programs_the_interpreter_does_not_run_are_not_packed():
+    def program(*records: tuple) -> prog.Program:
+        return prog.Program("x/test", np.dtype(np.float32),
+                            ((prog.ROUND, -1, -1, 0, 0, -1, 0, -1, 0), *records), ((0, 1),),
+                            (16, 16))
+    region = prog.SPACE_CODES["region"]
+    ok = (prog.PUT, -1, region, 0, 16, prog.INPUT, 0, -1, 0)
+    assert _execute.pack_program(program(ok), REGION) is not None
+    refused = {
+        "a message": (prog.SEND, 1, -1, 0, 16, prog.INPUT, 0, -1, 0),
+        "a peer's slot": (prog.GET, 1, prog.SPACE_CODES["slot"], 0, 16, prog.OUTPUT, 0, -1, 0),
+        "past the region": (prog.PUT, -1, region, REGION - 8, 16, prog.INPUT, 0, -1, 0),
+        "past the buffer": (prog.GET, 1, region, 0, 16, prog.OUTPUT, 8, -1, 0),
+        "a local reduction": (prog.REDUCE, -1, -1, 0, 16, prog.OUTPUT, 0, prog.INPUT, 0),
+        "a copy from nowhere": (prog.COPY, -1, -1, 0, 16, prog.OUTPUT, 0, -1, 0),
+    }
+    for what, rec in refused.items():
+        assert _execute.pack_program(program(ok, rec), REGION) is None, what
+    enter = (prog.ENTER, -1, -1, 0, 0, -1, 0, -1, 0)
+    assert _execute.pack_program(program(enter, enter), REGION) is None, "two entries"
