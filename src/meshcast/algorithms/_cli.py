@@ -7,7 +7,8 @@ Three kinds of rows:
   sentence of its ``Steps`` and ``Bytes`` paragraphs;
 * the described schedules (:data:`._registry.DESCRIBED`): the one-host fast
   paths (one-shot, single-copy "cma", symmetric) written as schedules, listed
-  the same way; the runtime still runs paths/*.py for them (issue 13 item 3)
+  the same way; the runtime runs the one-shot ones decided before the call as
+  programs (compiled or in Python) and paths/*.py for the others (issue 13 item 3)
   and the decision rules of ``_select.fast_path`` pick them, so they cannot
   be forced;
 * the families across hosts (:data:`.hierarchical.ALGORITHMS`): one function
@@ -53,8 +54,9 @@ SOURCES = {
 FAST_PATHS_TITLE = "fast paths (not yet schedules, see issue 13)"
 ACROSS_TITLE = ("across hosts (algorithms/hierarchical.py, picked by its choose(); force one "
                 "with algorithm='NAME' or MESHCAST_ALGO='{coll}:NAME')")
-DESCRIBED_TITLE = ("described schedules, the one-host fast paths (run by paths/*.py until issue 13 "
-                   "item 3; _select.fast_path picks them, never forced)")
+DESCRIBED_TITLE = ("described schedules, the one-host fast paths (one-shot ones decided before "
+                   "the call run as programs, the others by paths/*.py; _select.fast_path "
+                   "picks them, never forced)")
 WIDTH = 110  # a Steps/Bytes sentence longer than this is cut (the docstring has it all)
 
 
