@@ -113,13 +113,17 @@ FORCED = {"broadcast": "tree", "all_reduce": "ring", "reduce": "tree", "gather":
 
 
 def _mismatch_call(kind: str, variant: int, count: int, group: dist.ProcessGroup,
-                   forced: bool) -> Callable[[bool], dist.Work | None]:
+                   forced: bool, strided: bool = False) -> Callable[[bool], dist.Work | None]:
     """The call that side ``variant`` of disagreement ``kind`` makes (0: group rank 0's,
     1: every other rank's), as ``call(async_op)``. Roots are passed as global ranks (of
     group rank ``variant``), so a subgroup also checks their translation."""
     me, n = dist.get_rank(group), dist.get_world_size(group)
     root = dist.get_global_rank(group, variant)
-    x = np.zeros(count, np.float32)
+    def zeros(k: int, dtype: Any = np.float32) -> np.ndarray:
+        # strided: not contiguous, so the group's own path (its one-shot programs)
+        return np.zeros(2 * k, dtype)[::2] if strided else np.zeros(k, dtype)
+
+    x = zeros(count)
 
     def algo(coll: str) -> str | None:
         return FORCED[coll] if forced else None
@@ -131,10 +135,10 @@ def _mismatch_call(kind: str, variant: int, count: int, group: dist.ProcessGroup
                 return dist.broadcast(x, src=root, algorithm=algo("broadcast"), **kw)
             return dist.all_reduce(x, algorithm=algo("all_reduce"), **kw)
         if kind == "count":
-            y = np.zeros(count + variant, np.float32)
+            y = zeros(count + variant)
             return dist.all_reduce(y, algorithm=algo("all_reduce"), **kw)
         if kind == "dtype":
-            y = np.zeros(count, (np.float32, np.float64)[variant])
+            y = zeros(count, (np.float32, np.float64)[variant])
             return dist.all_reduce(y, algorithm=algo("all_reduce"), **kw)
         if kind == "op":
             op = (ReduceOp.SUM, ReduceOp.MAX)[variant]
@@ -167,7 +171,8 @@ def _mismatch_call(kind: str, variant: int, count: int, group: dist.ProcessGroup
 
 
 def mismatches(count: int, forced: bool = False, members: list[int] | None = None,
-               async_op: bool = False) -> list[tuple[str, str | None, str | None]]:
+               async_op: bool = False, strided: bool = False
+               ) -> list[tuple[str, str | None, str | None]]:
     """Every kind of disagreement at ``count`` float32 elements, each in a group of its
     own over ``members`` (a mismatch leaves its group unusable).
 
@@ -185,12 +190,12 @@ def mismatches(count: int, forced: bool = False, members: list[int] | None = Non
         if group is dist.GroupMember.NON_GROUP_MEMBER:
             continue
         me = dist.get_rank(group)
-        agreed = _mismatch_call(kind, 0, count, group, forced)
+        agreed = _mismatch_call(kind, 0, count, group, forced, strided)
         work = agreed(async_op)
         if async_op:
             work.wait()
         path = group.last_algorithm
-        disagreeing = _mismatch_call(kind, 0 if me == 0 else 1, count, group, forced)
+        disagreeing = _mismatch_call(kind, 0 if me == 0 else 1, count, group, forced, strided)
         if async_op:
             work = disagreeing(True)  # must not raise: the mismatch shows when it runs
             assert work is not None

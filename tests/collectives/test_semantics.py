@@ -39,6 +39,8 @@ MISMATCH_RUNS = {
     "subgroup_reordered": {"count": 4, "members": [2, 0]},
     "subgroup_schedules_async": {"count": LARGE, "members": [1, 2], "async_op": True},
     "async": {"count": 4, "async_op": True},
+    # non-contiguous arrays: the group's own one-shot path (its programs, compiled)
+    "general_path": {"count": 4, "strided": True},
 }
 
 

@@ -192,7 +192,8 @@ def _folds_compiled(op: str | None, dtype: str | None) -> bool:
         dt = np.dtype(dtype)
     except (KeyError, TypeError):
         return False
-    return ops.compiled_kernel(ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop, dt) is not None
+    combine = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
+    return ops.compiled_kernel(combine, dt) is not None
 
 
 class Tracer:
