@@ -19,9 +19,11 @@ from ._simulate import make_plans
 # Where each path's code, engine and tests are (file names a reader can open).
 _FAST_WHERE = {
     "oneshot": ("algorithms/{coll}.py::oneshot, run as a program (flattened by "
-                "algorithms/_program.py, run by algorithms/_execute.py's BoundProgram; "
-                "paths/oneshot.py's job, picked by calls.py) and lanes.py (the tiny-call lane "
-                "for synchronous NumPy calls, compiled in transport/_tiny.c)", "transport/arena.py: one-shot regions, one signal",
+                "algorithms/_program.py, run by transport/_tiny.c's interpreter, Round.program, "
+                "or by algorithms/_execute.py's BoundProgram without it; paths/oneshot.py's "
+                "job, picked by calls.py) and lanes.py (the tiny-call lane for synchronous "
+                "NumPy calls, compiled in transport/_tiny.c)",
+                "transport/arena.py: one-shot regions, one signal",
                 "tests/collectives/test_{coll}.py, test_fast_paths.py"),
     "cma": ("paths/single_copy.py (bodies and their runner; picked by calls.py and lanes.py)",
             "transport/cma.py (process_vm_readv) + transport/arena.py (entry, closing round)",
@@ -61,7 +63,8 @@ def explain(coll: str, nbytes: int, n: int, hosts: int = 1, cma: bool = True) ->
         if fast == "oneshot" and coll in _STAGED:
             code = _STAGED_CODE
         elif fast == "oneshot":
-            tests += ", tests/unit/test_programs.py (the program is its generator)"
+            tests += (", tests/unit/test_programs.py (the program is its generator), "
+                      "tests/transport/test_compiled_programs.py (the interpreter)")
         lines += [f"  runs      {coll}/{fast} (a fast path: "
                   "algorithms/_select.py fast_path() says so)",
                   f"  code      {code.format(coll=coll)}", f"  engine    {engine}",
