@@ -209,15 +209,13 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
                 b in (prog.INPUT, prog.OUTPUT) and 0 <= a <= sizes[b] - nbytes
                 for b, a in touched):
             return None
-        if op in (prog.GET, prog.COPY) and buf == prog.INPUT and nbytes:
+        if op in (prog.GET, prog.COPY, prog.REDUCE_SLOTS) and buf == prog.INPUT and nbytes:
             writes_input = 1
         if op == prog.REDUCE_SLOTS:
             ranks = program.rank_sets[peer]
             if ranks not in starts:
                 starts[ranks] = len(sets)
                 sets.extend((len(ranks), *ranks))
-            if buf == prog.INPUT and nbytes:
-                writes_input = 1
             rec = (op, starts[ranks], *rec[2:])
         records.append(rec)
     words = [sizes[0], sizes[1], writes_input, len(records)]

@@ -186,9 +186,8 @@ class _OneShot:
         kernel = self._compiled_kernel()
         if kernel is not None:
             group.last_compiled = True
-            group.arena.run_program(self.fp.pack(), bound.packed, self.fp, self.what,
-                                    self.deadline, self.buffers, kernel,
-                                    self.per_rank_counts)
+            group.arena.run_program(bound.packed, self.fp, self.what, self.deadline,
+                                    self.buffers, kernel, self.per_rank_counts)
         else:
             group.last_compiled = False
             group.arena.settle()  # the program writes my region before it enters

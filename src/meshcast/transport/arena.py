@@ -347,13 +347,12 @@ class Arena:
             self.wait(range(self.n), 1)
             self._compare(table, fp.seq, per_rank_counts, -1)
 
-    def run_program(self, packed: bytes, program: bytes, fp: Fingerprint, what: str,
-                    deadline: float, buffers: tuple, kernel: int, per_rank_counts: bool
-                    ) -> None:
+    def run_program(self, program: bytes, fp: Fingerprint, what: str, deadline: float,
+                    buffers: tuple, kernel: int, per_rank_counts: bool) -> None:
         """Run a packed one-shot program (``_execute.pack_program``) on ``buffers`` (the
         call's flat input and output, C-contiguous, or None) in the compiled interpreter
         (``Round.program`` in _tiny.c), its entry the round of :meth:`oneshot` with
-        fingerprint ``fp`` (``packed``: ``fp.pack()``), with the same rules and errors.
+        fingerprint ``fp``, with the same rules and errors.
         Where the compiled round cannot finish (a rank late, fingerprints that differ,
         an abort), the round ends here in Python and the program resumes after it.
         ``kernel``: the fold's code (``ops.compiled_kernel``), -1 for none.
@@ -361,7 +360,7 @@ class Arena:
         Raises:
             the errors of :meth:`oneshot`.
         """
-        seq = fp.seq
+        seq, packed = fp.seq, fp.pack()
         self.seq, self.deadline, self.what = seq, deadline, what
         run = self._compiled.program  # type: ignore[union-attr]
         inp, out = buffers
