@@ -37,7 +37,7 @@ from .algorithms import _select as _fast
 from .buffers import SUPPORTED, as_buffer
 from .errors import InvalidUsage
 from .paths import GroupView, single_copy
-from .paths.oneshot import pack_split_header, split_head, split_header
+from .paths.oneshot import Programs, pack_split_header, split_head, split_header
 from .topology import rotation
 from .transport.shm import KIND_P2P
 from .work import P2PWork, Work
@@ -114,6 +114,8 @@ class TinyCallLane:
         # make_batch): False until made, None when there is none or a tracer records
         # this lane's calls (it counts the messages in Python)
         self.batch: Any = False
+        # The packed one-shot programs the compiled interpreter runs (see _program)
+        self._programs: Programs | None = None
 
     # ------------------------------------------------------------------ calls
 
@@ -132,11 +134,31 @@ class TinyCallLane:
         if self.group.symmetric.allocations and self._symmetric(
                 arr, _fast.SYMMETRIC_ALL_REDUCE_MIN_BYTES):
             return False
-        tail, views, kernel, average, code = plan
+        tail, views, kernel, average, code, prog = plan
         if views is None:
             return self._all_reduce_single(arr, tail, kernel, average)
         group = self.group
         fifo = group.fifo
+        if prog is not None:  # the registered schedule, run by the compiled interpreter
+            if not fifo.enter_inline():  # queued async work goes first
+                self._program_call("all_reduce", tail, prog, arr, arr, code, average)
+                return True
+            try:  # the hottest call of all, inline: no closures, no Work, no frame
+                arena = group.arena
+                seq = next(group._seq)
+                status = arena.compiled_program(seq, tail, arena.spin_ns, prog, arr, arr, code, 0)
+                if status:
+                    arena.program_rest(seq, tail, self._whats["all_reduce"],
+                                       time.monotonic() + group.timeout, prog, arr, arr, code,
+                                       status)
+                if average:
+                    ops.finish_average(arr, group._size)
+            except BaseException as exc:
+                fifo.leave_inline(exc)
+                raise
+            fifo.leave_inline(None)
+            group.last_algorithm = "all_reduce/oneshot"
+            return True
         if not fifo.enter_inline():  # queued async work goes first: the closure path
             if self._run("all_reduce", tail, arr, arr, code, -1, 0, _reduce_parity, arr, views,
                          kernel, average) and average:
@@ -170,9 +192,11 @@ class TinyCallLane:
                 self.group.symmetric.allocations
                 and self._symmetric(arr, _fast.SYMMETRIC_ALL_REDUCE_MIN_BYTES)):
             return None
-        tail, views, kernel, average, code = plan
+        tail, views, kernel, average, code, prog = plan
         if views is None:
             return self._all_reduce_single(arr, tail, kernel, average, async_op=True)
+        if prog is not None:
+            return self._start_program("all_reduce", tail, prog, arr, arr, code, average)
         return self._start("all_reduce", tail, arr, arr, code, -1, 0, average,
                            _reduce_parity, arr, views, kernel, average)
 
@@ -210,6 +234,8 @@ class TinyCallLane:
         plan = self._plan(("barrier",), self._barrier_plan)
         if not plan:
             return None
+        if plan[1] is not None:
+            return self._start_program("barrier", plan[0], plan[1], None, None, -1, False)
         return self._start("barrier", plan[0], None, None, None, -1, 0, False, _ignore)
 
     def all_gather_async(self, out: np.ndarray, inp: np.ndarray) -> Work | None:
@@ -218,9 +244,11 @@ class TinyCallLane:
         if not plan or not out.flags.writeable or (
                 self.group.symmetric.allocations and self._symmetric(out)):
             return None
-        tail, views, reads = plan
+        tail, views, reads, prog = plan
         if views is None:
             return self._all_gather_single(out, inp, tail, reads, async_op=True)
+        if prog is not None:
+            return self._start_program("all_gather", tail, prog, inp, out, -1, False, True)
         flat_out = out.reshape(-1)
         return self._start("all_gather", tail, inp, flat_out, _COPY_ALL, -1, 0, False,
                            _concatenate, views, flat_out)
@@ -231,10 +259,13 @@ class TinyCallLane:
         if not plan or not out.flags.writeable or (
                 self.group.symmetric.allocations and self._symmetric(inp)):
             return None
-        tail, views, pieces, kernel, average, code = plan
+        tail, views, pieces, kernel, average, code, prog = plan
         if views is None:
             return self._reduce_scatter_single(out.reshape(-1), inp.reshape(-1), tail, kernel,
                                                average, async_op=True)
+        if prog is not None:
+            return self._start_program("reduce_scatter", tail, prog, inp, out, code, average,
+                                       True)
         flat_out = out.reshape(-1)
         return self._start("reduce_scatter", tail, inp, flat_out, code, -1,
                            self.group._rank * out.nbytes, average, _reduce_parity, flat_out,
@@ -282,6 +313,47 @@ class TinyCallLane:
         fifo.leave_inline(None)
         return Work.finished(what)
 
+    def _start_program(self, kind: str, tail: bytes, prog: bytes, inp: np.ndarray | None,
+                       out: np.ndarray | None, kernel: int, average: bool,
+                       per_rank_counts: bool = False) -> Work | None:
+        """:meth:`_start` for a call that runs its packed program (:meth:`_program`) in
+        the compiled interpreter: the worker thread finishes a round that could not
+        finish within the spin time (:func:`_run_program` with the status), then the
+        program's rest. None: the group is busy (the general path then)."""
+        group = self.group
+        fifo = group.fifo
+        if not fifo.enter_inline():
+            return None
+        arena = group.arena
+        what = self._whats[kind]
+        try:
+            seq = next(group._seq)
+            status = arena.compiled_program(seq, tail, arena.spin_ns, prog, inp, out, kernel, 0)
+            group.last_algorithm = _ONESHOT[kind]
+            if status:
+                return fifo.hand_over(lambda: _run_program(
+                    group, what, seq, tail, prog, inp, out, kernel, average, per_rank_counts,
+                    status), Work(what))  # type: ignore[arg-type]
+            if average:
+                ops.finish_average(out, group._size)
+        except BaseException as exc:
+            fifo.leave_inline(exc)
+            raise
+        fifo.leave_inline(None)
+        return Work.finished(what)
+
+    def _program_call(self, kind: str, tail: bytes, prog: bytes, inp: np.ndarray | None,
+                      out: np.ndarray | None, kernel: int, average: bool,
+                      per_rank_counts: bool = False) -> None:
+        """A synchronous call that runs its packed program (:func:`_run_program`) while
+        async work is queued: behind that work, in call order."""
+        group = self.group
+        seq = next(group._seq)
+        group.fifo.call(lambda: _run_program(group, self._whats[kind], seq, tail, prog, inp,
+                                             out, kernel, average, per_rank_counts),
+                        f"{kind} #{seq}")
+        group.last_algorithm = _ONESHOT[kind]
+
     def barrier(self) -> bool:
         """:meth:`ProcessGroup.barrier`: a one-shot round with no data."""
         plan = self._plan(("barrier",), self._barrier_plan)
@@ -289,12 +361,26 @@ class TinyCallLane:
             return False
         group = self.group
         fifo = group.fifo
+        tail, prog = plan
         if not fifo.enter_inline():  # queued async work goes first
-            self._run("barrier", plan[0], None, None, None, -1, 0, _ignore)
+            if prog is not None:
+                self._program_call("barrier", tail, prog, None, None, -1, False)
+            else:
+                self._run("barrier", tail, None, None, None, -1, 0, _ignore)
             return True
         try:  # inline, as all_reduce: entering the round is the barrier
-            group.arena.combined_oneshot(next(group._seq), plan[0], self._whats["barrier"],
-                                         group.timeout, None, None, None)
+            if prog is not None:
+                arena = group.arena
+                seq = next(group._seq)
+                status = arena.compiled_program(seq, tail, arena.spin_ns, prog, None, None, -1,
+                                                0)
+                if status:
+                    arena.program_rest(seq, tail, self._whats["barrier"],
+                                       time.monotonic() + group.timeout, prog, None, None, -1,
+                                       status)
+            else:
+                group.arena.combined_oneshot(next(group._seq), tail, self._whats["barrier"],
+                                             group.timeout, None, None, None)
         except BaseException as exc:
             fifo.leave_inline(exc)
             raise
@@ -517,10 +603,28 @@ class TinyCallLane:
         group = self.group
         if group.symmetric.allocations and self._symmetric(out):
             return False
-        tail, views, reads = plan
+        tail, views, reads, prog = plan
         if views is None:
             return self._all_gather_single(out, inp, tail, reads)
         fifo = group.fifo
+        if prog is not None:  # the registered schedule, run by the compiled interpreter
+            if not fifo.enter_inline():  # queued async work goes first
+                self._program_call("all_gather", tail, prog, inp, out, -1, False, True)
+                return True
+            try:  # inline, as all_reduce; C takes the arrays as they are (contiguous)
+                arena = group.arena
+                seq = next(group._seq)
+                status = arena.compiled_program(seq, tail, arena.spin_ns, prog, inp, out, -1, 0)
+                if status:
+                    arena.program_rest(seq, tail, self._whats["all_gather"],
+                                       time.monotonic() + group.timeout, prog, inp, out, -1,
+                                       status, True)
+            except BaseException as exc:
+                fifo.leave_inline(exc)
+                raise
+            fifo.leave_inline(None)
+            group.last_algorithm = "all_gather/oneshot"
+            return True
         if not fifo.enter_inline():  # queued async work goes first
             flat_out = out.reshape(-1)
             self._run("all_gather", tail, inp, flat_out, _COPY_ALL, -1, 0, _concatenate, views,
@@ -625,11 +729,32 @@ class TinyCallLane:
         group = self.group
         if group.symmetric.allocations and self._symmetric(inp):
             return False
-        tail, views, pieces, kernel, average, code = plan
+        tail, views, pieces, kernel, average, code, prog = plan
         if views is None:
             return self._reduce_scatter_single(out.reshape(-1), inp.reshape(-1), tail, kernel,
                                                average)
         fifo = group.fifo
+        if prog is not None:  # the registered schedule, run by the compiled interpreter
+            if not fifo.enter_inline():  # queued async work goes first
+                self._program_call("reduce_scatter", tail, prog, inp, out, code, average, True)
+                return True
+            try:  # inline, as all_gather
+                arena = group.arena
+                seq = next(group._seq)
+                status = arena.compiled_program(seq, tail, arena.spin_ns, prog, inp, out, code,
+                                                0)
+                if status:
+                    arena.program_rest(seq, tail, self._whats["reduce_scatter"],
+                                       time.monotonic() + group.timeout, prog, inp, out, code,
+                                       status, True)
+                if average:
+                    ops.finish_average(out, group._size)
+            except BaseException as exc:
+                fifo.leave_inline(exc)
+                raise
+            fifo.leave_inline(None)
+            group.last_algorithm = "reduce_scatter/oneshot"
+            return True
         offset = group._rank * out.nbytes
         if not fifo.enter_inline():  # queued async work goes first
             flat_out = out.reshape(-1)
@@ -668,7 +793,7 @@ class TinyCallLane:
         flags = out.flags
         if not (plan and flags.c_contiguous and flags.writeable):
             return False
-        (tail, _, regions, kernel, average, code), alike = plan
+        (tail, _, regions, kernel, average, code, _), alike = plan
         if not alike(pieces, out, False):
             return False
         group = self.group
@@ -704,7 +829,7 @@ class TinyCallLane:
         flags = out.flags
         if not (plan and flags.c_contiguous and flags.writeable):
             return None
-        (tail, _, regions, kernel, average, code), alike = plan
+        (tail, _, regions, kernel, average, code, _), alike = plan
         if not alike(pieces, out, False):
             return None
         flat_out = out.reshape(-1)
@@ -1682,6 +1807,19 @@ class TinyCallLane:
         return (bool(heap.allocations) and arr.nbytes >= least
                 and heap.find(arr.reshape(-1)) is not None)
 
+    def _program(self, kind: str, dtype: np.dtype, n_in: int | None, n_out: int | None,
+                 counts: tuple[int, ...] | None = None) -> bytes | None:
+        """The packed one-shot program of a call of this shape: its collective's
+        registered ``oneshot`` schedule, flattened and packed as the general path's
+        (paths.oneshot.Programs), for the compiled interpreter (``Round.program``) to run;
+        None without that interpreter, whose place the lane's Python combines take."""
+        if self.group.arena.compiled_program is None:
+            return None
+        programs = self._programs
+        if programs is None:
+            programs = self._programs = Programs(self.group)
+        return programs.get(kind, dtype, -1, n_in, n_out, counts).packed
+
     def _fits(self, nbytes: int) -> bool:
         return _fast.oneshot(self.group.caps, nbytes)
 
@@ -1731,17 +1869,24 @@ class TinyCallLane:
                           count=arr.size)
         sched_op = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
         if single:
-            return tail, None, sched_op, rop is ops.ReduceOp.AVG, None
+            return tail, None, sched_op, rop is ops.ReduceOp.AVG, None, None
+        code = ops.compiled_kernel(sched_op, dtype)
+        prog = (self._program(kind, dtype, arr.size, arr.size)
+                if kind == "all_reduce" and code is not None else None)
         return (tail, self._views(arr), ops.kernel(sched_op, dtype), rop is ops.ReduceOp.AVG,
-                ops.compiled_kernel(sched_op, dtype))
+                code, prog)
 
     def _barrier_plan(self) -> tuple | bool:
-        return (self._tail("barrier"),) if self._fits(0) else False
+        """(fingerprint tail, packed program or None) in the one-shot range."""
+        if not self._fits(0):
+            return False
+        return self._tail("barrier"), self._program("barrier", np.dtype(np.uint8), None, None)
 
     def _reduce_plan(self, arr: np.ndarray, op: Any, dst: int) -> tuple | bool:
         root = self.group._group_rank_of.get(dst)
         plan = self._all_reduce_plan(arr, op, kind="reduce", root=root)
-        return (*plan, root) if isinstance(plan, tuple) else False
+        # (one-sided off the root: the combine codes, not yet a program)
+        return (*plan[:5], root) if isinstance(plan, tuple) else False
 
     def _broadcast_plan(self, arr: np.ndarray, src: int) -> tuple | bool:
         """(fingerprint tail, one-shot views, root, None) in the one-shot range; (tail,
@@ -1773,14 +1918,15 @@ class TinyCallLane:
             return False
         fields = dict(dtype=dtype.name, count=inp.size, extra=counts_hash((inp.size,) * n))
         if _fast.oneshot_all_gather(group.caps, inp.nbytes):
-            return self._tail("all_gather", **fields), self._views(inp.reshape(-1)), None
+            return (self._tail("all_gather", **fields), self._views(inp.reshape(-1)), None,
+                    self._program("all_gather", dtype, inp.size, out.size, (inp.size,) * n))
         if _fast.single_copy(group.caps, inp.nbytes):
             # my reads (paths.single_copy.gather_pieces), with my own piece copied and,
             # for an input in its place in the output, not
             p, me = inp.nbytes, group._rank
             reads = tuple((q, 0, p, q * p) for q in rotation(me, n))
             return self._tail("all_gather", False, **fields), None, (
-                reads, tuple(r for r in reads if r[0] != me))
+                reads, tuple(r for r in reads if r[0] != me)), None
         return False
 
     def _all_gather_list_plan(self, inp: np.ndarray) -> tuple | bool:
@@ -1812,13 +1958,16 @@ class TinyCallLane:
                           count=out.size, extra=counts_hash((out.size,) * n))
         if single:
             sched = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
-            return tail, None, None, sched, rop is ops.ReduceOp.AVG, None
+            return tail, None, None, sched, rop is ops.ReduceOp.AVG, None, None
         views = self._views(inp.reshape(-1))
         c = out.size
         pieces = [[region[me * c:(me + 1) * c] for region in views[p]] for p in (0, 1)]
         sched_op = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
+        code = ops.compiled_kernel(sched_op, dtype)
+        prog = (None if code is None
+                else self._program("reduce_scatter", dtype, inp.size, c, (c,) * n))
         return (tail, views, pieces, ops.kernel(sched_op, dtype), rop is ops.ReduceOp.AVG,
-                ops.compiled_kernel(sched_op, dtype))
+                code, prog)
 
     def _reduce_scatter_list_plan(self, out: np.ndarray, op: Any) -> tuple | bool:
         """(the tensor form's one-shot plan, the check of the list), with the compiled
@@ -1959,6 +2108,23 @@ def _ignore(parity: int, *args: Any) -> None:
 def _reduce_parity(parity: int, arr: np.ndarray, views: list, kernel: Any,
                    average: bool) -> None:
     _reduce(arr, views[parity], kernel, average)
+
+
+def _run_program(group: GroupView, what: object, seq: int, tail: bytes, prog: bytes,
+                 inp: np.ndarray | None, out: np.ndarray | None, kernel: int, average: bool,
+                 per_rank_counts: bool, status: int | None = None) -> None:
+    """Call ``seq``'s packed program run by the compiled interpreter (or, with ``status``,
+    the rest of a run that returned it): where the round cannot finish in C, the arena
+    ends it in Python (``Arena.program_rest``: the wait, the comparison, the errors) and
+    the program resumes after it. ``average``: the fold was a SUM to divide."""
+    arena = group.arena
+    if status is None:
+        status = arena.compiled_program(seq, tail, arena.spin_ns, prog, inp, out, kernel, 0)
+    if status:
+        arena.program_rest(seq, tail, what, time.monotonic() + group.timeout, prog, inp, out,
+                           kernel, status, per_rank_counts)
+    if average:
+        ops.finish_average(out, group._size)
 
 
 def _finish_oneshot(arena: Any, seq: int, tail: bytes, what: object, timeout: float,

@@ -1539,7 +1539,8 @@ static int run_records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssi
 /* program(seq, packed, spin_ns, prog, inp, out, kernel, start) -> 0, or resume * 8 + status:
  * run the packed program prog (bytes, see above) on inp and out (buffers, or None
  * where the header's size is 0) from record start, the ENTER record (if any at or
- * after start) being the round of round_core with fingerprint packed, phase 1. 0:
+ * after start) being the round of round_core with fingerprint packed, phase 1
+ * (packed: the whole fingerprint, or its tail after seq, as oneshot takes it). 0:
  * the program ran to its end. Otherwise the round's status (1 to 3, see the top of
  * the file) and the record to resume from once Python finished the round (its wait,
  * comparison or error): call again with that start. kernel: the fold code
@@ -1556,11 +1557,17 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
     Py_ssize_t start = PyLong_AsSsize_t(args[7]);
     if (PyErr_Occurred())
         return NULL;
-    char *packed, *raw;
+    char *packed, *raw, with_seq[LINE];
     Py_ssize_t packed_len, raw_len;
     if (PyBytes_AsStringAndSize(args[1], &packed, &packed_len) < 0
         || PyBytes_AsStringAndSize(args[3], &raw, &raw_len) < 0)
         return NULL;
+    if (packed_len + 8 == self->fp_size) { /* the tail only: seq goes first (see pack) */
+        if (pack(self, seq, args[1], with_seq) < 0)
+            return NULL;
+        packed = with_seq;
+        packed_len = self->fp_size;
+    }
     const int64_t *prog = (const int64_t *)raw;
     if (packed_len != self->fp_size || raw_len < PROGRAM_HEADER * 8
         || prog[3] < 0 || raw_len < (PROGRAM_HEADER + prog[3] * RECORD_WORDS) * 8

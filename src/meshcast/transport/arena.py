@@ -155,6 +155,9 @@ class Arena:
         self._round = None if compiled is None else compiled.run  # type: ignore[attr-defined]
         self.compiled_oneshot = None if compiled is None else compiled.oneshot  # type: ignore[attr-defined]
         self.compiled_rooted = None if compiled is None else compiled.rooted  # type: ignore[attr-defined]
+        # program(seq, fp or tail, spin_ns, packed program, inp, out, kernel, start): a
+        # one-shot program run by the interpreter, its entry included (run_program)
+        self.compiled_program = None if compiled is None else compiled.program  # type: ignore[attr-defined]
         # alike(pieces, like, writable): a gather/scatter root's list checked in one call
         self.compiled_alike = None if compiled is None else compiled.alike  # type: ignore[attr-defined]
         # same_start(a, b): whether two arrays start at one address (lanes._in_place)
@@ -353,24 +356,37 @@ class Arena:
         call's flat input and output, C-contiguous, or None) in the compiled interpreter
         (``Round.program`` in _tiny.c), its entry the round of :meth:`oneshot` with
         fingerprint ``fp``, with the same rules and errors.
-        Where the compiled round cannot finish (a rank late, fingerprints that differ,
-        an abort), the round ends here in Python and the program resumes after it.
         ``kernel``: the fold's code (``ops.compiled_kernel``), -1 for none.
 
         Raises:
             the errors of :meth:`oneshot`.
         """
         seq, packed = fp.seq, fp.pack()
-        self.seq, self.deadline, self.what = seq, deadline, what
-        run = self._compiled.program  # type: ignore[union-attr]
         inp, out = buffers
-        status = run(seq, packed, self.spin_ns, program, inp, out, kernel, 0)
+        status = self._compiled.program(  # type: ignore[union-attr]
+            seq, packed, self.spin_ns, program, inp, out, kernel, 0)
         if status:
-            self._round_trip(seq, 1, packed, None, status & 7, compare=False)
-            mv = self._mv
-            if any(mv[a:a + FP_SIZE] != packed for a in self._fp_at[seq & 1]):
-                self._compare(self._fp_tables[seq & 1], seq, per_rank_counts, -1)
-            run(seq, packed, self.spin_ns, program, inp, out, kernel, status >> 3)
+            self.program_rest(seq, packed, what, deadline, program, inp, out, kernel, status,
+                              per_rank_counts)
+
+    def program_rest(self, seq: int, packed: bytes, what: object, deadline: float,
+                     program: bytes, inp: Any, out: Any, kernel: int, status: int,
+                     per_rank_counts: bool = False) -> None:
+        """The rest of a compiled program (``compiled_program``) that returned ``status``
+        (nonzero: the round could not finish in C, a rank being late, fingerprints
+        differing or the group aborted): the round ends here in Python (its wait,
+        liveness and ``deadline``, the comparison, the errors of :meth:`oneshot`), then
+        the program resumes after its entry. ``packed``: the fingerprint, or its tail
+        after ``seq`` (the tiny-call lane's); the other arguments are the compiled call's."""
+        if len(packed) != FP_SIZE:
+            packed = _U64.pack(seq) + packed
+        self.seq, self.deadline, self.what = seq, deadline, what  # type: ignore[assignment]
+        self._round_trip(seq, 1, packed, None, status & 7, compare=False)
+        mv = self._mv
+        if any(mv[a:a + FP_SIZE] != packed for a in self._fp_at[seq & 1]):
+            self._compare(self._fp_tables[seq & 1], seq, per_rank_counts, -1)
+        self._compiled.program(  # type: ignore[union-attr]
+            seq, packed, self.spin_ns, program, inp, out, kernel, status >> 3)
 
     def combined_oneshot(self, seq: int, tail: bytes, what: object, timeout: float,
                          data: np.ndarray | None, out: np.ndarray | None, code: int | None,
