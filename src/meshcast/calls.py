@@ -361,9 +361,16 @@ def reduce_scatter(m: Machinery, out_buf: Buffer, in_flat: np.ndarray, counts: S
     single = SingleCopy(exposing(in_work), single_copy.fits(m.caps, in_work.dtype.itemsize),
                         single_copy.reduce_my_piece(in_work, sum(counts[:m.rank]), out_work,
                                                     sched_op, m.rank, m.size))
-    return m.submit("reduce_scatter", fp,
-                    lambda c: m.plan("reduce_scatter", in_work.dtype, op=sched_op,
-                                     input=in_work, output=out_work, counts=counts),
+
+    def schedule_plan(c: Any) -> Plan:
+        # The schedules (ring, direct) write their output while they still read the
+        # input: an output inside the input (in place, as NCCL allows) gets a copy of
+        # the input to read. (One-shot and single-copy read theirs first.)
+        src = in_work.copy() if np.may_share_memory(in_work, out_work) else in_work
+        return m.plan("reduce_scatter", in_work.dtype, op=sched_op, input=src,
+                      output=out_work, counts=counts)
+
+    return m.submit("reduce_scatter", fp, schedule_plan,
                     done, algorithm=algorithm, async_op=async_op, per_rank_counts=True,
                     single=single, entered=entered[1] if entered else None)
 

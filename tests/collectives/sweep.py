@@ -252,6 +252,11 @@ def _run_one(label, call, dt, op, count, root, n, r, by_group_rank) -> bool:
         if not call(dist.all_gather_into_tensor, out, call.own(mine)):
             return False
         _check(out, ref.all_gather(ins)[r], case)
+        if not call.strided:  # in place: the input is my piece of the output
+            out = np.zeros((n, count), dt)
+            out[r] = mine
+            call(dist.all_gather_into_tensor, out, out[r])
+            _check(out, ref.all_gather(ins)[r], f"{case} (in place)")
     elif label == "gather":
         pieces = [ref.rank_input(q, count + q, dt) for q in range(n)]
         out = [call.zeros(count + q, dt) for q in range(n)] if r == root else None
@@ -282,7 +287,13 @@ def _run_one(label, call, dt, op, count, root, n, r, by_group_rank) -> bool:
         x = call.zeros(count, dt)
         if not call(dist.reduce_scatter_tensor, x, call.own(full[r]), op=op):
             return False
-        _check(x, ref.reduce_scatter(full, op, [count] * n)[r], case)
+        want = ref.reduce_scatter(full, op, [count] * n)[r]
+        _check(x, want, case)
+        if not call.strided:  # in place, as NCCL allows: the output is my piece of the input
+            inp = full[r].copy()
+            x = inp[r * count:(r + 1) * count]
+            call(dist.reduce_scatter_tensor, x, inp, op=op)
+            _check(x, want, f"{case} (in place)")
     elif label in ("all_to_all", "all_to_all_list"):
         # uneven splits: rank s sends (s + q) % 3 + count elements to rank q
         send = [[(s + q) % 3 + count for q in range(n)] for s in range(n)]
