@@ -69,7 +69,11 @@ def _reduce_slots(ctx: ExecContext, step: ReduceSlots) -> None:
     dst = step.dst
     nbytes = dst.nbytes
     slots = ctx.arena.slots
-    srcs = [slots[r][step.offset:step.offset + nbytes].view(dst.dtype) for r in step.ranks]
+    own = step.own
+    if own is not None and np.may_share_memory(own, dst):
+        own = own.copy()  # (in place: read it before it is written)
+    srcs = [own if r == ctx.arena.rank and own is not None
+            else slots[r][step.offset:step.offset + nbytes].view(dst.dtype) for r in step.ranks]
     if len(srcs) == 1:
         np.copyto(dst, srcs[0])
     else:
@@ -204,7 +208,8 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
         if op in (prog.PUT, prog.GET, prog.REDUCE_SLOTS):
             if space != prog.SPACE_CODES["region"] or not 0 <= offset <= region_bytes - nbytes:
                 return None
-        touched = ((buf, at), (src_buf, src_at)) if op == prog.COPY else ((buf, at),)
+        two = op == prog.COPY or (op == prog.REDUCE_SLOTS and src_buf != prog.NO_BUFFER)
+        touched = ((buf, at), (src_buf, src_at)) if two else ((buf, at),)
         if op not in (prog.ROUND, prog.ENTER) and nbytes and not all(
                 b in (prog.INPUT, prog.OUTPUT) and 0 <= a <= sizes[b] - nbytes
                 for b, a in touched):
@@ -318,7 +323,20 @@ def _bind(program: prog.Program, rec: prog.Record, arena: Any) -> BoundStep:
             bufs[buf][lo:hi] = theirs[ctx.parity]  # type: ignore[index]
         return get
     if op == prog.REDUCE_SLOTS:
-        by_rank = [memory(r) for r in program.rank_sets[peer]]
+        ranks = program.rank_sets[peer]
+        if src_buf != prog.NO_BUFFER and arena.rank in ranks:  # my operand: the call's own
+            me = ranks.index(arena.rank)
+            others = [memory(r) for r in ranks]
+            olo, ohi = src_at // size, (src_at + nbytes) // size
+
+            def reduce_own(ctx: ProgramContext, bufs: Buffers) -> None:
+                operands = [m[ctx.parity] for m in others]
+                own, dst = bufs[src_buf][olo:ohi], bufs[buf][lo:hi]  # type: ignore[index]
+                # (in place, the output inside the input: read it before it is written)
+                operands[me] = own.copy() if np.may_share_memory(own, dst) else own
+                ops.reduce_many(ctx.op, dst, operands)
+            return reduce_own
+        by_rank = [memory(r) for r in ranks]
         operands = tuple([m[p] for m in by_rank] for p in (0, 1))
         if whole:
             def reduce_whole(ctx: ProgramContext, bufs: Buffers) -> None:

@@ -81,12 +81,14 @@ def split_copy(plan: Plan, data: np.ndarray) -> list[LocalStep]:
             for k in rotation(me, n)[1:] if bounds[k + 1] > bounds[k]]
 
 
-def reduce_all(plan: Plan, dst: np.ndarray, lo: int, space: str) -> list[LocalStep]:
+def reduce_all(plan: Plan, dst: np.ndarray, lo: int, space: str,
+               own: np.ndarray | None = None) -> list[LocalStep]:
     """``dst`` = elements ``[lo, lo + len(dst))`` of every rank's region or exposed buffer,
-    reduced in rank order (bitwise the same on every rank that reduces them)."""
+    reduced in rank order (bitwise the same on every rank that reduces them); ``own``, if
+    given, is my operand in place of my own region's (see ReduceSlots)."""
     if not len(dst):
         return []
-    return [ReduceSlots(dst, tuple(range(plan.size)), lo * plan.itemsize, space)]
+    return [ReduceSlots(dst, tuple(range(plan.size)), lo * plan.itemsize, space, own)]
 
 
 def split_head(n: int) -> int:

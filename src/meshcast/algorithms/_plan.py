@@ -163,12 +163,18 @@ class ReduceSlots:
     result. ``dst`` is overwritten (it may be a view of the caller's data).
     With ``space=REGION`` or ``EXPOSED`` the operands are the ranks' one-shot
     regions or exposed buffers (single-copy: reduce while reading).
+    ``own`` (an array of ``dst``'s size), if given, is my own operand in place
+    of my slot's bytes: what only I read need not be staged for the others. It
+    may overlap ``dst`` (an in-place call): the executors then read it first,
+    the compiled one by staging it in those bytes of my slot, which no other
+    rank may read.
     """
 
     dst: np.ndarray
     ranks: tuple[int, ...]
     offset: int
     space: str = SLOT
+    own: np.ndarray | None = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -30,7 +30,8 @@ reads as well as Python::
   offset in it: :data:`INPUT` (the plan's input), :data:`OUTPUT` (its
   output), or :data:`NO_BUFFER` for an empty array.
 * ``src_buf``, ``src_at``: the source of a local ``COPY`` or ``REDUCE``
-  (``buf`` is then the destination).
+  (``buf`` is then the destination); for ``REDUCE_SLOTS``, where its ``own``
+  operand lies (:data:`NO_BUFFER`: it has none).
 
 Flattening runs the whole generator without delivering any data, so only a
 schedule whose steps do not depend on what earlier rounds delivered can be
@@ -176,8 +177,11 @@ def _record(step: Any, locate: _Locator, ranks_index: Callable[[tuple[int, ...]]
         return (GET, step.peer, SPACE_CODES[step.space], step.offset, step.dst.nbytes,
                 *locate(step.dst), NO_BUFFER, 0)
     if kind is ReduceSlots:
+        own = (NO_BUFFER, 0) if step.own is None else locate(step.own)
+        if step.own is not None and step.own.nbytes != step.dst.nbytes:
+            raise NotFlat("a ReduceSlots step whose own operand is not its destination's size")
         return (REDUCE_SLOTS, ranks_index(tuple(step.ranks)), SPACE_CODES[step.space],
-                step.offset, step.dst.nbytes, *locate(step.dst), NO_BUFFER, 0)
+                step.offset, step.dst.nbytes, *locate(step.dst), *own)
     if kind is Expose:
         return (EXPOSE, -1, SPACE_CODES[EXPOSED], 0, step.buf.nbytes, *locate(step.buf),
                 NO_BUFFER, 0)
@@ -225,7 +229,9 @@ def expand(program: Program, buffers: tuple[np.ndarray | None, ...]) -> list[Rou
         elif op == GET:
             then.append(Get(peer, offset, typed(buf, at, nbytes), sp))
         elif op == REDUCE_SLOTS:
-            then.append(ReduceSlots(typed(buf, at, nbytes), program.rank_sets[peer], offset, sp))
+            own = None if src_buf == NO_BUFFER else typed(src_buf, src_at, nbytes)
+            then.append(ReduceSlots(typed(buf, at, nbytes), program.rank_sets[peer], offset, sp,
+                                    own))
         elif op == ENTER:
             then.append(Enter())
         elif op == EXPOSE:

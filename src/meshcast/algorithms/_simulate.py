@@ -634,8 +634,16 @@ class _Simulator:
         n = dst.nbytes
         self.tick(st, "reduce_slots", nbytes=n, ranks=tuple(step.ranks), offset=step.offset,
                   space=step.space)
+        own = step.own
+        if own is not None:
+            _raw(own, lambda: f"{self.where(st)}: ReduceSlots' own operand")
+            if own.nbytes != n or own.dtype != dst.dtype:
+                self.fail(ScheduleError, st, "ReduceSlots' own operand is not like its dst")
         operands = []
         for q in step.ranks:
+            if q == st.rank and own is not None:
+                operands.append(own.copy())  # (my own array, not staged: no race to check)
+                continue
             space = self.space(st, q, step.space, "ReduceSlots")
             raw = self.slot_range(st, space, step.offset, n, "ReduceSlots")
             self.race_read(st, space, step.offset, n)

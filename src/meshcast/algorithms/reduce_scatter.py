@@ -266,7 +266,8 @@ def arena(plan: Plan) -> Iterator[Round]:
 @register(
     "reduce_scatter",
     "oneshot",
-    description="every rank's input through its one-shot region and one entry; each reduces its piece",
+    description="every rank's input but its own piece through its one-shot region and one "
+                "entry; each reduces its piece",
     supports=pieces_fit,
     requires="the input fits a one-shot region",
     family="oneshot",
@@ -274,16 +275,23 @@ def arena(plan: Plan) -> Iterator[Round]:
 def oneshot(plan: Plan) -> Iterator[Round]:
     """One-shot reduce-scatter (paths/oneshot.reduce_scatter; ``_select.oneshot``).
 
-    Steps: 1 round: ``Put`` my whole input into my one-shot region, ``Enter``,
-    then ``ReduceSlots`` my piece of every region, in rank order, into my output.
+    Steps: 1 round: ``Put`` my input but my own piece into my one-shot region
+    (in place: every piece at its input offset), ``Enter``, then
+    ``ReduceSlots`` my piece of every region, in rank order, into my output, my
+    own operand straight from my input (nobody else reads it).
 
-    Bytes sent per rank: the input ``S`` into my region; ``P`` times my piece read.
+    Bytes sent per rank: ``(P-1)/P S`` of the input into my region; ``P`` times
+    my piece read.
 
     Requires: the input fits a one-shot region.
     """
     d = displs(piece_counts(plan))
-    yield Round(then=enter(plan, stage=plan.input)
-                + reduce_all(plan, plan.output, d[plan.rank], REGION))
+    me, inp = plan.rank, plan.input
+    lo, hi = d[me], d[me + 1]
+    puts = [Put(start * plan.itemsize, part, REGION)
+            for start, part in ((0, inp[:lo]), (hi, inp[hi:])) if len(part)]
+    yield Round(then=enter(plan, before=puts)
+                + reduce_all(plan, plan.output, lo, REGION, own=inp[lo:hi]))
 
 
 def _reduce_my_piece(plan: Plan) -> Iterator[Round]:

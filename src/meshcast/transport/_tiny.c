@@ -1447,7 +1447,8 @@ static PyObject *Round_alike(Round *self, PyObject *const *args, Py_ssize_t narg
  * call's bytes into my one-shot region of the call's parity), ENTER (the round: the
  * fingerprint, phase 1, every rank's signal, the comparison), GET (a rank's region into
  * the call's buffer), REDUCE_SLOTS (a rank set's regions folded in rank order into the
- * call's buffer, with the kernels of _fold.h), COPY (between the call's buffers) and
+ * call's buffer, with the kernels of _fold.h; my own operand from the call's buffer
+ * where the record names one in src_buf, src_at), COPY (between the call's buffers) and
  * ROUND (nothing: rounds of a one-shot program have no messages). Whatever else a
  * program holds (messages, exposure, a peer's slot, a local reduction) is refused when
  * it is packed (_execute.compile_program), and Python's executor runs it.
@@ -1501,9 +1502,17 @@ static int run_records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssi
         case P_REDUCE_SLOTS: {
             const int64_t *set = sets + rec[1];
             Py_ssize_t k = (Py_ssize_t)set[0];
+            /* my own operand: the call's buffer (src_buf, src_at), not my region; one
+             * that overlaps the output (in place) is staged in my region first, where
+             * nobody else reads these bytes, else the fold would overwrite it unread */
+            char *own = rec[7] >= 0 ? bufs[rec[7]] + rec[8] : NULL;
+            if (own != NULL && own < mem + nbytes && mem < own + nbytes) {
+                copy_bytes(region(self, self->rank, parity) + rec[3], own, (size_t)nbytes);
+                own = NULL;
+            }
+#define OPERAND(q) (own != NULL && (q) == self->rank ? own : region(self, (q), parity) + rec[3])
             if (k == 1) {
-                copy_bytes(mem, region(self, (Py_ssize_t)set[1], parity) + rec[3],
-                           (size_t)nbytes);
+                move_bytes(mem, OPERAND((Py_ssize_t)set[1]), (size_t)nbytes);
                 break;
             }
             if (kernel < 0) {
@@ -1516,7 +1525,8 @@ static int run_records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssi
                 return -1;
             }
             for (Py_ssize_t j = 0; j < k; j++)
-                srcs[j] = region(self, (Py_ssize_t)set[1 + j], parity) + rec[3];
+                srcs[j] = OPERAND((Py_ssize_t)set[1 + j]);
+#undef OPERAND
             int type = (int)(kernel / 8), op = (int)(kernel % 8);
             Py_ssize_t count = nbytes / type_size[type];
             int big = nbytes >= (1 << 16); /* long enough to let other threads run */

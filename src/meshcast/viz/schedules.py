@@ -269,6 +269,11 @@ def _steps_of(watches: list[_Watch]) -> list[dict[str, Any]]:
                         "from": _source(watches[st.peer], st.space, st.offset, st.dst)})
                 elif isinstance(st, ReduceSlots):
                     for q in st.ranks:
+                        if q == r and st.own is not None:  # my operand: my own array
+                            step(i, wave)["local"].append({
+                                "r": r, "k": "reduce", "bytes": st.dst.nbytes,
+                                "to": w.locate(st.dst), "from": w.locate(st.own)})
+                            continue
                         step(i, wave)["xfers"].append({
                             "s": q, "d": r, "k": "reduce_slots", "bytes": st.dst.nbytes,
                             "space": st.space, "to": w.locate(st.dst),
