@@ -6,8 +6,13 @@ checks, Fingerprint objects, message strings, NumPy scalar accesses (about
 program repeats (same group, dtype, shape and op or root), this lane caches
 what the general path recomputes every time: the packed fingerprint tail,
 views of the arena's one-shot regions shaped like the arrays, the reduction
-kernel. Then a call is one :meth:`Arena.combined_oneshot`: copy in, one
-signal, copy or reduce out (one compiled call when the helper was built).
+kernel. all_reduce, all_gather_into_tensor, reduce_scatter_tensor and barrier
+hold their collective's registered ``oneshot`` schedule as a packed program
+(the general path's, paths.oneshot.Programs), and a call is one run of the
+compiled interpreter (``Round.program``: copy in, one signal, the program's
+reads and folds). The others (and those without a compiled kernel for their
+op) are one :meth:`Arena.combined_oneshot`: copy in, one signal, one of
+_tiny.c's combines (copy or reduce out).
 
 Rule: the lane runs exactly the one-shot path of the ProcessGroup method it
 stands for (same fingerprint bytes, same data layout, same operand order),
