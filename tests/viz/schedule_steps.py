@@ -42,6 +42,8 @@ def expected_steps(res: _simulate.SimResult) -> dict[tuple[int, int], Counter]:
         elif e.kind == "reduce_slots":
             for q in e.ranks:
                 steps[(e.round, w)][("reduce_slots", q, e.rank, e.nbytes)] += 1
+            if e.own:  # my operand from my own array: a local step
+                steps[(e.round, w)][("reduce", e.rank, e.nbytes)] += 1
         elif e.kind in ("reduce", "copy", "put"):
             steps[(e.round, w)][(e.kind, e.rank, e.nbytes)] += 1
     return steps

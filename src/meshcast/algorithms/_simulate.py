@@ -123,6 +123,8 @@ class Event:
             owner of the exposed buffer), else -1.
         nbytes: bytes moved, reduced or written (0 for signal/wait).
         ranks: slots read by reduce_slots, ranks waited on by wait.
+        own: reduce_slots took my own operand from my own array (ReduceSlots.own), not
+            from my slot; ``ranks`` then leaves me out.
         offset: byte offset in a slot (put/get/reduce_slots), else -1.
         phase: the phase of a signal or wait, else 0.
         space: the memory put/get/reduce_slots address (``_plan.SPACES``), else "".
@@ -138,6 +140,7 @@ class Event:
     offset: int = -1
     phase: int = 0
     space: str = ""
+    own: bool = False
 
 
 @dataclass
@@ -632,9 +635,10 @@ class _Simulator:
         if st.plan.op is None:
             self.fail(ScheduleError, st, "ReduceSlots in a plan without an op")
         n = dst.nbytes
-        self.tick(st, "reduce_slots", nbytes=n, ranks=tuple(step.ranks), offset=step.offset,
-                  space=step.space)
         own = step.own
+        mine = own is not None and st.rank in step.ranks
+        self.tick(st, "reduce_slots", nbytes=n, offset=step.offset, space=step.space, own=mine,
+                  ranks=tuple(q for q in step.ranks if not (mine and q == st.rank)))
         if own is not None:
             _raw(own, lambda: f"{self.where(st)}: ReduceSlots' own operand")
             if own.nbytes != n or own.dtype != dst.dtype:
