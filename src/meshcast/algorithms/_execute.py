@@ -326,11 +326,11 @@ def _bind(program: prog.Program, rec: prog.Record, arena: Any) -> BoundStep:
         ranks = program.rank_sets[peer]
         if src_buf != prog.NO_BUFFER and arena.rank in ranks:  # my operand: the call's own
             me = ranks.index(arena.rank)
-            others = [memory(r) for r in ranks]
+            slots = [memory(r) for r in ranks]  # (mine unread: replaced per call)
             olo, ohi = src_at // size, (src_at + nbytes) // size
 
             def reduce_own(ctx: ProgramContext, bufs: Buffers) -> None:
-                operands = [m[ctx.parity] for m in others]
+                operands = [m[ctx.parity] for m in slots]
                 own, dst = bufs[src_buf][olo:ohi], bufs[buf][lo:hi]  # type: ignore[index]
                 # (in place, the output inside the input: read it before it is written)
                 operands[me] = own.copy() if np.may_share_memory(own, dst) else own
