@@ -201,7 +201,8 @@ class TinyCallLane:
         if views is None:
             return self._all_reduce_single(arr, tail, kernel, average, async_op=True)
         if prog is not None:
-            return self._start_program("all_reduce", tail, prog, arr, arr, code, average)
+            return self._start("all_reduce", tail, arr, arr, code, -1, 0, average, _ignore,
+                               prog=prog)
         return self._start("all_reduce", tail, arr, arr, code, -1, 0, average,
                            _reduce_parity, arr, views, kernel, average)
 
@@ -240,7 +241,8 @@ class TinyCallLane:
         if not plan:
             return None
         if plan[1] is not None:
-            return self._start_program("barrier", plan[0], plan[1], None, None, -1, False)
+            return self._start("barrier", plan[0], None, None, None, -1, 0, False, _ignore,
+                               prog=plan[1])
         return self._start("barrier", plan[0], None, None, None, -1, 0, False, _ignore)
 
     def all_gather_async(self, out: np.ndarray, inp: np.ndarray) -> Work | None:
@@ -253,7 +255,8 @@ class TinyCallLane:
         if views is None:
             return self._all_gather_single(out, inp, tail, reads, async_op=True)
         if prog is not None:
-            return self._start_program("all_gather", tail, prog, inp, out, -1, False, True)
+            return self._start("all_gather", tail, inp, out, -1, -1, 0, False, _ignore, prog=prog,
+                               per_rank_counts=True)
         flat_out = out.reshape(-1)
         return self._start("all_gather", tail, inp, flat_out, _COPY_ALL, -1, 0, False,
                            _concatenate, views, flat_out)
@@ -269,8 +272,8 @@ class TinyCallLane:
             return self._reduce_scatter_single(out.reshape(-1), inp.reshape(-1), tail, kernel,
                                                average, async_op=True)
         if prog is not None:
-            return self._start_program("reduce_scatter", tail, prog, inp, out, code, average,
-                                       True)
+            return self._start("reduce_scatter", tail, inp, out, code, -1, 0, average, _ignore,
+                               prog=prog, per_rank_counts=True)
         flat_out = out.reshape(-1)
         return self._start("reduce_scatter", tail, inp, flat_out, code, -1,
                            self.group._rank * out.nbytes, average, _reduce_parity, flat_out,
@@ -278,7 +281,8 @@ class TinyCallLane:
 
     def _start(self, kind: str, tail: bytes, data: np.ndarray | None, out: np.ndarray | None,
                code: int | None, root: int, offset: int, average: bool,
-               combine: Callable[..., None], *args: Any) -> Work | None:
+               combine: Callable[..., None], *args: Any, prog: bytes | None = None,
+               per_rank_counts: bool = False) -> Work | None:
         """An ``async_op=True`` call's one-shot round (that of :meth:`_run`), started here:
         when every rank is in within the spin time the call is done and its Work
         finished; otherwise the worker thread finishes the round (the wait, the
@@ -286,7 +290,10 @@ class TinyCallLane:
         of the calls queued behind it. So an async call keeps its caller no longer
         than the spin time, and one whose peers are there costs what a synchronous
         one does. ``average``: the compiled fold was a SUM to divide. None (nothing
-        done): no compiled helper, or the group is busy; the general path then."""
+        done): no compiled helper, or the group is busy; the general path then.
+        ``prog``: the call's packed program (:meth:`_program`), run by the interpreter
+        with kernel ``code`` (None: -1) instead of ``combine``; the worker finishes a
+        late round with :func:`_run_program`."""
         group = self.group
         arena = group.arena
         fast = arena.compiled_oneshot
@@ -300,46 +307,24 @@ class TinyCallLane:
             out = None
         try:
             seq = next(group._seq)
-            status = fast(seq, tail, data, arena.spin_ns, out, code, root, offset)
+            kernel = -1 if code is None else code
+            status = (fast(seq, tail, data, arena.spin_ns, out, code, root, offset) if prog is None
+                      else arena.compiled_program(seq, tail, arena.spin_ns, prog, data, out,
+                                                  kernel, 0))
             group.last_algorithm = _ONESHOT[kind]
             if status != 0:
                 # Not every rank is in yet, or something differs: the worker finishes the
                 # round (waits, or raises what every rank raises, into the Work).
+                if prog is not None:
+                    return fifo.hand_over(lambda: _run_program(
+                        group, what, seq, tail, prog, data, out, kernel, average,
+                        per_rank_counts, status), Work(what))  # type: ignore[arg-type]
                 return fifo.hand_over(lambda: _finish_oneshot(
                     arena, seq, tail, what, group.timeout, data, status, combine, args),
                     Work(what))  # type: ignore[arg-type]
             if out is None:
                 combine(seq & 1, *args)
             elif average:
-                ops.finish_average(out, group._size)
-        except BaseException as exc:
-            fifo.leave_inline(exc)
-            raise
-        fifo.leave_inline(None)
-        return Work.finished(what)
-
-    def _start_program(self, kind: str, tail: bytes, prog: bytes, inp: np.ndarray | None,
-                       out: np.ndarray | None, kernel: int, average: bool,
-                       per_rank_counts: bool = False) -> Work | None:
-        """:meth:`_start` for a call that runs its packed program (:meth:`_program`) in
-        the compiled interpreter: the worker thread finishes a round that could not
-        finish within the spin time (:func:`_run_program` with the status), then the
-        program's rest. None: the group is busy (the general path then)."""
-        group = self.group
-        fifo = group.fifo
-        if not fifo.enter_inline():
-            return None
-        arena = group.arena
-        what = self._whats[kind]
-        try:
-            seq = next(group._seq)
-            status = arena.compiled_program(seq, tail, arena.spin_ns, prog, inp, out, kernel, 0)
-            group.last_algorithm = _ONESHOT[kind]
-            if status:
-                return fifo.hand_over(lambda: _run_program(
-                    group, what, seq, tail, prog, inp, out, kernel, average, per_rank_counts,
-                    status), Work(what))  # type: ignore[arg-type]
-            if average:
                 ops.finish_average(out, group._size)
         except BaseException as exc:
             fifo.leave_inline(exc)
