@@ -149,7 +149,8 @@ def broadcast(m: Machinery, buf: Buffer, root: int, algorithm: str | None, async
         # the root's data are unchanged: nothing to write back into a staged source
         return m.run(what, oneshot.job(m.group, m.programs, fp, what, "broadcast",
                                        buf.flat.dtype, None, buf.flat,
-                                       _nothing if m.rank == root else buf.finish, root=root),
+                                       _nothing if m.rank == root else buf.finish, root=root,
+                                       one_sided=not async_op),
                      async_op)
     data = buf.flat.reshape(-1).view(np.uint8)
     # count and dtype are in the fingerprint, so every rank decides alike
@@ -219,7 +220,8 @@ def reduce(m: Machinery, buf: Buffer, op: ops.ReduceOp, root: int, algorithm: st
         # the root reduces the regions straight into its own array, now free
         return m.run(what, oneshot.job(m.group, m.programs, fp, what, "reduce", work_arr.dtype,
                                        work_arr, None if out is None else work_arr,
-                                       lambda: finish(None), op=sched_op, root=root),
+                                       lambda: finish(None), op=sched_op, root=root,
+                                       one_sided=not async_op),
                      async_op)
     # count and dtype are in the fingerprint, so every rank decides alike
     single = SingleCopy(exposing(work_arr), lambda _: _fast.single_copy(m.caps, work_arr.nbytes),

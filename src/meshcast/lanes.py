@@ -6,13 +6,15 @@ checks, Fingerprint objects, message strings, NumPy scalar accesses (about
 program repeats (same group, dtype, shape and op or root), this lane caches
 what the general path recomputes every time: the packed fingerprint tail,
 views of the arena's one-shot regions shaped like the arrays, the reduction
-kernel. all_reduce, all_gather_into_tensor, reduce_scatter_tensor and barrier
-hold their collective's registered ``oneshot`` schedule as a packed program
-(the general path's, paths.oneshot.Programs), and a call is one run of the
-compiled interpreter (``Round.program``: copy in, one signal, the program's
-reads and folds). The others (and those without a compiled kernel for their
-op) are one :meth:`Arena.combined_oneshot`: copy in, one signal, one of
-_tiny.c's combines (copy or reduce out).
+kernel. all_reduce, broadcast, reduce, all_gather_into_tensor,
+reduce_scatter_tensor and barrier hold their collective's registered
+``oneshot`` schedule as a packed program (the general path's,
+paths.oneshot.Programs), and a call is one run of the compiled interpreter
+(``Round.program``: copy in, one signal, the program's reads and folds;
+broadcast's and reduce's entries one-sided, as their schedules say: a
+broadcast root awaits nobody). The others (and those without a compiled
+kernel for their op) are one :meth:`Arena.combined_oneshot`: copy in, one
+signal, one of _tiny.c's combines (copy or reduce out).
 
 Rule: the lane runs exactly the one-shot path of the ProcessGroup method it
 stands for (same fingerprint bytes, same data layout, same operand order),
@@ -213,14 +215,12 @@ class TinyCallLane:
         flags = arr.flags
         if not (plan and flags.c_contiguous and flags.writeable):
             return None
-        tail, views, root, copies = plan
+        tail, views, root, copies, prog = plan
         if views is None:
             return self._broadcast_single(arr, tail, root, copies, async_op=True)
-        if self.group._rank == root:
-            return self._start("broadcast", tail, arr, None, _COPY_ROOT, root, 0, False,
-                               _ignore)
-        return self._start("broadcast", tail, None, arr, _COPY_ROOT, root, 0, False,
-                           _copy_root, arr, views, root)
+        if prog is None:  # no compiled interpreter: the general path
+            return None
+        return self._start("broadcast", tail, None, arr, -1, root, 0, False, _ignore, prog=prog)
 
     def reduce_async(self, arr: np.ndarray, op: Any, dst: int) -> Work | None:
         """:meth:`ProcessGroup.reduce` with ``async_op=True`` into global rank ``dst`` (see
@@ -229,9 +229,13 @@ class TinyCallLane:
                           arr, op, dst)
         if not plan or not _writable(arr):
             return None
-        tail, views, kernel, average, code, root = plan
-        if self.group._rank != root:  # gives its data, reads nothing
-            return self._start("reduce", tail, arr, None, None, -1, 0, False, _ignore)
+        tail, views, kernel, average, code, root, prog = plan
+        at_root = self.group._rank == root
+        if prog is not None:
+            return self._start("reduce", tail, arr, arr if at_root else None, code, root, 0,
+                               average and at_root, _ignore, prog=prog)
+        if not at_root:  # no compiled interpreter: the general path
+            return None
         return self._start("reduce", tail, arr, arr, code, -1, 0, average, _reduce_parity,
                            arr, views, kernel, average)
 
@@ -308,9 +312,11 @@ class TinyCallLane:
         try:
             seq = next(group._seq)
             kernel = -1 if code is None else code
+            # (a program's one-sided entry awaits every rank here: what None; an async
+            # call's errors belong to its Work, not to the next call)
             status = (fast(seq, tail, data, arena.spin_ns, out, code, root, offset) if prog is None
                       else arena.compiled_program(seq, tail, arena.spin_ns, prog, data, out,
-                                                  kernel, 0))
+                                                  kernel, 0, None))
             group.last_algorithm = _ONESHOT[kind]
             if status != 0:
                 # Not every rank is in yet, or something differs: the worker finishes the
@@ -485,38 +491,38 @@ class TinyCallLane:
         flags = arr.flags
         if not (plan and flags.c_contiguous and flags.writeable):
             return False
-        tail, views, kernel, average, code, root = plan
+        tail, views, kernel, average, code, root, prog = plan
         group = self.group
         at_root = group._rank == root
         fifo = group.fifo
-        if not fifo.enter_inline():  # queued async work goes first
-            if self._run("reduce", tail, arr, arr if at_root and code is not None else None,
-                         code, -1, 0, _reduce_parity if at_root else _ignore, arr, views, kernel,
-                         average) and average:
-                ops.finish_average(arr, group._size)
+        if prog is not None:  # the registered schedule, one-sided off the root
+            out = arr if at_root else None
+            if not fifo.enter_inline():  # queued async work goes first
+                self._program_call("reduce", tail, prog, arr, out, code, average and at_root)
+                return True
+            try:  # inline, as all_reduce
+                arena = group.arena
+                seq = next(group._seq)
+                status = arena.compiled_program(seq, tail, arena.spin_ns, prog, arr, out, code,
+                                                0, self._whats["reduce"])
+                if status:
+                    arena.program_rest(seq, tail, self._whats["reduce"],
+                                       time.monotonic() + group.timeout, prog, arr, out, code,
+                                       status)
+                if average and at_root:
+                    ops.finish_average(arr, group._size)
+            except BaseException as exc:
+                fifo.leave_inline(exc)
+                raise
+            fifo.leave_inline(None)
+            group.last_algorithm = "reduce/oneshot"
             return True
-        try:  # inline, as all_gather: C straight from here
-            seq = next(group._seq)
-            arena = group.arena
-            fast = arena.compiled_oneshot
-            out = arr if at_root and code is not None else None
-            # One-sided off the root, which needs nothing back (see arena.py)
-            status = (None if fast is None
-                      else fast(seq, tail, arr, arena.spin_ns, out, code, -1, 0) if at_root
-                      else fast(seq, tail, arr, arena.spin_ns, None, code, -1, 0, -1,
-                                self._whats["reduce"]))
-            if status != 0:
-                arena.oneshot_rest(seq, tail, self._whats["reduce"], group.timeout, arr, status)
-            if status != 0 or out is None:  # the compiled combine did not run
-                if at_root:
-                    _reduce(arr, views[seq & 1], kernel, average)
-            elif average:
-                ops.finish_average(arr, group._size)
-        except BaseException as exc:
-            fifo.leave_inline(exc)
-            raise
-        fifo.leave_inline(None)
-        group.last_algorithm = "reduce/oneshot"
+        # Without the compiled interpreter, or at a root whose op it cannot fold: one-shot
+        # in Python, the combine from the regions
+        if self._run("reduce", tail, arr, arr if at_root and code is not None else None,
+                     code, -1, 0, _reduce_parity if at_root else _ignore, arr, views, kernel,
+                     average) and average:
+            ops.finish_average(arr, group._size)
         return True
 
     def broadcast(self, arr: np.ndarray, src: int) -> bool:
@@ -531,38 +537,35 @@ class TinyCallLane:
         flags = arr.flags
         if not (plan and flags.c_contiguous and flags.writeable):
             return False
-        tail, views, root, copies = plan
+        tail, views, root, copies, prog = plan
         if views is None:
             return self._broadcast_single(arr, tail, root, copies)
         group = self.group
-        at_root = group._rank == root
         fifo = group.fifo
-        if not fifo.enter_inline():  # queued async work goes first
-            if at_root:
-                self._run("broadcast", tail, arr, None, _COPY_ROOT, root, 0, _ignore)
-            else:
-                self._run("broadcast", tail, None, arr, _COPY_ROOT, root, 0, _copy_root, arr,
-                          views, root)
+        if prog is not None:  # the registered schedule: one-sided, the root awaits nobody
+            if not fifo.enter_inline():  # queued async work goes first
+                self._program_call("broadcast", tail, prog, None, arr, -1, False)
+                return True
+            try:  # inline, as all_reduce
+                arena = group.arena
+                seq = next(group._seq)
+                status = arena.compiled_program(seq, tail, arena.spin_ns, prog, None, arr, -1,
+                                                0, self._whats["broadcast"])
+                if status:
+                    arena.program_rest(seq, tail, self._whats["broadcast"],
+                                       time.monotonic() + group.timeout, prog, None, arr, -1,
+                                       status)
+            except BaseException as exc:
+                fifo.leave_inline(exc)
+                raise
+            fifo.leave_inline(None)
+            group.last_algorithm = "broadcast/oneshot"
             return True
-        # Inline, as all_gather: a call through _run costs a third of the whole call.
-        try:
-            seq = next(group._seq)
-            arena = group.arena
-            fast = arena.compiled_oneshot
-            # One-sided: the root awaits nobody, the others only the root (see arena.py)
-            status = None if fast is None else fast(
-                seq, tail, arr if at_root else None, arena.spin_ns, None if at_root else arr,
-                _COPY_ROOT, root, 0, -1 if at_root else root, self._whats["broadcast"])
-            if status != 0:
-                arena.oneshot_rest(seq, tail, self._whats["broadcast"], group.timeout,
-                                   arr if at_root else None, status)
-                if not at_root:
-                    arr[...] = views[seq & 1][root]
-        except BaseException as exc:
-            fifo.leave_inline(exc)
-            raise
-        fifo.leave_inline(None)
-        group.last_algorithm = "broadcast/oneshot"
+        # Without the compiled interpreter: one-shot in Python
+        if group._rank == root:
+            self._run("broadcast", tail, arr, None, None, root, 0, _ignore)
+        else:
+            self._run("broadcast", tail, None, arr, None, root, 0, _copy_root, arr, views, root)
         return True
 
     def _broadcast_single(self, arr: np.ndarray, tail: bytes, root: int,
@@ -1798,7 +1801,7 @@ class TinyCallLane:
                 and heap.find(arr.reshape(-1)) is not None)
 
     def _program(self, kind: str, dtype: np.dtype, n_in: int | None, n_out: int | None,
-                 counts: tuple[int, ...] | None = None) -> bytes | None:
+                 counts: tuple[int, ...] | None = None, root: int = -1) -> bytes | None:
         """The packed one-shot program of a call of this shape: its collective's
         registered ``oneshot`` schedule, flattened and packed as the general path's
         (paths.oneshot.Programs), for the compiled interpreter (``Round.program``) to run;
@@ -1808,7 +1811,7 @@ class TinyCallLane:
         programs = self._programs
         if programs is None:
             programs = self._programs = Programs(self.group)
-        return programs.get(kind, dtype, -1, n_in, n_out, counts).packed
+        return programs.get(kind, dtype, root, n_in, n_out, counts).packed
 
     def _fits(self, nbytes: int) -> bool:
         return _fast.oneshot(self.group.caps, nbytes)
@@ -1873,16 +1876,27 @@ class TinyCallLane:
         return self._tail("barrier"), self._program("barrier", np.dtype(np.uint8), None, None)
 
     def _reduce_plan(self, arr: np.ndarray, op: Any, dst: int) -> tuple | bool:
+        """(fingerprint tail, one-shot views, kernel, AVG?, compiled code, root, packed
+        program or None) in the one-shot range; False elsewhere. The program is None
+        without the compiled interpreter, and at a root whose op it cannot fold."""
         root = self.group._group_rank_of.get(dst)
         plan = self._all_reduce_plan(arr, op, kind="reduce", root=root)
-        # (one-sided off the root: the combine codes, not yet a program)
-        return (*plan[:5], root) if isinstance(plan, tuple) else False
+        if not isinstance(plan, tuple):
+            return False
+        tail, views, kernel, average, code = plan[:5]
+        at_root = self.group._rank == root
+        if code is None and not at_root:
+            code = -1  # (it folds nothing: the program runs without a kernel)
+        prog = (None if code is None else
+                self._program("reduce", arr.dtype, arr.size, arr.size if at_root else None,
+                              root=root))  # type: ignore[arg-type]
+        return tail, views, kernel, average, code, root, prog
 
     def _broadcast_plan(self, arr: np.ndarray, src: int) -> tuple | bool:
-        """(fingerprint tail, one-shot views, root, None) in the one-shot range; (tail,
-        None, root, my single-copy copies) where the single-copy path takes over
-        (paths.single_copy.broadcast: the root writes each reader's part, the reader
-        reads the others); False elsewhere (the schedules)."""
+        """(fingerprint tail, one-shot views, root, None, packed program or None) in the
+        one-shot range; (tail, None, root, my single-copy copies, None) where the
+        single-copy path takes over (paths.single_copy.broadcast: the root writes each
+        reader's part, the reader reads the others); False elsewhere (the schedules)."""
         dtype = arr.dtype
         group = self.group
         root = group._group_rank_of.get(src)
@@ -1891,10 +1905,11 @@ class TinyCallLane:
         fields = dict(dtype=dtype.name, root=root, count=arr.size)
         path = _fast.fast_path("broadcast", group.caps, arr.nbytes)
         if path == "oneshot":
-            return self._tail("broadcast", **fields), self._views(arr), root, None
+            return (self._tail("broadcast", **fields), self._views(arr), root, None,
+                    self._program("broadcast", dtype, None, arr.size, root=root))
         if path == "cma":
             copies = single_copy.broadcast_copies(arr.nbytes, root, group._rank, group._size)
-            return self._tail("broadcast", False, **fields), None, root, copies
+            return self._tail("broadcast", False, **fields), None, root, copies, None
         return False
 
     def _all_gather_plan(self, out: np.ndarray, inp: np.ndarray) -> tuple | bool:
@@ -2106,10 +2121,12 @@ def _run_program(group: GroupView, what: object, seq: int, tail: bytes, prog: by
     """Call ``seq``'s packed program run by the compiled interpreter (or, with ``status``,
     the rest of a run that returned it): where the round cannot finish in C, the arena
     ends it in Python (``Arena.program_rest``: the wait, the comparison, the errors) and
-    the program resumes after it. ``average``: the fold was a SUM to divide."""
+    the program resumes after it. ``average``: the fold was a SUM to divide. A
+    synchronous call's (``status`` None) entry may be one-sided (named by ``what``)."""
     arena = group.arena
     if status is None:
-        status = arena.compiled_program(seq, tail, arena.spin_ns, prog, inp, out, kernel, 0)
+        status = arena.compiled_program(seq, tail, arena.spin_ns, prog, inp, out, kernel, 0,
+                                        what)
     if status:
         arena.program_rest(seq, tail, what, time.monotonic() + group.timeout, prog, inp, out,
                            kernel, status, per_rank_counts)

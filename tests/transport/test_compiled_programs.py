@@ -60,15 +60,27 @@ def _fp(seq: int, tag: int = 0) -> bytes:
     return struct.pack("<Q", seq) + bytes([tag]) * (FP - 8)
 
 
-def _packed(plan: Plan) -> bytes:
-    """The rank's program for this call shape, flattened on probe arrays and packed."""
+def _flat(plan: Plan) -> prog.Program:
+    """The rank's program for this call shape, flattened on probe arrays."""
     def fresh(a: np.ndarray | None) -> np.ndarray | None:
         return None if a is None else np.empty(a.size, plan.dtype)
     probe = dataclasses.replace(plan, input=fresh(plan.input), output=fresh(plan.output))
     entry = registry.get(plan.coll, "oneshot")
-    packed = _execute.pack_program(prog.flatten(entry.fn, probe, entry.qualname), REGION)
+    return prog.flatten(entry.fn, probe, entry.qualname)
+
+
+def _packed(plan: Plan) -> bytes:
+    """The rank's program for this call shape, packed for the interpreter."""
+    packed = _execute.pack_program(_flat(plan), REGION)
     assert packed is not None, f"{plan.coll}: the one-shot program was not packed"
     return packed
+
+
+def _awaits(plan: Plan) -> tuple[int, ...]:
+    """The ranks the program's entry awaits (every rank unless one-sided)."""
+    program = _flat(plan)
+    peer = next(rec[1] for rec in program.records if rec[0] == prog.ENTER)
+    return tuple(range(plan.size)) if peer < 0 else program.rank_sets[peer]
 
 
 def _plans(coll: str, n: int, count: int, root: int, dtype: np.dtype, op: ReduceOp | None,
@@ -92,7 +104,8 @@ def _run_compiled(plans: list[Plan], seq: int, kernel: int) -> list[int]:
     programs = [_packed(p) for p in plans]
     statuses, resume = [], []
     for r, p in enumerate(plans):
-        got = m.rounds[r].program(seq, _fp(seq), 0, programs[r], p.input, p.output, kernel, 0)
+        got = m.rounds[r].program(seq, _fp(seq), 0, programs[r], p.input, p.output, kernel, 0,
+                                  f"call {seq}")
         statuses.append(got & 7)
         resume.append(got >> 3)
         assert m.word(r) == (seq << 24) | 1, f"rank {r} did not signal phase 1"
@@ -121,8 +134,11 @@ def test_the_interpreter_gives_the_simulators_results(coll, n):
         kernel = ops.compiled_kernel(op, dt) if reducing else -1
         assert kernel is not None
         for root in sorted({0, n - 1} if coll in ROOTED else {-1}):
-            for count, uneven in ((0, False), (1, False), (37, False), (9, True)):
-                if uneven and coll not in PIECES:
+            # 9000 float32: staged in chunks with progress, a broadcast reader's copy
+            # pipelined (_tiny.c, PIPE_MIN)
+            for count, uneven in ((0, False), (1, False), (37, False), (9, True), (9000, False)):
+                if (uneven and coll not in PIECES) or (
+                        count * dt.itemsize * (n if coll in PIECES else 1) > REGION):
                     continue
                 for in_place in (False, True):
                     args = (coll, n, count, root, dt, op if reducing else None, uneven,
@@ -130,7 +146,9 @@ def test_the_interpreter_gives_the_simulators_results(coll, n):
                     want, got = _plans(*args), _plans(*args)
                     _simulate.run(registry.get(coll, "oneshot").fn, want)
                     statuses = _run_compiled(got, seq=7 + count, kernel=kernel)
-                    assert statuses[-1] == 0 and all(s == 2 for s in statuses[:-1]), statuses
+                    # ranks enter in turn: a rank finds its awaited ranks if they came first
+                    assert statuses == [0 if all(a <= r for a in _awaits(p)) else 2
+                                        for r, p in enumerate(got)], statuses
                     for r, (a, b) in enumerate(zip(want, got)):
                         if a.output is not None:
                             assert a.output.tobytes() == b.output.tobytes(), \
@@ -214,3 +232,28 @@ def test_programs_the_interpreter_does_not_run_are_not_packed():
         assert _execute.pack_program(program(ok, rec), REGION) is None, what
     enter = (prog.ENTER, -1, -1, 0, 0, -1, 0, -1, 0)
     assert _execute.pack_program(program(enter, enter), REGION) is None, "two entries"
+
+
+def test_a_one_sided_entry_is_settled_at_the_next_call():
+    # broadcast from rank 0 at 3 ranks: the root awaits nobody, the readers the root
+    n = 3
+    plans = _plans("broadcast", n, 5, 0, np.dtype(np.float32), None, False, False)
+    m = _Mapping(n)
+    program = [_packed(p) for p in plans]
+    settled = []
+    m.rounds[0].settle_slow = lambda *args: settled.append(args)
+    root = m.rounds[0].program
+    assert root(9, _fp(9), 0, program[0], None, plans[0].output, -1, 0, "call 9") == 0
+    assert m.rounds[0].pending  # signalled, returned: the round is still its own
+    assert m.word(0) == (9 << 24) | 1
+    assert m.rounds[0].pending and not settled
+    # a reader whose fingerprint differs from the root's goes to Python (status 2)
+    got = m.rounds[1].program(9, _fp(9, tag=3), 0, program[1], None, plans[1].output, -1, 0,
+                              "call 9")
+    assert got & 7 == 2
+    # the root's next call settles call 9 first: rank 2 never entered, so Python's
+    # end of it (settle_slow) gets the call's seq, fingerprint and name; without a
+    # name (what None: an async call's) the entry awaits every rank
+    assert root(11, _fp(11), 0, program[0], None, plans[0].output, -1, 0, None) == 3 * 8 + 2
+    assert settled == [(9, _fp(9), "call 9", None, -1)]
+    assert not m.rounds[0].pending

@@ -641,6 +641,39 @@ def test_sim_reports_a_rank_that_never_enters():
         run(lonely, _host_plans("oneshot"))
 
 
+def test_sim_reports_a_read_a_one_sided_entry_did_not_await():
+    # every rank stages; rank 1 awaits rank 0 only, then reads rank 2's region too
+    def hasty(plan):
+        awaits = None if plan.rank != 1 else (0,)
+        reads = [Get(0, 0, plan.output, REGION)] + (
+            [Get(2, 0, plan.output, REGION)] if plan.rank == 1 else [])
+        yield Round(then=[Put(0, plan.input, REGION), Enter(awaits), *reads])
+
+    with pytest.raises(RaceError, match="region of rank 2|rank 2's region"):
+        run(hasty, _host_plans("oneshot", size=3), order="reverse")
+
+    def patient(plan):  # the same reads, awaiting what they read
+        awaits = None if plan.rank != 1 else (0, 2)
+        yield Round(then=[Put(0, plan.input, REGION), Enter(awaits),
+                          Get(0, 0, plan.output, REGION)])
+
+    run(patient, _host_plans("oneshot", size=3), order="reverse")
+
+
+def test_sim_refuses_a_one_sided_entry_after_an_exposure_or_of_strangers():
+    def exposing(plan):
+        yield Round(then=[Expose(plan.input), Enter(())])
+
+    with pytest.raises(ScheduleError, match="one-sided Enter after Expose"):
+        run(exposing, _host_plans("cma"))
+
+    def strangers(plan):
+        yield Round(then=[Enter((5,))])
+
+    with pytest.raises(ScheduleError, match=r"awaits \(5,\): not ranks"):
+        run(strangers, _host_plans("oneshot"))
+
+
 def test_described_paths_never_reach_the_selector():
     """Registering the fast paths changes no decision: the selector, ``algorithm=`` and
     ``MESHCAST_ALGO`` see only the families the executor runs."""

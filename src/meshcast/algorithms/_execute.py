@@ -192,7 +192,8 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
     The form is int64 words: a header (the input's and output's byte sizes, 1 if a
     step writes into the input, the number of records), the records as they are, then
     the rank sets, each its length then its ranks, a ``REDUCE_SLOTS`` record's peer
-    becoming where its set starts. Every step's bytes are checked here to lie inside
+    (and a one-sided ``ENTER``'s, whose set is one rank or none) becoming where its
+    set starts. Every step's bytes are checked here to lie inside
     its buffer and inside a one-shot region of ``region_bytes``, so that a call only
     checks its buffers' sizes.
     """
@@ -216,7 +217,9 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
             return None
         if op in (prog.GET, prog.COPY, prog.REDUCE_SLOTS) and buf == prog.INPUT and nbytes:
             writes_input = 1
-        if op == prog.REDUCE_SLOTS:
+        if op == prog.ENTER and peer >= 0 and len(program.rank_sets[peer]) > 1:
+            return None  # a one-sided round awaits one rank or none in the interpreter
+        if op in (prog.REDUCE_SLOTS, prog.ENTER) and peer >= 0:
             ranks = program.rank_sets[peer]
             if ranks not in starts:
                 starts[ranks] = len(sets)
@@ -289,7 +292,7 @@ def _bind(program: prog.Program, rec: prog.Record, arena: Any) -> BoundStep:
                                   f"elements of {dtype}")
     if nbytes == 0 and op in (prog.PUT, prog.GET, prog.REDUCE_SLOTS, prog.COPY, prog.REDUCE):
         return lambda ctx, bufs: None  # an empty piece: nothing to move
-    if op == prog.ENTER:
+    if op == prog.ENTER:  # (one-sided or not: awaiting every rank is always right)
         return lambda ctx, bufs: ctx.enter()
     if op == prog.SIGNAL:
         return lambda ctx, bufs: arena.signal(offset)

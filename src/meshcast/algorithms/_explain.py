@@ -22,9 +22,8 @@ _FAST_WHERE = {
                 "algorithms/_program.py, run by transport/_tiny.c's interpreter, Round.program, "
                 "or by algorithms/_execute.py's BoundProgram without it; paths/oneshot.py's "
                 "job, picked by calls.py) and lanes.py (the tiny-call lane for synchronous "
-                "NumPy calls, which runs the same program in the same interpreter for "
-                "all_reduce, all_gather, reduce_scatter and barrier, and _tiny.c's "
-                "combines for broadcast and reduce)",
+                "NumPy calls, which runs the same program in the same interpreter, "
+                "broadcast's and reduce's entries one-sided)",
                 "transport/arena.py: one-shot regions, one signal",
                 "tests/collectives/test_{coll}.py, test_fast_paths.py"),
     "cma": ("paths/single_copy.py (bodies and their runner; picked by calls.py and lanes.py)",

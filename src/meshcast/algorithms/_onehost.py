@@ -49,16 +49,18 @@ def pieces_fit(plan: Plan) -> bool:
 
 
 def enter(plan: Plan, *, stage: np.ndarray | None = None, expose: np.ndarray | None = None,
-          before: Sequence[LocalStep] = ()) -> list[LocalStep]:
+          before: Sequence[LocalStep] = (), awaits: tuple[int, ...] | None = None
+          ) -> list[LocalStep]:
     """Stage ``stage`` in my one-shot region and/or expose ``expose``, then ``Enter``:
     what the runtime does before and in the call's entry (``before``: steps of my own
-    that go first, e.g. all_to_all's header)."""
+    that go first, e.g. all_to_all's header; ``awaits``: the ranks a one-sided entry
+    waits for, None: every rank)."""
     steps: list[LocalStep] = list(before)
     if stage is not None and stage.nbytes:
         steps.append(Put(0, stage, REGION))
     if expose is not None:
         steps.append(Expose(expose))
-    steps.append(Enter())
+    steps.append(Enter(awaits))
     return steps
 
 

@@ -68,7 +68,9 @@ written in the same vocabulary, with three more memory *spaces* for the
   region or exposed before its ``Enter`` is visible to every rank after
   its own ``Enter``. A schedule that has an ``Enter`` gets no entry from the
   executor before its first round (Rule 1 becomes this step); phases of its
-  signals count from 1 after it.
+  signals count from 1 after it. ``Enter(awaits=ranks)`` waits only for
+  those ranks (a one-sided round, as MPI's eager sends: a broadcast's root
+  awaits nobody); the rank finishes the round at its next call.
 
 Rule 4: a rank must not return (or change its exposed buffer) while a peer
 may still read or write it: single-copy and symmetric schedules end with a
@@ -180,7 +182,18 @@ class ReduceSlots:
 @dataclass(frozen=True, eq=False)
 class Enter:
     """The call's entry (fingerprint exchange and one signal); returns when every rank
-    entered, after which every rank's earlier region puts and exposure are visible."""
+    in ``awaits`` entered (None: every rank), after which their earlier region puts and
+    exposure are visible to me.
+
+    ``awaits`` short of every rank makes the round *one-sided* (a broadcast root
+    needs nobody, a reader only the root): the rest of the round, every rank's entry
+    and the fingerprints' comparison, is this rank's to finish at its next call on
+    the group, before it writes into the arena. An executor may always await every
+    rank instead; a schedule must not rely on anything of a rank it did not await,
+    and a rank that exposes a buffer must await every rank (Rule 4).
+    """
+
+    awaits: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -21,7 +21,8 @@ reads as well as Python::
   ``GET``, ...; a ``ROUND`` record opens each round, its comm steps first,
   as in a Round).
 * ``peer``: the group rank a step addresses; for ``REDUCE_SLOTS`` and
-  ``WAIT`` an index into :attr:`Program.rank_sets` instead.
+  ``WAIT`` an index into :attr:`Program.rank_sets` instead, and for ``ENTER``
+  the ranks it awaits there (``-1``: every rank).
 * ``space``: :data:`SPACE_CODES` of the step's arena space (slot, one-shot
   region, exposed buffer), ``-1`` where it has none.
 * ``offset``: bytes into that space; for ``SIGNAL`` and ``WAIT`` the phase.
@@ -91,7 +92,7 @@ class Program:
         name: the algorithm (``"all_reduce/oneshot"``).
         dtype: the element type reductions run in.
         records: the steps, in order, as tuples of nine ints.
-        rank_sets: the rank tuples ``REDUCE_SLOTS`` and ``WAIT`` records index.
+        rank_sets: the rank tuples ``REDUCE_SLOTS``, ``WAIT`` and ``ENTER`` records index.
         sizes: bytes of the input and of the output it was flattened for.
     """
 
@@ -151,6 +152,9 @@ def flatten(schedule: Callable[[Plan], Iterator[Round]], plan: Plan, name: str) 
     for rnd in schedule(plan):
         records.append((ROUND, -1, -1, 0, 0, NO_BUFFER, 0, NO_BUFFER, 0))
         for step in (*rnd.comms, *rnd.then):
+            if type(step) is Enter and step.awaits is not None and set(step.awaits) >= set(
+                    range(plan.size)):
+                step = Enter()  # awaiting every rank is the whole round
             records.append(_record(step, locate, ranks_index))
     sizes = tuple(0 if a is None else a.nbytes for a in (plan.input, plan.output))
     return Program(name, plan.dtype, tuple(records), tuple(rank_sets),
@@ -161,7 +165,8 @@ def _record(step: Any, locate: _Locator, ranks_index: Callable[[tuple[int, ...]]
             ) -> Record:
     kind = type(step)
     if kind is Enter:
-        return (ENTER, -1, -1, 0, 0, NO_BUFFER, 0, NO_BUFFER, 0)
+        awaits = -1 if step.awaits is None else ranks_index(tuple(step.awaits))
+        return (ENTER, awaits, -1, 0, 0, NO_BUFFER, 0, NO_BUFFER, 0)
     if kind is Signal:
         return (SIGNAL, -1, -1, step.phase, 0, NO_BUFFER, 0, NO_BUFFER, 0)
     if kind is Wait:
@@ -233,7 +238,7 @@ def expand(program: Program, buffers: tuple[np.ndarray | None, ...]) -> list[Rou
             then.append(ReduceSlots(typed(buf, at, nbytes), program.rank_sets[peer], offset, sp,
                                     own))
         elif op == ENTER:
-            then.append(Enter())
+            then.append(Enter(None if peer < 0 else program.rank_sets[peer]))
         elif op == EXPOSE:
             then.append(Expose(typed(buf, at, nbytes)))
         elif op == WRITE:

@@ -33,8 +33,10 @@ at the start; signal words only grow; ``Put``/``Get``/``ReduceSlots`` stay
 inside the slot. The one-host fast paths' spaces work alike: a one-shot
 region of ``plan.region_bytes`` per rank, and the buffer a rank exposed
 (which its owner may also change through local steps, and peers through
-``Write``). ``Enter`` blocks until every rank has reached its own and then
-synchronises with all of them (what the fingerprint exchange guarantees). With ``check_races`` every arena access is checked with
+``Write``). ``Enter`` blocks until every rank it awaits (all, unless
+one-sided) has reached its own and then synchronises with them (what the
+fingerprint exchange guarantees); a one-sided one after an ``Expose`` is an
+error. With ``check_races`` every arena access is checked with
 vector clocks: a ``Wait`` synchronises with the *earliest* signal that
 satisfies it (the weakest guarantee real hardware gives), a ``Recv`` with
 its sender. A read of slot bytes that the reader has not synchronised with
@@ -334,18 +336,27 @@ class _Simulator:
         return False
 
     def enter(self, st: _Rank) -> bool:
-        """``Enter``: arrive (once), then pass when every rank has arrived, synchronised
-        with all of them."""
+        """``Enter``: arrive (once), then pass when every rank it awaits has arrived,
+        synchronised with those only (a one-sided round relies on nothing else)."""
         if st.entered:
             self.fail(ScheduleError, st, "Enter twice: a call has one entry")
+        assert st.rnd is not None
+        awaits = st.rnd.then[st.pc].awaits
+        awaited = self.ranks if awaits is None else [self.ranks[r] for r in awaits
+                                                     if 0 <= r < self.p]
         if st.arrived is None:
             self.need_fast_path_host(st, "Enter")
+            if awaits is not None and len(awaited) != len(awaits):
+                self.fail(ScheduleError, st, f"Enter awaits {awaits}: not ranks of the group")
+            if awaits is not None and st.exposure is not None and len(set(awaits)) < self.p:
+                self.fail(ScheduleError, st, "a one-sided Enter after Expose: the rank may "
+                          "return while peers still use its buffer (Rule 4)")
             self.tick(st, "enter")
             st.arrived = st.clock.copy()
             return True
-        if any(other.arrived is None for other in self.ranks):
+        if any(other.arrived is None for other in awaited):
             return False
-        for other in self.ranks:
+        for other in awaited:
             np.maximum(st.clock, other.arrived, out=st.clock)
         st.entered = True
         st.pc += 1

@@ -188,14 +188,17 @@ def oneshot(plan: Plan) -> Iterator[Round]:
     """One-shot broadcast (paths/oneshot.broadcast; chosen by ``_select.oneshot``).
 
     Steps: 1 round: the root ``Put``s its data into its one-shot region; every
-    rank ``Enter``s; every other rank ``Get``s the data from the root's region.
+    rank ``Enter``s, one-sided: the root awaits nobody, every other rank the
+    root only; every other rank ``Get``s the data from the root's region (the
+    interpreter copies it as the root stages it, if large).
 
     Bytes sent per rank: root ``S`` into its region; every other rank reads ``S``.
 
     Requires: ``S`` fits a one-shot region.
     """
     root = plan.root == plan.rank
-    yield Round(then=enter(plan, stage=plan.output if root else None)
+    yield Round(then=enter(plan, stage=plan.output if root else None,
+                           awaits=() if root else (plan.root,))
                 + ([] if root or not len(plan.output) else [Get(plan.root, 0, plan.output, REGION)]))
 
 

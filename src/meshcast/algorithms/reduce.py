@@ -341,15 +341,16 @@ def oneshot(plan: Plan) -> Iterator[Round]:
     """One-shot reduce (paths/oneshot.reduce; chosen by ``_select.oneshot``).
 
     Steps: 1 round: every rank ``Put``s its data into its one-shot region and
-    ``Enter``s; the root ``ReduceSlots`` every region, in rank order, into its
-    output.
+    ``Enter``s (one-sided off the root, which awaits every rank: the others
+    await nobody); the root ``ReduceSlots`` every region, in rank order, into
+    its output.
 
     Bytes sent per rank: ``S`` into my region; the root reads ``P S``.
 
     Requires: ``S`` fits a one-shot region.
     """
     at_root = plan.rank == plan.root
-    yield Round(then=enter(plan, stage=plan.input)
+    yield Round(then=enter(plan, stage=plan.input, awaits=None if at_root else ())
                 + (reduce_all(plan, plan.output, 0, REGION) if at_root else []))
 
 

@@ -170,13 +170,15 @@ class _OneShot:
     (``_execute.ProgramContext``)."""
 
     __slots__ = ("group", "bound", "buffers", "fp", "what", "finish", "op", "parity",
-                 "per_rank_counts", "deadline")
+                 "per_rank_counts", "one_sided", "deadline")
 
     def __init__(self, group: GroupView, bound: BoundProgram, buffers: tuple, fp: Fingerprint,
-                 what: str, finish: Callable[[], None], op: Any, per_rank_counts: bool) -> None:
+                 what: str, finish: Callable[[], None], op: Any, per_rank_counts: bool,
+                 one_sided: bool) -> None:
         self.group, self.bound, self.buffers, self.fp = group, bound, buffers, fp
         self.what, self.finish, self.op = what, finish, op
         self.parity, self.per_rank_counts = fp.seq & 1, per_rank_counts
+        self.one_sided = one_sided
 
     def __call__(self) -> None:
         group = self.group
@@ -187,7 +189,7 @@ class _OneShot:
         if kernel is not None:
             group.last_compiled = True
             group.arena.run_program(bound.packed, self.fp, self.what, self.deadline,
-                                    self.buffers, kernel, self.per_rank_counts)
+                                    self.buffers, kernel, self.per_rank_counts, self.one_sided)
         else:
             group.last_compiled = False
             group.arena.settle()  # the program writes my region before it enters
@@ -213,13 +215,15 @@ class _OneShot:
 def job(group: GroupView, programs: Programs, fp: Fingerprint, what: str, kind: str,
         dtype: np.dtype, inp: np.ndarray | None, out: np.ndarray | None,
         finish: Callable[[], None], *, op: ops.ReduceOp | None = None, root: int = -1,
-        counts: Sequence[int] | None = None) -> Job:
+        counts: Sequence[int] | None = None, one_sided: bool = False) -> Job:
     """A one-shot call as a job: its collective's ``oneshot`` program (see
     :class:`Programs`) run on ``inp`` and ``out`` (flat arrays of ``dtype``, or None as
     in the Plan's table of buffers), then ``finish()``.
 
     ``counts``: every rank's element count (all_gather, reduce_scatter), whose
-    fingerprints compare per-rank counts."""
+    fingerprints compare per-rank counts. ``one_sided``: the compiled interpreter
+    may run the program's entry one-sided (a synchronous call: see ``_plan.Enter``);
+    an async call's awaits every rank, so its errors land in its Work."""
     shape = None if counts is None else tuple(counts)
     if inp is not None and inp.ndim != 1:  # the program addresses flat arrays
         inp = inp.reshape(-1)
@@ -227,7 +231,8 @@ def job(group: GroupView, programs: Programs, fp: Fingerprint, what: str, kind: 
         out = out.reshape(-1)
     bound = programs.get(kind, dtype, root, None if inp is None else inp.size,
                          None if out is None else out.size, shape)
-    return _OneShot(group, bound, (inp, out), fp, what, finish, op, shape is not None)
+    return _OneShot(group, bound, (inp, out), fp, what, finish, op, shape is not None,
+                    one_sided)
 
 
 # ------------------------------------------------- decided after the entry

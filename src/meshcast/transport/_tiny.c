@@ -1481,8 +1481,9 @@ static int fold_sources(char *const *srcs, Py_ssize_t nsrc, int type, int op, ch
 /* Run records [from, to) of prog on bufs (the call's input and output); -1 with an
  * exception (no kernel for a fold, no memory). */
 static int run_records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssize_t to,
-                       char *const *bufs, int parity, long kernel) {
+                       char *const *bufs, uint64_t seq, long kernel) {
     const int64_t *sets = prog + PROGRAM_HEADER + prog[3] * RECORD_WORDS;
+    int parity = (int)(seq & 1);
     for (Py_ssize_t i = from; i < to; i++) {
         const int64_t *rec = prog + PROGRAM_HEADER + i * RECORD_WORDS;
         Py_ssize_t nbytes = (Py_ssize_t)rec[4];
@@ -1490,9 +1491,19 @@ static int run_records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssi
             continue; /* ROUND, and empty pieces */
         char *mem = rec[5] >= 0 ? bufs[rec[5]] + rec[6] : NULL;
         switch (rec[0]) {
-        case P_PUT:
-            copy_to_shared(region(self, self->rank, parity) + rec[3], mem, (size_t)nbytes);
+        case P_PUT: {
+            char *to_region = region(self, self->rank, parity) + rec[3];
+            if (nbytes < PIPE_MIN || rec[3] != 0) {
+                copy_to_shared(to_region, mem, (size_t)nbytes);
+                break;
+            } /* large, from the region's start: staged in chunks, with progress (as stage) */
+            for (Py_ssize_t done = 0; done < nbytes; done += PIPE_CHUNK) {
+                Py_ssize_t len = nbytes - done < PIPE_CHUNK ? nbytes - done : PIPE_CHUNK;
+                copy_to_shared(to_region + done, mem + done, (size_t)len);
+                publish_progress(self, seq, done + len);
+            }
             break;
+        }
         case P_GET:
             copy_bytes(mem, region(self, (Py_ssize_t)rec[1], parity) + rec[3], (size_t)nbytes);
             break;
@@ -1546,21 +1557,29 @@ static int run_records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssi
     return 0;
 }
 
-/* program(seq, packed, spin_ns, prog, inp, out, kernel, start) -> 0, or resume * 8 + status:
- * run the packed program prog (bytes, see above) on inp and out (buffers, or None
- * where the header's size is 0) from record start, the ENTER record (if any at or
- * after start) being the round of round_core with fingerprint packed, phase 1
- * (packed: the whole fingerprint, or its tail after seq, as oneshot takes it). 0:
- * the program ran to its end. Otherwise the round's status (1 to 3, see the top of
- * the file) and the record to resume from once Python finished the round (its wait,
- * comparison or error): call again with that start. kernel: the fold code
- * (ops.compiled_kernel), -1 for none. */
+/* program(seq, packed, spin_ns, prog, inp, out, kernel, start[, what]) -> 0, or
+ * resume * 8 + status: run the packed program prog (bytes, see above) on inp and out
+ * (buffers, or None where the header's size is 0) from record start, the ENTER
+ * record (if any at or after start) being the round of round_core with fingerprint
+ * packed, phase 1 (packed: the whole fingerprint, or its tail after seq, as oneshot
+ * takes it). 0: the program ran to its end. Otherwise the round's status (1 to 3, see
+ * the top of the file) and the record to resume from once Python finished the round
+ * (its wait, comparison or error): call again with that start. kernel: the fold code
+ * (ops.compiled_kernel), -1 for none.
+ *
+ * An ENTER whose peer names a rank set (one rank or none) is one-sided (see one-sided
+ * rounds above) when what is given (not None): it names the call for its settling.
+ * Without it the entry awaits every rank, which is always right (an async call does
+ * so: its errors belong to its Work, not to the next call). A GET of at least
+ * PIPE_MIN bytes from the awaited rank's region right after a one-sided entry is
+ * copied as that rank stages them (pipe_copy), the round then skipping it. */
 static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 8) {
+    if (nargs != 8 && nargs != 9) {
         PyErr_SetString(PyExc_TypeError,
-                        "program(seq, packed, spin_ns, prog, inp, out, kernel, start)");
+                        "program(seq, packed, spin_ns, prog, inp, out, kernel, start[, what])");
         return NULL;
     }
+    PyObject *what = nargs == 9 ? args[8] : NULL;
     unsigned long long seq = PyLong_AsUnsignedLongLong(args[0]);
     unsigned long long spin_ns = PyLong_AsUnsignedLongLong(args[2]);
     long kernel = PyLong_AsLong(args[6]);
@@ -1611,11 +1630,30 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
         }
         bufs[b] = views[b].buf;
     }
-    int parity = (int)(seq & 1), status = 0;
+    int status = 0;
     Py_ssize_t n = (Py_ssize_t)prog[3], at = start;
     for (; at < n; at++) /* the records before the round, then the round */
         if (prog[PROGRAM_HEADER + at * RECORD_WORDS] == P_ENTER)
             break;
+    OneSided one = {-1, what, -1, NULL, 0, 0, 0}, *one_sided = NULL;
+    const int64_t *rec = prog + PROGRAM_HEADER + at * RECORD_WORDS;
+    if (at < n && rec[1] >= 0 && what != NULL && what != Py_None) { /* one-sided */
+        const int64_t *set = prog + PROGRAM_HEADER + n * RECORD_WORDS + rec[1];
+        if (set[0] > 1 || (set[0] == 1 && !(0 <= set[1] && set[1] < self->n))) {
+            PyErr_SetString(PyExc_ValueError, "program: a one-sided entry awaits one rank "
+                                              "of the group or none");
+            goto fail;
+        }
+        one.awaited = set[0] == 1 ? (Py_ssize_t)set[1] : -1;
+        const int64_t *get = rec + RECORD_WORDS;
+        if (one.awaited >= 0 && at + 1 < n && get[0] == P_GET && get[1] == one.awaited
+            && get[2] == REGION_SPACE && get[4] >= PIPE_MIN) {
+            one.pipe_to = bufs[get[5]] + get[6];
+            one.pipe_off = (Py_ssize_t)get[3];
+            one.pipe_len = (Py_ssize_t)get[4];
+        }
+        one_sided = &one;
+    }
     if (at < n) { /* as round_core, before anything is written: the pending one-sided
                    * round (whose end frees the regions of this parity), then an abort */
         if (self->pending && settle(self, spin_ns) < 0)
@@ -1626,15 +1664,17 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
             goto done;
         }
     }
-    if (run_records(self, prog, start, at, bufs, parity, kernel) < 0)
+    if (run_records(self, prog, start, at, bufs, seq, kernel) < 0)
         goto fail;
     if (at < n) {
         status = round_core(self, seq, 1, packed, Py_None, spin_ns, NULL, NULL, NULL, NULL,
-                            NULL, NULL);
+                            one_sided, NULL);
         at++;
         if (status < 0)
             goto fail;
-        if (status == 0 && run_records(self, prog, at, n, bufs, parity, kernel) < 0)
+        if (status == 0 && one.piped)
+            at++; /* the GET after the entry is done */
+        if (status == 0 && run_records(self, prog, at, n, bufs, seq, kernel) < 0)
             goto fail;
     }
 done:

@@ -351,12 +351,15 @@ class Arena:
             self._compare(table, fp.seq, per_rank_counts, -1)
 
     def run_program(self, program: bytes, fp: Fingerprint, what: str, deadline: float,
-                    buffers: tuple, kernel: int, per_rank_counts: bool) -> None:
+                    buffers: tuple, kernel: int, per_rank_counts: bool,
+                    one_sided: bool = False) -> None:
         """Run a packed one-shot program (``_execute.pack_program``) on ``buffers`` (the
         call's flat input and output, C-contiguous, or None) in the compiled interpreter
         (``Round.program`` in _tiny.c), its entry the round of :meth:`oneshot` with
         fingerprint ``fp``, with the same rules and errors.
         ``kernel``: the fold's code (``ops.compiled_kernel``), -1 for none.
+        ``one_sided``: a one-sided entry of the program awaits only its ranks (a
+        synchronous call, whose errors may come at the next call); otherwise every rank.
 
         Raises:
             the errors of :meth:`oneshot`.
@@ -364,7 +367,8 @@ class Arena:
         seq, packed = fp.seq, fp.pack()
         inp, out = buffers
         status = self._compiled.program(  # type: ignore[union-attr]
-            seq, packed, self.spin_ns, program, inp, out, kernel, 0)
+            seq, packed, self.spin_ns, program, inp, out, kernel, 0,
+            what if one_sided else None)
         if status:
             self.program_rest(seq, packed, what, deadline, program, inp, out, kernel, status,
                               per_rank_counts)
