@@ -408,7 +408,8 @@ static int stage(Round *self, uint64_t seq, char *to, PyObject *data, const Py_b
  * settle_slow(seq, packed, what, tails, root) (Arena.settle_rest), which waits
  * with liveness and deadline and raises what the round would have raised, naming
  * the call it belongs to. Python's paths call Round.settle before they touch the
- * arena (Arena.settle).
+ * arena (Arena.settle). Who runs one: a program's one-sided ENTER (broadcast and
+ * reduce, see Round.program) and rooted's awaited (scatter).
  */
 typedef struct {
     Py_ssize_t awaited; /* the one rank this rank waits for, or -1: none */
@@ -440,9 +441,9 @@ static int fp_agrees(Round *self, Py_ssize_t r, int parity, const char *packed,
     return memcmp(fp, want, (size_t)packed_len) == 0;
 }
 
-/* The trailing (awaited, what) arguments of oneshot and rooted into one (whose root
- * the caller set); -1 with an exception. same > 0 (rooted's check of every rank's
- * region) cannot go with a round that does not wait for every rank. */
+/* The trailing (awaited, what) arguments of rooted into one (whose root the caller
+ * set); -1 with an exception. same > 0 (rooted's check of every rank's region) cannot
+ * go with a round that does not wait for every rank. */
 static int one_sided_args(Round *self, PyObject *awaited, PyObject *what, Py_ssize_t same,
                           OneSided *one) {
     one->awaited = PyLong_AsSsize_t(awaited);
@@ -925,10 +926,9 @@ static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const 
  * same result.
  */
 static PyObject *Round_oneshot(Round *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 8 && nargs != 10) {
+    if (nargs != 8) {
         PyErr_SetString(PyExc_TypeError,
-                        "oneshot(seq, tail, data, spin_ns, out, code, root, offset"
-                        "[, awaited, what])");
+                        "oneshot(seq, tail, data, spin_ns, out, code, root, offset)");
         return NULL;
     }
     unsigned long long seq = PyLong_AsUnsignedLongLong(args[0]);
@@ -937,11 +937,8 @@ static PyObject *Round_oneshot(Round *self, PyObject *const *args, Py_ssize_t na
     char packed[LINE];
     if (PyErr_Occurred() || combine_args(args + 4, &c) < 0 || pack(self, seq, args[1], packed) < 0)
         return NULL;
-    OneSided one = {.awaited = -1, .what = NULL, .root = c.root};
-    if (nargs == 10 && one_sided_args(self, args[8], args[9], 0, &one) < 0)
-        return NULL;
     return round_and_combine(self, seq, 1, packed, args[2], spin_ns, NULL, NULL, 0, &c, NULL,
-                             nargs == 10 ? &one : NULL);
+                             NULL);
 }
 
 /* The exposure's meta word of a table of pieces (paths/single_copy.py's PIECE_TABLE): its
@@ -999,8 +996,8 @@ static PyObject *piece_table(Round *self, PyObject *pieces) {
  * round_and_combine (status 4). like (None: none), a tiny scatter's out itself (the
  * same object): data other than None must be a list of n objects of its type, dtype
  * and shape, and out a writable C-contiguous buffer; if not, status 5 and nothing
- * done. awaited and what: a one-sided round, as in oneshot
- * (scatter; never with same, which reads every rank's region). Any other status:
+ * done. awaited and what: a one-sided round (see one-sided rounds above; scatter;
+ * never with same, which reads every rank's region). Any other status:
  * Python finishes the entry (Arena.packed_enter's slow path) and the call.
  */
 static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -1693,9 +1690,8 @@ static PyMethodDef Round_methods[] = {
     {"run", (PyCFunction)(void (*)(void))Round_run, METH_FASTCALL,
      "run(seq, phase, packed, data, spin_ns[, expected]) -> status: one arena round (see the module)."},
     {"oneshot", (PyCFunction)(void (*)(void))Round_oneshot, METH_FASTCALL,
-     "oneshot(seq, tail, data, spin_ns, out, code, root, offset[, awaited, what]) -> status: a "
-     "phase-1 round (one-sided with awaited), then combine every rank's region into out (see "
-     "combine and one-sided rounds in the source)."},
+     "oneshot(seq, tail, data, spin_ns, out, code, root, offset) -> status: a phase-1 round, "
+     "then combine every rank's region into out (see combine in the source)."},
     {"settle", (PyCFunction)Round_settle, METH_O,
      "settle(spin_ns) -> None: finish the pending one-sided round, if any (see the source)."},
     {"rooted", (PyCFunction)(void (*)(void))Round_rooted, METH_FASTCALL,
