@@ -1946,9 +1946,12 @@ class TinyCallLane:
         return self._tail("all_gather", dtype=dtype.name, count=inp.size,
                           extra=counts_hash((inp.size,) * n)), alike
 
-    def _reduce_scatter_plan(self, out: np.ndarray, inp: np.ndarray, op: Any) -> tuple | bool:
-        """(tail, one-shot views, my pieces, kernel, AVG?, compiled code) in the one-shot
-        range; where the single-copy path takes over, (tail, None, None, op, AVG?, None)."""
+    def _reduce_scatter_plan(self, out: np.ndarray, inp: np.ndarray, op: Any,
+                             with_program: bool = True) -> tuple | bool:
+        """(tail, one-shot views, my pieces, kernel, AVG?, compiled code, packed program or
+        None) in the one-shot range; where the single-copy path takes over, (tail, None,
+        None, op, AVG?, None, None). ``with_program``: False for the list form, whose
+        pieces are many arrays a program cannot address."""
         group = self.group
         dtype, n, me = inp.dtype, group.size(), group.rank()
         oneshot = self._fits(inp.nbytes)
@@ -1969,7 +1972,7 @@ class TinyCallLane:
         pieces = [[region[me * c:(me + 1) * c] for region in views[p]] for p in (0, 1)]
         sched_op = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
         code = ops.compiled_kernel(sched_op, dtype)
-        prog = (None if code is None
+        prog = (None if code is None or not with_program
                 else self._program("reduce_scatter", dtype, inp.size, c, (c,) * n))
         return (tail, views, pieces, ops.kernel(sched_op, dtype), rop is ops.ReduceOp.AVG,
                 code, prog)
@@ -1981,7 +1984,7 @@ class TinyCallLane:
         n = group.size()
         if n < 2 or group.arena.compiled_oneshot is None:
             return False
-        plan = self._reduce_scatter_plan(out, np.empty(out.size * n, out.dtype), op)
+        plan = self._reduce_scatter_plan(out, np.empty(out.size * n, out.dtype), op, False)
         if not plan or plan[1] is None:  # (past one-shot: the general path)
             return False
         return plan, self._alike_check()
