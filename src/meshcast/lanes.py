@@ -2179,7 +2179,7 @@ def _copy_piece(parity: int, out: np.ndarray, regions: tuple, lo: int) -> None:
     out.reshape(-1).view(np.uint8)[:] = regions[parity][lo:lo + nb]
 
 
-_COPY_ROOT = -1  # the combine that copies the root's region (broadcast)
+_COPY_ROOT = -1  # the combine that copies the root's region (scatter)
 _COPY_ALL = -2  # the combine that concatenates every region (all_gather)
 _COPY_EACH = -3  # the combine that copies every region into its own array (gather)
 _COPY_COLUMN = -4  # the combine that copies my piece of every region (all_to_all)

@@ -662,7 +662,7 @@ static PyObject *Round_run(Round *self, PyObject *const *args, Py_ssize_t nargs)
  *
  * What a tiny call does with every rank's one-shot region once the round is done:
  * reduce them all in rank order into the caller's array (all_reduce, reduce,
- * reduce_scatter), copy the root's (broadcast, scatter), concatenate them all
+ * reduce_scatter), copy the root's (scatter), concatenate them all
  * (all_gather), copy each into its own array (gather) or copy my column of every
  * rank's region into that rank's piece of the caller's array (all_to_all).
  * The kernels, and which (dtype, op) pairs have one: _fold.h. COPY_ROOT, COPY_ALL,
@@ -916,7 +916,7 @@ static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const 
  * fingerprint's first field) followed by tail; then, when that returns 0 and out
  * is not None, combine the one-shot regions of parity seq & 1 into out (a
  * writable C-contiguous buffer of L bytes):
- *   COPY_ROOT (-1)  out = root's region [offset, offset + L)     broadcast
+ *   COPY_ROOT (-1)  out = root's region [offset, offset + L)     scatter (rooted)
  *   COPY_ALL (-2)   out = every region's first L / n bytes, in rank order
  *                                                               all_gather
  *   kernel >= 0     out = fold of every region's [offset, offset + L), rank

@@ -401,7 +401,7 @@ class Arena:
         errors of :meth:`oneshot` (the deadline ``timeout`` seconds from now; ``what``
         formatted on errors only). The common case is one compiled call, which then
         also combines every rank's region into ``out``: with ``code`` -1 a copy of ``root``'s region
-        from byte ``offset`` (broadcast), -2 the concatenation of every region's first
+        from byte ``offset``, -2 the concatenation of every region's first
         ``out.nbytes / n`` bytes (all_gather), otherwise the reduce kernel ``code``
         over every region from byte ``offset``, in rank order (see ``_tiny.c`` and
         ``ops.compiled_kernel``).
