@@ -41,6 +41,7 @@ import numpy as np
 from . import _wait, ops, uneven_all_to_all
 from ._fingerprint import Fingerprint, counts_hash, path_digest
 from .algorithms import _select as _fast
+from .algorithms._program import INPUT, NO_BUFFER, OUTPUT
 from .buffers import SUPPORTED, as_buffer
 from .errors import InvalidUsage
 from .paths import GroupView, single_copy
@@ -649,23 +650,36 @@ class TinyCallLane:
                           inp)
         if not plan or not inp.flags.c_contiguous:
             return False
-        tail, alike = plan
+        tail, alike, prog = plan
         if not alike(outs, inp, True):
             return False
         group = self.group
         fifo = group.fifo
+        if prog is not None:  # all_gather's program, its output the list's pieces
+            if not fifo.enter_inline():  # queued async work goes first
+                self._program_call("all_gather", tail, prog, inp, outs, -1, False, True)
+                return True
+            try:  # inline, as all_gather
+                arena = group.arena
+                seq = next(group._seq)
+                status = arena.compiled_program(seq, tail, arena.spin_ns, prog, inp, outs, -1, 0)
+                if status:
+                    arena.program_rest(seq, tail, self._whats["all_gather"],
+                                       time.monotonic() + group.timeout, prog, inp, outs, -1,
+                                       status, True)
+            except BaseException as exc:
+                fifo.leave_inline(exc)
+                raise
+            fifo.leave_inline(None)
+            group.last_algorithm = "all_gather/oneshot"
+            return True
         if not fifo.enter_inline():  # queued async work goes first: the general path
             return False
-        try:  # inline, as all_gather
+        try:  # no compiled interpreter: the round and the copies in Python
             seq = next(group._seq)
             arena = group.arena
-            fast = arena.compiled_oneshot
-            status = None if fast is None else fast(seq, tail, inp, arena.spin_ns, outs,
-                                                     _COPY_EACH, -1, 0)
-            if status != 0:
-                arena.oneshot_rest(seq, tail, self._whats["all_gather"], group.timeout, inp,
-                                   status)
-                _copy_each(seq & 1, arena.small, outs)
+            arena.oneshot_rest(seq, tail, self._whats["all_gather"], group.timeout, inp, None)
+            _copy_each(seq & 1, arena.small, outs)
         except BaseException as exc:
             fifo.leave_inline(exc)
             raise
@@ -680,11 +694,11 @@ class TinyCallLane:
                           inp)
         if not plan or not inp.flags.c_contiguous:
             return None
-        tail, alike = plan
-        if not alike(outs, inp, True):
+        tail, alike, prog = plan
+        if prog is None or not alike(outs, inp, True):  # (no compiled interpreter)
             return None
-        return self._start("all_gather", tail, inp, outs, _COPY_EACH, -1, 0, False, _copy_each,
-                           self.group.arena.small, outs)
+        return self._start("all_gather", tail, inp, outs, -1, -1, 0, False, _ignore, prog=prog,
+                           per_rank_counts=True)
 
     def _all_gather_single(self, out: np.ndarray, inp: np.ndarray, tail: bytes,
                            reads: tuple[tuple, tuple], async_op: bool = False) -> Any:
@@ -786,27 +800,43 @@ class TinyCallLane:
         flags = out.flags
         if not (plan and flags.c_contiguous and flags.writeable):
             return False
-        (tail, _, regions, kernel, average, code, _), alike = plan
+        (tail, _, regions, kernel, average, code, prog), alike = plan
         if not alike(pieces, out, False):
             return False
         group = self.group
         fifo = group.fifo
+        if prog is not None:  # reduce_scatter's program, its input the list's pieces
+            if not fifo.enter_inline():  # queued async work goes first
+                self._program_call("reduce_scatter", tail, prog, pieces, out, code, average,
+                                   True)
+                return True
+            try:  # inline, as reduce_scatter
+                arena = group.arena
+                seq = next(group._seq)
+                status = arena.compiled_program(seq, tail, arena.spin_ns, prog, pieces, out,
+                                                code, 0)
+                if status:
+                    arena.program_rest(seq, tail, self._whats["reduce_scatter"],
+                                       time.monotonic() + group.timeout, prog, pieces, out,
+                                       code, status, True)
+                if average:
+                    ops.finish_average(out, group._size)
+            except BaseException as exc:
+                fifo.leave_inline(exc)
+                raise
+            fifo.leave_inline(None)
+            group.last_algorithm = "reduce_scatter/oneshot"
+            return True
         if not fifo.enter_inline():
             return False
-        try:  # inline, as reduce_scatter
+        try:  # no kernel folds this op: the round in C, the fold in NumPy
             seq = next(group._seq)
             arena = group.arena
-            status = arena.compiled_oneshot(seq, tail, pieces, arena.spin_ns,
-                                            None if code is None else out, code, -1,
-                                            group._rank * out.nbytes)
+            status = arena.compiled_oneshot(seq, tail, pieces, arena.spin_ns, None, None, -1, 0)
             if status != 0:  # (the compiled call staged the pieces before it stopped)
                 arena.oneshot_rest(seq, tail, self._whats["reduce_scatter"], group.timeout,
                                    None, status)
-            if status == 0 and code is not None:
-                if average:
-                    ops.finish_average(out, group._size)
-            else:
-                _reduce(out.reshape(-1), regions[seq & 1], kernel, average)
+            _reduce(out.reshape(-1), regions[seq & 1], kernel, average)
         except BaseException as exc:
             fifo.leave_inline(exc)
             raise
@@ -822,9 +852,12 @@ class TinyCallLane:
         flags = out.flags
         if not (plan and flags.c_contiguous and flags.writeable):
             return None
-        (tail, _, regions, kernel, average, code, _), alike = plan
+        (tail, _, regions, kernel, average, code, prog), alike = plan
         if not alike(pieces, out, False):
             return None
+        if prog is not None:
+            return self._start("reduce_scatter", tail, pieces, out, code, -1, 0, average,
+                               _ignore, prog=prog, per_rank_counts=True)
         flat_out = out.reshape(-1)
         return self._start("reduce_scatter", tail, pieces, flat_out, code, -1,
                            self.group._rank * out.nbytes, average, _reduce_parity, flat_out,
@@ -1801,17 +1834,20 @@ class TinyCallLane:
                 and heap.find(arr.reshape(-1)) is not None)
 
     def _program(self, kind: str, dtype: np.dtype, n_in: int | None, n_out: int | None,
-                 counts: tuple[int, ...] | None = None, root: int = -1) -> bytes | None:
+                 counts: tuple[int, ...] | None = None, root: int = -1,
+                 listed: int = NO_BUFFER) -> bytes | None:
         """The packed one-shot program of a call of this shape: its collective's
         registered ``oneshot`` schedule, flattened and packed as the general path's
         (paths.oneshot.Programs), for the compiled interpreter (``Round.program``) to run;
-        None without that interpreter, whose place the lane's Python combines take."""
+        None without that interpreter, whose place the lane's Python combines take.
+        ``listed``: the side the call gives as a list of one array per rank (torch's
+        list forms; ``_program.as_pieces``)."""
         if self.group.arena.compiled_program is None:
             return None
         programs = self._programs
         if programs is None:
             programs = self._programs = Programs(self.group)
-        return programs.get(kind, dtype, root, n_in, n_out, counts).packed
+        return programs.get(kind, dtype, root, n_in, n_out, counts, listed).packed
 
     def _fits(self, nbytes: int) -> bool:
         return _fast.oneshot(self.group.caps, nbytes)
@@ -1935,8 +1971,9 @@ class TinyCallLane:
         return False
 
     def _all_gather_list_plan(self, inp: np.ndarray) -> tuple | bool:
-        """(fingerprint tail, the check of the list) in the one-shot range; False
-        elsewhere (single-copy and the schedules take lists through the group)."""
+        """(fingerprint tail, the check of the list, packed program or None) in the
+        one-shot range; False elsewhere (single-copy and the schedules take lists
+        through the group). The program is all_gather's, its output the list's pieces."""
         group = self.group
         dtype, n = inp.dtype, group.size()
         if (dtype.name not in _MOVE_DTYPES or not dtype.isnative or n < 2
@@ -1944,14 +1981,15 @@ class TinyCallLane:
             return False
         alike = self._alike_check()
         return self._tail("all_gather", dtype=dtype.name, count=inp.size,
-                          extra=counts_hash((inp.size,) * n)), alike
+                          extra=counts_hash((inp.size,) * n)), alike, self._program(
+            "all_gather", dtype, inp.size, inp.size * n, (inp.size,) * n, listed=OUTPUT)
 
     def _reduce_scatter_plan(self, out: np.ndarray, inp: np.ndarray, op: Any,
-                             with_program: bool = True) -> tuple | bool:
+                             listed: int = NO_BUFFER) -> tuple | bool:
         """(tail, one-shot views, my pieces, kernel, AVG?, compiled code, packed program or
         None) in the one-shot range; where the single-copy path takes over, (tail, None,
-        None, op, AVG?, None, None). ``with_program``: False for the list form, whose
-        pieces are many arrays a program cannot address."""
+        None, op, AVG?, None, None). ``listed``: INPUT for the list form, whose program
+        takes the input as one array per rank."""
         group = self.group
         dtype, n, me = inp.dtype, group.size(), group.rank()
         oneshot = self._fits(inp.nbytes)
@@ -1972,8 +2010,8 @@ class TinyCallLane:
         pieces = [[region[me * c:(me + 1) * c] for region in views[p]] for p in (0, 1)]
         sched_op = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
         code = ops.compiled_kernel(sched_op, dtype)
-        prog = (None if code is None or not with_program
-                else self._program("reduce_scatter", dtype, inp.size, c, (c,) * n))
+        prog = (None if code is None
+                else self._program("reduce_scatter", dtype, inp.size, c, (c,) * n, listed=listed))
         return (tail, views, pieces, ops.kernel(sched_op, dtype), rop is ops.ReduceOp.AVG,
                 code, prog)
 
@@ -1984,7 +2022,7 @@ class TinyCallLane:
         n = group.size()
         if n < 2 or group.arena.compiled_oneshot is None:
             return False
-        plan = self._reduce_scatter_plan(out, np.empty(out.size * n, out.dtype), op, False)
+        plan = self._reduce_scatter_plan(out, np.empty(out.size * n, out.dtype), op, INPUT)
         if not plan or plan[1] is None:  # (past one-shot: the general path)
             return False
         return plan, self._alike_check()

@@ -1377,3 +1377,42 @@ def short_distance_copies(counts: tuple[int, ...] = (257, 1023, 4099, 12_285)) -
                 np.testing.assert_array_equal(ball, want, f"recv at distance {d}")
                 dist.send(np.ascontiguousarray(ball[::-1]), 0)
     return seen
+
+
+def list_forms_run_programs() -> tuple[int, int]:
+    """torch's list forms in the lane: all_gather into a list and reduce_scatter of a list
+    (pieces apart in memory; in place, my input or output being my own piece; async),
+    every result checked. Returns how many calls the compiled interpreter ran as
+    programs (Round.program) and how many as combines (Round.oneshot)."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    arena = dist.group.WORLD.arena
+    counts = [0, 0]
+
+    def counted(fn: Callable[..., Any], k: int) -> Callable[..., Any]:
+        def call(*args: Any) -> Any:
+            counts[k] += 1
+            return fn(*args)
+        return call
+
+    arena.compiled_program = counted(arena.compiled_program, 0)
+    arena.compiled_oneshot = counted(arena.compiled_oneshot, 1)
+    for way in ("apart", "in place", "async"):
+        got = [np.full(5, -1.0) for _ in range(n)]
+        mine = got[r] if way == "in place" else _value(r, 3, 5)
+        if way == "in place":
+            mine[...] = _value(r, 3, 5)
+        work = dist.all_gather(got, mine, async_op=way == "async")
+        if work is not None:
+            work.wait()
+        for q in range(n):
+            np.testing.assert_array_equal(got[q], _value(q, 3, 5), f"{way}: piece {q}")
+        pieces = [_value(r, q, 4).astype(np.float32) for q in range(n)]
+        out = pieces[r] if way == "in place" else np.zeros(4, np.float32)
+        op = dist.ReduceOp.AVG if way == "async" else dist.ReduceOp.SUM
+        work = dist.reduce_scatter(out, pieces, op, async_op=way == "async")
+        if work is not None:
+            work.wait()
+        want = sum(_value(q, r, 4).astype(np.float32) for q in range(n))
+        np.testing.assert_allclose(out, want / n if way == "async" else want, rtol=1e-6,
+                                   err_msg=way)
+    return counts[0], counts[1]

@@ -186,6 +186,14 @@ def test_all_gather_into_a_list_meets_the_other_forms(n):
 
 
 @pytest.mark.parametrize("n", [2, 3])
+def test_list_forms_run_their_collectives_programs(n):
+    # all_gather into a list and reduce_scatter of a list: 3 calls each, every one a
+    # program of the interpreter (the listed side's pieces its buffers), no combine
+    out = spawn_world(bodies.list_forms_run_programs, n, timeout=120)
+    assert all(tuple(counts) == (6, 0) for counts in out), out
+
+
+@pytest.mark.parametrize("n", [2, 3])
 def test_async_calls_through_the_lane(n):
     out = spawn_world(bodies.async_calls_in_order, n, timeout=120)
     assert all(o != ["no MismatchError"] for o in out), out

@@ -257,3 +257,70 @@ def test_a_one_sided_entry_is_settled_at_the_next_call():
     assert root(11, _fp(11), 0, program[0], None, plans[0].output, -1, 0, None) == 3 * 8 + 2
     assert settled == [(9, _fp(9), "call 9", None, -1)]
     assert not m.rounds[0].pending
+
+
+@pytest.mark.parametrize("coll,side", [("all_gather", prog.OUTPUT),
+                                       ("reduce_scatter", prog.INPUT)])
+@pytest.mark.parametrize("n", [2, 3, 8, 20])
+def test_a_side_given_as_pieces_gives_the_simulators_results(coll, side, n):
+    # torch's list forms (lanes: all_gather into a list, reduce_scatter of a list): the
+    # listed side is n arrays apart in memory (20 ranks: more buffers than the
+    # interpreter binds from its stack); in place, the other side is my own piece
+    dt = np.dtype(np.float32)
+    kernel = ops.compiled_kernel(ReduceOp.SUM, dt) if coll == "reduce_scatter" else -1
+    checked = 0
+    for count in (0, 1, 37, 600):
+        if count * dt.itemsize * n > REGION:
+            continue
+        for in_place in (False, True):
+            args = (coll, n, count, -1, dt, ReduceOp.SUM if kernel >= 0 else None, False,
+                    False)
+            want, got = _plans(*args), _plans(*args)
+            _simulate.run(registry.get(coll, "oneshot").fn, want)
+            m = _Mapping(n)
+            calls = []
+            for p in got:
+                packed = _execute.pack_program(prog.as_pieces(_flat(p), side, n), REGION)
+                assert packed is not None
+                whole = p.output if side == prog.OUTPUT else p.input
+                pieces = [np.array(whole[q * count:(q + 1) * count]) for q in range(n)]
+                other = p.input if side == prog.OUTPUT else p.output
+                if in_place:
+                    if side == prog.OUTPUT:
+                        pieces[p.rank][:] = p.input
+                    other = pieces[p.rank]
+                bufs = (other, pieces) if side == prog.OUTPUT else (pieces, other)
+                calls.append((packed, bufs, pieces, other))
+            resume = []
+            for r, (packed, bufs, _, _) in enumerate(calls):
+                resume.append(m.rounds[r].program(5, _fp(5), 0, packed, *bufs, kernel, 0))
+            for r, (packed, bufs, _, _) in enumerate(calls):
+                if resume[r]:
+                    assert m.rounds[r].program(5, _fp(5), 0, packed, *bufs, kernel,
+                                               resume[r] >> 3) == 0
+            for r, (_, _, pieces, other) in enumerate(calls):
+                result = np.concatenate(pieces) if side == prog.OUTPUT else other
+                assert result.tobytes() == want[r].output.tobytes(), \
+                    f"{coll} n={n} count={count} in_place={in_place} rank {r}"
+                checked += 1
+    assert checked
+
+
+def test_pieces_of_the_wrong_number_or_size_raise_before_anything_is_signalled():
+    plans = _plans("all_gather", 3, 4, -1, np.dtype(np.float32), None, False, False)
+    m = _Mapping(3)
+    packed = _execute.pack_program(prog.as_pieces(_flat(plans[0]), prog.OUTPUT, 3), REGION)
+    run = m.rounds[0].program
+    inp = plans[0].input
+    with pytest.raises(ValueError, match="list or tuple of 3"):
+        run(3, _fp(3), 0, packed, inp, [np.empty(4, np.float32)] * 2, -1, 0)
+    with pytest.raises(ValueError, match="list or tuple of 3"):
+        run(3, _fp(3), 0, packed, inp, np.empty(12, np.float32), -1, 0)
+    with pytest.raises(ValueError, match="piece of another size"):
+        run(3, _fp(3), 0, packed, inp, [np.empty(4, np.float32)] * 2 + [np.empty(5, np.float32)],
+            -1, 0)
+    read_only = np.empty(4, np.float32)
+    read_only.flags.writeable = False
+    with pytest.raises((ValueError, BufferError), match="writable|read-only"):
+        run(3, _fp(3), 0, packed, inp, [np.empty(4, np.float32)] * 2 + [read_only], -1, 0)
+    assert m.word(0) == 0

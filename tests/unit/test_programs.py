@@ -156,3 +156,95 @@ def test_schedules_with_memory_of_their_own_are_not_flat():
                       op=ReduceOp.SUM)[0]
     with pytest.raises(prog.NotFlat):
         prog.flatten(registry.get("all_reduce", "ring").fn, _probe(plan), "ring")
+
+
+# the side each collective's list form gives as one array per rank (torch's all_gather
+# into a list, reduce_scatter of a list, a gather root's list, a scatter root's list)
+LISTED = {"all_gather": prog.OUTPUT, "reduce_scatter": prog.INPUT, "gather": prog.OUTPUT,
+          "scatter": prog.INPUT}
+
+
+def _listed_buffers(plan: Plan, side: int, in_place: bool) -> tuple[list, list[np.ndarray]]:
+    """(the buffers to expand a program of as_pieces onto, the pieces): the plan's
+    ``side`` cut into fresh arrays apart in memory, holding what it holds; in place,
+    the other side is the rank's own piece itself, as torch's list forms allow."""
+    arrays = [plan.input, plan.output]
+    whole = arrays[side]
+    if whole is None:  # (a rooted call's other ranks: a list of empty pieces)
+        whole, in_place = np.empty(0, plan.dtype), False
+    count = 0 if whole is None else len(whole) // plan.size
+    pieces = [np.array(whole[q * count:(q + 1) * count]) for q in range(plan.size)]
+    if in_place and arrays[1 - side] is not None:
+        if side == prog.OUTPUT:  # my input, in its place among my output's pieces
+            pieces[plan.rank][:] = arrays[prog.INPUT]
+        arrays[1 - side] = pieces[plan.rank]
+    arrays[side] = None
+    return [_bytes(a) for a in arrays] + [_bytes(p) for p in pieces], pieces
+
+
+@pytest.mark.parametrize("coll", sorted(LISTED))
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8])
+def test_a_program_given_pieces_gives_the_generators_results_in_the_simulator(coll, n):
+    side = LISTED[coll]
+    checked = 0
+    for count in (0, 1, 37):
+        for root in sorted({0, n - 1}) if coll in ("gather", "scatter") else [-1]:
+            for in_place in (False, True):
+                label = f"{coll} n={n} count={count} root={root} in_place={in_place}"
+                by_generator = make_plans(
+                    coll, n, [reference.rank_input(r, count * (n if side == prog.INPUT and
+                                                                (coll != "scatter" or r == root)
+                                                                else 1), np.float32)
+                              for r in range(n)],
+                    op=ReduceOp.SUM if coll in REDUCING else None, root=root,
+                    **host_options("oneshot"))
+                by_pieces = [dataclasses.replace(p, input=None if p.input is None
+                                                 else p.input.copy(),
+                                                 output=None if p.output is None
+                                                 else p.output.copy())
+                             for p in by_generator]
+                run(registry.get(coll, "oneshot").fn, by_generator)
+                rounds, pieces = [], []
+                for plan in by_pieces:
+                    entry = registry.get(coll, "oneshot")
+                    program = prog.as_pieces(
+                        prog.flatten(entry.fn, _probe(plan), entry.qualname), side, n)
+                    buffers, mine = _listed_buffers(plan, side, in_place)
+                    rounds.append(prog.expand(program, tuple(buffers)))
+                    pieces.append(mine)
+                    if (in_place and side == prog.INPUT and plan.input is not None
+                            and plan.output is not None):
+                        plan.output = mine[plan.rank]  # (what the rank reads its result from)
+                run(lambda plan, rounds=rounds: iter(rounds[plan.rank]), by_pieces, label=label)
+                for r, (a, b) in enumerate(zip(by_generator, by_pieces)):
+                    if a.output is None or (side == prog.OUTPUT and not len(a.output)):
+                        continue
+                    got = np.concatenate(pieces[r]) if side == prog.OUTPUT else b.output
+                    assert np.array_equal(a.output, got), f"{label} rank {r}"
+                    checked += 1
+    assert checked, "vacuous: no output compared"
+
+
+def test_as_pieces_cuts_records_at_the_pieces_edges():
+    # reduce_scatter's rank 0 of 3 stages pieces 1 and 2 in one Put: cut in two, each
+    # into its place in the region; its fold takes its own operand from piece 0
+    plan = _plans("reduce_scatter", 3, 3, -1, np.dtype(np.float32), False, False)[0]
+    flat = prog.flatten(registry.get("reduce_scatter", "oneshot").fn, _probe(plan), "rs")
+    program = prog.as_pieces(flat, prog.INPUT, 3)
+    puts = [rec for rec in program.records if rec[0] == prog.PUT]
+    assert [(rec[3], rec[4], rec[5], rec[6]) for rec in puts] == [
+        (12, 12, prog.PIECES + 1, 0), (24, 12, prog.PIECES + 2, 0)], puts
+    fold = next(rec for rec in program.records if rec[0] == prog.REDUCE_SLOTS)
+    assert (fold[5], fold[7], fold[8]) == (prog.OUTPUT, prog.PIECES, 0), fold
+    assert program.listed == (prog.INPUT, 3)
+    assert [program.buffer_bytes(b) for b in (prog.INPUT, prog.OUTPUT, prog.PIECES + 2)] == [
+        36, 12, 12]
+    with pytest.raises(prog.NotFlat):  # 36 bytes are not 5 pieces of whole float32s
+        prog.as_pieces(flat, prog.INPUT, 5)
+    ring = make_plans("all_reduce", 2, [np.arange(8, dtype=np.float32)] * 2,
+                      op=ReduceOp.SUM)[0]
+    sends = prog.Program("x", np.dtype(np.float32),
+                         ((prog.SEND, 1, -1, 0, 16, prog.INPUT, 0, prog.NO_BUFFER, 0),),
+                         (), (ring.input.nbytes, ring.output.nbytes))
+    with pytest.raises(prog.NotFlat):  # a message is not cut
+        prog.as_pieces(sends, prog.INPUT, 2)

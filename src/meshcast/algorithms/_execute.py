@@ -172,7 +172,8 @@ class ProgramContext(Protocol):
     def enter(self) -> None: ...  # the call's entry (fingerprint exchange, one signal)
 
 
-# the call's input and output: flat arrays of the program's dtype (None where absent)
+# the call's input and output: flat arrays of the program's dtype (None where absent),
+# then, for a program of _program.as_pieces, the pieces of its listed side
 Buffers = tuple["np.ndarray | None", ...]
 BoundStep = Callable[[ProgramContext, Buffers], None]
 
@@ -181,7 +182,7 @@ BoundStep = Callable[[ProgramContext, Buffers], None]
 # program's records; anything else stays with the Python steps below.
 _COMPILED_OPS = frozenset((prog.ROUND, prog.PUT, prog.GET, prog.REDUCE_SLOTS, prog.ENTER,
                            prog.COPY))
-PROGRAM_HEADER = 4  # the packed form's header words (_tiny.c: PROGRAM_HEADER)
+PROGRAM_HEADER = 6  # the packed form's header words (_tiny.c: PROGRAM_HEADER)
 
 
 def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
@@ -190,7 +191,8 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
     (messages, exposure, a peer's slot, a local reduction) or more than one entry.
 
     The form is int64 words: a header (the input's and output's byte sizes, 1 if a
-    step writes into the input, the number of records), the records as they are, then
+    step writes into the input, the number of records, the side given as a list of
+    pieces or -1, and their number: ``Program.listed``), the records as they are, then
     the rank sets, each its length then its ranks, a ``REDUCE_SLOTS`` record's peer
     (and a one-sided ``ENTER``'s, whose set is one rank or none) becoming where its
     set starts. Every step's bytes are checked here to lie inside
@@ -200,6 +202,8 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
     records, sets, starts = [], [], {}
     writes_input = 0
     sizes = program.sizes
+    side, count = program.listed
+    buffers = prog.PIECES + count
     if sum(1 for rec in program.records if rec[0] == prog.ENTER) > 1:
         return None
     for rec in program.records:
@@ -212,10 +216,11 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
         two = op == prog.COPY or (op == prog.REDUCE_SLOTS and src_buf != prog.NO_BUFFER)
         touched = ((buf, at), (src_buf, src_at)) if two else ((buf, at),)
         if op not in (prog.ROUND, prog.ENTER) and nbytes and not all(
-                b in (prog.INPUT, prog.OUTPUT) and 0 <= a <= sizes[b] - nbytes
+                prog.INPUT <= b < buffers and 0 <= a <= program.buffer_bytes(b) - nbytes
                 for b, a in touched):
             return None
-        if op in (prog.GET, prog.COPY, prog.REDUCE_SLOTS) and buf == prog.INPUT and nbytes:
+        if op in (prog.GET, prog.COPY, prog.REDUCE_SLOTS) and nbytes and (
+                buf == prog.INPUT or buf >= prog.PIECES and side == prog.INPUT):
             writes_input = 1
         if op == prog.ENTER and peer >= 0 and len(program.rank_sets[peer]) > 1:
             return None  # a one-sided round awaits one rank or none in the interpreter
@@ -226,7 +231,7 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
                 sets.extend((len(ranks), *ranks))
             rec = (op, starts[ranks], *rec[2:])
         records.append(rec)
-    words = [sizes[0], sizes[1], writes_input, len(records)]
+    words = [sizes[0], sizes[1], writes_input, len(records), side, count]
     for rec in records:
         words.extend(rec)
     words.extend(sets)
@@ -241,8 +246,9 @@ class BoundProgram:
     each step touches, typed like the program's buffers so that a step is one
     NumPy copy or reduction, and whether a step covers a whole buffer (then it
     takes the call's array as it is, without slicing). Calling it runs the
-    steps on the call's input and output (flat arrays of the program's dtype),
-    in order. ``packed`` is the same program for the compiled interpreter
+    steps on the call's input and output (flat arrays of the program's dtype;
+    for a program of ``_program.as_pieces``, the pieces of its listed side after
+    them), in order. ``packed`` is the same program for the compiled interpreter
     (:func:`pack_program`), or None where the arena has none or the program
     needs these steps.
 
@@ -300,7 +306,8 @@ def _bind(program: prog.Program, rec: prog.Record, arena: Any) -> BoundStep:
         ranks = program.rank_sets[peer]
         return lambda ctx, bufs: arena.wait(ranks, offset)
     # elements [lo, hi) of the call's buffer; whole: the step covers all of it
-    lo, hi, whole = at // size, (at + nbytes) // size, at == 0 and nbytes == program.sizes[buf]
+    lo, hi, whole = (at // size, (at + nbytes) // size,
+                     at == 0 and nbytes == program.buffer_bytes(buf))
 
     def memory(rank: int) -> tuple[np.ndarray, ...]:
         return tuple(m[offset:offset + nbytes].view(dtype) for m in _spaces(arena, space, rank))

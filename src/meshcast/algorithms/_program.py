@@ -29,7 +29,8 @@ reads as well as Python::
 * ``nbytes``: bytes the step moves (the destination's, for reductions).
 * ``buf``, ``at``: the call buffer the step reads or writes and the byte
   offset in it: :data:`INPUT` (the plan's input), :data:`OUTPUT` (its
-  output), or :data:`NO_BUFFER` for an empty array.
+  output), :data:`PIECES` + i (piece i of a side the call gives as a list,
+  see :func:`as_pieces`), or :data:`NO_BUFFER` for an empty array.
 * ``src_buf``, ``src_at``: the source of a local ``COPY`` or ``REDUCE``
   (``buf`` is then the destination); for ``REDUCE_SLOTS``, where its ``own``
   operand lies (:data:`NO_BUFFER`: it has none).
@@ -75,6 +76,7 @@ from ._plan import (
 SPACE_CODES = {SLOT: 0, REGION: 1, EXPOSED: 2}
 SPACES = {code: name for name, code in SPACE_CODES.items()}
 NO_BUFFER, INPUT, OUTPUT = -1, 0, 1
+PIECES = 2  # buffer index of the first piece of a side given as a list (as_pieces)
 
 Record = tuple[int, int, int, int, int, int, int, int, int]
 
@@ -94,6 +96,10 @@ class Program:
         records: the steps, in order, as tuples of nine ints.
         rank_sets: the rank tuples ``REDUCE_SLOTS``, ``WAIT`` and ``ENTER`` records index.
         sizes: bytes of the input and of the output it was flattened for.
+        listed: (side, count): the side (:data:`INPUT` or :data:`OUTPUT`) that calls
+            give as a list of ``count`` arrays of equal length, which the records
+            address as buffers ``PIECES + i`` (see :func:`as_pieces`); ``(NO_BUFFER,
+            0)``: both sides are one array.
     """
 
     name: str
@@ -101,10 +107,18 @@ class Program:
     records: tuple[Record, ...]
     rank_sets: tuple[tuple[int, ...], ...]
     sizes: tuple[int, int]
+    listed: tuple[int, int] = (NO_BUFFER, 0)
 
     @property
     def rounds(self) -> int:
         return sum(1 for rec in self.records if rec[0] == ROUND)
+
+    def buffer_bytes(self, buf: int) -> int:
+        """Bytes of call buffer ``buf`` (:data:`INPUT`, :data:`OUTPUT` or a piece)."""
+        if buf < PIECES:
+            return self.sizes[buf]
+        side, count = self.listed
+        return self.sizes[side] // count
 
 
 def _address(a: np.ndarray) -> int:
@@ -201,9 +215,60 @@ def _record(step: Any, locate: _Locator, ranks_index: Callable[[tuple[int, ...]]
     raise NotFlat(f"no record for a {kind.__name__} step")
 
 
+# the records whose byte ranges as_pieces may cut: moves and folds, element by element
+_CUTTABLE = frozenset((PUT, GET, REDUCE_SLOTS, COPY, REDUCE))
+
+
+def as_pieces(program: Program, side: int, count: int) -> Program:
+    """``program`` for calls that give ``side`` (:data:`INPUT` or :data:`OUTPUT`) as a
+    list of ``count`` arrays of equal length (torch's list forms: all_gather into a
+    list, reduce_scatter of a list, a gather root's list): what the schedule, run on
+    the pieces back to back, does, with every record that touches that side
+    re-addressed to the piece it touches (buffer ``PIECES + i``, bytes from that
+    piece's start), and cut at the pieces' edges where it spans several (a Put of
+    three pieces becomes three Puts, each into its place in the region).
+
+    Raises:
+        NotFlat: ``side``'s length is not ``count`` equal pieces of whole elements,
+            or a record that cannot be cut (a message, an exposure, a remote write)
+            touches it.
+    """
+    total = program.sizes[side]
+    itemsize = program.dtype.itemsize
+    if side not in (INPUT, OUTPUT) or count < 1 or total % (count * itemsize):
+        raise NotFlat(f"{total} bytes are not {count} pieces of whole {program.dtype} elements")
+    piece = total // count
+    records: list[Record] = []
+    for rec in program.records:
+        op, peer, space, offset, nbytes, buf, at, src_buf, src_at = rec
+        starts = [a for b, a in ((buf, at), (src_buf, src_at)) if b == side and nbytes]
+        if not starts:
+            records.append(rec)
+            continue
+        if op not in _CUTTABLE or piece == 0:
+            raise NotFlat(f"a record with opcode {op} touches a side given as pieces")
+        # cut [0, nbytes) wherever either of its byte ranges crosses a piece's edge
+        cuts = {0, nbytes}
+        for a in starts:
+            cuts.update(range(piece - a % piece, nbytes, piece))
+        edges = sorted(cuts)
+        for lo, hi in zip(edges, edges[1:]):
+            d, s = (buf, at + lo), (src_buf, src_at + lo)
+            if buf == side:
+                d = (PIECES + d[1] // piece, d[1] % piece)
+            if src_buf == side:
+                s = (PIECES + s[1] // piece, s[1] % piece)
+            moves_space = op in (PUT, GET, REDUCE_SLOTS)
+            records.append((op, peer, space, offset + lo if moves_space else offset, hi - lo,
+                            *d, *s))
+    return Program(program.name, program.dtype, tuple(records), program.rank_sets,
+                   program.sizes, (side, count))
+
+
 def _view(buffers: tuple[np.ndarray | None, ...], buf: int, at: int, nbytes: int
          ) -> np.ndarray:
-    """The bytes ``[at, at + nbytes)`` of call buffer ``buf`` (flat uint8 views)."""
+    """The bytes ``[at, at + nbytes)`` of call buffer ``buf`` (flat uint8 views; a
+    listed program's pieces after the input and output)."""
     if buf == NO_BUFFER:
         return np.empty(0, np.uint8)
     b = buffers[buf]
@@ -213,7 +278,7 @@ def _view(buffers: tuple[np.ndarray | None, ...], buf: int, at: int, nbytes: int
 
 def expand(program: Program, buffers: tuple[np.ndarray | None, ...]) -> list[Round]:
     """The program as Rounds of steps on ``buffers`` (flat uint8 views of the input and
-    output), typed like the plan's arrays where a step reduces: what the generator
+    output, then, for a program of :func:`as_pieces`, of each piece), typed like the plan's arrays where a step reduces: what the generator
     yields for a call on those buffers (the equivalence test compares the two)."""
     dtype = program.dtype
     rounds: list[tuple[list[Any], list[Any]]] = []
@@ -253,5 +318,5 @@ def expand(program: Program, buffers: tuple[np.ndarray | None, ...]) -> list[Rou
     return [Round(*comms, then=then) for comms, then in rounds]
 
 
-__all__ = ["INPUT", "NO_BUFFER", "NotFlat", "OUTPUT", "Program", "Record", "SPACE_CODES",
-           "expand", "flatten"]
+__all__ = ["INPUT", "NO_BUFFER", "NotFlat", "OUTPUT", "PIECES", "Program", "Record",
+           "SPACE_CODES", "as_pieces", "expand", "flatten"]

@@ -46,7 +46,7 @@ from ..algorithms import _registry as registry
 from ..algorithms._execute import BoundProgram
 from ..algorithms._onehost import split_head  # the header's size: one rule for both
 from ..algorithms._plan import Plan
-from ..algorithms._program import flatten
+from ..algorithms._program import NO_BUFFER, as_pieces, flatten
 from ..errors import MismatchError
 from ..topology import rotation
 
@@ -146,10 +146,12 @@ class Programs:
         self._bound: dict[tuple, BoundProgram] = {}
 
     def get(self, kind: str, dtype: np.dtype, root: int, n_in: int | None, n_out: int | None,
-            counts: tuple[int, ...] | None) -> BoundProgram:
+            counts: tuple[int, ...] | None, listed: int = NO_BUFFER) -> BoundProgram:
         """The bound program of a call of this shape (``n_in``/``n_out``: element counts
-        of the flat input and output, None where the call has none)."""
-        key = (kind, dtype, root, n_in, n_out, counts)
+        of the flat input and output, None where the call has none). ``listed``: the side
+        (``_program.INPUT`` or ``OUTPUT``) the call gives as a list of one array per rank
+        (``_program.as_pieces``)."""
+        key = (kind, dtype, root, n_in, n_out, counts, listed)
         bound = self._bound.get(key)
         if bound is None:
             g = self.group
@@ -158,7 +160,10 @@ class Programs:
                         output=None if n_out is None else np.empty(n_out, dtype),
                         counts=counts, region_bytes=g.arena.small_bytes)
             entry = registry.get(kind, "oneshot")
-            bound = BoundProgram(flatten(entry.fn, plan, entry.qualname), g.arena)
+            program = flatten(entry.fn, plan, entry.qualname)
+            if listed != NO_BUFFER:
+                program = as_pieces(program, listed, g._size)
+            bound = BoundProgram(program, g.arena)
             if len(self._bound) >= self.KEEP:
                 del self._bound[next(iter(self._bound))]
             self._bound[key] = bound

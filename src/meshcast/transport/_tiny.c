@@ -1452,15 +1452,19 @@ static PyObject *Round_alike(Round *self, PyObject *const *args, Py_ssize_t narg
  *
  * The packed form (int64, made once per program): a header of PROGRAM_HEADER words
  * (the input's and output's byte sizes, whether the program writes its input, the
- * number of records), then the records, then the rank sets (each its length, then its
- * ranks), a REDUCE_SLOTS record's peer being where its set starts there. Every offset
- * and size was checked against the buffers and the region when it was packed; a call
- * checks its buffers' sizes against the header.
+ * number of records, the side given as a list of pieces or -1, their number), then the
+ * records, then the rank sets (each its length, then its ranks), a REDUCE_SLOTS
+ * record's peer being where its set starts there. A side given as pieces (torch's list
+ * forms, _program.as_pieces) is a list or tuple of that many buffers of equal length,
+ * which the records address as buffers 2, 3, ... Every offset and size was checked
+ * against the buffers and the region when it was packed; a call checks its buffers'
+ * sizes against the header.
  */
 enum { P_ROUND, P_SEND, P_RECV, P_PUT, P_GET, P_REDUCE_SLOTS, P_ENTER, P_EXPOSE, P_WRITE,
        P_SIGNAL, P_WAIT, P_COPY, P_REDUCE, P_OPCODES };
-#define PROGRAM_HEADER 4
+#define PROGRAM_HEADER 6
 #define RECORD_WORDS 9
+#define BUFS_HELD 18 /* call buffers (input, output, pieces) bound from the stack */
 #define REGION_SPACE 1 /* _program.SPACE_CODES["region"] */
 
 #undef FOLD_SOURCE
@@ -1554,9 +1558,58 @@ static int run_records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssi
     return 0;
 }
 
+/* The call buffers of prog: inp and out into bufs[0] and bufs[1] (NULL: None, or the
+ * side given as pieces), each piece of that side into bufs[2 + i]; views holds what
+ * was got (obj NULL where nothing was), nb of them. -1 with an exception. */
+static int bind_buffers(const int64_t *prog, PyObject *inp, PyObject *out, Py_buffer *views,
+                        char **bufs, Py_ssize_t nb) {
+    Py_ssize_t side = (Py_ssize_t)prog[4];
+    for (int b = 0; b < 2; b++) {
+        PyObject *obj = b == 0 ? inp : out;
+        int flags = PyBUF_C_CONTIGUOUS | (b == 1 || (prog[2] & 1) ? PyBUF_WRITABLE : 0);
+        if (b == side) {
+            Py_ssize_t count = nb - 2;
+            if (!(PyList_Check(obj) || PyTuple_Check(obj))
+                    || PySequence_Fast_GET_SIZE(obj) != count) {
+                PyErr_Format(PyExc_ValueError, "program: the %s is a list or tuple of %zd "
+                             "buffers", b == 0 ? "input" : "output", count);
+                return -1;
+            }
+            for (Py_ssize_t i = 0; i < count; i++) {
+                if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(obj, i), &views[2 + i], flags) < 0)
+                    return -1;
+                if (views[2 + i].len * count != prog[b]) {
+                    PyErr_SetString(PyExc_ValueError, "program: a piece of another size than "
+                                                      "the program's");
+                    return -1;
+                }
+                bufs[2 + i] = views[2 + i].buf;
+            }
+            continue;
+        }
+        if (obj == Py_None) {
+            if (prog[b] != 0) {
+                PyErr_SetString(PyExc_ValueError, "program: a buffer it needs is None");
+                return -1;
+            }
+            continue;
+        }
+        if (PyObject_GetBuffer(obj, &views[b], flags) < 0)
+            return -1;
+        if (views[b].len != prog[b]) {
+            PyErr_SetString(PyExc_ValueError, "program: a buffer of another size than the "
+                                              "program's");
+            return -1;
+        }
+        bufs[b] = views[b].buf;
+    }
+    return 0;
+}
+
 /* program(seq, packed, spin_ns, prog, inp, out, kernel, start[, what]) -> 0, or
  * resume * 8 + status: run the packed program prog (bytes, see above) on inp and out
- * (buffers, or None where the header's size is 0) from record start, the ENTER
+ * (buffers, or None where the header's size is 0; the side the header lists, a list
+ * or tuple of its pieces) from record start, the ENTER
  * record (if any at or after start) being the round of round_core with fingerprint
  * packed, phase 1 (packed: the whole fingerprint, or its tail after seq, as oneshot
  * takes it). 0: the program ran to its end. Otherwise the round's status (1 to 3, see
@@ -1605,28 +1658,29 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_ValueError, "program: no such kernel");
         return NULL;
     }
-    Py_buffer views[2] = {{0}, {0}};
-    char *bufs[2] = {NULL, NULL};
-    for (int b = 0; b < 2; b++) {
-        PyObject *obj = args[4 + b];
-        if (obj == Py_None) {
-            if (prog[b] != 0) {
-                PyErr_SetString(PyExc_ValueError, "program: a buffer it needs is None");
-                goto fail;
-            }
-            continue;
-        }
-        int writes = b == 1 || (prog[2] & 1);
-        if (PyObject_GetBuffer(obj, &views[b], PyBUF_C_CONTIGUOUS | (writes ? PyBUF_WRITABLE : 0))
-            < 0)
-            goto fail;
-        if (views[b].len != prog[b]) {
-            PyErr_SetString(PyExc_ValueError, "program: a buffer of another size than the "
-                                              "program's");
-            goto fail;
-        }
-        bufs[b] = views[b].buf;
+    if (!(prog[4] == -1 ? prog[5] == 0 : (prog[4] == 0 || prog[4] == 1) && prog[5] > 0)) {
+        PyErr_SetString(PyExc_ValueError, "program: a bad side of pieces");
+        return NULL;
     }
+    Py_ssize_t nb = 2 + (Py_ssize_t)prog[5];
+    Py_buffer views_held[BUFS_HELD], *views = views_held;
+    char *bufs_held[BUFS_HELD], **bufs = bufs_held;
+    if (nb > BUFS_HELD) {
+        views = PyMem_Malloc(sizeof(Py_buffer) * (size_t)nb);
+        bufs = PyMem_Malloc(sizeof(char *) * (size_t)nb);
+        if (views == NULL || bufs == NULL) {
+            PyMem_Free(views);
+            PyMem_Free(bufs);
+            return PyErr_NoMemory();
+        }
+    }
+    for (Py_ssize_t b = 0; b < nb; b++) {
+        views[b].obj = NULL;
+        bufs[b] = NULL;
+    }
+    PyObject *result = NULL;
+    if (bind_buffers(prog, args[4], args[5], views, bufs, nb) < 0)
+        goto fail;
     int status = 0;
     Py_ssize_t n = (Py_ssize_t)prog[3], at = start;
     for (; at < n; at++) /* the records before the round, then the round */
@@ -1675,15 +1729,16 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
             goto fail;
     }
 done:
-    for (int b = 0; b < 2; b++)
-        if (views[b].obj != NULL)
-            PyBuffer_Release(&views[b]);
-    return PyLong_FromSsize_t(status == 0 ? 0 : at * 8 + status);
+    result = PyLong_FromSsize_t(status == 0 ? 0 : at * 8 + status);
 fail:
-    for (int b = 0; b < 2; b++)
+    for (Py_ssize_t b = 0; b < nb; b++)
         if (views[b].obj != NULL)
             PyBuffer_Release(&views[b]);
-    return NULL;
+    if (views != views_held) {
+        PyMem_Free(views);
+        PyMem_Free(bufs);
+    }
+    return result;
 }
 
 static PyMethodDef Round_methods[] = {
