@@ -6,15 +6,16 @@ checks, Fingerprint objects, message strings, NumPy scalar accesses (about
 program repeats (same group, dtype, shape and op or root), this lane caches
 what the general path recomputes every time: the packed fingerprint tail,
 views of the arena's one-shot regions shaped like the arrays, the reduction
-kernel. all_reduce, broadcast, reduce, all_gather_into_tensor,
-reduce_scatter_tensor and barrier hold their collective's registered
-``oneshot`` schedule as a packed program (the general path's,
-paths.oneshot.Programs), and a call is one run of the compiled interpreter
-(``Round.program``: copy in, one signal, the program's reads and folds;
-broadcast's and reduce's entries one-sided, as their schedules say: a
-broadcast root awaits nobody). The others (and those without a compiled
-kernel for their op) are one :meth:`Arena.combined_oneshot`: copy in, one
-signal, one of _tiny.c's combines (copy or reduce out).
+kernel. all_reduce, broadcast, reduce, all_gather (into a tensor or a
+list), reduce_scatter (of a tensor or a list) and barrier hold their
+collective's registered ``oneshot`` schedule as a packed program (the general
+path's, paths.oneshot.Programs; a list's pieces its buffers), and a call is
+one run of the compiled interpreter (``Round.program``: copy in, one signal,
+the program's reads and folds; broadcast's and reduce's entries one-sided,
+as their schedules say: a broadcast root awaits nobody). Those without a
+compiled fold for their op are one round (:meth:`Arena.tiny_oneshot`), then
+NumPy's fold of the regions. gather, scatter and all_to_all are rooted's
+entry and one of _tiny.c's copies (``Round.rooted``).
 
 Rule: the lane runs exactly the one-shot path of the ProcessGroup method it
 stands for (same fingerprint bytes, same data layout, same operand order),
@@ -167,25 +168,8 @@ class TinyCallLane:
             fifo.leave_inline(None)
             group.last_algorithm = "all_reduce/oneshot"
             return True
-        if not fifo.enter_inline():  # queued async work goes first: the closure path
-            if self._run("all_reduce", tail, arr, arr, code, -1, 0, _reduce_parity, arr, views,
-                         kernel, average) and average:
-                ops.finish_average(arr, group._size)
-            return True
-        # The hottest call of all, inline: no closures, no Work.
-        try:
-            seq = next(group._seq)
-            if group.arena.combined_oneshot(seq, tail, self._whats["all_reduce"], group.timeout,
-                                            arr, None if code is None else arr, code, -1, 0):
-                if average:
-                    ops.finish_average(arr, group._size)
-            else:
-                _reduce(arr, views[seq & 1], kernel, average)
-        except BaseException as exc:
-            fifo.leave_inline(exc)
-            raise
-        fifo.leave_inline(None)
-        group.last_algorithm = "all_reduce/oneshot"
+        # No compiled fold for this op (or no compiled helper): the round, then NumPy's
+        self._run("all_reduce", tail, arr, _reduce_parity, arr, views, kernel, average)
         return True
 
     # ------------------------------------------------------------ async calls
@@ -204,10 +188,9 @@ class TinyCallLane:
         if views is None:
             return self._all_reduce_single(arr, tail, kernel, average, async_op=True)
         if prog is not None:
-            return self._start("all_reduce", tail, arr, arr, code, -1, 0, average, _ignore,
-                               prog=prog)
-        return self._start("all_reduce", tail, arr, arr, code, -1, 0, average,
-                           _reduce_parity, arr, views, kernel, average)
+            return self._start("all_reduce", tail, arr, arr, code, average, _ignore, prog=prog)
+        return self._start("all_reduce", tail, arr, None, None, False, _reduce_parity, arr,
+                           views, kernel, average)
 
     def broadcast_async(self, arr: np.ndarray, src: int) -> Work | None:
         """:meth:`ProcessGroup.broadcast` with ``async_op=True`` (see :meth:`_start`)."""
@@ -221,7 +204,7 @@ class TinyCallLane:
             return self._broadcast_single(arr, tail, root, copies, async_op=True)
         if prog is None:  # no compiled interpreter: the general path
             return None
-        return self._start("broadcast", tail, None, arr, -1, root, 0, False, _ignore, prog=prog)
+        return self._start("broadcast", tail, None, arr, -1, False, _ignore, prog=prog)
 
     def reduce_async(self, arr: np.ndarray, op: Any, dst: int) -> Work | None:
         """:meth:`ProcessGroup.reduce` with ``async_op=True`` into global rank ``dst`` (see
@@ -233,22 +216,21 @@ class TinyCallLane:
         tail, views, kernel, average, code, root, prog = plan
         at_root = self.group._rank == root
         if prog is not None:
-            return self._start("reduce", tail, arr, arr if at_root else None, code, root, 0,
+            return self._start("reduce", tail, arr, arr if at_root else None, code,
                                average and at_root, _ignore, prog=prog)
         if not at_root:  # no compiled interpreter: the general path
             return None
-        return self._start("reduce", tail, arr, arr, code, -1, 0, average, _reduce_parity,
-                           arr, views, kernel, average)
+        return self._start("reduce", tail, arr, None, None, False, _reduce_parity, arr, views,
+                           kernel, average)
 
     def barrier_async(self) -> Work | None:
         """:meth:`ProcessGroup.barrier` with ``async_op=True`` (see :meth:`_start`)."""
         plan = self._plan(("barrier",), self._barrier_plan)
         if not plan:
             return None
-        if plan[1] is not None:
-            return self._start("barrier", plan[0], None, None, None, -1, 0, False, _ignore,
-                               prog=plan[1])
-        return self._start("barrier", plan[0], None, None, None, -1, 0, False, _ignore)
+        if plan[1] is None:  # no compiled interpreter: the general path
+            return None
+        return self._start("barrier", plan[0], None, None, -1, False, _ignore, prog=plan[1])
 
     def all_gather_async(self, out: np.ndarray, inp: np.ndarray) -> Work | None:
         """all_gather_into_tensor with ``async_op=True`` (see :meth:`_start`)."""
@@ -259,12 +241,10 @@ class TinyCallLane:
         tail, views, reads, prog = plan
         if views is None:
             return self._all_gather_single(out, inp, tail, reads, async_op=True)
-        if prog is not None:
-            return self._start("all_gather", tail, inp, out, -1, -1, 0, False, _ignore, prog=prog,
-                               per_rank_counts=True)
-        flat_out = out.reshape(-1)
-        return self._start("all_gather", tail, inp, flat_out, _COPY_ALL, -1, 0, False,
-                           _concatenate, views, flat_out)
+        if prog is None:  # no compiled interpreter: the general path
+            return None
+        return self._start("all_gather", tail, inp, out, -1, False, _ignore, prog=prog,
+                           per_rank_counts=True)
 
     def reduce_scatter_async(self, out: np.ndarray, inp: np.ndarray, op: Any) -> Work | None:
         """reduce_scatter_tensor with ``async_op=True`` (see :meth:`_start`)."""
@@ -277,28 +257,26 @@ class TinyCallLane:
             return self._reduce_scatter_single(out.reshape(-1), inp.reshape(-1), tail, kernel,
                                                average, async_op=True)
         if prog is not None:
-            return self._start("reduce_scatter", tail, inp, out, code, -1, 0, average, _ignore,
+            return self._start("reduce_scatter", tail, inp, out, code, average, _ignore,
                                prog=prog, per_rank_counts=True)
         flat_out = out.reshape(-1)
-        return self._start("reduce_scatter", tail, inp, flat_out, code, -1,
-                           self.group._rank * out.nbytes, average, _reduce_parity, flat_out,
-                           pieces, kernel, average)
+        return self._start("reduce_scatter", tail, inp, None, None, False, _reduce_parity,
+                           flat_out, pieces, kernel, average)
 
-    def _start(self, kind: str, tail: bytes, data: np.ndarray | None, out: np.ndarray | None,
-               code: int | None, root: int, offset: int, average: bool,
-               combine: Callable[..., None], *args: Any, prog: bytes | None = None,
-               per_rank_counts: bool = False) -> Work | None:
-        """An ``async_op=True`` call's one-shot round (that of :meth:`_run`), started here:
-        when every rank is in within the spin time the call is done and its Work
-        finished; otherwise the worker thread finishes the round (the wait, the
-        checks, then ``combine(parity, *args)``; a mismatch lands in the Work) ahead
-        of the calls queued behind it. So an async call keeps its caller no longer
-        than the spin time, and one whose peers are there costs what a synchronous
-        one does. ``average``: the compiled fold was a SUM to divide. None (nothing
-        done): no compiled helper, or the group is busy; the general path then.
-        ``prog``: the call's packed program (:meth:`_program`), run by the interpreter
-        with kernel ``code`` (None: -1) instead of ``combine``; the worker finishes a
-        late round with :func:`_run_program`."""
+    def _start(self, kind: str, tail: bytes, data: Any, out: Any, code: int | None,
+               average: bool, combine: Callable[..., None], *args: Any,
+               prog: bytes | None = None, per_rank_counts: bool = False) -> Work | None:
+        """An ``async_op=True`` call's one-shot round, started here: when every rank is
+        in within the spin time the call is done and its Work finished; otherwise the
+        worker thread finishes the round (the wait, the checks, the rest; a mismatch
+        lands in the Work) ahead of the calls queued behind it. So an async call keeps
+        its caller no longer than the spin time, and one whose peers are there costs
+        what a synchronous one does. ``prog``: the call's packed program
+        (:meth:`_program`) on ``data`` and ``out``, run by the interpreter with kernel
+        ``code`` (None: -1), ``average`` if its fold was a SUM to divide; the worker
+        finishes a late round with :func:`_run_program`. Without ``prog``, the round of
+        :meth:`_run`, then ``combine(parity, *args)`` reads the regions. None (nothing
+        done): no compiled helper, or the group is busy; the general path then."""
         group = self.group
         arena = group.arena
         fast = arena.compiled_oneshot
@@ -308,14 +286,12 @@ class TinyCallLane:
         if not fifo.enter_inline():
             return None
         what = self._whats[kind]
-        if code is None:
-            out = None
         try:
             seq = next(group._seq)
             kernel = -1 if code is None else code
             # (a program's one-sided entry awaits every rank here: what None; an async
             # call's errors belong to its Work, not to the next call)
-            status = (fast(seq, tail, data, arena.spin_ns, out, code, root, offset) if prog is None
+            status = (fast(seq, tail, data, arena.spin_ns) if prog is None
                       else arena.compiled_program(seq, tail, arena.spin_ns, prog, data, out,
                                                   kernel, 0, None))
             group.last_algorithm = _ONESHOT[kind]
@@ -329,7 +305,7 @@ class TinyCallLane:
                 return fifo.hand_over(lambda: _finish_oneshot(
                     arena, seq, tail, what, group.timeout, data, status, combine, args),
                     Work(what))  # type: ignore[arg-type]
-            if out is None:
+            if prog is None:
                 combine(seq & 1, *args)
             elif average:
                 ops.finish_average(out, group._size)
@@ -363,7 +339,7 @@ class TinyCallLane:
             if prog is not None:
                 self._program_call("barrier", tail, prog, None, None, -1, False)
             else:
-                self._run("barrier", tail, None, None, None, -1, 0, _ignore)
+                self._run("barrier", tail, None, _ignore)
             return True
         try:  # inline, as all_reduce: entering the round is the barrier
             if prog is not None:
@@ -376,8 +352,8 @@ class TinyCallLane:
                                        time.monotonic() + group.timeout, prog, None, None, -1,
                                        status)
             else:
-                group.arena.combined_oneshot(next(group._seq), tail, self._whats["barrier"],
-                                             group.timeout, None, None, None)
+                group.arena.tiny_oneshot(next(group._seq), tail, self._whats["barrier"],
+                                         group.timeout, None)
         except BaseException as exc:
             fifo.leave_inline(exc)
             raise
@@ -520,10 +496,8 @@ class TinyCallLane:
             return True
         # Without the compiled interpreter, or at a root whose op it cannot fold: one-shot
         # in Python, the combine from the regions
-        if self._run("reduce", tail, arr, arr if at_root and code is not None else None,
-                     code, -1, 0, _reduce_parity if at_root else _ignore, arr, views, kernel,
-                     average) and average:
-            ops.finish_average(arr, group._size)
+        self._run("reduce", tail, arr, _reduce_parity if at_root else _ignore, arr, views, kernel,
+                  average)
         return True
 
     def broadcast(self, arr: np.ndarray, src: int) -> bool:
@@ -564,9 +538,9 @@ class TinyCallLane:
             return True
         # Without the compiled interpreter: one-shot in Python
         if group._rank == root:
-            self._run("broadcast", tail, arr, None, None, root, 0, _ignore)
+            self._run("broadcast", tail, arr, _ignore)
         else:
-            self._run("broadcast", tail, None, arr, None, root, 0, _copy_root, arr, views, root)
+            self._run("broadcast", tail, None, _copy_root, arr, views, root)
         return True
 
     def _broadcast_single(self, arr: np.ndarray, tail: bytes, root: int,
@@ -619,26 +593,9 @@ class TinyCallLane:
             fifo.leave_inline(None)
             group.last_algorithm = "all_gather/oneshot"
             return True
-        if not fifo.enter_inline():  # queued async work goes first
-            flat_out = out.reshape(-1)
-            self._run("all_gather", tail, inp, flat_out, _COPY_ALL, -1, 0, _concatenate, views,
-                      flat_out)
-            return True
-        try:  # inline, as all_reduce; C takes the arrays as they are (contiguous)
-            seq = next(group._seq)
-            arena = group.arena
-            fast = arena.compiled_oneshot
-            status = None if fast is None else fast(seq, tail, inp, arena.spin_ns, out,
-                                                     _COPY_ALL, -1, 0)
-            if status != 0:
-                arena.oneshot_rest(seq, tail, self._whats["all_gather"], group.timeout, inp,
-                                   status)
-                np.concatenate(views[seq & 1], out=out.reshape(-1))
-        except BaseException as exc:
-            fifo.leave_inline(exc)
-            raise
-        fifo.leave_inline(None)
-        group.last_algorithm = "all_gather/oneshot"
+        # No compiled interpreter: the round, then NumPy's copies
+        flat_out = out.reshape(-1)
+        self._run("all_gather", tail, inp, _concatenate, views, flat_out)
         return True
 
     def all_gather_list(self, outs: Any, inp: np.ndarray) -> bool:
@@ -697,7 +654,7 @@ class TinyCallLane:
         tail, alike, prog = plan
         if prog is None or not alike(outs, inp, True):  # (no compiled interpreter)
             return None
-        return self._start("all_gather", tail, inp, outs, -1, -1, 0, False, _ignore, prog=prog,
+        return self._start("all_gather", tail, inp, outs, -1, False, _ignore, prog=prog,
                            per_rank_counts=True)
 
     def _all_gather_single(self, out: np.ndarray, inp: np.ndarray, tail: bytes,
@@ -762,31 +719,9 @@ class TinyCallLane:
             fifo.leave_inline(None)
             group.last_algorithm = "reduce_scatter/oneshot"
             return True
-        offset = group._rank * out.nbytes
-        if not fifo.enter_inline():  # queued async work goes first
-            flat_out = out.reshape(-1)
-            if self._run("reduce_scatter", tail, inp, flat_out, code, -1, offset,
-                         _reduce_parity, flat_out, pieces, kernel, average) and average:
-                ops.finish_average(flat_out, group._size)
-            return True
-        try:  # inline, as all_gather
-            seq = next(group._seq)
-            arena = group.arena
-            fast = arena.compiled_oneshot
-            status = None if fast is None or code is None else fast(
-                seq, tail, inp, arena.spin_ns, out, code, -1, offset)
-            if status == 0:
-                if average:
-                    ops.finish_average(out, group._size)
-            else:
-                arena.oneshot_rest(seq, tail, self._whats["reduce_scatter"], group.timeout, inp,
-                                   status)
-                _reduce(out.reshape(-1), pieces[seq & 1], kernel, average)
-        except BaseException as exc:
-            fifo.leave_inline(exc)
-            raise
-        fifo.leave_inline(None)
-        group.last_algorithm = "reduce_scatter/oneshot"
+        # No compiled fold for this op (or no compiled helper): the round, then NumPy's
+        self._run("reduce_scatter", tail, inp, _reduce_parity, out.reshape(-1), pieces, kernel,
+                  average)
         return True
 
     def reduce_scatter_list(self, out: np.ndarray, pieces: Any, op: Any) -> bool:
@@ -827,21 +762,10 @@ class TinyCallLane:
             fifo.leave_inline(None)
             group.last_algorithm = "reduce_scatter/oneshot"
             return True
-        if not fifo.enter_inline():
-            return False
-        try:  # no kernel folds this op: the round in C, the fold in NumPy
-            seq = next(group._seq)
-            arena = group.arena
-            status = arena.compiled_oneshot(seq, tail, pieces, arena.spin_ns, None, None, -1, 0)
-            if status != 0:  # (the compiled call staged the pieces before it stopped)
-                arena.oneshot_rest(seq, tail, self._whats["reduce_scatter"], group.timeout,
-                                   None, status)
-            _reduce(out.reshape(-1), regions[seq & 1], kernel, average)
-        except BaseException as exc:
-            fifo.leave_inline(exc)
-            raise
-        fifo.leave_inline(None)
-        group.last_algorithm = "reduce_scatter/oneshot"
+        # No compiled fold for this op: the round (the pieces staged one after the
+        # other), then NumPy's
+        self._run("reduce_scatter", tail, pieces, _reduce_parity, out.reshape(-1), regions,
+                  kernel, average)
         return True
 
     def reduce_scatter_list_async(self, out: np.ndarray, pieces: Any, op: Any) -> Work | None:
@@ -856,12 +780,10 @@ class TinyCallLane:
         if not alike(pieces, out, False):
             return None
         if prog is not None:
-            return self._start("reduce_scatter", tail, pieces, out, code, -1, 0, average,
-                               _ignore, prog=prog, per_rank_counts=True)
-        flat_out = out.reshape(-1)
-        return self._start("reduce_scatter", tail, pieces, flat_out, code, -1,
-                           self.group._rank * out.nbytes, average, _reduce_parity, flat_out,
-                           regions, kernel, average)
+            return self._start("reduce_scatter", tail, pieces, out, code, average, _ignore,
+                               prog=prog, per_rank_counts=True)
+        return self._start("reduce_scatter", tail, pieces, None, None, False, _reduce_parity,
+                           out.reshape(-1), regions, kernel, average)
 
     def _reduce_scatter_single(self, out: np.ndarray, inp: np.ndarray, tail: bytes,
                                op: ops.ReduceOp, average: bool, async_op: bool = False) -> Any:
@@ -1717,28 +1639,22 @@ class TinyCallLane:
             return plan
         return plan if pieces is None else False
 
-    def _run(self, kind: str, tail: bytes, data: np.ndarray | None, out: np.ndarray | None,
-             code: int | None, root: int, offset: int, combine: Callable[..., None],
-             *args: Any) -> bool:
-        """One call: my ``data`` into my region, one signal, then the combine of every
-        rank's region into ``out`` (see :meth:`Arena.combined_oneshot`, ``code``,
-        ``root`` and ``offset`` are its), or, when that did not happen,
-        ``combine(parity, *args)`` reads the regions of that parity; behind queued
-        async work, if any. Returns True when the compiled combine filled ``out``.
+    def _run(self, kind: str, tail: bytes, data: Any, combine: Callable[..., None],
+             *args: Any) -> None:
+        """One call that runs no program (no compiled fold for its op, or no compiled
+        helper): my ``data`` into my region and one round (:meth:`Arena.tiny_oneshot`),
+        then ``combine(parity, *args)`` reads every rank's region of that parity; behind
+        queued async work, if any.
 
         ``combine`` is a module-level function and its arguments are passed along, not
         bound in a closure: building one per call cost a third of a tiny broadcast."""
         group = self.group
         fifo = group.fifo
-        if code is None:
-            out = None
         if fifo.enter_inline():  # the group is idle: run it right here
             try:
                 seq = next(group._seq)
-                done = group.arena.combined_oneshot(seq, tail, self._whats[kind], group.timeout,
-                                                    data, out, code, root, offset)
-                if not done:
-                    combine(seq & 1, *args)
+                group.arena.tiny_oneshot(seq, tail, self._whats[kind], group.timeout, data)
+                combine(seq & 1, *args)
             except BaseException as exc:
                 fifo.leave_inline(exc)
                 raise
@@ -1747,16 +1663,12 @@ class TinyCallLane:
             seq = next(group._seq)
             what = self._whats[kind]
 
-            def job() -> bool:
-                if group.arena.combined_oneshot(seq, tail, what, group.timeout, data, out, code,
-                                                root, offset):
-                    return True
+            def job() -> None:
+                group.arena.tiny_oneshot(seq, tail, what, group.timeout, data)
                 combine(seq & 1, *args)
-                return False
 
-            done = fifo.call(job, f"{kind} #{seq}")
+            fifo.call(job, f"{kind} #{seq}")
         group.last_algorithm = _ONESHOT[kind]
-        return done
 
     def _plan(self, key: tuple, build: Callable[..., tuple | bool], *args: Any
               ) -> tuple | bool:
@@ -2180,7 +2092,7 @@ def _finish_oneshot(arena: Any, seq: int, tail: bytes, what: object, timeout: fl
                     args: tuple) -> None:
     """The rest of a one-shot call whose compiled round returned ``status``: the arena's
     Python round from there (waits, checks, raises), then ``combine(parity, *args)``
-    in NumPy (bitwise the compiled combine's result)."""
+    reads the regions."""
     arena.oneshot_rest(seq, tail, what, timeout, data, status)
     combine(seq & 1, *args)
 
@@ -2218,7 +2130,6 @@ def _copy_piece(parity: int, out: np.ndarray, regions: tuple, lo: int) -> None:
 
 
 _COPY_ROOT = -1  # the combine that copies the root's region (scatter)
-_COPY_ALL = -2  # the combine that concatenates every region (all_gather)
 _COPY_EACH = -3  # the combine that copies every region into its own array (gather)
 _COPY_COLUMN = -4  # the combine that copies my piece of every region (all_to_all)
 _ONESHOT = {kind: f"{kind}/oneshot" for kind in (

@@ -92,40 +92,28 @@ def test_bad_arguments_raise():
 
 
 @built
-def test_oneshot_combines_only_after_a_complete_round():
-    """oneshot = run(phase 1) then the combine: reduce in rank order from an offset,
-    copy the root's region, or concatenate; nothing is combined on a status != 0."""
+def test_oneshot_is_a_phase_one_round_after_staging():
+    """oneshot = run(phase 1) with seq and a tail for the fingerprint, data (an array or a
+    list of them, one after the other) staged in my region first; the caller then reads
+    the regions (every one-shot call that folds or copies runs its program instead)."""
     m = _Mapping(3)
     rounds = [_tiny.Round(m.address, 3, r, m.ranks_off, m.fp_off, m.small_off, SMALL, FP, 0,
                           m).oneshot for r in range(3)]
     tail = bytes(FP - 8)
     data = [np.arange(6, dtype=np.int32) * (r + 1) for r in range(3)]
-    sum_i32 = 4 * 8 + 0  # ops._C_TYPES["int32"] * 8 + ops._C_OPS[SUM]
-    out = [np.full(2, -1, np.int32) for _ in range(3)]
-    assert rounds[0](5, tail, data[0], 0, out[0], sum_i32, -1, 8) == 2
-    assert (out[0] == -1).all()  # not everyone there: Python finishes and combines
-    assert rounds[1](5, tail, data[1], 0, None, None, -1, 0) == 2
-    assert rounds[2](5, tail, data[2], 0, out[2], sum_i32, -1, 8) == 0
-    assert out[2].tolist() == [12, 18]  # elements 2 and 3 of every rank, summed
-    copy = np.zeros(3, np.int32)
-    assert rounds[2](5, tail, data[2], 0, copy, -1, 1, 4) == 0
-    assert copy.tolist() == [2, 4, 6]  # rank 1's region from byte 4
-    whole = np.zeros(6, np.int32)
-    assert rounds[2](5, tail, data[2], 0, whole, -2, -1, 0) == 0
-    assert whole.tolist() == [0, 1, 0, 2, 0, 3]  # every region's first 8 bytes
-    for args, text in (((np.zeros(2, np.int32), None), "without a combine code"),
-                       ((np.zeros(2, np.float32), 8 * 8 + 2), "no such combine kernel"),
-                       ((np.zeros(3, np.int8), 6 * 8), "no such combine kernel"),
-                       ((np.zeros(2, np.int32), 99 * 8), "no such combine kernel"),
-                       ((np.zeros(4, np.int32), -2), "n pieces")):
-        with pytest.raises(ValueError, match=text):
-            rounds[0](7, tail, None, 0, *args, -1, 0)
-    with pytest.raises(ValueError, match="beyond a one-shot region"):
-        rounds[0](7, tail, None, 0, np.zeros(2, np.int32), sum_i32, -1, SMALL - 4)
-    with pytest.raises(ValueError, match="root out of range"):
-        rounds[0](7, tail, None, 0, np.zeros(2, np.int32), -1, 3, 0)
-    with pytest.raises(ValueError, match="not writable|read-only"):
-        rounds[0](7, tail, None, 0, _read_only(2), sum_i32, -1, 0)
+    assert rounds[0](5, tail, data[0], 0) == 2  # not everyone there: Python waits
+    assert rounds[1](5, tail, [data[1][:2], data[1][2:]], 0) == 2
+    assert rounds[2](5, tail, data[2], 0) == 0
+    for r in range(3):
+        region = np.frombuffer(m.mm, np.int32, 6, m.small_off + (r * 2 + 1) * SMALL)
+        assert region.tolist() == data[r].tolist(), r
+        assert m.word(r) == (5 << 24) | 1
+    with pytest.raises(TypeError, match="oneshot"):
+        rounds[0](7, tail, None, 0, None, None, -1, 0)  # (the combines are gone)
+    with pytest.raises(ValueError, match="larger than a one-shot region"):
+        rounds[0](7, tail, np.zeros(SMALL // 4 + 1, np.int32), 0)
+    with pytest.raises(ValueError, match="tail of the wrong size"):
+        rounds[0](7, tail[1:], None, 0)
     assert m.word(0) == (5 << 24) | 1  # every refusal came before anything was signalled
 
 

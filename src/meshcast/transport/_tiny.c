@@ -660,45 +660,29 @@ static PyObject *Round_run(Round *self, PyObject *const *args, Py_ssize_t nargs)
 
 /* ------------------------------------------------------------------ combine
  *
- * What a tiny call does with every rank's one-shot region once the round is done:
- * reduce them all in rank order into the caller's array (all_reduce, reduce,
- * reduce_scatter), copy the root's (scatter), concatenate them all
- * (all_gather), copy each into its own array (gather) or copy my column of every
- * rank's region into that rank's piece of the caller's array (all_to_all).
- * The kernels, and which (dtype, op) pairs have one: _fold.h. COPY_ROOT, COPY_ALL,
- * COPY_EACH and COPY_COLUMN are the copies.
+ * What rooted's entry (gather, scatter, all_to_all: not yet programs) does with the
+ * one-shot regions once the round is done: copy the root's into the caller's array
+ * (COPY_ROOT, scatter), copy each into its own array (COPY_EACH, gather) or copy my
+ * column of every rank's region into that rank's piece of the caller's array
+ * (COPY_COLUMN, all_to_all). Every other one-shot call runs its program (see
+ * programs below), and folds there.
  */
 #define COPY_ROOT (-1)
-#define COPY_ALL (-2)
 #define COPY_EACH (-3)
 #define COPY_COLUMN (-4)
-/* (the kernels, with the sources this file folds: every rank's region at off) */
-#define FOLD_SOURCE(r) (region(s, (r), parity) + off)
-#define FOLD_SOURCES (s->n)
-#include "_fold.h"
-
-FOLD_CLONES
-static int fold_regions(Round *s, int parity, Py_ssize_t off, int type, int op, char *out,
-                        Py_ssize_t count) {
-    FOLD_SWITCH(type, op);
-}
 
 /* Check a combine request before the round, so a bad one raises with nothing sent. */
 static int combine_ok(Round *s, long code, Py_ssize_t root, Py_ssize_t off, Py_ssize_t nbytes) {
     const char *bad = NULL;
-    if (code == COPY_ALL || code == COPY_COLUMN) {
-        Py_ssize_t first = code == COPY_ALL ? 0 : off;
-        if (nbytes % s->n != 0 || first < 0 || nbytes / s->n > s->small_bytes - first)
+    if (code == COPY_COLUMN) {
+        if (nbytes % s->n != 0 || off < 0 || nbytes / s->n > s->small_bytes - off)
             bad = "out is not n pieces of at most a one-shot region";
+    } else if (code != COPY_ROOT && code != COPY_EACH) {
+        bad = "no such combine code";
     } else if (off < 0 || nbytes > s->small_bytes - off) {
         bad = "offset and out beyond a one-shot region";
-    } else if (code == COPY_ROOT || code == COPY_EACH) {
-        if (code == COPY_ROOT && (root < 0 || root >= s->n))
-            bad = "root out of range";
-    } else if (code < 0 || code / 8 >= N_TYPES || code % 8 >= N_OPS
-               || nbytes % type_size[code / 8] != 0
-               || (code / 8 >= T_F32 && code % 8 > OP_PROD)) {
-        bad = "no such combine kernel for this size";
+    } else if (code == COPY_ROOT && (root < 0 || root >= s->n)) {
+        bad = "root out of range";
     }
     if (bad != NULL)
         PyErr_SetString(PyExc_ValueError, bad);
@@ -760,21 +744,10 @@ static void combine(Round *self, int parity, Outs *o, long code, Py_ssize_t root
         return;
     } else if (code == COPY_ROOT) {
         copy_bytes(out->buf, region(self, root, parity) + off, (size_t)out->len);
-    } else if (code == COPY_ALL) {
-        Py_ssize_t piece = out->len / self->n;
-        for (Py_ssize_t r = 0; r < self->n; r++)
-            copy_bytes((char *)out->buf + r * piece, region(self, r, parity), (size_t)piece);
-    } else if (code == COPY_COLUMN) { /* (mine too: the lane stages its own piece) */
+    } else { /* COPY_COLUMN (mine too: the lane stages its own piece) */
         Py_ssize_t piece = out->len / self->n;
         for (Py_ssize_t r = 0; r < self->n; r++)
             copy_bytes((char *)out->buf + r * piece, region(self, r, parity) + off, (size_t)piece);
-    } else {
-        Py_ssize_t count = out->len / type_size[code / 8];
-        int big = out->len >= (1 << 16); /* long enough to let other threads run */
-        PyThreadState *ts = big ? PyEval_SaveThread() : NULL;
-        fold_regions(self, parity, off, (int)(code / 8), (int)(code % 8), out->buf, count);
-        if (big)
-            PyEval_RestoreThread(ts);
     }
 }
 
@@ -910,35 +883,27 @@ static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const 
     return status < 0 ? NULL : PyLong_FromLong(status);
 }
 
-/* oneshot(seq, tail, data, spin_ns, out, code, root, offset) -> status
+/* oneshot(seq, tail, data, spin_ns) -> status
  *
  * run(seq, 1, packed, data, spin_ns) where packed is seq (little-endian u64, the
- * fingerprint's first field) followed by tail; then, when that returns 0 and out
- * is not None, combine the one-shot regions of parity seq & 1 into out (a
- * writable C-contiguous buffer of L bytes):
- *   COPY_ROOT (-1)  out = root's region [offset, offset + L)     scatter (rooted)
- *   COPY_ALL (-2)   out = every region's first L / n bytes, in rank order
- *                                                               all_gather
- *   kernel >= 0     out = fold of every region's [offset, offset + L), rank
- *                   order (type * 8 + op)          all_reduce, reduce, reduce_scatter
- * code None (only with out None): no combine. On any other status nothing is
- * combined: Python finishes the round and combines with NumPy, to bitwise the
- * same result.
+ * fingerprint's first field) followed by tail: the round of a one-shot call that runs
+ * no program (no compiled fold for its op, or a list of pieces the lane stages), whose
+ * caller then reads the regions of parity seq & 1 itself. On any other status than 0,
+ * Python finishes the round (Arena.oneshot_rest).
  */
 static PyObject *Round_oneshot(Round *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError,
-                        "oneshot(seq, tail, data, spin_ns, out, code, root, offset)");
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "oneshot(seq, tail, data, spin_ns)");
         return NULL;
     }
     unsigned long long seq = PyLong_AsUnsignedLongLong(args[0]);
     unsigned long long spin_ns = PyLong_AsUnsignedLongLong(args[3]);
-    Combine c;
     char packed[LINE];
-    if (PyErr_Occurred() || combine_args(args + 4, &c) < 0 || pack(self, seq, args[1], packed) < 0)
+    if (PyErr_Occurred() || pack(self, seq, args[1], packed) < 0)
         return NULL;
-    return round_and_combine(self, seq, 1, packed, args[2], spin_ns, NULL, NULL, 0, &c, NULL,
-                             NULL);
+    int status = round_core(self, seq, 1, packed, args[2], spin_ns, NULL, NULL, NULL, NULL, NULL,
+                            NULL);
+    return status < 0 ? NULL : PyLong_FromLong(status);
 }
 
 /* The exposure's meta word of a table of pieces (paths/single_copy.py's PIECE_TABLE): its
@@ -1467,10 +1432,11 @@ enum { P_ROUND, P_SEND, P_RECV, P_PUT, P_GET, P_REDUCE_SLOTS, P_ENTER, P_EXPOSE,
 #define BUFS_HELD 18 /* call buffers (input, output, pieces) bound from the stack */
 #define REGION_SPACE 1 /* _program.SPACE_CODES["region"] */
 
-#undef FOLD_SOURCE
-#undef FOLD_SOURCES
+/* (the kernels, with the sources a fold names: srcs[0 .. nsrc)) */
 #define FOLD_SOURCE(r) (srcs[(r)])
 #define FOLD_SOURCES (nsrc)
+#include "_fold.h"
+
 FOLD_CLONES
 static int fold_sources(char *const *srcs, Py_ssize_t nsrc, int type, int op, char *out,
                         Py_ssize_t count) {
@@ -1745,8 +1711,7 @@ static PyMethodDef Round_methods[] = {
     {"run", (PyCFunction)(void (*)(void))Round_run, METH_FASTCALL,
      "run(seq, phase, packed, data, spin_ns[, expected]) -> status: one arena round (see the module)."},
     {"oneshot", (PyCFunction)(void (*)(void))Round_oneshot, METH_FASTCALL,
-     "oneshot(seq, tail, data, spin_ns, out, code, root, offset) -> status: a phase-1 round, "
-     "then combine every rank's region into out (see combine in the source)."},
+     "oneshot(seq, tail, data, spin_ns) -> status: a phase-1 round (see the source)."},
     {"settle", (PyCFunction)Round_settle, METH_O,
      "settle(spin_ns) -> None: finish the pending one-sided round, if any (see the source)."},
     {"rooted", (PyCFunction)(void (*)(void))Round_rooted, METH_FASTCALL,

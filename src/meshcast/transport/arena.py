@@ -137,7 +137,7 @@ class Arena:
                        for p in (0, 1)] for r in range(n)]
         self._fp_tables = [segment.view(fp_off + p * _LINE, n * 2 * _LINE)
                            .reshape(n, 2 * _LINE)[:, :FP_SIZE] for p in (0, 1)]
-        # Plain memoryviews of the same memory for the tiny-call paths (combined_oneshot):
+        # Plain memoryviews of the same memory for the tiny-call paths (tiny_oneshot):
         # item access on them costs a fraction of a NumPy scalar access.
         self._mv = memoryview(segment.bytes)
         self._abort_word = memoryview(segment.bytes[0:4]).cast("I")
@@ -392,40 +392,29 @@ class Arena:
         self._compiled.program(  # type: ignore[union-attr]
             seq, packed, self.spin_ns, program, inp, out, kernel, status >> 3)
 
-    def combined_oneshot(self, seq: int, tail: bytes, what: object, timeout: float,
-                         data: np.ndarray | None, out: np.ndarray | None, code: int | None,
-                         root: int = -1, offset: int = 0) -> bool:
-        """:meth:`oneshot` for the tiny-call lane: ``data`` (a C-contiguous array, or None)
-        into this rank's one-shot region of parity ``seq & 1``, the fingerprint ``seq``
-        then ``tail`` published, phase 1 signalled and awaited, with the rules and
-        errors of :meth:`oneshot` (the deadline ``timeout`` seconds from now; ``what``
-        formatted on errors only). The common case is one compiled call, which then
-        also combines every rank's region into ``out``: with ``code`` -1 a copy of ``root``'s region
-        from byte ``offset``, -2 the concatenation of every region's first
-        ``out.nbytes / n`` bytes (all_gather), otherwise the reduce kernel ``code``
-        over every region from byte ``offset``, in rank order (see ``_tiny.c`` and
-        ``ops.compiled_kernel``).
-
-        Returns True when ``out`` holds the result; False when the caller combines
-        (``out`` None, no compiled helper, or a round that needed Python's slow
-        path), from the one-shot regions of parity ``seq & 1``. Both give bitwise
-        the same result.
-        """
+    def tiny_oneshot(self, seq: int, tail: bytes, what: object, timeout: float,
+                     data: Any) -> None:
+        """:meth:`oneshot` for the tiny-call lane's calls that run no program (no
+        compiled fold for their op, or no compiled helper): ``data`` (a C-contiguous
+        array, a list of them staged one after the other, or None) into this rank's
+        one-shot region of parity ``seq & 1``, the fingerprint ``seq`` then ``tail``
+        published, phase 1 signalled and awaited, with the rules and errors of
+        :meth:`oneshot` (the deadline ``timeout`` seconds from now; ``what``
+        formatted on errors only). One compiled call where the helper is built. The
+        caller then reads every rank's region of that parity."""
         run = self.compiled_oneshot
         status = None
         if run is not None:
-            status = run(seq, tail, data, self.spin_ns, out, code, root, offset)
+            status = run(seq, tail, data, self.spin_ns)
             if status == 0:  # nothing went wrong: the call's seq, what and deadline
-                return out is not None  # are needed by the slow path only
+                return  # are needed by the slow path only
         self.oneshot_rest(seq, tail, what, timeout, data, status)
-        return False
 
     def oneshot_rest(self, seq: int, tail: bytes, what: object, timeout: float,
                      data: np.ndarray | None, status: int | None) -> None:
-        """:meth:`combined_oneshot` where the compiled call (``compiled_oneshot``, which the
-        lane's hottest calls make themselves: a Python frame is a tenth of an 8-byte
-        call) did not finish the round: ``status`` is what it returned, or None when it
-        did not run. Then the caller combines, from the regions of parity ``seq & 1``."""
+        """:meth:`tiny_oneshot` where the compiled call (``compiled_oneshot``) did not finish
+        the round: ``status`` is what it returned, or None when it did not run. Then
+        the caller reads the regions of parity ``seq & 1``."""
         self.seq = seq
         self.deadline = time.monotonic() + timeout
         self.what = what  # type: ignore[assignment]
