@@ -168,8 +168,25 @@ class TinyCallLane:
             fifo.leave_inline(None)
             group.last_algorithm = "all_reduce/oneshot"
             return True
-        # No compiled fold for this op (or no compiled helper): the round, then NumPy's
-        self._run("all_reduce", tail, arr, _reduce_parity, arr, views, kernel, average)
+        # No compiled fold for this op (float MIN/MAX; or no compiled helper): the round,
+        # then NumPy's fold, inline too (float MAX is common: a frame is 5% of its call)
+        if not fifo.enter_inline():  # queued async work goes first
+            self._run("all_reduce", tail, arr, _reduce_parity, arr, views, kernel, average)
+            return True
+        try:
+            arena = group.arena
+            seq = next(group._seq)
+            fast = arena.compiled_oneshot
+            status = None if fast is None else fast(seq, tail, arr, arena.spin_ns)
+            if status != 0:
+                arena.oneshot_rest(seq, tail, self._whats["all_reduce"], group.timeout, arr,
+                                   status)
+            _reduce(arr, views[seq & 1], kernel, average)
+        except BaseException as exc:
+            fifo.leave_inline(exc)
+            raise
+        fifo.leave_inline(None)
+        group.last_algorithm = "all_reduce/oneshot"
         return True
 
     # ------------------------------------------------------------ async calls
@@ -719,9 +736,26 @@ class TinyCallLane:
             fifo.leave_inline(None)
             group.last_algorithm = "reduce_scatter/oneshot"
             return True
-        # No compiled fold for this op (or no compiled helper): the round, then NumPy's
-        self._run("reduce_scatter", tail, inp, _reduce_parity, out.reshape(-1), pieces, kernel,
-                  average)
+        # No compiled fold for this op (float MIN/MAX; or no compiled helper): the round,
+        # then NumPy's fold, inline as all_reduce's
+        if not fifo.enter_inline():  # queued async work goes first
+            self._run("reduce_scatter", tail, inp, _reduce_parity, out.reshape(-1), pieces,
+                      kernel, average)
+            return True
+        try:
+            arena = group.arena
+            seq = next(group._seq)
+            fast = arena.compiled_oneshot
+            status = None if fast is None else fast(seq, tail, inp, arena.spin_ns)
+            if status != 0:
+                arena.oneshot_rest(seq, tail, self._whats["reduce_scatter"], group.timeout, inp,
+                                   status)
+            _reduce(out.reshape(-1), pieces[seq & 1], kernel, average)
+        except BaseException as exc:
+            fifo.leave_inline(exc)
+            raise
+        fifo.leave_inline(None)
+        group.last_algorithm = "reduce_scatter/oneshot"
         return True
 
     def reduce_scatter_list(self, out: np.ndarray, pieces: Any, op: Any) -> bool:
@@ -762,10 +796,23 @@ class TinyCallLane:
             fifo.leave_inline(None)
             group.last_algorithm = "reduce_scatter/oneshot"
             return True
-        # No compiled fold for this op: the round (the pieces staged one after the
-        # other), then NumPy's
-        self._run("reduce_scatter", tail, pieces, _reduce_parity, out.reshape(-1), regions,
-                  kernel, average)
+        # No compiled fold for this op (float MIN/MAX): the round (the pieces staged one
+        # after the other), then NumPy's fold, inline as all_reduce's
+        if not fifo.enter_inline():
+            return False
+        try:
+            arena = group.arena
+            seq = next(group._seq)
+            status = arena.compiled_oneshot(seq, tail, pieces, arena.spin_ns)
+            if status != 0:  # (the compiled call staged the pieces before it stopped)
+                arena.oneshot_rest(seq, tail, self._whats["reduce_scatter"], group.timeout,
+                                   None, status)
+            _reduce(out.reshape(-1), regions[seq & 1], kernel, average)
+        except BaseException as exc:
+            fifo.leave_inline(exc)
+            raise
+        fifo.leave_inline(None)
+        group.last_algorithm = "reduce_scatter/oneshot"
         return True
 
     def reduce_scatter_list_async(self, out: np.ndarray, pieces: Any, op: Any) -> Work | None:
