@@ -232,6 +232,17 @@ def test_programs_the_interpreter_does_not_run_are_not_packed():
         assert _execute.pack_program(program(ok, rec), REGION) is None, what
     enter = (prog.ENTER, -1, -1, 0, 0, -1, 0, -1, 0)
     assert _execute.pack_program(program(enter, enter), REGION) is None, "two entries"
+    # a side given as pieces is addressed through its pieces, never as a whole
+    listed = prog.Program("x/test", np.dtype(np.float32),
+                          ((prog.ROUND, -1, -1, 0, 0, -1, 0, -1, 0), ok), (), (16, 16),
+                          (prog.INPUT, 2))
+    assert _execute.pack_program(listed, REGION) is None, "a listed side as a whole"
+    piece = (prog.PUT, -1, region, 0, 8, prog.PIECES + 1, 0, -1, 0)
+    assert _execute.pack_program(dataclasses.replace(listed, records=(piece,)),
+                                 REGION) is not None
+    past = (prog.PUT, -1, region, 0, 8, prog.PIECES + 2, 0, -1, 0)
+    assert _execute.pack_program(dataclasses.replace(listed, records=(past,)),
+                                 REGION) is None, "a piece past the list"
 
 
 def test_a_one_sided_entry_is_settled_at_the_next_call():

@@ -216,8 +216,8 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
         two = op == prog.COPY or (op == prog.REDUCE_SLOTS and src_buf != prog.NO_BUFFER)
         touched = ((buf, at), (src_buf, src_at)) if two else ((buf, at),)
         if op not in (prog.ROUND, prog.ENTER) and nbytes and not all(
-                prog.INPUT <= b < buffers and 0 <= a <= program.buffer_bytes(b) - nbytes
-                for b, a in touched):
+                prog.INPUT <= b < buffers and b != side  # (a listed side: its pieces only)
+                and 0 <= a <= program.buffer_bytes(b) - nbytes for b, a in touched):
             return None
         if op in (prog.GET, prog.COPY, prog.REDUCE_SLOTS) and nbytes and (
                 buf == prog.INPUT or buf >= prog.PIECES and side == prog.INPUT):
