@@ -169,18 +169,13 @@ class TinyCallLane:
             group.last_algorithm = "all_reduce/oneshot"
             return True
         # No compiled fold for this op (float MIN/MAX; or no compiled helper): the round,
-        # then NumPy's fold, inline too (float MAX is common: a frame is 5% of its call)
+        # then NumPy's fold, inline (float MAX is common: no closure, no job)
         if not fifo.enter_inline():  # queued async work goes first
             self._run("all_reduce", tail, arr, _reduce_parity, arr, views, kernel, average)
             return True
         try:
-            arena = group.arena
             seq = next(group._seq)
-            fast = arena.compiled_oneshot
-            status = None if fast is None else fast(seq, tail, arr, arena.spin_ns)
-            if status != 0:
-                arena.oneshot_rest(seq, tail, self._whats["all_reduce"], group.timeout, arr,
-                                   status)
+            group.arena.tiny_oneshot(seq, tail, self._whats["all_reduce"], group.timeout, arr)
             _reduce(arr, views[seq & 1], kernel, average)
         except BaseException as exc:
             fifo.leave_inline(exc)
@@ -743,13 +738,9 @@ class TinyCallLane:
                       kernel, average)
             return True
         try:
-            arena = group.arena
             seq = next(group._seq)
-            fast = arena.compiled_oneshot
-            status = None if fast is None else fast(seq, tail, inp, arena.spin_ns)
-            if status != 0:
-                arena.oneshot_rest(seq, tail, self._whats["reduce_scatter"], group.timeout, inp,
-                                   status)
+            group.arena.tiny_oneshot(seq, tail, self._whats["reduce_scatter"], group.timeout,
+                                     inp)
             _reduce(out.reshape(-1), pieces[seq & 1], kernel, average)
         except BaseException as exc:
             fifo.leave_inline(exc)
@@ -801,12 +792,9 @@ class TinyCallLane:
         if not fifo.enter_inline():
             return False
         try:
-            arena = group.arena
             seq = next(group._seq)
-            status = arena.compiled_oneshot(seq, tail, pieces, arena.spin_ns)
-            if status != 0:  # (the compiled call staged the pieces before it stopped)
-                arena.oneshot_rest(seq, tail, self._whats["reduce_scatter"], group.timeout,
-                                   None, status)
+            group.arena.tiny_oneshot(seq, tail, self._whats["reduce_scatter"], group.timeout,
+                                     pieces)
             _reduce(out.reshape(-1), regions[seq & 1], kernel, average)
         except BaseException as exc:
             fifo.leave_inline(exc)

@@ -252,13 +252,13 @@ def as_pieces(program: Program, side: int, count: int) -> Program:
         for a in starts:
             cuts.update(range(piece - a % piece, nbytes, piece))
         edges = sorted(cuts)
+        moves_space = op in (PUT, GET, REDUCE_SLOTS)  # (their region offset moves along)
         for lo, hi in zip(edges, edges[1:]):
             d, s = (buf, at + lo), (src_buf, src_at + lo)
             if buf == side:
                 d = (PIECES + d[1] // piece, d[1] % piece)
             if src_buf == side:
                 s = (PIECES + s[1] // piece, s[1] % piece)
-            moves_space = op in (PUT, GET, REDUCE_SLOTS)
             records.append((op, peer, space, offset + lo if moves_space else offset, hi - lo,
                             *d, *s))
     return Program(program.name, program.dtype, tuple(records), program.rank_sets,
@@ -278,8 +278,9 @@ def _view(buffers: tuple[np.ndarray | None, ...], buf: int, at: int, nbytes: int
 
 def expand(program: Program, buffers: tuple[np.ndarray | None, ...]) -> list[Round]:
     """The program as Rounds of steps on ``buffers`` (flat uint8 views of the input and
-    output, then, for a program of :func:`as_pieces`, of each piece), typed like the plan's arrays where a step reduces: what the generator
-    yields for a call on those buffers (the equivalence test compares the two)."""
+    output, then, for a program of :func:`as_pieces`, of each piece), typed like the
+    plan's arrays where a step reduces: what the generator yields for a call on those
+    buffers (the equivalence test compares the two)."""
     dtype = program.dtype
     rounds: list[tuple[list[Any], list[Any]]] = []
 
