@@ -13,9 +13,10 @@ path's, paths.oneshot.Programs; a list's pieces its buffers), and a call is
 one run of the compiled interpreter (``Round.program``: copy in, one signal,
 the program's reads and folds; broadcast's and reduce's entries one-sided,
 as their schedules say: a broadcast root awaits nobody). Those without a
-compiled fold for their op are one round (:meth:`Arena.tiny_oneshot`), then
-NumPy's fold of the regions. gather, scatter and all_to_all are rooted's
-entry and one of _tiny.c's copies (``Round.rooted``).
+compiled fold for their op (bool, complex) are one round
+(:meth:`Arena.tiny_oneshot`), then NumPy's fold of the regions. gather,
+scatter and all_to_all are rooted's entry and one of _tiny.c's copies
+(``Round.rooted``).
 
 Rule: the lane runs exactly the one-shot path of the ProcessGroup method it
 stands for (same fingerprint bytes, same data layout, same operand order),
@@ -168,20 +169,9 @@ class TinyCallLane:
             fifo.leave_inline(None)
             group.last_algorithm = "all_reduce/oneshot"
             return True
-        # No compiled fold for this op (float MIN/MAX; or no compiled helper): the round,
-        # then NumPy's fold, inline (float MAX is common: no closure, no job)
-        if not fifo.enter_inline():  # queued async work goes first
-            self._run("all_reduce", tail, arr, _reduce_parity, arr, views, kernel, average)
-            return True
-        try:
-            seq = next(group._seq)
-            group.arena.tiny_oneshot(seq, tail, self._whats["all_reduce"], group.timeout, arr)
-            _reduce(arr, views[seq & 1], kernel, average)
-        except BaseException as exc:
-            fifo.leave_inline(exc)
-            raise
-        fifo.leave_inline(None)
-        group.last_algorithm = "all_reduce/oneshot"
+        # No compiled fold for this op (bool, complex; or no compiled helper): the round,
+        # then NumPy's fold
+        self._run("all_reduce", tail, arr, _reduce_parity, arr, views, kernel, average)
         return True
 
     # ------------------------------------------------------------ async calls
@@ -731,22 +721,10 @@ class TinyCallLane:
             fifo.leave_inline(None)
             group.last_algorithm = "reduce_scatter/oneshot"
             return True
-        # No compiled fold for this op (float MIN/MAX; or no compiled helper): the round,
-        # then NumPy's fold, inline as all_reduce's
-        if not fifo.enter_inline():  # queued async work goes first
-            self._run("reduce_scatter", tail, inp, _reduce_parity, out.reshape(-1), pieces,
-                      kernel, average)
-            return True
-        try:
-            seq = next(group._seq)
-            group.arena.tiny_oneshot(seq, tail, self._whats["reduce_scatter"], group.timeout,
-                                     inp)
-            _reduce(out.reshape(-1), pieces[seq & 1], kernel, average)
-        except BaseException as exc:
-            fifo.leave_inline(exc)
-            raise
-        fifo.leave_inline(None)
-        group.last_algorithm = "reduce_scatter/oneshot"
+        # No compiled fold for this op (bool, complex; or no compiled helper): the round,
+        # then NumPy's fold
+        self._run("reduce_scatter", tail, inp, _reduce_parity, out.reshape(-1), pieces,
+                  kernel, average)
         return True
 
     def reduce_scatter_list(self, out: np.ndarray, pieces: Any, op: Any) -> bool:
@@ -787,22 +765,11 @@ class TinyCallLane:
             fifo.leave_inline(None)
             group.last_algorithm = "reduce_scatter/oneshot"
             return True
-        # No compiled fold for this op (float MIN/MAX): the round (the pieces staged one
-        # after the other), then NumPy's fold, inline as all_reduce's
-        if not fifo.enter_inline():
-            return False
-        try:
-            seq = next(group._seq)
-            group.arena.tiny_oneshot(seq, tail, self._whats["reduce_scatter"], group.timeout,
-                                     pieces)
-            _reduce(out.reshape(-1), regions[seq & 1], kernel, average)
-        except BaseException as exc:
-            fifo.leave_inline(exc)
-            raise
-        fifo.leave_inline(None)
-        group.last_algorithm = "reduce_scatter/oneshot"
+        # No compiled fold for this op (bool, complex): the round (the pieces staged one
+        # after the other), then NumPy's fold
+        self._run("reduce_scatter", tail, pieces, _reduce_parity, out.reshape(-1), regions,
+                  kernel, average)
         return True
-
     def reduce_scatter_list_async(self, out: np.ndarray, pieces: Any, op: Any) -> Work | None:
         """:meth:`reduce_scatter_list` with ``async_op=True`` (see :meth:`_start`); None:
         the general path."""

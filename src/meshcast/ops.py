@@ -283,20 +283,54 @@ _C_TYPES = {name: i for i, name in enumerate(
 _C_OPS = {op: i for i, op in enumerate(
     (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.BAND, ReduceOp.BOR,
      ReduceOp.BXOR))}
-_C_FLOAT_OPS = 2  # SUM and PRODUCT: float MIN/MAX pick NaNs and zeros NumPy's way
+_C_FLOAT_ORDER = (_C_OPS[ReduceOp.MIN], _C_OPS[ReduceOp.MAX])
 _KERNEL_OF: dict[tuple[ReduceOp, np.dtype], int | None] = {}
+
+
+def _numpy_picks_as_compiled(dtype: np.dtype) -> bool:
+    """Whether this NumPy's ``maximum``/``minimum`` on ``dtype`` pick what _fold.h's
+    ORDER_PICKS pick: a NaN over a number, the first of two NaNs (payload
+    kept), the second of two equal values (-0.0 and 0.0). NumPy documents none of
+    these choices and its SIMD and scalar loops could differ, so they are tried on
+    this install (every length up to 80, aligned or not, in place or not) before
+    the compiled kernels fold float MIN/MAX: a rank whose call ends in NumPy's fold
+    must get the same bits as one whose call ended in the kernel."""
+    bits = np.dtype(f"u{dtype.itemsize}")
+    quiet = 1 << (dtype.itemsize * 8 - 10 if dtype.itemsize == 4 else 51)
+    nan = (np.array([0x7F800000 if dtype.itemsize == 4 else 0x7FF0 << 48], bits) | quiet)
+    nans = np.concatenate([nan | 1, nan | 2, nan | 3 | (1 << (dtype.itemsize * 8 - 1))]
+                          ).view(dtype)
+    values = np.concatenate([nans, np.array([-0.0, 0.0, 1.0, -1.0, np.inf, -np.inf], dtype)])
+    a, b = (g.ravel() for g in np.meshgrid(values, values))
+    a, b = np.tile(a, 2), np.tile(b, 2)
+    for ufunc, order in ((np.maximum, np.greater), (np.minimum, np.less)):
+        want = np.where(a != a, a, np.where(b != b, b, np.where(order(a, b), a, b)))
+        for start in (0, 1):
+            for n in range(1, 81):
+                x, y = a[start:start + n], b[start:start + n]
+                got = ufunc(x, y)
+                again = x.copy()
+                ufunc(again, y, out=again)
+                expect = want[start:start + n].view(bits)
+                if not (np.array_equal(got.view(bits), expect)
+                        and np.array_equal(again.view(bits), expect)):
+                    return False
+    return True
 
 
 def compiled_kernel(op: ReduceOp, dtype: np.dtype) -> int | None:
     """The compiled helpers' fold code for ``op`` (AVG already turned into SUM) on
-    ``dtype``, or None where NumPy folds (float MIN/MAX, bool, complex, float16,
-    AVG, PREMUL_SUM): a fold with this code gives bitwise :func:`reduce_many`'s result."""
+    ``dtype``, or None where NumPy folds (bool, complex, float16, AVG, PREMUL_SUM,
+    and float MIN/MAX where this NumPy picks NaNs or zeros otherwise than the kernels:
+    :func:`_numpy_picks_as_compiled`): a fold with this code gives bitwise
+    :func:`reduce_many`'s result."""
     try:
         return _KERNEL_OF[op, dtype]
     except KeyError:  # (a dtype's name costs ~3 us: looked up once per op and dtype)
         t, o = _C_TYPES.get(dtype.name), _C_OPS.get(op)
-        code = None if t is None or o is None or (dtype.kind == "f" and o >= _C_FLOAT_OPS) \
-            else t * 8 + o
+        code = None if t is None or o is None or (
+            dtype.kind == "f" and o in _C_FLOAT_ORDER and not _numpy_picks_as_compiled(dtype)
+        ) else t * 8 + o
         if len(_KERNEL_OF) < 1024:
             _KERNEL_OF[op, dtype] = code
         return code

@@ -23,8 +23,8 @@ def every_path() -> dict:
     x = np.arange(4, dtype=np.float32) + r
     dist.all_reduce(x)  # the tiny lane
     _ran(log, "all_reduce")
-    y = np.ones((3, 5), np.float64)[:, ::2]  # non-contiguous: the group's own path
-    dist.all_reduce(y, op=dist.ReduceOp.MAX)
+    y = np.ones((3, 5), np.complex128)[:, ::2]  # non-contiguous: the group's own path
+    dist.all_reduce(y, op=dist.ReduceOp.PRODUCT)
     _ran(log, "all_reduce")
     z = np.ones(1000, np.int32)
     dist.all_reduce(z, algorithm="ring")  # a schedule: rounds are recorded
@@ -70,10 +70,10 @@ def every_path() -> dict:
     dist.all_gather(pieces, np.full(3, float(r)))  # torch's list form, through the lane too
     assert all((p == q).all() for q, p in enumerate(pieces))
     _ran(log, "all_gather")
-    # the lane again, with a fold the compiled kernels have (int32 MAX) and one they lack
-    # (float32 MAX: NaNs and signed zeros NumPy's way)
-    for dtype in (np.int32, np.float32):
-        dist.all_reduce(np.arange(4, dtype=dtype) * r, op=dist.ReduceOp.MAX)
+    # the lane again, with a fold the compiled kernels have (float32 MAX) and one they
+    # lack (complex64 SUM: NumPy's)
+    for dtype, op in ((np.float32, dist.ReduceOp.MAX), (np.complex64, dist.ReduceOp.SUM)):
+        dist.all_reduce(np.arange(4, dtype=dtype) * r, op=op)
         _ran(log, "all_reduce")
     # the group's own one-shot path (non-contiguous) with a fold the kernels have: its
     # program runs in the compiled interpreter

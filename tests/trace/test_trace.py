@@ -34,8 +34,8 @@ def test_the_trace_says_what_ran_on_every_rank(n, tmp_path):
         first = colls[0]
         assert (first["dtype"], first["count"], first["bytes"], first["op"]) == (
             "float32", 4, 16, "SUM")
-        assert colls[1]["op"] == "MAX" and colls[1]["lane"] is False
-        # the group's one-shot programs: float MAX has no compiled kernel, int32 SUM has
+        assert colls[1]["op"] == "PRODUCT" and colls[1]["lane"] is False
+        # the group's one-shot programs: complex PRODUCT has no compiled kernel, int32 SUM has
         assert colls[1]["compiled"] is False
         general = colls[-1]
         assert (general["algorithm"], general["lane"], general["compiled"]) == (
@@ -43,7 +43,7 @@ def test_the_trace_says_what_ran_on_every_rank(n, tmp_path):
         if n > 1:  # the lane's calls say whether the compiled helper did it all, fold too
             assert first["lane"] is True and first["compiled"] is True
             folds = [(c["dtype"], c["lane"], c["compiled"]) for c in colls[-3:-1]]
-            assert folds == [("int32", True, True), ("float32", True, False)], folds
+            assert folds == [("float32", True, True), ("complex64", True, False)], folds
             late = colls[-6]  # async_op=True, started by the lane: recorded as async
             assert (late["kind"], late["lane"], late["async"], late["count"]) == (
                 "all_reduce", True, True, 5), late

@@ -157,6 +157,40 @@ def test_the_interpreter_gives_the_simulators_results(coll, n):
     assert checked or coll == "barrier", "vacuous: no output compared"
 
 
+def _edge_values(dtype: np.dtype) -> np.ndarray:
+    """NaNs of three payloads (one negative), both zeros, both infinities, numbers."""
+    bits = np.dtype(f"u{dtype.itemsize}")
+    nan = np.array([np.nan], dtype).view(bits)
+    sign = bits.type(1) << bits.type(dtype.itemsize * 8 - 1)
+    nans = np.concatenate([nan | 1, nan | 2, nan | 3 | sign]).view(dtype)
+    return np.concatenate([nans, np.array([-0.0, 0.0, np.inf, -np.inf, 1.5, -2.0], dtype)])
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_float_min_and_max_pick_nans_and_zeros_as_numpy_does(n, dtype):
+    """The compiled float MIN/MAX folds against NumPy's: every rank's all_reduce result
+    bitwise ops.reduce_many's, over every ordered choice of edge values across ranks
+    (which NaN wins, which zero) and lengths that leave a vector loop's tail."""
+    dt = np.dtype(dtype)
+    values = _edge_values(dt)
+    grid = np.stack([g.ravel() for g in np.meshgrid(*[values] * min(n, 3), indexing="ij")])
+    for op in (ReduceOp.MIN, ReduceOp.MAX):
+        kernel = ops.compiled_kernel(op, dt)
+        assert kernel is not None, f"{op} on {dt}: no compiled kernel on this NumPy"
+        for count in (1, 7, 37, grid.shape[1]):
+            data = [grid[r % grid.shape[0], :count].copy() for r in range(n)]
+            want = np.empty(count, dt)
+            ops.reduce_many(op, want, data)
+            plans = make_plans("all_reduce", n, data, dtype=dt, op=op, root=-1,
+                               in_place=False, **host_options("oneshot"))
+            _run_compiled(plans, seq=5 + count, kernel=kernel)
+            for r, p in enumerate(plans):
+                assert p.output.view(f"u{dt.itemsize}").tobytes() == \
+                    want.view(f"u{dt.itemsize}").tobytes(), \
+                    f"{op} {dt} n={n} count={count} rank {r}: {p.output} != {want}"
+
+
 def test_a_differing_fingerprint_and_an_abort_stop_before_the_fold():
     n = 2
     plans = _plans("all_reduce", n, 5, -1, np.dtype(np.int32), ReduceOp.SUM, False, False)

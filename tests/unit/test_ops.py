@@ -275,3 +275,26 @@ def test_finish_average_is_c_division(values, n):
     buf = np.array(values, dtype=np.int32)
     ops.finish_average(buf, n)
     assert buf.tolist() == [(abs(v) // n) * (1 if v >= 0 else -1) for v in values]
+
+
+def test_float_min_max_are_compiled_only_where_numpy_picks_as_the_kernels(monkeypatch):
+    """The compiled float MIN/MAX pick NaNs and equal zeros as this NumPy is seen to
+    pick them; a NumPy that picked otherwise (here: the first of two equal values)
+    keeps float MIN/MAX in NumPy's fold, so every rank's result stays the same bits."""
+    f32 = np.dtype(np.float32)
+    assert ops._numpy_picks_as_compiled(f32)
+    assert ops._numpy_picks_as_compiled(np.dtype(np.float64))
+    assert ops.compiled_kernel(ReduceOp.MAX, f32) is not None
+
+    def first_of_equals(x, y, out=None):
+        pick = np.where(x != x, x, np.where(y != y, y, np.where(x >= y, x, y)))
+        if out is None:
+            return pick
+        out[...] = pick
+        return out
+
+    monkeypatch.setattr(np, "maximum", first_of_equals)
+    assert not ops._numpy_picks_as_compiled(f32)
+    monkeypatch.setattr(ops, "_KERNEL_OF", {})
+    assert ops.compiled_kernel(ReduceOp.MAX, f32) is None
+    assert ops.compiled_kernel(ReduceOp.SUM, f32) is not None

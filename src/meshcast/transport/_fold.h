@@ -3,12 +3,14 @@
  *
  * Only the (dtype, op) pairs whose result is bitwise the same as NumPy's ufunc
  * loops have a kernel: integer arithmetic (wrapping, so computed unsigned) and
- * bitwise ops, integer MIN/MAX, and floating-point SUM and PRODUCT (one IEEE
+ * bitwise ops, integer MIN/MAX, floating-point SUM and PRODUCT (one IEEE
  * operation per element, in the same left-to-right rank order as
  * meshcast.lanes._reduce and meshcast.ops.reduce_many; built with
- * -ffp-contract=off, so no fused multiply-add changes a bit). Float MIN/MAX (NaN
- * and signed-zero choices), bool and complex stay with NumPy, so a rank that takes
- * the general path still ends with bitwise the same result.
+ * -ffp-contract=off, so no fused multiply-add changes a bit), and floating-point
+ * MIN/MAX picking what NumPy's maximum/minimum pick (ORDER_PICKS below; ops.py
+ * enables them only where this NumPy is seen to pick the same). Bool and complex
+ * stay with NumPy, so a rank that takes the general path still ends with bitwise
+ * the same result.
  *
  * A kernel code is type * 8 + op, the numbering of lanes._C_TYPES and _C_OPS.
  * The includer defines FOLD_SOURCE(r), the address of source r's first element,
@@ -42,6 +44,22 @@ enum { T_I8, T_U8, T_I16, T_U16, T_I32, T_U32, T_I64, T_U64, T_F32, T_F64, N_TYP
 #define MUL(x, y) ((x) * (y))
 #define LESSER(x, y) ((x) < (y) ? (x) : (y))
 #define GREATER(x, y) ((x) > (y) ? (x) : (y))
+/* NumPy's float maximum/minimum: a NaN wins (the first one, payload kept), and of
+ * two equal values (-0.0 and 0.0) the second. `x > y ? x : y` (one maxps) already
+ * picks y when y is NaN or the two are equal; only a NaN x needs a second pick. One
+ * selection per statement, so that the loop vectorizes (nested conditionals do not);
+ * the fold reads other cores' regions, so every extra instruction in the loop costs
+ * loads in flight. */
+#define ORDER_PICKS(T, NAME, BEATS)                                      \
+    static inline T NAME(T x, T y) {                                     \
+        T m = x BEATS y ? x : y;                                         \
+        return x != x ? x : m;                                           \
+    }
+ORDER_PICKS(float, max_f32, >)
+ORDER_PICKS(float, min_f32, <)
+ORDER_PICKS(double, max_f64, >)
+ORDER_PICKS(double, min_f64, <)
+
 #define AND(x, y) ((x) & (y))
 #define OR(x, y) ((x) | (y))
 #define XOR(x, y) ((x) ^ (y))
@@ -59,6 +77,15 @@ enum { T_I8, T_U8, T_I16, T_U16, T_I32, T_U32, T_I64, T_U64, T_F32, T_F64, N_TYP
     }                                                                    \
     return -1
 
+#define FLOAT_CASES(T, MIN, MAX)                                         \
+    switch (op) {                                                        \
+    case OP_SUM: FOLD(T, ADD); return 0;                                 \
+    case OP_PROD: FOLD(T, MUL); return 0;                                \
+    case OP_MIN: FOLD(T, MIN); return 0;                                 \
+    case OP_MAX: FOLD(T, MAX); return 0;                                 \
+    }                                                                    \
+    return -1
+
 static const int type_size[N_TYPES] = {1, 1, 2, 2, 4, 4, 8, 8, 4, 8};
 
 /* The body of a fold function: out[0:count] = source 0 op source 1 op ... (see above). */
@@ -72,14 +99,8 @@ static const int type_size[N_TYPES] = {1, 1, 2, 2, 4, 4, 8, 8, 4, 8};
     case T_U32: INT_CASES(uint32_t, uint32_t);                           \
     case T_I64: INT_CASES(int64_t, uint64_t);                            \
     case T_U64: INT_CASES(uint64_t, uint64_t);                           \
-    case T_F32:                                                          \
-        if (op == OP_SUM) { FOLD(float, ADD); return 0; }                \
-        if (op == OP_PROD) { FOLD(float, MUL); return 0; }               \
-        return -1;                                                       \
-    case T_F64:                                                          \
-        if (op == OP_SUM) { FOLD(double, ADD); return 0; }               \
-        if (op == OP_PROD) { FOLD(double, MUL); return 0; }              \
-        return -1;                                                       \
+    case T_F32: FLOAT_CASES(float, min_f32, max_f32);                    \
+    case T_F64: FLOAT_CASES(double, min_f64, max_f64);                   \
     }                                                                    \
     return -1
 
