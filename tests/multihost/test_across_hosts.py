@@ -75,6 +75,8 @@ def test_meshcast_algo_forces_a_cross_host_family(two_hosts):
     assert {tuple(x["ran"]) for x in results} == {
         ("all_reduce/flat", "reduce_scatter/leader", "reduce/flat", "gather/flat",
          "scatter/flat")}, results
+    assert {tuple(x["picks"]) for x in results} == {
+        ("all_reduce/flat", "reduce/flat") * 2}, results
 
 
 def test_gather_and_scatter_choose_their_family_from_the_agreed_counts(two_hosts):

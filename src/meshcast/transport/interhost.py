@@ -322,6 +322,18 @@ def _bytes(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1).view(np.uint8)
 
 
+_ORDER = (ReduceOp.MIN, ReduceOp.MAX)
+
+
+def _engine_folds(w: np.ndarray, op: ReduceOp) -> bool:
+    """Whether a reduction may be left to the engine's own op, as far as meshcast's
+    results go: not float MIN/MAX. MPICH's and Gloo's each drop a NaN met in one order
+    of the operands (MPICH's MAX of NaN and 1 is 1, Gloo's of 1 and NaN is 1, measured
+    against MPICH 5.0.2 and torch 2.13's Gloo), where NumPy's ``maximum`` (and so
+    meshcast on one host) gives NaN; the fold in rank order then runs in meshcast."""
+    return not (op in _ORDER and w.dtype.kind == "f")
+
+
 def offsets(counts: Sequence[int]) -> list[int]:
     """Offsets of pieces of ``counts`` laid back to back."""
     out, at = [], 0
@@ -445,9 +457,12 @@ class Bound:
         c.run(lambda: c._irecv(_bytes(w), peer, COLL_TAG), self.deadline, self.what)
 
     def allreduce(self, w: np.ndarray, op: ReduceOp) -> bool:
+        """The engine's own all-reduce of every member's ``w`` into ``w``; False, with
+        nothing sent, where the engine has no such op for the dtype or would not give
+        NumPy's result (:func:`_engine_folds`)."""
         if not w.size:
             return True
-        return self.comm._allreduce(w, op, self.deadline, self.what)
+        return _engine_folds(w, op) and self.comm._allreduce(w, op, self.deadline, self.what)
 
     def reduce(self, w: np.ndarray, op: ReduceOp, root: int) -> bool:
         """The engine's own reduce: ``root``'s ``w`` becomes the reduction of every member's
@@ -456,7 +471,8 @@ class Bound:
         sent, where the engine has no such op for the dtype (as :meth:`allreduce`)."""
         if not w.size:
             return True
-        return self.comm._reduce(w, op, root, self.deadline, self.what)
+        return _engine_folds(w, op) and self.comm._reduce(w, op, root, self.deadline,
+                                                          self.what)
 
     def gatherv(self, out: np.ndarray | None, mine: np.ndarray, counts: Sequence[int],
                 root: int) -> None:

@@ -1,6 +1,7 @@
 """Under ``MESHCAST_ALGO`` naming a cross-host family (README: ``all_reduce:flat``): an
 all_reduce, a reduce_scatter, a reduce, a gather and a scatter past the eager size,
-checked against their closed form.
+checked against their closed form; then float MAX and MIN all_reduce and reduce with
+NaNs and signed zeros, checked bitwise against NumPy's fold in rank order.
 
 Prints ``RESULT {json}`` per rank: the algorithms that ran, and whether the sums are right.
 """
@@ -40,5 +41,29 @@ mine = np.empty(counts[rank], np.int32)
 mc.scatter(mine, pieces if rank == 0 else None, 0)
 ran.append(mc.group.WORLD.last_algorithm)
 ok = ok and bool((mine == pieces[rank]).all())
-print("RESULT " + json.dumps({"rank": rank, "ran": ran, "ok": ok}), flush=True)
+# float MIN/MAX with NaNs and signed zeros, every order across the ranks: NumPy's
+# result in rank order, bit for bit (MPICH's and Gloo's own ops drop a NaN)
+edge = np.array([np.nan, 1.0, -0.0, 0.0, -np.inf, 2.0], np.float32)
+where = np.arange(count)
+
+
+def edges(q: int) -> np.ndarray:
+    return edge[(where // 6 ** q) % 6]
+
+
+picks = []
+for op, fold in ((mc.ReduceOp.MAX, np.maximum), (mc.ReduceOp.MIN, np.minimum)):
+    want = edges(0)
+    for q in range(1, size):
+        want = fold(want, edges(q))
+    z = edges(rank)
+    mc.all_reduce(z, op=op)
+    picks.append(mc.group.WORLD.last_algorithm)
+    ok = ok and z.tobytes() == want.tobytes()
+    z = edges(rank)
+    mc.reduce(z, root, op=op)
+    picks.append(mc.group.WORLD.last_algorithm)
+    ok = ok and (rank != root or z.tobytes() == want.tobytes())
+print("RESULT " + json.dumps({"rank": rank, "ran": ran, "picks": picks, "ok": ok}),
+      flush=True)
 mc.destroy_process_group()
