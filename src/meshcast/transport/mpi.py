@@ -476,7 +476,8 @@ class MpiComm(HostComm):
 
     def _allreduce(self, w: np.ndarray, op: ReduceOp, deadline: float, what: str) -> bool:
         # MPI's predefined ops on its basic types; bool (logical ops), complex MIN/MAX and
-        # float bitwise ops stay with meshcast's own combine.
+        # float bitwise ops stay with meshcast's own combine (float MIN/MAX never get
+        # here: interhost._engine_folds).
         if w.dtype.kind not in "iuf" or (w.dtype.kind == "f" and op.name.startswith("B")):
             return False
         MPI = _mpi()
