@@ -279,7 +279,7 @@ def finish_average(buf: np.ndarray, n: int) -> None:
 # _mpi_rows.c): code = type * 8 + op, only where the result is bitwise NumPy's.
 _C_TYPES = {name: i for i, name in enumerate(
     ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32",
-     "float64"))}
+     "float64", "bool"))}
 _C_OPS = {op: i for i, op in enumerate(
     (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.BAND, ReduceOp.BOR,
      ReduceOp.BXOR))}
@@ -320,7 +320,7 @@ def _numpy_picks_as_compiled(dtype: np.dtype) -> bool:
 
 def compiled_kernel(op: ReduceOp, dtype: np.dtype) -> int | None:
     """The compiled helpers' fold code for ``op`` (AVG already turned into SUM) on
-    ``dtype``, or None where NumPy folds (bool, complex, float16, AVG, PREMUL_SUM,
+    ``dtype``, or None where NumPy folds (complex, float16, AVG, PREMUL_SUM,
     and float MIN/MAX where this NumPy picks NaNs or zeros otherwise than the kernels:
     :func:`_numpy_picks_as_compiled`): a fold with this code gives bitwise
     :func:`reduce_many`'s result."""

@@ -191,6 +191,32 @@ def test_float_min_and_max_pick_nans_and_zeros_as_numpy_does(n, dtype):
                     f"{op} {dt} n={n} count={count} rank {r}: {p.output} != {want}"
 
 
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_bool_ops_fold_as_numpys_logical_ufuncs(n):
+    """The compiled bool folds against NumPy's logical ufuncs (ops._BOOL_KERNELS): every
+    op, every ordered choice of bytes 0, 1, 2 and 255 across ranks (any nonzero byte is
+    true; the result is 0 or 1), bitwise ops.reduce_many's result on every rank."""
+    dt = np.dtype(bool)
+    values = np.array([0, 1, 2, 255], np.uint8)
+    grid = np.stack([g.ravel() for g in np.meshgrid(*[values] * min(n, 3), indexing="ij")])
+    grid = np.tile(grid, 3)  # past a vector's width
+    for op in (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.BAND,
+               ReduceOp.BOR, ReduceOp.BXOR):
+        kernel = ops.compiled_kernel(op, dt)
+        assert kernel is not None, f"{op} on bool: no compiled kernel"
+        for count in (1, 7, grid.shape[1]):
+            data = [grid[r % grid.shape[0], :count].view(bool) for r in range(n)]
+            want = np.empty(count, dt)
+            ops.reduce_many(op, want, data)
+            plans = make_plans("all_reduce", n, [d.copy() for d in data], dtype=dt, op=op,
+                               root=-1, in_place=False, **host_options("oneshot"))
+            _run_compiled(plans, seq=5 + count, kernel=kernel)
+            for r, p in enumerate(plans):
+                assert p.output.view(np.uint8).tobytes() == want.view(np.uint8).tobytes(), \
+                    f"{op} n={n} count={count} rank {r}: {p.output.view(np.uint8)} != " \
+                    f"{want.view(np.uint8)}"
+
+
 def test_a_differing_fingerprint_and_an_abort_stop_before_the_fold():
     n = 2
     plans = _plans("all_reduce", n, 5, -1, np.dtype(np.int32), ReduceOp.SUM, False, False)

@@ -8,9 +8,9 @@
  * meshcast.lanes._reduce and meshcast.ops.reduce_many; built with
  * -ffp-contract=off, so no fused multiply-add changes a bit), and floating-point
  * MIN/MAX picking what NumPy's maximum/minimum pick (ORDER_PICKS below; ops.py
- * enables them only where this NumPy is seen to pick the same). Bool and complex
- * stay with NumPy, so a rank that takes the general path still ends with bitwise
- * the same result.
+ * enables them only where this NumPy is seen to pick the same), and bool's logical
+ * ops (TRUTH_OR below). Complex stays with NumPy. So a rank that takes the general
+ * path still ends with bitwise the same result.
  *
  * A kernel code is type * 8 + op, the numbering of lanes._C_TYPES and _C_OPS.
  * The includer defines FOLD_SOURCE(r), the address of source r's first element,
@@ -24,7 +24,7 @@
 #include <stdint.h>
 
 enum { OP_SUM, OP_PROD, OP_MIN, OP_MAX, OP_BAND, OP_BOR, OP_BXOR, N_OPS };
-enum { T_I8, T_U8, T_I16, T_U16, T_I32, T_U32, T_I64, T_U64, T_F32, T_F64, N_TYPES };
+enum { T_I8, T_U8, T_I16, T_U16, T_I32, T_U32, T_I64, T_U64, T_F32, T_F64, T_BOOL, N_TYPES };
 
 #define FOLD(T, F)                                                       \
     do {                                                                 \
@@ -86,7 +86,20 @@ ORDER_PICKS(double, min_f64, <)
     }                                                                    \
     return -1
 
-static const int type_size[N_TYPES] = {1, 1, 2, 2, 4, 4, 8, 8, 4, 8};
+/* bool as NumPy's logical ufuncs (ops._BOOL_KERNELS): any nonzero byte is true, the
+ * result 0 or 1. SUM, MAX and BOR are OR; PRODUCT, MIN and BAND are AND. */
+#define TRUTH_OR(x, y) ((uint8_t)(((x) | (y)) != 0))
+#define TRUTH_AND(x, y) ((uint8_t)(((x) != 0) & ((y) != 0)))
+#define TRUTH_XOR(x, y) ((uint8_t)(((x) != 0) ^ ((y) != 0)))
+#define BOOL_CASES                                                       \
+    switch (op) {                                                        \
+    case OP_SUM: case OP_MAX: case OP_BOR: FOLD(uint8_t, TRUTH_OR); return 0; \
+    case OP_PROD: case OP_MIN: case OP_BAND: FOLD(uint8_t, TRUTH_AND); return 0; \
+    case OP_BXOR: FOLD(uint8_t, TRUTH_XOR); return 0;                    \
+    }                                                                    \
+    return -1
+
+static const int type_size[N_TYPES] = {1, 1, 2, 2, 4, 4, 8, 8, 4, 8, 1};
 
 /* The body of a fold function: out[0:count] = source 0 op source 1 op ... (see above). */
 #define FOLD_SWITCH(type, op)                                            \
@@ -101,6 +114,7 @@ static const int type_size[N_TYPES] = {1, 1, 2, 2, 4, 4, 8, 8, 4, 8};
     case T_U64: INT_CASES(uint64_t, uint64_t);                           \
     case T_F32: FLOAT_CASES(float, min_f32, max_f32);                    \
     case T_F64: FLOAT_CASES(double, min_f64, max_f64);                   \
+    case T_BOOL: BOOL_CASES;                                             \
     }                                                                    \
     return -1
 
