@@ -13,7 +13,7 @@ path's, paths.oneshot.Programs; a list's pieces its buffers), and a call is
 one run of the compiled interpreter (``Round.program``: copy in, one signal,
 the program's reads and folds; broadcast's and reduce's entries one-sided,
 as their schedules say: a broadcast root awaits nobody). Those without a
-compiled fold for their op (bool, complex) are one round
+compiled fold for their op (complex) are one round
 (:meth:`Arena.tiny_oneshot`), then NumPy's fold of the regions. gather,
 scatter and all_to_all are rooted's entry and one of _tiny.c's copies
 (``Round.rooted``).
@@ -169,7 +169,7 @@ class TinyCallLane:
             fifo.leave_inline(None)
             group.last_algorithm = "all_reduce/oneshot"
             return True
-        # No compiled fold for this op (bool, complex; or no compiled helper): the round,
+        # No compiled fold for this op (complex; or no compiled helper): the round,
         # then NumPy's fold
         self._run("all_reduce", tail, arr, _reduce_parity, arr, views, kernel, average)
         return True
@@ -721,7 +721,7 @@ class TinyCallLane:
             fifo.leave_inline(None)
             group.last_algorithm = "reduce_scatter/oneshot"
             return True
-        # No compiled fold for this op (bool, complex; or no compiled helper): the round,
+        # No compiled fold for this op (complex; or no compiled helper): the round,
         # then NumPy's fold
         self._run("reduce_scatter", tail, inp, _reduce_parity, out.reshape(-1), pieces,
                   kernel, average)
@@ -765,7 +765,7 @@ class TinyCallLane:
             fifo.leave_inline(None)
             group.last_algorithm = "reduce_scatter/oneshot"
             return True
-        # No compiled fold for this op (bool, complex): the round (the pieces staged one
+        # No compiled fold for this op (complex): the round (the pieces staged one
         # after the other), then NumPy's fold
         self._run("reduce_scatter", tail, pieces, _reduce_parity, out.reshape(-1), regions,
                   kernel, average)

@@ -285,7 +285,7 @@ class Tracer:
                 return method(*args, **kwargs)  # part of the call being recorded
             tap = getattr(group, tap_name)
             rec = self._record(group, kind, args, data_at, root_at, op_at, dtype_at, lane)
-            # (a reduction the compiled kernels lack, e.g. complex or bool, folds in NumPy)
+            # (a reduction the compiled kernels lack, e.g. complex, folds in NumPy)
             rec["compiled"] = compiled and _folds_compiled(rec["op"], rec["dtype"])
             # In the list from the start: a rank stopped inside the call still shows it.
             with self._lock:
