@@ -632,18 +632,8 @@ class TinyCallLane:
             fifo.leave_inline(None)
             group.last_algorithm = "all_gather/oneshot"
             return True
-        if not fifo.enter_inline():  # queued async work goes first: the general path
-            return False
-        try:  # no compiled interpreter: the round and the copies in Python
-            seq = next(group._seq)
-            arena = group.arena
-            arena.oneshot_rest(seq, tail, self._whats["all_gather"], group.timeout, inp, None)
-            _copy_each(seq & 1, arena.small, outs)
-        except BaseException as exc:
-            fifo.leave_inline(exc)
-            raise
-        fifo.leave_inline(None)
-        group.last_algorithm = "all_gather/oneshot"
+        # No compiled interpreter: the round, then every region into its piece
+        self._run("all_gather", tail, inp, _copy_each, group.arena.small, outs)
         return True
 
     def all_gather_list_async(self, outs: Any, inp: np.ndarray) -> Work | None:
