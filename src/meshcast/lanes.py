@@ -14,9 +14,10 @@ one run of the compiled interpreter (``Round.program``: copy in, one signal,
 the program's reads and folds; broadcast's and reduce's entries one-sided,
 as their schedules say: a broadcast root awaits nobody). Those without a
 compiled fold for their op (complex) are one round
-(:meth:`Arena.tiny_oneshot`), then NumPy's fold of the regions. gather,
-scatter and all_to_all are rooted's entry and one of _tiny.c's copies
-(``Round.rooted``).
+(:meth:`Arena.tiny_oneshot`), then NumPy's fold of the regions. scatter
+runs its program too, its entry the general path's (a rooted entry: every
+rank's own fingerprint, phase 0), since it is decided after it. gather and
+all_to_all are rooted's entry and one of _tiny.c's copies (``Round.rooted``).
 
 Rule: the lane runs exactly the one-shot path of the ProcessGroup method it
 stands for (same fingerprint bytes, same data layout, same operand order),
@@ -1092,7 +1093,7 @@ class TinyCallLane:
                 else self._rooted("gather", inp, None, dst))
         if not plan or not inp.flags.c_contiguous:
             return False
-        tails, root, _, at_root, cma, alike, _, _, single = plan
+        tails, root, _, at_root, cma, alike, _, _, single, _ = plan
         if not alike(outs, inp, True) if at_root else outs is not None:
             return False
         if single:
@@ -1264,7 +1265,7 @@ class TinyCallLane:
                 else self._rooted("scatter", out, None, src))
         if not plan:
             return False
-        tails, root, _, at_root, cma, alike, mine, direct, single = plan
+        tails, root, _, at_root, cma, alike, mine, direct, single, prog = plan
         if not at_root and ins is not None:
             return False
         if single:
@@ -1272,35 +1273,32 @@ class TinyCallLane:
                 return False
             return self._scatter_single(out, ins, plan)
         group = self.group
-        arena = group.arena
-        fast = arena.compiled_rooted
-        if fast is None and not _scatter_fits(out, ins, at_root, alike):
-            return False  # (else the compiled entry checks: see below)
+        if prog is None and not _scatter_fits(out, ins, at_root, alike):
+            return False  # (else the compiled interpreter checks: see below)
         fifo = group.fifo
         if not fifo.enter_inline():  # queued async work goes first: the general path
             return False
-        # Inline, as gather; the compiled entry copies my piece of the root's region.
-        # (Nothing is read from the lane's root by a general path taking over.) The
-        # root's own piece goes straight into place, never through its region: in the
-        # compiled entry, or, in Python, once the others' are staged (a large one).
+        # Inline, as gather. (Nothing is read from the lane's root by a general path
+        # taking over: a root on the lane staged every other piece, and its list's
+        # layout is checked against the counts.) The root's own piece goes straight
+        # into place, never through its region.
         try:
+            arena = group.arena
             seq = next(group._seq)
             exposure = (0, 0) if at_root and cma else None
-            if fast is None:  # Python stages (_scatter_rest)
+            if prog is None:  # Python stages (_scatter_rest)
                 data: Any = ((*ins[:root], out.nbytes, *ins[root + 1:]) if direct
                              else ins if at_root else None)
                 status = None
             else:
-                data = (() if ins is None else ins) if at_root else None
-                # The entry itself refuses (status 5, nothing done) an out that is not
-                # writable and contiguous, and a root's list not of pieces like out:
-                # checking them in Python first cost 0.2 us of a 1.9 us scatter.
-                # One-sided: the root awaits nobody, the others only the root
-                # (arena.py). A root on the lane staged every other piece, so no
-                # general path taking over after the entry needs it (its list's
-                # layout is checked against the counts).
-                status = fast(seq, tails, data, arena.spin_ns, exposure, out, _COPY_ROOT, root,
-                              mine, 0, out, -1 if at_root else root, self._whats["scatter"])
+                # The registered schedule, one-sided: the root awaits nobody, the others
+                # only the root. The interpreter itself refuses (status 5, nothing done)
+                # an out that is not writable and contiguous, and a root's list not of
+                # pieces like out: checking them in Python first cost 0.2 us of a 1.9 us
+                # scatter.
+                data = (tails, root, exposure)
+                status = arena.compiled_program(seq, data, arena.spin_ns, prog, ins, out, -1,
+                                                0, self._whats["scatter"])
                 if status == 5:  # the general path explains, as this call's number
                     group._seq = itertools.count(seq)
                     fifo.leave_inline(None)
@@ -1322,18 +1320,16 @@ class TinyCallLane:
         plan = self._rooted("scatter", out, ins, src)
         if not plan:
             return None
-        tails, root, _, at_root, cma, alike, mine, direct = plan[:8]
+        tails, root, _, at_root, cma, alike = plan[:6]
         if plan[8]:
             if not _scatter_fits(out, ins, at_root, alike):
                 return None
             return self._scatter_single(out, ins, plan, async_op=True)
+        prog = plan[9]
+        if prog is None:
+            return None
         group = self.group
         arena = group.arena
-        fast = arena.compiled_rooted
-        if fast is None:
-            return None
-        if direct and not _scatter_fits(out, ins, at_root, alike):
-            return None
         fifo = group.fifo
         if not fifo.enter_inline():
             return None
@@ -1341,19 +1337,13 @@ class TinyCallLane:
         try:
             seq = next(group._seq)
             exposure = (0, 0) if at_root and cma else None
-            if direct:
-                data: Any = (*ins[:root], out.nbytes, *ins[root + 1:])
-                status = fast(seq, tails, data, arena.spin_ns, exposure, None, None, root, mine)
-                if status == 0:
-                    np.copyto(out, ins[root])
-            else:
-                data = (() if ins is None else ins) if at_root else None
-                status = fast(seq, tails, data, arena.spin_ns, exposure, out, _COPY_ROOT, root,
-                              mine, 0, out)
-                if status == 5:  # refused, nothing done: the general path explains
-                    group._seq = itertools.count(seq)
-                    fifo.leave_inline(None)
-                    return None
+            # (not one-sided: an async call's errors belong to its Work)
+            data = (tails, root, exposure)
+            status = arena.compiled_program(seq, data, arena.spin_ns, prog, ins, out, -1, 0)
+            if status == 5:  # refused, nothing done: the general path explains
+                group._seq = itertools.count(seq)
+                fifo.leave_inline(None)
+                return None
             group.last_algorithm = "scatter/oneshot"
             if status != 0:
                 return fifo.hand_over(
@@ -1391,16 +1381,23 @@ class TinyCallLane:
 
     def _scatter_rest(self, seq: int, out: np.ndarray, ins: Any, data: Any, plan: tuple,
                       exposure: Any, status: int | None) -> None:
-        """scatter after a compiled entry that returned ``status`` (not 0; None: it did
-        not run): the rest of the entry in Python and my piece copied out, or, for a
-        legal uneven scatter too large for the root's region, the general path from the
-        entry on (as in :meth:`_gather_rest`, never on the root)."""
-        tails, root, limit, at_root, _, _, mine, _ = plan[:8]
+        """scatter after its program's rooted entry (``data``) returned ``status`` (not 0;
+        None: nothing compiled ran, and Python stages ``data``): the rest of the entry
+        in Python, then the program's records after it (or, in Python, my piece copied
+        out), or, for a legal uneven scatter, my piece from the root's region, or the
+        general path from the entry on where it is too large for that region (as in
+        :meth:`_gather_rest`, never on the root)."""
+        tails, root, limit, at_root, _, _, mine, _, _, prog = plan
         group = self.group
         arena = group.arena
-        # (the root's own piece straight from its list: staged or not, it is the same)
-        use = ((_copy_own, out, ins[root]) if at_root
-               else (_copy_piece, out, arena.small[root], mine))
+        if status is not None:  # the program's rooted entry ran (data): resume after it
+            use: tuple = (_resume_program, arena, seq, data, prog, ins, out, status)
+            data = exposure = None
+            status &= 7  # (the interpreter's: the record to resume from, then the status)
+        else:
+            # (the root's own piece straight from its list: staged or not, it is the same)
+            use = ((_copy_own, out, ins[root]) if at_root
+                   else (_copy_piece, out, arena.small[root], mine))
         counts = arena.rooted_entry(
             seq, tails, self._whats["scatter"], group.timeout, data, exposure, status, root,
             *use)
@@ -1963,8 +1960,10 @@ class TinyCallLane:
         root, whether pieces are exposed for single-copy reads, the check of the root's
         list (compiled or :func:`_alike`), where my piece starts in the root's,
         whether I am a scatter's root that copies its own piece straight into place,
-        and, when the call goes single-copy (:meth:`_gather_single`,
-        :meth:`_scatter_single`) instead of one-shot, my copies (else None)."""
+        when the call goes single-copy (:meth:`_gather_single`,
+        :meth:`_scatter_single`) instead of one-shot, my copies (else None), and the
+        one-shot scatter's packed program (its registered ``oneshot`` schedule, the
+        root's side its list of pieces; None without the compiled interpreter)."""
         group = self.group
         dtype, n = arr.dtype, group.size()
         root = group._group_rank_of.get(group.global_ranks[0] if root_rank is None
@@ -1987,10 +1986,14 @@ class TinyCallLane:
                       for q in range(n))
         alike = self._alike_check()
         at_root = group._rank == root
+        prog = None
+        if kind == "scatter" and not single:  # its registered schedule, the root's list
+            prog = self._program(kind, dtype, arr.size * n if at_root else None, arr.size,
+                                 root=root, listed=INPUT if at_root else NO_BUFFER)
         return (tails, root, limit, at_root, group.transport.cma_min_bytes > 0, alike,
                 group._rank * arr.nbytes,
                 kind == "scatter" and at_root and arr.nbytes >= _fast.SCATTER_ROOT_DIRECT_BYTES,
-                copies)
+                copies, prog)
 
 
 def _scatter_fits(out: np.ndarray, ins: Any, at_root: bool, alike: Callable[..., bool]
@@ -2089,6 +2092,14 @@ def _finish_oneshot(arena: Any, seq: int, tail: bytes, what: object, timeout: fl
     combine(seq & 1, *args)
 
 
+def _resume_program(parity: int, arena: Any, seq: int, entry: tuple, prog: bytes, inp: Any,
+                    out: Any, status: int) -> None:
+    """The records after the rooted entry ``entry`` of call ``seq``'s program ``prog``,
+    once Python finished that entry (``status``: what the compiled interpreter returned,
+    the record to resume from and why it stopped) and every rank agreed."""
+    arena.compiled_program(seq, entry, arena.spin_ns, prog, inp, out, -1, status >> 3)
+
+
 def _copy_root(parity: int, arr: np.ndarray, views: list, root: int) -> None:
     arr[...] = views[parity][root]
 
@@ -2121,7 +2132,6 @@ def _copy_piece(parity: int, out: np.ndarray, regions: tuple, lo: int) -> None:
     out.reshape(-1).view(np.uint8)[:] = regions[parity][lo:lo + nb]
 
 
-_COPY_ROOT = -1  # the combine that copies the root's region (scatter)
 _COPY_EACH = -3  # the combine that copies every region into its own array (gather)
 _COPY_COLUMN = -4  # the combine that copies my piece of every region (all_to_all)
 _ONESHOT = {kind: f"{kind}/oneshot" for kind in (

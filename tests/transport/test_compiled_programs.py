@@ -395,3 +395,87 @@ def test_pieces_of_the_wrong_number_or_size_raise_before_anything_is_signalled()
     with pytest.raises((ValueError, BufferError), match="writable|read-only"):
         run(3, _fp(3), 0, packed, inp, [np.empty(4, np.float32)] * 2 + [read_only], -1, 0)
     assert m.word(0) == 0
+
+
+def _scatter(n: int, root: int, count: int, dt: np.dtype) -> tuple[list[Plan], list[bytes]]:
+    """scatter's plans and every rank's packed program, the root's input as its list of
+    pieces (lanes: torch's scatter_list)."""
+    data = [reference.rank_input(r, count * n if r == root else count, dt) for r in range(n)]
+    plans = make_plans("scatter", n, data, dtype=dt, root=root, **host_options("oneshot"))
+    packed = [_execute.pack_program(prog.as_pieces(_flat(p), prog.INPUT, n) if p.rank == root
+                                    else _flat(p), REGION) for p in plans]
+    assert all(p is not None for p in packed)
+    return plans, packed  # type: ignore[return-value]
+
+
+def _exposed(m: _Mapping, rank: int, seq: int) -> tuple[int, int, int]:
+    """What ``rank`` exposed for call ``seq`` (Arena.expose's three words)."""
+    return struct.unpack_from("<QQQ", m.mm, m.fp_off + (seq & 1) * 64 + rank * 2 * 64 + FP)
+
+
+@pytest.mark.parametrize("count", [5, 5000])
+def test_a_rooted_entry_is_the_general_paths_entry(count):
+    # scatter from rank 1 at 3 ranks: every rank's own fingerprint (the root's names its
+    # pieces), phase 0, an exposure for a general path taking over, one-sided as the
+    # schedule says; 5000 float32 a piece: the root publishes its progress as it stages
+    n, root, seq, dt = 3, 1, 6, np.dtype(np.float32)
+    plans, packed = _scatter(n, root, count, dt)
+    pieces = [np.array(plans[root].input[q * count:(q + 1) * count]) for q in range(n)]
+    tails = tuple(bytes([q + 1]) * (FP - 8) for q in range(n))
+    m = _Mapping(n)
+    settled = []
+    m.rounds[root].settle_slow = lambda *args: settled.append(args)
+    outs = [np.zeros(count, dt) for _ in range(n)]
+    assert m.rounds[root].program(seq, (tails, root, (0, 0)), 0, packed[root], pieces,
+                                  outs[root], -1, 0, "call 6") == 0  # awaits nobody
+    assert m.word(root) == seq << 24  # phase 0: the general path's entry
+    assert _exposed(m, root, seq) == (0, 0, 0)
+    assert outs[root].tobytes() == pieces[root].tobytes()
+    progress = struct.unpack_from("<Q", m.mm, m.ranks_off + root * 64 + 16)[0]
+    if count * dt.itemsize * n >= 32 << 10:  # _tiny.c's PIPE_MIN: every piece but its own
+        assert progress == (seq << 32) | count * dt.itemsize * n
+    # rank 0 exposes its out (an array: its memory); rank 2 expects another root's tail
+    assert m.rounds[0].program(seq, (tails, root, outs[0]), 0, packed[0], None, outs[0], -1,
+                               0, "call 6") == 0
+    assert _exposed(m, 0, seq) == (outs[0].ctypes.data, outs[0].nbytes, 0)
+    assert outs[0].tobytes() == pieces[0].tobytes()
+    wrong = (tails[0], tails[0], tails[2])
+    got = m.rounds[2].program(seq, (wrong, root, None), 0, packed[2], None, outs[2], -1, 0,
+                              "call 6")
+    assert got & 7 == 2 and not outs[2].any()  # Python's entry compares, then resumes
+    assert m.rounds[2].program(seq, (tails, root, None), 0, packed[2], None, outs[2], -1,
+                               got >> 3) == 0
+    assert outs[2].tobytes() == pieces[2].tobytes()
+    # the root's next call settles call 6: Python's end of it gets every rank's tail and
+    # the root, for the comparison of the root's layout
+    m.rounds[1].settle_slow = lambda *args: settled.append(args)
+    m.mm[m.fp_off + 1 * 2 * 64 + 8:m.fp_off + 1 * 2 * 64 + FP] = bytes(FP - 8)  # (differs)
+    m.rounds[root].program(seq + 2, (tails, root, None), 0, packed[root], pieces, outs[root],
+                           -1, 0, "call 8")
+    assert settled[0][0] == seq and settled[0][3:] == (tails, root)
+
+
+def test_what_a_rooted_entry_cannot_take_is_refused_with_nothing_done():
+    # status 5, nothing staged, published or signalled: the general path explains
+    n, root, seq, dt = 3, 0, 4, np.dtype(np.float32)
+    plans, packed = _scatter(n, root, 4, dt)
+    tails = tuple(bytes([q + 1]) * (FP - 8) for q in range(n))
+    m = _Mapping(n)
+    out = np.zeros(4, dt)
+    read_only = np.zeros(4, dt)
+    read_only.flags.writeable = False
+    other_dtype = [np.zeros(4, dt), np.zeros(4, np.int32), np.zeros(4, dt)]
+    other_shape = [np.zeros(4, dt), np.zeros((2, 2), dt), np.zeros(4, dt)]
+    for name, rank, ins, o in (("a piece of another dtype", root, other_dtype, out),
+                               ("a piece of another shape", root, other_shape, out),
+                               ("too few pieces", root, [out, out], out),
+                               ("an out not writable", 1, None, read_only),
+                               ("an out not contiguous", 1, None, np.zeros(8, dt)[::2])):
+        got = m.rounds[rank].program(seq, (tails, root, None), 0, packed[rank], ins, o, -1, 0,
+                                     "call 4")
+        assert got == 5, name
+        assert m.word(rank) == 0 and not m.mm[m.small_off:m.small_off + 64].strip(b"\0"), name
+    with pytest.raises(ValueError, match="rooted entry"):
+        m.rounds[1].program(seq, (tails[:2], root, None), 0, packed[1], None, out, -1, 0)
+    with pytest.raises(ValueError, match="not a rank"):
+        m.rounds[1].program(seq, (tails, n, None), 0, packed[1], None, out, -1, 0)

@@ -183,6 +183,10 @@ BoundStep = Callable[[ProgramContext, Buffers], None]
 _COMPILED_OPS = frozenset((prog.ROUND, prog.PUT, prog.GET, prog.REDUCE_SLOTS, prog.ENTER,
                            prog.COPY))
 PROGRAM_HEADER = 6  # the packed form's header words (_tiny.c: PROGRAM_HEADER)
+# The header's flags (_tiny.c: the same names): a step writes the call's input; the
+# PUTs into my region ascend without overlapping, so the interpreter may publish
+# how far it staged for readers that copy as it goes (_tiny.c's pipelined copies).
+WRITES_INPUT, PUTS_ASCEND = 1, 2
 
 
 def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
@@ -190,8 +194,8 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
     transport/_tiny.c), or None when it has a step that interpreter does not run
     (messages, exposure, a peer's slot, a local reduction) or more than one entry.
 
-    The form is int64 words: a header (the input's and output's byte sizes, 1 if a
-    step writes into the input, the number of records, the side given as a list of
+    The form is int64 words: a header (the input's and output's byte sizes, the flags
+    :data:`WRITES_INPUT` and :data:`PUTS_ASCEND`, the number of records, the side given as a list of
     pieces or -1, and their number: ``Program.listed``), the records as they are, then
     the rank sets, each its length then its ranks, a ``REDUCE_SLOTS`` record's peer
     (and a one-sided ``ENTER``'s, whose set is one rank or none) becoming where its
@@ -201,6 +205,7 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
     """
     records, sets, starts = [], [], {}
     writes_input = 0
+    puts_end = 0  # where my region's PUTs so far end, -1 once one goes back
     sizes = program.sizes
     side, count = program.listed
     buffers = prog.PIECES + count
@@ -219,6 +224,8 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
                 prog.INPUT <= b < buffers and b != side  # (a listed side: its pieces only)
                 and 0 <= a <= program.buffer_bytes(b) - nbytes for b, a in touched):
             return None
+        if op == prog.PUT and nbytes:
+            puts_end = offset + nbytes if 0 <= puts_end <= offset else -1
         if op in (prog.GET, prog.COPY, prog.REDUCE_SLOTS) and nbytes and (
                 buf == prog.INPUT or buf >= prog.PIECES and side == prog.INPUT):
             writes_input = 1
@@ -231,7 +238,8 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
                 sets.extend((len(ranks), *ranks))
             rec = (op, starts[ranks], *rec[2:])
         records.append(rec)
-    words = [sizes[0], sizes[1], writes_input, len(records), side, count]
+    flags = writes_input * WRITES_INPUT | (PUTS_ASCEND if puts_end >= 0 else 0)
+    words = [sizes[0], sizes[1], flags, len(records), side, count]
     for rec in records:
         words.extend(rec)
     words.extend(sets)

@@ -191,21 +191,29 @@ def arena(plan: Plan) -> Iterator[Round]:
 def oneshot(plan: Plan) -> Iterator[Round]:
     """One-shot scatter (paths/oneshot.scatter, decided after the entry: ``_select.scatter_oneshot``).
 
-    Steps: 1 round: the root ``Put``s its whole input into its one-shot region
-    (staged before the entry); ``Enter``; every other rank ``Get``s its piece
-    from the root's region, the root copies its own.
+    Steps: 1 round: the root ``Put``s every other rank's piece into its one-shot
+    region, each where it lies in its input (staged before the entry); every rank
+    ``Enter``s, one-sided: the root awaits nobody, every other rank the root
+    only; every other rank ``Get``s its piece from the root's region (the
+    interpreter copies it as the root stages it, if large), the root copies its
+    own straight from its input.
 
-    Bytes sent per rank: the root's input into its region; every rank reads its piece.
+    Bytes sent per rank: the root's input but its own piece into its region;
+    every rank reads its piece.
 
     Requires: the root's input fits a one-shot region.
     """
     me, root = plan.rank, plan.root
     d = displs(piece_counts(plan))
     if me == root:
-        steps = enter(plan, stage=plan.input) + copy_steps(plan.output, plan.input[d[me]:d[me + 1]])
+        inp, isz = plan.input, plan.itemsize
+        puts = [Put(lo * isz, inp[lo:hi], REGION) for lo, hi in ((0, d[me]), (d[me + 1], d[-1]))
+                if hi > lo]
+        steps = (enter(plan, before=puts, awaits=())
+                 + copy_steps(plan.output, inp[d[me]:d[me + 1]]))
     else:
-        steps = enter(plan) + ([Get(root, d[me] * plan.itemsize, plan.output, REGION)]
-                               if len(plan.output) else [])
+        steps = enter(plan, awaits=(root,)) + (
+            [Get(root, d[me] * plan.itemsize, plan.output, REGION)] if len(plan.output) else [])
     yield Round(then=steps)
 
 

@@ -14,9 +14,10 @@
  *   3  the group's abort word is set (Python raises what it says);
  *   4  (rooted, reads) the fingerprints agree but the call cannot finish here:
  *      layouts differ, or a read lies outside what its owner exposed;
- *   5  (rooted with like) the root's pieces are not all like like: nothing was
- *      staged, published or signalled (Python takes the general path with the
- *      same sequence number, which explains).
+ *   5  (a program's rooted entry) a buffer the interpreter cannot take (pieces not
+ *      like the rank's own array, an out not writable): nothing was staged,
+ *      published or signalled (Python takes the general path with the same
+ *      sequence number, which explains).
  *
  * Layout constants come from Python (Arena.layout), so this file knows no
  * offsets of its own. Memory order: the data and the fingerprint are written
@@ -300,38 +301,21 @@ static Py_ssize_t pipe_copy(Round *s, Py_ssize_t r, int parity, uint64_t seq,
 
 /* Copy data (None, a C-contiguous buffer, or a tuple or list of them, one after the
  * other, where an int skips that many bytes) into region; -1 with an exception if it
- * does not fit (checked before any copy). like (NULL: no check): data other than
- * None must be a list of n objects each looking like it (looks_like), else 1 and
- * nothing is copied: a tiny scatter root's list, checked here because asking for
- * every piece's buffer twice (a check, then the copy) cost a tenth of an 8-byte
- * scatter. own (NULL: none; only with like): this rank's own piece is not copied,
- * its place in region left as it was (a one-sided scatter root's own piece: nobody
- * reads it there), and its buffer is handed over in *own (obj NULL if nothing was
- * staged), for the caller to copy straight into place after the signal and
- * release. */
-static int stage(Round *self, uint64_t seq, char *to, PyObject *data, const Py_buffer *like,
-                 Py_buffer *own) {
+ * does not fit (checked before any copy). */
+static int stage(Round *self, uint64_t seq, char *to, PyObject *data) {
     if (data == Py_None)
         return 0;
     int many = PyTuple_Check(data) || PyList_Check(data);
-    if (like != NULL && !(PyList_CheckExact(data) && PyList_GET_SIZE(data) == self->n))
-        return 1;
     Py_ssize_t k = many ? PySequence_Fast_GET_SIZE(data) : 1, held = 0, total = 0;
-    PyObject *like_dtype = NULL;
-    if (like != NULL && (like_dtype = PyObject_GetAttr(like->obj, dtype_name)) == NULL) {
-        PyErr_Clear(); /* no model: Python takes the general path, which explains */
-        return 1;
-    }
     Py_buffer stack[STAGE_HELD], *views = stack;
     if (k > STAGE_HELD && (views = PyMem_Malloc(sizeof(Py_buffer) * (size_t)k)) == NULL) {
-        Py_XDECREF(like_dtype);
         PyErr_NoMemory();
         return -1;
     }
     int result = 0;
     for (Py_ssize_t i = 0; i < k && result == 0; i++) { /* every buffer and size first */
         PyObject *item = many ? PySequence_Fast_GET_ITEM(data, i) : data;
-        if (like == NULL && PyLong_Check(item)) {
+        if (PyLong_Check(item)) {
             Py_ssize_t skip = PyLong_AsSsize_t(item);
             if (skip < 0) {
                 if (!PyErr_Occurred())
@@ -342,15 +326,8 @@ static int stage(Round *self, uint64_t seq, char *to, PyObject *data, const Py_b
             views[i].obj = NULL; /* a skip: no buffer held */
             views[i].len = skip;
         } else if (PyObject_GetBuffer(item, &views[i], PyBUF_C_CONTIGUOUS) < 0) {
-            if (like == NULL)
-                result = -1;
-            else { /* not like it: Python takes the general path, which explains */
-                PyErr_Clear();
-                result = 1;
-            }
+            result = -1;
             break;
-        } else if (like != NULL && !looks_like(&views[i], like, like_dtype)) {
-            result = 1;
         }
         held = i + 1;
         total += views[i].len;
@@ -362,13 +339,6 @@ static int stage(Round *self, uint64_t seq, char *to, PyObject *data, const Py_b
     Py_ssize_t at = 0;
     int pipe = result == 0 && total >= PIPE_MIN;
     for (Py_ssize_t i = 0; i < held; i++) { /* then the copies, or nothing */
-        if (result == 0 && own != NULL && i == self->rank) {
-            *own = views[i]; /* (held: the caller releases it) */
-            at += views[i].len;
-            if (pipe)
-                publish_progress(self, seq, at);
-            continue;
-        }
         if (result == 0 && views[i].obj != NULL) {
             if (!pipe) {
                 copy_to_shared(to + at, views[i].buf, (size_t)views[i].len);
@@ -389,7 +359,6 @@ static int stage(Round *self, uint64_t seq, char *to, PyObject *data, const Py_b
     }
     if (views != stack)
         PyMem_Free(views);
-    Py_XDECREF(like_dtype);
     return result;
 }
 
@@ -408,8 +377,8 @@ static int stage(Round *self, uint64_t seq, char *to, PyObject *data, const Py_b
  * settle_slow(seq, packed, what, tails, root) (Arena.settle_rest), which waits
  * with liveness and deadline and raises what the round would have raised, naming
  * the call it belongs to. Python's paths call Round.settle before they touch the
- * arena (Arena.settle). Who runs one: a program's one-sided ENTER (broadcast and
- * reduce, see Round.program) and rooted's awaited (scatter).
+ * arena (Arena.settle). Who runs one: a program's one-sided ENTER (broadcast, reduce
+ * and scatter, see Round.program).
  */
 typedef struct {
     Py_ssize_t awaited; /* the one rank this rank waits for, or -1: none */
@@ -439,22 +408,6 @@ static int fp_agrees(Round *self, Py_ssize_t r, int parity, const char *packed,
         want = PyBytes_AS_STRING(e);
     }
     return memcmp(fp, want, (size_t)packed_len) == 0;
-}
-
-/* The trailing (awaited, what) arguments of rooted into one (whose root the caller
- * set); -1 with an exception. same > 0 (rooted's check of every rank's region) cannot
- * go with a round that does not wait for every rank. */
-static int one_sided_args(Round *self, PyObject *awaited, PyObject *what, Py_ssize_t same,
-                          OneSided *one) {
-    one->awaited = PyLong_AsSsize_t(awaited);
-    one->what = what;
-    if (PyErr_Occurred())
-        return -1;
-    if (one->awaited < -1 || one->awaited >= self->n || same > 0) {
-        PyErr_SetString(PyExc_ValueError, "awaited: a rank, or -1 for none (and no same)");
-        return -1;
-    }
-    return 0;
 }
 
 /* 0 once the pending round (if any) is settled; -1 with the exception of
@@ -575,16 +528,15 @@ static void pipe_copy_each(Round *s, int parity, uint64_t seq, uint64_t target, 
  * every rank's must equal packed. */
 static int round_core(Round *self, uint64_t seq, long phase, const char *packed, PyObject *data,
                       uint64_t spin_ns, PyObject *expected, const uint64_t *exposure,
-                      const Py_buffer *like, Py_buffer *own, OneSided *one, EachPipe *each) {
+                      OneSided *one, EachPipe *each) {
     Py_ssize_t packed_len = self->fp_size;
     if (self->pending && settle(self, spin_ns) < 0)
         return -1;
     if (__atomic_load_n((uint32_t *)self->base, __ATOMIC_ACQUIRE))
         return 3;
     int parity = (int)(seq & 1);
-    int staged = stage(self, seq, region(self, self->rank, parity), data, like, own);
-    if (staged != 0)
-        return staged < 0 ? -1 : 5;
+    if (stage(self, seq, region(self, self->rank, parity), data) < 0)
+        return -1;
     memcpy(fingerprint(self, self->rank, parity), packed, (size_t)packed_len);
     if (exposure != NULL) /* Arena.expose's three words, in the line's unused tail */
         memcpy(fingerprint(self, self->rank, parity) + packed_len, exposure, 24);
@@ -653,36 +605,32 @@ static PyObject *Round_run(Round *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "packed fingerprint of the wrong size");
         return NULL;
     }
-    int status = round_core(self, seq, phase, packed, args[3], spin_ns, expected, NULL, NULL, NULL,
-                            NULL, NULL);
+    int status = round_core(self, seq, phase, packed, args[3], spin_ns, expected, NULL, NULL,
+                            NULL);
     return status < 0 ? NULL : PyLong_FromLong(status);
 }
 
 /* ------------------------------------------------------------------ combine
  *
- * What rooted's entry (gather, scatter, all_to_all: not yet programs) does with the
- * one-shot regions once the round is done: copy the root's into the caller's array
- * (COPY_ROOT, scatter), copy each into its own array (COPY_EACH, gather) or copy my
- * column of every rank's region into that rank's piece of the caller's array
- * (COPY_COLUMN, all_to_all). Every other one-shot call runs its program (see
- * programs below), and folds there.
+ * What rooted's entry (gather and all_to_all: not yet programs) does with the
+ * one-shot regions once the round is done: copy each into its own array (COPY_EACH,
+ * gather) or copy my column of every rank's region into that rank's piece of the
+ * caller's array (COPY_COLUMN, all_to_all). Every other one-shot call runs its
+ * program (see programs below), and folds there.
  */
-#define COPY_ROOT (-1)
 #define COPY_EACH (-3)
 #define COPY_COLUMN (-4)
 
 /* Check a combine request before the round, so a bad one raises with nothing sent. */
-static int combine_ok(Round *s, long code, Py_ssize_t root, Py_ssize_t off, Py_ssize_t nbytes) {
+static int combine_ok(Round *s, long code, Py_ssize_t off, Py_ssize_t nbytes) {
     const char *bad = NULL;
     if (code == COPY_COLUMN) {
         if (nbytes % s->n != 0 || off < 0 || nbytes / s->n > s->small_bytes - off)
             bad = "out is not n pieces of at most a one-shot region";
-    } else if (code != COPY_ROOT && code != COPY_EACH) {
+    } else if (code != COPY_EACH) {
         bad = "no such combine code";
     } else if (off < 0 || nbytes > s->small_bytes - off) {
         bad = "offset and out beyond a one-shot region";
-    } else if (code == COPY_ROOT && (root < 0 || root >= s->n)) {
-        bad = "root out of range";
     }
     if (bad != NULL)
         PyErr_SetString(PyExc_ValueError, bad);
@@ -699,8 +647,7 @@ static void outs_release(Outs *o) {
 }
 
 /* Get and check out (not None) for code before the round: -1 with an exception. */
-static int outs_get(Round *self, Outs *o, PyObject *out, long code, Py_ssize_t root,
-                    Py_ssize_t off) {
+static int outs_get(Round *self, Outs *o, PyObject *out, long code, Py_ssize_t off) {
     o->count = 0;
     o->many = 0;
     o->views = &o->one;
@@ -726,7 +673,7 @@ static int outs_get(Round *self, Outs *o, PyObject *out, long code, Py_ssize_t r
             return -1;
         }
         o->count++;
-        if (!combine_ok(self, code, root, off, o->views[i].len)) {
+        if (!combine_ok(self, code, off, o->views[i].len)) {
             outs_release(o);
             return -1;
         }
@@ -735,15 +682,13 @@ static int outs_get(Round *self, Outs *o, PyObject *out, long code, Py_ssize_t r
 }
 
 /* Combine the regions of parity into the outs (see the top of this section). */
-static void combine(Round *self, int parity, Outs *o, long code, Py_ssize_t root, Py_ssize_t off) {
+static void combine(Round *self, int parity, Outs *o, long code, Py_ssize_t off) {
     Py_buffer *out = &o->views[0];
     if (code == COPY_EACH) {
         for (Py_ssize_t r = 0; r < self->n; r++)
             copy_bytes(o->views[r].buf, region(self, r, parity) + off, (size_t)o->views[r].len);
     } else if (out->len == 0) {
         return;
-    } else if (code == COPY_ROOT) {
-        copy_bytes(out->buf, region(self, root, parity) + off, (size_t)out->len);
     } else { /* COPY_COLUMN (mine too: the lane stages its own piece) */
         Py_ssize_t piece = out->len / self->n;
         for (Py_ssize_t r = 0; r < self->n; r++)
@@ -791,47 +736,20 @@ static int combine_args(PyObject *const *a, Combine *c) {
     return 0;
 }
 
-/* like, for round_and_combine: out itself (the object whose buffer outs holds). */
-static const Py_buffer like_out;
-
 /* round_core, then, on status 0 and out (an object) not None, the combine; out and
  * code are checked before the round. same > 0: the first same bytes of every rank's
  * region must equal mine too (all_to_all's split header), else status 4 and no
- * combine. like (NULL: none): data's model (see stage; &like_out: out), and an out
- * that cannot be had is status 5 too, not an exception. Returns the status object,
- * or NULL. */
+ * combine. Returns the status object, or NULL. */
 static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const char *packed,
                                    PyObject *data, uint64_t spin_ns, PyObject *expected,
                                    const uint64_t *exposure, Py_ssize_t same,
-                                   const Combine *c, const Py_buffer *like,
-                                   OneSided *one) {
+                                   const Combine *c) {
     Outs outs = {0};
     int have_out = c->out != Py_None;
-    if (have_out && outs_get(self, &outs, c->out, c->code, c->root, c->off) < 0) {
-        if (like == NULL)
-            return NULL;
-        PyErr_Clear();
-        return PyLong_FromLong(5);
-    }
-    if (like == &like_out)
-        like = &outs.views[0]; /* (have_out: Round_rooted passes like_out only then) */
-    /* A one-sided scatter root (awaiting nobody, out its own piece of the root's
-     * list): its own piece goes straight into out once the others' are signalled,
-     * never through its region. */
-    int own = like != NULL && one != NULL && one->awaited < 0 && have_out && data != Py_None
-              && c->code == COPY_ROOT && c->root == self->rank;
-    Py_buffer own_view = {0};
-    /* A reader awaiting only the root copies its part of the root's region as it is
-     * staged (see pipelined copies). */
-    if (one != NULL && one->awaited >= 0 && have_out && c->code == COPY_ROOT
-            && c->root == one->awaited && outs.views[0].len >= PIPE_MIN) {
-        one->pipe_to = outs.views[0].buf;
-        one->pipe_off = c->off;
-        one->pipe_len = outs.views[0].len;
-        one->piped = 0;
-    }
+    if (have_out && outs_get(self, &outs, c->out, c->code, c->off) < 0)
+        return NULL;
     /* A gather root copies the others' pieces as they are staged (see pipelined copies). */
-    int gather_root = one == NULL && have_out && c->code == COPY_EACH && c->root == self->rank;
+    int gather_root = have_out && c->code == COPY_EACH && c->root == self->rank;
     Py_ssize_t copied_held[STAGE_HELD], *copied = NULL;
     EachPipe each = {&outs, c->off, NULL};
     if (gather_root && outs.views[0].len >= PIPE_MIN && same <= 0) {
@@ -852,17 +770,12 @@ static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const 
             PyBuffer_Release(&mine); /* (the round finds out; obj is NULL again) */
     }
     int status = round_core(self, seq, phase, packed, mine.obj != NULL ? Py_None : data,
-                            spin_ns, expected, exposure, like, own ? &own_view : NULL, one,
-                            copied != NULL ? &each : NULL);
+                            spin_ns, expected, exposure, NULL, copied != NULL ? &each : NULL);
     int parity = (int)(seq & 1);
     for (Py_ssize_t r = 0; status == 0 && same > 0 && r < self->n; r++)
         if (memcmp(region(self, r, parity), region(self, self->rank, parity), (size_t)same))
             status = 4; /* every fingerprint agrees, some region's layout differs */
-    if (own_view.obj != NULL) { /* staged, so status 0: a one-sided round waits for nobody */
-        if (status == 0) /* (looks_like: out's length; memmove: out may be this piece) */
-            move_bytes(outs.views[0].buf, own_view.buf, (size_t)own_view.len);
-        PyBuffer_Release(&own_view);
-    } else if (status == 0 && (copied != NULL || mine.obj != NULL)) { /* gather's root */
+    if (status == 0 && (copied != NULL || mine.obj != NULL)) { /* gather's root */
         for (Py_ssize_t r = 0; r < self->n; r++) { /* the rest of every piece */
             Py_ssize_t done = r == self->rank || copied == NULL ? 0 : copied[r];
             Py_ssize_t len = outs.views[r].len;
@@ -872,8 +785,8 @@ static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const 
                 copy_bytes((char *)outs.views[r].buf + done, region(self, r, parity) + c->off + done,
                        (size_t)(len - done));
         }
-    } else if (status == 0 && have_out && !(one != NULL && one->piped)) {
-        combine(self, parity, &outs, c->code, c->root, c->off);
+    } else if (status == 0 && have_out) {
+        combine(self, parity, &outs, c->code, c->off);
     }
     if (copied != NULL && copied != copied_held)
         PyMem_Free(copied);
@@ -901,8 +814,7 @@ static PyObject *Round_oneshot(Round *self, PyObject *const *args, Py_ssize_t na
     char packed[LINE];
     if (PyErr_Occurred() || pack(self, seq, args[1], packed) < 0)
         return NULL;
-    int status = round_core(self, seq, 1, packed, args[2], spin_ns, NULL, NULL, NULL, NULL, NULL,
-                            NULL);
+    int status = round_core(self, seq, 1, packed, args[2], spin_ns, NULL, NULL, NULL, NULL);
     return status < 0 ? NULL : PyLong_FromLong(status);
 }
 
@@ -944,10 +856,37 @@ static PyObject *piece_table(Round *self, PyObject *pieces) {
     return table;
 }
 
-/* rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset[, same[, like[,
- *         awaited, what]]]) -> status
+/* Arena.expose's three words (address, bytes, meta 0) of exposure: None (nothing: 0
+ * and exposure untouched), (address, nbytes), or a C-contiguous buffer whose memory
+ * that is. 1 when exposing, -1 with an exception. */
+static int exposure_words(PyObject *exposure, uint64_t words[3]) {
+    if (exposure == Py_None)
+        return 0;
+    words[2] = 0;
+    if (PyTuple_Check(exposure)) {
+        if (PyTuple_GET_SIZE(exposure) != 2) {
+            PyErr_SetString(PyExc_ValueError, "exposure: (address, nbytes) or a buffer");
+            return -1;
+        }
+        words[0] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(exposure, 0));
+        words[1] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(exposure, 1));
+        return PyErr_Occurred() ? -1 : 1;
+    }
+    /* a C-contiguous buffer: its address here costs a twentieth of what Python's
+     * arr.ctypes.data costs */
+    Py_buffer view;
+    if (PyObject_GetBuffer(exposure, &view, PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    words[0] = (uint64_t)(uintptr_t)view.buf;
+    words[1] = (uint64_t)view.len;
+    PyBuffer_Release(&view);
+    return 1;
+}
+
+/* rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset[, same]) -> status
  *
- * gather, scatter and all_to_all's one round: the entry (phase 0) where every rank r must
+ * gather's and all_to_all's one round, and the entry of the single-copy gather and
+ * scatter: the entry (phase 0) where every rank r must
  * have published seq followed by tails[r] (the root's tail differs: it names its
  * pieces), with data staged (a buffer or a tuple or list of them, one after the other)
  * and exposure, None, (address, nbytes) or a C-contiguous buffer whose memory that
@@ -958,17 +897,14 @@ static PyObject *piece_table(Round *self, PyObject *pieces) {
  * rank's region into out[r], a tuple or list of one buffer per rank; COPY_COLUMN (-4)
  * copies bytes [offset, offset + L / n) of every rank's region into piece r of
  * out (all_to_all, which stages its own piece too). same: see
- * round_and_combine (status 4). like (None: none), a tiny scatter's out itself (the
- * same object): data other than None must be a list of n objects of its type, dtype
- * and shape, and out a writable C-contiguous buffer; if not, status 5 and nothing
- * done. awaited and what: a one-sided round (see one-sided rounds above; scatter;
- * never with same, which reads every rank's region). Any other status:
- * Python finishes the entry (Arena.packed_enter's slow path) and the call.
+ * round_and_combine (status 4). Any other status: Python finishes the entry
+ * (Arena.rooted_entry) and the call. (scatter's one-shot call is a program: see
+ * Round.program's rooted entry.)
  */
 static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 9 || nargs > 13 || nargs == 12) {
+    if (nargs != 9 && nargs != 10) {
         PyErr_SetString(PyExc_TypeError, "rooted(seq, tails, data, spin_ns, exposure, out, "
-                                         "code, root, offset[, same[, like[, awaited, what]]])");
+                                         "code, root, offset[, same])");
         return NULL;
     }
     Py_ssize_t same = nargs >= 10 ? PyLong_AsSsize_t(args[9]) : 0;
@@ -1010,38 +946,11 @@ static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nar
         data = table;
         exposure[1] = (uint64_t)PyBytes_GET_SIZE(table);
         exposure[2] = PIECE_TABLE | bits;
-    } else if (exposing && PyTuple_Check(args[4])) {
-        if (PyTuple_GET_SIZE(args[4]) != 2) {
-            PyErr_SetString(PyExc_ValueError, "exposure: (address, nbytes) or a buffer");
-            return NULL;
-        }
-        exposure[0] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(args[4], 0));
-        exposure[1] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(args[4], 1));
-        if (PyErr_Occurred())
-            return NULL;
-    } else if (exposing) { /* a C-contiguous buffer: its address here costs what Python's
-                            * arr.ctypes.data costs a twentieth of */
-        Py_buffer view;
-        if (PyObject_GetBuffer(args[4], &view, PyBUF_C_CONTIGUOUS) < 0)
-            return NULL;
-        exposure[0] = (uint64_t)(uintptr_t)view.buf;
-        exposure[1] = (uint64_t)view.len;
-        PyBuffer_Release(&view);
+    } else if (exposure_words(args[4], exposure) < 0) {
+        return NULL;
     }
-    OneSided one = {.awaited = -1, .what = NULL, .root = c.root};
-    PyObject *like_obj = nargs >= 11 ? args[10] : Py_None, *status = NULL;
-    if (nargs == 13 && one_sided_args(self, args[11], args[12], same, &one) < 0)
-        goto out;
-    if (like_obj != Py_None && like_obj != c.out) { /* (so the model costs no buffer
-                                                      * request of its own) */
-        PyErr_SetString(PyExc_ValueError, "like: None, or out itself");
-        goto out;
-    }
-    status = round_and_combine(self, seq, 0, packed, data, spin_ns, tails,
-                               exposing ? exposure : NULL, same, &c,
-                               like_obj == Py_None ? NULL : &like_out,
-                               nargs == 13 ? &one : NULL);
-out:
+    PyObject *status = round_and_combine(self, seq, 0, packed, data, spin_ns, tails,
+                                         exposing ? exposure : NULL, same, &c);
     Py_XDECREF(table);
     return status;
 }
@@ -1407,7 +1316,8 @@ static PyObject *Round_alike(Round *self, PyObject *const *args, Py_ssize_t narg
  * records of nine integers: (opcode, peer, space, offset, nbytes, buf, at, src_buf,
  * src_at). This interprets the ones a one-shot call is made of, on this arena: PUT (the
  * call's bytes into my one-shot region of the call's parity), ENTER (the round: the
- * fingerprint, phase 1, every rank's signal, the comparison), GET (a rank's region into
+ * fingerprint, phase 1 (0 for a rooted entry, see Round_program), every rank's signal,
+ * the comparison), GET (a rank's region into
  * the call's buffer), REDUCE_SLOTS (a rank set's regions folded in rank order into the
  * call's buffer, with the kernels of _fold.h; my own operand from the call's buffer
  * where the record names one in src_buf, src_at), COPY (between the call's buffers) and
@@ -1416,7 +1326,7 @@ static PyObject *Round_alike(Round *self, PyObject *const *args, Py_ssize_t narg
  * it is packed (_execute.compile_program), and Python's executor runs it.
  *
  * The packed form (int64, made once per program): a header of PROGRAM_HEADER words
- * (the input's and output's byte sizes, whether the program writes its input, the
+ * (the input's and output's byte sizes, its flags WRITES_INPUT and PUTS_ASCEND, the
  * number of records, the side given as a list of pieces or -1, their number), then the
  * records, then the rank sets (each its length, then its ranks), a REDUCE_SLOTS
  * record's peer being where its set starts there. A side given as pieces (torch's list
@@ -1429,6 +1339,8 @@ enum { P_ROUND, P_SEND, P_RECV, P_PUT, P_GET, P_REDUCE_SLOTS, P_ENTER, P_EXPOSE,
        P_SIGNAL, P_WAIT, P_COPY, P_REDUCE, P_OPCODES };
 #define PROGRAM_HEADER 6
 #define RECORD_WORDS 9
+#define WRITES_INPUT 1 /* header flags (word 2): a step writes the call's input */
+#define PUTS_ASCEND 2  /* my region's PUTs lie in ascending order, none overlapping */
 #define BUFS_HELD 18 /* call buffers (input, output, pieces) bound from the stack */
 #define REGION_SPACE 1 /* _program.SPACE_CODES["region"] */
 
@@ -1460,14 +1372,17 @@ static int run_records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssi
         switch (rec[0]) {
         case P_PUT: {
             char *to_region = region(self, self->rank, parity) + rec[3];
-            if (nbytes < PIPE_MIN || rec[3] != 0) {
+            if (rec[3] + nbytes < PIPE_MIN || !(prog[2] & PUTS_ASCEND)) {
                 copy_to_shared(to_region, mem, (size_t)nbytes);
                 break;
-            } /* large, from the region's start: staged in chunks, with progress (as stage) */
+            } /* the staging reaches PIPE_MIN bytes: in chunks, with progress (as stage).
+               * Progress counts from the region's start, so only where the PUTs ascend:
+               * then every byte the program stages below it is there (a gap is a part
+               * the program does not stage, which no reader of it reads) */
             for (Py_ssize_t done = 0; done < nbytes; done += PIPE_CHUNK) {
                 Py_ssize_t len = nbytes - done < PIPE_CHUNK ? nbytes - done : PIPE_CHUNK;
                 copy_to_shared(to_region + done, mem + done, (size_t)len);
-                publish_progress(self, seq, done + len);
+                publish_progress(self, seq, rec[3] + done + len);
             }
             break;
         }
@@ -1532,7 +1447,7 @@ static int bind_buffers(const int64_t *prog, PyObject *inp, PyObject *out, Py_bu
     Py_ssize_t side = (Py_ssize_t)prog[4];
     for (int b = 0; b < 2; b++) {
         PyObject *obj = b == 0 ? inp : out;
-        int flags = PyBUF_C_CONTIGUOUS | (b == 1 || (prog[2] & 1) ? PyBUF_WRITABLE : 0);
+        int flags = PyBUF_C_CONTIGUOUS | (b == 1 || (prog[2] & WRITES_INPUT) ? PyBUF_WRITABLE : 0);
         if (b == side) {
             Py_ssize_t count = nb - 2;
             if (!(PyList_Check(obj) || PyTuple_Check(obj))
@@ -1572,6 +1487,27 @@ static int bind_buffers(const int64_t *prog, PyObject *inp, PyObject *out, Py_bu
     return 0;
 }
 
+/* Whether every piece of prog's listed side (bufs 2 ...) looks like the other side's
+ * buffer (looks_like: type, length, shape, dtype), as a gather's or scatter's pieces
+ * must look like the array of the rank's own (torch's list forms; the interpreter
+ * itself checks lengths only). 1 where no side is listed or the other is None. */
+static int pieces_look_alike(const int64_t *prog, const Py_buffer *views, Py_ssize_t nb) {
+    Py_ssize_t side = (Py_ssize_t)prog[4];
+    if (side < 0 || views[1 - side].obj == NULL)
+        return 1;
+    const Py_buffer *like = &views[1 - side];
+    PyObject *like_dtype = PyObject_GetAttr(like->obj, dtype_name);
+    if (like_dtype == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int alike = 1;
+    for (Py_ssize_t i = 2; i < nb && alike; i++)
+        alike = looks_like(&views[i], like, like_dtype);
+    Py_DECREF(like_dtype);
+    return alike;
+}
+
 /* program(seq, packed, spin_ns, prog, inp, out, kernel, start[, what]) -> 0, or
  * resume * 8 + status: run the packed program prog (bytes, see above) on inp and out
  * (buffers, or None where the header's size is 0; the side the header lists, a list
@@ -1582,6 +1518,16 @@ static int bind_buffers(const int64_t *prog, PyObject *inp, PyObject *out, Py_bu
  * the top of the file) and the record to resume from once Python finished the round
  * (its wait, comparison or error): call again with that start. kernel: the fold code
  * (ops.compiled_kernel), -1 for none.
+ *
+ * packed may instead be a rooted entry (tails, root, exposure): the call's entry is
+ * then the general path's (phase 0), as gather's and scatter's, which are decided
+ * after it (a legal uneven call goes on from there on the general path). tails: every
+ * rank's fingerprint after seq (the root's names its pieces); root: the call's root,
+ * whose layout Python's comparison reads; exposure: None, (address, nbytes) or a
+ * C-contiguous buffer, exposed as Arena.expose does for a general path taking over.
+ * What the interpreter cannot take of such a call (a buffer not C-contiguous, one to
+ * write not writable, pieces not like the array of the rank's own side) is status 5:
+ * nothing was done (Python's general path explains, with the same sequence number).
  *
  * An ENTER whose peer names a rank set (one rank or none) is one-sided (see one-sided
  * rounds above) when what is given (not None): it names the call for its settling.
@@ -1604,15 +1550,43 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
         return NULL;
     char *packed, *raw, with_seq[LINE];
     Py_ssize_t packed_len, raw_len;
-    if (PyBytes_AsStringAndSize(args[1], &packed, &packed_len) < 0
-        || PyBytes_AsStringAndSize(args[3], &raw, &raw_len) < 0)
-        return NULL;
-    if (packed_len + 8 == self->fp_size) { /* the tail only: seq goes first (see pack) */
-        if (pack(self, seq, args[1], with_seq) < 0)
+    PyObject *tails = NULL; /* a rooted entry's (see above) */
+    Py_ssize_t root = -1;
+    uint64_t exposure[3] = {0, 0, 0};
+    int exposing = 0;
+    if (PyTuple_Check(args[1])) {
+        PyObject *entry = args[1];
+        if (PyTuple_GET_SIZE(entry) != 3 || !PyTuple_Check(PyTuple_GET_ITEM(entry, 0))
+                || PyTuple_GET_SIZE(PyTuple_GET_ITEM(entry, 0)) != self->n) {
+            PyErr_SetString(PyExc_ValueError, "program: a rooted entry is (tails, root, "
+                                              "exposure), one tail per rank");
+            return NULL;
+        }
+        tails = PyTuple_GET_ITEM(entry, 0);
+        root = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 1));
+        if (root == -1 && PyErr_Occurred())
+            return NULL;
+        if (root < 0 || root >= self->n) {
+            PyErr_SetString(PyExc_ValueError, "program: the root is not a rank of the group");
+            return NULL;
+        }
+        if ((exposing = exposure_words(PyTuple_GET_ITEM(entry, 2), exposure)) < 0
+                || pack(self, seq, PyTuple_GET_ITEM(tails, self->rank), with_seq) < 0)
             return NULL;
         packed = with_seq;
         packed_len = self->fp_size;
+    } else {
+        if (PyBytes_AsStringAndSize(args[1], &packed, &packed_len) < 0)
+            return NULL;
+        if (packed_len + 8 == self->fp_size) { /* the tail only: seq goes first (see pack) */
+            if (pack(self, seq, args[1], with_seq) < 0)
+                return NULL;
+            packed = with_seq;
+            packed_len = self->fp_size;
+        }
     }
+    if (PyBytes_AsStringAndSize(args[3], &raw, &raw_len) < 0)
+        return NULL;
     const int64_t *prog = (const int64_t *)raw;
     if (packed_len != self->fp_size || raw_len < PROGRAM_HEADER * 8
         || prog[3] < 0 || raw_len < (PROGRAM_HEADER + prog[3] * RECORD_WORDS) * 8
@@ -1645,14 +1619,20 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
         bufs[b] = NULL;
     }
     PyObject *result = NULL;
-    if (bind_buffers(prog, args[4], args[5], views, bufs, nb) < 0)
-        goto fail;
     int status = 0;
     Py_ssize_t n = (Py_ssize_t)prog[3], at = start;
+    if (bind_buffers(prog, args[4], args[5], views, bufs, nb) < 0
+            || (tails != NULL && !pieces_look_alike(prog, views, nb))) {
+        if (tails == NULL)
+            goto fail;
+        PyErr_Clear(); /* a rooted call the interpreter does not take: nothing done */
+        status = 5;
+        goto done;
+    }
     for (; at < n; at++) /* the records before the round, then the round */
         if (prog[PROGRAM_HEADER + at * RECORD_WORDS] == P_ENTER)
             break;
-    OneSided one = {-1, what, -1, NULL, 0, 0, 0}, *one_sided = NULL;
+    OneSided one = {-1, what, root, NULL, 0, 0, 0}, *one_sided = NULL;
     const int64_t *rec = prog + PROGRAM_HEADER + at * RECORD_WORDS;
     if (at < n && rec[1] >= 0 && what != NULL && what != Py_None) { /* one-sided */
         const int64_t *set = prog + PROGRAM_HEADER + n * RECORD_WORDS + rec[1];
@@ -1684,8 +1664,8 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
     if (run_records(self, prog, start, at, bufs, seq, kernel) < 0)
         goto fail;
     if (at < n) {
-        status = round_core(self, seq, 1, packed, Py_None, spin_ns, NULL, NULL, NULL, NULL,
-                            one_sided, NULL);
+        status = round_core(self, seq, tails != NULL ? 0 : 1, packed, Py_None, spin_ns, tails,
+                            exposing ? exposure : NULL, one_sided, NULL);
         at++;
         if (status < 0)
             goto fail;
@@ -1715,9 +1695,8 @@ static PyMethodDef Round_methods[] = {
     {"settle", (PyCFunction)Round_settle, METH_O,
      "settle(spin_ns) -> None: finish the pending one-sided round, if any (see the source)."},
     {"rooted", (PyCFunction)(void (*)(void))Round_rooted, METH_FASTCALL,
-     "rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset[, same[, like[, "
-     "awaited, what]]]) -> status: gather/scatter's entry round (one-sided with awaited), then "
-     "the combine (see rooted in the source)."},
+     "rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset[, same]) -> status: "
+     "gather's and all_to_all's entry round, then the combine (see rooted in the source)."},
     {"splits", (PyCFunction)(void (*)(void))Round_splits, METH_FASTCALL,
      "splits(seq, out, head, itemsize, limit, count_at) -> status: an uneven all_to_all's checks "
      "and copies after its entry (see the source)."},
