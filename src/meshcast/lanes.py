@@ -1265,7 +1265,7 @@ class TinyCallLane:
                 else self._rooted("scatter", out, None, src))
         if not plan:
             return False
-        tails, root, _, at_root, cma, alike, mine, direct, single, prog = plan
+        _, root, _, at_root, _, alike, _, direct, single, program = plan
         if not at_root and ins is not None:
             return False
         if single:
@@ -1273,7 +1273,7 @@ class TinyCallLane:
                 return False
             return self._scatter_single(out, ins, plan)
         group = self.group
-        if prog is None and not _scatter_fits(out, ins, at_root, alike):
+        if program is None and not _scatter_fits(out, ins, at_root, alike):
             return False  # (else the compiled interpreter checks: see below)
         fifo = group.fifo
         if not fifo.enter_inline():  # queued async work goes first: the general path
@@ -1285,8 +1285,7 @@ class TinyCallLane:
         try:
             arena = group.arena
             seq = next(group._seq)
-            exposure = (0, 0) if at_root and cma else None
-            if prog is None:  # Python stages (_scatter_rest)
+            if program is None:  # Python stages (_scatter_rest)
                 data: Any = ((*ins[:root], out.nbytes, *ins[root + 1:]) if direct
                              else ins if at_root else None)
                 status = None
@@ -1296,7 +1295,7 @@ class TinyCallLane:
                 # an out that is not writable and contiguous, and a root's list not of
                 # pieces like out: checking them in Python first cost 0.2 us of a 1.9 us
                 # scatter.
-                data = (tails, root, exposure)
+                prog, data = program
                 status = arena.compiled_program(seq, data, arena.spin_ns, prog, ins, out, -1,
                                                 0, self._whats["scatter"])
                 if status == 5:  # the general path explains, as this call's number
@@ -1306,7 +1305,7 @@ class TinyCallLane:
             if status == 0:
                 group.last_algorithm = "scatter/oneshot"
             else:
-                self._scatter_rest(seq, out, ins, data, plan, exposure, status)
+                self._scatter_rest(seq, out, ins, data, plan, status)
         except BaseException as exc:
             fifo.leave_inline(exc)
             raise
@@ -1320,14 +1319,14 @@ class TinyCallLane:
         plan = self._rooted("scatter", out, ins, src)
         if not plan:
             return None
-        tails, root, _, at_root, cma, alike = plan[:6]
+        at_root, alike = plan[3], plan[5]
         if plan[8]:
             if not _scatter_fits(out, ins, at_root, alike):
                 return None
             return self._scatter_single(out, ins, plan, async_op=True)
-        prog = plan[9]
-        if prog is None:
+        if plan[9] is None:
             return None
+        prog, data = plan[9]
         group = self.group
         arena = group.arena
         fifo = group.fifo
@@ -1336,9 +1335,7 @@ class TinyCallLane:
         what = self._whats["scatter"]
         try:
             seq = next(group._seq)
-            exposure = (0, 0) if at_root and cma else None
             # (not one-sided: an async call's errors belong to its Work)
-            data = (tails, root, exposure)
             status = arena.compiled_program(seq, data, arena.spin_ns, prog, ins, out, -1, 0)
             if status == 5:  # refused, nothing done: the general path explains
                 group._seq = itertools.count(seq)
@@ -1347,7 +1344,7 @@ class TinyCallLane:
             group.last_algorithm = "scatter/oneshot"
             if status != 0:
                 return fifo.hand_over(
-                    lambda: self._scatter_rest(seq, out, ins, data, plan, exposure, status),
+                    lambda: self._scatter_rest(seq, out, ins, data, plan, status),
                     Work(what))  # type: ignore[arg-type]
         except BaseException as exc:
             fifo.leave_inline(exc)
@@ -1380,21 +1377,23 @@ class TinyCallLane:
                                    plan[8], out.nbytes, hand_over, async_op)
 
     def _scatter_rest(self, seq: int, out: np.ndarray, ins: Any, data: Any, plan: tuple,
-                      exposure: Any, status: int | None) -> None:
+                      status: int | None) -> None:
         """scatter after its program's rooted entry (``data``) returned ``status`` (not 0;
         None: nothing compiled ran, and Python stages ``data``): the rest of the entry
         in Python, then the program's records after it (or, in Python, my piece copied
         out), or, for a legal uneven scatter, my piece from the root's region, or the
         general path from the entry on where it is too large for that region (as in
         :meth:`_gather_rest`, never on the root)."""
-        tails, root, limit, at_root, _, _, mine, _, _, prog = plan
+        tails, root, limit, at_root, cma, _, mine, _, _, program = plan
         group = self.group
         arena = group.arena
+        exposure = None
         if status is not None:  # the program's rooted entry ran (data): resume after it
-            use: tuple = (_resume_program, arena, seq, data, prog, ins, out, status)
-            data = exposure = None
+            use: tuple = (_resume_program, arena, seq, data, program[0], ins, out, status)
+            data = None
             status &= 7  # (the interpreter's: the record to resume from, then the status)
         else:
+            exposure = (0, 0) if at_root and cma else None
             # (the root's own piece straight from its list: staged or not, it is the same)
             use = ((_copy_own, out, ins[root]) if at_root
                    else (_copy_piece, out, arena.small[root], mine))
@@ -1963,7 +1962,8 @@ class TinyCallLane:
         when the call goes single-copy (:meth:`_gather_single`,
         :meth:`_scatter_single`) instead of one-shot, my copies (else None), and the
         one-shot scatter's packed program (its registered ``oneshot`` schedule, the
-        root's side its list of pieces; None without the compiled interpreter)."""
+        root's side its list of pieces) with its rooted entry (``Round.program``), or
+        None without the compiled interpreter."""
         group = self.group
         dtype, n = arr.dtype, group.size()
         root = group._group_rank_of.get(group.global_ranks[0] if root_rank is None
@@ -1986,14 +1986,19 @@ class TinyCallLane:
                       for q in range(n))
         alike = self._alike_check()
         at_root = group._rank == root
-        prog = None
+        cma = group.transport.cma_min_bytes > 0
+        program = None
         if kind == "scatter" and not single:  # its registered schedule, the root's list
-            prog = self._program(kind, dtype, arr.size * n if at_root else None, arr.size,
-                                 root=root, listed=INPUT if at_root else NO_BUFFER)
-        return (tails, root, limit, at_root, group.transport.cma_min_bytes > 0, alike,
+            packed = self._program(kind, dtype, arr.size * n if at_root else None, arr.size,
+                                   root=root, listed=INPUT if at_root else NO_BUFFER)
+            # with its rooted entry (Round.program): the root exposes nothing, for a
+            # general path taking over (it staged every other piece)
+            program = None if packed is None else (
+                packed, (tails, root, (0, 0) if at_root and cma else None))
+        return (tails, root, limit, at_root, cma, alike,
                 group._rank * arr.nbytes,
                 kind == "scatter" and at_root and arr.nbytes >= _fast.SCATTER_ROOT_DIRECT_BYTES,
-                copies, prog)
+                copies, program)
 
 
 def _scatter_fits(out: np.ndarray, ins: Any, at_root: bool, alike: Callable[..., bool]
