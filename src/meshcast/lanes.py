@@ -2101,8 +2101,12 @@ def _resume_program(parity: int, arena: Any, seq: int, entry: tuple, prog: bytes
                     out: Any, status: int) -> None:
     """The records after the rooted entry ``entry`` of call ``seq``'s program ``prog``,
     once Python finished that entry (``status``: what the compiled interpreter returned,
-    the record to resume from and why it stopped) and every rank agreed."""
-    arena.compiled_program(seq, entry, arena.spin_ns, prog, inp, out, -1, status >> 3)
+    the record to resume from and why it stopped) and every rank agreed. The records
+    left hold no round, so anything but 0 is a bug: it raises, never leaves out unwritten."""
+    left = arena.compiled_program(seq, entry, arena.spin_ns, prog, inp, out, -1, status >> 3)
+    if left:
+        raise AssertionError(f"collective #{seq}: the program's records after its entry "
+                             f"returned {left}")
 
 
 def _copy_root(parity: int, arr: np.ndarray, views: list, root: int) -> None:

@@ -1701,9 +1701,9 @@ static PyMethodDef Round_methods[] = {
      "splits(seq, out, head, itemsize, limit, count_at) -> status: an uneven all_to_all's checks "
      "and copies after its entry (see the source)."},
     {"program", (PyCFunction)(void (*)(void))Round_program, METH_FASTCALL,
-     "program(seq, packed, spin_ns, prog, inp, out, kernel, start) -> 0 or resume * 8 + status: "
-     "a packed one-shot program on this arena, its ENTER the round (see programs in the "
-     "source)."},
+     "program(seq, packed, spin_ns, prog, inp, out, kernel, start[, what]) -> 0 or resume * 8 + "
+     "status: a packed one-shot program on this arena, its ENTER the round; packed a "
+     "fingerprint or a rooted entry (tails, root, exposure) (see programs in the source)."},
     {"alike", (PyCFunction)(void (*)(void))Round_alike, METH_FASTCALL,
      "alike(pieces, like, writable) -> bool: a list of n arrays like like (see the source)."},
     {"reads", (PyCFunction)(void (*)(void))Round_reads, METH_FASTCALL,
