@@ -14,10 +14,10 @@ one run of the compiled interpreter (``Round.program``: copy in, one signal,
 the program's reads and folds; broadcast's and reduce's entries one-sided,
 as their schedules say: a broadcast root awaits nobody). Those without a
 compiled fold for their op (complex) are one round
-(:meth:`Arena.tiny_oneshot`), then NumPy's fold of the regions. scatter
-runs its program too, its entry the general path's (a rooted entry: every
-rank's own fingerprint, phase 0), since it is decided after it. gather and
-all_to_all are rooted's entry and one of _tiny.c's copies (``Round.rooted``).
+(:meth:`Arena.tiny_oneshot`), then NumPy's fold of the regions. gather and
+scatter run their programs too, their entry the general path's (a rooted
+entry: every rank's own fingerprint, phase 0), since they are decided after
+it. all_to_all is rooted's entry and one of _tiny.c's copies (``Round.rooted``).
 
 Rule: the lane runs exactly the one-shot path of the ProcessGroup method it
 stands for (same fingerprint bytes, same data layout, same operand order),
@@ -1093,8 +1093,10 @@ class TinyCallLane:
                 else self._rooted("gather", inp, None, dst))
         if not plan or not inp.flags.c_contiguous:
             return False
-        tails, root, _, at_root, cma, alike, _, _, single, _ = plan
-        if not alike(outs, inp, True) if at_root else outs is not None:
+        tails, root, _, at_root, cma, alike, _, _, single, program = plan
+        # (a root's list is its program's to check, in C: pieces like inp, writable)
+        if (not at_root and outs is not None
+                or at_root and (program is None or single) and not alike(outs, inp, True)):
             return False
         if single:
             return self._gather_single(inp, outs, plan)
@@ -1102,24 +1104,31 @@ class TinyCallLane:
         fifo = group.fifo
         if not fifo.enter_inline():  # queued async work goes first: the general path
             return False
-        # Inline, as all_reduce. Every rank stages its piece (the root too: then every
-        # piece the root copies out is in a region) and exposes it for a general path
-        # taking over (the root exposes nothing: its pieces are read from, never into).
-        # The compiled entry copies every region into the root's pieces.
+        # Inline, as all_reduce: the registered schedule, every other rank's piece
+        # through its region into the root's list. Every rank but the root exposes its
+        # piece for a general path taking over (a legal uneven gather too large for
+        # the regions).
         try:
             seq = next(group._seq)
             arena = group.arena
-            fast = arena.compiled_rooted
-            # (the array itself: the compiled entry reads its address far cheaper than
-            # Python's arr.ctypes.data does)
-            exposure = ((0, 0) if at_root else inp) if cma else None
             outs = outs if at_root else None
-            status = None if fast is None else fast(
-                seq, tails, inp, arena.spin_ns, exposure, outs, _COPY_EACH, root, 0)
+            if program is None:  # Python stages (_gather_rest)
+                entry = ((0, 0) if at_root else inp) if cma else None
+                status = None
+            else:
+                prog, entry = program
+                if cma and not at_root:  # (the array itself: C reads its address cheaply)
+                    entry = (tails, root, inp)
+                status = arena.compiled_program(seq, entry, arena.spin_ns, prog, inp, outs,
+                                                -1, 0)
+                if status == 5:  # the general path explains, as this call's number
+                    group._seq = itertools.count(seq)
+                    fifo.leave_inline(None)
+                    return False
             if status == 0:
                 group.last_algorithm = "gather/oneshot"
             else:
-                self._gather_rest(seq, inp, outs, plan, exposure, status)
+                self._gather_rest(seq, inp, outs, plan, entry, status)
         except BaseException as exc:
             fifo.leave_inline(exc)
             raise
@@ -1133,30 +1142,35 @@ class TinyCallLane:
         calls queued behind it (as :meth:`_start`). None (nothing done): no compiled
         helper, a call the lane does not take, or the group busy: the general path."""
         plan = self._rooted("gather", inp, outs, dst)
-        if not plan or not inp.flags.c_contiguous or (
-                plan[3] and not plan[5](outs, inp, True)):
+        if not plan or not inp.flags.c_contiguous:
             return None
+        tails, root, _, at_root, cma, alike = plan[:6]
         if plan[8]:
+            if at_root and not alike(outs, inp, True):
+                return None
             return self._gather_single(inp, outs, plan, async_op=True)
-        tails, root, _, at_root, cma = plan[:5]
+        if plan[9] is None:
+            return None
+        prog, entry = plan[9]
         group = self.group
         arena = group.arena
-        fast = arena.compiled_rooted
-        if fast is None:
-            return None
         fifo = group.fifo
         if not fifo.enter_inline():
             return None
         what = self._whats["gather"]
         try:
             seq = next(group._seq)
-            exposure = ((0, 0) if at_root else inp) if cma else None
-            outs = outs if at_root else None
-            status = fast(seq, tails, inp, arena.spin_ns, exposure, outs, _COPY_EACH, root, 0)
+            if cma and not at_root:
+                entry = (tails, root, inp)
+            status = arena.compiled_program(seq, entry, arena.spin_ns, prog, inp, outs, -1, 0)
+            if status == 5:  # refused, nothing done: the general path explains
+                group._seq = itertools.count(seq)
+                fifo.leave_inline(None)
+                return None
             group.last_algorithm = "gather/oneshot"
             if status != 0:
                 return fifo.hand_over(
-                    lambda: self._gather_rest(seq, inp, outs, plan, exposure, status),
+                    lambda: self._gather_rest(seq, inp, outs, plan, entry, status),
                     Work(what))  # type: ignore[arg-type]
         except BaseException as exc:
             fifo.leave_inline(exc)
@@ -1238,18 +1252,26 @@ class TinyCallLane:
         return None if fast is None else self._async_single(enter, what, piece)
 
     def _gather_rest(self, seq: int, inp: np.ndarray, outs: list[np.ndarray] | None,
-                     plan: tuple, exposure: Any, status: int | None) -> None:
-        """gather after a compiled entry that returned ``status`` (not 0; None: it did not
-        run): the rest of the entry in Python, then the root's pieces copied out, or,
-        for a legal uneven gather too large for the regions, the general path from the
-        entry on (never on the root: the entry checked every count against its pieces)."""
+                     plan: tuple, entry: Any, status: int | None) -> None:
+        """gather after its program's rooted entry (``entry``) returned ``status`` (not 0;
+        None: nothing compiled ran, and Python stages ``inp`` and exposes ``entry``): the
+        rest of the entry in Python, then the program's records after it (or, in
+        Python, the root's pieces copied out), or, for a legal uneven gather too large
+        for the regions, the general path from the entry on (never on the root: the
+        entry checked every count against its pieces)."""
         tails, root, limit, at_root = plan[:4]
         group = self.group
         arena = group.arena
+        data: Any = inp
+        if status is not None:  # resume the program after its entry
+            use: tuple = (_resume_program, arena, seq, entry, plan[9][0], inp, outs, status)
+            data = entry = None
+            status &= 7  # (the interpreter's: the record to resume from, then the status)
+        else:
+            use = ((_copy_each, arena.small, outs, inp, group._rank) if at_root
+                   else (_ignore,))
         counts = arena.rooted_entry(
-            seq, tails, self._whats["gather"], group.timeout, inp, exposure, status, root,
-            *((_copy_each, arena.small, outs, inp, group._rank) if at_root
-              else (_ignore,)))
+            seq, tails, self._whats["gather"], group.timeout, data, entry, status, root, *use)
         if counts and max(counts) * inp.dtype.itemsize > limit:
             group.gather(None, inp.reshape(-1), root, inp.dtype.name, _nothing,
                          entered=(seq, counts))
@@ -1961,7 +1983,7 @@ class TinyCallLane:
         whether I am a scatter's root that copies its own piece straight into place,
         when the call goes single-copy (:meth:`_gather_single`,
         :meth:`_scatter_single`) instead of one-shot, my copies (else None), and the
-        one-shot scatter's packed program (its registered ``oneshot`` schedule, the
+        one-shot call's packed program (its registered ``oneshot`` schedule, the
         root's side its list of pieces) with its rooted entry (``Round.program``), or
         None without the compiled interpreter."""
         group = self.group
@@ -1988,11 +2010,16 @@ class TinyCallLane:
         at_root = group._rank == root
         cma = group.transport.cma_min_bytes > 0
         program = None
-        if kind == "scatter" and not single:  # its registered schedule, the root's list
-            packed = self._program(kind, dtype, arr.size * n if at_root else None, arr.size,
-                                   root=root, listed=INPUT if at_root else NO_BUFFER)
-            # with its rooted entry (Round.program): the root exposes nothing, for a
-            # general path taking over (it staged every other piece)
+        if not single:  # its registered schedule, the root's side its list of pieces
+            whole, listed = (arr.size * n, INPUT if kind == "scatter" else OUTPUT) if at_root \
+                else (None, NO_BUFFER)
+            packed = (self._program(kind, dtype, whole, arr.size, root=root, listed=listed)
+                      if kind == "scatter" else
+                      self._program(kind, dtype, arr.size, whole, root=root, listed=listed))
+            # with its rooted entry (Round.program). A root exposes nothing, for a general
+            # path taking over (a scatter root staged every other piece; a gather root's
+            # are read from, never into); a gather's other rank exposes its input, per
+            # call (lanes.gather).
             program = None if packed is None else (
                 packed, (tails, root, (0, 0) if at_root and cma else None))
         return (tails, root, limit, at_root, cma, alike,
@@ -2141,7 +2168,6 @@ def _copy_piece(parity: int, out: np.ndarray, regions: tuple, lo: int) -> None:
     out.reshape(-1).view(np.uint8)[:] = regions[parity][lo:lo + nb]
 
 
-_COPY_EACH = -3  # the combine that copies every region into its own array (gather)
 _COPY_COLUMN = -4  # the combine that copies my piece of every region (all_to_all)
 _ONESHOT = {kind: f"{kind}/oneshot" for kind in (
     "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "barrier")}

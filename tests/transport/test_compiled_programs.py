@@ -479,3 +479,38 @@ def test_what_a_rooted_entry_cannot_take_is_refused_with_nothing_done():
         m.rounds[1].program(seq, (tails[:2], root, None), 0, packed[1], None, out, -1, 0)
     with pytest.raises(ValueError, match="not a rank"):
         m.rounds[1].program(seq, (tails, n, None), 0, packed[1], None, out, -1, 0)
+
+
+@pytest.mark.parametrize("count", [5, 9000])
+def test_a_gather_root_copies_every_piece_through_its_rooted_entry(count):
+    # gather to rank 1 at 3 ranks, the root's output its list of pieces: the others
+    # stage and expose their piece and find someone missing (status 2); the root enters
+    # last and copies its own piece and every region (9000 float32 a piece: past
+    # PIPE_MIN, each copied as its owner staged it); the others then resume, nothing left
+    n, root, seq, dt = 3, 1, 3, np.dtype(np.float32)
+    data = [reference.rank_input(r, count, dt) for r in range(n)]
+    plans = make_plans("gather", n, data, dtype=dt, root=root, **host_options("oneshot"))
+    packed = [_execute.pack_program(prog.as_pieces(_flat(p), prog.OUTPUT, n) if p.rank == root
+                                    else _flat(p), REGION) for p in plans]
+    tails = tuple(bytes([q + 1]) * (FP - 8) for q in range(n))
+    m = _Mapping(n)
+    resume = {}
+    for r in (0, 2):
+        got = m.rounds[r].program(seq, (tails, root, data[r]), 0, packed[r], data[r], None, -1, 0)
+        assert got & 7 == 2, r
+        assert _exposed(m, r, seq) == (data[r].ctypes.data, data[r].nbytes, 0)
+        assert m.word(r) == seq << 24
+        resume[r] = got >> 3
+    outs = [np.zeros(count, dt) for _ in range(n)]
+    assert m.rounds[root].program(seq, (tails, root, (0, 0)), 0, packed[root], data[root], outs,
+                                  -1, 0) == 0
+    assert [o.tobytes() for o in outs] == [d.tobytes() for d in data]
+    for r in (0, 2):
+        assert m.rounds[r].program(seq, (tails, root, None), 0, packed[r], data[r], None, -1,
+                                   resume[r]) == 0
+    # a root's list of pieces it cannot write: refused, nothing done
+    read_only = np.zeros(count, dt)
+    read_only.flags.writeable = False
+    assert m.rounds[root].program(seq + 2, (tails, root, None), 0, packed[root], data[root],
+                                  [outs[0], read_only, outs[2]], -1, 0) == 5
+    assert m.word(root) == seq << 24

@@ -121,7 +121,8 @@ def test_oneshot_is_a_phase_one_round_after_staging():
 def test_rooted_entry_checks_each_ranks_own_tail_and_copies_each_region():
     """rooted(): phase 0, rank r must have published seq + tails[r]; data may be a tuple
     (staged one after the other); the exposure, (address, nbytes) or an array, lands
-    where Arena.expose puts it; COPY_EACH copies region r into out[r]."""
+    where Arena.expose puts it. (gather's copies are its program's now: COPY_EACH is
+    no combine any more.)"""
     m = _Mapping(2)
     rounds = [_tiny.Round(m.address, 2, r, m.ranks_off, m.fp_off, m.small_off, SMALL, FP, 0,
                           m).rooted for r in range(2)]
@@ -135,16 +136,17 @@ def test_rooted_entry_checks_each_ranks_own_tail_and_copies_each_region():
     assert m.word(0) == seq << 24  # phase 0: the entry
     outs = (np.zeros(2, np.int16), np.zeros(2, np.int16))
     mine = np.array([7, 8], np.int16)
-    assert rounds[1](seq, tails, mine, 0, mine, outs, -3, -1, 0) == 0
-    assert [o.tolist() for o in outs] == [[1, 2], [7, 8]]
+    with pytest.raises(ValueError, match="no such combine code"):  # refused before the round
+        rounds[1](seq, tails, mine, 0, mine, outs, -3, -1, 0)
+    assert m.word(1) == 0
+    assert rounds[1](seq, tails, mine, 0, mine, None, None, -1, 0) == 0
+    assert m.region(1, 0, 4) == mine.tobytes()
     at = m.fp_off + (1 * 2 + 0) * 64 + FP  # rank 1, even seq: an array exposes its memory
     assert struct.unpack_from("<QQQ", m.mm, at) == (mine.ctypes.data, 4, 0)
     with pytest.raises(ValueError, match="not C-contiguous"):  # refused before the round
         rounds[1](seq, tails, mine, 0, np.zeros(8, np.int16)[::2], None, None, -1, 0)
     wrong = (tails[1], tails[1])  # rank 0 expected to have published rank 1's tail
-    assert rounds[1](seq, wrong, mine, 0, None, outs, -3, -1, 0) == 1
-    with pytest.raises(ValueError, match="one buffer per rank"):
-        rounds[1](seq, tails, mine, 0, None, outs[:1], -3, -1, 0)
+    assert rounds[1](seq, wrong, mine, 0, None, None, None, -1, 0) == 1
     with pytest.raises(ValueError, match="larger than a one-shot region"):
         rounds[1](seq, tails, (np.zeros(SMALL, np.uint8), mine), 0, None, None, None, -1, 0)
 

@@ -469,47 +469,43 @@ static int Round_set_settle_slow(Round *self, PyObject *value, void *closure) {
     return 0;
 }
 
-/* The outputs of a combine: one writable buffer, or (COPY_EACH) a tuple or list of them. */
+/* A reader's copies of several ranks' regions as they are staged (a gather root's, see
+ * pipelined copies): rank peer's region [off, off + len) into to, copied bytes of it so
+ * far (the round then copies the rest); record: the program's GET this is. */
 typedef struct {
-    Py_buffer one;
-    Py_buffer *views; /* &one, or n of them from PyMem_Malloc */
-    Py_ssize_t count; /* views held */
-    int many;
-} Outs;
+    Py_ssize_t peer, off, len, copied, record;
+    char *to;
+} PipedGet;
 
-/* A gather root's copies of the others' pieces as they are staged (see pipelined
- * copies): each rank's region [off, off + its out's length) into its out, copied[r]
- * bytes of it so far (the round then copies the rest). */
 typedef struct {
-    Outs *outs;
-    Py_ssize_t off;
-    Py_ssize_t *copied;
+    PipedGet *gets;
+    Py_ssize_t k;
 } EachPipe;
 
-/* pipe_copy for every rank but this one at once (a gather root): until every piece is
- * copied, every rank with bytes left has signalled target, the group is aborted, or
- * spin_ns + yield_ns passed. Called without the GIL. */
+/* pipe_copy for several ranks at once (a gather root): until every get is copied, every
+ * rank with bytes left has signalled target, the group is aborted, or spin_ns +
+ * yield_ns passed. Called without the GIL. */
 static void pipe_copy_each(Round *s, int parity, uint64_t seq, uint64_t target, EachPipe *e,
                            uint64_t spin_ns, uint64_t yield_ns) {
     uint64_t want = seq & 0xffffffffu;
     Pace pace = {0, 0, 0};
     for (;;) {
         int moved = 0, left = 0, waiting = 0;
-        for (Py_ssize_t r = 0; r < s->n; r++) {
-            Py_ssize_t len = e->outs->views[r].len, done = e->copied[r];
-            if (r == s->rank || done >= len)
+        for (Py_ssize_t i = 0; i < e->k; i++) {
+            PipedGet *g = &e->gets[i];
+            if (g->copied >= g->len)
                 continue;
             left = 1;
-            uint64_t p = __atomic_load_n(progress(s, r), __ATOMIC_ACQUIRE);
-            Py_ssize_t staged = (p >> 32) == want ? (Py_ssize_t)(p & 0xffffffffu) - e->off : 0;
-            if (staged > len)
-                staged = len;
-            if (staged > done) {
-                copy_bytes((char *)e->outs->views[r].buf + done,
-                       region(s, r, parity) + e->off + done, (size_t)(staged - done));
-                e->copied[r] = staged;
+            uint64_t p = __atomic_load_n(progress(s, g->peer), __ATOMIC_ACQUIRE);
+            Py_ssize_t staged = (p >> 32) == want ? (Py_ssize_t)(p & 0xffffffffu) - g->off : 0;
+            if (staged > g->len)
+                staged = g->len;
+            if (staged > g->copied) {
+                copy_bytes(g->to + g->copied, region(s, g->peer, parity) + g->off + g->copied,
+                           (size_t)(staged - g->copied));
+                g->copied = staged;
                 moved = 1;
-            } else if (__atomic_load_n(word(s, r), __ATOMIC_ACQUIRE) < target) {
+            } else if (__atomic_load_n(word(s, g->peer), __ATOMIC_ACQUIRE) < target) {
                 waiting = 1; /* (signalled: its progress came before; the round copies) */
             }
         }
@@ -612,88 +608,35 @@ static PyObject *Round_run(Round *self, PyObject *const *args, Py_ssize_t nargs)
 
 /* ------------------------------------------------------------------ combine
  *
- * What rooted's entry (gather and all_to_all: not yet programs) does with the
- * one-shot regions once the round is done: copy each into its own array (COPY_EACH,
- * gather) or copy my column of every rank's region into that rank's piece of the
- * caller's array (COPY_COLUMN, all_to_all). Every other one-shot call runs its
- * program (see programs below), and folds there.
+ * What rooted's entry (all_to_all: not yet a program) does with the one-shot
+ * regions once the round is done: copy my column of every rank's region into that
+ * rank's piece of the caller's array (COPY_COLUMN). Every other one-shot call runs
+ * its program (see programs below), and folds there.
  */
-#define COPY_EACH (-3)
 #define COPY_COLUMN (-4)
 
-/* Check a combine request before the round, so a bad one raises with nothing sent. */
-static int combine_ok(Round *s, long code, Py_ssize_t off, Py_ssize_t nbytes) {
-    const char *bad = NULL;
-    if (code == COPY_COLUMN) {
-        if (nbytes % s->n != 0 || off < 0 || nbytes / s->n > s->small_bytes - off)
-            bad = "out is not n pieces of at most a one-shot region";
-    } else if (code != COPY_EACH) {
-        bad = "no such combine code";
-    } else if (off < 0 || nbytes > s->small_bytes - off) {
-        bad = "offset and out beyond a one-shot region";
+/* Get and check out (not None) for code before the round: -1 with an exception, so a
+ * bad request raises with nothing sent. */
+static int out_get(Round *self, Py_buffer *view, PyObject *out, long code, Py_ssize_t off) {
+    if (code != COPY_COLUMN) {
+        PyErr_SetString(PyExc_ValueError, "no such combine code");
+        return -1;
     }
-    if (bad != NULL)
-        PyErr_SetString(PyExc_ValueError, bad);
-    return bad == NULL;
-}
-
-static void outs_release(Outs *o) {
-    for (Py_ssize_t i = 0; i < o->count; i++)
-        PyBuffer_Release(&o->views[i]);
-    if (o->many && o->views != NULL)
-        PyMem_Free(o->views);
-    o->views = NULL;
-    o->count = 0;
-}
-
-/* Get and check out (not None) for code before the round: -1 with an exception. */
-static int outs_get(Round *self, Outs *o, PyObject *out, long code, Py_ssize_t off) {
-    o->count = 0;
-    o->many = 0;
-    o->views = &o->one;
-    Py_ssize_t k = 1;
-    if (code == COPY_EACH) {
-        if (!(PyTuple_Check(out) || PyList_Check(out)) || PySequence_Fast_GET_SIZE(out) != self->n) {
-            PyErr_SetString(PyExc_ValueError,
-                            "COPY_EACH: out is a tuple or list of one buffer per rank");
-            return -1;
-        }
-        k = self->n;
-        o->many = 1;
-        o->views = PyMem_Malloc(sizeof(Py_buffer) * (size_t)k);
-        if (o->views == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-    }
-    for (Py_ssize_t i = 0; i < k; i++) {
-        if (PyObject_GetBuffer(o->many ? PySequence_Fast_GET_ITEM(out, i) : out, &o->views[i],
-                               PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
-            outs_release(o);
-            return -1;
-        }
-        o->count++;
-        if (!combine_ok(self, code, off, o->views[i].len)) {
-            outs_release(o);
-            return -1;
-        }
+    if (PyObject_GetBuffer(out, view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+        return -1;
+    if (view->len % self->n != 0 || off < 0 || view->len / self->n > self->small_bytes - off) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "out is not n pieces of at most a one-shot region");
+        return -1;
     }
     return 0;
 }
 
-/* Combine the regions of parity into the outs (see the top of this section). */
-static void combine(Round *self, int parity, Outs *o, long code, Py_ssize_t off) {
-    Py_buffer *out = &o->views[0];
-    if (code == COPY_EACH) {
-        for (Py_ssize_t r = 0; r < self->n; r++)
-            copy_bytes(o->views[r].buf, region(self, r, parity) + off, (size_t)o->views[r].len);
-    } else if (out->len == 0) {
-        return;
-    } else { /* COPY_COLUMN (mine too: the lane stages its own piece) */
-        Py_ssize_t piece = out->len / self->n;
-        for (Py_ssize_t r = 0; r < self->n; r++)
-            copy_bytes((char *)out->buf + r * piece, region(self, r, parity) + off, (size_t)piece);
-    }
+/* Combine the regions of parity into out (see the top of this section). */
+static void combine(Round *self, int parity, Py_buffer *out, Py_ssize_t off) {
+    Py_ssize_t piece = out->len / self->n;
+    for (Py_ssize_t r = 0; r < self->n && piece; r++) /* (mine too: the lane stages it) */
+        copy_bytes((char *)out->buf + r * piece, region(self, r, parity) + off, (size_t)piece);
 }
 
 /* seq (little-endian u64, the fingerprint's first field) followed by tail, into
@@ -744,55 +687,20 @@ static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const 
                                    PyObject *data, uint64_t spin_ns, PyObject *expected,
                                    const uint64_t *exposure, Py_ssize_t same,
                                    const Combine *c) {
-    Outs outs = {0};
+    Py_buffer out = {0};
     int have_out = c->out != Py_None;
-    if (have_out && outs_get(self, &outs, c->out, c->code, c->off) < 0)
+    if (have_out && out_get(self, &out, c->out, c->code, c->off) < 0)
         return NULL;
-    /* A gather root copies the others' pieces as they are staged (see pipelined copies). */
-    int gather_root = have_out && c->code == COPY_EACH && c->root == self->rank;
-    Py_ssize_t copied_held[STAGE_HELD], *copied = NULL;
-    EachPipe each = {&outs, c->off, NULL};
-    if (gather_root && outs.views[0].len >= PIPE_MIN && same <= 0) {
-        copied = self->n <= STAGE_HELD ? copied_held
-                                        : PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)self->n);
-        if (copied != NULL)
-            memset(copied, 0, sizeof(Py_ssize_t) * (size_t)self->n);
-        each.copied = copied; /* (no memory: no pipe, the round copies it all) */
-    }
-    /* A gather root's own piece goes from its array straight into its out after the
-     * round, never through its region (nobody else reads it there; Python's rest of
-     * the entry copies it so too: lanes._copy_each). */
-    Py_buffer mine = {0};
-    if (gather_root && data != Py_None && !PyTuple_Check(data) && !PyList_Check(data)) {
-        if (PyObject_GetBuffer(data, &mine, PyBUF_C_CONTIGUOUS) < 0)
-            PyErr_Clear(); /* (stage raises it, naming what is wrong) */
-        else if (mine.len != outs.views[self->rank].len)
-            PyBuffer_Release(&mine); /* (the round finds out; obj is NULL again) */
-    }
-    int status = round_core(self, seq, phase, packed, mine.obj != NULL ? Py_None : data,
-                            spin_ns, expected, exposure, NULL, copied != NULL ? &each : NULL);
+    int status = round_core(self, seq, phase, packed, data, spin_ns, expected, exposure, NULL,
+                            NULL);
     int parity = (int)(seq & 1);
     for (Py_ssize_t r = 0; status == 0 && same > 0 && r < self->n; r++)
         if (memcmp(region(self, r, parity), region(self, self->rank, parity), (size_t)same))
             status = 4; /* every fingerprint agrees, some region's layout differs */
-    if (status == 0 && (copied != NULL || mine.obj != NULL)) { /* gather's root */
-        for (Py_ssize_t r = 0; r < self->n; r++) { /* the rest of every piece */
-            Py_ssize_t done = r == self->rank || copied == NULL ? 0 : copied[r];
-            Py_ssize_t len = outs.views[r].len;
-            if (r == self->rank && mine.obj != NULL) /* (memmove: out may be inp itself) */
-                move_bytes(outs.views[r].buf, mine.buf, (size_t)len);
-            else if (done < len)
-                copy_bytes((char *)outs.views[r].buf + done, region(self, r, parity) + c->off + done,
-                       (size_t)(len - done));
-        }
-    } else if (status == 0 && have_out) {
-        combine(self, parity, &outs, c->code, c->off);
-    }
-    if (copied != NULL && copied != copied_held)
-        PyMem_Free(copied);
-    if (mine.obj != NULL)
-        PyBuffer_Release(&mine);
-    outs_release(&outs);
+    if (status == 0 && have_out)
+        combine(self, parity, &out, c->off);
+    if (have_out)
+        PyBuffer_Release(&out);
     return status < 0 ? NULL : PyLong_FromLong(status);
 }
 
@@ -885,21 +793,20 @@ static int exposure_words(PyObject *exposure, uint64_t words[3]) {
 
 /* rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset[, same]) -> status
  *
- * gather's and all_to_all's one round, and the entry of the single-copy gather and
- * scatter: the entry (phase 0) where every rank r must
+ * all_to_all's one round, and the entry of the single-copy gather and scatter: the
+ * entry (phase 0) where every rank r must
  * have published seq followed by tails[r] (the root's tail differs: it names its
  * pieces), with data staged (a buffer or a tuple or list of them, one after the other)
  * and exposure, None, (address, nbytes) or a C-contiguous buffer whose memory that
  * is, written as Arena.expose does, or (pieces, bits), pieces a list of C-contiguous
  * buffers (with data None): their table staged, and exposed with the word PIECE_TABLE |
  * bits. On
- * status 0 the combine follows, as in oneshot; COPY_EACH (-3) copies every
- * rank's region into out[r], a tuple or list of one buffer per rank; COPY_COLUMN (-4)
+ * status 0 the combine follows: COPY_COLUMN (-4)
  * copies bytes [offset, offset + L / n) of every rank's region into piece r of
  * out (all_to_all, which stages its own piece too). same: see
  * round_and_combine (status 4). Any other status: Python finishes the entry
- * (Arena.rooted_entry) and the call. (scatter's one-shot call is a program: see
- * Round.program's rooted entry.)
+ * (Arena.rooted_entry) and the call. (gather's and scatter's one-shot calls are
+ * programs: see Round.program's rooted entry.)
  */
 static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 9 && nargs != 10) {
@@ -1621,6 +1528,8 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
     PyObject *result = NULL;
     int status = 0;
     Py_ssize_t n = (Py_ssize_t)prog[3], at = start;
+    PipedGet gets_held[STAGE_HELD], *gets = gets_held;
+    Py_ssize_t ngets = 0, piped_end = 0;
     if (bind_buffers(prog, args[4], args[5], views, bufs, nb) < 0
             || (tails != NULL && !pieces_look_alike(prog, views, nb))) {
         if (tails == NULL)
@@ -1651,6 +1560,27 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
         }
         one_sided = &one;
     }
+    if (at < n && one_sided == NULL) { /* a reader of several ranks (a gather root): the
+                                        * GETs of at least PIPE_MIN bytes among the copies
+                                        * right after the entry are copied as staged */
+        Py_ssize_t k = 0;
+        for (piped_end = at + 1; piped_end < n; piped_end++) {
+            const int64_t *r = prog + PROGRAM_HEADER + piped_end * RECORD_WORDS;
+            if (r[0] != P_GET && r[0] != P_COPY)
+                break;
+            k += r[0] == P_GET && r[2] == REGION_SPACE && r[1] != self->rank && r[4] >= PIPE_MIN;
+        }
+        if (k > STAGE_HELD && (gets = PyMem_Malloc(sizeof(PipedGet) * (size_t)k)) == NULL) {
+            gets = gets_held; /* (no memory: no pipe, the records copy it all) */
+            k = 0;
+        }
+        for (Py_ssize_t j = at + 1; j < piped_end && ngets < k; j++) {
+            const int64_t *r = prog + PROGRAM_HEADER + j * RECORD_WORDS;
+            if (r[0] == P_GET && r[2] == REGION_SPACE && r[1] != self->rank && r[4] >= PIPE_MIN)
+                gets[ngets++] = (PipedGet){(Py_ssize_t)r[1], (Py_ssize_t)r[3], (Py_ssize_t)r[4],
+                                           0, j, bufs[r[5]] + r[6]};
+        }
+    }
     if (at < n) { /* as round_core, before anything is written: the pending one-sided
                    * round (whose end frees the regions of this parity), then an abort */
         if (self->pending && settle(self, spin_ns) < 0)
@@ -1664,13 +1594,27 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
     if (run_records(self, prog, start, at, bufs, seq, kernel) < 0)
         goto fail;
     if (at < n) {
+        EachPipe each = {gets, ngets};
         status = round_core(self, seq, tails != NULL ? 0 : 1, packed, Py_None, spin_ns, tails,
-                            exposing ? exposure : NULL, one_sided, NULL);
+                            exposing ? exposure : NULL, one_sided, ngets ? &each : NULL);
         at++;
         if (status < 0)
             goto fail;
         if (status == 0 && one.piped)
             at++; /* the GET after the entry is done */
+        if (status == 0 && ngets) { /* the piped GETs' rest, and the copies among them */
+            int parity = (int)(seq & 1);
+            for (Py_ssize_t g = 0; at < piped_end; at++) {
+                if (g < ngets && gets[g].record == at) {
+                    PipedGet *p = &gets[g++];
+                    if (p->copied < p->len)
+                        copy_bytes(p->to + p->copied, region(self, p->peer, parity) + p->off
+                                   + p->copied, (size_t)(p->len - p->copied));
+                } else if (run_records(self, prog, at, at + 1, bufs, seq, kernel) < 0) {
+                    goto fail;
+                }
+            }
+        }
         if (status == 0 && run_records(self, prog, at, n, bufs, seq, kernel) < 0)
             goto fail;
     }
@@ -1684,6 +1628,8 @@ fail:
         PyMem_Free(views);
         PyMem_Free(bufs);
     }
+    if (gets != gets_held)
+        PyMem_Free(gets);
     return result;
 }
 
@@ -1696,7 +1642,7 @@ static PyMethodDef Round_methods[] = {
      "settle(spin_ns) -> None: finish the pending one-sided round, if any (see the source)."},
     {"rooted", (PyCFunction)(void (*)(void))Round_rooted, METH_FASTCALL,
      "rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset[, same]) -> status: "
-     "gather's and all_to_all's entry round, then the combine (see rooted in the source)."},
+     "all_to_all's entry round, then the combine (see rooted in the source)."},
     {"splits", (PyCFunction)(void (*)(void))Round_splits, METH_FASTCALL,
      "splits(seq, out, head, itemsize, limit, count_at) -> status: an uneven all_to_all's checks "
      "and copies after its entry (see the source)."},
