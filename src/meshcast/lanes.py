@@ -14,10 +14,11 @@ one run of the compiled interpreter (``Round.program``: copy in, one signal,
 the program's reads and folds; broadcast's and reduce's entries one-sided,
 as their schedules say: a broadcast root awaits nobody). Those without a
 compiled fold for their op (complex) are one round
-(:meth:`Arena.tiny_oneshot`), then NumPy's fold of the regions. gather and
-scatter run their programs too, their entry the general path's (a rooted
-entry: every rank's own fingerprint, phase 0), since they are decided after
-it. all_to_all is rooted's entry and one of _tiny.c's copies (``Round.rooted``).
+(:meth:`Arena.tiny_oneshot`), then NumPy's fold of the regions. gather,
+scatter and all_to_all run their programs too, their entry the general path's
+(a rooted entry: every rank's own fingerprint, phase 0), since they are
+decided after it; all_to_all's program is flattened presuming every rank's
+split header is mine (equal splits) and checks that it is.
 
 Rule: the lane runs exactly the one-shot path of the ProcessGroup method it
 stands for (same fingerprint bytes, same data layout, same operand order),
@@ -404,8 +405,7 @@ class TinyCallLane:
 
         def enter(seq: int) -> tuple[int, Callable[[], None]]:
             """The compiled entry of call ``seq``: its status, and the rest of the call."""
-            status = fast(seq, (tail,) * group._size, None, arena.spin_ns, exposed, None,
-                          None, -1, 0)
+            status = fast(seq, (tail,) * group._size, None, arena.spin_ns, exposed)
 
             def finish() -> None:
                 deadline = time.monotonic() + group.timeout
@@ -814,7 +814,7 @@ class TinyCallLane:
         plan = self._pair_plan("all_to_all", out, inp, self._all_to_all_plan, disjoint=True)
         if not plan or not out.flags.writeable:
             return False
-        tail, header, _, head, limit, _, _, tails, single = plan
+        _, header, _, _, _, _, _, tails, single, program = plan
         group = self.group
         fifo = group.fifo
         if not fifo.enter_inline():  # queued async work goes first: the general path
@@ -823,26 +823,29 @@ class TinyCallLane:
             seq = next(group._seq)
             arena = group.arena
             fast = arena.compiled_rooted
-            nbytes = inp.nbytes
-            if fast is not None and nbytes <= limit:
-                # One compiled call: header and input staged (as the general path stages
-                # them, and my own piece, which no peer reads, so that C copies it out
-                # with the rest), the entry, and every rank's piece for me copied out if
-                # every rank agrees and splits alike. (Written out here and in
-                # all_to_all_async: a helper method cost 0.08 us of a 1.7 us call.)
-                status = fast(seq, tails, (header, head - len(header), inp), arena.spin_ns,
-                              inp if group.transport.cma_min_bytes > 0
-                              else None, out, _COPY_COLUMN, -1,
-                              head + group._rank * (nbytes // group._size), len(header))
+            if program is not None:
+                # One compiled call, the registered schedule: header and input staged
+                # (as the general path stages them), the entry, every header checked
+                # against mine, my own piece and every rank's piece for me copied out.
+                # (Written out here and in all_to_all_async: a helper method cost 0.08
+                # us of a 1.7 us call.)
+                prog, entry = program
+                if group.transport.cma_min_bytes > 0:  # (exposed for a general path)
+                    entry = (tails, -1, inp)
+                status = arena.compiled_program(seq, entry, arena.spin_ns, prog, inp, out,
+                                                -1, 0)
                 if status == 0:
                     group.last_algorithm = "all_to_all/oneshot"
+                elif status == 5:  # buffers it cannot take, nothing done: the general path
+                    group._seq = itertools.count(seq)
+                    fifo.leave_inline(None)
+                    return False
                 else:  # Python finishes the entry and decides, from what is published
-                    self._all_to_all_finish(seq, out, inp, plan, status)
+                    self._all_to_all_finish(seq, out, inp, plan, status & 7)
             elif fast is not None and single is not None:
                 # Single-copy: the entry (my split header staged, my input exposed, every
                 # header checked against mine), then my reads and the closing round.
-                status = fast(seq, tails, header, arena.spin_ns, inp, None, None, -1, 0,
-                              len(header))
+                status = fast(seq, tails, header, arena.spin_ns, inp, len(header))
                 if status == 0:
                     self._all_to_all_reads(seq, out, inp, single)
                 else:
@@ -870,12 +873,12 @@ class TinyCallLane:
         plan = self._pair_plan("all_to_all", out, inp, self._all_to_all_plan, disjoint=True)
         if not plan or not out.flags.writeable:
             return None
-        tail, header, _, head, limit, _, _, tails, single = plan
+        _, header, _, _, _, _, _, tails, single, program = plan
         group = self.group
         arena = group.arena
         fast = arena.compiled_rooted
         nbytes = inp.nbytes
-        if fast is None or (nbytes > limit and single is None):
+        if fast is None or (program is None and single is None):
             return None
         fifo = group.fifo
         if not fifo.enter_inline():
@@ -884,8 +887,7 @@ class TinyCallLane:
         try:
             seq = next(group._seq)
             if single is not None:  # reads inline as _select.ASYNC_INLINE_MAX_BYTES says
-                status = fast(seq, tails, header, arena.spin_ns, inp, None, None, -1, 0,
-                              len(header))
+                status = fast(seq, tails, header, arena.spin_ns, inp, len(header))
                 if status == 0 and nbytes > _fast.ASYNC_INLINE_MAX_BYTES:
                     def read() -> None:
                         self._all_to_all_reads(seq, out, inp, single)
@@ -895,10 +897,16 @@ class TinyCallLane:
                 if status == 0:
                     self._all_to_all_reads(seq, out, inp, single)
             else:
-                status = fast(seq, tails, (header, head - len(header), inp), arena.spin_ns,
-                              inp if group.transport.cma_min_bytes > 0 else None, out,
-                              _COPY_COLUMN, -1, head + group._rank * (nbytes // group._size),
-                              len(header))
+                prog, entry = program
+                if group.transport.cma_min_bytes > 0:
+                    entry = (tails, -1, inp)
+                status = arena.compiled_program(seq, entry, arena.spin_ns, prog, inp, out, -1,
+                                                0)
+                if status == 5:  # refused, nothing done: the general path explains
+                    group._seq = itertools.count(seq)
+                    fifo.leave_inline(None)
+                    return None
+                status &= 7  # (the interpreter's: the record to resume from, then this)
                 group.last_algorithm = "all_to_all/oneshot"
             if status != 0:
                 def finish() -> None:
@@ -1023,7 +1031,7 @@ class TinyCallLane:
                            ) -> None:
         """all_to_all's entry in Python (no compiled helper, or too large to stage), then
         :meth:`_all_to_all_rest`."""
-        tail, header, headers, head, limit, _, _, _, _ = plan
+        tail, header, headers, head, limit, _, _, _, _, _ = plan
         group = self.group
         arena = group.arena
         parity = seq & 1
@@ -1059,7 +1067,7 @@ class TinyCallLane:
         """all_to_all after the entry: one-shot when every rank agreed and splits alike
         (its split header is mine) and the input was staged, single-copy (the plan's
         reads) past the one-shot sizes, else the general path from the entry on."""
-        _, header, headers, _, limit, pieces, dtype_name, _, single = plan
+        _, header, headers, _, limit, pieces, dtype_name, _, single, _ = plan
         group = self.group
         me, n = group._rank, group._size
         mine = inp.reshape(-1).view(np.uint8)
@@ -1233,8 +1241,7 @@ class TinyCallLane:
                 status = None
             else:
                 status = fast(seq, tails, None, arena.spin_ns,
-                              (exposed, bits) if type(exposed) is list else exposed, None, None,
-                              root, 0)
+                              (exposed, bits) if type(exposed) is list else exposed)
 
             def finish() -> None:
                 counts = [] if status == 0 else arena.rooted_entry(
@@ -1972,7 +1979,16 @@ class TinyCallLane:
         # offset in q's input, bytes, offset in my output), my own piece first.
         single = (tuple((q, me * p, p, q * p) for q in rotation(me, n))
                   if _fast.all_to_all_single_copy(group.caps, inp.nbytes, head) else None)
-        return tail, header, headers, head, limit, pieces, dtype.name, (tail,) * n, single
+        # Up to the limit, with the compiled interpreter: the registered one-shot
+        # schedule's program, flattened presuming every rank's split header is mine
+        # (equal splits: its checks, status 4 where one differs), and its entry, the
+        # general path's (rooted, without a root; exposing the input per call).
+        tails = (tail,) * n
+        packed = self._program("all_to_all", dtype, inp.size, inp.size) \
+            if inp.nbytes <= limit else None
+        program = None if packed is None else (packed, (tails, -1, None))
+        return (tail, header, headers, head, limit, pieces, dtype.name, tails, single,
+                program)
 
     def _rooted_plan(self, arr: np.ndarray, root_rank: int | None, kind: str
                      ) -> tuple | bool:
@@ -2168,7 +2184,6 @@ def _copy_piece(parity: int, out: np.ndarray, regions: tuple, lo: int) -> None:
     out.reshape(-1).view(np.uint8)[:] = regions[parity][lo:lo + nb]
 
 
-_COPY_COLUMN = -4  # the combine that copies my piece of every region (all_to_all)
 _ONESHOT = {kind: f"{kind}/oneshot" for kind in (
     "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "barrier")}
 

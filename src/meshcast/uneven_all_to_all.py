@@ -107,8 +107,7 @@ def _enter(group: GroupView, seq: int, inp: np.ndarray, p: UnevenPlan) -> int:
     arena = group.arena
     data = (p.header, p.pad, inp) if inp.nbytes <= p.limit else p.header
     exposure = inp if group.transport.cma_min_bytes > 0 else None
-    return arena.compiled_rooted(seq, p.tails, data, arena.spin_ns, exposure, None, None,
-                                 -1, 0)
+    return arena.compiled_rooted(seq, p.tails, data, arena.spin_ns, exposure)
 
 
 def _finish(group: GroupView, what: Any, seq: int, status: int, out: np.ndarray,

@@ -266,9 +266,11 @@ def test_bad_calls_raise_before_anything_is_signalled():
 
 
 def test_the_opcodes_and_header_are_the_same_in_c_and_python():
-    assert _tiny.PROGRAM_OPCODES == 13
+    assert _tiny.PROGRAM_OPCODES == 14 == prog.EXPECT + 1
     assert (_tiny.PROGRAM_PUT, _tiny.PROGRAM_ENTER, _tiny.PROGRAM_REDUCE_SLOTS,
-            _tiny.PROGRAM_COPY) == (prog.PUT, prog.ENTER, prog.REDUCE_SLOTS, prog.COPY)
+            _tiny.PROGRAM_COPY, _tiny.PROGRAM_EXPECT) == (
+                prog.PUT, prog.ENTER, prog.REDUCE_SLOTS, prog.COPY, prog.EXPECT)
+    assert _tiny.PROGRAM_CONSTANT == prog.CONSTANT
     assert _tiny.PROGRAM_HEADER == _execute.PROGRAM_HEADER
 
 
@@ -477,7 +479,7 @@ def test_what_a_rooted_entry_cannot_take_is_refused_with_nothing_done():
         assert m.word(rank) == 0 and not m.mm[m.small_off:m.small_off + 64].strip(b"\0"), name
     with pytest.raises(ValueError, match="rooted entry"):
         m.rounds[1].program(seq, (tails[:2], root, None), 0, packed[1], None, out, -1, 0)
-    with pytest.raises(ValueError, match="not a rank"):
+    with pytest.raises(ValueError, match="neither -1 nor a rank"):
         m.rounds[1].program(seq, (tails, n, None), 0, packed[1], None, out, -1, 0)
 
 
@@ -514,3 +516,49 @@ def test_a_gather_root_copies_every_piece_through_its_rooted_entry(count):
     assert m.rounds[root].program(seq + 2, (tails, root, None), 0, packed[root], data[root],
                                   [outs[0], read_only, outs[2]], -1, 0) == 5
     assert m.word(root) == seq << 24
+
+
+@pytest.mark.parametrize("count", [5, 3000])
+def test_an_all_to_all_program_checks_every_header_it_presumes(count):
+    # all_to_all at 3 ranks, flattened presuming every split header is mine (equal
+    # splits), entered as the general path's entry without a root: the ranks enter in
+    # turn and the last one runs its checks and copies; the others resume. Then a call
+    # where rank 1's header differs: a rank that checks it stops there (status 4, its
+    # output untouched), and so does one resuming after the entry
+    n, dt = 3, np.dtype(np.float32)
+    data = [reference.rank_input(r, count * n, dt) for r in range(n)]
+    plans = make_plans("all_to_all", n, data, dtype=dt, **host_options("oneshot"))
+    packed = []
+    for p in plans:
+        probe = dataclasses.replace(p, input=np.empty(p.input.size, dt),
+                                    output=np.empty(p.output.size, dt))
+        flat = prog.flatten(registry.get("all_to_all", "oneshot").fn, probe, "a2a", True)
+        assert sum(rec[0] == prog.EXPECT for rec in flat.records) == n
+        packed.append(_execute.pack_program(flat, REGION))
+    want = [np.concatenate([data[q][r * count:(r + 1) * count] for q in range(n)])
+            for r in range(n)]
+    tails = (bytes([7]) * (FP - 8),) * n
+    for seq, differs in ((5, False), (7, True)):
+        m = _Mapping(n)
+        outs = [np.zeros(count * n, dt) for _ in range(n)]
+        resume = {}
+        for r in (0, 1):
+            got = m.rounds[r].program(seq, (tails, -1, data[r]), 0, packed[r], data[r], outs[r],
+                                      -1, 0)
+            assert got & 7 == 2 and not outs[r].any(), r
+            assert m.word(r) == seq << 24  # phase 0: the general path's entry
+            assert _exposed(m, r, seq) == (data[r].ctypes.data, data[r].nbytes, 0)
+            resume[r] = got >> 3
+        if differs:  # rank 1's header says it sends another count to rank 0
+            at = m.small_off + (1 * 2 + (seq & 1)) * REGION + 8 * n
+            m.mm[at:at + 8] = struct.pack("<q", count + 1)
+        got = m.rounds[2].program(seq, (tails, -1, None), 0, packed[2], data[2], outs[2], -1, 0)
+        for r in (0, 1):
+            resumed = m.rounds[r].program(seq, (tails, -1, None), 0, packed[r], data[r],
+                                          outs[r], -1, resume[r])
+            assert resumed & 7 == (4 if differs else 0), r
+        assert got & 7 == (4 if differs else 0)
+        if differs:
+            assert not any(o.any() for o in outs)
+        else:
+            assert got == 0 and [o.tobytes() for o in outs] == [w.tobytes() for w in want]

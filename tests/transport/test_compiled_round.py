@@ -118,66 +118,62 @@ def test_oneshot_is_a_phase_one_round_after_staging():
 
 
 @built
-def test_rooted_entry_checks_each_ranks_own_tail_and_copies_each_region():
+def test_rooted_entry_checks_each_ranks_own_tail_and_stages_what_it_is_given():
     """rooted(): phase 0, rank r must have published seq + tails[r]; data may be a tuple
     (staged one after the other); the exposure, (address, nbytes) or an array, lands
-    where Arena.expose puts it. (gather's copies are its program's now: COPY_EACH is
-    no combine any more.)"""
+    where Arena.expose puts it. (The one-shot gather, scatter and all_to_all copy in
+    their programs: rooted is only the entry now.)"""
     m = _Mapping(2)
     rounds = [_tiny.Round(m.address, 2, r, m.ranks_off, m.fp_off, m.small_off, SMALL, FP, 0,
                           m).rooted for r in range(2)]
     tails = (bytes([1]) * (FP - 8), bytes([2]) * (FP - 8))
     seq = 4
     pieces = (np.array([1, 2], np.int16), np.array([3, 4], np.int16))
-    assert rounds[0](seq, tails, pieces, 0, (0xABC, 8), None, None, -1, 0) == 2
+    assert rounds[0](seq, tails, pieces, 0, (0xABC, 8)) == 2
     assert m.region(0, 0, 8) == np.array([1, 2, 3, 4], np.int16).tobytes()
     at = m.fp_off + 0 * 64 + FP  # rank 0's exposure for an even seq
     assert struct.unpack_from("<QQQ", m.mm, at) == (0xABC, 8, 0)
     assert m.word(0) == seq << 24  # phase 0: the entry
-    outs = (np.zeros(2, np.int16), np.zeros(2, np.int16))
     mine = np.array([7, 8], np.int16)
-    with pytest.raises(ValueError, match="no such combine code"):  # refused before the round
-        rounds[1](seq, tails, mine, 0, mine, outs, -3, -1, 0)
+    with pytest.raises(TypeError, match="rooted"):  # the old combine arguments: refused
+        rounds[1](seq, tails, mine, 0, mine, None, None, -1, 0)
     assert m.word(1) == 0
-    assert rounds[1](seq, tails, mine, 0, mine, None, None, -1, 0) == 0
+    assert rounds[1](seq, tails, mine, 0, mine) == 0
     assert m.region(1, 0, 4) == mine.tobytes()
     at = m.fp_off + (1 * 2 + 0) * 64 + FP  # rank 1, even seq: an array exposes its memory
     assert struct.unpack_from("<QQQ", m.mm, at) == (mine.ctypes.data, 4, 0)
     with pytest.raises(ValueError, match="not C-contiguous"):  # refused before the round
-        rounds[1](seq, tails, mine, 0, np.zeros(8, np.int16)[::2], None, None, -1, 0)
+        rounds[1](seq, tails, mine, 0, np.zeros(8, np.int16)[::2])
     wrong = (tails[1], tails[1])  # rank 0 expected to have published rank 1's tail
-    assert rounds[1](seq, wrong, mine, 0, None, None, None, -1, 0) == 1
+    assert rounds[1](seq, wrong, mine, 0, None) == 1
     with pytest.raises(ValueError, match="larger than a one-shot region"):
-        rounds[1](seq, tails, (np.zeros(SMALL, np.uint8), mine), 0, None, None, None, -1, 0)
+        rounds[1](seq, tails, (np.zeros(SMALL, np.uint8), mine), 0, None)
 
 
 @built
-def test_rooted_all_to_all_form_skips_compares_layouts_and_copies_a_column():
-    """rooted() as all_to_all uses it: an int in data skips bytes (the padding after
-    the split header); `same` compares every region's first bytes (the header) with
-    mine, status 4 when they differ; COPY_COLUMN copies my piece of every region,
-    my own included."""
+def test_rooted_all_to_all_form_skips_and_compares_layouts():
+    """rooted() as the single-copy and uneven all_to_all use it: an int in data skips
+    bytes (the padding after the split header); `same` compares every region's first
+    bytes (the header) with mine, status 4 when they differ."""
     m = _Mapping(2)
     rounds = [_tiny.Round(m.address, 2, r, m.ranks_off, m.fp_off, m.small_off, SMALL, FP, 0,
                           m).rooted for r in range(2)]
     tails = (bytes(FP - 8),) * 2
     header = b"HDR!"
-    ins = [np.arange(4, dtype=np.int32) + 10 * r for r in range(2)]  # 2 pieces of 8 bytes
-    outs = [np.full(4, -1, np.int32) for _ in range(2)]
-    seq = 6
+    ins = [np.arange(4, dtype=np.int32) + 10 * r for r in range(2)]
 
     def data(r: int) -> tuple:
         return (header, 4, ins[r])  # head = 8 bytes
 
-    assert rounds[0](seq, tails, data(0), 0, None, outs[0], -4, -1, 8 + 0 * 8, 4) == 2
-    assert rounds[1](seq, tails, data(1), 0, None, outs[1], -4, -1, 8 + 1 * 8, 4) == 0
-    assert outs[1].tolist() == [2, 3, 12, 13]  # rank 0's piece for rank 1, then mine
-    assert m.region(1, 0, 24)[8:24] == ins[1].tobytes()
+    seq = 6
+    assert rounds[0](seq, tails, data(0), 0, None, 4) == 2
+    assert rounds[1](seq, tails, data(1), 0, None, 4) == 0
+    assert m.region(1, 0, 24) == header + bytes(4) + ins[1].tobytes()
     seq = 8
-    assert rounds[0](seq, tails, (b"HDR?", 4), 0, None, None, None, -1, 0, 4) == 2
-    assert rounds[1](seq, tails, data(1), 0, None, outs[1], -4, -1, 16, 4) == 4
+    assert rounds[0](seq, tails, (b"HDR?", 4), 0, None, 4) == 2
+    assert rounds[1](seq, tails, data(1), 0, None, 4) == 4
     with pytest.raises(ValueError, match="negative skip"):
-        rounds[1](seq, tails, (header, -1), 0, None, None, None, -1, 0)
+        rounds[1](seq, tails, (header, -1), 0, None)
 
 
 @built

@@ -181,8 +181,9 @@ BoundStep = Callable[[ProgramContext, Buffers], None]
 # What the compiled interpreter (transport/_tiny.c, Round.program) runs: a one-shot
 # program's records; anything else stays with the Python steps below.
 _COMPILED_OPS = frozenset((prog.ROUND, prog.PUT, prog.GET, prog.REDUCE_SLOTS, prog.ENTER,
-                           prog.COPY))
+                           prog.COPY, prog.EXPECT))
 PROGRAM_HEADER = 6  # the packed form's header words (_tiny.c: PROGRAM_HEADER)
+RECORD_WORDS = 9  # (_tiny.c: RECORD_WORDS)
 # The header's flags (_tiny.c: the same names): a step writes the call's input; the
 # PUTs into my region ascend without overlapping, so the interpreter may publish
 # how far it staged for readers that copy as it goes (_tiny.c's pipelined copies).
@@ -199,9 +200,11 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
     pieces or -1, and their number: ``Program.listed``), the records as they are, then
     the rank sets, each its length then its ranks, a ``REDUCE_SLOTS`` record's peer
     (and a one-sided ``ENTER``'s, whose set is one rank or none) becoming where its
-    set starts. Every step's bytes are checked here to lie inside
-    its buffer and inside a one-shot region of ``region_bytes``, so that a call only
-    checks its buffers' sizes.
+    set starts, then the program's constants, a :data:`~._program.CONSTANT` record's
+    ``at`` becoming their byte offset from the form's start. Every step's bytes are
+    checked here to lie inside its buffer and inside a one-shot region of
+    ``region_bytes``, so that a call only checks its buffers' sizes; an ``EXPECT``
+    must follow the entry (it checks what the entry made visible).
     """
     records, sets, starts = [], [], {}
     writes_input = 0
@@ -211,10 +214,24 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
     buffers = prog.PIECES + count
     if sum(1 for rec in program.records if rec[0] == prog.ENTER) > 1:
         return None
+    entered = False
+    constants = []  # the indices of records that address the constants
     for rec in program.records:
         op, peer, space, offset, nbytes, buf, at, src_buf, src_at = rec
-        if op not in _COMPILED_OPS:
+        if op not in _COMPILED_OPS or op == prog.EXPECT and not entered:
             return None
+        entered = entered or op == prog.ENTER
+        if buf == prog.CONSTANT:
+            if op not in (prog.PUT, prog.EXPECT) or not (
+                    0 <= at and at % 8 == 0 and at + nbytes <= len(program.constants)):
+                return None
+            constants.append(len(records))
+            records.append(rec)
+            if op == prog.PUT:
+                puts_end = offset + nbytes if 0 <= puts_end <= offset else -1
+            if not (space == prog.SPACE_CODES["region"] and 0 <= offset <= region_bytes - nbytes):
+                return None
+            continue
         if op in (prog.PUT, prog.GET, prog.REDUCE_SLOTS):
             if space != prog.SPACE_CODES["region"] or not 0 <= offset <= region_bytes - nbytes:
                 return None
@@ -239,11 +256,15 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
             rec = (op, starts[ranks], *rec[2:])
         records.append(rec)
     flags = writes_input * WRITES_INPUT | (PUTS_ASCEND if puts_end >= 0 else 0)
+    base = 8 * (PROGRAM_HEADER + len(records) * RECORD_WORDS + len(sets))
+    for i in constants:  # (their place in the form: after everything else)
+        rec = records[i]
+        records[i] = (*rec[:6], base + rec[6], *rec[7:])
     words = [sizes[0], sizes[1], flags, len(records), side, count]
     for rec in records:
         words.extend(rec)
     words.extend(sets)
-    return np.array(words, np.int64).tobytes()
+    return np.array(words, np.int64).tobytes() + program.constants
 
 
 class BoundProgram:
@@ -297,8 +318,32 @@ def _spaces(arena: Any, space: int, peer: int) -> tuple[np.ndarray, np.ndarray]:
     raise NotImplementedError("a program's step reads a peer's exposed buffer")
 
 
+def _bind_constant(program: prog.Program, rec: prog.Record, arena: Any) -> BoundStep:
+    """A record of the program's constant bytes: a ``PUT`` of them into my memory, or an
+    ``EXPECT`` that a peer's holds them (raising NotPresumed where it does not)."""
+    op, peer, space, offset, nbytes, buf, at, src_buf, src_at = rec
+    value = prog.constant(program, at, nbytes)
+    if op == prog.PUT:
+        mine = tuple(m[offset:offset + nbytes] for m in _spaces(arena, space, arena.rank))
+
+        def put_constant(ctx: ProgramContext, bufs: Buffers) -> None:
+            mine[ctx.parity][:] = value
+        return put_constant
+    if op == prog.EXPECT:
+        theirs = tuple(m[offset:offset + nbytes] for m in _spaces(arena, space, peer))
+
+        def expect(ctx: ProgramContext, bufs: Buffers) -> None:
+            if not np.array_equal(theirs[ctx.parity], value):
+                raise prog.NotPresumed(f"{program.name}: rank {peer}'s bytes at {offset} "
+                                       f"are not what the program presumes")
+        return expect
+    raise NotImplementedError(f"{program.name}: opcode {op} does not read constants")
+
+
 def _bind(program: prog.Program, rec: prog.Record, arena: Any) -> BoundStep:
     op, peer, space, offset, nbytes, buf, at, src_buf, src_at = rec
+    if buf == prog.CONSTANT:
+        return _bind_constant(program, rec, arena)
     dtype = program.dtype
     size = dtype.itemsize
     if (offset | nbytes | at | src_at) % size:

@@ -104,16 +104,20 @@ def publish_header(send: Sequence[int], recv: Sequence[int], send_displs: Sequen
                    ) -> Put:
     """My all_to_all split header into my one-shot region (every path of all_to_all
     publishes it, paths/oneshot.all_to_all): where my piece for each rank lies in my
-    input, my send counts, my receive counts."""
-    return Put(0, np.array([*send_displs[:-1], *send, *recv], dtype=np.int64), REGION)
+    input, my send counts, my receive counts. (Read-only: a program publishes it as a
+    constant, _program.flatten.)"""
+    header = np.array([*send_displs[:-1], *send, *recv], dtype=np.int64)
+    header.flags.writeable = False
+    return Put(0, header, REGION)
 
 
-def read_headers(plan: Plan) -> tuple[list[np.ndarray], list[LocalStep]]:
+def read_headers(plan: Plan, mine: np.ndarray) -> tuple[list[np.ndarray], list[LocalStep]]:
     """Buffers for every rank's split header and the Gets that fill them (after the entry;
-    the group checks them against each other, on every path)."""
-    n = plan.size
-    heads = [np.empty(3 * n, dtype=np.int64) for _ in range(n)]
-    return heads, [Get(q, 0, heads[q], REGION) for q in range(n)]
+    the group checks them against each other, on every path). Until then each holds
+    ``mine`` (my header): what a program flattened on a presumption (equal splits)
+    expects every rank to have published (_program.flatten)."""
+    heads = [np.array(mine) for _ in range(plan.size)]
+    return heads, [Get(q, 0, heads[q], REGION) for q in range(plan.size)]
 
 
 def offsets_of_mine(plan: Plan, heads: Sequence[np.ndarray]) -> list[int]:

@@ -84,8 +84,10 @@ do). The one-shot schedules decided before the call (barrier, broadcast,
 reduce, all_reduce, all_gather, reduce_scatter) are what runs: flattened
 once per call shape into programs (``_program``) that the executor's
 ``BoundProgram`` runs on each call's arrays, or the compiled interpreter
-(transport/_tiny.c, ``Round.program``) where it is built. The others still run as
-paths/*.py and the tiny-call lane (issue 13 item 3).
+(transport/_tiny.c, ``Round.program``) where it is built. The tiny-call lane
+runs gather's, scatter's and all_to_all's one-shot schedules as programs too
+(all_to_all's flattened on a presumption it checks: ``Expect``); the single-copy
+and symmetric schedules still run as paths/*.py (issue 13 item 3).
 """
 
 from __future__ import annotations
@@ -228,8 +230,27 @@ class Wait:
     phase: int
 
 
+@dataclass(frozen=True, eq=False)
+class Expect:
+    """``peer``'s memory of ``space`` holds ``value``'s bytes at byte ``offset``.
+
+    Only programs have this step: it is what a ``Get`` into an array of the
+    schedule's own becomes when the schedule is flattened on a presumption of
+    what that ``Get`` delivers (``_program.flatten(presume=True)``: all_to_all's
+    split headers, presumed equal to mine). Where the bytes differ, the program
+    no longer is the schedule: an executor stops it there, and the runtime goes on
+    from the entry on the general path (the compiled interpreter's status 4).
+    """
+
+    peer: int
+    offset: int
+    value: np.ndarray
+    space: str = REGION
+
+
 CommStep = Union[Send, Recv]
-LocalStep = Union[Reduce, Copy, Put, Get, ReduceSlots, Signal, Wait, Enter, Expose, Write]
+LocalStep = Union[Reduce, Copy, Put, Get, ReduceSlots, Signal, Wait, Enter, Expose, Write,
+                  Expect]
 
 
 @dataclass(frozen=True, eq=False)

@@ -30,16 +30,25 @@ reads as well as Python::
 * ``buf``, ``at``: the call buffer the step reads or writes and the byte
   offset in it: :data:`INPUT` (the plan's input), :data:`OUTPUT` (its
   output), :data:`PIECES` + i (piece i of a side the call gives as a list,
-  see :func:`as_pieces`), or :data:`NO_BUFFER` for an empty array.
+  see :func:`as_pieces`), :data:`CONSTANT` (bytes of
+  :attr:`Program.constants`: a read-only array of the schedule's own, such as
+  all_to_all's split header, which a ``Put`` publishes and an ``EXPECT``
+  compares), or :data:`NO_BUFFER` for an empty array.
 * ``src_buf``, ``src_at``: the source of a local ``COPY`` or ``REDUCE``
   (``buf`` is then the destination); for ``REDUCE_SLOTS``, where its ``own``
   operand lies (:data:`NO_BUFFER`: it has none).
 
 Flattening runs the whole generator without delivering any data, so only a
 schedule whose steps do not depend on what earlier rounds delivered can be
-flattened (all_to_all's, which reads the split headers, cannot). The one-shot
-schedules decided before the call are such: the runtime runs them as programs,
-and ``tests/unit/test_programs.py`` proves each program equal to its generator.
+flattened as it is. all_to_all's one-shot schedule reads every rank's split
+header and takes its offsets from them: it is flattened on a *presumption*
+(``flatten(presume=True)``). Its arrays of its own hold, before it reads into
+them, what it presumes they will get (every rank's header is mine: equal
+splits, the common call); each such ``Get`` becomes an ``EXPECT`` record, which
+an executor checks and, where the bytes differ, stops the program there (the
+runtime then goes on from the entry on the general path, which reads the
+headers). The one-shot schedules run as programs so, and
+``tests/unit/test_programs.py`` proves each program equal to its generator.
 """
 
 from __future__ import annotations
@@ -56,6 +65,7 @@ from ._plan import (
     SLOT,
     Copy,
     Enter,
+    Expect,
     Expose,
     Get,
     Plan,
@@ -72,10 +82,11 @@ from ._plan import (
 
 # opcodes: one per step type, plus ROUND, which opens a round
 (ROUND, SEND, RECV, PUT, GET, REDUCE_SLOTS, ENTER, EXPOSE, WRITE, SIGNAL, WAIT, COPY,
- REDUCE) = range(13)
+ REDUCE, EXPECT) = range(14)
 SPACE_CODES = {SLOT: 0, REGION: 1, EXPOSED: 2}
 SPACES = {code: name for name, code in SPACE_CODES.items()}
 NO_BUFFER, INPUT, OUTPUT = -1, 0, 1
+CONSTANT = -2  # the program's own bytes (Program.constants), never written
 PIECES = 2  # buffer index of the first piece of a side given as a list (as_pieces)
 
 Record = tuple[int, int, int, int, int, int, int, int, int]
@@ -84,6 +95,12 @@ Record = tuple[int, int, int, int, int, int, int, int, int]
 class NotFlat(ValueError):
     """A schedule names an array that is not part of the call's input or output (scratch,
     or a buffer of its own), so it cannot be run as a program of that call's buffers."""
+
+
+class NotPresumed(RuntimeError):
+    """An ``EXPECT`` record found other bytes than the program was flattened on: the
+    program no longer is its schedule for this call (the runtime goes on from the
+    entry on the general path)."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +117,8 @@ class Program:
             give as a list of ``count`` arrays of equal length, which the records
             address as buffers ``PIECES + i`` (see :func:`as_pieces`); ``(NO_BUFFER,
             0)``: both sides are one array.
+        constants: the bytes records address as :data:`CONSTANT` (each array
+            8-byte aligned).
     """
 
     name: str
@@ -108,6 +127,7 @@ class Program:
     rank_sets: tuple[tuple[int, ...], ...]
     sizes: tuple[int, int]
     listed: tuple[int, int] = (NO_BUFFER, 0)
+    constants: bytes = b""
 
     @property
     def rounds(self) -> int:
@@ -126,13 +146,17 @@ def _address(a: np.ndarray) -> int:
 
 
 class _Locator:
-    """Where an array of the schedule lies in the probe buffers."""
+    """Where an array of the schedule lies in the probe buffers, or, for a read-only
+    array of the schedule's own that a step reads (``constant``), in the program's
+    constants."""
 
     def __init__(self, buffers: dict[int, np.ndarray | None]) -> None:
         self._spans = [(index, _address(b), b.nbytes) for index, b in buffers.items()
                        if b is not None and b.nbytes]
+        self.constants = bytearray()
+        self._placed: dict[bytes, int] = {}  # (the same bytes once: a header and its checks)
 
-    def __call__(self, a: np.ndarray) -> tuple[int, int]:
+    def __call__(self, a: np.ndarray, constant: bool = False) -> tuple[int, int]:
         if a.nbytes == 0:
             return NO_BUFFER, 0
         if not a.flags.c_contiguous:
@@ -141,14 +165,31 @@ class _Locator:
         for index, base, nbytes in self._spans:
             if base <= start and start + a.nbytes <= base + nbytes:
                 return index, start - base
+        if constant:
+            return self.constant(a)
         raise NotFlat("a step names an array outside the call's input and output")
 
+    def constant(self, a: np.ndarray) -> tuple[int, int]:
+        """``a``'s bytes as they are now, among the constants."""
+        value = a.tobytes()
+        at = self._placed.get(value)
+        if at is None:
+            at = self._placed[value] = len(self.constants)
+            self.constants += value + bytes(-len(value) % 8)
+        return CONSTANT, at
 
-def flatten(schedule: Callable[[Plan], Iterator[Round]], plan: Plan, name: str) -> Program:
+
+def flatten(schedule: Callable[[Plan], Iterator[Round]], plan: Plan, name: str,
+            presume: bool = False) -> Program:
     """Run ``schedule(plan)`` to the end and pack its steps as a program.
 
     ``plan``'s input and output must be probe arrays of the call's shape that
     share no memory (fresh allocations): every step's array is located in them.
+    A ``Put`` of a read-only array of the schedule's own publishes a constant
+    (its bytes go into the program). With ``presume``, a ``Get`` into an array of
+    the schedule's own becomes an ``EXPECT`` of what that array holds when the
+    step is yielded: the schedule must have filled it with what it presumes the
+    ``Get`` delivers (see the module docstring).
 
     Raises:
         NotFlat: a step names an array that is neither (scratch, or the
@@ -169,14 +210,14 @@ def flatten(schedule: Callable[[Plan], Iterator[Round]], plan: Plan, name: str) 
             if type(step) is Enter and step.awaits is not None and set(step.awaits) >= set(
                     range(plan.size)):
                 step = Enter()  # awaiting every rank is the whole round
-            records.append(_record(step, locate, ranks_index))
+            records.append(_record(step, locate, ranks_index, presume))
     sizes = tuple(0 if a is None else a.nbytes for a in (plan.input, plan.output))
     return Program(name, plan.dtype, tuple(records), tuple(rank_sets),
-                   sizes)  # type: ignore[arg-type]
+                   sizes, constants=bytes(locate.constants))  # type: ignore[arg-type]
 
 
-def _record(step: Any, locate: _Locator, ranks_index: Callable[[tuple[int, ...]], int]
-            ) -> Record:
+def _record(step: Any, locate: _Locator, ranks_index: Callable[[tuple[int, ...]], int],
+            presume: bool = False) -> Record:
     kind = type(step)
     if kind is Enter:
         awaits = -1 if step.awaits is None else ranks_index(tuple(step.awaits))
@@ -191,10 +232,17 @@ def _record(step: Any, locate: _Locator, ranks_index: Callable[[tuple[int, ...]]
                 *locate(step.buf), NO_BUFFER, 0)
     if kind is Put:
         return (PUT, -1, SPACE_CODES[step.space], step.offset, step.src.nbytes,
-                *locate(step.src), NO_BUFFER, 0)
+                *locate(step.src, constant=not step.src.flags.writeable), NO_BUFFER, 0)
     if kind is Get:
+        try:
+            where = locate(step.dst)
+        except NotFlat:
+            if not presume or step.dst.nbytes == 0:
+                raise
+            return (EXPECT, step.peer, SPACE_CODES[step.space], step.offset, step.dst.nbytes,
+                    *locate.constant(step.dst), NO_BUFFER, 0)
         return (GET, step.peer, SPACE_CODES[step.space], step.offset, step.dst.nbytes,
-                *locate(step.dst), NO_BUFFER, 0)
+                *where, NO_BUFFER, 0)
     if kind is ReduceSlots:
         own = (NO_BUFFER, 0) if step.own is None else locate(step.own)
         if step.own is not None and step.own.nbytes != step.dst.nbytes:
@@ -262,7 +310,12 @@ def as_pieces(program: Program, side: int, count: int) -> Program:
             records.append((op, peer, space, offset + lo if moves_space else offset, hi - lo,
                             *d, *s))
     return Program(program.name, program.dtype, tuple(records), program.rank_sets,
-                   program.sizes, (side, count))
+                   program.sizes, (side, count), program.constants)
+
+
+def constant(program: Program, at: int, nbytes: int) -> np.ndarray:
+    """The program's constant bytes ``[at, at + nbytes)``, read-only."""
+    return np.frombuffer(program.constants, np.uint8, nbytes, at)
 
 
 def _view(buffers: tuple[np.ndarray | None, ...], buf: int, at: int, nbytes: int
@@ -285,6 +338,8 @@ def expand(program: Program, buffers: tuple[np.ndarray | None, ...]) -> list[Rou
     rounds: list[tuple[list[Any], list[Any]]] = []
 
     def typed(buf: int, at: int, nbytes: int) -> np.ndarray:
+        if buf == CONSTANT:  # (raw bytes: a header is no array of the call's dtype)
+            return constant(program, at, nbytes)
         return _view(buffers, buf, at, nbytes).view(dtype)
 
     for op, peer, space, offset, nbytes, buf, at, src_buf, src_at in program.records:
@@ -299,6 +354,8 @@ def expand(program: Program, buffers: tuple[np.ndarray | None, ...]) -> list[Rou
             then.append(Put(offset, typed(buf, at, nbytes), sp))
         elif op == GET:
             then.append(Get(peer, offset, typed(buf, at, nbytes), sp))
+        elif op == EXPECT:
+            then.append(Expect(peer, offset, typed(buf, at, nbytes), sp))
         elif op == REDUCE_SLOTS:
             own = None if src_buf == NO_BUFFER else typed(src_buf, src_at, nbytes)
             then.append(ReduceSlots(typed(buf, at, nbytes), program.rank_sets[peer], offset, sp,
@@ -319,5 +376,5 @@ def expand(program: Program, buffers: tuple[np.ndarray | None, ...]) -> list[Rou
     return [Round(*comms, then=then) for comms, then in rounds]
 
 
-__all__ = ["INPUT", "NO_BUFFER", "NotFlat", "OUTPUT", "PIECES", "Program", "Record",
-           "SPACE_CODES", "as_pieces", "expand", "flatten"]
+__all__ = ["CONSTANT", "INPUT", "NO_BUFFER", "NotFlat", "NotPresumed", "OUTPUT", "PIECES",
+           "Program", "Record", "SPACE_CODES", "as_pieces", "constant", "expand", "flatten"]

@@ -72,6 +72,7 @@ from ._plan import (
     SLOT,
     Copy,
     Enter,
+    Expect,
     Expose,
     Get,
     Plan,
@@ -522,6 +523,16 @@ class _Simulator:
             self.race_read(st, space, step.offset, len(dst))
             self.local_write(st, step.dst)
             dst[:] = raw
+        elif isinstance(step, Expect):  # (a program's: see _plan.Expect)
+            value = _raw(step.value, lambda: f"{self.where(st)}: Expect")
+            space = self.space(st, step.peer, step.space, "Expect")
+            raw = self.slot_range(st, space, step.offset, len(value), "Expect")
+            self.tick(st, "get", peer=step.peer, nbytes=len(value), offset=step.offset,
+                      space=step.space)
+            self.race_read(st, space, step.offset, len(value))
+            if not np.array_equal(raw, value):
+                self.fail(ScheduleError, st, f"Expect: rank {step.peer}'s bytes at "
+                                             f"{step.offset} are not what the program presumes")
         elif isinstance(step, Write):
             src = _raw(step.src, lambda: f"{self.where(st)}: Write")
             space = self.space(st, step.peer, EXPOSED, "Write")

@@ -330,14 +330,20 @@ def oneshot(plan: Plan) -> Iterator[Round]:
 
     Requires: the header and my input fit a one-shot region (a per-rank rule,
     as bruck's: the runtime decides after the entry, from every header).
+
+    The tiny-call lane runs it as a program (``Round.program``) flattened on the
+    presumption that every rank's header is mine (equal splits): its header
+    ``Get``s become ``Expect``s, and a header that differs sends the call on from
+    the entry on the general path, which reads them (``_program.flatten``).
     """
     sc, rc, sd, rd = _layout(plan)
     me, n, isz, x = plan.rank, plan.size, plan.itemsize, plan.input
     head = split_head(n)
-    stage = [publish_header(sc, rc, sd)]
+    header = publish_header(sc, rc, sd)
+    stage = [header]
     stage += [Put(head + sd[a] * isz, x[sd[a]:sd[b]], REGION)
               for a, b in ((0, me), (me + 1, n)) if sd[b] > sd[a]]
-    heads, gets = read_headers(plan)
+    heads, gets = read_headers(plan, header.src)
     yield Round(then=enter(plan, before=stage) + gets)
     at = offsets_of_mine(plan, heads)
     yield Round(then=_own(plan) + [
@@ -368,8 +374,9 @@ def cma(plan: Plan) -> Iterator[Round]:
     """
     sc, rc, sd, rd = _layout(plan)
     me, n = plan.rank, plan.size
-    heads, gets = read_headers(plan)
-    yield Round(then=enter(plan, expose=plan.input, before=[publish_header(sc, rc, sd)]) + gets)
+    header = publish_header(sc, rc, sd)
+    heads, gets = read_headers(plan, header.src)
+    yield Round(then=enter(plan, expose=plan.input, before=[header]) + gets)
     at = offsets_of_mine(plan, heads)
     yield Round(then=_own(plan) + [
         Get(q, at[q], plan.output[rd[q]:rd[q + 1]], EXPOSED)

@@ -160,7 +160,9 @@ class Programs:
                         output=None if n_out is None else np.empty(n_out, dtype),
                         counts=counts, region_bytes=g.arena.small_bytes)
             entry = registry.get(kind, "oneshot")
-            program = flatten(entry.fn, plan, entry.qualname)
+            # (all_to_all's reads every rank's split header: flattened presuming each
+            # is mine, equal splits, which the program checks)
+            program = flatten(entry.fn, plan, entry.qualname, presume=kind == "all_to_all")
             if listed != NO_BUFFER:
                 program = as_pieces(program, listed, g._size)
             bound = BoundProgram(program, g.arena)

@@ -606,39 +606,6 @@ static PyObject *Round_run(Round *self, PyObject *const *args, Py_ssize_t nargs)
     return status < 0 ? NULL : PyLong_FromLong(status);
 }
 
-/* ------------------------------------------------------------------ combine
- *
- * What rooted's entry (all_to_all: not yet a program) does with the one-shot
- * regions once the round is done: copy my column of every rank's region into that
- * rank's piece of the caller's array (COPY_COLUMN). Every other one-shot call runs
- * its program (see programs below), and folds there.
- */
-#define COPY_COLUMN (-4)
-
-/* Get and check out (not None) for code before the round: -1 with an exception, so a
- * bad request raises with nothing sent. */
-static int out_get(Round *self, Py_buffer *view, PyObject *out, long code, Py_ssize_t off) {
-    if (code != COPY_COLUMN) {
-        PyErr_SetString(PyExc_ValueError, "no such combine code");
-        return -1;
-    }
-    if (PyObject_GetBuffer(out, view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
-        return -1;
-    if (view->len % self->n != 0 || off < 0 || view->len / self->n > self->small_bytes - off) {
-        PyBuffer_Release(view);
-        PyErr_SetString(PyExc_ValueError, "out is not n pieces of at most a one-shot region");
-        return -1;
-    }
-    return 0;
-}
-
-/* Combine the regions of parity into out (see the top of this section). */
-static void combine(Round *self, int parity, Py_buffer *out, Py_ssize_t off) {
-    Py_ssize_t piece = out->len / self->n;
-    for (Py_ssize_t r = 0; r < self->n && piece; r++) /* (mine too: the lane stages it) */
-        copy_bytes((char *)out->buf + r * piece, region(self, r, parity) + off, (size_t)piece);
-}
-
 /* seq (little-endian u64, the fingerprint's first field) followed by tail, into
  * packed (fp_size bytes); -1 with an exception if tail has the wrong size. */
 static int pack(Round *self, uint64_t seq, PyObject *tail, char *packed) {
@@ -654,54 +621,6 @@ static int pack(Round *self, uint64_t seq, PyObject *tail, char *packed) {
         packed[i] = (char)(seq >> (8 * i));
     memcpy(packed + 8, bytes, (size_t)len);
     return 0;
-}
-
-/* The trailing (out, code, root, offset) arguments of oneshot and rooted. */
-typedef struct {
-    PyObject *out;
-    int coded; /* code was not None */
-    long code;
-    Py_ssize_t root, off;
-} Combine;
-
-static int combine_args(PyObject *const *a, Combine *c) {
-    c->out = a[0];
-    c->coded = a[1] != Py_None;
-    c->code = c->coded ? PyLong_AsLong(a[1]) : 0; /* None: no combine */
-    c->root = PyLong_AsSsize_t(a[2]);
-    c->off = PyLong_AsSsize_t(a[3]);
-    if (PyErr_Occurred())
-        return -1;
-    if (c->out != Py_None && !c->coded) {
-        PyErr_SetString(PyExc_ValueError, "out without a combine code");
-        return -1;
-    }
-    return 0;
-}
-
-/* round_core, then, on status 0 and out (an object) not None, the combine; out and
- * code are checked before the round. same > 0: the first same bytes of every rank's
- * region must equal mine too (all_to_all's split header), else status 4 and no
- * combine. Returns the status object, or NULL. */
-static PyObject *round_and_combine(Round *self, uint64_t seq, long phase, const char *packed,
-                                   PyObject *data, uint64_t spin_ns, PyObject *expected,
-                                   const uint64_t *exposure, Py_ssize_t same,
-                                   const Combine *c) {
-    Py_buffer out = {0};
-    int have_out = c->out != Py_None;
-    if (have_out && out_get(self, &out, c->out, c->code, c->off) < 0)
-        return NULL;
-    int status = round_core(self, seq, phase, packed, data, spin_ns, expected, exposure, NULL,
-                            NULL);
-    int parity = (int)(seq & 1);
-    for (Py_ssize_t r = 0; status == 0 && same > 0 && r < self->n; r++)
-        if (memcmp(region(self, r, parity), region(self, self->rank, parity), (size_t)same))
-            status = 4; /* every fingerprint agrees, some region's layout differs */
-    if (status == 0 && have_out)
-        combine(self, parity, &out, c->off);
-    if (have_out)
-        PyBuffer_Release(&out);
-    return status < 0 ? NULL : PyLong_FromLong(status);
 }
 
 /* oneshot(seq, tail, data, spin_ns) -> status
@@ -791,30 +710,26 @@ static int exposure_words(PyObject *exposure, uint64_t words[3]) {
     return 1;
 }
 
-/* rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset[, same]) -> status
+/* rooted(seq, tails, data, spin_ns, exposure[, same]) -> status
  *
- * all_to_all's one round, and the entry of the single-copy gather and scatter: the
- * entry (phase 0) where every rank r must
- * have published seq followed by tails[r] (the root's tail differs: it names its
- * pieces), with data staged (a buffer or a tuple or list of them, one after the other)
- * and exposure, None, (address, nbytes) or a C-contiguous buffer whose memory that
- * is, written as Arena.expose does, or (pieces, bits), pieces a list of C-contiguous
- * buffers (with data None): their table staged, and exposed with the word PIECE_TABLE |
- * bits. On
- * status 0 the combine follows: COPY_COLUMN (-4)
- * copies bytes [offset, offset + L / n) of every rank's region into piece r of
- * out (all_to_all, which stages its own piece too). same: see
- * round_and_combine (status 4). Any other status: Python finishes the entry
- * (Arena.rooted_entry) and the call. (gather's and scatter's one-shot calls are
- * programs: see Round.program's rooted entry.)
+ * The general path's entry (phase 0) as the single-copy gather, scatter and all_to_all
+ * and the uneven all_to_all enter: every rank r must have published seq followed by
+ * tails[r] (a root's tail differs: it names its pieces), with data staged (a buffer or
+ * a tuple or list of them, one after the other; an int skips bytes) and exposure,
+ * None, (address, nbytes) or a C-contiguous buffer whose memory that is, written as
+ * Arena.expose does, or (pieces, bits), pieces a list of C-contiguous buffers (with
+ * data None): their table staged, and exposed with the word PIECE_TABLE | bits. same >
+ * 0: the first same bytes of every rank's region must equal mine too (all_to_all's
+ * split header), else status 4. Any other status but 0: Python finishes the entry
+ * (Arena.rooted_entry, Arena.finish_entry) and the call. (The one-shot gather, scatter
+ * and all_to_all are programs: see Round.program's rooted entry.)
  */
 static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 9 && nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "rooted(seq, tails, data, spin_ns, exposure, out, "
-                                         "code, root, offset[, same])");
+    if (nargs != 5 && nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "rooted(seq, tails, data, spin_ns, exposure[, same])");
         return NULL;
     }
-    Py_ssize_t same = nargs >= 10 ? PyLong_AsSsize_t(args[9]) : 0;
+    Py_ssize_t same = nargs >= 6 ? PyLong_AsSsize_t(args[5]) : 0;
     if (same < 0 || same > self->small_bytes) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "same: bytes of a one-shot region");
@@ -822,8 +737,7 @@ static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nar
     }
     unsigned long long seq = PyLong_AsUnsignedLongLong(args[0]);
     unsigned long long spin_ns = PyLong_AsUnsignedLongLong(args[3]);
-    Combine c;
-    if (PyErr_Occurred() || combine_args(args + 5, &c) < 0)
+    if (PyErr_Occurred())
         return NULL;
     PyObject *tails = args[1];
     if (!PyTuple_Check(tails) || PyTuple_GET_SIZE(tails) != self->n) {
@@ -856,10 +770,14 @@ static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nar
     } else if (exposure_words(args[4], exposure) < 0) {
         return NULL;
     }
-    PyObject *status = round_and_combine(self, seq, 0, packed, data, spin_ns, tails,
-                                         exposing ? exposure : NULL, same, &c);
+    int status = round_core(self, seq, 0, packed, data, spin_ns, tails,
+                            exposing ? exposure : NULL, NULL, NULL);
     Py_XDECREF(table);
-    return status;
+    int parity = (int)(seq & 1);
+    for (Py_ssize_t r = 0; status == 0 && same > 0 && r < self->n; r++)
+        if (memcmp(region(self, r, parity), region(self, self->rank, parity), (size_t)same))
+            status = 4; /* every fingerprint agrees, some region's layout differs */
+    return status < 0 ? NULL : PyLong_FromLong(status);
 }
 
 /* ------------------------------------------------------------ single copy
@@ -1106,7 +1024,7 @@ fail:
  * Python loop cost a quarter of an 8-byte gather. */
 /* splits(seq, out, head, itemsize, limit, count_at) -> status
  *
- * An uneven all_to_all after its entry (rooted with no combine, every rank in): each
+ * An uneven all_to_all after its entry (rooted, every rank in): each
  * rank's region of parity seq & 1 holds its split header (int64: the offset of its piece
  * for each rank, its send counts, its receive counts, in elements; see
  * paths.oneshot.split_header) and, at byte head, its staged input. Status 0: every
@@ -1227,7 +1145,10 @@ static PyObject *Round_alike(Round *self, PyObject *const *args, Py_ssize_t narg
  * the comparison), GET (a rank's region into
  * the call's buffer), REDUCE_SLOTS (a rank set's regions folded in rank order into the
  * call's buffer, with the kernels of _fold.h; my own operand from the call's buffer
- * where the record names one in src_buf, src_at), COPY (between the call's buffers) and
+ * where the record names one in src_buf, src_at), COPY (between the call's buffers),
+ * EXPECT (after the entry: a rank's region holds the program's constant bytes there,
+ * what it was flattened on presuming, such as all_to_all's split headers; where it does
+ * not, the program stops with status 4, and Python goes on from the entry) and
  * ROUND (nothing: rounds of a one-shot program have no messages). Whatever else a
  * program holds (messages, exposure, a peer's slot, a local reduction) is refused when
  * it is packed (_execute.compile_program), and Python's executor runs it.
@@ -1236,20 +1157,22 @@ static PyObject *Round_alike(Round *self, PyObject *const *args, Py_ssize_t narg
  * (the input's and output's byte sizes, its flags WRITES_INPUT and PUTS_ASCEND, the
  * number of records, the side given as a list of pieces or -1, their number), then the
  * records, then the rank sets (each its length, then its ranks), a REDUCE_SLOTS
- * record's peer being where its set starts there. A side given as pieces (torch's list
+ * record's peer being where its set starts there, then the constants (a record whose
+ * buf is CONSTANT_BUFFER names them by their byte offset from the form's start). A side given as pieces (torch's list
  * forms, _program.as_pieces) is a list or tuple of that many buffers of equal length,
  * which the records address as buffers 2, 3, ... Every offset and size was checked
  * against the buffers and the region when it was packed; a call checks its buffers'
  * sizes against the header.
  */
 enum { P_ROUND, P_SEND, P_RECV, P_PUT, P_GET, P_REDUCE_SLOTS, P_ENTER, P_EXPOSE, P_WRITE,
-       P_SIGNAL, P_WAIT, P_COPY, P_REDUCE, P_OPCODES };
+       P_SIGNAL, P_WAIT, P_COPY, P_REDUCE, P_EXPECT, P_OPCODES };
 #define PROGRAM_HEADER 6
 #define RECORD_WORDS 9
 #define WRITES_INPUT 1 /* header flags (word 2): a step writes the call's input */
 #define PUTS_ASCEND 2  /* my region's PUTs lie in ascending order, none overlapping */
 #define BUFS_HELD 18 /* call buffers (input, output, pieces) bound from the stack */
 #define REGION_SPACE 1 /* _program.SPACE_CODES["region"] */
+#define CONSTANT_BUFFER (-2) /* _program.CONSTANT: the packed form's own bytes at `at` */
 
 /* (the kernels, with the sources a fold names: srcs[0 .. nsrc)) */
 #define FOLD_SOURCE(r) (srcs[(r)])
@@ -1264,10 +1187,11 @@ static int fold_sources(char *const *srcs, Py_ssize_t nsrc, int type, int op, ch
 
 #define SET_HELD 16 /* rank sets this long fold from the stack; longer ones malloc */
 
-/* Run records [from, to) of prog on bufs (the call's input and output); -1 with an
- * exception (no kernel for a fold, no memory). */
+/* Run records [from, to) of prog on bufs (the call's input and output): 0; -1 with an
+ * exception (no kernel for a fold, no memory); 4 where an EXPECT found other bytes, its
+ * record in *stopped (nothing after it ran). */
 static int run_records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssize_t to,
-                       char *const *bufs, uint64_t seq, long kernel) {
+                       char *const *bufs, uint64_t seq, long kernel, Py_ssize_t *stopped) {
     const int64_t *sets = prog + PROGRAM_HEADER + prog[3] * RECORD_WORDS;
     int parity = (int)(seq & 1);
     for (Py_ssize_t i = from; i < to; i++) {
@@ -1275,7 +1199,8 @@ static int run_records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssi
         Py_ssize_t nbytes = (Py_ssize_t)rec[4];
         if (nbytes == 0)
             continue; /* ROUND, and empty pieces */
-        char *mem = rec[5] >= 0 ? bufs[rec[5]] + rec[6] : NULL;
+        char *mem = rec[5] >= 0 ? bufs[rec[5]] + rec[6]
+                    : rec[5] == CONSTANT_BUFFER ? (char *)prog + rec[6] : NULL;
         switch (rec[0]) {
         case P_PUT: {
             char *to_region = region(self, self->rank, parity) + rec[3];
@@ -1295,6 +1220,16 @@ static int run_records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssi
         }
         case P_GET:
             copy_bytes(mem, region(self, (Py_ssize_t)rec[1], parity) + rec[3], (size_t)nbytes);
+            break;
+        case P_EXPECT:
+            if (rec[1] < 0 || rec[1] >= self->n || mem == NULL) {
+                PyErr_SetString(PyExc_ValueError, "an EXPECT record of no rank or no bytes");
+                return -1;
+            }
+            if (memcmp(region(self, (Py_ssize_t)rec[1], parity) + rec[3], mem, (size_t)nbytes)) {
+                *stopped = i;
+                return 4;
+            }
             break;
         case P_COPY: /* (memmove: an in-place call's input and output are one array) */
             move_bytes(mem, bufs[rec[7]] + rec[8], (size_t)nbytes);
@@ -1427,10 +1362,11 @@ static int pieces_look_alike(const int64_t *prog, const Py_buffer *views, Py_ssi
  * (ops.compiled_kernel), -1 for none.
  *
  * packed may instead be a rooted entry (tails, root, exposure): the call's entry is
- * then the general path's (phase 0), as gather's and scatter's, which are decided
- * after it (a legal uneven call goes on from there on the general path). tails: every
- * rank's fingerprint after seq (the root's names its pieces); root: the call's root,
- * whose layout Python's comparison reads; exposure: None, (address, nbytes) or a
+ * then the general path's (phase 0), as gather's, scatter's and all_to_all's, which
+ * are decided after it (a legal uneven call goes on from there on the general path).
+ * tails: every rank's fingerprint after seq (a root's names its pieces); root: the
+ * call's root, whose layout Python's comparison reads, or -1 (all_to_all has none);
+ * exposure: None, (address, nbytes) or a
  * C-contiguous buffer, exposed as Arena.expose does for a general path taking over.
  * What the interpreter cannot take of such a call (a buffer not C-contiguous, one to
  * write not writable, pieces not like the array of the rank's own side) is status 5:
@@ -1473,8 +1409,9 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
         root = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 1));
         if (root == -1 && PyErr_Occurred())
             return NULL;
-        if (root < 0 || root >= self->n) {
-            PyErr_SetString(PyExc_ValueError, "program: the root is not a rank of the group");
+        if (root < -1 || root >= self->n) { /* (-1: a call without a root, all_to_all) */
+            PyErr_SetString(PyExc_ValueError, "program: the root is neither -1 nor a rank "
+                                              "of the group");
             return NULL;
         }
         if ((exposing = exposure_words(PyTuple_GET_ITEM(entry, 2), exposure)) < 0
@@ -1591,8 +1528,15 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
             goto done;
         }
     }
-    if (run_records(self, prog, start, at, bufs, seq, kernel) < 0)
+    Py_ssize_t stopped = 0;
+    int ran = run_records(self, prog, start, at, bufs, seq, kernel, &stopped);
+    if (ran < 0)
         goto fail;
+    if (ran > 0) { /* (no program checks before its entry: _execute.pack_program) */
+        status = ran;
+        at = stopped;
+        goto done;
+    }
     if (at < n) {
         EachPipe each = {gets, ngets};
         status = round_core(self, seq, tails != NULL ? 0 : 1, packed, Py_None, spin_ns, tails,
@@ -1610,13 +1554,20 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
                     if (p->copied < p->len)
                         copy_bytes(p->to + p->copied, region(self, p->peer, parity) + p->off
                                    + p->copied, (size_t)(p->len - p->copied));
-                } else if (run_records(self, prog, at, at + 1, bufs, seq, kernel) < 0) {
-                    goto fail;
+                } else if ((ran = run_records(self, prog, at, at + 1, bufs, seq, kernel,
+                                              &stopped)) != 0) {
+                    break;
                 }
             }
         }
-        if (status == 0 && run_records(self, prog, at, n, bufs, seq, kernel) < 0)
+        if (status == 0 && ran == 0)
+            ran = run_records(self, prog, at, n, bufs, seq, kernel, &stopped);
+        if (ran < 0)
             goto fail;
+        if (ran > 0) { /* an EXPECT's presumption does not hold: nothing after it ran */
+            status = ran;
+            at = stopped;
+        }
     }
 done:
     result = PyLong_FromSsize_t(status == 0 ? 0 : at * 8 + status);
@@ -1641,8 +1592,8 @@ static PyMethodDef Round_methods[] = {
     {"settle", (PyCFunction)Round_settle, METH_O,
      "settle(spin_ns) -> None: finish the pending one-sided round, if any (see the source)."},
     {"rooted", (PyCFunction)(void (*)(void))Round_rooted, METH_FASTCALL,
-     "rooted(seq, tails, data, spin_ns, exposure, out, code, root, offset[, same]) -> status: "
-     "all_to_all's entry round, then the combine (see rooted in the source)."},
+     "rooted(seq, tails, data, spin_ns, exposure[, same]) -> status: the general path's entry "
+     "round, every rank's own fingerprint tail (see rooted in the source)."},
     {"splits", (PyCFunction)(void (*)(void))Round_splits, METH_FASTCALL,
      "splits(seq, out, head, itemsize, limit, count_at) -> status: an uneven all_to_all's checks "
      "and copies after its entry (see the source)."},
@@ -1738,6 +1689,8 @@ PyMODINIT_FUNC PyInit__tiny(void) {
         || PyModule_AddIntConstant(m, "PROGRAM_ENTER", P_ENTER) < 0
         || PyModule_AddIntConstant(m, "PROGRAM_REDUCE_SLOTS", P_REDUCE_SLOTS) < 0
         || PyModule_AddIntConstant(m, "PROGRAM_COPY", P_COPY) < 0
+        || PyModule_AddIntConstant(m, "PROGRAM_EXPECT", P_EXPECT) < 0
+        || PyModule_AddIntConstant(m, "PROGRAM_CONSTANT", CONSTANT_BUFFER) < 0
         || PyModule_AddIntConstant(m, "PROGRAM_HEADER", PROGRAM_HEADER) < 0) {
         Py_DECREF(&RoundType);
         Py_DECREF(m);
