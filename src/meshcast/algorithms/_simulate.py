@@ -516,21 +516,12 @@ class _Simulator:
             slot[:] = src
         elif isinstance(step, Get):
             dst = _raw(step.dst, lambda: f"{self.where(st)}: Get")
-            space = self.space(st, step.peer, step.space, "Get")
-            raw = self.slot_range(st, space, step.offset, len(dst), "Get")
-            self.tick(st, "get", peer=step.peer, nbytes=len(dst), offset=step.offset,
-                      space=step.space)
-            self.race_read(st, space, step.offset, len(dst))
+            raw = self.read_peer(st, step, len(dst), "Get")
             self.local_write(st, step.dst)
             dst[:] = raw
         elif isinstance(step, Expect):  # (a program's: see _plan.Expect)
             value = _raw(step.value, lambda: f"{self.where(st)}: Expect")
-            space = self.space(st, step.peer, step.space, "Expect")
-            raw = self.slot_range(st, space, step.offset, len(value), "Expect")
-            self.tick(st, "get", peer=step.peer, nbytes=len(value), offset=step.offset,
-                      space=step.space)
-            self.race_read(st, space, step.offset, len(value))
-            if not np.array_equal(raw, value):
+            if not np.array_equal(self.read_peer(st, step, len(value), "Expect"), value):
                 self.fail(ScheduleError, st, f"Expect: rank {step.peer}'s bytes at "
                                              f"{step.offset} are not what the program presumes")
         elif isinstance(step, Write):
@@ -606,6 +597,15 @@ class _Simulator:
         schedule entered the call itself (the entry is the arena's)."""
         if st.arrived is None:
             self.need_arena(st, what)
+
+    def read_peer(self, st: _Rank, step: Get | Expect, n: int, what: str) -> np.ndarray:
+        """The ``n`` bytes a Get or Expect reads from its peer's memory (ticked and
+        race-checked as a read)."""
+        space = self.space(st, step.peer, step.space, what)
+        raw = self.slot_range(st, space, step.offset, n, what)
+        self.tick(st, "get", peer=step.peer, nbytes=n, offset=step.offset, space=step.space)
+        self.race_read(st, space, step.offset, n)
+        return raw
 
     def space(self, st: _Rank, owner: int, space: str, what: str) -> _Slot:
         """Rank ``owner``'s memory of kind ``space`` (``_plan.SPACES``)."""
