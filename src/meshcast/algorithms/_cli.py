@@ -54,9 +54,9 @@ SOURCES = {
 FAST_PATHS_TITLE = "fast paths (not yet schedules, see issue 13)"
 ACROSS_TITLE = ("across hosts (algorithms/hierarchical.py, picked by its choose(); force one "
                 "with algorithm='NAME' or MESHCAST_ALGO='{coll}:NAME')")
-DESCRIBED_TITLE = ("described schedules, the one-host fast paths (one-shot ones decided before "
-                   "the call run as programs, the others by paths/*.py; _select.fast_path "
-                   "picks them, never forced)")
+DESCRIBED_TITLE = ("described schedules, the one-host fast paths (one-shot ones run as programs, "
+                   "gather's, scatter's and all_to_all's in the tiny-call lane; the others by "
+                   "paths/*.py; _select.fast_path picks them, never forced)")
 WIDTH = 110  # a Steps/Bytes sentence longer than this is cut (the docstring has it all)
 
 
