@@ -17,12 +17,15 @@ arrays. Here, in one process:
 from __future__ import annotations
 
 import dataclasses
+import threading
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from meshcast.algorithms import _program as prog
 from meshcast.algorithms import _registry as registry
+from meshcast.algorithms._execute import BoundProgram
 from meshcast.algorithms._plan import Plan
 from meshcast.algorithms._simulate import ScheduleError, host_options, make_plans, run
 from meshcast.ops import ReduceOp
@@ -318,3 +321,54 @@ def test_all_to_all_on_its_presumption_stops_where_a_header_differs():
     with pytest.raises(ScheduleError, match="presumes"):
         run(lambda plan: iter(prog.expand(_all_to_all_program(plan), (
             _bytes(plan.input), _bytes(plan.output)))), plans, label="all_to_all program")
+
+
+
+def _bound_all_to_all(data: list[np.ndarray], differs: bool
+                      ) -> tuple[list[np.ndarray], list[BaseException | None]]:
+    """Every rank's all_to_all program bound (_execute.BoundProgram) and run in a thread
+    of its own over shared regions, the entry a barrier; with ``differs``, rank 1's
+    header says it sends rank 0 another count. Every rank's output and error."""
+    n, count = len(data), len(data[0]) // len(data)
+    plans = make_plans("all_to_all", n, data, dtype=data[0].dtype, **host_options("oneshot"))
+    regions = [[np.zeros(1 << 12, np.uint8) for _ in range(2)] for _ in range(n)]
+    barrier = threading.Barrier(n)
+    outs = [np.zeros(count * n, data[0].dtype) for _ in range(n)]
+    errors: list[BaseException | None] = [None] * n
+
+    def enter(r: int) -> None:
+        barrier.wait(timeout=30)
+        if differs and r == 0:
+            regions[1][1][8 * n:8 * n + 8] = np.array([count + 1], np.int64).view(np.uint8)
+        barrier.wait(timeout=30)
+
+    def rank(r: int) -> None:
+        arena = SimpleNamespace(rank=r, small=regions, slots=None, _compiled=None)
+        bound = BoundProgram(_all_to_all_program(plans[r]), arena)
+        try:
+            bound(SimpleNamespace(op=None, parity=1, enter=lambda: enter(r)), (data[r], outs[r]))
+        except BaseException as exc:  # (the test checks every rank's)
+            errors[r] = exc
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return outs, errors
+
+
+def test_a_bound_all_to_all_program_checks_its_presumption_in_python():
+    # The Python executor of programs runs the same records: equal splits give the
+    # reference; a header that differs raises NotPresumed on every rank that checks
+    # it, before that rank copies anything
+    n, count = 3, 4
+    data = [reference.rank_input(r, count * n, np.dtype(np.float32)) for r in range(n)]
+    outs, errors = _bound_all_to_all(data, False)
+    assert errors == [None] * n, errors
+    for r in range(n):
+        want = np.concatenate([data[q][r * count:(r + 1) * count] for q in range(n)])
+        assert outs[r].tobytes() == want.tobytes(), r
+    outs, errors = _bound_all_to_all(data, True)
+    assert all(isinstance(e, prog.NotPresumed) for e in errors), errors
+    assert not any(o.any() for o in outs)
