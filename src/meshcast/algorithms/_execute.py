@@ -221,23 +221,17 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
         if op not in _COMPILED_OPS or op == prog.EXPECT and not entered:
             return None
         entered = entered or op == prog.ENTER
-        if buf == prog.CONSTANT:
+        if buf == prog.CONSTANT:  # (the constants' bounds instead of a call buffer's)
             if op not in (prog.PUT, prog.EXPECT) or not (
                     0 <= at and at % 8 == 0 and at + nbytes <= len(program.constants)):
                 return None
             constants.append(len(records))
-            records.append(rec)
-            if op == prog.PUT:
-                puts_end = offset + nbytes if 0 <= puts_end <= offset else -1
-            if not (space == prog.SPACE_CODES["region"] and 0 <= offset <= region_bytes - nbytes):
-                return None
-            continue
-        if op in (prog.PUT, prog.GET, prog.REDUCE_SLOTS):
+        if op in (prog.PUT, prog.GET, prog.REDUCE_SLOTS, prog.EXPECT):
             if space != prog.SPACE_CODES["region"] or not 0 <= offset <= region_bytes - nbytes:
                 return None
         two = op == prog.COPY or (op == prog.REDUCE_SLOTS and src_buf != prog.NO_BUFFER)
         touched = ((buf, at), (src_buf, src_at)) if two else ((buf, at),)
-        if op not in (prog.ROUND, prog.ENTER) and nbytes and not all(
+        if op not in (prog.ROUND, prog.ENTER) and nbytes and buf != prog.CONSTANT and not all(
                 prog.INPUT <= b < buffers and b != side  # (a listed side: its pieces only)
                 and 0 <= a <= program.buffer_bytes(b) - nbytes for b, a in touched):
             return None

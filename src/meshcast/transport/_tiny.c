@@ -1530,14 +1530,7 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
     }
     Py_ssize_t stopped = 0;
     int ran = run_records(self, prog, start, at, bufs, seq, kernel, &stopped);
-    if (ran < 0)
-        goto fail;
-    if (ran > 0) { /* (no program checks before its entry: _execute.pack_program) */
-        status = ran;
-        at = stopped;
-        goto done;
-    }
-    if (at < n) {
+    if (ran == 0 && at < n) {
         EachPipe each = {gets, ngets};
         status = round_core(self, seq, tails != NULL ? 0 : 1, packed, Py_None, spin_ns, tails,
                             exposing ? exposure : NULL, one_sided, ngets ? &each : NULL);
@@ -1562,12 +1555,13 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
         }
         if (status == 0 && ran == 0)
             ran = run_records(self, prog, at, n, bufs, seq, kernel, &stopped);
-        if (ran < 0)
-            goto fail;
-        if (ran > 0) { /* an EXPECT's presumption does not hold: nothing after it ran */
-            status = ran;
-            at = stopped;
-        }
+    }
+    if (ran < 0)
+        goto fail;
+    if (ran > 0) { /* an EXPECT's presumption does not hold (after the entry, or past it
+                    * when resumed): nothing after it ran */
+        status = ran;
+        at = stopped;
     }
 done:
     result = PyLong_FromSsize_t(status == 0 ? 0 : at * 8 + status);
