@@ -27,8 +27,8 @@ back inside each host (``hierarchical.agreement_route``). Every rank then holds
 every rank's fingerprint and raises the same :class:`MismatchError`, or
 learns the piece size of every rank (uneven all_gather, gather, scatter). No
 data moves before the ranks agree, except an *eager* call's, whose result
-every rank computes from the slots (in group-rank order, so bitwise alike
-everywhere): an 8-byte all_reduce crosses hosts once; and a ``fused``
+every rank computes from the slots (``algorithms/eager.py``, in group-rank
+order, so bitwise alike everywhere): an 8-byte all_reduce crosses hosts once; and a ``fused``
 all_reduce's, which combines nothing before every rank has seen the cells agree.
 The exchange doubles as the barrier.
 
@@ -50,6 +50,7 @@ from ._fifo import call_fifo
 from ._fingerprint import KINDS, Fingerprint, compare, counts_hash, path_digest
 from ._fingerprint import SIZE as FP_SIZE
 from .agreement_rows import _WORDS, CELL, ROW_LENGTH, _row_length
+from .algorithms import eager as from_rows
 from .algorithms import hierarchical as hier
 from .algorithms._common import as_bytes
 from .algorithms.hierarchical import Layout
@@ -519,8 +520,7 @@ class HostSpanningGroup(GroupRanks):
 
         def eager(rows: list[np.ndarray], counts: list[int], auxes: list[int]) -> None:
             self.last_algorithm = "broadcast/eager"
-            if self._rank != root:
-                as_bytes(buf.flat)[:] = rows[root]
+            from_rows.broadcast(rows, buf.flat, root, self._rank)
             buf.finish()
 
         mine = as_bytes(buf.flat) if self._rank == root else _NO_BYTES
@@ -541,7 +541,7 @@ class HostSpanningGroup(GroupRanks):
 
         def eager(rows: list[np.ndarray], counts: list[int], auxes: list[int]) -> None:
             self.last_algorithm = "all_reduce/eager"
-            ops.reduce_many(combine, w, [r.view(w.dtype) for r in rows])
+            from_rows.all_reduce(rows, w, combine)
             self._finish_reduction(buf, w, upcast, op)
 
         payload = self._eager_payload("all_reduce", algorithm, as_bytes(w))
@@ -576,8 +576,7 @@ class HostSpanningGroup(GroupRanks):
 
         def eager(rows: list[np.ndarray], counts: list[int], auxes: list[int]) -> None:
             self.last_algorithm = "reduce/eager"
-            if at_root:
-                ops.reduce_many(combine, w, [r.view(w.dtype) for r in rows])
+            from_rows.reduce(rows, w, combine, at_root)
             self._finish_reduction(buf, w, upcast, op, holds_result=at_root)
 
         return self._call(fp, buf.count, 0, async_op, body,
@@ -605,8 +604,7 @@ class HostSpanningGroup(GroupRanks):
         def eager(rows: list[np.ndarray], got: list[int], auxes: list[int]) -> None:
             check(got)
             self.last_algorithm = "all_gather/eager"
-            if rows:
-                np.concatenate(rows, out=as_bytes(out_flat))
+            from_rows.all_gather(rows, out_flat)
             finish()
 
         return self._call(fp, in_flat.size, 0, async_op, body,
@@ -647,9 +645,7 @@ class HostSpanningGroup(GroupRanks):
         def eager(rows: list[np.ndarray], counts: list[int], auxes: list[int]) -> None:
             check(counts, auxes)
             self.last_algorithm = "gather/eager"
-            if out_pieces:
-                for piece, row in zip(out_pieces, rows):
-                    as_bytes(piece)[:] = row
+            from_rows.gather(rows, out_pieces)
             finish()
 
         return body, eager
@@ -690,9 +686,7 @@ class HostSpanningGroup(GroupRanks):
         def eager(rows: list[np.ndarray], counts: list[int], auxes: list[int]) -> None:
             check(counts, auxes)
             self.last_algorithm = "scatter/eager"
-            isz = out_flat.itemsize
-            start = sum(counts[:self._rank]) * isz
-            as_bytes(out_flat)[:] = rows[root][start:start + out_flat.nbytes]
+            from_rows.scatter(rows, out_flat, root, sum(counts[:self._rank]) * out_flat.itemsize)
             finish()
 
         return body, eager
@@ -727,9 +721,7 @@ class HostSpanningGroup(GroupRanks):
             check(got)
             self.last_algorithm = "reduce_scatter/eager"
             out_w, _ = self._working(out_buf, op)
-            start = sum(expected[:self._rank])
-            n = expected[self._rank]
-            ops.reduce_many(combine, out_w, [r.view(w.dtype)[start:start + n] for r in rows])
+            from_rows.reduce_scatter(rows, out_w, combine, sum(expected[:self._rank]))
             self._finish_reduction(out_buf, out_w, out_w is not out_buf.flat, op)
             finish()
 
@@ -824,10 +816,7 @@ class HostSpanningGroup(GroupRanks):
                     j = 0 if i else 1
                     raise self._split_mismatch(fp, i, counts[i] // n, j, counts[j] // n)
             self.last_algorithm = "all_to_all/eager"
-            piece = in_flat.nbytes // n
-            mine = slice(self._rank * piece, (self._rank + 1) * piece)
-            if piece:
-                np.concatenate([row[mine] for row in rows], out=as_bytes(out_flat))
+            from_rows.all_to_all(rows, out_flat, self._rank)
             finish()
 
         return body, eager

@@ -14,7 +14,8 @@ in the exchanged table, and views of their payloads shaped like the array.
 
 Rule, as for :class:`meshcast.lanes.TinyCallLane`: the lane runs exactly the
 eager path of the :class:`~meshcast.spanning.HostSpanningGroup` method it
-stands for (the same row bytes, the same operand order), so one rank may take
+stands for (the same row bytes, the same operand order as
+``algorithms/eager.py``'s fold or copy from the rows), so one rank may take
 the lane while another takes the general path. A call the lane cannot take
 (torch tensors are viewed as arrays by the front door first; non-contiguous or
 read-only arrays, float16/bfloat16, data past the eager size, a forced

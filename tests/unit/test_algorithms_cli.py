@@ -12,7 +12,7 @@ import pytest
 
 import meshcast
 from meshcast import cli
-from meshcast.algorithms import _cli, _registry
+from meshcast.algorithms import _cli, _registry, eager
 from meshcast.algorithms import hierarchical as hier
 
 SRC = Path(meshcast.__file__).parent
@@ -40,25 +40,26 @@ def test_one_collective_lists_its_schedules_with_family_requires_and_docstring()
 
 def test_fast_paths_are_marked_and_listed_per_place():
     out = _run("all_reduce").stdout
-    described = out[out.index(_cli.DESCRIBED_TITLE):out.index(_cli.FAST_PATHS_TITLE)]
+    described = out[out.index(_cli.DESCRIBED_TITLE):out.index(
+        _cli.ACROSS_TITLE.format(coll="all_reduce"))]
     for name, family in (("oneshot", "oneshot"), ("cma", "cma"), ("symmetric", "symmetric")):
         entry = _registry.get("all_reduce", name)
         row = re.search(rf"^  {name} +{family} +requires: (.*)$", described, re.M)
         assert row and row.group(1) == entry.conditions, name
     assert "Steps: 1 round: Put my data into my one-shot region" in described
-    block = out[out.index(_cli.FAST_PATHS_TITLE):]
-    assert "one host:" not in block  # every one-host path of all_reduce is a schedule now
-    across = re.search(r"across hosts: +(.*?) +\(reported", block).group(1).split(", ")
-    assert across == ["eager"]  # the families across hosts have their own rows
+    assert _cli.FAST_PATHS_TITLE not in out  # every path of all_reduce is a schedule now
 
 
-@pytest.mark.parametrize("coll", sorted(hier.ALGORITHMS))
+@pytest.mark.parametrize("coll", sorted(eager.ALGORITHMS))
 def test_the_families_across_hosts_are_listed_with_requirements_steps_and_bytes(coll):
     out = _cli.render(coll)
-    block = out[out.index(_cli.ACROSS_TITLE.format(coll=coll)):out.index(_cli.FAST_PATHS_TITLE)]
+    title = _cli.ACROSS_TITLE if hier.families(coll) else _cli.AGREEMENT_TITLE
+    block = out[out.index(title.format(coll=coll)):]
     rows = re.findall(r"^  (\w+) +hosts +requires: (.*)$", block, re.M)
-    assert rows == [(f, hier.requires(coll, f) or "-") for f in hier.families(coll)]
-    for family, next_family in zip(hier.families(coll), [*hier.families(coll)[1:], None]):
+    families = [*hier.families(coll), *eager.names(coll)]
+    assert rows == [(f, hier.requires(coll, f) or "-") for f in hier.families(coll)] + [
+        (eager.names(coll)[0], eager.requires(coll) or "-")]
+    for family, next_family in zip(families, [*families[1:], None]):
         text = block[block.index(f"  {family} "):
                      block.index(f"  {next_family} ") if next_family else None]
         lines = [line.strip() for line in text.splitlines()[1:] if line.strip()]
@@ -71,7 +72,7 @@ def test_without_a_collective_every_registered_algorithm_is_listed(capsys):
     out = capsys.readouterr().out
     for coll in _registry.COLLECTIVES:
         assert re.search(rf"^{coll}: {len(_registry.names(coll))} schedules", out, re.M), coll
-    assert out.count(_cli.FAST_PATHS_TITLE) == len(_registry.COLLECTIVES)
+    assert _cli.FAST_PATHS_TITLE not in out
     assert out.count(_cli.DESCRIBED_TITLE) == len(_registry.COLLECTIVES)
     for entry in _registry.entries(described=True):
         assert re.search(rf"^  {entry.name} +{entry.family} ", out, re.M), entry.qualname
@@ -97,7 +98,8 @@ def _labels_in_source(*modules: str) -> set[tuple[str, str]]:
                                             ("across hosts", _cli.ACROSS_HOSTS_MODULES)])
 def test_fast_paths_are_what_the_code_reports_and_never_a_schedule(where, modules):
     table = _cli.fast_paths()[where]
-    families = hier.families if where == "across hosts" else (lambda coll: ())
+    families = ((lambda coll: (*hier.families(coll), *eager.names(coll)))
+                if where == "across hosts" else (lambda coll: ()))
     for coll, name in _labels_in_source(*modules):
         assert (name in _registry.names(coll, described=True) or name in families(coll)
                 or name in table.get(coll, [])), (coll, name)
@@ -116,11 +118,15 @@ def test_every_one_host_fast_path_is_a_described_schedule():
         assert not entry.executed and entry.family == name, entry.qualname
 
 
-def test_the_derived_fast_paths_include_the_generic_sites():
-    fast = _cli.fast_paths()
-    # spanning.py's f"{coll}/{family}" are hierarchical's families, listed as such
-    assert fast["across hosts"]["all_to_all"] == ["eager"]
-    assert fast["across hosts"]["barrier"] == ["agreement"]
+def test_every_path_across_hosts_is_a_family():
+    """What spanning.py can report (its every ``last_algorithm = ...``, the generic
+    f"{coll}/{family}" sites included) is a family of hierarchical.py or eager.py."""
+    assert _cli.fast_paths()["across hosts"] == {}
+    reported = set(_cli._reported("meshcast.spanning"))
+    assert ("all_to_all", "eager") in reported and ("barrier", "agreement") in reported
+    assert ("all_reduce", "rails") in reported  # (from f"all_reduce/{family}")
+    for coll, name in reported:
+        assert name in (*hier.families(coll), *eager.names(coll)), (coll, name)
 
 
 def test_summary_takes_the_list_after_a_bare_steps_heading():
@@ -138,6 +144,8 @@ def test_size_says_what_runs_and_where():
     assert "all_reduce/cma" in explain("all_reduce", 2 << 20, 2)
     assert "all_reduce/cma" not in explain("all_reduce", 2 << 20, 2, cma=False)
     assert "all_reduce/eager" in explain("all_reduce", 8, 4, hosts=2)
+    assert "algorithms/eager.py::all_reduce" in explain("all_reduce", 8, 4, hosts=2)
+    assert "tests/unit/test_eager.py" in explain("all_reduce", 8, 4, hosts=2)
     assert "all_gather/rails" in explain("all_gather", 1 << 20, 4, hosts=2)
     assert "all_gather/leader" in explain("all_gather", 1 << 20, 3, hosts=2)  # 2 + 1: no rails
     # the table's steps are by the gathered array (all_gather) and the input

@@ -11,14 +11,14 @@ Three kinds of rows:
   programs (compiled or in Python) and paths/*.py for the others (issue 13 item 3)
   and the decision rules of ``_select.fast_path`` pick them, so they cannot
   be forced;
-* the families across hosts (:data:`.hierarchical.ALGORITHMS`): one function
-  each, listed the same way from its docstring, with what the group needs
-  for it (:func:`.hierarchical.requires`);
-* the fast paths that are not schedules yet: names
-  ``ProcessGroup.last_algorithm`` can report that are neither registered nor
-  a family across hosts (the eager calls and the barrier's agreement across
-  hosts). They are found by reading the code that reports them
-  (:func:`fast_paths`), so this listing cannot drift from it.
+* the families across hosts (:data:`.hierarchical.ALGORITHMS`, then
+  :data:`.eager.ALGORITHMS`: a small call's data riding in its agreement):
+  one function each, listed the same way from its docstring, with what the
+  group needs for it (:func:`.hierarchical.requires`, :func:`.eager.requires`);
+* the fast paths that are not schedules: names ``last_algorithm`` can report
+  that are none of the above. None is left (``tests/unit/test_algorithms_cli.py``
+  holds it so); they are found by reading the code that reports them
+  (:func:`fast_paths`), so a new path that reports itself unregistered shows up.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 
-from . import _registry
+from . import _registry, eager
 from . import hierarchical as hier
 from ._registry import AlgorithmEntry
 
@@ -53,7 +53,9 @@ SOURCES = {
 }
 FAST_PATHS_TITLE = "fast paths (not yet schedules, see issue 13)"
 ACROSS_TITLE = ("across hosts (algorithms/hierarchical.py, picked by its choose(); force one "
-                "with algorithm='NAME' or MESHCAST_ALGO='{coll}:NAME')")
+                "with algorithm='NAME' or MESHCAST_ALGO='{coll}:NAME'; algorithms/eager.py "
+                "whenever the data fit the agreement, never forced)")
+AGREEMENT_TITLE = "across hosts (algorithms/eager.py; nothing to force)"
 DESCRIBED_TITLE = ("described schedules, the one-host fast paths (one-shot ones run as programs, "
                    "gather's, scatter's and all_to_all's in the tiny-call lane; the others by "
                    "paths/*.py; _select.fast_path picks them, never forced)")
@@ -121,7 +123,7 @@ def _render_collective(coll: str, fast: dict[str, dict[str, list[str]]]) -> str:
     described = [e for e in every if not e.executed]
     lines = [f"{coll}: {len(entries)} schedules (algorithms/{coll}.py; force one with "
              f"algorithm='NAME' or MESHCAST_ALGO='{coll}:NAME')"]
-    across = hier.families(coll)
+    across = (*hier.families(coll), *eager.names(coll))
     width = max([len(e.name) for e in every] + [len(f) for f in across])
     for title, group in ((None, entries), (DESCRIBED_TITLE, described)):
         if title and group:
@@ -130,12 +132,14 @@ def _render_collective(coll: str, fast: dict[str, dict[str, list[str]]]) -> str:
             lines.append(f"  {e.name.ljust(width)}  {e.family:9}  requires: {e.conditions or '-'}")
             lines.extend(f"  {' ' * width}        {text}" for text in summary(e))
     if across:
-        lines.append(f"  {ACROSS_TITLE.format(coll=coll)}:")
+        title = ACROSS_TITLE if hier.families(coll) else AGREEMENT_TITLE
+        lines.append(f"  {title.format(coll=coll)}:")
     for family in across:
-        lines.append(f"  {family.ljust(width)}  {'hosts':9}  requires: "
-                     f"{hier.requires(coll, family) or '-'}")
-        lines.extend(f"  {' ' * width}        {text}"
-                     for text in _doc_summary(hier.ALGORITHMS[coll][family], family))
+        fn, needs = ((eager.ALGORITHMS[coll][1], eager.requires(coll))
+                     if family in eager.names(coll)
+                     else (hier.ALGORITHMS[coll][family], hier.requires(coll, family)))
+        lines.append(f"  {family.ljust(width)}  {'hosts':9}  requires: {needs or '-'}")
+        lines.extend(f"  {' ' * width}        {text}" for text in _doc_summary(fn, family))
     left = {where: table[coll] for where, table in fast.items() if table.get(coll)}
     if left:
         lines.append(f"  {FAST_PATHS_TITLE}:")
@@ -196,14 +200,14 @@ def fast_paths() -> dict[str, dict[str, list[str]]]:
 
 def _finish(found: Iterable[list[tuple[str, str]]], families: bool = False
             ) -> dict[str, list[str]]:
-    """Drop the registered schedules (and with ``families`` the families across hosts);
-    order names by where the code first reports them."""
+    """Drop the registered schedules (and with ``families`` the families across hosts,
+    eager ones included); order names by where the code first reports them."""
     pairs = [pair for part in found for pair in part]
     order = list(dict.fromkeys(name for _, name in pairs))
     table: dict[str, list[str]] = {}
     for coll, name in pairs:
-        listed = (*_registry.names(coll, described=True), *(hier.families(coll) if families
-                                                            else ()))
+        listed = (*_registry.names(coll, described=True),
+                  *((*hier.families(coll), *eager.names(coll)) if families else ()))
         if coll in _registry.COLLECTIVES and name not in listed:
             table.setdefault(coll, [])
             if name not in table[coll]:

@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import _wait, config, ops
 from . import _select, hierarchical
+from . import eager as eager_calls
 from ._onehost import split_head
 from ._simulate import make_plans
 
@@ -110,6 +111,9 @@ def _across(coll: str, nbytes: int, n: int, hosts: int, what: str) -> str:
         lines.append(f"  runs      {coll}/eager{over}: the data travels with the call's "
                      f"agreement (every rank's data <= {eager} B over MPI, {eager_gloo} B "
                      "over Gloo; algorithms/hierarchical.py eager_cap, spanning.py)")
+        lines.append(f"  code      algorithms/eager.py::{eager_calls.ALGORITHMS[coll][1].__name__}: "
+                     "the agreement's exchange of rows (hierarchical.agreement_route), then "
+                     "a fold or copy from them")
         if eager_gloo < carried:
             family = hierarchical.choose(coll, layout, whole, None, "gloo")
             lines.append(f"            {coll}/{family} over Gloo (algorithms/hierarchical.py "
@@ -127,8 +131,10 @@ def _across(coll: str, nbytes: int, n: int, hosts: int, what: str) -> str:
                    "Gloo between hosts")
         lines.append(f"  code      algorithms/hierarchical.py{code}: {engines} "
                      "(transport/interhost.py)")
-    lines.append("  tested in tests/unit/test_hierarchical.py (the simulator, every family), "
-                 "tests/runtime/test_host_spanning.py, tests/multihost/")
+    unit = ("tests/unit/test_eager.py (every collective against NumPy)"
+            if carried <= max(eager, eager_gloo)
+            else "tests/unit/test_hierarchical.py (the simulator, every family)")
+    lines.append(f"  tested in {unit}, tests/runtime/test_host_spanning.py, tests/multihost/")
     return "\n".join(lines)
 
 

@@ -644,6 +644,11 @@ def agreement_steps(layout: Layout) -> tuple[tuple[RowStep, ...], ...]:
 
 def supports(kind: str, family: str, layout: Layout, engine: str = "mpi") -> str | None:
     """Why ``family`` cannot run ``kind`` on ``layout`` over ``engine`` (None: it can)."""
+    if family in ("eager", "agreement"):  # (algorithms/eager.py: never forced)
+        others = families(kind)
+        return (f"'{family}' is not forced: a call runs it whenever its data fit the "
+                f"agreement's rows (eager_cap)"
+                + (f"; the families to force are {', '.join(others)}" if others else ""))
     if family not in FAMILIES:
         return f"unknown algorithm {family!r} across hosts (known: {', '.join(FAMILIES)})"
     if family not in ALGORITHMS.get(kind, {}):
