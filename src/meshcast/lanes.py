@@ -841,7 +841,7 @@ class TinyCallLane:
                     fifo.leave_inline(None)
                     return False
                 else:  # Python finishes the entry and decides, from what is published
-                    self._all_to_all_finish(seq, out, inp, plan, status & 7)
+                    self._all_to_all_finish(seq, out, inp, plan, status & 7, (entry, status))
             elif fast is not None and single is not None:
                 # Single-copy: the entry (my split header staged, my input exposed, every
                 # header checked against mine), then my reads and the closing round.
@@ -896,6 +896,7 @@ class TinyCallLane:
                     return fifo.hand_over(read, Work(what))  # type: ignore[arg-type]
                 if status == 0:
                     self._all_to_all_reads(seq, out, inp, single)
+                resume = None
             else:
                 prog, entry = program
                 if group.transport.cma_min_bytes > 0:
@@ -906,11 +907,13 @@ class TinyCallLane:
                     group._seq = itertools.count(seq)
                     fifo.leave_inline(None)
                     return None
-                status &= 7  # (the interpreter's: the record to resume from, then this)
+                if status:  # (the interpreter's: the record to resume from, then this)
+                    resume = (entry, status)
+                    status &= 7
                 group.last_algorithm = "all_to_all/oneshot"
             if status != 0:
                 def finish() -> None:
-                    self._all_to_all_finish(seq, out, inp, plan, status)
+                    self._all_to_all_finish(seq, out, inp, plan, status, resume)
                     if then is not None:
                         then()
                 return fifo.hand_over(finish, Work(what))  # type: ignore[arg-type]
@@ -1053,21 +1056,24 @@ class TinyCallLane:
         self._all_to_all_rest(seq, out, inp, agreed, plan)
 
     def _all_to_all_finish(self, seq: int, out: np.ndarray, inp: np.ndarray, plan: tuple,
-                           status: int) -> None:
-        """all_to_all after a compiled entry that returned ``status`` (not 0): the rest
-        of the entry in Python, then :meth:`_all_to_all_rest`."""
+                           status: int, resume: tuple | None = None) -> None:
+        """all_to_all after a compiled entry that returned ``status`` (1 to 4): the rest
+        of the entry in Python, then :meth:`_all_to_all_rest`. ``resume``: (entry,
+        what the interpreter returned) when the entry was its program's."""
         group = self.group
         agreed = group.arena.finish_entry(seq, _SEQ.pack(seq) + plan[0],
                                           self._whats["all_to_all"],
                                           time.monotonic() + group.timeout, status)
-        self._all_to_all_rest(seq, out, inp, agreed, plan)
+        self._all_to_all_rest(seq, out, inp, agreed, plan, resume)
 
     def _all_to_all_rest(self, seq: int, out: np.ndarray, inp: np.ndarray, agreed: bool,
-                         plan: tuple) -> None:
+                         plan: tuple, resume: tuple | None = None) -> None:
         """all_to_all after the entry: one-shot when every rank agreed and splits alike
-        (its split header is mine) and the input was staged, single-copy (the plan's
-        reads) past the one-shot sizes, else the general path from the entry on."""
-        _, header, headers, _, limit, pieces, dtype_name, _, single, _ = plan
+        (its split header is mine) and the input was staged (``resume``: (entry, status)
+        of the program that staged it, whose records after the entry then copy the
+        pieces out), single-copy (the plan's reads) past the one-shot sizes, else the
+        general path from the entry on."""
+        _, header, headers, _, limit, pieces, dtype_name, _, single, program = plan
         group = self.group
         me, n = group._rank, group._size
         mine = inp.reshape(-1).view(np.uint8)
@@ -1075,8 +1081,13 @@ class TinyCallLane:
         p = nbytes // n
         uniform = agreed and all(h == header for h in headers[seq & 1])
         dst = out.reshape(-1).view(np.uint8)
-        if uniform and nbytes <= limit:
-            # Every rank splits evenly with the same sizes and staged its input.
+        if uniform and nbytes <= limit and resume is not None:
+            # Every rank splits evenly with the same sizes and staged its input: the
+            # program's records after its entry (its EXPECTs hold then) copy them out.
+            _resume_program(seq & 1, group.arena, seq, resume[0], program[0], inp, out,
+                            resume[1])
+            group.last_algorithm = "all_to_all/oneshot"
+        elif uniform and nbytes <= limit:  # (Python's entry: no compiled helper)
             for q, src in enumerate(pieces[seq & 1]):
                 dst[q * p:(q + 1) * p] = mine[me * p:(me + 1) * p] if q == me else src
             group.last_algorithm = "all_to_all/oneshot"
