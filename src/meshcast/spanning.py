@@ -28,8 +28,9 @@ every rank's fingerprint and raises the same :class:`MismatchError`, or
 learns the piece size of every rank (uneven all_gather, gather, scatter). No
 data moves before the ranks agree, except an *eager* call's, whose result
 every rank computes from the slots (``algorithms/eager.py``, in group-rank
-order, so bitwise alike everywhere): an 8-byte all_reduce crosses hosts once; and a ``fused``
-all_reduce's, which combines nothing before every rank has seen the cells agree.
+order, so bitwise alike everywhere): an 8-byte all_reduce crosses hosts once;
+and a ``fused`` all_reduce's, which combines nothing before every rank has seen
+the cells agree.
 The exchange doubles as the barrier.
 
 Calls run one at a time in call order on the group's :class:`~meshcast._fifo.CallFifo`
