@@ -20,8 +20,9 @@ PACKAGE = Path(meshcast.algorithms.__file__).parent
 RUNNERS = {"__init__", "_execute", "_simulate", "_select", "_cli", "_explain"}
 SCHEDULE_MODULES = sorted(p for p in PACKAGE.glob("*.py") if p.stem not in RUNNERS)
 # hierarchical.py composes every collective across hosts (its families are picked by
-# spanning.py, not by the registry); it is held to the same import rule as the rest.
-COMPOSITIONS = {"hierarchical"}
+# spanning.py, not by the registry), and eager.py finishes them from the agreement's rows;
+# they are held to the same import rule as the rest.
+COMPOSITIONS = {"hierarchical", "eager"}
 COLLECTIVE_MODULES = sorted(p.stem for p in PACKAGE.glob("*.py")
                             if not p.stem.startswith("_") and p.stem not in COMPOSITIONS)
 
