@@ -837,8 +837,7 @@ class TinyCallLane:
                 if status == 0:
                     group.last_algorithm = "all_to_all/oneshot"
                 elif status == 5:  # buffers it cannot take, nothing done: the general path
-                    group._seq = itertools.count(seq)
-                    fifo.leave_inline(None)
+                    self._refused(seq)
                     return False
                 else:  # Python finishes the entry and decides, from what is published
                     self._all_to_all_finish(seq, out, inp, plan, status & 7, (entry, status))
@@ -904,8 +903,7 @@ class TinyCallLane:
                 status = arena.compiled_program(seq, entry, arena.spin_ns, prog, inp, out, -1,
                                                 0)
                 if status == 5:  # refused, nothing done: the general path explains
-                    group._seq = itertools.count(seq)
-                    fifo.leave_inline(None)
+                    self._refused(seq)
                     return None
                 if status:  # (the interpreter's: the record to resume from, then this)
                     resume = (entry, status)
@@ -1019,6 +1017,14 @@ class TinyCallLane:
             return None
         inp = np.concatenate(ins)
         return np.empty_like(inp), inp
+
+    def _refused(self, seq: int) -> None:
+        """Call ``seq``, which the compiled interpreter refused (status 5: buffers it cannot
+        take, nothing done), goes back to the group: its general path runs it as this same
+        number and explains; the lane leaves the group's call queue."""
+        group = self.group
+        group._seq = itertools.count(seq)
+        group.fifo.leave_inline(None)
 
     def _all_to_all_reads(self, seq: int, out: np.ndarray, inp: np.ndarray,
                           reads: tuple[tuple[int, int, int, int], ...]) -> None:
@@ -1141,8 +1147,7 @@ class TinyCallLane:
                 status = arena.compiled_program(seq, entry, arena.spin_ns, prog, inp, outs,
                                                 -1, 0)
                 if status == 5:  # the general path explains, as this call's number
-                    group._seq = itertools.count(seq)
-                    fifo.leave_inline(None)
+                    self._refused(seq)
                     return False
             if status == 0:
                 group.last_algorithm = "gather/oneshot"
@@ -1183,8 +1188,7 @@ class TinyCallLane:
                 entry = (tails, root, inp)
             status = arena.compiled_program(seq, entry, arena.spin_ns, prog, inp, outs, -1, 0)
             if status == 5:  # refused, nothing done: the general path explains
-                group._seq = itertools.count(seq)
-                fifo.leave_inline(None)
+                self._refused(seq)
                 return None
             group.last_algorithm = "gather/oneshot"
             if status != 0:
@@ -1339,8 +1343,7 @@ class TinyCallLane:
                 status = arena.compiled_program(seq, data, arena.spin_ns, prog, ins, out, -1,
                                                 0, self._whats["scatter"])
                 if status == 5:  # the general path explains, as this call's number
-                    group._seq = itertools.count(seq)
-                    fifo.leave_inline(None)
+                    self._refused(seq)
                     return False
             if status == 0:
                 group.last_algorithm = "scatter/oneshot"
@@ -1378,8 +1381,7 @@ class TinyCallLane:
             # (not one-sided: an async call's errors belong to its Work)
             status = arena.compiled_program(seq, data, arena.spin_ns, prog, ins, out, -1, 0)
             if status == 5:  # refused, nothing done: the general path explains
-                group._seq = itertools.count(seq)
-                fifo.leave_inline(None)
+                self._refused(seq)
                 return None
             group.last_algorithm = "scatter/oneshot"
             if status != 0:

@@ -105,7 +105,8 @@ def _across(coll: str, nbytes: int, n: int, hosts: int, what: str) -> str:
     whole = (nbytes * n if coll in ("all_gather", "reduce_scatter", "all_to_all", "gather",
                                     "scatter") else nbytes)
     carried = nbytes * n if coll in ("reduce_scatter", "all_to_all") else nbytes
-    if carried <= max(eager, eager_gloo):
+    rides = carried <= max(eager, eager_gloo)  # (eager over one engine at least)
+    if rides:
         over = "" if carried <= min(eager, eager_gloo) else (
             " over MPI" if carried <= eager else " over Gloo")
         lines.append(f"  runs      {coll}/eager{over}: the data travels with the call's "
@@ -131,8 +132,7 @@ def _across(coll: str, nbytes: int, n: int, hosts: int, what: str) -> str:
                    "Gloo between hosts")
         lines.append(f"  code      algorithms/hierarchical.py{code}: {engines} "
                      "(transport/interhost.py)")
-    unit = ("tests/unit/test_eager.py (every collective against NumPy)"
-            if carried <= max(eager, eager_gloo)
+    unit = ("tests/unit/test_eager.py (every collective against NumPy)" if rides
             else "tests/unit/test_hierarchical.py (the simulator, every family)")
     lines.append(f"  tested in {unit}, tests/runtime/test_host_spanning.py, tests/multihost/")
     return "\n".join(lines)

@@ -29,7 +29,7 @@ against the root's list, an all_to_all's sizes) come first, in spanning.py.
 Who runs them:
 
 * the general path of :class:`~meshcast.spanning.HostSpanningGroup` calls them
-  once every row carried its data (``_settle``);
+  once every row carried its data (``_settle``; barrier's has nothing to do);
 * its lane for tiny calls (``meshcast/spanning_lane.py``) runs the same
   folds and copies on views it keeps per call shape, or in C inside the
   compiled row exchange (``transport/_mpi_rows.c``), under the rule that it
@@ -208,6 +208,8 @@ def barrier(rows: Sequence[np.ndarray]) -> None:
 
     Bytes across hosts: each rank's row (its fingerprint and two words) once to each
     other host.
+
+    (Nothing is left to do after the agreement, so the runtime does not call this.)
     """
 
 
