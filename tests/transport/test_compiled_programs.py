@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import mmap
+import os
 import struct
 
 import numpy as np
@@ -294,6 +295,29 @@ def test_programs_the_interpreter_does_not_run_are_not_packed():
         assert _execute.pack_program(program(ok, rec), REGION) is None, what
     enter = (prog.ENTER, -1, -1, 0, 0, -1, 0, -1, 0)
     assert _execute.pack_program(program(enter, enter), REGION) is None, "two entries"
+    # single copy: the exposure before the entry, the copies, signals and waits after it
+    exposed = prog.SPACE_CODES["exposed"]
+    expose = (prog.EXPOSE, -1, exposed, 0, 16, prog.OUTPUT, 0, -1, 0)
+    read = (prog.GET, 1, exposed, 0, 16, prog.OUTPUT, 0, -1, 0)
+    write = (prog.WRITE, 1, exposed, 0, 16, -1, 0, prog.INPUT, 0)
+    signal = (prog.SIGNAL, -1, -1, 1, 0, -1, 0, -1, 0)
+    wait = (prog.WAIT, 0, -1, 1, 0, -1, 0, -1, 0)
+    assert _execute.pack_program(program(expose, enter, read, write, signal, wait),
+                                 REGION) is not None
+    for what, records in {
+        "an exposure after the entry": (enter, expose),
+        "two exposures": (expose, expose, enter),
+        "a write before the entry": (write, enter),
+        "a signal before the entry": (signal, enter),
+        "a wait before the entry": (wait, enter),
+        "a write into a region": (enter, (prog.WRITE, 1, region, 0, 16, -1, 0, prog.INPUT, 0)),
+        "a write from past its buffer": (enter, (*write[:7], prog.INPUT, 8)),
+        "a read before a peer's buffer": (enter, (prog.GET, 1, exposed, -16, 16, prog.OUTPUT,
+                                                  0, -1, 0)),
+        "a fold of exposed buffers": (enter, (prog.REDUCE_SLOTS, 0, exposed, 0, 16,
+                                              prog.OUTPUT, 0, -1, 0)),
+    }.items():
+        assert _execute.pack_program(program(*records), REGION) is None, what
     # a side given as pieces is addressed through its pieces, never as a whole
     listed = prog.Program("x/test", np.dtype(np.float32),
                           ((prog.ROUND, -1, -1, 0, 0, -1, 0, -1, 0), ok), (), (16, 16),
@@ -562,3 +586,108 @@ def test_an_all_to_all_program_checks_every_header_it_presumes(count):
             assert not any(o.any() for o in outs)
         else:
             assert got == 0 and [o.tobytes() for o in outs] == [w.tobytes() for w in want]
+
+
+# ------------------------------------------------------------------ single copy
+
+
+def _single_copy_packed(plan: Plan) -> bytes:
+    """The rank's registered single-copy ("cma") schedule, flattened and packed."""
+    def fresh(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else np.empty(a.size, plan.dtype)
+    probe = dataclasses.replace(plan, input=fresh(plan.input), output=fresh(plan.output))
+    entry = registry.get(plan.coll, "cma")
+    packed = _execute.pack_program(prog.flatten(entry.fn, probe, entry.qualname), REGION)
+    assert packed is not None, f"{plan.coll}: the single-copy program was not packed"
+    return packed
+
+
+def _run_single_copy(m: _Mapping, plans: list[Plan], seq: int) -> list[int]:
+    """Every rank's single-copy program through the interpreter, the ranks entering in
+    turn (the general path's entry: phase 0, every rank's tail mine), then resuming in
+    turn until every one finished: where a rank stops at its closing WAIT (status 2),
+    it resumes at that WAIT once another rank moved on (as Python waits there). The
+    statuses the first calls gave."""
+    n = len(plans)
+    tails = (bytes([7]) * (FP - 8),) * n
+    programs = [_single_copy_packed(p) for p in plans]
+    first, resume = [], {}
+    for r, p in enumerate(plans):
+        got = m.rounds[r].program(seq, (tails, -1, None), 0, programs[r], p.input, p.output,
+                                  -1, 0)
+        first.append(got & 7)
+        if got:
+            resume[r] = got >> 3
+    for _ in range(4 * n):
+        for r in sorted(resume):
+            wait = programs[r][8 * (_execute.PROGRAM_HEADER
+                                    + (resume[r] - 1) * _execute.RECORD_WORDS):][:8]
+            start = resume[r] - (int.from_bytes(wait, "little") == prog.WAIT)
+            got = m.rounds[r].program(seq, (tails, -1, None), 0, programs[r], plans[r].input,
+                                      plans[r].output, -1, start)
+            if got:
+                resume[r] = got >> 3
+            else:
+                del resume[r]
+    assert not resume, f"ranks {sorted(resume)} never got past their closing wait"
+    return first
+
+
+@pytest.mark.parametrize("coll,n", [(c, n) for c in ("broadcast", "all_gather")
+                                    for n in (2, 3, 5, 8)])
+def test_a_single_copy_program_gives_the_simulators_results(coll, n):
+    # every rank exposes its buffer at the entry; the copies go through process_vm_readv
+    # and process_vm_writev (the ranks here are one process, reading and writing its own
+    # memory as a peer's); then the closing signal and wait
+    checked = 0
+    dt = np.dtype(np.float32)
+    for root in sorted({0, n - 1} if coll == "broadcast" else {-1}):
+        for count in (0, 1, 37, 70000):
+            for in_place in (False, True) if coll == "all_gather" else (False,):
+                counts = [count] * n if coll == "all_gather" else None
+                data = [reference.rank_input(r, count, dt) for r in range(n)]
+                args = dict(dtype=dt, root=root, counts=counts, in_place=in_place,
+                            **host_options("cma"))
+                want = make_plans(coll, n, data, **args)
+                got = make_plans(coll, n, data, **args)
+                _simulate.run(registry.get(coll, "cma").fn, want)
+                m = _Mapping(n)
+                for rnd in m.rounds:
+                    rnd.pids = (os.getpid(),) * n
+                first = _run_single_copy(m, got, seq=5 + count)
+                # ranks enter in turn: every rank but the last finds someone missing
+                assert first[:-1] == [2] * (n - 1), first
+                for r in range(n):
+                    assert m.word(r) == ((5 + count) << 24) | 1, f"rank {r}: no closing signal"
+                for r, (a, b) in enumerate(zip(want, got)):
+                    assert a.output.tobytes() == b.output.tobytes(), f"{coll} {count} rank {r}"
+                    checked += 1
+    assert checked
+
+
+def test_a_copy_outside_what_a_peer_exposed_stops_the_program():
+    # broadcast from rank 0 at 2 ranks, where rank 0 exposes fewer bytes than its reader
+    # reads (ranks that disagree about the sizes): the reader stops at that copy with
+    # status 4 and its output untouched; without pids, a copy across processes raises
+    n, seq, dt = 2, 9, np.dtype(np.float32)
+    data = [reference.rank_input(r, 64, dt) for r in range(n)]
+    plans = make_plans("broadcast", n, data, dtype=dt, root=0, **host_options("cma"))
+    packed = [_single_copy_packed(p) for p in plans]
+    short = make_plans("broadcast", n, [d[:16] for d in data], dtype=dt, root=0,
+                       **host_options("cma"))
+    tails = (bytes([7]) * (FP - 8),) * n
+    m = _Mapping(n)
+    assert m.rounds[0].program(seq, (tails, -1, None), 0, _single_copy_packed(short[0]),
+                               None, short[0].output, -1, 0) & 7 == 2
+    out = plans[1].output
+    before = out.tobytes()
+    got = m.rounds[1].program(seq, (tails, -1, None), 0, packed[1], None, out, -1, 0)
+    assert got & 7 == 4 and out.tobytes() == before, got
+    m = _Mapping(n)  # the sizes agree, but nobody told the reader the processes' ids
+    assert m.rounds[0].program(seq, (tails, -1, None), 0, packed[0], None, plans[0].output,
+                               -1, 0) & 7 == 2
+    with pytest.raises(ValueError, match="no pids"):
+        m.rounds[1].program(seq, (tails, -1, None), 0, packed[1], None, out, -1, 0)
+    # a program with rounds of its own needs the rooted entry (phase 0)
+    with pytest.raises(ValueError, match="rooted entry"):
+        m.rounds[1].program(seq + 2, _fp(seq + 2), 0, packed[1], None, out, -1, 0)

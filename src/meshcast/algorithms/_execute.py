@@ -179,32 +179,49 @@ BoundStep = Callable[[ProgramContext, Buffers], None]
 
 
 # What the compiled interpreter (transport/_tiny.c, Round.program) runs: a one-shot
-# program's records; anything else stays with the Python steps below.
+# program's records, and a single-copy one's (the exposure, the copies from and into
+# the peers' exposed buffers, the closing signal and wait); anything else stays with
+# the Python steps below.
 _COMPILED_OPS = frozenset((prog.ROUND, prog.PUT, prog.GET, prog.REDUCE_SLOTS, prog.ENTER,
-                           prog.COPY, prog.EXPECT))
+                           prog.COPY, prog.EXPECT, prog.EXPOSE, prog.WRITE, prog.SIGNAL,
+                           prog.WAIT))
+_REGION, _EXPOSED = prog.SPACE_CODES["region"], prog.SPACE_CODES["exposed"]
+# records that only make sense once the call entered (what they read or await is
+# there from then on), and records that touch no call buffer
+_AFTER_ENTRY = frozenset((prog.EXPECT, prog.SIGNAL, prog.WAIT, prog.WRITE))
+_NO_BUFFER_OPS = frozenset((prog.ROUND, prog.ENTER, prog.SIGNAL, prog.WAIT))
 PROGRAM_HEADER = 6  # the packed form's header words (_tiny.c: PROGRAM_HEADER)
 RECORD_WORDS = 9  # (_tiny.c: RECORD_WORDS)
 # The header's flags (_tiny.c: the same names): a step writes the call's input; the
 # PUTs into my region ascend without overlapping, so the interpreter may publish
 # how far it staged for readers that copy as it goes (_tiny.c's pipelined copies).
 WRITES_INPUT, PUTS_ASCEND = 1, 2
+# ... and the program signals and awaits phases of its own after its entry (a
+# single-copy program's closing round): its entry must then be the general path's,
+# phase 0 (a rooted entry), so that those phases come after it.
+SIGNALS = 4
 
 
 def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
     """``program`` in the compiled interpreter's form (``Round.program`` in
     transport/_tiny.c), or None when it has a step that interpreter does not run
-    (messages, exposure, a peer's slot, a local reduction) or more than one entry.
+    (messages, a peer's slot, a local reduction, a fold of exposed buffers), more
+    than one entry or exposure, an exposure after the entry, or a step that needs
+    the entry (``EXPECT``, ``WRITE``, ``SIGNAL``, ``WAIT``) before it.
 
     The form is int64 words: a header (the input's and output's byte sizes, the flags
     :data:`WRITES_INPUT` and :data:`PUTS_ASCEND`, the number of records, the side given as a list of
-    pieces or -1, and their number: ``Program.listed``), the records as they are, then
+    pieces or -1, and their number: ``Program.listed``; the flags also say
+    :data:`SIGNALS`), the records as they are, then
     the rank sets, each its length then its ranks, a ``REDUCE_SLOTS`` record's peer
     (and a one-sided ``ENTER``'s, whose set is one rank or none) becoming where its
     set starts, then the program's constants, a :data:`~._program.CONSTANT` record's
     ``at`` becoming their byte offset from the form's start. Every step's bytes are
     checked here to lie inside its buffer and inside a one-shot region of
-    ``region_bytes``, so that a call only checks its buffers' sizes; an ``EXPECT``
-    must follow the entry (it checks what the entry made visible).
+    ``region_bytes``, so that a call only checks its buffers' sizes; a copy from or
+    into a peer's exposed buffer (``GET``/``WRITE`` of space ``exposed``) is checked
+    against what that peer exposed when it runs. A ``WAIT``'s ranks become where
+    their set starts, as a ``REDUCE_SLOTS``'s.
     """
     records, sets, starts = [], [], {}
     writes_input = 0
@@ -212,13 +229,15 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
     sizes = program.sizes
     side, count = program.listed
     buffers = prog.PIECES + count
-    if sum(1 for rec in program.records if rec[0] == prog.ENTER) > 1:
+    if (sum(1 for rec in program.records if rec[0] == prog.ENTER) > 1
+            or sum(1 for rec in program.records if rec[0] == prog.EXPOSE) > 1):
         return None
     entered = False
     constants = []  # the indices of records that address the constants
     for rec in program.records:
         op, peer, space, offset, nbytes, buf, at, src_buf, src_at = rec
-        if op not in _COMPILED_OPS or op == prog.EXPECT and not entered:
+        if (op not in _COMPILED_OPS or not entered and op in _AFTER_ENTRY
+                or entered and op == prog.EXPOSE):
             return None
         entered = entered or op == prog.ENTER
         if buf == prog.CONSTANT:  # (the constants' bounds instead of a call buffer's)
@@ -226,12 +245,19 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
                     0 <= at and at % 8 == 0 and at + nbytes <= len(program.constants)):
                 return None
             constants.append(len(records))
-        if op in (prog.PUT, prog.GET, prog.REDUCE_SLOTS, prog.EXPECT):
-            if space != prog.SPACE_CODES["region"] or not 0 <= offset <= region_bytes - nbytes:
+        if op in (prog.GET, prog.WRITE) and space == _EXPOSED:
+            # (a peer's exposed buffer: its bounds are the peer's, checked as it copies)
+            if offset < 0 or buf == prog.CONSTANT:
+                return None
+        elif op == prog.WRITE:
+            return None  # (a write goes into a peer's exposed buffer, nowhere else)
+        elif op in (prog.PUT, prog.GET, prog.REDUCE_SLOTS, prog.EXPECT):
+            if space != _REGION or not 0 <= offset <= region_bytes - nbytes:
                 return None
         two = op == prog.COPY or (op == prog.REDUCE_SLOTS and src_buf != prog.NO_BUFFER)
-        touched = ((buf, at), (src_buf, src_at)) if two else ((buf, at),)
-        if op not in (prog.ROUND, prog.ENTER) and nbytes and buf != prog.CONSTANT and not all(
+        touched = (((buf, at), (src_buf, src_at)) if two else
+                   ((src_buf, src_at),) if op == prog.WRITE else ((buf, at),))
+        if op not in _NO_BUFFER_OPS and nbytes and buf != prog.CONSTANT and not all(
                 prog.INPUT <= b < buffers and b != side  # (a listed side: its pieces only)
                 and 0 <= a <= program.buffer_bytes(b) - nbytes for b, a in touched):
             return None
@@ -242,14 +268,15 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
             writes_input = 1
         if op == prog.ENTER and peer >= 0 and len(program.rank_sets[peer]) > 1:
             return None  # a one-sided round awaits one rank or none in the interpreter
-        if op in (prog.REDUCE_SLOTS, prog.ENTER) and peer >= 0:
+        if op in (prog.REDUCE_SLOTS, prog.ENTER, prog.WAIT) and peer >= 0:
             ranks = program.rank_sets[peer]
             if ranks not in starts:
                 starts[ranks] = len(sets)
                 sets.extend((len(ranks), *ranks))
             rec = (op, starts[ranks], *rec[2:])
         records.append(rec)
-    flags = writes_input * WRITES_INPUT | (PUTS_ASCEND if puts_end >= 0 else 0)
+    flags = (writes_input * WRITES_INPUT | (PUTS_ASCEND if puts_end >= 0 else 0)
+             | (SIGNALS if any(rec[0] in (prog.SIGNAL, prog.WAIT) for rec in records) else 0))
     base = 8 * (PROGRAM_HEADER + len(records) * RECORD_WORDS + len(sets))
     for i in constants:  # (their place in the form: after everything else)
         rec = records[i]

@@ -59,6 +59,9 @@ typedef struct {
     PyObject *pending_expected; /* every rank's expected fingerprint (rooted), or NULL */
     Py_ssize_t pending_root;
     PyObject *settle_slow;
+    /* Every rank's process id (the pids setter): where a program's copies from and into
+     * a peer's exposed buffer go (process_vm_readv/writev). NULL until set. */
+    pid_t *pids;
 } Round;
 
 static inline uint64_t *word(Round *s, Py_ssize_t r) {
@@ -169,6 +172,7 @@ static int Round_clear(Round *self) {
 static void Round_dealloc(Round *self) {
     PyObject_GC_UnTrack(self);
     Round_clear(self);
+    PyMem_Free(self->pids);
     Py_XDECREF(self->keep);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -466,6 +470,29 @@ static int Round_set_settle_slow(Round *self, PyObject *value, void *closure) {
     }
     Py_XINCREF(value == Py_None ? NULL : value);
     Py_XSETREF(self->settle_slow, value == Py_None ? NULL : value);
+    return 0;
+}
+
+static int Round_set_pids(Round *self, PyObject *value, void *closure) {
+    (void)closure;
+    if (value == NULL || !PyTuple_Check(value) || PyTuple_GET_SIZE(value) != self->n) {
+        PyErr_SetString(PyExc_ValueError, "pids: a tuple of one process id per rank");
+        return -1;
+    }
+    pid_t *pids = PyMem_Malloc(sizeof(pid_t) * (size_t)self->n);
+    if (pids == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t r = 0; r < self->n; r++) {
+        pids[r] = (pid_t)PyLong_AsLong(PyTuple_GET_ITEM(value, r));
+        if (pids[r] == -1 && PyErr_Occurred()) {
+            PyMem_Free(pids);
+            return -1;
+        }
+    }
+    PyMem_Free(self->pids);
+    self->pids = pids;
     return 0;
 }
 
@@ -1170,8 +1197,10 @@ enum { P_ROUND, P_SEND, P_RECV, P_PUT, P_GET, P_REDUCE_SLOTS, P_ENTER, P_EXPOSE,
 #define RECORD_WORDS 9
 #define WRITES_INPUT 1 /* header flags (word 2): a step writes the call's input */
 #define PUTS_ASCEND 2  /* my region's PUTs lie in ascending order, none overlapping */
+#define SIGNALS 4      /* SIGNAL or WAIT records of phases after the entry's: phase 0 only */
 #define BUFS_HELD 18 /* call buffers (input, output, pieces) bound from the stack */
 #define REGION_SPACE 1 /* _program.SPACE_CODES["region"] */
+#define EXPOSED_SPACE 2 /* _program.SPACE_CODES["exposed"] */
 #define CONSTANT_BUFFER (-2) /* _program.CONSTANT: the packed form's own bytes at `at` */
 
 /* (the kernels, with the sources a fold names: srcs[0 .. nsrc)) */
@@ -1187,20 +1216,100 @@ static int fold_sources(char *const *srcs, Py_ssize_t nsrc, int type, int op, ch
 
 #define SET_HELD 16 /* rank sets this long fold from the stack; longer ones malloc */
 
+/* A program's copy between call memory at local and bytes [offset, offset + nbytes) of
+ * the buffer rank q exposed at its entry (single copy: process_vm_readv/writev, or a
+ * memmove from my own), write choosing the direction. 0; 4 where those bytes are not
+ * in what q exposed (the ranks disagree about the sizes: nothing copied); -1 with an
+ * exception (OSError: the kernel refused the copy, or the peer is gone; ValueError:
+ * nobody set the pids). Long copies let other threads run. */
+static int exposed_copy(Round *self, Py_ssize_t q, int parity, Py_ssize_t offset, char *local,
+                        Py_ssize_t nbytes, int write) {
+    uint64_t remote;
+    if (q < 0 || q >= self->n || !exposed_at(self, q, parity, offset, nbytes, 0, &remote))
+        return 4;
+    if (q == self->rank) { /* (my own exposed buffer: plain memory) */
+        char *mine = (char *)(uintptr_t)remote;
+        if (write)
+            move_bytes(mine, local, (size_t)nbytes);
+        else
+            move_bytes(local, mine, (size_t)nbytes);
+        return 0;
+    }
+    if (self->pids == NULL) {
+        PyErr_SetString(PyExc_ValueError, "program: a copy across processes, but no pids set");
+        return -1;
+    }
+    int err;
+    if (nbytes >= (1 << 16)) {
+        Py_BEGIN_ALLOW_THREADS
+        err = copy_across(self->pids[q], local, (uintptr_t)remote, (size_t)nbytes, write);
+        Py_END_ALLOW_THREADS
+    } else {
+        err = copy_across(self->pids[q], local, (uintptr_t)remote, (size_t)nbytes, write);
+    }
+    if (err) {
+        errno = err;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    return 0;
+}
+
+/* Whether every rank of a program's rank set (its length, then its ranks) signalled
+ * target within the spin and yield times (each rank's own: arrived_from). */
+static int set_arrived(Round *self, const int64_t *set, uint64_t target, uint64_t spin_ns) {
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t j = 0; j < set[0] && ok; j++)
+        ok = 0 <= set[1 + j] && set[1 + j] < self->n
+             && arrived_from(self, (Py_ssize_t)set[1 + j], (Py_ssize_t)set[1 + j] + 1, target,
+                             spin_ns, self->yield_ns);
+    Py_END_ALLOW_THREADS
+    return ok;
+}
+
 /* Run records [from, to) of prog on bufs (the call's input and output): 0; -1 with an
- * exception (no kernel for a fold, no memory); 4 where an EXPECT found other bytes, its
- * record in *stopped (nothing after it ran). */
+ * exception (no kernel for a fold, no memory, a copy across processes the kernel
+ * refused); 4 where an EXPECT found other bytes or a copy from or into a peer's
+ * exposed buffer lies outside it, its record in *stopped (nothing after it ran); 2
+ * where a WAIT's ranks did not signal within the spin time, *stopped the record after
+ * it (Python waits, then resumes there). An EXPOSE is the entry's (Round.program). */
 static int run_records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssize_t to,
-                       char *const *bufs, uint64_t seq, long kernel, Py_ssize_t *stopped) {
+                       char *const *bufs, uint64_t seq, long kernel, uint64_t spin_ns,
+                       Py_ssize_t *stopped) {
     const int64_t *sets = prog + PROGRAM_HEADER + prog[3] * RECORD_WORDS;
     int parity = (int)(seq & 1);
     for (Py_ssize_t i = from; i < to; i++) {
         const int64_t *rec = prog + PROGRAM_HEADER + i * RECORD_WORDS;
         Py_ssize_t nbytes = (Py_ssize_t)rec[4];
-        if (nbytes == 0)
-            continue; /* ROUND, and empty pieces */
+        if (rec[0] == P_SIGNAL) {
+            signal_phase(self, (seq << PHASE_BITS) | (uint64_t)rec[3]);
+            continue;
+        }
+        if (rec[0] == P_WAIT) {
+            if (!set_arrived(self, sets + rec[1], (seq << PHASE_BITS) | (uint64_t)rec[3],
+                             spin_ns)) {
+                *stopped = i + 1;
+                return 2;
+            }
+            continue;
+        }
+        if (nbytes == 0 || rec[0] == P_EXPOSE)
+            continue; /* ROUND, empty pieces, and the entry's exposure */
         char *mem = rec[5] >= 0 ? bufs[rec[5]] + rec[6]
                     : rec[5] == CONSTANT_BUFFER ? (char *)prog + rec[6] : NULL;
+        if ((rec[0] == P_GET || rec[0] == P_WRITE) && rec[2] == EXPOSED_SPACE) {
+            int got = rec[0] == P_GET
+                      ? exposed_copy(self, (Py_ssize_t)rec[1], parity, (Py_ssize_t)rec[3], mem,
+                                     nbytes, 0)
+                      : exposed_copy(self, (Py_ssize_t)rec[1], parity, (Py_ssize_t)rec[3],
+                                     bufs[rec[7]] + rec[8], nbytes, 1);
+            if (got > 0)
+                *stopped = i;
+            if (got != 0)
+                return got;
+            continue;
+        }
         switch (rec[0]) {
         case P_PUT: {
             char *to_region = region(self, self->rank, parity) + rec[3];
@@ -1377,7 +1486,18 @@ static int pieces_look_alike(const int64_t *prog, const Py_buffer *views, Py_ssi
  * Without it the entry awaits every rank, which is always right (an async call does
  * so: its errors belong to its Work, not to the next call). A GET of at least
  * PIPE_MIN bytes from the awaited rank's region right after a one-sided entry is
- * copied as that rank stages them (pipe_copy), the round then skipping it. */
+ * copied as that rank stages them (pipe_copy), the round then skipping it.
+ *
+ * A single-copy program (paths/single_copy.py's calls as their registered "cma"
+ * schedules) has an EXPOSE before its ENTER: the entry exposes that part of the call's
+ * buffers (as Arena.expose), in place of the rooted entry's exposure. After the entry,
+ * a GET or WRITE of the exposed space copies from or into the buffer that rank
+ * exposed (exposed_copy: process_vm_readv/writev to the pids set on this Round), and
+ * SIGNAL and WAIT are the program's own rounds (its closing one): phases after the
+ * entry's, so such a program (header flag SIGNALS) takes a rooted entry only. Status
+ * 2 from a WAIT: its ranks did not signal within the spin time, resume the record
+ * after it once Python waited; status 4 from a copy: the bytes lie outside what that
+ * rank exposed (nothing of that copy moved); an OSError: the kernel refused a copy. */
 static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 8 && nargs != 9) {
         PyErr_SetString(PyExc_TypeError,
@@ -1442,6 +1562,11 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_ValueError, "program: no such kernel");
         return NULL;
     }
+    if ((prog[2] & SIGNALS) && tails == NULL) {
+        PyErr_SetString(PyExc_ValueError, "program: its own rounds follow a rooted entry "
+                                          "(tails, root, exposure), whose phase is 0");
+        return NULL;
+    }
     if (!(prog[4] == -1 ? prog[5] == 0 : (prog[4] == 0 || prog[4] == 1) && prog[5] > 0)) {
         PyErr_SetString(PyExc_ValueError, "program: a bad side of pieces");
         return NULL;
@@ -1475,9 +1600,21 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
         status = 5;
         goto done;
     }
-    for (; at < n; at++) /* the records before the round, then the round */
-        if (prog[PROGRAM_HEADER + at * RECORD_WORDS] == P_ENTER)
+    for (; at < n; at++) { /* the records before the round, then the round */
+        const int64_t *r = prog + PROGRAM_HEADER + at * RECORD_WORDS;
+        if (r[0] == P_ENTER)
             break;
+        if (r[0] == P_EXPOSE) { /* the buffer the entry exposes (Arena.expose's words) */
+            if (exposing) {
+                PyErr_SetString(PyExc_ValueError, "program: an exposure given twice");
+                goto fail;
+            }
+            exposure[0] = r[4] ? (uint64_t)(uintptr_t)(bufs[r[5]] + r[6]) : 0;
+            exposure[1] = (uint64_t)r[4];
+            exposure[2] = 0;
+            exposing = 1;
+        }
+    }
     OneSided one = {-1, what, root, NULL, 0, 0, 0}, *one_sided = NULL;
     const int64_t *rec = prog + PROGRAM_HEADER + at * RECORD_WORDS;
     if (at < n && rec[1] >= 0 && what != NULL && what != Py_None) { /* one-sided */
@@ -1529,7 +1666,7 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
         }
     }
     Py_ssize_t stopped = 0;
-    int ran = run_records(self, prog, start, at, bufs, seq, kernel, &stopped);
+    int ran = run_records(self, prog, start, at, bufs, seq, kernel, spin_ns, &stopped);
     if (ran == 0 && at < n) {
         EachPipe each = {gets, ngets};
         status = round_core(self, seq, tails != NULL ? 0 : 1, packed, Py_None, spin_ns, tails,
@@ -1548,13 +1685,13 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
                         copy_bytes(p->to + p->copied, region(self, p->peer, parity) + p->off
                                    + p->copied, (size_t)(p->len - p->copied));
                 } else if ((ran = run_records(self, prog, at, at + 1, bufs, seq, kernel,
-                                              &stopped)) != 0) {
+                                              spin_ns, &stopped)) != 0) {
                     break;
                 }
             }
         }
         if (status == 0 && ran == 0)
-            ran = run_records(self, prog, at, n, bufs, seq, kernel, &stopped);
+            ran = run_records(self, prog, at, n, bufs, seq, kernel, spin_ns, &stopped);
     }
     if (ran < 0)
         goto fail;
@@ -1610,6 +1747,9 @@ static PyGetSetDef Round_getset[] = {
     {"settle_slow", NULL, (setter)Round_set_settle_slow,
      "(write-only) settle_slow(seq, packed, what, tails, root): Python's end of a late or "
      "differing one-sided round", NULL},
+    {"pids", NULL, (setter)Round_set_pids,
+     "(write-only) every rank's process id: where a program's copies from and into a "
+     "peer's exposed buffer go", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
