@@ -63,14 +63,15 @@ class Machinery:
     runs there.
     """
 
-    __slots__ = ("group", "rank", "size", "caps", "arena", "programs", "next", "what", "run",
-                 "submit", "region", "in_place")
+    __slots__ = ("group", "rank", "size", "caps", "arena", "programs", "copies", "next",
+                 "what", "run", "submit", "region", "in_place")
     group: GroupView
     rank: int
     size: int
     caps: HostCaps
     arena: Arena
     programs: oneshot.Programs  # the group's one-shot programs, per call shape
+    copies: single_copy.CopyPrograms  # ... and its single-copy ones
     next: Callable[..., Fingerprint]  # ProcessGroup._next
     what: Callable[[str, int], str]  # ProcessGroup._what
     run: Callable[[str, Job, bool], Work | None]  # ProcessGroup._run
@@ -83,6 +84,7 @@ class Machinery:
         self.rank, self.size = group.rank(), group.size()
         self.caps, self.arena = group.caps, group.arena
         self.programs = oneshot.Programs(group)
+        self.copies = single_copy.CopyPrograms(group)
         for name, method in machinery.items():
             setattr(self, name, method)
 
@@ -155,7 +157,9 @@ def broadcast(m: Machinery, buf: Buffer, root: int, algorithm: str | None, async
     data = buf.flat.reshape(-1).view(np.uint8)
     # count and dtype are in the fingerprint, so every rank decides alike
     single = SingleCopy(exposing(data), lambda _: _fast.single_copy(m.caps, data.nbytes),
-                        single_copy.broadcast(data, root, m.rank, m.size))
+                        single_copy.broadcast(data, root, m.rank, m.size),
+                        program=lambda _: m.copies.bound(
+                            "broadcast", buf.flat.dtype, root, None, buf.flat))
     return m.submit("broadcast", fp,
                     lambda c: m.plan("broadcast", buf.flat.dtype, root=root, output=buf.flat),
                     lambda p: buf.finish(), algorithm=algorithm, async_op=async_op,
@@ -259,7 +263,9 @@ def all_gather(m: Machinery, out_flat: np.ndarray, in_flat: np.ndarray, counts: 
     at = [0, *itertools.accumulate(c * itemsize for c in counts)]
     single = SingleCopy(exposing(mine), single_copy.fits(m.caps, itemsize),
                         single_copy.gather_pieces(out_flat.reshape(-1).view(np.uint8), mine,
-                                                  at, m.rank, m.size))
+                                                  at, m.rank, m.size),
+                        program=lambda c: m.copies.bound(
+                            "all_gather", in_flat.dtype, -1, in_flat, out_flat, tuple(c)))
     return m.submit("all_gather", fp,
                     lambda c: m.plan("all_gather", in_flat.dtype, input=in_flat,
                                      output=out_flat, counts=counts),

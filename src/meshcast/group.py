@@ -97,8 +97,9 @@ class ProcessGroup(GroupRanks):
         self.arena = arena
         self.timeout = timeout
         self.liveness = liveness
-        # every member's pid, by group rank (single-copy reads; -1: not on this host)
+        # every member's pid, by group rank (single-copy copies; -1: not on this host)
         self._pids = tuple(liveness.pids.get(g, -1) for g in self.global_ranks)
+        arena.set_pids(self._pids)
         self.fifo = call_fifo(name)
         self._where = f" on {name} (rank {self.global_ranks[rank]})"  # ends each call's name
         self._seq = itertools.count(1)
@@ -183,8 +184,7 @@ class ProcessGroup(GroupRanks):
             if layout is not None and multi:
                 layout.check(parity)  # every rank sees the same tables: no abort needed
             if use_staged and staged.fits(counts):
-                # Every rank staged its data before entering and every rank sees the
-                # same counts, so all of them take this branch or none does.
+                # Every rank staged before entering and sees the same counts: all or none.
                 self.last_algorithm = f"{kind}/oneshot"
                 try:
                     staged.read(counts, [s[parity] for s in self.arena.small])
@@ -196,7 +196,7 @@ class ProcessGroup(GroupRanks):
                 return
             if use_single and single.fits(counts):
                 self.last_algorithm = f"{kind}/cma"
-                single_copy.run(self, single.body, single.phases, counts, what)
+                single_copy.run(self, single.body, single.phases, counts, what, single.program)
                 finish(None)
                 return
             plan = make_plan(counts)

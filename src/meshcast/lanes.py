@@ -128,6 +128,7 @@ class TinyCallLane:
         self.batch: Any = False
         # The packed one-shot programs the compiled interpreter runs (see _program)
         self._programs: Programs | None = None
+        self._copy_programs: single_copy.CopyPrograms | None = None
 
     # ------------------------------------------------------------------ calls
 
@@ -205,7 +206,7 @@ class TinyCallLane:
             return None
         tail, views, root, copies, prog = plan
         if views is None:
-            return self._broadcast_single(arr, tail, root, copies, async_op=True)
+            return self._broadcast_single(arr, tail, root, copies, prog, async_op=True)
         if prog is None:  # no compiled interpreter: the general path
             return None
         return self._start("broadcast", tail, None, arr, -1, False, _ignore, prog=prog)
@@ -244,7 +245,7 @@ class TinyCallLane:
             return None
         tail, views, reads, prog = plan
         if views is None:
-            return self._all_gather_single(out, inp, tail, reads, async_op=True)
+            return self._all_gather_single(out, inp, tail, reads, prog, async_op=True)
         if prog is None:  # no compiled interpreter: the general path
             return None
         return self._start("all_gather", tail, inp, out, -1, False, _ignore, prog=prog,
@@ -434,6 +435,63 @@ class TinyCallLane:
         fifo.leave_inline(None)
         return True
 
+    def _copy_call(self, kind: str, tail: bytes, program: tuple, inp: np.ndarray | None,
+                   out: np.ndarray, differ: Callable[[GroupView, int], None],
+                   async_op: bool) -> Any:
+        """A single-copy call (``kind``) as the group's next, run as its registered
+        ``cma`` schedule's program (``program``: the paths.single_copy.CopyProgram and
+        its rooted entry) on ``inp`` and ``out``: one compiled call exposes, enters,
+        copies and closes; where it stops (a late rank, a closing round not over
+        within the spin time), paths.single_copy.run_program goes on in Python. Where
+        the ranks' fingerprints differ, ``differ(group, seq)`` raises the MismatchError
+        or hands the entered call over to the general path. Synchronous: True, or
+        False (nothing done) while async work is queued. With ``async_op``:
+        :meth:`_async_single`'s Work."""
+        group = self.group
+        arena = group.arena
+        copy, entry = program
+        what = self._whats[kind]
+
+        def enter(seq: int) -> tuple[int, Callable[[], None]]:
+            """Call ``seq`` from its start: its status, and the rest of the call."""
+            got = arena.compiled_program(seq, entry, arena.spin_ns, copy.packed, inp, out,
+                                         -1, 0)
+
+            def agree(status: int) -> bool:
+                if arena.finish_entry(seq, _SEQ.pack(seq) + tail, what,
+                                      time.monotonic() + group.timeout, status):
+                    return True
+                differ(group, seq)
+                return False
+
+            def finish() -> None:
+                group.last_algorithm = f"{kind}/cma"
+                if got == 5:  # (the lane checked the buffers: a bug, never a hang)
+                    arena.abort(f"{what}: the interpreter refused buffers the lane took")
+                    raise AssertionError(f"{what}: the interpreter refused its buffers")
+                if got:
+                    single_copy.run_program(group, seq, what, copy, entry, inp, out, got,
+                                            agree)
+
+            return got, finish
+
+        if async_op:
+            return self._async_single(enter, what, out.nbytes)
+        return self._inline(lambda seq: enter(seq)[1]())
+
+    def _copy_program(self, kind: str, tail: bytes, dtype: np.dtype, root: int,
+                      n_in: int | None, n_out: int | None,
+                      counts: tuple[int, ...] | None = None, in_place: bool = False
+                      ) -> tuple | None:
+        """A single-copy call's program (paths.single_copy.CopyPrograms) with its rooted
+        entry (every rank's fingerprint tail ``tail``, no root, the program's own
+        exposure), or None without the compiled interpreter."""
+        programs = self._copy_programs
+        if programs is None:
+            programs = self._copy_programs = single_copy.CopyPrograms(self.group)
+        copy = programs.get(kind, dtype, root, n_in, n_out, counts, in_place)
+        return None if copy is None else (copy, ((tail,) * self.group._size, -1, None))
+
     def _async_single(self, enter: Callable[[int], tuple[int | None, Callable[[], None]]],
                       what: str, nbytes: int) -> Work:
         """An async single-copy call as the group's next: ``enter(seq)`` runs its compiled
@@ -517,7 +575,7 @@ class TinyCallLane:
             return False
         tail, views, root, copies, prog = plan
         if views is None:
-            return self._broadcast_single(arr, tail, root, copies)
+            return self._broadcast_single(arr, tail, root, copies, prog)
         group = self.group
         fifo = group.fifo
         if prog is not None:  # the registered schedule: one-sided, the root awaits nobody
@@ -547,15 +605,21 @@ class TinyCallLane:
         return True
 
     def _broadcast_single(self, arr: np.ndarray, tail: bytes, root: int,
-                          copies: tuple[tuple[int, ...], ...], async_op: bool = False) -> Any:
-        """broadcast where it goes single-copy: the general path's single-copy form
-        (paths.single_copy.broadcast) through :meth:`_single_call`, my ``copies`` and
-        their closing round one compiled call. The ranks can only disagree illegally
-        (the count and the root are in the fingerprint): the entry raises that."""
+                          copies: tuple[tuple[int, ...], ...] | None, program: tuple | None,
+                          async_op: bool = False) -> Any:
+        """broadcast where it goes single-copy: its registered ``cma`` schedule's
+        ``program`` (and its entry) through :meth:`_copy_call`, or without the compiled
+        interpreter the general path's single-copy form (paths.single_copy.broadcast)
+        through :meth:`_single_call`, my ``copies`` and their closing round. The ranks
+        can only disagree illegally (the count and the root are in the fingerprint):
+        the entry raises that."""
         group = self.group
         if _fast.symmetric_broadcast(group.caps, arr.nbytes) and self._symmetric(arr, 0):
             return None if async_op else False  # the symmetric path
         what = self._whats["broadcast"]
+        if program is not None:
+            return self._copy_call("broadcast", tail, program, None, arr,
+                                   _entry_differs, async_op)
 
         def rest(seq: int, agreed: bool) -> None:
             if not agreed:
@@ -576,7 +640,7 @@ class TinyCallLane:
             return False
         tail, views, reads, prog = plan
         if views is None:
-            return self._all_gather_single(out, inp, tail, reads)
+            return self._all_gather_single(out, inp, tail, reads, prog)
         fifo = group.fifo
         if prog is not None:  # the registered schedule, run by the compiled interpreter
             if not fifo.enter_inline():  # queued async work goes first
@@ -651,12 +715,15 @@ class TinyCallLane:
                            per_rank_counts=True)
 
     def _all_gather_single(self, out: np.ndarray, inp: np.ndarray, tail: bytes,
-                           reads: tuple[tuple, tuple], async_op: bool = False) -> Any:
-        """all_gather past the one-shot sizes: the general path's single-copy form
-        (paths.single_copy.gather_pieces: each rank reads every other rank's piece
-        straight from it) through :meth:`_single_call`, my ``reads`` and their closing
-        round one compiled call; any disagreement is handed over to the general path
-        after the entry."""
+                           reads: tuple[tuple, tuple] | None, programs: tuple | None,
+                           async_op: bool = False) -> Any:
+        """all_gather past the one-shot sizes: its registered ``cma`` schedule's program
+        (``programs``: of an input apart, and of one in its place in the output) through
+        :meth:`_copy_call`, each rank reading every other rank's piece straight from it;
+        without the compiled interpreter the general path's single-copy form
+        (paths.single_copy.gather_pieces) through :meth:`_single_call`, my ``reads``
+        (with and without my own piece) and their closing round. Any disagreement is
+        handed over to the general path after the entry."""
         group = self.group
         arena, n = group.arena, group._size
         what = self._whats["all_gather"]
@@ -664,8 +731,18 @@ class TinyCallLane:
         # input share memory (both contiguous, so their byte ranges meet; checked on the
         # slot only when the arrays' bounds meet, which costs a fifth as much).
         flat_out = out.reshape(-1)
-        mine_read = (reads[1] if np.may_share_memory(out, inp) and np.may_share_memory(
-            flat_out[group._rank * inp.size:(group._rank + 1) * inp.size], inp) else reads[0])
+        in_place = np.may_share_memory(out, inp) and np.may_share_memory(
+            flat_out[group._rank * inp.size:(group._rank + 1) * inp.size], inp)
+        if programs is not None:
+            def hand_over(group: GroupView, seq: int) -> None:
+                counts = arena.compare_entered(seq, True)
+                group.all_gather(flat_out, inp.reshape(-1), [inp.size] * n, inp.dtype.name,
+                                 _nothing, entered=(seq, counts))
+
+            return self._copy_call("all_gather", tail, programs[in_place], inp, out,
+                                   hand_over, async_op)
+        assert reads is not None
+        mine_read = reads[1] if in_place else reads[0]
 
         def rest(seq: int, agreed: bool) -> None:
             if agreed:
@@ -1872,9 +1949,10 @@ class TinyCallLane:
 
     def _broadcast_plan(self, arr: np.ndarray, src: int) -> tuple | bool:
         """(fingerprint tail, one-shot views, root, None, packed program or None) in the
-        one-shot range; (tail, None, root, my single-copy copies, None) where the
-        single-copy path takes over (paths.single_copy.broadcast: the root writes each
-        reader's part, the reader reads the others); False elsewhere (the schedules)."""
+        one-shot range; (tail, None, root, None, its single-copy program and entry) where
+        the single-copy path takes over (broadcast/cma: the root writes each reader's
+        part, the reader reads the others), or without the compiled interpreter (tail,
+        None, root, my copies, None); False elsewhere (the schedules)."""
         dtype = arr.dtype
         group = self.group
         root = group._group_rank_of.get(src)
@@ -1886,14 +1964,20 @@ class TinyCallLane:
             return (self._tail("broadcast", **fields), self._views(arr), root, None,
                     self._program("broadcast", dtype, None, arr.size, root=root))
         if path == "cma":
-            copies = single_copy.broadcast_copies(arr.nbytes, root, group._rank, group._size)
-            return self._tail("broadcast", False, **fields), None, root, copies, None
+            tail = self._tail("broadcast", False, **fields)
+            program = self._copy_program("broadcast", tail, dtype, root, None, arr.size)
+            copies = (None if program else
+                      single_copy.broadcast_copies(arr.nbytes, root, group._rank, group._size))
+            return tail, None, root, copies, program
         return False
 
     def _all_gather_plan(self, out: np.ndarray, inp: np.ndarray) -> tuple | bool:
-        """(fingerprint tail, one-shot views, None) in the one-shot range; (tail, None, my
-        single-copy reads with and without my own piece) where the single-copy path
-        takes over; False elsewhere (the schedules)."""
+        """(fingerprint tail, one-shot views, None, packed program or None) in the
+        one-shot range; where the single-copy path takes over, (tail, None, None, its
+        single-copy programs with their entry, of an input apart and of one in its
+        place in the output), or without the compiled interpreter (tail, None, my
+        single-copy reads with and without my own piece, None); False elsewhere (the
+        schedules)."""
         group = self.group
         dtype, n = inp.dtype, group.size()
         if (dtype.name not in _MOVE_DTYPES or not dtype.isnative or out.dtype != dtype
@@ -1904,12 +1988,19 @@ class TinyCallLane:
             return (self._tail("all_gather", **fields), self._views(inp.reshape(-1)), None,
                     self._program("all_gather", dtype, inp.size, out.size, (inp.size,) * n))
         if _fast.single_copy(group.caps, inp.nbytes):
-            # my reads (paths.single_copy.gather_pieces), with my own piece copied and,
-            # for an input in its place in the output, not
+            # its program (all_gather/cma), of an input apart and of one in its place in
+            # the output; without the interpreter my reads
+            # (paths.single_copy.gather_pieces), with my own piece copied and not
+            tail = self._tail("all_gather", False, **fields)
+            counts = (inp.size,) * n
+            programs = tuple(self._copy_program("all_gather", tail, dtype, -1, inp.size,
+                                                out.size, counts, in_place)
+                             for in_place in (False, True))
+            if None not in programs:
+                return tail, None, None, programs
             p, me = inp.nbytes, group._rank
             reads = tuple((q, 0, p, q * p) for q in rotation(me, n))
-            return self._tail("all_gather", False, **fields), None, (
-                reads, tuple(r for r in reads if r[0] != me)), None
+            return tail, None, (reads, tuple(r for r in reads if r[0] != me)), None
         return False
 
     def _all_gather_list_plan(self, inp: np.ndarray) -> tuple | bool:
@@ -2105,6 +2196,14 @@ def _equal_splits(splits: Any, arr: np.ndarray, n: int) -> bool:
     rows = arr.shape[0] if arr.shape else 0
     return (len(splits) == n and rows % n == 0
             and all(type(s) is int and s == rows // n for s in splits))
+
+
+def _entry_differs(group: GroupView, seq: int) -> None:
+    """Call ``seq``'s entry found fingerprints that differ where no legal call differs
+    (a broadcast's: the count and the root are in it): raise the MismatchError."""
+    group.arena.compare_entered(seq, False)
+    raise AssertionError(f"collective #{seq} on {group.group_name}: the entry disagreed, "
+                         f"the fingerprints not")
 
 
 def _nothing() -> None:

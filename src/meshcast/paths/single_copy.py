@@ -33,7 +33,11 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from .. import ops, symmetric
+from ..algorithms import _registry as registry
 from ..algorithms import _select as _fast
+from ..algorithms._execute import pack_program
+from ..algorithms._plan import Plan
+from ..algorithms._program import ENTER, WAIT, flatten
 from ..errors import MismatchError
 from ..topology import rotation
 from ..transport import cma
@@ -109,6 +113,9 @@ class SingleCopy:
     fits: Callable[[list[int]], bool]
     body: Body
     phases: int = 1  # the body's own barriers (signal/wait of phases 1..) plus the last one
+    # program(counts): the call's registered cma schedule as a program for these counts,
+    # with its buffers (CopyPrograms.bound), run in place of body; None: body runs
+    program: Callable[[list[int]], tuple | None] | None = None
 
 
 #: Bits of the fifth field of a :class:`Reads` entry: it writes instead of reading; it
@@ -177,11 +184,19 @@ def fits(caps: HostCaps, itemsize: int) -> Callable[[list[int]], bool]:
     return lambda counts: _fast.single_copy(caps, max(counts) * itemsize)
 
 
-def run(group: GroupView, body: Body, phases: int, counts: list[int], what: object) -> None:
+def run(group: GroupView, body: Body, phases: int, counts: list[int], what: object,
+        program: Callable[[list[int]], tuple | None] | None = None) -> None:
     """Run ``body`` of a :class:`SingleCopy` (reads straight from the peers' exposed
     buffers; its own barriers use phases 1 .. ``phases - 1``), then wait until every
-    rank is done reading before anyone may return and reuse its buffer."""
+    rank is done reading before anyone may return and reuse its buffer. Where
+    ``program(counts)`` gives the call's program and buffers (:meth:`CopyPrograms.bound`),
+    the program's records after its entry run instead (:func:`run_program`)."""
     arena = group.arena
+    made = None if program is None else program(counts)
+    if made is not None:
+        group.last_compiled = True  # (for the trace)
+        run_program(group, arena.seq, what, made[0], None, made[1], made[2], None)
+        return
     fast = arena.compiled_reads
     status = None
     if fast is not None and phases == 1 and type(body) is Reads:
@@ -533,3 +548,140 @@ def read_pieces(out: np.ndarray, mine: np.ndarray, at: Sequence[int],
     exposed input (of ``mine`` for my own)."""
     return Reads(out, mine, me, lambda: tuple(
         (q, offsets[q], at[q + 1] - at[q], at[q]) for q in rotation(me, n)))
+
+
+# ------------------------------------------------- as programs
+
+
+@dataclasses.dataclass(frozen=True)
+class CopyProgram:
+    """A single-copy call's registered ``cma`` schedule (algorithms/<collective>.py),
+    flattened for one call shape and packed for the compiled interpreter
+    (``Round.program``, transport/_tiny.c): the exposure, the entry, the copies from and
+    into the peers' exposed buffers and the closing round, in one C call.
+
+    packed: the packed form (``_execute.pack_program``).
+    entered: the record after the entry, where a call whose entry Python finished (the
+        general path's, or a late one) goes on.
+    waits: for the record after each ``WAIT``, the ranks and phase it awaits (where the
+        interpreter returns status 2 there, Python waits, then the program goes on).
+    """
+
+    packed: bytes
+    entered: int
+    waits: dict[int, tuple[tuple[int, ...], int]]
+
+
+class CopyPrograms:
+    """A group's single-copy calls as programs (:class:`CopyProgram`), one per call shape
+    (collective, dtype, root, input and output lengths, per-rank counts, whether the
+    input lies in its place in the output), the last :data:`KEEP` of them. None where
+    there is no compiled interpreter, or the schedule's program has a step it does not
+    run: the call then runs its Python body (:class:`Reads`)."""
+
+    KEEP = 64
+
+    def __init__(self, group: GroupView) -> None:
+        self.group = group
+        self._kept: dict[tuple, CopyProgram | None] = {}
+
+    def get(self, kind: str, dtype: np.dtype, root: int, n_in: int | None, n_out: int | None,
+            counts: tuple[int, ...] | None = None, in_place: bool = False
+            ) -> CopyProgram | None:
+        """The program of a call of this shape (``n_in``/``n_out``: element counts of the
+        flat input and output, None where there is none; ``in_place``: the input is my
+        piece of the output, where its counts put it)."""
+        key = (kind, dtype, root, n_in, n_out, counts, in_place)
+        try:
+            return self._kept[key]
+        except KeyError:
+            pass
+        g = self.group
+        arena = g.arena
+        made = None
+        if arena.compiled_program is not None:
+            out = None if n_out is None else np.empty(n_out, dtype)
+            if in_place and out is not None and counts is not None:
+                lo = sum(counts[:g._rank])
+                inp = out[lo:lo + counts[g._rank]]
+            else:
+                inp = None if n_in is None else np.empty(n_in, dtype)
+            plan = Plan(coll=kind, rank=g._rank, size=g._size, dtype=dtype, root=root,
+                        input=inp, output=out, counts=counts,
+                        region_bytes=arena.small_bytes, single_copy=True)
+            entry = registry.get(kind, "cma")
+            program = flatten(entry.fn, plan, entry.qualname)
+            packed = pack_program(program, arena.small_bytes)
+            if packed is not None:
+                records = program.records
+                entered = next(i for i, rec in enumerate(records) if rec[0] == ENTER) + 1
+                waits = {i + 1: (program.rank_sets[rec[1]], rec[3])
+                         for i, rec in enumerate(records) if rec[0] == WAIT}
+                made = CopyProgram(packed, entered, waits)
+        if len(self._kept) >= self.KEEP:
+            del self._kept[next(iter(self._kept))]
+        self._kept[key] = made
+        return made
+
+
+    def bound(self, kind: str, dtype: np.dtype, root: int, inp: np.ndarray | None,
+              out: np.ndarray | None, counts: tuple[int, ...] | None = None
+              ) -> tuple[CopyProgram, np.ndarray | None, np.ndarray | None] | None:
+        """The general path's call on its flat ``inp`` and ``out``: its program (see
+        :meth:`get`; in place where ``inp`` is my piece of ``out``) and those buffers,
+        C-contiguous; None where there is no program or a buffer is not C-contiguous."""
+        if any(a is not None and not a.flags.c_contiguous for a in (inp, out)):
+            return None
+        in_place = (inp is not None and out is not None and counts is not None
+                    and inp.size > 0 and np.may_share_memory(inp, out)
+                    and inp.__array_interface__["data"][0] == out[
+                        sum(counts[:self.group._rank]):].__array_interface__["data"][0])
+        copy = self.get(kind, dtype, root, None if inp is None else inp.size,
+                        None if out is None else out.size, counts, in_place)
+        return None if copy is None else (copy, inp, out)
+
+
+def run_program(group: GroupView, seq: int, what: object, program: CopyProgram,
+                entry: tuple | None,
+                inp: np.ndarray | None, out: np.ndarray | None, got: int | None,
+                agree: Callable[[int], bool] | None = None) -> bool:
+    """Call ``seq`` (named ``what``) as ``program`` on the call's flat ``inp`` and ``out``,
+    the interpreter's ``entry`` (a rooted entry: every rank's fingerprint tail, the
+    root or -1, no exposure: the program's own); ``got``: what the interpreter returned
+    for a run from the start (None: none ran, the entry was the general path's, and
+    ``entry`` None: go on after it). Where the interpreter stops, Python takes its part and the program goes
+    on: the rest of a late entry, through ``agree(status)`` (False: the ranks' calls
+    differ and ``agree`` handed the call over; this returns False too), or a closing
+    wait. A copy outside what its owner exposed (the ranks disagree about the sizes)
+    or one the kernel refused aborts the group and raises. True: the call is done."""
+    arena = group.arena
+    run = arena.compiled_program
+    packed, waits = program.packed, program.waits
+    me = group.global_ranks[group._rank]
+    try:
+        if got is None:
+            got = run(seq, entry, arena.spin_ns, packed, inp, out, -1, program.entered)
+        while got:
+            status, at = got & 7, got >> 3
+            if status == 4:
+                raise MismatchError(
+                    f"{what}: rank {me} would copy bytes outside what a peer exposed (the "
+                    f"ranks disagree about the sizes)")
+            if at in waits:  # a closing round the spin time did not see end
+                arena.seq, arena.what = seq, what
+                arena.deadline = time.monotonic() + group.timeout
+                arena.wait(*waits[at])
+            elif at == program.entered:  # the entry, late or differing
+                if agree is None or not agree(status):
+                    return False
+            else:
+                raise AssertionError(f"{what}: the program stopped at record {at} with "
+                                     f"status {status}")
+            got = run(seq, entry, arena.spin_ns, packed, inp, out, -1, at)
+    except OSError as exc:
+        arena.abort(f"rank {me} failed in {what}: {exc}")
+        raise
+    except MismatchError as exc:
+        arena.abort(str(exc), mismatch=True)
+        raise
+    return True

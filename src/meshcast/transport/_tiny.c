@@ -1488,6 +1488,9 @@ static int pieces_look_alike(const int64_t *prog, const Py_buffer *views, Py_ssi
  * PIPE_MIN bytes from the awaited rank's region right after a one-sided entry is
  * copied as that rank stages them (pipe_copy), the round then skipping it.
  *
+ * packed may also be None where start lies past the program's ENTER: the call entered
+ * elsewhere (the general path's entry, in Python), and the records after it run here.
+ *
  * A single-copy program (paths/single_copy.py's calls as their registered "cma"
  * schedules) has an EXPOSE before its ENTER: the entry exposes that part of the call's
  * buffers (as Arena.expose), in place of the rooted entry's exposure. After the entry,
@@ -1539,6 +1542,9 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
             return NULL;
         packed = with_seq;
         packed_len = self->fp_size;
+    } else if (args[1] == Py_None) { /* no entry: the run starts after it (see above) */
+        packed = NULL;
+        packed_len = self->fp_size;
     } else {
         if (PyBytes_AsStringAndSize(args[1], &packed, &packed_len) < 0)
             return NULL;
@@ -1562,7 +1568,7 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_ValueError, "program: no such kernel");
         return NULL;
     }
-    if ((prog[2] & SIGNALS) && tails == NULL) {
+    if ((prog[2] & SIGNALS) && tails == NULL && packed != NULL) {
         PyErr_SetString(PyExc_ValueError, "program: its own rounds follow a rooted entry "
                                           "(tails, root, exposure), whose phase is 0");
         return NULL;
@@ -1614,6 +1620,10 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
             exposure[2] = 0;
             exposing = 1;
         }
+    }
+    if (at < n && packed == NULL) {
+        PyErr_SetString(PyExc_ValueError, "program: an entry to run, but none given");
+        goto fail;
     }
     OneSided one = {-1, what, root, NULL, 0, 0, 0}, *one_sided = NULL;
     const int64_t *rec = prog + PROGRAM_HEADER + at * RECORD_WORDS;

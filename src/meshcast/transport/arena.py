@@ -350,6 +350,12 @@ class Arena:
             self.wait(range(self.n), 1)
             self._compare(table, fp.seq, per_rank_counts, -1)
 
+    def set_pids(self, pids: tuple[int, ...]) -> None:
+        """Every rank's process id (by rank): where the compiled interpreter's copies from
+        and into a peer's exposed buffer go (single-copy programs); nothing without it."""
+        if self._compiled is not None:
+            self._compiled.pids = pids  # type: ignore[attr-defined]
+
     def run_program(self, program: bytes, fp: Fingerprint, what: str, deadline: float,
                     buffers: tuple, kernel: int, per_rank_counts: bool,
                     one_sided: bool = False) -> None:
