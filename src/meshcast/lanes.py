@@ -436,48 +436,80 @@ class TinyCallLane:
         return True
 
     def _copy_call(self, kind: str, tail: bytes, program: tuple, inp: np.ndarray | None,
-                   out: np.ndarray, differ: Callable[[GroupView, int], None],
-                   async_op: bool) -> Any:
+                   out: np.ndarray, exposed: np.ndarray,
+                   differ: Callable[[GroupView, int], None], async_op: bool) -> Any:
         """A single-copy call (``kind``) as the group's next, run as its registered
         ``cma`` schedule's program (``program``: the paths.single_copy.CopyProgram and
-        its rooted entry) on ``inp`` and ``out``: one compiled call exposes, enters,
-        copies and closes; where it stops (a late rank, a closing round not over
-        within the spin time), paths.single_copy.run_program goes on in Python. Where
-        the ranks' fingerprints differ, ``differ(group, seq)`` raises the MismatchError
-        or hands the entered call over to the general path. Synchronous: True, or
-        False (nothing done) while async work is queued. With ``async_op``:
-        :meth:`_async_single`'s Work."""
+        its rooted entry) on ``inp`` and ``out``: one compiled call exposes
+        ``exposed`` (what the program's EXPOSE names), enters, copies and closes;
+        where it stops (a late rank, a closing round not over within the spin time),
+        :meth:`_copy_rest` goes on. Synchronous: True, or False (nothing done) while
+        async work is queued. With ``async_op``: :meth:`_async_single`'s Work; past
+        ``_select.ASYNC_INLINE_MAX_BYTES`` exposed, only the entry runs in the caller
+        and the copies on the worker thread (overlapping the caller's work), as the
+        program's records after the entry."""
         group = self.group
         arena = group.arena
         copy, entry = program
-        what = self._whats[kind]
+        if not async_op:  # inline, as all_reduce: no closures, no Work
+            fifo = group.fifo
+            if not fifo.enter_inline():  # queued async work goes first: the general path
+                return False
+            try:
+                seq = next(group._seq)
+                got = arena.compiled_program(seq, entry, arena.spin_ns, copy.packed, inp, out,
+                                             -1, 0)
+                group.last_algorithm = _SINGLE[kind]
+                if got:
+                    self._copy_rest(kind, seq, tail, copy, entry, inp, out, got, differ)
+            except BaseException as exc:
+                fifo.leave_inline(exc)
+                raise
+            fifo.leave_inline(None)
+            return True
+        whole = exposed.nbytes <= _fast.ASYNC_INLINE_MAX_BYTES
 
         def enter(seq: int) -> tuple[int, Callable[[], None]]:
             """Call ``seq`` from its start: its status, and the rest of the call."""
-            got = arena.compiled_program(seq, entry, arena.spin_ns, copy.packed, inp, out,
-                                         -1, 0)
-
-            def agree(status: int) -> bool:
-                if arena.finish_entry(seq, _SEQ.pack(seq) + tail, what,
-                                      time.monotonic() + group.timeout, status):
-                    return True
-                differ(group, seq)
-                return False
+            if whole:
+                got = arena.compiled_program(seq, entry, arena.spin_ns, copy.packed, inp, out,
+                                             -1, 0)
+            else:  # the entry alone: the worker runs the rest
+                status = arena.compiled_rooted(seq, entry[0], None, arena.spin_ns, exposed)
+                got = copy.entered * 8 + status if status else -1
 
             def finish() -> None:
-                group.last_algorithm = f"{kind}/cma"
-                if got == 5:  # (the lane checked the buffers: a bug, never a hang)
-                    arena.abort(f"{what}: the interpreter refused buffers the lane took")
-                    raise AssertionError(f"{what}: the interpreter refused its buffers")
+                group.last_algorithm = _SINGLE[kind]
                 if got:
-                    single_copy.run_program(group, seq, what, copy, entry, inp, out, got,
-                                            agree)
+                    self._copy_rest(kind, seq, tail, copy, entry, inp, out, got, differ)
 
-            return got, finish
+            return max(got, 0), finish
 
-        if async_op:
-            return self._async_single(enter, what, out.nbytes)
-        return self._inline(lambda seq: enter(seq)[1]())
+        return self._async_single(enter, self._whats[kind], exposed.nbytes)
+
+    def _copy_rest(self, kind: str, seq: int, tail: bytes, copy: Any, entry: tuple,
+                   inp: np.ndarray | None, out: np.ndarray, got: int,
+                   differ: Callable[[GroupView, int], None]) -> None:
+        """The rest of :meth:`_copy_call`'s call ``seq`` where the interpreter returned
+        ``got`` (-1: only the entry ran, and finished): paths.single_copy.run_program
+        goes on in Python; where the ranks' fingerprints differ, ``differ(group, seq)``
+        raises the MismatchError or hands the entered call over to the general path."""
+        group = self.group
+        arena = group.arena
+        what = self._whats[kind]
+        if got == 5:  # (the lane checked the buffers: a bug, never a hang)
+            arena.abort(f"{what}: the interpreter refused buffers the lane took")
+            raise AssertionError(f"{what}: the interpreter refused its buffers")
+
+        def agree(status: int) -> bool:
+            if arena.finish_entry(seq, _SEQ.pack(seq) + tail, what,
+                                  time.monotonic() + group.timeout, status):
+                return True
+            differ(group, seq)
+            return False
+
+        single_copy.run_program(group, seq, what, copy, entry, inp, out,
+                                None if got < 0 else got, agree)
 
     def _copy_program(self, kind: str, tail: bytes, dtype: np.dtype, root: int,
                       n_in: int | None, n_out: int | None,
@@ -618,7 +650,7 @@ class TinyCallLane:
             return None if async_op else False  # the symmetric path
         what = self._whats["broadcast"]
         if program is not None:
-            return self._copy_call("broadcast", tail, program, None, arr,
+            return self._copy_call("broadcast", tail, program, None, arr, arr,
                                    _entry_differs, async_op)
 
         def rest(seq: int, agreed: bool) -> None:
@@ -739,7 +771,7 @@ class TinyCallLane:
                 group.all_gather(flat_out, inp.reshape(-1), [inp.size] * n, inp.dtype.name,
                                  _nothing, entered=(seq, counts))
 
-            return self._copy_call("all_gather", tail, programs[in_place], inp, out,
+            return self._copy_call("all_gather", tail, programs[in_place], inp, out, inp,
                                    hand_over, async_op)
         assert reads is not None
         mine_read = reads[1] if in_place else reads[0]
@@ -2298,6 +2330,7 @@ def _copy_piece(parity: int, out: np.ndarray, regions: tuple, lo: int) -> None:
 
 _ONESHOT = {kind: f"{kind}/oneshot" for kind in (
     "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "barrier")}
+_SINGLE = {kind: f"{kind}/cma" for kind in ("broadcast", "all_gather")}
 
 
 def _reduce(arr: np.ndarray, regions: list[np.ndarray], kernel: Any, average: bool) -> None:

@@ -46,7 +46,7 @@ from ..algorithms import _registry as registry
 from ..algorithms._execute import BoundProgram
 from ..algorithms._onehost import split_head  # the header's size: one rule for both
 from ..algorithms._plan import Plan
-from ..algorithms._program import NO_BUFFER, as_pieces, flatten
+from ..algorithms._program import NO_BUFFER, as_pieces, flatten, probe
 from ..errors import MismatchError
 from ..topology import rotation
 
@@ -156,8 +156,7 @@ class Programs:
         if bound is None:
             g = self.group
             plan = Plan(coll=kind, rank=g._rank, size=g._size, dtype=dtype, root=root,
-                        input=None if n_in is None else np.empty(n_in, dtype),
-                        output=None if n_out is None else np.empty(n_out, dtype),
+                        input=probe(n_in, dtype), output=probe(n_out, dtype),
                         counts=counts, region_bytes=g.arena.small_bytes)
             entry = registry.get(kind, "oneshot")
             # (all_to_all's reads every rank's split header: flattened presuming each

@@ -37,7 +37,7 @@ from ..algorithms import _registry as registry
 from ..algorithms import _select as _fast
 from ..algorithms._execute import pack_program
 from ..algorithms._plan import Plan
-from ..algorithms._program import ENTER, WAIT, flatten
+from ..algorithms._program import ENTER, WAIT, flatten, probe
 from ..errors import MismatchError
 from ..topology import rotation
 from ..transport import cma
@@ -600,12 +600,12 @@ class CopyPrograms:
         arena = g.arena
         made = None
         if arena.compiled_program is not None:
-            out = None if n_out is None else np.empty(n_out, dtype)
+            out = probe(n_out, dtype)
             if in_place and out is not None and counts is not None:
                 lo = sum(counts[:g._rank])
                 inp = out[lo:lo + counts[g._rank]]
             else:
-                inp = None if n_in is None else np.empty(n_in, dtype)
+                inp = probe(n_in, dtype)
             plan = Plan(coll=kind, rank=g._rank, size=g._size, dtype=dtype, root=root,
                         input=inp, output=out, counts=counts,
                         region_bytes=arena.small_bytes, single_copy=True)
@@ -647,20 +647,20 @@ def run_program(group: GroupView, seq: int, what: object, program: CopyProgram,
                 agree: Callable[[int], bool] | None = None) -> bool:
     """Call ``seq`` (named ``what``) as ``program`` on the call's flat ``inp`` and ``out``,
     the interpreter's ``entry`` (a rooted entry: every rank's fingerprint tail, the
-    root or -1, no exposure: the program's own); ``got``: what the interpreter returned
-    for a run from the start (None: none ran, the entry was the general path's, and
-    ``entry`` None: go on after it). Where the interpreter stops, Python takes its part and the program goes
-    on: the rest of a late entry, through ``agree(status)`` (False: the ranks' calls
-    differ and ``agree`` handed the call over; this returns False too), or a closing
-    wait. A copy outside what its owner exposed (the ranks disagree about the sizes)
+    root or -1, no exposure: the program's own; or None); ``got``: what the
+    interpreter returned for a run from the start, or None: the entry ran elsewhere
+    (the general path's, or a compiled entry alone) and the records after it run now.
+    Where the interpreter stops, Python takes its part and the program goes on: the
+    rest of a late entry, through ``agree(status)`` (False: the ranks' calls differ
+    and ``agree`` handed the call over; this returns False too), or a closing wait. A copy outside what its owner exposed (the ranks disagree about the sizes)
     or one the kernel refused aborts the group and raises. True: the call is done."""
     arena = group.arena
     run = arena.compiled_program
     packed, waits = program.packed, program.waits
     me = group.global_ranks[group._rank]
     try:
-        if got is None:
-            got = run(seq, entry, arena.spin_ns, packed, inp, out, -1, program.entered)
+        if got is None:  # (an entry that ran elsewhere: the records after it, no entry)
+            got = run(seq, None, arena.spin_ns, packed, inp, out, -1, program.entered)
         while got:
             status, at = got & 7, got >> 3
             if status == 4:

@@ -1216,14 +1216,30 @@ static int fold_sources(char *const *srcs, Py_ssize_t nsrc, int type, int op, ch
 
 #define SET_HELD 16 /* rank sets this long fold from the stack; longer ones malloc */
 
+/* Whether the running records gave up the GIL (ts: the thread state to take it back
+ * with) or hold it (NULL). A single-copy program's records after its entry (long
+ * copies, its closing wait) run without it, released once (run_records): each release
+ * and take-back costs a turn of any other thread that waits for it (the group's
+ * worker, which finishes async calls). */
+typedef struct {
+    PyThreadState *ts;
+} Gil;
+
+static inline void gil_hold(Gil *g) {
+    if (g->ts != NULL) {
+        PyEval_RestoreThread(g->ts);
+        g->ts = NULL;
+    }
+}
+
 /* A program's copy between call memory at local and bytes [offset, offset + nbytes) of
  * the buffer rank q exposed at its entry (single copy: process_vm_readv/writev, or a
  * memmove from my own), write choosing the direction. 0; 4 where those bytes are not
  * in what q exposed (the ranks disagree about the sizes: nothing copied); -1 with an
- * exception (OSError: the kernel refused the copy, or the peer is gone; ValueError:
- * nobody set the pids). Long copies let other threads run. */
+ * exception, the GIL held (OSError: the kernel refused the copy, or the peer is gone;
+ * ValueError: nobody set the pids). Long copies let other threads run. */
 static int exposed_copy(Round *self, Py_ssize_t q, int parity, Py_ssize_t offset, char *local,
-                        Py_ssize_t nbytes, int write) {
+                        Py_ssize_t nbytes, int write, Gil *g) {
     uint64_t remote;
     if (q < 0 || q >= self->n || !exposed_at(self, q, parity, offset, nbytes, 0, &remote))
         return 4;
@@ -1236,11 +1252,12 @@ static int exposed_copy(Round *self, Py_ssize_t q, int parity, Py_ssize_t offset
         return 0;
     }
     if (self->pids == NULL) {
+        gil_hold(g);
         PyErr_SetString(PyExc_ValueError, "program: a copy across processes, but no pids set");
         return -1;
     }
     int err;
-    if (nbytes >= (1 << 16)) {
+    if (g->ts == NULL && nbytes >= (1 << 16)) {
         Py_BEGIN_ALLOW_THREADS
         err = copy_across(self->pids[q], local, (uintptr_t)remote, (size_t)nbytes, write);
         Py_END_ALLOW_THREADS
@@ -1248,6 +1265,7 @@ static int exposed_copy(Round *self, Py_ssize_t q, int parity, Py_ssize_t offset
         err = copy_across(self->pids[q], local, (uintptr_t)remote, (size_t)nbytes, write);
     }
     if (err) {
+        gil_hold(g);
         errno = err;
         PyErr_SetFromErrno(PyExc_OSError);
         return -1;
@@ -1257,14 +1275,16 @@ static int exposed_copy(Round *self, Py_ssize_t q, int parity, Py_ssize_t offset
 
 /* Whether every rank of a program's rank set (its length, then its ranks) signalled
  * target within the spin and yield times (each rank's own: arrived_from). */
-static int set_arrived(Round *self, const int64_t *set, uint64_t target, uint64_t spin_ns) {
+static int set_arrived(Round *self, const int64_t *set, uint64_t target, uint64_t spin_ns,
+                       Gil *g) {
     int ok = 1;
-    Py_BEGIN_ALLOW_THREADS
+    PyThreadState *ts = g->ts == NULL ? PyEval_SaveThread() : NULL;
     for (int64_t j = 0; j < set[0] && ok; j++)
         ok = 0 <= set[1 + j] && set[1 + j] < self->n
              && arrived_from(self, (Py_ssize_t)set[1 + j], (Py_ssize_t)set[1 + j] + 1, target,
                              spin_ns, self->yield_ns);
-    Py_END_ALLOW_THREADS
+    if (ts != NULL)
+        PyEval_RestoreThread(ts);
     return ok;
 }
 
@@ -1274,9 +1294,9 @@ static int set_arrived(Round *self, const int64_t *set, uint64_t target, uint64_
  * exposed buffer lies outside it, its record in *stopped (nothing after it ran); 2
  * where a WAIT's ranks did not signal within the spin time, *stopped the record after
  * it (Python waits, then resumes there). An EXPOSE is the entry's (Round.program). */
-static int run_records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssize_t to,
-                       char *const *bufs, uint64_t seq, long kernel, uint64_t spin_ns,
-                       Py_ssize_t *stopped) {
+static int records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssize_t to,
+                   char *const *bufs, uint64_t seq, long kernel, uint64_t spin_ns,
+                   Py_ssize_t *stopped, Gil *g) {
     const int64_t *sets = prog + PROGRAM_HEADER + prog[3] * RECORD_WORDS;
     int parity = (int)(seq & 1);
     for (Py_ssize_t i = from; i < to; i++) {
@@ -1288,7 +1308,7 @@ static int run_records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssi
         }
         if (rec[0] == P_WAIT) {
             if (!set_arrived(self, sets + rec[1], (seq << PHASE_BITS) | (uint64_t)rec[3],
-                             spin_ns)) {
+                             spin_ns, g)) {
                 *stopped = i + 1;
                 return 2;
             }
@@ -1301,9 +1321,9 @@ static int run_records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssi
         if ((rec[0] == P_GET || rec[0] == P_WRITE) && rec[2] == EXPOSED_SPACE) {
             int got = rec[0] == P_GET
                       ? exposed_copy(self, (Py_ssize_t)rec[1], parity, (Py_ssize_t)rec[3], mem,
-                                     nbytes, 0)
+                                     nbytes, 0, g)
                       : exposed_copy(self, (Py_ssize_t)rec[1], parity, (Py_ssize_t)rec[3],
-                                     bufs[rec[7]] + rec[8], nbytes, 1);
+                                     bufs[rec[7]] + rec[8], nbytes, 1, g);
             if (got > 0)
                 *stopped = i;
             if (got != 0)
@@ -1332,6 +1352,7 @@ static int run_records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssi
             break;
         case P_EXPECT:
             if (rec[1] < 0 || rec[1] >= self->n || mem == NULL) {
+                gil_hold(g);
                 PyErr_SetString(PyExc_ValueError, "an EXPECT record of no rank or no bytes");
                 return -1;
             }
@@ -1360,11 +1381,13 @@ static int run_records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssi
                 break;
             }
             if (kernel < 0) {
+                gil_hold(g);
                 PyErr_SetString(PyExc_ValueError, "a program folds, but no kernel was given");
                 return -1;
             }
             char *held[SET_HELD], **srcs = held;
-            if (k > SET_HELD && (srcs = PyMem_Malloc(sizeof(char *) * (size_t)k)) == NULL) {
+            if (k > SET_HELD && (srcs = PyMem_RawMalloc(sizeof(char *) * (size_t)k)) == NULL) {
+                gil_hold(g);
                 PyErr_NoMemory();
                 return -1;
             }
@@ -1373,21 +1396,33 @@ static int run_records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssi
 #undef OPERAND
             int type = (int)(kernel / 8), op = (int)(kernel % 8);
             Py_ssize_t count = nbytes / type_size[type];
-            int big = nbytes >= (1 << 16); /* long enough to let other threads run */
-            PyThreadState *ts = big ? PyEval_SaveThread() : NULL;
+            /* long enough to let other threads run (if not already) */
+            PyThreadState *ts = g->ts == NULL && nbytes >= (1 << 16) ? PyEval_SaveThread() : NULL;
             fold_sources(srcs, k, type, op, mem, count);
-            if (big)
+            if (ts != NULL)
                 PyEval_RestoreThread(ts);
             if (srcs != held)
-                PyMem_Free(srcs);
+                PyMem_RawFree(srcs);
             break;
         }
         default:
+            gil_hold(g);
             PyErr_Format(PyExc_ValueError, "a program record with opcode %lld", (long long)rec[0]);
             return -1;
         }
     }
     return 0;
+}
+
+/* records() from the GIL: a single-copy program's (header flag SIGNALS) without it,
+ * given up once, the others with it (their long folds give it up themselves). */
+static int run_records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssize_t to,
+                       char *const *bufs, uint64_t seq, long kernel, uint64_t spin_ns,
+                       Py_ssize_t *stopped) {
+    Gil g = {(prog[2] & SIGNALS) && from < to ? PyEval_SaveThread() : NULL};
+    int ran = records(self, prog, from, to, bufs, seq, kernel, spin_ns, stopped, &g);
+    gil_hold(&g);
+    return ran;
 }
 
 /* The call buffers of prog: inp and out into bufs[0] and bufs[1] (NULL: None, or the
