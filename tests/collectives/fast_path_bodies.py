@@ -1416,3 +1416,57 @@ def list_forms_run_programs() -> tuple[int, int]:
         np.testing.assert_allclose(out, want / n if way == "async" else want, rtol=1e-6,
                                    err_msg=way)
     return counts[0], counts[1]
+
+
+def single_copy_programs(count: int) -> tuple[int, int]:
+    """broadcast and all_gather_into_tensor of ``count`` float64 a rank, past the one-shot
+    sizes: in the lane (contiguous arrays; all_gather apart and in place; sync and
+    async), then on the general path (strided arrays), every result checked. Returns
+    how many calls ran their registered cma schedule's program from its entry (the
+    lane's: Round.program with the exposure its own) and how many after the general
+    path's entry (Round.program given no entry)."""
+    from meshcast.paths import single_copy
+
+    r, n = dist.get_rank(), dist.get_world_size()
+    arena = dist.group.WORLD.arena
+    counts = [0, 0]
+    run, go_on = arena.compiled_program, single_copy.run_program
+
+    def counted(seq: int, entry: Any, *args: Any) -> Any:
+        if type(entry) is tuple and entry[2] is None and args[-1] == 0:
+            counts[0] += 1  # (a run from the start, its exposure the program's own)
+        return run(seq, entry, *args)
+
+    def after_entry(group: Any, seq: int, what: object, program: Any, entry: Any,
+                    *args: Any) -> bool:
+        counts[1] += entry is None  # (the general path's: the entry was its own)
+        return go_on(group, seq, what, program, entry, *args)
+
+    arena.compiled_program = counted
+    single_copy.run_program = after_entry
+    for general in (False, True):
+        for run_async in (False, True):
+            for root in range(n):
+                want = _value(root, 2, count)
+                buf = np.repeat(want, 2)[::2] if general else want.copy()
+                if r != root:
+                    buf[...] = 0
+                work = dist.broadcast(buf, src=root, async_op=run_async)
+                if work is not None:
+                    work.wait()
+                np.testing.assert_array_equal(buf, want, f"broadcast from {root}")
+            whole = np.zeros((n, count))
+            mine = _value(r, 4, count)
+            inp = np.repeat(mine, 2)[::2] if general else mine
+            for target in (inp, None):  # apart, then in place (the lane's other program)
+                if target is None:
+                    whole[r] = mine
+                    target = whole[r]
+                work = dist.all_gather_into_tensor(whole, target, async_op=run_async)
+                if work is not None:
+                    work.wait()
+                for q in range(n):
+                    np.testing.assert_array_equal(whole[q], _value(q, 4, count),
+                                                  f"all_gather piece {q}")
+    arena.compiled_program, single_copy.run_program = run, go_on
+    return counts[0], counts[1]

@@ -194,6 +194,19 @@ def test_list_forms_run_their_collectives_programs(n):
 
 
 @pytest.mark.parametrize("n", [2, 3])
+def test_single_copy_calls_run_their_programs(n, single_copy):
+    # broadcast (every root) and all_gather_into_tensor (apart, in place) of 110 000
+    # float64 a rank, sync and async: the lane's calls (contiguous arrays: each
+    # collective twice, and all_gather in place also beside the strided ones) run
+    # their cma schedule's program from the exposure on, the general path's (strided
+    # arrays) after the general path's own entry. (880 KB: single-copy at 2 and 3 ranks,
+    # and within ASYNC_INLINE_MAX_BYTES exposed, so that async calls run whole inline)
+    out = spawn_world(bodies.single_copy_programs, n, timeout=120, count=110_000)
+    lane, general = 2 * (n + 2) + 2, 2 * (n + 1)
+    assert all(tuple(c) == (lane, general) for c in out), out
+
+
+@pytest.mark.parametrize("n", [2, 3])
 def test_async_calls_through_the_lane(n):
     out = spawn_world(bodies.async_calls_in_order, n, timeout=120)
     assert all(o != ["no MismatchError"] for o in out), out

@@ -591,13 +591,18 @@ def test_an_all_to_all_program_checks_every_header_it_presumes(count):
 # ------------------------------------------------------------------ single copy
 
 
-def _single_copy_packed(plan: Plan) -> bytes:
-    """The rank's registered single-copy ("cma") schedule, flattened and packed."""
+def _single_copy_program(plan: Plan) -> prog.Program:
+    """The rank's registered single-copy ("cma") schedule, flattened on probe arrays."""
     def fresh(a: np.ndarray | None) -> np.ndarray | None:
         return None if a is None else np.empty(a.size, plan.dtype)
     probe = dataclasses.replace(plan, input=fresh(plan.input), output=fresh(plan.output))
     entry = registry.get(plan.coll, "cma")
-    packed = _execute.pack_program(prog.flatten(entry.fn, probe, entry.qualname), REGION)
+    return prog.flatten(entry.fn, probe, entry.qualname)
+
+
+def _single_copy_packed(plan: Plan) -> bytes:
+    """The rank's registered single-copy ("cma") schedule, flattened and packed."""
+    packed = _execute.pack_program(_single_copy_program(plan), REGION)
     assert packed is not None, f"{plan.coll}: the single-copy program was not packed"
     return packed
 
@@ -607,7 +612,7 @@ def _run_single_copy(m: _Mapping, plans: list[Plan], seq: int) -> list[int]:
     turn (the general path's entry: phase 0, every rank's tail mine), then resuming in
     turn until every one finished: where a rank stops at its closing WAIT (status 2),
     it resumes at that WAIT once another rank moved on (as Python waits there). The
-    statuses the first calls gave."""
+    statuses the first calls gave, and where the last rank's first call stopped."""
     n = len(plans)
     tails = (bytes([7]) * (FP - 8),) * n
     programs = [_single_copy_packed(p) for p in plans]
@@ -618,6 +623,7 @@ def _run_single_copy(m: _Mapping, plans: list[Plan], seq: int) -> list[int]:
         first.append(got & 7)
         if got:
             resume[r] = got >> 3
+        last_stop = got >> 3
     for _ in range(4 * n):
         for r in sorted(resume):
             wait = programs[r][8 * (_execute.PROGRAM_HEADER
@@ -630,7 +636,7 @@ def _run_single_copy(m: _Mapping, plans: list[Plan], seq: int) -> list[int]:
             else:
                 del resume[r]
     assert not resume, f"ranks {sorted(resume)} never got past their closing wait"
-    return first
+    return first, last_stop
 
 
 @pytest.mark.parametrize("coll,n", [(c, n) for c in ("broadcast", "all_gather")
@@ -654,9 +660,12 @@ def test_a_single_copy_program_gives_the_simulators_results(coll, n):
                 m = _Mapping(n)
                 for rnd in m.rounds:
                     rnd.pids = (os.getpid(),) * n
-                first = _run_single_copy(m, got, seq=5 + count)
-                # ranks enter in turn: every rank but the last finds someone missing
-                assert first[:-1] == [2] * (n - 1), first
+                first, stop = _run_single_copy(m, got, seq=5 + count)
+                # ranks enter in turn: every rank but the last finds someone missing; the
+                # last copies, then finds the others not through their closing round
+                assert first == [2] * n, first
+                records = _single_copy_program(got[-1]).records
+                assert records[stop - 1][0] == prog.WAIT, (stop, records)
                 for r in range(n):
                     assert m.word(r) == ((5 + count) << 24) | 1, f"rank {r}: no closing signal"
                 for r, (a, b) in enumerate(zip(want, got)):

@@ -1,0 +1,119 @@
+"""Single-copy calls as programs (paths/single_copy.py: CopyPrograms, run_program), in one
+process against a scripted interpreter.
+
+``CopyPrograms`` flattens a collective's registered ``cma`` schedule per call shape and
+packs it; ``run_program`` is what Python does wherever the compiled interpreter stops
+one: finish a late entry (or hand the call over), wait out a closing round the spin
+time did not see end, and turn a copy outside a peer's exposure or one the kernel
+refused into an abort every rank sees. The interpreter itself is tested in
+tests/transport/test_compiled_programs.py, the whole path in tests/collectives.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from meshcast.algorithms import _program as prog
+from meshcast.errors import MismatchError
+from meshcast.paths import single_copy
+
+REGION = 1 << 16
+
+
+class _Arena:
+    """What run_program uses of an arena: the interpreter replays ``script`` (one
+    result per call, recording where each started), waits and aborts are noted."""
+
+    def __init__(self, script: list) -> None:
+        self.script, self.starts, self.waits, self.aborts = list(script), [], [], []
+        self.small_bytes, self.spin_ns = REGION, 0
+        self.seq = self.what = self.deadline = None
+
+    def compiled_program(self, seq, entry, spin_ns, packed, inp, out, kernel, start):
+        self.starts.append((start, entry))
+        got = self.script.pop(0)
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+    def wait(self, ranks, phase):
+        self.waits.append((tuple(ranks), phase, self.seq))
+
+    def abort(self, message, mismatch=False):
+        self.aborts.append((message, mismatch))
+
+
+def _group(arena: _Arena, n: int = 3, rank: int = 1) -> SimpleNamespace:
+    return SimpleNamespace(arena=arena, _rank=rank, _size=n, global_ranks=list(range(n)),
+                           timeout=5.0, group_name="world")
+
+
+def _program(kind: str = "broadcast", n: int = 3, rank: int = 1) -> single_copy.CopyProgram:
+    group = _group(_Arena([]), n, rank)
+    made = single_copy.CopyPrograms(group).get(
+        kind, np.dtype(np.float32), 0 if kind == "broadcast" else -1,
+        None if kind == "broadcast" else 37, 37 if kind == "broadcast" else 37 * n,
+        None if kind == "broadcast" else (37,) * n)
+    assert made is not None, f"{kind}: no program"
+    return made
+
+
+def test_a_program_knows_where_its_entry_ends_and_what_its_waits_await():
+    for kind in ("broadcast", "all_gather"):
+        made = _program(kind)
+        words = np.frombuffer(made.packed, np.int64)
+        records = words[6:6 + 9 * words[3]].reshape(-1, 9)
+        assert records[made.entered - 1][0] == prog.ENTER, kind
+        assert [i for i, rec in enumerate(records, 1) if rec[0] == prog.WAIT] == list(
+            made.waits), kind
+        assert list(made.waits.values()) == [((0, 1, 2), 1)], kind  # the closing round
+    # no interpreter: no program (the call runs its Python reads)
+    group = _group(_Arena([]))
+    group.arena.compiled_program = None
+    assert single_copy.CopyPrograms(group).get(
+        "broadcast", np.dtype(np.float32), 0, None, 37) is None
+
+
+def test_python_waits_out_a_closing_round_then_the_program_goes_on():
+    made = _program()
+    (after_wait, (ranks, phase)), = made.waits.items()
+    arena = _Arena([after_wait * 8 + 2, 0])
+    assert single_copy.run_program(_group(arena), 9, "broadcast #9", made, ("e",), None,
+                                   None, None)
+    assert arena.starts == [(made.entered, None), (after_wait, ("e",))]
+    assert arena.waits == [(ranks, phase, 9)] and not arena.aborts
+
+
+def test_a_late_entry_is_finished_by_agree_or_handed_over():
+    made = _program()
+    for agreed in (True, False):
+        arena = _Arena([0])
+        statuses: list[int] = []
+
+        def agree(status: int, agreed: bool = agreed, statuses: list = statuses) -> bool:
+            statuses.append(status)
+            return agreed
+
+        done = single_copy.run_program(_group(arena), 4, "broadcast #4", made, ("e",), None,
+                                       None, made.entered * 8 + 2, agree)
+        assert done is agreed and statuses == [2]
+        # the program goes on after its entry only where every rank agreed
+        assert arena.starts == ([(made.entered, ("e",))] if agreed else [])
+
+
+def test_a_copy_outside_an_exposure_or_refused_by_the_kernel_aborts_the_group():
+    made = _program()
+    arena = _Arena([(made.entered + 1) * 8 + 4])
+    with pytest.raises(MismatchError, match="rank 1 would copy bytes outside"):
+        single_copy.run_program(_group(arena), 6, "broadcast #6", made, ("e",), None, None,
+                                None)
+    assert arena.aborts and arena.aborts[0][1] is True  # the others raise it too
+    arena = _Arena([PermissionError(1, "Operation not permitted")])
+    with pytest.raises(PermissionError):
+        single_copy.run_program(_group(arena), 8, "broadcast #8", made, ("e",), None, None,
+                                None)
+    assert arena.aborts == [("rank 1 failed in broadcast #8: [Errno 1] Operation not "
+                             "permitted", False)]
