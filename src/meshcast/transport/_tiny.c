@@ -1302,34 +1302,11 @@ static int records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssize_t
     for (Py_ssize_t i = from; i < to; i++) {
         const int64_t *rec = prog + PROGRAM_HEADER + i * RECORD_WORDS;
         Py_ssize_t nbytes = (Py_ssize_t)rec[4];
-        if (rec[0] == P_SIGNAL) {
-            signal_phase(self, (seq << PHASE_BITS) | (uint64_t)rec[3]);
-            continue;
-        }
-        if (rec[0] == P_WAIT) {
-            if (!set_arrived(self, sets + rec[1], (seq << PHASE_BITS) | (uint64_t)rec[3],
-                             spin_ns, g)) {
-                *stopped = i + 1;
-                return 2;
-            }
-            continue;
-        }
-        if (nbytes == 0 || rec[0] == P_EXPOSE)
-            continue; /* ROUND, empty pieces, and the entry's exposure */
+        if (nbytes == 0 && rec[0] != P_SIGNAL && rec[0] != P_WAIT)
+            continue; /* ROUND, and empty pieces */
         char *mem = rec[5] >= 0 ? bufs[rec[5]] + rec[6]
                     : rec[5] == CONSTANT_BUFFER ? (char *)prog + rec[6] : NULL;
-        if ((rec[0] == P_GET || rec[0] == P_WRITE) && rec[2] == EXPOSED_SPACE) {
-            int got = rec[0] == P_GET
-                      ? exposed_copy(self, (Py_ssize_t)rec[1], parity, (Py_ssize_t)rec[3], mem,
-                                     nbytes, 0, g)
-                      : exposed_copy(self, (Py_ssize_t)rec[1], parity, (Py_ssize_t)rec[3],
-                                     bufs[rec[7]] + rec[8], nbytes, 1, g);
-            if (got > 0)
-                *stopped = i;
-            if (got != 0)
-                return got;
-            continue;
-        }
+        int got;
         switch (rec[0]) {
         case P_PUT: {
             char *to_region = region(self, self->rank, parity) + rec[3];
@@ -1348,7 +1325,33 @@ static int records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssize_t
             break;
         }
         case P_GET:
+            if (rec[2] == EXPOSED_SPACE) { /* a peer's exposed buffer (single copy) */
+                got = exposed_copy(self, (Py_ssize_t)rec[1], parity, (Py_ssize_t)rec[3], mem,
+                                   nbytes, 0, g);
+                goto copied;
+            }
             copy_bytes(mem, region(self, (Py_ssize_t)rec[1], parity) + rec[3], (size_t)nbytes);
+            break;
+        case P_WRITE: /* (into a peer's exposed buffer: pack_program allows no other) */
+            got = exposed_copy(self, (Py_ssize_t)rec[1], parity, (Py_ssize_t)rec[3],
+                               bufs[rec[7]] + rec[8], nbytes, 1, g);
+        copied:
+            if (got > 0)
+                *stopped = i;
+            if (got != 0)
+                return got;
+            break;
+        case P_SIGNAL:
+            signal_phase(self, (seq << PHASE_BITS) | (uint64_t)rec[3]);
+            break;
+        case P_WAIT:
+            if (!set_arrived(self, sets + rec[1], (seq << PHASE_BITS) | (uint64_t)rec[3],
+                             spin_ns, g)) {
+                *stopped = i + 1;
+                return 2;
+            }
+            break;
+        case P_EXPOSE: /* (the entry's: Round.program) */
             break;
         case P_EXPECT:
             if (rec[1] < 0 || rec[1] >= self->n || mem == NULL) {
@@ -1416,10 +1419,12 @@ static int records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssize_t
 
 /* records() from the GIL: a single-copy program's (header flag SIGNALS) without it,
  * given up once, the others with it (their long folds give it up themselves). */
-static int run_records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssize_t to,
-                       char *const *bufs, uint64_t seq, long kernel, uint64_t spin_ns,
-                       Py_ssize_t *stopped) {
-    Gil g = {(prog[2] & SIGNALS) && from < to ? PyEval_SaveThread() : NULL};
+static inline int run_records(Round *self, const int64_t *prog, Py_ssize_t from,
+                              Py_ssize_t to, char *const *bufs, uint64_t seq, long kernel,
+                              uint64_t spin_ns, Py_ssize_t *stopped) {
+    Gil g = {NULL};
+    if (__builtin_expect((prog[2] & SIGNALS) && from < to, 0))
+        g.ts = PyEval_SaveThread();
     int ran = records(self, prog, from, to, bufs, seq, kernel, spin_ns, stopped, &g);
     gil_hold(&g);
     return ran;
