@@ -61,19 +61,20 @@ def _fp(seq: int, tag: int = 0) -> bytes:
     return struct.pack("<Q", seq) + bytes([tag]) * (FP - 8)
 
 
-def _flat(plan: Plan) -> prog.Program:
-    """The rank's program for this call shape, flattened on probe arrays."""
+def _flat(plan: Plan, family: str = "oneshot") -> prog.Program:
+    """The rank's program for this call shape (its registered ``family`` schedule),
+    flattened on probe arrays."""
     def fresh(a: np.ndarray | None) -> np.ndarray | None:
         return None if a is None else np.empty(a.size, plan.dtype)
     probe = dataclasses.replace(plan, input=fresh(plan.input), output=fresh(plan.output))
-    entry = registry.get(plan.coll, "oneshot")
+    entry = registry.get(plan.coll, family)
     return prog.flatten(entry.fn, probe, entry.qualname)
 
 
-def _packed(plan: Plan) -> bytes:
+def _packed(plan: Plan, family: str = "oneshot") -> bytes:
     """The rank's program for this call shape, packed for the interpreter."""
-    packed = _execute.pack_program(_flat(plan), REGION)
-    assert packed is not None, f"{plan.coll}: the one-shot program was not packed"
+    packed = _execute.pack_program(_flat(plan, family), REGION)
+    assert packed is not None, f"{plan.coll}: the {family} program was not packed"
     return packed
 
 
@@ -591,23 +592,7 @@ def test_an_all_to_all_program_checks_every_header_it_presumes(count):
 # ------------------------------------------------------------------ single copy
 
 
-def _single_copy_program(plan: Plan) -> prog.Program:
-    """The rank's registered single-copy ("cma") schedule, flattened on probe arrays."""
-    def fresh(a: np.ndarray | None) -> np.ndarray | None:
-        return None if a is None else np.empty(a.size, plan.dtype)
-    probe = dataclasses.replace(plan, input=fresh(plan.input), output=fresh(plan.output))
-    entry = registry.get(plan.coll, "cma")
-    return prog.flatten(entry.fn, probe, entry.qualname)
-
-
-def _single_copy_packed(plan: Plan) -> bytes:
-    """The rank's registered single-copy ("cma") schedule, flattened and packed."""
-    packed = _execute.pack_program(_single_copy_program(plan), REGION)
-    assert packed is not None, f"{plan.coll}: the single-copy program was not packed"
-    return packed
-
-
-def _run_single_copy(m: _Mapping, plans: list[Plan], seq: int) -> list[int]:
+def _run_single_copy(m: _Mapping, plans: list[Plan], seq: int) -> tuple[list[int], int]:
     """Every rank's single-copy program through the interpreter, the ranks entering in
     turn (the general path's entry: phase 0, every rank's tail mine), then resuming in
     turn until every one finished: where a rank stops at its closing WAIT (status 2),
@@ -615,7 +600,7 @@ def _run_single_copy(m: _Mapping, plans: list[Plan], seq: int) -> list[int]:
     statuses the first calls gave, and where the last rank's first call stopped."""
     n = len(plans)
     tails = (bytes([7]) * (FP - 8),) * n
-    programs = [_single_copy_packed(p) for p in plans]
+    programs = [_packed(p, "cma") for p in plans]
     first, resume = [], {}
     for r, p in enumerate(plans):
         got = m.rounds[r].program(seq, (tails, -1, None), 0, programs[r], p.input, p.output,
@@ -664,7 +649,7 @@ def test_a_single_copy_program_gives_the_simulators_results(coll, n):
                 # ranks enter in turn: every rank but the last finds someone missing; the
                 # last copies, then finds the others not through their closing round
                 assert first == [2] * n, first
-                records = _single_copy_program(got[-1]).records
+                records = _flat(got[-1], "cma").records
                 assert records[stop - 1][0] == prog.WAIT, (stop, records)
                 for r in range(n):
                     assert m.word(r) == ((5 + count) << 24) | 1, f"rank {r}: no closing signal"
@@ -681,12 +666,12 @@ def test_a_copy_outside_what_a_peer_exposed_stops_the_program():
     n, seq, dt = 2, 9, np.dtype(np.float32)
     data = [reference.rank_input(r, 64, dt) for r in range(n)]
     plans = make_plans("broadcast", n, data, dtype=dt, root=0, **host_options("cma"))
-    packed = [_single_copy_packed(p) for p in plans]
+    packed = [_packed(p, "cma") for p in plans]
     short = make_plans("broadcast", n, [d[:16] for d in data], dtype=dt, root=0,
                        **host_options("cma"))
     tails = (bytes([7]) * (FP - 8),) * n
     m = _Mapping(n)
-    assert m.rounds[0].program(seq, (tails, -1, None), 0, _single_copy_packed(short[0]),
+    assert m.rounds[0].program(seq, (tails, -1, None), 0, _packed(short[0], "cma"),
                                None, short[0].output, -1, 0) & 7 == 2
     out = plans[1].output
     before = out.tobytes()
