@@ -57,8 +57,9 @@ ACROSS_TITLE = ("across hosts (algorithms/hierarchical.py, picked by its choose(
                 "whenever the data fit the agreement, never forced)")
 AGREEMENT_TITLE = "across hosts (algorithms/eager.py; nothing to force)"
 DESCRIBED_TITLE = ("described schedules, the one-host fast paths (one-shot ones run as programs, "
-                   "gather's, scatter's and all_to_all's in the tiny-call lane; the others by "
-                   "paths/*.py; _select.fast_path picks them, never forced)")
+                   "gather's, scatter's and all_to_all's in the tiny-call lane; broadcast's "
+                   "and all_gather's cma too; the others by paths/*.py; _select.fast_path "
+                   "picks them, never forced)")
 WIDTH = 110  # a Steps/Bytes sentence longer than this is cut (the docstring has it all)
 
 

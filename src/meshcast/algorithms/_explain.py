@@ -35,6 +35,16 @@ _FAST_WHERE = {
                   "tests/collectives/test_{coll}.py, test_symmetric.py"),
 }
 
+# single-copy calls that run as programs (paths/single_copy.py's CopyPrograms, which
+# lanes.py and calls.py use for these; the others run their bodies)
+_CMA_PROGRAMS = ("broadcast", "all_gather")
+_CMA_PROGRAM_CODE = (
+    "algorithms/{coll}.py::cma, run as a program (flattened and packed by "
+    "paths/single_copy.py's CopyPrograms, run by transport/_tiny.c's interpreter, "
+    "Round.program: exposure, entry, copies and closing round in one call; "
+    "paths/single_copy.run_program where it stops; without the compiled helper "
+    "paths/single_copy.py's bodies), picked by calls.py and lanes.py")
+
 # one-shot calls whose layout only the entry reveals: not programs yet
 _STAGED = ("gather", "scatter", "all_to_all")
 _STAGED_CODE = ("paths/oneshot.py's Staged (picked by calls.py, run by group.py's _submit) and "
@@ -64,6 +74,12 @@ def explain(coll: str, nbytes: int, n: int, hosts: int = 1, cma: bool = True) ->
         code, engine, tests = _FAST_WHERE[fast]
         if fast == "oneshot" and coll in _STAGED:
             code = _STAGED_CODE
+        elif fast == "cma" and coll in _CMA_PROGRAMS:
+            code = _CMA_PROGRAM_CODE
+            engine = ("transport/_tiny.c (process_vm_readv/writev in the interpreter) + "
+                      "transport/arena.py (the entry, the closing round)")
+            tests += (", tests/transport/test_compiled_programs.py (the interpreter), "
+                      "tests/unit/test_copy_programs.py (where it stops)")
         elif fast == "oneshot":
             tests += (", tests/unit/test_programs.py (the program is its generator), "
                       "tests/transport/test_compiled_programs.py (the interpreter)")
