@@ -19,6 +19,7 @@ there is no compiler, or a step or fold the interpreter lacks.
 
 from __future__ import annotations
 
+import mmap
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -200,6 +201,19 @@ WRITES_INPUT, PUTS_ASCEND = 1, 2
 # single-copy program's closing round): its entry must then be the general path's,
 # phase 0 (a rooted entry), so that those phases come after it.
 SIGNALS = 4
+
+
+def probe(count: int | None, dtype: np.dtype) -> np.ndarray | None:
+    """An array of ``count`` elements (None: None) to flatten a schedule on
+    (``_program.flatten``) in place of a call's: its memory is an anonymous mapping of
+    its own that nothing touches (flattening only asks where each step's array lies).
+    So a large call's probe never goes through malloc, whose dynamic mmap threshold
+    would then put the caller's next arrays of that size in the heap, where copies run
+    slower (measured: +40% for an 8 MiB single-copy all_gather at 2 ranks after its
+    probes came from malloc)."""
+    if count is None:
+        return None
+    return np.frombuffer(mmap.mmap(-1, max(count * dtype.itemsize, 1)), dtype, count)
 
 
 def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:

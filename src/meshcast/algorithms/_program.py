@@ -53,7 +53,6 @@ headers). The one-shot schedules run as programs so, and
 
 from __future__ import annotations
 
-import mmap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -178,18 +177,6 @@ class _Locator:
             at = self._placed[value] = len(self.constants)
             self.constants += value + bytes(-len(value) % 8)
         return CONSTANT, at
-
-
-def probe(count: int | None, dtype: np.dtype) -> np.ndarray | None:
-    """An array of ``count`` elements (None: None) to flatten a schedule on, in place of
-    a call's: its memory is an anonymous mapping of its own that nothing touches
-    (flattening only asks where each step's array lies). So a large call's probe never
-    goes through malloc, whose dynamic mmap threshold would then put the caller's next
-    arrays of that size in the heap, where copies run slower (measured: +40% for an 8 MiB
-    single-copy all_gather at 2 ranks after its probes came from malloc)."""
-    if count is None:
-        return None
-    return np.frombuffer(mmap.mmap(-1, max(count * dtype.itemsize, 1)), dtype, count)
 
 
 def flatten(schedule: Callable[[Plan], Iterator[Round]], plan: Plan, name: str,
@@ -390,5 +377,4 @@ def expand(program: Program, buffers: tuple[np.ndarray | None, ...]) -> list[Rou
 
 
 __all__ = ["CONSTANT", "INPUT", "NO_BUFFER", "NotFlat", "NotPresumed", "OUTPUT", "PIECES",
-           "Program", "Record", "SPACE_CODES", "as_pieces", "constant", "expand", "flatten",
-           "probe"]
+           "Program", "Record", "SPACE_CODES", "as_pieces", "constant", "expand", "flatten"]

@@ -43,10 +43,10 @@ import numpy as np
 
 from .. import ops
 from ..algorithms import _registry as registry
-from ..algorithms._execute import BoundProgram
+from ..algorithms._execute import BoundProgram, probe
 from ..algorithms._onehost import split_head  # the header's size: one rule for both
 from ..algorithms._plan import Plan
-from ..algorithms._program import NO_BUFFER, as_pieces, flatten, probe
+from ..algorithms._program import NO_BUFFER, as_pieces, flatten
 from ..errors import MismatchError
 from ..topology import rotation
 

@@ -35,9 +35,9 @@ import numpy as np
 from .. import ops, symmetric
 from ..algorithms import _registry as registry
 from ..algorithms import _select as _fast
-from ..algorithms._execute import pack_program
+from ..algorithms._execute import pack_program, probe
 from ..algorithms._plan import Plan
-from ..algorithms._program import ENTER, WAIT, flatten, probe
+from ..algorithms._program import ENTER, WAIT, flatten
 from ..errors import MismatchError
 from ..topology import rotation
 from ..transport import cma
