@@ -37,7 +37,7 @@ from ..algorithms import _registry as registry
 from ..algorithms import _select as _fast
 from ..algorithms._execute import pack_program, probe
 from ..algorithms._plan import Plan
-from ..algorithms._program import ENTER, WAIT, flatten
+from ..algorithms._program import ENTER, WAIT, NotFlat, flatten
 from ..errors import MismatchError
 from ..topology import rotation
 from ..transport import cma
@@ -610,9 +610,12 @@ class CopyPrograms:
                         input=inp, output=out, counts=counts,
                         region_bytes=arena.small_bytes, single_copy=True)
             entry = registry.get(kind, "cma")
-            program = flatten(entry.fn, plan, entry.qualname)
-            packed = pack_program(program, arena.small_bytes)
-            if packed is not None:
+            try:
+                program = flatten(entry.fn, plan, entry.qualname)
+            except NotFlat:  # (a shape whose schedule names memory of its own: its body)
+                program = None
+            packed = None if program is None else pack_program(program, arena.small_bytes)
+            if program is not None and packed is not None:
                 records = program.records
                 entered = next(i for i, rec in enumerate(records) if rec[0] == ENTER) + 1
                 waits = {i + 1: (program.rank_sets[rec[1]], rec[3])
