@@ -655,8 +655,7 @@ class TinyCallLane:
 
         def rest(seq: int, agreed: bool) -> None:
             if not agreed:
-                group.arena.compare_entered(seq, False)  # raises the MismatchError
-                raise AssertionError(f"{what}: the entry disagreed, the fingerprints not")
+                _entry_differs(group, seq)
             group.last_algorithm = "broadcast/cma"
             single_copy.run_reads(group, seq, what, arr, arr, copies)
 
@@ -765,12 +764,13 @@ class TinyCallLane:
         flat_out = out.reshape(-1)
         in_place = np.may_share_memory(out, inp) and np.may_share_memory(
             flat_out[group._rank * inp.size:(group._rank + 1) * inp.size], inp)
-        if programs is not None:
-            def hand_over(group: GroupView, seq: int) -> None:
-                counts = arena.compare_entered(seq, True)
-                group.all_gather(flat_out, inp.reshape(-1), [inp.size] * n, inp.dtype.name,
-                                 _nothing, entered=(seq, counts))
 
+        def hand_over(group: GroupView, seq: int) -> None:
+            counts = arena.compare_entered(seq, True)
+            group.all_gather(flat_out, inp.reshape(-1), [inp.size] * n, inp.dtype.name,
+                             _nothing, entered=(seq, counts))
+
+        if programs is not None:
             return self._copy_call("all_gather", tail, programs[in_place], inp, out, inp,
                                    hand_over, async_op)
         assert reads is not None
@@ -780,10 +780,8 @@ class TinyCallLane:
             if agreed:
                 group.last_algorithm = "all_gather/cma"
                 single_copy.run_reads(group, seq, what, out, inp, mine_read)
-                return
-            counts = arena.compare_entered(seq, True)
-            group.all_gather(flat_out, inp.reshape(-1), [inp.size] * n, inp.dtype.name,
-                             _nothing, entered=(seq, counts))
+            else:
+                hand_over(group, seq)
 
         return self._single_call("all_gather", tail, inp, rest, async_op)
 

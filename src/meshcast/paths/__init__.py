@@ -36,6 +36,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
+
+from ..algorithms import _registry as registry
+from ..algorithms._execute import probe
+from ..algorithms._plan import Plan
+from ..algorithms._program import Program, flatten
+
 if TYPE_CHECKING:
     from .._fifo import CallFifo
     from ..algorithms._select import HostCaps
@@ -87,4 +94,31 @@ class GroupView(Protocol):
 
 Job = Callable[[], None]  # what ProcessGroup._run runs in call order
 
-__all__ = ["GroupView", "Job"]
+
+def flatten_shape(group: GroupView, kind: str, family: str, dtype: np.dtype, root: int,
+                  n_in: int | None, n_out: int | None, counts: tuple[int, ...] | None,
+                  *, in_place: bool = False, presume: bool = False) -> Program:
+    """This rank's registered ``family`` schedule of ``kind`` flattened for one call shape
+    (``_program.flatten``, on ``_execute.probe`` arrays): ``n_in``/``n_out`` elements of
+    the flat input and output (None where the call has none), per-rank ``counts``;
+    ``in_place``: the input is my piece of the output, where ``counts`` put it;
+    ``presume``: see ``flatten``. The one-shot and single-copy program caches
+    (paths.oneshot.Programs, paths.single_copy.CopyPrograms) both flatten here.
+
+    Raises:
+        NotFlat: as ``flatten`` does.
+    """
+    out = probe(n_out, dtype)
+    if in_place and out is not None and counts is not None:
+        lo = sum(counts[:group._rank])
+        inp = out[lo:lo + counts[group._rank]]
+    else:
+        inp = probe(n_in, dtype)
+    plan = Plan(coll=kind, rank=group._rank, size=group._size, dtype=dtype, root=root,
+                input=inp, output=out, counts=counts, region_bytes=group.arena.small_bytes,
+                single_copy=family == "cma")
+    entry = registry.get(kind, family)
+    return flatten(entry.fn, plan, entry.qualname, presume=presume)
+
+
+__all__ = ["GroupView", "Job", "flatten_shape"]

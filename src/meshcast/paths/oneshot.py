@@ -42,13 +42,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import ops
-from ..algorithms import _registry as registry
-from ..algorithms._execute import BoundProgram, probe
+from ..algorithms._execute import BoundProgram
 from ..algorithms._onehost import split_head  # the header's size: one rule for both
-from ..algorithms._plan import Plan
-from ..algorithms._program import NO_BUFFER, as_pieces, flatten
+from ..algorithms._program import NO_BUFFER, as_pieces
 from ..errors import MismatchError
 from ..topology import rotation
+from . import flatten_shape
 
 if TYPE_CHECKING:
     from .._fingerprint import Fingerprint
@@ -155,13 +154,10 @@ class Programs:
         bound = self._bound.get(key)
         if bound is None:
             g = self.group
-            plan = Plan(coll=kind, rank=g._rank, size=g._size, dtype=dtype, root=root,
-                        input=probe(n_in, dtype), output=probe(n_out, dtype),
-                        counts=counts, region_bytes=g.arena.small_bytes)
-            entry = registry.get(kind, "oneshot")
             # (all_to_all's reads every rank's split header: flattened presuming each
             # is mine, equal splits, which the program checks)
-            program = flatten(entry.fn, plan, entry.qualname, presume=kind == "all_to_all")
+            program = flatten_shape(g, kind, "oneshot", dtype, root, n_in, n_out, counts,
+                                    presume=kind == "all_to_all")
             if listed != NO_BUFFER:
                 program = as_pieces(program, listed, g._size)
             bound = BoundProgram(program, g.arena)

@@ -33,14 +33,13 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from .. import ops, symmetric
-from ..algorithms import _registry as registry
 from ..algorithms import _select as _fast
-from ..algorithms._execute import pack_program, probe
-from ..algorithms._plan import Plan
-from ..algorithms._program import ENTER, WAIT, NotFlat, flatten
+from ..algorithms._execute import pack_program
+from ..algorithms._program import ENTER, WAIT, NotFlat
 from ..errors import MismatchError
 from ..topology import rotation
 from ..transport import cma
+from . import flatten_shape
 
 if TYPE_CHECKING:
     from ..algorithms._select import HostCaps
@@ -596,22 +595,12 @@ class CopyPrograms:
             return self._kept[key]
         except KeyError:
             pass
-        g = self.group
-        arena = g.arena
+        arena = self.group.arena
         made = None
         if arena.compiled_program is not None:
-            out = probe(n_out, dtype)
-            if in_place and out is not None and counts is not None:
-                lo = sum(counts[:g._rank])
-                inp = out[lo:lo + counts[g._rank]]
-            else:
-                inp = probe(n_in, dtype)
-            plan = Plan(coll=kind, rank=g._rank, size=g._size, dtype=dtype, root=root,
-                        input=inp, output=out, counts=counts,
-                        region_bytes=arena.small_bytes, single_copy=True)
-            entry = registry.get(kind, "cma")
             try:
-                program = flatten(entry.fn, plan, entry.qualname)
+                program = flatten_shape(self.group, kind, "cma", dtype, root, n_in, n_out,
+                                        counts, in_place=in_place)
             except NotFlat:  # (a shape whose schedule names memory of its own: its body)
                 program = None
             packed = None if program is None else pack_program(program, arena.small_bytes)
@@ -625,7 +614,6 @@ class CopyPrograms:
             del self._kept[next(iter(self._kept))]
         self._kept[key] = made
         return made
-
 
     def bound(self, kind: str, dtype: np.dtype, root: int, inp: np.ndarray | None,
               out: np.ndarray | None, counts: tuple[int, ...] | None = None
@@ -655,8 +643,9 @@ def run_program(group: GroupView, seq: int, what: object, program: CopyProgram,
     (the general path's, or a compiled entry alone) and the records after it run now.
     Where the interpreter stops, Python takes its part and the program goes on: the
     rest of a late entry, through ``agree(status)`` (False: the ranks' calls differ
-    and ``agree`` handed the call over; this returns False too), or a closing wait. A copy outside what its owner exposed (the ranks disagree about the sizes)
-    or one the kernel refused aborts the group and raises. True: the call is done."""
+    and ``agree`` handed the call over; this returns False too), or a closing wait. A
+    copy outside what its owner exposed (the ranks disagree about the sizes) or one
+    the kernel refused aborts the group and raises. True: the call is done."""
     arena = group.arena
     run = arena.compiled_program
     packed, waits = program.packed, program.waits
