@@ -195,7 +195,9 @@ def all_reduce(m: Machinery, buf: Buffer, op: ops.ReduceOp, algorithm: str | Non
     single = SingleCopy(exposing(work_arr),
                         lambda _: _fast.all_reduce_single_copy(m.caps, work_arr.nbytes),
                         single_copy.reduce_then_collect(m.arena, work_arr, sched_op, m.rank,
-                                                        m.size), phases=2)
+                                                        m.size), phases=2,
+                        program=lambda _: m.copies.bound(
+                            "all_reduce", work_arr.dtype, -1, None, work_arr, op=sched_op))
     return m.submit("all_reduce", fp,
                     lambda c: m.plan("all_reduce", work_arr.dtype, op=sched_op, input=work_arr,
                                      output=work_arr),
@@ -229,7 +231,10 @@ def reduce(m: Machinery, buf: Buffer, op: ops.ReduceOp, root: int, algorithm: st
                      async_op)
     # count and dtype are in the fingerprint, so every rank decides alike
     single = SingleCopy(exposing(work_arr), lambda _: _fast.single_copy(m.caps, work_arr.nbytes),
-                        single_copy.reduce(work_arr, sched_op, out is not None, m.rank, m.size))
+                        single_copy.reduce(work_arr, sched_op, out is not None, m.rank, m.size),
+                        program=lambda _: m.copies.bound(  # (into the root's own array)
+                            "reduce", work_arr.dtype, root, work_arr,
+                            None if out is None else work_arr, op=sched_op))
     return m.submit("reduce", fp,
                     lambda c: m.plan("reduce", work_arr.dtype, op=sched_op, root=root,
                                      input=work_arr, output=out),
@@ -368,7 +373,10 @@ def reduce_scatter(m: Machinery, out_buf: Buffer, in_flat: np.ndarray, counts: S
                                        op=sched_op, counts=counts), async_op)
     single = SingleCopy(exposing(in_work), single_copy.fits(m.caps, in_work.dtype.itemsize),
                         single_copy.reduce_my_piece(in_work, sum(counts[:m.rank]), out_work,
-                                                    sched_op, m.rank, m.size))
+                                                    sched_op, m.rank, m.size),
+                        program=lambda _: m.copies.bound(
+                            "reduce_scatter", in_work.dtype, -1, in_work, out_work,
+                            tuple(counts), op=sched_op))
 
     def schedule_plan(c: Any) -> Plan:
         # The schedules (ring, direct) write their output while they still read the

@@ -149,7 +149,7 @@ class TinyCallLane:
             return False
         tail, views, kernel, average, code, prog = plan
         if views is None:
-            return self._all_reduce_single(arr, tail, kernel, average)
+            return self._all_reduce_single(arr, tail, kernel, average, prog)
         group = self.group
         fifo = group.fifo
         if prog is not None:  # the registered schedule, run by the compiled interpreter
@@ -191,7 +191,7 @@ class TinyCallLane:
             return None
         tail, views, kernel, average, code, prog = plan
         if views is None:
-            return self._all_reduce_single(arr, tail, kernel, average, async_op=True)
+            return self._all_reduce_single(arr, tail, kernel, average, prog, async_op=True)
         if prog is not None:
             return self._start("all_reduce", tail, arr, arr, code, average, _ignore, prog=prog)
         return self._start("all_reduce", tail, arr, None, None, False, _reduce_parity, arr,
@@ -260,7 +260,7 @@ class TinyCallLane:
         tail, views, pieces, kernel, average, code, prog = plan
         if views is None:
             return self._reduce_scatter_single(out.reshape(-1), inp.reshape(-1), tail, kernel,
-                                               average, async_op=True)
+                                               average, prog, async_op=True)
         if prog is not None:
             return self._start("reduce_scatter", tail, inp, out, code, average, _ignore,
                                prog=prog, per_rank_counts=True)
@@ -367,14 +367,20 @@ class TinyCallLane:
         return True
 
     def _all_reduce_single(self, arr: np.ndarray, tail: bytes, op: ops.ReduceOp,
-                           average: bool, async_op: bool = False) -> Any:
-        """all_reduce past the one-shot sizes: the general path's single-copy form (see
+                           average: bool, program: tuple | None, async_op: bool = False
+                           ) -> Any:
+        """all_reduce past the one-shot sizes: its registered ``cma`` schedule's
+        ``program`` through :meth:`_copy_call`, or where there is none (no compiled
+        interpreter, no kernel for ``op``) the general path's single-copy form (see
         paths.single_copy.reduce_then_collect), through :meth:`_single_call`. The entry
         compares every field, so ranks that disagree get the general path's
         MismatchError."""
         group = self.group
         arena, n = group.arena, group._size
         flat = arr.reshape(-1)
+        if program is not None:
+            return self._copy_call("all_reduce", tail, program, None, flat, flat,
+                                   _entry_differs, async_op, average)
         what = self._whats["all_reduce"]
 
         def rest(seq: int, agreed: bool) -> None:
@@ -437,7 +443,8 @@ class TinyCallLane:
 
     def _copy_call(self, kind: str, tail: bytes, program: tuple, inp: np.ndarray | None,
                    out: np.ndarray, exposed: np.ndarray,
-                   differ: Callable[[GroupView, int], None], async_op: bool) -> Any:
+                   differ: Callable[[GroupView, int], None], async_op: bool,
+                   average: bool = False) -> Any:
         """A single-copy call (``kind``) as the group's next, run as its registered
         ``cma`` schedule's program (``program``: the paths.single_copy.CopyProgram and
         its rooted entry) on ``inp`` and ``out``: one compiled call exposes
@@ -447,7 +454,8 @@ class TinyCallLane:
         async work is queued. With ``async_op``: :meth:`_async_single`'s Work; past
         ``_select.ASYNC_INLINE_MAX_BYTES`` exposed, only the entry runs in the caller
         and the copies on the worker thread (overlapping the caller's work), as the
-        program's records after the entry."""
+        program's records after the entry. ``average``: ``out`` is divided by the group's
+        size once the program ran (AVG), unless the call was handed over."""
         group = self.group
         arena = group.arena
         copy, entry = program
@@ -458,10 +466,11 @@ class TinyCallLane:
             try:
                 seq = next(group._seq)
                 got = arena.compiled_program(seq, entry, arena.spin_ns, copy.packed, inp, out,
-                                             -1, 0)
+                                             copy.kernel, 0)
                 group.last_algorithm = _SINGLE[kind]
-                if got:
-                    self._copy_rest(kind, seq, tail, copy, entry, inp, out, got, differ)
+                if (not got or self._copy_rest(kind, seq, tail, copy, entry, inp, out, got,
+                                               differ)) and average:
+                    ops.finish_average(out, group._size)
             except BaseException as exc:
                 fifo.leave_inline(exc)
                 raise
@@ -473,15 +482,16 @@ class TinyCallLane:
             """Call ``seq`` from its start: its status, and the rest of the call."""
             if whole:
                 got = arena.compiled_program(seq, entry, arena.spin_ns, copy.packed, inp, out,
-                                             -1, 0)
+                                             copy.kernel, 0)
             else:  # the entry alone: the worker runs the rest
                 status = arena.compiled_rooted(seq, entry[0], None, arena.spin_ns, exposed)
                 got = copy.entered * 8 + status if status else -1
 
             def finish() -> None:
                 group.last_algorithm = _SINGLE[kind]
-                if got:
-                    self._copy_rest(kind, seq, tail, copy, entry, inp, out, got, differ)
+                if (not got or self._copy_rest(kind, seq, tail, copy, entry, inp, out, got,
+                                               differ)) and average:
+                    ops.finish_average(out, group._size)
 
             return max(got, 0), finish
 
@@ -489,11 +499,12 @@ class TinyCallLane:
 
     def _copy_rest(self, kind: str, seq: int, tail: bytes, copy: Any, entry: tuple,
                    inp: np.ndarray | None, out: np.ndarray, got: int,
-                   differ: Callable[[GroupView, int], None]) -> None:
+                   differ: Callable[[GroupView, int], None]) -> bool:
         """The rest of :meth:`_copy_call`'s call ``seq`` where the interpreter returned
         ``got`` (-1: only the entry ran, and finished): paths.single_copy.run_program
         goes on in Python; where the ranks' fingerprints differ, ``differ(group, seq)``
-        raises the MismatchError or hands the entered call over to the general path."""
+        raises the MismatchError or hands the entered call over to the general path
+        (False: the general path finished the call)."""
         group = self.group
         arena = group.arena
         what = self._whats[kind]
@@ -508,20 +519,20 @@ class TinyCallLane:
             differ(group, seq)
             return False
 
-        single_copy.run_program(group, seq, what, copy, entry, inp, out,
-                                None if got < 0 else got, agree)
+        return single_copy.run_program(group, seq, what, copy, entry, inp, out,
+                                       None if got < 0 else got, agree)
 
     def _copy_program(self, kind: str, tail: bytes, dtype: np.dtype, root: int,
                       n_in: int | None, n_out: int | None,
-                      counts: tuple[int, ...] | None = None, in_place: bool = False
-                      ) -> tuple | None:
+                      counts: tuple[int, ...] | None = None, in_place: bool = False,
+                      op: ops.ReduceOp | None = None) -> tuple | None:
         """A single-copy call's program (paths.single_copy.CopyPrograms) with its rooted
         entry (every rank's fingerprint tail ``tail``, no root, the program's own
-        exposure), or None without the compiled interpreter."""
+        exposure), or None without the compiled interpreter or a kernel for ``op``."""
         programs = self._copy_programs
         if programs is None:
             programs = self._copy_programs = single_copy.CopyPrograms(self.group)
-        copy = programs.get(kind, dtype, root, n_in, n_out, counts, in_place)
+        copy = programs.get(kind, dtype, root, n_in, n_out, counts, in_place, op)
         return None if copy is None else (copy, ((tail,) * self.group._size, -1, None))
 
     def _async_single(self, enter: Callable[[int], tuple[int | None, Callable[[], None]]],
@@ -796,7 +807,7 @@ class TinyCallLane:
         tail, views, pieces, kernel, average, code, prog = plan
         if views is None:
             return self._reduce_scatter_single(out.reshape(-1), inp.reshape(-1), tail, kernel,
-                                               average)
+                                               average, prog)
         fifo = group.fifo
         if prog is not None:  # the registered schedule, run by the compiled interpreter
             if not fifo.enter_inline():  # queued async work goes first
@@ -886,14 +897,27 @@ class TinyCallLane:
                            out.reshape(-1), regions, kernel, average)
 
     def _reduce_scatter_single(self, out: np.ndarray, inp: np.ndarray, tail: bytes,
-                               op: ops.ReduceOp, average: bool, async_op: bool = False) -> Any:
-        """reduce_scatter past the one-shot sizes: the general path's single-copy form
-        (paths.single_copy.reduce_my_piece) through :meth:`_single_call` when every rank
-        agrees; anything else is handed over to the general path after the entry."""
+                               op: ops.ReduceOp, average: bool, program: tuple | None,
+                               async_op: bool = False) -> Any:
+        """reduce_scatter past the one-shot sizes: its registered ``cma`` schedule's
+        ``program`` through :meth:`_copy_call`, or without one the general path's
+        single-copy form (paths.single_copy.reduce_my_piece) through
+        :meth:`_single_call`, when every rank agrees; anything else is handed over to
+        the general path after the entry."""
         group = self.group
         arena, me, n = group.arena, group._rank, group._size
         c = out.size
         what = self._whats["reduce_scatter"]
+
+        def hand_over(group: GroupView, seq: int) -> None:
+            counts = arena.compare_entered(seq, True)
+            buf = as_buffer(out, name="output", caller="reduce_scatter_tensor", rank=None)
+            group.reduce_scatter(buf, inp, [c] * n, ops.ReduceOp.AVG if average else op,
+                                 _nothing, entered=(seq, counts))
+
+        if program is not None:
+            return self._copy_call("reduce_scatter", tail, program, inp, out, inp, hand_over,
+                                   async_op, average)
 
         def rest(seq: int, agreed: bool) -> None:
             if agreed:
@@ -903,10 +927,7 @@ class TinyCallLane:
                 if average:
                     ops.finish_average(out, n)
                 return
-            counts = arena.compare_entered(seq, True)
-            buf = as_buffer(out, name="output", caller="reduce_scatter_tensor", rank=None)
-            group.reduce_scatter(buf, inp, [c] * n, ops.ReduceOp.AVG if average else op,
-                                 _nothing, entered=(seq, counts))
+            hand_over(group, seq)
 
         return self._single_call("reduce_scatter", tail, inp, rest, async_op)
 
@@ -1947,7 +1968,8 @@ class TinyCallLane:
                           count=arr.size)
         sched_op = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
         if single:
-            return tail, None, sched_op, rop is ops.ReduceOp.AVG, None, None
+            return (tail, None, sched_op, rop is ops.ReduceOp.AVG, None,  # all_reduce/cma
+                    self._copy_program(kind, tail, dtype, -1, None, arr.size, op=sched_op))
         code = ops.compiled_kernel(sched_op, dtype)
         prog = (self._program(kind, dtype, arr.size, arr.size)
                 if kind == "all_reduce" and code is not None else None)
@@ -2065,9 +2087,12 @@ class TinyCallLane:
             return False
         tail = self._tail("reduce_scatter", oneshot, dtype=dtype.name, op=rop.name,
                           count=out.size, extra=counts_hash((out.size,) * n))
-        if single:
+        if single:  # its program (reduce_scatter/cma), or None: the body
             sched = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
-            return tail, None, None, sched, rop is ops.ReduceOp.AVG, None, None
+            prog = (None if listed != NO_BUFFER else self._copy_program(
+                "reduce_scatter", tail, dtype, -1, inp.size, out.size, (out.size,) * n,
+                op=sched))
+            return tail, None, None, sched, rop is ops.ReduceOp.AVG, None, prog
         views = self._views(inp.reshape(-1))
         c = out.size
         pieces = [[region[me * c:(me + 1) * c] for region in views[p]] for p in (0, 1)]
@@ -2328,7 +2353,8 @@ def _copy_piece(parity: int, out: np.ndarray, regions: tuple, lo: int) -> None:
 
 _ONESHOT = {kind: f"{kind}/oneshot" for kind in (
     "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "barrier")}
-_SINGLE = {kind: f"{kind}/cma" for kind in ("broadcast", "all_gather")}
+_SINGLE = {kind: f"{kind}/cma"
+           for kind in ("broadcast", "all_gather", "all_reduce", "reduce_scatter")}
 
 
 def _reduce(arr: np.ndarray, regions: list[np.ndarray], kernel: Any, average: bool) -> None:

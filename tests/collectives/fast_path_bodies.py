@@ -1470,3 +1470,87 @@ def single_copy_programs(count: int) -> tuple[int, int]:
                                                   f"all_gather piece {q}")
     arena.compiled_program, single_copy.run_program = run, go_on
     return counts[0], counts[1]
+
+
+def single_copy_folds(count: int) -> tuple[int, int, int]:
+    """all_reduce (SUM, AVG on float64, MAX on int32: ``count`` float64's bytes, past
+    ``ALL_REDUCE_SINGLE_MIN_BYTES``) and reduce_scatter_tensor (SUM, AVG, ``count // 2``
+    float64 a rank) in the lane (contiguous arrays) and on the general path (strided
+    ones), sync and async, and reduce to every root (general path only: the lane has no
+    single-copy reduce), every result checked against the values folded in rank order.
+    Returns how many calls ran their registered cma schedule's program: from its entry
+    (the lane's: Round.program with the exposure its own), after the lane's compiled
+    entry (an async call past ``ASYNC_INLINE_MAX_BYTES`` exposed: its copies on the
+    worker thread), and after the general path's entry."""
+    from meshcast.paths import single_copy
+
+    r, n = dist.get_rank(), dist.get_world_size()
+    arena = dist.group.WORLD.arena
+    counts = [0, 0, 0]
+    run, rooted, go_on = arena.compiled_program, arena.compiled_rooted, single_copy.run_program
+
+    def counted(seq: int, entry: Any, *args: Any) -> Any:
+        if type(entry) is tuple and entry[2] is None and args[-1] == 0:
+            counts[0] += 1  # (a run from the start, its exposure the program's own)
+        return run(seq, entry, *args)
+
+    def entered_alone(*args: Any) -> Any:
+        counts[1] += 1  # (the lane's compiled entry alone: the worker runs the rest)
+        return rooted(*args)
+
+    def after_entry(group: Any, seq: int, what: object, program: Any, entry: Any,
+                    *args: Any) -> bool:
+        counts[2] += entry is None  # (the general path's: the entry was its own)
+        return go_on(group, seq, what, program, entry, *args)
+
+    def folded(values: list[np.ndarray], op: str) -> np.ndarray:
+        acc = values[0].copy()
+        for v in values[1:]:  # (in rank order, as the kernels fold)
+            acc = np.maximum(acc, v) if op == "max" else acc + v
+        return acc / n if op == "avg" else acc
+
+    ops = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "max": dist.ReduceOp.MAX}
+    arena.compiled_program, arena.compiled_rooted = counted, entered_alone
+    single_copy.run_program = after_entry
+    try:
+        for general in (False, True):
+            shaped = (lambda a: np.repeat(a, 2)[::2]) if general else (lambda a: a.copy())
+            for run_async in (False, True):
+                for op in ("sum", "avg", "max"):
+                    if op == "max":  # int32: twice as many elements, the same bytes
+                        values = [(_value(q, 1, 2 * count) * 7).astype(np.int32)
+                                  for q in range(n)]
+                    else:
+                        values = [_value(q, 1, count) for q in range(n)]
+                    buf = shaped(values[r])
+                    work = dist.all_reduce(buf, op=ops[op], async_op=run_async)
+                    if work is not None:
+                        work.wait()
+                    np.testing.assert_allclose(buf, folded(values, op), rtol=1e-15,
+                                               err_msg=f"all_reduce {op}")
+                piece = count // 2
+                for op in ("sum", "avg"):
+                    values = [np.concatenate([_value(q, p, piece) for p in range(n)])
+                              for q in range(n)]
+                    out = shaped(np.zeros(piece))
+                    work = dist.reduce_scatter_tensor(out, shaped(values[r]), op=ops[op],
+                                                      async_op=run_async)
+                    if work is not None:
+                        work.wait()
+                    want = folded([v[r * piece:(r + 1) * piece] for v in values], op)
+                    np.testing.assert_allclose(out, want, rtol=1e-15,
+                                               err_msg=f"reduce_scatter {op}")
+                if not general:
+                    continue
+                for root in range(n):
+                    values = [_value(q, root, count // 2) for q in range(n)]
+                    buf = shaped(values[r])
+                    work = dist.reduce(buf, dst=root, async_op=run_async)
+                    if work is not None:
+                        work.wait()
+                    np.testing.assert_array_equal(buf, folded(values, "sum") if r == root
+                                                  else values[r], f"reduce to {root}")
+    finally:
+        arena.compiled_program, arena.compiled_rooted = run, rooted
+        single_copy.run_program = go_on
+    return counts[0], counts[1], counts[2]

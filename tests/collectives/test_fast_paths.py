@@ -207,6 +207,18 @@ def test_single_copy_calls_run_their_programs(n, single_copy):
 
 
 @pytest.mark.parametrize("n", [2, 3])
+def test_single_copy_folds_run_their_programs(n, single_copy):
+    # all_reduce (3 ops) and reduce_scatter_tensor (2) past the one-shot sizes, sync and
+    # async, in the lane (contiguous) and on the general path (strided), and reduce to
+    # every root on the general path: every call runs its cma schedule's program, whose
+    # folds read the peers' exposed buffers in the interpreter. The lane's sync calls
+    # run it from the exposure on, its async ones (past ASYNC_INLINE_MAX_BYTES exposed)
+    # after their compiled entry; the general path's after its own entry.
+    out = spawn_world(bodies.single_copy_folds, n, timeout=120, count=300_000)
+    assert all(tuple(c) == (5, 5, 2 * (5 + n)) for c in out), out
+
+
+@pytest.mark.parametrize("n", [2, 3])
 def test_async_calls_through_the_lane(n):
     out = spawn_world(bodies.async_calls_in_order, n, timeout=120)
     assert all(o != ["no MismatchError"] for o in out), out

@@ -303,7 +303,8 @@ def test_programs_the_interpreter_does_not_run_are_not_packed():
     write = (prog.WRITE, 1, exposed, 0, 16, -1, 0, prog.INPUT, 0)
     signal = (prog.SIGNAL, -1, -1, 1, 0, -1, 0, -1, 0)
     wait = (prog.WAIT, 0, -1, 1, 0, -1, 0, -1, 0)
-    assert _execute.pack_program(program(expose, enter, read, write, signal, wait),
+    fold = (prog.REDUCE_SLOTS, 0, exposed, 0, 16, prog.OUTPUT, 0, -1, 0)
+    assert _execute.pack_program(program(expose, enter, read, write, fold, signal, wait),
                                  REGION) is not None
     for what, records in {
         "an exposure after the entry": (enter, expose),
@@ -315,8 +316,10 @@ def test_programs_the_interpreter_does_not_run_are_not_packed():
         "a write from past its buffer": (enter, (*write[:7], prog.INPUT, 8)),
         "a read before a peer's buffer": (enter, (prog.GET, 1, exposed, -16, 16, prog.OUTPUT,
                                                   0, -1, 0)),
-        "a fold of exposed buffers": (enter, (prog.REDUCE_SLOTS, 0, exposed, 0, 16,
-                                              prog.OUTPUT, 0, -1, 0)),
+        "a fold of exposed buffers before the entry": (fold, enter),
+        "a fold of exposed buffers and an operand of my own": (
+            enter, (*fold[:7], prog.INPUT, 0)),
+        "a fold of exposed buffers before a peer's": (enter, (*fold[:3], -16, *fold[4:])),
     }.items():
         assert _execute.pack_program(program(*records), REGION) is None, what
     # a side given as pieces is addressed through its pieces, never as a whole
@@ -592,19 +595,22 @@ def test_an_all_to_all_program_checks_every_header_it_presumes(count):
 # ------------------------------------------------------------------ single copy
 
 
-def _run_single_copy(m: _Mapping, plans: list[Plan], seq: int) -> tuple[list[int], int]:
+def _run_single_copy(m: _Mapping, plans: list[Plan], seq: int, kernel: int = -1,
+                     args: list[tuple] | None = None) -> tuple[list[int], int]:
     """Every rank's single-copy program through the interpreter, the ranks entering in
     turn (the general path's entry: phase 0, every rank's tail mine), then resuming in
     turn until every one finished: where a rank stops at its closing WAIT (status 2),
-    it resumes at that WAIT once another rank moved on (as Python waits there). The
-    statuses the first calls gave, and where the last rank's first call stopped."""
+    it resumes at that WAIT once another rank moved on (as Python waits there);
+    ``kernel``: the folds' code; ``args``: each rank's input and output, where they are
+    not its plan's. The statuses the first calls gave, and where the last rank's first
+    call stopped."""
     n = len(plans)
     tails = (bytes([7]) * (FP - 8),) * n
     programs = [_packed(p, "cma") for p in plans]
+    args = args or [(p.input, p.output) for p in plans]
     first, resume = [], {}
-    for r, p in enumerate(plans):
-        got = m.rounds[r].program(seq, (tails, -1, None), 0, programs[r], p.input, p.output,
-                                  -1, 0)
+    for r in range(n):
+        got = m.rounds[r].program(seq, (tails, -1, None), 0, programs[r], *args[r], kernel, 0)
         first.append(got & 7)
         if got:
             resume[r] = got >> 3
@@ -614,8 +620,8 @@ def _run_single_copy(m: _Mapping, plans: list[Plan], seq: int) -> tuple[list[int
             wait = programs[r][8 * (_execute.PROGRAM_HEADER
                                     + (resume[r] - 1) * _execute.RECORD_WORDS):][:8]
             start = resume[r] - (int.from_bytes(wait, "little") == prog.WAIT)
-            got = m.rounds[r].program(seq, (tails, -1, None), 0, programs[r], plans[r].input,
-                                      plans[r].output, -1, start)
+            got = m.rounds[r].program(seq, (tails, -1, None), 0, programs[r], *args[r],
+                                      kernel, start)
             if got:
                 resume[r] = got >> 3
             else:
@@ -657,6 +663,74 @@ def test_a_single_copy_program_gives_the_simulators_results(coll, n):
                     assert a.output.tobytes() == b.output.tobytes(), f"{coll} {count} rank {r}"
                     checked += 1
     assert checked
+
+
+@pytest.mark.parametrize("coll,n", [(c, n) for c in ("all_reduce", "reduce", "reduce_scatter")
+                                    for n in (2, 3, 5, 8)])
+def test_a_single_copy_fold_gives_the_simulators_results(coll, n):
+    # every rank's exposed buffer folded in rank order, read through process_vm_readv in
+    # chunks (_tiny.c's FOLD_BYTES: 140 000 float64 a rank span several), bitwise what the
+    # simulator gives; in place too: all_reduce's input is its output, a reduce root's
+    # output its input, as the runtime calls them (my own operand overlaps what is
+    # written: the interpreter reads it first)
+    checked = 0
+    for dt, op in ((np.dtype(np.float64), ReduceOp.SUM), (np.dtype(np.int32), ReduceOp.MAX),
+                   (np.dtype(np.uint8), ReduceOp.BXOR)):
+        kernel = ops.compiled_kernel(op, dt)
+        assert kernel is not None
+        for root in sorted({0, n - 1} if coll == "reduce" else {-1}):
+            for count in (0, 1, 37, 140_000):
+                for in_place in (False, True) if coll != "reduce_scatter" else (False,):
+                    size = count * n if coll == "reduce_scatter" else count
+                    data = [reference.rank_input(r, size, dt) for r in range(n)]
+                    args = dict(dtype=dt, op=op, root=root, **host_options("cma"))
+                    want = make_plans(coll, n, data, **args)
+                    got = make_plans(coll, n, data, **args)
+                    _simulate.run(registry.get(coll, "cma").fn, want)
+                    calls = [(p.input, p.output) for p in got]
+                    if in_place:  # the flattened program's buffers, one array for both
+                        for r, p in enumerate(got):
+                            if p.output is not None:
+                                calls[r] = (p.output, p.output)
+                                p.output[...] = p.input
+                    m = _Mapping(n)
+                    for rnd in m.rounds:
+                        rnd.pids = (os.getpid(),) * n
+                    _run_single_copy(m, got, 3 + count, kernel, calls)
+                    for r, (a, (_, out)) in enumerate(zip(want, calls)):
+                        if a.output is not None:
+                            assert a.output.tobytes() == out.tobytes(), (
+                                f"{coll} {dt} {count} root {root} rank {r} {in_place}")
+                            checked += 1
+    assert checked
+
+
+def test_a_single_copy_fold_stops_where_a_peer_exposed_less():
+    # reduce_scatter at 3 ranks where rank 2 exposed fewer elements than the others
+    # fold (ranks that disagree about the sizes): a rank folding stops at its fold with
+    # status 4, its output untouched; a fold without a kernel raises
+    n, seq, dt, count = 3, 4, np.dtype(np.float32), 20000
+    data = [reference.rank_input(r, count * n, dt) for r in range(n)]
+    args = dict(dtype=dt, op=ReduceOp.SUM, **host_options("cma"))
+    plans = make_plans("reduce_scatter", n, data, **args)
+    short = make_plans("reduce_scatter", n, [d[:count] for d in data], **args)
+    kernel = ops.compiled_kernel(ReduceOp.SUM, dt)
+    tails = (bytes([7]) * (FP - 8),) * n
+    m = _Mapping(n)
+    for rnd in m.rounds:
+        rnd.pids = (os.getpid(),) * n
+    assert m.rounds[2].program(seq, (tails, -1, None), 0, _packed(short[2], "cma"),
+                               short[2].input, short[2].output, kernel, 0) & 7 == 2
+    assert m.rounds[0].program(seq, (tails, -1, None), 0, _packed(plans[0], "cma"),
+                               plans[0].input, plans[0].output, kernel, 0) & 7 == 2
+    out = np.zeros(count, dt)
+    got = m.rounds[1].program(seq, (tails, -1, None), 0, _packed(plans[1], "cma"),
+                              plans[1].input, out, kernel, 0)
+    assert got & 7 == 4 and not out.any(), got
+    assert _flat(plans[1], "cma").records[got >> 3][0] == prog.REDUCE_SLOTS
+    with pytest.raises(ValueError, match="no kernel"):  # (rank 0 resumes after its entry)
+        m.rounds[0].program(seq, None, 0, _packed(plans[0], "cma"), plans[0].input,
+                            plans[0].output, -1, got >> 3)
 
 
 def test_a_copy_outside_what_a_peer_exposed_stops_the_program():

@@ -219,9 +219,9 @@ def probe(count: int | None, dtype: np.dtype) -> np.ndarray | None:
 def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
     """``program`` in the compiled interpreter's form (``Round.program`` in
     transport/_tiny.c), or None when it has a step that interpreter does not run
-    (messages, a peer's slot, a local reduction, a fold of exposed buffers), more
-    than one entry or exposure, an exposure after the entry, or a step that needs
-    the entry (``EXPECT``, ``WRITE``, ``SIGNAL``, ``WAIT``) before it.
+    (messages, a peer's slot, a local reduction), more than one entry or exposure,
+    an exposure after the entry, or a step that needs the entry (``EXPECT``,
+    ``WRITE``, ``SIGNAL``, ``WAIT``, a fold of exposed buffers) before it.
 
     The form is int64 words: a header (the input's and output's byte sizes, the flags
     :data:`WRITES_INPUT` and :data:`PUTS_ASCEND`, the number of records, the side given as a list of
@@ -233,8 +233,10 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
     ``at`` becoming their byte offset from the form's start. Every step's bytes are
     checked here to lie inside its buffer and inside a one-shot region of
     ``region_bytes``, so that a call only checks its buffers' sizes; a copy from or
-    into a peer's exposed buffer (``GET``/``WRITE`` of space ``exposed``) is checked
-    against what that peer exposed when it runs. A ``WAIT``'s ranks become where
+    into a peer's exposed buffer (``GET``/``WRITE`` of space ``exposed``), and a fold
+    of those buffers (``REDUCE_SLOTS`` of space ``exposed``, every operand exposed:
+    the interpreter reads the peers' in chunks), is checked against what each peer
+    exposed when it runs. A ``WAIT``'s ranks become where
     their set starts, as a ``REDUCE_SLOTS``'s.
     """
     records, sets, starts = [], [], {}
@@ -259,9 +261,11 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
                     0 <= at and at % 8 == 0 and at + nbytes <= len(program.constants)):
                 return None
             constants.append(len(records))
-        if op in (prog.GET, prog.WRITE) and space == _EXPOSED:
-            # (a peer's exposed buffer: its bounds are the peer's, checked as it copies)
-            if offset < 0 or buf == prog.CONSTANT:
+        if op in (prog.GET, prog.WRITE, prog.REDUCE_SLOTS) and space == _EXPOSED:
+            # (a peer's exposed buffer: its bounds are the peer's, checked as it copies;
+            # a fold's operands are all exposed, mine too: no operand of the call's own)
+            if offset < 0 or buf == prog.CONSTANT or (
+                    op == prog.REDUCE_SLOTS and (src_buf != prog.NO_BUFFER or not entered)):
                 return None
         elif op == prog.WRITE:
             return None  # (a write goes into a peer's exposed buffer, nowhere else)

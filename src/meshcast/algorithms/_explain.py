@@ -37,11 +37,12 @@ _FAST_WHERE = {
 
 # single-copy calls that run as programs (paths/single_copy.py's CopyPrograms, which
 # lanes.py and calls.py use for these; the others run their bodies)
-_CMA_PROGRAMS = ("broadcast", "all_gather")
+_CMA_PROGRAMS = ("broadcast", "all_gather", "all_reduce", "reduce", "reduce_scatter")
 _CMA_PROGRAM_CODE = (
     "algorithms/{coll}.py::cma, run as a program (flattened and packed by "
     "paths/single_copy.py's CopyPrograms, run by transport/_tiny.c's interpreter, "
-    "Round.program: exposure, entry, copies and closing round in one call; "
+    "Round.program: exposure, entry, copies, folds of the peers' exposed buffers "
+    "and closing round in one call; "
     "paths/single_copy.run_program where it stops; without the compiled helper "
     "paths/single_copy.py's bodies), picked by calls.py and lanes.py")
 

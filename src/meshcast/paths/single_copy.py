@@ -20,6 +20,13 @@ other way. A closing round keeps every rank in until nobody reads any more.
 A body that only reads is a :class:`Reads` list, which the compiled helper
 runs in one C call. The tiny-call lane (meshcast/lanes.py) runs the same
 bodies after its own entry.
+
+Where the compiled interpreter is built, broadcast, all_gather, all_reduce, reduce
+and reduce_scatter run their registered ``cma`` schedule instead, as a program
+(:class:`CopyPrograms`, :func:`run_program`): the exposure, the entry, the copies,
+the folds of the peers' exposed buffers (read in chunks into a bounce buffer) and
+the closing round in one C call. Their bodies here run without it, and for an op
+no compiled kernel folds (complex, float16).
 """
 
 from __future__ import annotations
@@ -564,19 +571,22 @@ class CopyProgram:
         general path's, or a late one) goes on.
     waits: for the record after each ``WAIT``, the ranks and phase it awaits (where the
         interpreter returns status 2 there, Python waits, then the program goes on).
+    kernel: the code of its folds (``ops.compiled_kernel``), -1 for a program without.
     """
 
     packed: bytes
     entered: int
     waits: dict[int, tuple[tuple[int, ...], int]]
+    kernel: int = -1
 
 
 class CopyPrograms:
     """A group's single-copy calls as programs (:class:`CopyProgram`), one per call shape
     (collective, dtype, root, input and output lengths, per-rank counts, whether the
-    input lies in its place in the output), the last :data:`KEEP` of them. None where
-    there is no compiled interpreter, or the schedule's program has a step it does not
-    run: the call then runs its Python body (:class:`Reads`)."""
+    input lies in its place in the output, the reduce op), the last :data:`KEEP` of
+    them. None where there is no compiled interpreter, the schedule's program has a
+    step it does not run, or it folds with an op no kernel folds (complex, float16):
+    the call then runs its Python body (:class:`Reads`, :func:`reduce_from_all`)."""
 
     KEEP = 64
 
@@ -585,19 +595,21 @@ class CopyPrograms:
         self._kept: dict[tuple, CopyProgram | None] = {}
 
     def get(self, kind: str, dtype: np.dtype, root: int, n_in: int | None, n_out: int | None,
-            counts: tuple[int, ...] | None = None, in_place: bool = False
-            ) -> CopyProgram | None:
+            counts: tuple[int, ...] | None = None, in_place: bool = False,
+            op: ops.ReduceOp | None = None) -> CopyProgram | None:
         """The program of a call of this shape (``n_in``/``n_out``: element counts of the
         flat input and output, None where there is none; ``in_place``: the input is my
-        piece of the output, where its counts put it)."""
-        key = (kind, dtype, root, n_in, n_out, counts, in_place)
+        piece of the output, where its counts put it; ``op``: a reduction's, AVG
+        already SUM)."""
+        key = (kind, dtype, root, n_in, n_out, counts, in_place, op)
         try:
             return self._kept[key]
         except KeyError:
             pass
         arena = self.group.arena
         made = None
-        if arena.compiled_program is not None:
+        kernel = -1 if op is None else ops.compiled_kernel(op, dtype)
+        if arena.compiled_program is not None and kernel is not None:
             try:
                 program = flatten_shape(self.group, kind, "cma", dtype, root, n_in, n_out,
                                         counts, in_place=in_place)
@@ -609,26 +621,29 @@ class CopyPrograms:
                 entered = next(i for i, rec in enumerate(records) if rec[0] == ENTER) + 1
                 waits = {i + 1: (program.rank_sets[rec[1]], rec[3])
                          for i, rec in enumerate(records) if rec[0] == WAIT}
-                made = CopyProgram(packed, entered, waits)
+                made = CopyProgram(packed, entered, waits, kernel)
         if len(self._kept) >= self.KEEP:
             del self._kept[next(iter(self._kept))]
         self._kept[key] = made
         return made
 
     def bound(self, kind: str, dtype: np.dtype, root: int, inp: np.ndarray | None,
-              out: np.ndarray | None, counts: tuple[int, ...] | None = None
+              out: np.ndarray | None, counts: tuple[int, ...] | None = None,
+              op: ops.ReduceOp | None = None
               ) -> tuple[CopyProgram, np.ndarray | None, np.ndarray | None] | None:
         """The general path's call on its flat ``inp`` and ``out``: its program (see
-        :meth:`get`; in place where ``inp`` is my piece of ``out``) and those buffers,
-        C-contiguous; None where there is no program or a buffer is not C-contiguous."""
+        :meth:`get`; for all_gather, in place where ``inp`` is my piece of ``out``) and
+        those buffers, C-contiguous; None where there is no program or a buffer is not
+        C-contiguous. (Where a reduction's output overlaps its input, the program does
+        not change: the interpreter reads my operand before it writes over it.)"""
         if any(a is not None and not a.flags.c_contiguous for a in (inp, out)):
             return None
-        in_place = (inp is not None and out is not None and counts is not None
-                    and inp.size > 0 and np.may_share_memory(inp, out)
+        in_place = (kind == "all_gather" and inp is not None and out is not None
+                    and counts is not None and inp.size > 0 and np.may_share_memory(inp, out)
                     and inp.__array_interface__["data"][0] == out[
                         sum(counts[:self.group._rank]):].__array_interface__["data"][0])
         copy = self.get(kind, dtype, root, None if inp is None else inp.size,
-                        None if out is None else out.size, counts, in_place)
+                        None if out is None else out.size, counts, in_place, op)
         return None if copy is None else (copy, inp, out)
 
 
@@ -652,7 +667,8 @@ def run_program(group: GroupView, seq: int, what: object, program: CopyProgram,
     me = group.global_ranks[group._rank]
     try:
         if got is None:  # (an entry that ran elsewhere: the records after it, no entry)
-            got = run(seq, None, arena.spin_ns, packed, inp, out, -1, program.entered)
+            got = run(seq, None, arena.spin_ns, packed, inp, out, program.kernel,
+                      program.entered)
         while got:
             status, at = got & 7, got >> 3
             if status == 4:
@@ -669,7 +685,7 @@ def run_program(group: GroupView, seq: int, what: object, program: CopyProgram,
             else:
                 raise AssertionError(f"{what}: the program stopped at record {at} with "
                                      f"status {status}")
-            got = run(seq, entry, arena.spin_ns, packed, inp, out, -1, at)
+            got = run(seq, entry, arena.spin_ns, packed, inp, out, program.kernel, at)
     except OSError as exc:
         arena.abort(f"rank {me} failed in {what}: {exc}")
         raise
