@@ -533,7 +533,9 @@ class TinyCallLane:
         if programs is None:
             programs = self._copy_programs = single_copy.CopyPrograms(self.group)
         copy = programs.get(kind, dtype, root, n_in, n_out, counts, in_place, op)
-        return None if copy is None else (copy, ((tail,) * self.group._size, -1, None))
+        if copy is None or copy.packed is None:  # (Python's executor: the general path's)
+            return None
+        return copy, ((tail,) * self.group._size, -1, None)
 
     def _async_single(self, enter: Callable[[int], tuple[int | None, Callable[[], None]]],
                       what: str, nbytes: int) -> Work:

@@ -11,13 +11,16 @@ tests/transport/test_compiled_programs.py, the whole path in tests/collectives.
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from meshcast import topology
 from meshcast.algorithms import _program as prog
 from meshcast.errors import MismatchError
+from meshcast.ops import ReduceOp
 from meshcast.paths import single_copy
 
 REGION = 1 << 16
@@ -29,7 +32,7 @@ class _Arena:
 
     def __init__(self, script: list) -> None:
         self.script, self.starts, self.waits, self.aborts = list(script), [], [], []
-        self.small_bytes, self.spin_ns = REGION, 0
+        self.small_bytes, self.spin_ns, self.rank = REGION, 0, 1
         self.seq = self.what = self.deadline = None
 
     def compiled_program(self, seq, entry, spin_ns, packed, inp, out, kernel, start):
@@ -70,11 +73,69 @@ def test_a_program_knows_where_its_entry_ends_and_what_its_waits_await():
         assert [i for i, rec in enumerate(records, 1) if rec[0] == prog.WAIT] == list(
             made.waits), kind
         assert list(made.waits.values()) == [((0, 1, 2), 1)], kind  # the closing round
-    # no interpreter: no program (the call runs its Python reads)
+    # no interpreter: the program bound for Python's executor
     group = _group(_Arena([]))
     group.arena.compiled_program = None
-    assert single_copy.CopyPrograms(group).get(
-        "broadcast", np.dtype(np.float32), 0, None, 37) is None
+    made = single_copy.CopyPrograms(group).get("broadcast", np.dtype(np.float32), 0, None, 37)
+    assert made is not None and made.packed is None and made.steps is not None
+
+
+class _Exposures:
+    """An arena without an interpreter whose ranks all live in this process: rank q
+    exposed ``buffers[q]`` (process_vm_readv reads this process's own memory); signals,
+    waits and aborts are noted."""
+
+    compiled_program = None
+    small_bytes, spin_ns = REGION, 0
+
+    def __init__(self, rank: int, buffers: list[np.ndarray]) -> None:
+        self.rank, self.buffers = rank, buffers
+        self.signals, self.waits, self.aborts = [], [], []
+        self.seq = self.what = self.deadline = None
+
+    def exposed(self, q: int, seq: int) -> tuple[int, int, int]:
+        return self.buffers[q].ctypes.data, self.buffers[q].nbytes, 0
+
+    def signal(self, phase: int) -> None:
+        self.signals.append(phase)
+
+    def wait(self, ranks, phase) -> None:
+        self.waits.append((tuple(ranks), phase))
+
+    def abort(self, message, mismatch=False) -> None:
+        self.aborts.append((message, mismatch))
+
+
+@pytest.mark.parametrize("rank", [0, 1, 2])
+def test_pythons_executor_runs_a_single_copy_program_after_the_entry(rank):
+    # all_reduce/cma at 3 ranks without the interpreter, in place (as the runtime calls
+    # it): my share of every rank's exposed buffer folded in rank order (in 256 KiB
+    # chunks: 100 000 float64 a rank), the middle round, the other shares read from
+    # their owners, the closing round; every result what NumPy gives
+    n, count = 3, 100_000
+    data = [np.arange(count, dtype=np.float64) * (q + 1) + q for q in range(n)]
+    want = data[0] + data[1] + data[2]
+    arena = _Exposures(rank, [d.copy() for d in data])
+    group = _group(arena, n, rank)
+    group._pids = (os.getpid(),) * n
+    made = single_copy.CopyPrograms(group).get("all_reduce", np.dtype(np.float64), -1, None,
+                                               count, op=ReduceOp.SUM)
+    assert made is not None and made.packed is None
+    # the peers' shares, reduced by their owners, are there before I read them
+    for q in range(n):
+        if q != rank:
+            lo, hi = topology.share(count, 8, q, n)
+            arena.buffers[q][lo:hi] = want[lo:hi]
+    mine = arena.buffers[rank]
+    assert single_copy.run_program(group, 7, "all_reduce #7", made, None, None, mine, None)
+    np.testing.assert_array_equal(mine, want)
+    assert arena.signals == [1, 2] and [w[1] for w in arena.waits] == [1, 2]
+    assert not arena.aborts
+    # a peer that exposed less (the ranks disagree about the sizes): every rank raises
+    arena.buffers[(rank + 1) % n] = arena.buffers[(rank + 1) % n][:10]
+    with pytest.raises(MismatchError, match="which holds 80"):
+        single_copy.run_program(group, 9, "all_reduce #9", made, None, None, mine, None)
+    assert arena.aborts and arena.aborts[0][1] is True
 
 
 def test_python_waits_out_a_closing_round_then_the_program_goes_on():

@@ -173,6 +173,55 @@ class ProgramContext(Protocol):
     def enter(self) -> None: ...  # the call's entry (fingerprint exchange, one signal)
 
 
+class CopyContext(ProgramContext, Protocol):
+    """... and of a single-copy call, after its entry: copies between the call's memory
+    and the buffer a peer exposed at the entry (paths/single_copy.py: process_vm_readv
+    and process_vm_writev), ``nbytes`` bytes at byte ``offset`` of the peer's buffer.
+    Both raise MismatchError where those bytes lie outside what the peer exposed (the
+    ranks disagree about the sizes), OSError where the kernel refuses."""
+
+    def exposed_read(self, rank: int, offset: int, dest: np.ndarray) -> None: ...
+    def exposed_write(self, rank: int, offset: int, src: np.ndarray) -> None: ...
+
+
+#: The bytes of each operand's chunk in Python's fold of exposed buffers
+#: (:func:`fold_exposed`): read with one system call, then reduced while in the cache.
+FOLD_CHUNK_BYTES = 256 << 10
+
+
+def fold_exposed(op: Any, read: Callable[[int, np.ndarray, int], None], ranks: tuple[int, ...],
+                 me: int, own: np.ndarray | None, dst: np.ndarray, offset: int) -> None:
+    """``dst`` = the elements at byte ``offset`` of the buffer each of ``ranks`` exposed,
+    reduced with ``op`` in the order of ``ranks``: ``read(q, dest, byte_offset)`` reads
+    a peer's, in chunks of :data:`FOLD_CHUNK_BYTES` so each is reduced while it is in
+    the cache; mine is ``own`` (the same elements of my exposed buffer, which may be
+    ``dst`` itself: an in-place call)."""
+    count = len(dst)
+    if not count:
+        return
+    size = dst.dtype.itemsize
+    step = max(1, FOLD_CHUNK_BYTES // size)
+    width = min(step, count)
+    peers = {q: np.empty(width, dst.dtype) for q in ranks if q != me}
+    # reduce_many may write into its first two operands only: my operand later in the
+    # order, where it is dst, is read from a copy
+    tmp = (np.empty(width, dst.dtype) if own is not None and me in ranks[2:]
+           and np.shares_memory(dst, own) else None)
+    for c0 in range(0, count, step):
+        c1 = min(c0 + step, count)
+        operands = []
+        for q in ranks:
+            if q == me and own is not None:
+                operands.append(own[c0:c1])
+            else:
+                read(q, peers[q][:c1 - c0], offset + c0 * size)
+                operands.append(peers[q][:c1 - c0])
+        out = dst[c0:c1]
+        ops.reduce_many(op, out if tmp is None else tmp[:c1 - c0], operands)
+        if tmp is not None:
+            out[...] = tmp[:c1 - c0]
+
+
 # the call's input and output: flat arrays of the program's dtype (None where absent),
 # then, for a program of _program.as_pieces, the pieces of its listed side
 Buffers = tuple["np.ndarray | None", ...]
@@ -320,17 +369,22 @@ class BoundProgram:
     (:func:`pack_program`), or None where the arena has none or the program
     needs these steps.
 
+    A single-copy program (a ``cma`` schedule: its exposure, copies from and into
+    the peers' exposed buffers, folds of them, its own signals and waits) runs from
+    the record after its entry (:meth:`run_from`: the general path ran the entry,
+    which exposed the buffer its ``EXPOSE`` names), with a :class:`CopyContext`.
+
     Args:
         program: the flattened schedule.
         arena: the group's arena (transport.arena.Arena).
 
     Raises:
         NotImplementedError: the program has a step this interpreter does not
-            run (messages, exposure, writes into a peer, bytes that are not
-            whole elements): run the schedule through :func:`execute` instead.
+            run (messages, bytes that are not whole elements): run the schedule
+            through :func:`execute` instead.
     """
 
-    __slots__ = ("program", "packed", "folds", "_steps")
+    __slots__ = ("program", "packed", "folds", "_steps", "_first")
 
     def __init__(self, program: prog.Program, arena: Any) -> None:
         self.program = program
@@ -340,12 +394,78 @@ class BoundProgram:
         # whether a step folds ranks' data (the interpreter then needs a kernel)
         self.folds = any(rec[0] == prog.REDUCE_SLOTS and len(program.rank_sets[rec[1]]) > 1
                          for rec in program.records)
-        self._steps = tuple(_bind(program, rec, arena) for rec in program.records
-                            if rec[0] != prog.ROUND)
+        kept = [i for i, rec in enumerate(program.records) if rec[0] != prog.ROUND]
+        self._steps = tuple(_bind(program, program.records[i], arena) for i in kept)
+        # the step of each record (of the next one where a record has none)
+        self._first = [sum(1 for i in kept if i < r) for r in range(len(program.records) + 1)]
 
     def __call__(self, ctx: ProgramContext, buffers: Buffers) -> None:
         for step in self._steps:
             step(ctx, buffers)
+
+    def run_from(self, record: int, ctx: ProgramContext, buffers: Buffers) -> None:
+        """The steps of the records from ``record`` on (a single-copy call's after its
+        entry, which the general path ran)."""
+        for step in self._steps[self._first[record]:]:
+            step(ctx, buffers)
+
+
+def _bind_exposed(program: prog.Program, rec: prog.Record, arena: Any) -> BoundStep:
+    """A record of a single-copy program after its entry: a copy from (``GET``) or into
+    (``WRITE``) a peer's exposed buffer, or a fold of every listed rank's
+    (``REDUCE_SLOTS``), through the call's :class:`CopyContext`. My own exposed buffer is
+    the call's memory the ``EXPOSE`` record names: read where it lies."""
+    op, peer, space, offset, nbytes, buf, at, src_buf, src_at = rec
+    size = program.dtype.itemsize
+    me = arena.rank
+    expose = next((r for r in program.records if r[0] == prog.EXPOSE), None)
+    if expose is None or offset < 0:
+        raise NotImplementedError(f"{program.name}: a step of a peer's exposed buffer in a "
+                                  f"program that exposes none, or before its start")
+
+    def mine(bufs: Buffers, at_byte: int, length: int) -> np.ndarray:
+        """Bytes [at_byte, + length) of my exposed buffer (uint8), which must hold them."""
+        if not 0 <= at_byte <= expose[4] - length:
+            raise ValueError(f"{program.name}: bytes {at_byte}..{at_byte + length} of my "
+                             f"exposed buffer, which holds {expose[4]}")
+        start = expose[6] + at_byte
+        return bufs[expose[5]].view(np.uint8)[start:start + length]  # type: ignore[union-attr]
+
+    # (copies move bytes: a reader-split broadcast cuts its bytes anywhere)
+    if op == prog.GET:
+        if peer == me:
+            def get_mine(ctx: Any, bufs: Buffers) -> None:
+                bufs[buf].view(np.uint8)[at:at + nbytes] = mine(  # type: ignore[union-attr]
+                    bufs, offset, nbytes)
+            return get_mine
+
+        def get_exposed(ctx: Any, bufs: Buffers) -> None:
+            ctx.exposed_read(peer, offset, bufs[buf].view(np.uint8)[  # type: ignore[union-attr]
+                at:at + nbytes])
+        return get_exposed
+    if op == prog.WRITE:
+        if peer == me:
+            def write_mine(ctx: Any, bufs: Buffers) -> None:
+                mine(bufs, offset, nbytes)[...] = bufs[src_buf].view(  # type: ignore[union-attr]
+                    np.uint8)[src_at:src_at + nbytes]
+            return write_mine
+
+        def write_exposed(ctx: Any, bufs: Buffers) -> None:
+            ctx.exposed_write(peer, offset, bufs[src_buf].view(  # type: ignore[union-attr]
+                np.uint8)[src_at:src_at + nbytes])
+        return write_exposed
+    if op == prog.REDUCE_SLOTS and src_buf == prog.NO_BUFFER and not (
+            offset | nbytes | at | expose[6]) % size:
+        ranks = program.rank_sets[peer]
+        lo, hi = at // size, (at + nbytes) // size
+
+        def fold(ctx: Any, bufs: Buffers) -> None:
+            own = mine(bufs, offset, nbytes).view(program.dtype) if me in ranks else None
+            fold_exposed(ctx.op, lambda q, dest, byte: ctx.exposed_read(q, byte, dest), ranks,
+                         me, own, bufs[buf][lo:hi], offset)  # type: ignore[index]
+        return fold
+    raise NotImplementedError(f"{program.name}: opcode {op} of a peer's exposed buffer, or a "
+                              f"fold of bytes that are not whole elements")
 
 
 def _spaces(arena: Any, space: int, peer: int) -> tuple[np.ndarray, np.ndarray]:
@@ -383,6 +503,14 @@ def _bind(program: prog.Program, rec: prog.Record, arena: Any) -> BoundStep:
     op, peer, space, offset, nbytes, buf, at, src_buf, src_at = rec
     if buf == prog.CONSTANT:
         return _bind_constant(program, rec, arena)
+    if space == _EXPOSED and op != prog.EXPOSE:
+        return (_bind_exposed(program, rec, arena) if nbytes
+                else lambda ctx, bufs: None)  # (an empty piece: nothing to move)
+    if op == prog.SIGNAL:  # (offset: the phase)
+        return lambda ctx, bufs: arena.signal(offset)
+    if op == prog.WAIT:
+        ranks = program.rank_sets[peer]
+        return lambda ctx, bufs: arena.wait(ranks, offset)
     dtype = program.dtype
     size = dtype.itemsize
     if (offset | nbytes | at | src_at) % size:
@@ -392,11 +520,8 @@ def _bind(program: prog.Program, rec: prog.Record, arena: Any) -> BoundStep:
         return lambda ctx, bufs: None  # an empty piece: nothing to move
     if op == prog.ENTER:  # (one-sided or not: awaiting every rank is always right)
         return lambda ctx, bufs: ctx.enter()
-    if op == prog.SIGNAL:
-        return lambda ctx, bufs: arena.signal(offset)
-    if op == prog.WAIT:
-        ranks = program.rank_sets[peer]
-        return lambda ctx, bufs: arena.wait(ranks, offset)
+    if op == prog.EXPOSE:  # (what the entry exposes: the general path's, see run_from)
+        return lambda ctx, bufs: None
     # elements [lo, hi) of the call's buffer; whole: the step covers all of it
     lo, hi, whole = (at // size, (at + nbytes) // size,
                      at == 0 and nbytes == program.buffer_bytes(buf))

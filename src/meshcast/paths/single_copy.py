@@ -41,7 +41,7 @@ import numpy as np
 
 from .. import ops, symmetric
 from ..algorithms import _select as _fast
-from ..algorithms._execute import pack_program
+from ..algorithms._execute import BoundProgram, pack_program
 from ..algorithms._program import ENTER, WAIT, NotFlat
 from ..errors import MismatchError
 from ..topology import rotation
@@ -270,13 +270,7 @@ def finish(group: GroupView, body: Body, phases: int, counts: list[int], what: o
                 raise ValueError(f"{what}: {length} bytes at {within} of a piece of "
                                  f"{piece_bytes}")
             return piece(q, i, piece_bytes, verb) + within
-        address, nbytes, _ = arena.exposed(q, seq)
-        if offset + length > nbytes:
-            raise MismatchError(
-                f"{what}: rank {group.global_ranks[group._rank]} would {verb} bytes "
-                f"{offset}..{offset + length} of rank {group.global_ranks[q]}'s buffer, "
-                f"which holds {nbytes} (the ranks disagree about the sizes)")
-        return address + offset
+        return _exposed_address(group, seq, what, q, offset, length, verb)
 
     def piece(q: int, i: int, nbytes: int, verb: str) -> int:
         """The address of rank q's piece ``i``, which must hold ``nbytes``."""
@@ -313,6 +307,48 @@ def finish(group: GroupView, body: Body, phases: int, counts: list[int], what: o
         raise
     arena.signal(phases)
     arena.wait(range(group._size), phases)
+
+
+def _exposed_address(group: GroupView, seq: int, what: object, q: int, offset: int,
+                     length: int, verb: str) -> int:
+    """The address of bytes ``[offset, offset + length)`` of the buffer rank q exposed for
+    call ``seq``.
+
+    Raises:
+        MismatchError: those bytes lie outside it (the ranks disagree about the sizes).
+    """
+    address, nbytes, _ = group.arena.exposed(q, seq)
+    if offset + length > nbytes:
+        raise MismatchError(
+            f"{what}: rank {group.global_ranks[group._rank]} would {verb} bytes "
+            f"{offset}..{offset + length} of rank {group.global_ranks[q]}'s buffer, "
+            f"which holds {nbytes} (the ranks disagree about the sizes)")
+    return address + offset
+
+
+class _Copies:
+    """Python's executor's :class:`~meshcast.algorithms._execute.CopyContext` for call
+    ``seq`` of ``group``, after its entry: copies from and into the peers' exposed
+    buffers with process_vm_readv/writev."""
+
+    __slots__ = ("group", "seq", "what", "op", "parity")
+
+    def __init__(self, group: GroupView, seq: int, what: object, op: ops.ReduceOp | None
+                 ) -> None:
+        self.group, self.seq, self.what, self.op, self.parity = group, seq, what, op, seq & 1
+
+    def enter(self) -> None:
+        raise AssertionError(f"{self.what}: a single-copy program entered twice")
+
+    def exposed_read(self, rank: int, offset: int, dest: np.ndarray) -> None:
+        if dest.nbytes:
+            cma.read(self.group._pids[rank], _exposed_address(
+                self.group, self.seq, self.what, rank, offset, dest.nbytes, "read"), dest)
+
+    def exposed_write(self, rank: int, offset: int, src: np.ndarray) -> None:
+        if src.nbytes:
+            cma.write(self.group._pids[rank], _exposed_address(
+                self.group, self.seq, self.what, rank, offset, src.nbytes, "write"), src)
 
 
 def reduce_from_all(read: Callable[..., None], mine: np.ndarray, lo: int, hi: int,
@@ -564,29 +600,36 @@ class CopyProgram:
     """A single-copy call's registered ``cma`` schedule (algorithms/<collective>.py),
     flattened for one call shape and packed for the compiled interpreter
     (``Round.program``, transport/_tiny.c): the exposure, the entry, the copies from and
-    into the peers' exposed buffers and the closing round, in one C call.
+    into the peers' exposed buffers and the closing round, in one C call; or, without
+    that interpreter, bound for Python's (``_execute.BoundProgram``), which runs the
+    records after the general path's entry.
 
-    packed: the packed form (``_execute.pack_program``).
+    packed: the packed form (``_execute.pack_program``), or None: Python's.
     entered: the record after the entry, where a call whose entry Python finished (the
         general path's, or a late one) goes on.
     waits: for the record after each ``WAIT``, the ranks and phase it awaits (where the
         interpreter returns status 2 there, Python waits, then the program goes on).
     kernel: the code of its folds (``ops.compiled_kernel``), -1 for a program without.
+    steps: Python's form, where there is no packed one.
+    op: the reduce op its folds apply (AVG already SUM), or None.
     """
 
-    packed: bytes
+    packed: bytes | None
     entered: int
     waits: dict[int, tuple[tuple[int, ...], int]]
     kernel: int = -1
+    steps: BoundProgram | None = None
+    op: ops.ReduceOp | None = None
 
 
 class CopyPrograms:
     """A group's single-copy calls as programs (:class:`CopyProgram`), one per call shape
     (collective, dtype, root, input and output lengths, per-rank counts, whether the
     input lies in its place in the output, the reduce op), the last :data:`KEEP` of
-    them. None where there is no compiled interpreter, the schedule's program has a
-    step it does not run, or it folds with an op no kernel folds (complex, float16):
-    the call then runs its Python body (:class:`Reads`, :func:`reduce_from_all`)."""
+    them: packed for the compiled interpreter, or, where there is none, the program
+    has a step it does not run or folds with an op no kernel folds (complex,
+    float16), bound for Python's executor (``packed`` None). None where neither runs
+    it (a schedule that does not flatten): the call then runs its Python body."""
 
     KEEP = 64
 
@@ -609,19 +652,26 @@ class CopyPrograms:
         arena = self.group.arena
         made = None
         kernel = -1 if op is None else ops.compiled_kernel(op, dtype)
-        if arena.compiled_program is not None and kernel is not None:
-            try:
-                program = flatten_shape(self.group, kind, "cma", dtype, root, n_in, n_out,
-                                        counts, in_place=in_place)
-            except NotFlat:  # (a shape whose schedule names memory of its own: its body)
-                program = None
-            packed = None if program is None else pack_program(program, arena.small_bytes)
-            if program is not None and packed is not None:
-                records = program.records
-                entered = next(i for i, rec in enumerate(records) if rec[0] == ENTER) + 1
-                waits = {i + 1: (program.rank_sets[rec[1]], rec[3])
-                         for i, rec in enumerate(records) if rec[0] == WAIT}
+        try:
+            program = flatten_shape(self.group, kind, "cma", dtype, root, n_in, n_out,
+                                    counts, in_place=in_place)
+        except NotFlat:  # (a shape whose schedule names memory of its own: its body)
+            program = None
+        if program is not None:
+            records = program.records
+            entered = next(i for i, rec in enumerate(records) if rec[0] == ENTER) + 1
+            waits = {i + 1: (program.rank_sets[rec[1]], rec[3])
+                     for i, rec in enumerate(records) if rec[0] == WAIT}
+            packed = (None if arena.compiled_program is None or kernel is None
+                      else pack_program(program, arena.small_bytes))
+            if packed is not None:
                 made = CopyProgram(packed, entered, waits, kernel)
+            else:
+                try:
+                    made = CopyProgram(None, entered, waits, steps=BoundProgram(program, arena),
+                                       op=op)
+                except NotImplementedError:
+                    made = None
         if len(self._kept) >= self.KEEP:
             del self._kept[next(iter(self._kept))]
         self._kept[key] = made
@@ -665,6 +715,17 @@ def run_program(group: GroupView, seq: int, what: object, program: CopyProgram,
     run = arena.compiled_program
     packed, waits = program.packed, program.waits
     me = group.global_ranks[group._rank]
+    if packed is None:  # Python's executor, after the general path's entry
+        arena.seq, arena.what = seq, what
+        arena.deadline = time.monotonic() + group.timeout
+        try:
+            program.steps.run_from(program.entered, _Copies(group, seq, what, program.op),
+                                   (inp, out))  # type: ignore[union-attr]
+        except BaseException as exc:
+            arena.abort(f"rank {me} failed in {what}: {exc}",
+                        mismatch=isinstance(exc, MismatchError))
+            raise
+        return True
     try:
         if got is None:  # (an entry that ran elsewhere: the records after it, no entry)
             got = run(seq, None, arena.spin_ns, packed, inp, out, program.kernel,
