@@ -24,7 +24,6 @@ Ranks are group ranks.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -157,8 +156,7 @@ def broadcast(m: Machinery, buf: Buffer, root: int, algorithm: str | None, async
     data = buf.flat.reshape(-1).view(np.uint8)
     # count and dtype are in the fingerprint, so every rank decides alike
     single = SingleCopy(exposing(data), lambda _: _fast.single_copy(m.caps, data.nbytes),
-                        single_copy.broadcast(data, root, m.rank, m.size),
-                        program=lambda _: m.copies.bound(
+                        None, program=lambda _: m.copies.bound(
                             "broadcast", buf.flat.dtype, root, None, buf.flat))
     return m.submit("broadcast", fp,
                     lambda c: m.plan("broadcast", buf.flat.dtype, root=root, output=buf.flat),
@@ -194,9 +192,7 @@ def all_reduce(m: Machinery, buf: Buffer, op: ops.ReduceOp, algorithm: str | Non
     # count and dtype are in the fingerprint, so every rank decides alike
     single = SingleCopy(exposing(work_arr),
                         lambda _: _fast.all_reduce_single_copy(m.caps, work_arr.nbytes),
-                        single_copy.reduce_then_collect(m.arena, work_arr, sched_op, m.rank,
-                                                        m.size), phases=2,
-                        program=lambda _: m.copies.bound(
+                        None, program=lambda _: m.copies.bound(
                             "all_reduce", work_arr.dtype, -1, None, work_arr, op=sched_op))
     return m.submit("all_reduce", fp,
                     lambda c: m.plan("all_reduce", work_arr.dtype, op=sched_op, input=work_arr,
@@ -231,8 +227,7 @@ def reduce(m: Machinery, buf: Buffer, op: ops.ReduceOp, root: int, algorithm: st
                      async_op)
     # count and dtype are in the fingerprint, so every rank decides alike
     single = SingleCopy(exposing(work_arr), lambda _: _fast.single_copy(m.caps, work_arr.nbytes),
-                        single_copy.reduce(work_arr, sched_op, out is not None, m.rank, m.size),
-                        program=lambda _: m.copies.bound(  # (into the root's own array)
+                        None, program=lambda _: m.copies.bound(  # (into the root's own array)
                             "reduce", work_arr.dtype, root, work_arr,
                             None if out is None else work_arr, op=sched_op))
     return m.submit("reduce", fp,
@@ -265,10 +260,7 @@ def all_gather(m: Machinery, out_flat: np.ndarray, in_flat: np.ndarray, counts: 
                                        in_flat.dtype, in_flat, out_flat, finish,
                                        counts=counts), async_op)
     mine = in_flat.reshape(-1).view(np.uint8)
-    at = [0, *itertools.accumulate(c * itemsize for c in counts)]
-    single = SingleCopy(exposing(mine), single_copy.fits(m.caps, itemsize),
-                        single_copy.gather_pieces(out_flat.reshape(-1).view(np.uint8), mine,
-                                                  at, m.rank, m.size),
+    single = SingleCopy(exposing(mine), single_copy.fits(m.caps, itemsize), None,
                         program=lambda c: m.copies.bound(
                             "all_gather", in_flat.dtype, -1, in_flat, out_flat, tuple(c)))
     return m.submit("all_gather", fp,
@@ -372,9 +364,7 @@ def reduce_scatter(m: Machinery, out_buf: Buffer, in_flat: np.ndarray, counts: S
                                        in_work.dtype, in_work, out_work, lambda: done(None),
                                        op=sched_op, counts=counts), async_op)
     single = SingleCopy(exposing(in_work), single_copy.fits(m.caps, in_work.dtype.itemsize),
-                        single_copy.reduce_my_piece(in_work, sum(counts[:m.rank]), out_work,
-                                                    sched_op, m.rank, m.size),
-                        program=lambda _: m.copies.bound(
+                        None, program=lambda _: m.copies.bound(
                             "reduce_scatter", in_work.dtype, -1, in_work, out_work,
                             tuple(counts), op=sched_op))
 

@@ -149,7 +149,7 @@ class TinyCallLane:
             return False
         tail, views, kernel, average, code, prog = plan
         if views is None:
-            return self._all_reduce_single(arr, tail, kernel, average, prog)
+            return self._all_reduce_single(arr, tail, average, prog)
         group = self.group
         fifo = group.fifo
         if prog is not None:  # the registered schedule, run by the compiled interpreter
@@ -191,7 +191,7 @@ class TinyCallLane:
             return None
         tail, views, kernel, average, code, prog = plan
         if views is None:
-            return self._all_reduce_single(arr, tail, kernel, average, prog, async_op=True)
+            return self._all_reduce_single(arr, tail, average, prog, async_op=True)
         if prog is not None:
             return self._start("all_reduce", tail, arr, arr, code, average, _ignore, prog=prog)
         return self._start("all_reduce", tail, arr, None, None, False, _reduce_parity, arr,
@@ -204,9 +204,9 @@ class TinyCallLane:
         flags = arr.flags
         if not (plan and flags.c_contiguous and flags.writeable):
             return None
-        tail, views, root, copies, prog = plan
+        tail, views, root, prog = plan
         if views is None:
-            return self._broadcast_single(arr, tail, root, copies, prog, async_op=True)
+            return self._broadcast_single(arr, tail, prog, async_op=True)
         if prog is None:  # no compiled interpreter: the general path
             return None
         return self._start("broadcast", tail, None, arr, -1, False, _ignore, prog=prog)
@@ -243,9 +243,9 @@ class TinyCallLane:
         if not plan or not out.flags.writeable or (
                 self.group.symmetric.allocations and self._symmetric(out)):
             return None
-        tail, views, reads, prog = plan
+        tail, views, prog = plan
         if views is None:
-            return self._all_gather_single(out, inp, tail, reads, prog, async_op=True)
+            return self._all_gather_single(out, inp, tail, prog, async_op=True)
         if prog is None:  # no compiled interpreter: the general path
             return None
         return self._start("all_gather", tail, inp, out, -1, False, _ignore, prog=prog,
@@ -366,33 +366,17 @@ class TinyCallLane:
         group.last_algorithm = "barrier/oneshot"
         return True
 
-    def _all_reduce_single(self, arr: np.ndarray, tail: bytes, op: ops.ReduceOp,
-                           average: bool, program: tuple | None, async_op: bool = False
-                           ) -> Any:
+    def _all_reduce_single(self, arr: np.ndarray, tail: bytes, average: bool,
+                           program: tuple | None, async_op: bool = False) -> Any:
         """all_reduce past the one-shot sizes: its registered ``cma`` schedule's
-        ``program`` through :meth:`_copy_call`, or where there is none (no compiled
-        interpreter, no kernel for ``op``) the general path's single-copy form (see
-        paths.single_copy.reduce_then_collect), through :meth:`_single_call`. The entry
+        ``program`` through :meth:`_copy_call` (None: the general path). The entry
         compares every field, so ranks that disagree get the general path's
         MismatchError."""
-        group = self.group
-        arena, n = group.arena, group._size
+        if program is None:
+            return None if async_op else False
         flat = arr.reshape(-1)
-        if program is not None:
-            return self._copy_call("all_reduce", tail, program, None, flat, flat,
-                                   _entry_differs, async_op, average)
-        what = self._whats["all_reduce"]
-
-        def rest(seq: int, agreed: bool) -> None:
-            if not agreed:
-                arena.compare_entered(seq, False)  # raises the MismatchError
-            group.last_algorithm = "all_reduce/cma"
-            body = single_copy.reduce_then_collect(arena, flat, op, group._rank, n)
-            single_copy.run(group, body, 2, [arr.size] * n, what)
-            if average:
-                ops.finish_average(flat, n)
-
-        return self._single_call("all_reduce", tail, arr, rest, async_op)
+        return self._copy_call("all_reduce", tail, program, None, flat, flat, _entry_differs,
+                               async_op, average)
 
     def _single_call(self, kind: str, tail: bytes, exposed: np.ndarray,
                      rest: Callable[[int, bool], None], async_op: bool) -> Any:
@@ -459,6 +443,9 @@ class TinyCallLane:
         group = self.group
         arena = group.arena
         copy, entry = program
+        if copy.packed is None:  # (no compiled interpreter: Python's executor)
+            return self._python_copy(kind, tail, copy, inp, out, exposed, differ, async_op,
+                                     average)
         if not async_op:  # inline, as all_reduce: no closures, no Work
             fifo = group.fifo
             if not fifo.enter_inline():  # queued async work goes first: the general path
@@ -497,6 +484,27 @@ class TinyCallLane:
 
         return self._async_single(enter, self._whats[kind], exposed.nbytes)
 
+    def _python_copy(self, kind: str, tail: bytes, copy: Any, inp: np.ndarray | None,
+                     out: np.ndarray, exposed: np.ndarray,
+                     differ: Callable[[GroupView, int], None], async_op: bool,
+                     average: bool) -> Any:
+        """:meth:`_copy_call` without the compiled interpreter: the entry through
+        :meth:`_single_call`, exposing ``exposed``, then the program's records after it
+        in Python's executor (paths.single_copy.run_program)."""
+        group = self.group
+        what = self._whats[kind]
+
+        def rest(seq: int, agreed: bool) -> None:
+            if not agreed:
+                differ(group, seq)  # (raises, or the general path finished the call)
+                return
+            group.last_algorithm = _SINGLE[kind]
+            single_copy.run_program(group, seq, what, copy, None, inp, out, None)
+            if average:
+                ops.finish_average(out, group._size)
+
+        return self._single_call(kind, tail, exposed, rest, async_op)
+
     def _copy_rest(self, kind: str, seq: int, tail: bytes, copy: Any, entry: tuple,
                    inp: np.ndarray | None, out: np.ndarray, got: int,
                    differ: Callable[[GroupView, int], None]) -> bool:
@@ -526,16 +534,15 @@ class TinyCallLane:
                       n_in: int | None, n_out: int | None,
                       counts: tuple[int, ...] | None = None, in_place: bool = False,
                       op: ops.ReduceOp | None = None) -> tuple | None:
-        """A single-copy call's program (paths.single_copy.CopyPrograms) with its rooted
-        entry (every rank's fingerprint tail ``tail``, no root, the program's own
-        exposure), or None without the compiled interpreter or a kernel for ``op``."""
+        """A single-copy call's program (paths.single_copy.CopyPrograms: packed for the
+        compiled interpreter, or Python's) with its rooted entry (every rank's
+        fingerprint tail ``tail``, no root, the program's own exposure), or None where
+        its schedule does not flatten (the general path then runs it)."""
         programs = self._copy_programs
         if programs is None:
             programs = self._copy_programs = single_copy.CopyPrograms(self.group)
         copy = programs.get(kind, dtype, root, n_in, n_out, counts, in_place, op)
-        if copy is None or copy.packed is None:  # (Python's executor: the general path's)
-            return None
-        return copy, ((tail,) * self.group._size, -1, None)
+        return None if copy is None else (copy, ((tail,) * self.group._size, -1, None))
 
     def _async_single(self, enter: Callable[[int], tuple[int | None, Callable[[], None]]],
                       what: str, nbytes: int) -> Work:
@@ -618,9 +625,9 @@ class TinyCallLane:
         flags = arr.flags
         if not (plan and flags.c_contiguous and flags.writeable):
             return False
-        tail, views, root, copies, prog = plan
+        tail, views, root, prog = plan
         if views is None:
-            return self._broadcast_single(arr, tail, root, copies, prog)
+            return self._broadcast_single(arr, tail, prog)
         group = self.group
         fifo = group.fifo
         if prog is not None:  # the registered schedule: one-sided, the root awaits nobody
@@ -649,30 +656,18 @@ class TinyCallLane:
             self._run("broadcast", tail, None, _copy_root, arr, views, root)
         return True
 
-    def _broadcast_single(self, arr: np.ndarray, tail: bytes, root: int,
-                          copies: tuple[tuple[int, ...], ...] | None, program: tuple | None,
+    def _broadcast_single(self, arr: np.ndarray, tail: bytes, program: tuple | None,
                           async_op: bool = False) -> Any:
         """broadcast where it goes single-copy: its registered ``cma`` schedule's
-        ``program`` (and its entry) through :meth:`_copy_call`, or without the compiled
-        interpreter the general path's single-copy form (paths.single_copy.broadcast)
-        through :meth:`_single_call`, my ``copies`` and their closing round. The ranks
-        can only disagree illegally (the count and the root are in the fingerprint):
-        the entry raises that."""
+        ``program`` (and its entry) through :meth:`_copy_call` (None: the general path).
+        The ranks can only disagree illegally (the count and the root are in the
+        fingerprint): the entry raises that."""
         group = self.group
-        if _fast.symmetric_broadcast(group.caps, arr.nbytes) and self._symmetric(arr, 0):
-            return None if async_op else False  # the symmetric path
-        what = self._whats["broadcast"]
-        if program is not None:
-            return self._copy_call("broadcast", tail, program, None, arr, arr,
-                                   _entry_differs, async_op)
-
-        def rest(seq: int, agreed: bool) -> None:
-            if not agreed:
-                _entry_differs(group, seq)
-            group.last_algorithm = "broadcast/cma"
-            single_copy.run_reads(group, seq, what, arr, arr, copies)
-
-        return self._single_call("broadcast", tail, arr, rest, async_op)
+        if program is None or (_fast.symmetric_broadcast(group.caps, arr.nbytes)
+                               and self._symmetric(arr, 0)):
+            return None if async_op else False  # the symmetric path, or the general one
+        return self._copy_call("broadcast", tail, program, None, arr, arr, _entry_differs,
+                               async_op)
 
     def all_gather(self, out: np.ndarray, inp: np.ndarray) -> bool:
         """:meth:`ProcessGroup.all_gather` of ``inp`` into ``out`` (all_gather_into_tensor)."""
@@ -682,9 +677,9 @@ class TinyCallLane:
         group = self.group
         if group.symmetric.allocations and self._symmetric(out):
             return False
-        tail, views, reads, prog = plan
+        tail, views, prog = plan
         if views is None:
-            return self._all_gather_single(out, inp, tail, reads, prog)
+            return self._all_gather_single(out, inp, tail, prog)
         fifo = group.fifo
         if prog is not None:  # the registered schedule, run by the compiled interpreter
             if not fifo.enter_inline():  # queued async work goes first
@@ -759,18 +754,16 @@ class TinyCallLane:
                            per_rank_counts=True)
 
     def _all_gather_single(self, out: np.ndarray, inp: np.ndarray, tail: bytes,
-                           reads: tuple[tuple, tuple] | None, programs: tuple | None,
-                           async_op: bool = False) -> Any:
+                           programs: tuple | None, async_op: bool = False) -> Any:
         """all_gather past the one-shot sizes: its registered ``cma`` schedule's program
-        (``programs``: of an input apart, and of one in its place in the output) through
-        :meth:`_copy_call`, each rank reading every other rank's piece straight from it;
-        without the compiled interpreter the general path's single-copy form
-        (paths.single_copy.gather_pieces) through :meth:`_single_call`, my ``reads``
-        (with and without my own piece) and their closing round. Any disagreement is
-        handed over to the general path after the entry."""
+        (``programs``: of an input apart, and of one in its place in the output; None:
+        the general path) through :meth:`_copy_call`, each rank reading every other
+        rank's piece straight from it. Any disagreement is handed over to the general
+        path after the entry."""
         group = self.group
+        if programs is None:
+            return None if async_op else False
         arena, n = group.arena, group._size
-        what = self._whats["all_gather"]
         # An input in its place in the output (in place) is not copied: my slot and the
         # input share memory (both contiguous, so their byte ranges meet; checked on the
         # slot only when the arrays' bounds meet, which costs a fifth as much).
@@ -783,20 +776,8 @@ class TinyCallLane:
             group.all_gather(flat_out, inp.reshape(-1), [inp.size] * n, inp.dtype.name,
                              _nothing, entered=(seq, counts))
 
-        if programs is not None:
-            return self._copy_call("all_gather", tail, programs[in_place], inp, out, inp,
-                                   hand_over, async_op)
-        assert reads is not None
-        mine_read = reads[1] if in_place else reads[0]
-
-        def rest(seq: int, agreed: bool) -> None:
-            if agreed:
-                group.last_algorithm = "all_gather/cma"
-                single_copy.run_reads(group, seq, what, out, inp, mine_read)
-            else:
-                hand_over(group, seq)
-
-        return self._single_call("all_gather", tail, inp, rest, async_op)
+        return self._copy_call("all_gather", tail, programs[in_place], inp, out, inp,
+                               hand_over, async_op)
 
     def reduce_scatter(self, out: np.ndarray, inp: np.ndarray, op: Any) -> bool:
         """:meth:`ProcessGroup.reduce_scatter` of ``inp`` into ``out`` (reduce_scatter_tensor)."""
@@ -902,14 +883,13 @@ class TinyCallLane:
                                op: ops.ReduceOp, average: bool, program: tuple | None,
                                async_op: bool = False) -> Any:
         """reduce_scatter past the one-shot sizes: its registered ``cma`` schedule's
-        ``program`` through :meth:`_copy_call`, or without one the general path's
-        single-copy form (paths.single_copy.reduce_my_piece) through
-        :meth:`_single_call`, when every rank agrees; anything else is handed over to
-        the general path after the entry."""
+        ``program`` through :meth:`_copy_call` (None: the general path) when every rank
+        agrees; anything else is handed over to the general path after the entry."""
         group = self.group
-        arena, me, n = group.arena, group._rank, group._size
+        if program is None:
+            return None if async_op else False
+        arena, n = group.arena, group._size
         c = out.size
-        what = self._whats["reduce_scatter"]
 
         def hand_over(group: GroupView, seq: int) -> None:
             counts = arena.compare_entered(seq, True)
@@ -917,21 +897,8 @@ class TinyCallLane:
             group.reduce_scatter(buf, inp, [c] * n, ops.ReduceOp.AVG if average else op,
                                  _nothing, entered=(seq, counts))
 
-        if program is not None:
-            return self._copy_call("reduce_scatter", tail, program, inp, out, inp, hand_over,
-                                   async_op, average)
-
-        def rest(seq: int, agreed: bool) -> None:
-            if agreed:
-                group.last_algorithm = "reduce_scatter/cma"
-                single_copy.run(group, single_copy.reduce_my_piece(inp, me * c, out, op, me, n),
-                                1, [c] * n, what)
-                if average:
-                    ops.finish_average(out, n)
-                return
-            hand_over(group, seq)
-
-        return self._single_call("reduce_scatter", tail, inp, rest, async_op)
+        return self._copy_call("reduce_scatter", tail, program, inp, out, inp, hand_over,
+                               async_op, average)
 
     def all_to_all(self, out: np.ndarray, inp: np.ndarray) -> bool:
         """:meth:`ProcessGroup.all_to_all` with equal splits (all_to_all_single without
@@ -2002,11 +1969,10 @@ class TinyCallLane:
         return tail, views, kernel, average, code, root, prog
 
     def _broadcast_plan(self, arr: np.ndarray, src: int) -> tuple | bool:
-        """(fingerprint tail, one-shot views, root, None, packed program or None) in the
-        one-shot range; (tail, None, root, None, its single-copy program and entry) where
-        the single-copy path takes over (broadcast/cma: the root writes each reader's
-        part, the reader reads the others), or without the compiled interpreter (tail,
-        None, root, my copies, None); False elsewhere (the schedules)."""
+        """(fingerprint tail, one-shot views, root, packed program or None) in the
+        one-shot range; (tail, None, root, its single-copy program and entry, or None)
+        where the single-copy path takes over (broadcast/cma: the root writes each
+        reader's part, the reader reads the others); False elsewhere (the schedules)."""
         dtype = arr.dtype
         group = self.group
         root = group._group_rank_of.get(src)
@@ -2015,23 +1981,19 @@ class TinyCallLane:
         fields = dict(dtype=dtype.name, root=root, count=arr.size)
         path = _fast.fast_path("broadcast", group.caps, arr.nbytes)
         if path == "oneshot":
-            return (self._tail("broadcast", **fields), self._views(arr), root, None,
+            return (self._tail("broadcast", **fields), self._views(arr), root,
                     self._program("broadcast", dtype, None, arr.size, root=root))
         if path == "cma":
             tail = self._tail("broadcast", False, **fields)
-            program = self._copy_program("broadcast", tail, dtype, root, None, arr.size)
-            copies = (None if program else
-                      single_copy.broadcast_copies(arr.nbytes, root, group._rank, group._size))
-            return tail, None, root, copies, program
+            return tail, None, root, self._copy_program("broadcast", tail, dtype, root, None,
+                                                        arr.size)
         return False
 
     def _all_gather_plan(self, out: np.ndarray, inp: np.ndarray) -> tuple | bool:
-        """(fingerprint tail, one-shot views, None, packed program or None) in the
-        one-shot range; where the single-copy path takes over, (tail, None, None, its
-        single-copy programs with their entry, of an input apart and of one in its
-        place in the output), or without the compiled interpreter (tail, None, my
-        single-copy reads with and without my own piece, None); False elsewhere (the
-        schedules)."""
+        """(fingerprint tail, one-shot views, packed program or None) in the one-shot
+        range; where the single-copy path takes over, (tail, None, its single-copy
+        programs with their entry, of an input apart and of one in its place in the
+        output, or None); False elsewhere (the schedules)."""
         group = self.group
         dtype, n = inp.dtype, group.size()
         if (dtype.name not in _MOVE_DTYPES or not dtype.isnative or out.dtype != dtype
@@ -2039,22 +2001,17 @@ class TinyCallLane:
             return False
         fields = dict(dtype=dtype.name, count=inp.size, extra=counts_hash((inp.size,) * n))
         if _fast.oneshot_all_gather(group.caps, inp.nbytes):
-            return (self._tail("all_gather", **fields), self._views(inp.reshape(-1)), None,
+            return (self._tail("all_gather", **fields), self._views(inp.reshape(-1)),
                     self._program("all_gather", dtype, inp.size, out.size, (inp.size,) * n))
         if _fast.single_copy(group.caps, inp.nbytes):
             # its program (all_gather/cma), of an input apart and of one in its place in
-            # the output; without the interpreter my reads
-            # (paths.single_copy.gather_pieces), with my own piece copied and not
+            # the output
             tail = self._tail("all_gather", False, **fields)
             counts = (inp.size,) * n
             programs = tuple(self._copy_program("all_gather", tail, dtype, -1, inp.size,
                                                 out.size, counts, in_place)
                              for in_place in (False, True))
-            if None not in programs:
-                return tail, None, None, programs
-            p, me = inp.nbytes, group._rank
-            reads = tuple((q, 0, p, q * p) for q in rotation(me, n))
-            return tail, None, (reads, tuple(r for r in reads if r[0] != me)), None
+            return tail, None, None if None in programs else programs
         return False
 
     def _all_gather_list_plan(self, inp: np.ndarray) -> tuple | bool:

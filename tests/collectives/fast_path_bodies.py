@@ -1554,3 +1554,60 @@ def single_copy_folds(count: int) -> tuple[int, int, int]:
         arena.compiled_program, arena.compiled_rooted = run, rooted
         single_copy.run_program = go_on
     return counts[0], counts[1], counts[2]
+
+
+def python_copy_programs(count: int) -> list[tuple[str, bool]]:
+    """broadcast, all_reduce (AVG), all_gather_into_tensor and reduce_scatter_tensor of
+    ``count`` float64 (past their single-copy thresholds) in the lane (contiguous arrays)
+    and on the general path (strided ones), sync and async, and reduce on the general
+    path, every result checked. Returns, per call, which collective ran a single-copy
+    program and whether it was Python's (no packed form)."""
+    from meshcast.paths import single_copy
+
+    r, n = dist.get_rank(), dist.get_world_size()
+    seen: list[tuple[str, bool]] = []
+    go_on = single_copy.run_program
+
+    def spied(group: Any, seq: int, what: object, program: Any, *args: Any) -> bool:
+        seen.append((str(what).split()[0], program.packed is None))
+        return go_on(group, seq, what, program, *args)
+
+    def done(work: Any) -> None:
+        if work is not None:
+            work.wait()
+
+    single_copy.run_program = spied
+    try:
+        for general in (False, True):
+            shaped = (lambda a: np.repeat(a, 2)[::2]) if general else (lambda a: a.copy())
+            for run_async in (False, True):
+                buf = shaped(_value(r, 0, count))
+                done(dist.broadcast(buf, src=n - 1, async_op=run_async))
+                np.testing.assert_array_equal(buf, _value(n - 1, 0, count))
+                buf = shaped(_value(r, 1, count))
+                done(dist.all_reduce(buf, op=dist.ReduceOp.AVG, async_op=run_async))
+                acc = _value(0, 1, count)
+                for q in range(1, n):
+                    acc = acc + _value(q, 1, count)
+                np.testing.assert_allclose(buf, acc / n, rtol=1e-15)
+                piece = count // n
+                whole = shaped(np.zeros(piece * n))
+                done(dist.all_gather_into_tensor(whole, shaped(_value(r, 2, piece)),
+                                                 async_op=run_async))
+                np.testing.assert_array_equal(
+                    whole, np.concatenate([_value(q, 2, piece) for q in range(n)]))
+                out = shaped(np.zeros(piece))
+                done(dist.reduce_scatter_tensor(out, shaped(np.full(piece * n, r + 1.0)),
+                                                async_op=run_async))
+                np.testing.assert_array_equal(out, np.full(piece, n * (n + 1) / 2))
+                if general:
+                    buf = shaped(_value(r, 3, count))
+                    done(dist.reduce(buf, dst=0, async_op=run_async))
+                    if r == 0:
+                        acc = _value(0, 3, count)
+                        for q in range(1, n):
+                            acc = acc + _value(q, 3, count)
+                        np.testing.assert_array_equal(buf, acc)
+    finally:
+        single_copy.run_program = go_on
+    return seen

@@ -219,6 +219,20 @@ def test_single_copy_folds_run_their_programs(n, single_copy):
 
 
 @pytest.mark.parametrize("n", [2, 3])
+def test_without_the_interpreter_single_copy_calls_run_their_programs_in_python(
+        n, single_copy):
+    # MESHCAST_COMPILED=0: broadcast, all_reduce, all_gather_into_tensor and
+    # reduce_scatter_tensor in the lane and on the general path, sync and async, and
+    # reduce: every call runs its cma schedule's program in Python's executor after the
+    # entry (the same records the interpreter runs elsewhere), results checked
+    out = spawn_world(bodies.python_copy_programs, n, timeout=120, count=600_000,
+                      env={"MESHCAST_COMPILED": "0"})
+    kinds = ["broadcast", "all_reduce", "all_gather", "reduce_scatter"]
+    want = [(k, True) for k in kinds * 2] + [(k, True) for k in kinds + ["reduce"]] * 2
+    assert all(seen == want for seen in out), out
+
+
+@pytest.mark.parametrize("n", [2, 3])
 def test_async_calls_through_the_lane(n):
     out = spawn_world(bodies.async_calls_in_order, n, timeout=120)
     assert all(o != ["no MismatchError"] for o in out), out

@@ -27,7 +27,8 @@ _FAST_WHERE = {
                 "broadcast's and reduce's entries one-sided)",
                 "transport/arena.py: one-shot regions, one signal",
                 "tests/collectives/test_{coll}.py, test_fast_paths.py"),
-    "cma": ("paths/single_copy.py (bodies and their runner; picked by calls.py and lanes.py)",
+    "cma": ("paths/single_copy.py (bodies, Reads, and their runner; picked by calls.py and "
+            "lanes.py)",
             "transport/cma.py (process_vm_readv) + transport/arena.py (entry, closing round)",
             "tests/collectives/test_{coll}.py, test_fast_paths.py"),
     "symmetric": ("paths/symmetric.py (picked by calls.py) and symmetric.py (the allocations)",
@@ -43,8 +44,9 @@ _CMA_PROGRAM_CODE = (
     "paths/single_copy.py's CopyPrograms, run by transport/_tiny.c's interpreter, "
     "Round.program: exposure, entry, copies, folds of the peers' exposed buffers "
     "and closing round in one call; "
-    "paths/single_copy.run_program where it stops; without the compiled helper "
-    "paths/single_copy.py's bodies), picked by calls.py and lanes.py")
+    "paths/single_copy.run_program where it stops; without the compiled helper, "
+    "or for an op no kernel folds, algorithms/_execute.py's BoundProgram after the "
+    "entry), picked by calls.py and lanes.py")
 
 # one-shot calls whose layout only the entry reveals: not programs yet
 _STAGED = ("gather", "scatter", "all_to_all")

@@ -73,7 +73,7 @@ def closing(plan: Plan, phase: int = 1) -> list[LocalStep]:
 def split_copy(plan: Plan, data: np.ndarray) -> list[LocalStep]:
     """Broadcast ``data`` (every rank's exposed bytes) from the root, reader-split: reader
     q's copy is cut in P parts; the root writes part q into q while q reads the others
-    from the root, so the root's core copies too (paths/single_copy.broadcast)."""
+    from the root, so the root's core copies too (broadcast/cma)."""
     n, me, root = plan.size, plan.rank, plan.root
     bounds = [data.nbytes * k // n for k in range(n + 1)]
     if me == root:

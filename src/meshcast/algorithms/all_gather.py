@@ -242,7 +242,7 @@ def oneshot(plan: Plan) -> Iterator[Round]:
     family="cma",
 )
 def cma(plan: Plan) -> Iterator[Round]:
-    """Single-copy all-gather (paths/single_copy.gather_pieces; ``_select.oneshot_all_gather``).
+    """Single-copy all-gather (run as a program: paths/single_copy.CopyPrograms; ``_select.oneshot_all_gather``).
 
     Taken from ``_select.ALL_GATHER_SINGLE_MIN_BYTES`` gathered, with pieces of
     ``SINGLE_COPY_MIN_BYTES``.

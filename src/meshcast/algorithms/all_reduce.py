@@ -314,7 +314,7 @@ def oneshot(plan: Plan) -> Iterator[Round]:
     family="cma",
 )
 def cma(plan: Plan) -> Iterator[Round]:
-    """Single-copy all-reduce (paths/single_copy.reduce_then_collect).
+    """Single-copy all-reduce (run as a program: paths/single_copy.CopyPrograms).
 
     Chosen past the one-shot sizes by ``_select.all_reduce_single_copy``.
 

@@ -216,7 +216,7 @@ def _reader_split(plan: Plan) -> Iterator[Round]:
     family="cma",
 )
 def cma(plan: Plan) -> Iterator[Round]:
-    """Single-copy broadcast (paths/single_copy.broadcast; ``_select.single_copy``).
+    """Single-copy broadcast (run as a program: paths/single_copy.CopyPrograms; ``_select.single_copy``).
 
     Steps: 1 round: every rank ``Expose``s its buffer and ``Enter``s. Reader
     ``q``'s copy is cut in ``P`` parts: the root ``Write``s part ``q`` into

@@ -361,7 +361,7 @@ def oneshot(plan: Plan) -> Iterator[Round]:
     family="cma",
 )
 def cma(plan: Plan) -> Iterator[Round]:
-    """Single-copy reduce (paths/single_copy.reduce; ``_select.single_copy``).
+    """Single-copy reduce (run as a program: paths/single_copy.CopyPrograms; ``_select.single_copy``).
 
     Steps: 1 round: every rank ``Expose``s its data and ``Enter``s; the root
     ``ReduceSlots`` every rank's exposed buffer, in rank order, into its output

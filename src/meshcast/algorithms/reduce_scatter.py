@@ -308,7 +308,7 @@ def _reduce_my_piece(plan: Plan) -> Iterator[Round]:
     family="cma",
 )
 def cma(plan: Plan) -> Iterator[Round]:
-    """Single-copy reduce-scatter (paths/single_copy.reduce_my_piece; ``_select.single_copy``).
+    """Single-copy reduce-scatter (run as a program: paths/single_copy.CopyPrograms; ``_select.single_copy``).
 
     Steps: 1 round: ``Expose`` my input and ``Enter``; ``ReduceSlots`` my piece
     of every rank's exposed input, in rank order, into my output (read in

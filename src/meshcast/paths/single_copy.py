@@ -21,12 +21,14 @@ A body that only reads is a :class:`Reads` list, which the compiled helper
 runs in one C call. The tiny-call lane (meshcast/lanes.py) runs the same
 bodies after its own entry.
 
-Where the compiled interpreter is built, broadcast, all_gather, all_reduce, reduce
-and reduce_scatter run their registered ``cma`` schedule instead, as a program
-(:class:`CopyPrograms`, :func:`run_program`): the exposure, the entry, the copies,
-the folds of the peers' exposed buffers (read in chunks into a bounce buffer) and
-the closing round in one C call. Their bodies here run without it, and for an op
-no compiled kernel folds (complex, float16).
+broadcast, all_gather, all_reduce, reduce and reduce_scatter have no body here:
+they run their registered ``cma`` schedule as a program (:class:`CopyPrograms`,
+:func:`run_program`): where the compiled interpreter is built, the exposure, the
+entry, the copies, the folds of the peers' exposed buffers (read in chunks into a
+bounce buffer) and the closing round in one C call; without it, or for an op no
+compiled kernel folds (complex, float16), Python's executor
+(``_execute.BoundProgram``) runs the same records after the entry. gather, scatter
+and all_to_all still run the bodies below.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from .. import ops, symmetric
+from .. import ops
 from ..algorithms import _select as _fast
 from ..algorithms._execute import BoundProgram, pack_program
 from ..algorithms._program import ENTER, WAIT, NotFlat
@@ -117,7 +119,7 @@ class SingleCopy:
 
     expose: tuple[int, int, int]
     fits: Callable[[list[int]], bool]
-    body: Body
+    body: Body | None  # None: the program runs (a collective whose cma schedule runs)
     phases: int = 1  # the body's own barriers (signal/wait of phases 1..) plus the last one
     # program(counts): the call's registered cma schedule as a program for these counts,
     # with its buffers (CopyPrograms.bound), run in place of body; None: body runs
@@ -190,19 +192,29 @@ def fits(caps: HostCaps, itemsize: int) -> Callable[[list[int]], bool]:
     return lambda counts: _fast.single_copy(caps, max(counts) * itemsize)
 
 
-def run(group: GroupView, body: Body, phases: int, counts: list[int], what: object,
+def run(group: GroupView, body: Body | None, phases: int, counts: list[int], what: object,
         program: Callable[[list[int]], tuple | None] | None = None) -> None:
     """Run ``body`` of a :class:`SingleCopy` (reads straight from the peers' exposed
     buffers; its own barriers use phases 1 .. ``phases - 1``), then wait until every
     rank is done reading before anyone may return and reuse its buffer. Where
     ``program(counts)`` gives the call's program and buffers (:meth:`CopyPrograms.bound`),
-    the program's records after its entry run instead (:func:`run_program`)."""
+    the program's records after its entry run instead (:func:`run_program`).
+
+    Raises:
+        RuntimeError: there is neither (a schedule that does not flatten, or buffers
+            not contiguous: a bug of the caller), after aborting the group, so that
+            every rank raises.
+    """
     arena = group.arena
     made = None if program is None else program(counts)
     if made is not None:
-        group.last_compiled = True  # (for the trace)
+        group.last_compiled = made[0].packed is not None  # (for the trace)
         run_program(group, arena.seq, what, made[0], None, made[1], made[2], None)
         return
+    if body is None:
+        message = f"{what}: its single-copy schedule gave no program for these buffers"
+        arena.abort(f"rank {group.global_ranks[group._rank]} failed in {message}")
+        raise RuntimeError(message)
     fast = arena.compiled_reads
     status = None
     if fast is not None and phases == 1 and type(body) is Reads:
@@ -351,55 +363,7 @@ class _Copies:
                 self.group, self.seq, self.what, rank, offset, src.nbytes, "write"), src)
 
 
-def reduce_from_all(read: Callable[..., None], mine: np.ndarray, lo: int, hi: int,
-                    dst: np.ndarray, op: ops.ReduceOp, me: int, n: int) -> None:
-    """``dst`` = elements ``[lo, hi)`` of every rank's exposed array reduced in rank order
-    (my own operand is ``mine[lo:hi]``), read in cache-sized chunks so each is reduced
-    while it is still in the cache."""
-    if hi <= lo:
-        return
-    step = max(1, symmetric.CHUNK_BYTES // mine.dtype.itemsize)
-    width = min(step, hi - lo)
-    peers = {q: np.empty(width, mine.dtype) for q in range(n) if q != me}
-    # reduce_many may write into its first two operands only (see all_reduce_share)
-    tmp = (np.empty(width, mine.dtype) if me > 1 and np.shares_memory(dst, mine[lo:hi])
-           else None)
-    isz = mine.dtype.itemsize
-    for c0 in range(lo, hi, step):
-        c1 = min(c0 + step, hi)
-        operands = []
-        for q in range(n):
-            if q == me:
-                operands.append(mine[c0:c1])
-            else:
-                read(q, peers[q][:c1 - c0], c0 * isz)
-                operands.append(peers[q][:c1 - c0])
-        out = dst[c0 - lo:c1 - lo]
-        ops.reduce_many(op, out if tmp is None else tmp[:c1 - c0], operands)
-        if tmp is not None:
-            out[...] = tmp[:c1 - c0]
-
-
 # ------------------------------------------------------------------ bodies
-
-
-def broadcast(data: np.ndarray, root: int, me: int, n: int) -> Reads:
-    """The body of the single-copy broadcast of ``data`` (bytes, exposed by every rank)."""
-    copies = broadcast_copies(data.nbytes, root, me, n)
-    return Reads(data, data, me, lambda: copies)
-
-
-def broadcast_copies(nbytes: int, root: int, me: int, n: int) -> tuple[tuple[int, ...], ...]:
-    """My copies (a :class:`Reads` list) in the single-copy broadcast of ``nbytes``."""
-    # Reader q's copy is split in n parts: the root writes part q into it while q
-    # reads the others, so the root's core works too (at 2 ranks each side copies
-    # half: about twice as fast as the reader copying it all).
-    if me == root:
-        return _parts(nbytes, n, rotation(me, n)[1:], lambda q, lo, length: (
-            q, lo, length, lo, WRITE))
-    # every part but mine (part `root` included)
-    return _parts(nbytes, n, rotation(me, n)[1:], lambda _, lo, length: (
-        root, lo, length, lo))
 
 
 def _parts(nbytes: int, n: int, which: Sequence[int],
@@ -448,54 +412,6 @@ def pieces_apart_fit(arena: Arena) -> bool:
     or a table) and every rank copies by piece (:func:`rooted_copies`); the same on
     every rank, as the regions are."""
     return arena.n * PIECE_BYTES <= arena.small_bytes
-
-
-def reduce_then_collect(arena: Arena, arr: np.ndarray, op: ops.ReduceOp, me: int, n: int
-                        ) -> Body:
-    """The body of the single-copy all_reduce of ``arr`` (a :class:`SingleCopy` of two
-    phases, every rank exposing its ``arr``):
-
-    1. my share of every rank's array, reduced into my own array;
-    2. once every rank is done with 1 (nobody reads my other shares any more),
-       every other share, reduced, read straight from its owner.
-    """
-
-    def body(_: list[int], peers: Peers) -> None:
-        isz = arr.dtype.itemsize
-        lo, hi = symmetric.share(arr.size, isz, me, n)
-        reduce_from_all(peers.read, arr, lo, hi, arr[lo:hi], op, me, n)
-        arena.signal(1)
-        arena.wait(range(n), 1)
-        for q in rotation(me, n)[1:]:
-            qlo, qhi = symmetric.share(arr.size, isz, q, n)
-            peers.read(q, arr[qlo:qhi], qlo * isz)
-
-    return body
-
-
-def reduce(arr: np.ndarray, op: ops.ReduceOp, at_root: bool, me: int, n: int) -> Body:
-    """The body of the single-copy reduce of ``arr`` into the root's own ``arr``."""
-
-    def reduce_at_root(_: list[int], peers: Peers) -> None:
-        # The root reads every other rank's array in cache-sized chunks and reduces
-        # them in rank order; the others only expose theirs (2 ranks, 8 MiB: about
-        # half the arena schedule's time).
-        if at_root:
-            reduce_from_all(peers.read, arr, 0, arr.size, arr, op, me, n)
-
-    return reduce_at_root
-
-
-def gather_pieces(out: np.ndarray, mine: np.ndarray, at: Sequence[int], me: int, n: int
-                  ) -> Reads:
-    """The body of the single-copy all_gather into ``out`` (bytes): rank q's piece
-    goes to ``out[at[q]:at[q + 1]]``, mine copied (unless it is there already, in
-    place), the others read straight from their owners."""
-    in_place = np.shares_memory(out[at[me]:at[me + 1]], mine)
-    # rank q's piece is read by one rank at a time
-    reads = tuple((q, 0, at[q + 1] - at[q], at[q]) for q in rotation(me, n)
-                  if q != me or not in_place)
-    return Reads(out, mine, me, lambda: reads)
 
 
 def gather(arena: Arena, root: int, mine: np.ndarray, outs: list[np.ndarray] | None,
@@ -570,17 +486,6 @@ def _equal_pieces(counts: list[int], arena: Arena) -> bool:
     its region (:func:`pieces_apart_fit`). Otherwise each rank moves its piece from or
     into where the root's buffer holds it, by offset."""
     return all(c == counts[0] for c in counts) and pieces_apart_fit(arena)
-
-
-def reduce_my_piece(inp: np.ndarray, lo: int, out: np.ndarray, op: ops.ReduceOp, me: int,
-                    n: int) -> Body:
-    """The body of the single-copy reduce_scatter: ``out`` = elements ``[lo, lo +
-    out.size)`` of every rank's exposed ``inp``, reduced in rank order."""
-
-    def body(_: list[int], peers: Peers) -> None:
-        reduce_from_all(peers.read, inp, lo, lo + out.size, out, op, me, n)
-
-    return body
 
 
 def read_pieces(out: np.ndarray, mine: np.ndarray, at: Sequence[int],
@@ -718,9 +623,10 @@ def run_program(group: GroupView, seq: int, what: object, program: CopyProgram,
     if packed is None:  # Python's executor, after the general path's entry
         arena.seq, arena.what = seq, what
         arena.deadline = time.monotonic() + group.timeout
-        try:
+        flat = tuple(None if a is None else a.reshape(-1) for a in (inp, out))
+        try:  # (the steps address flat arrays)
             program.steps.run_from(program.entered, _Copies(group, seq, what, program.op),
-                                   (inp, out))  # type: ignore[union-attr]
+                                   flat)  # type: ignore[union-attr]
         except BaseException as exc:
             arena.abort(f"rank {me} failed in {what}: {exc}",
                         mismatch=isinstance(exc, MismatchError))
