@@ -19,9 +19,6 @@ from meshcast.algorithms import _select as table
 # A piece this large leaves the one-shot range at every world size tested and reaches
 # the single-copy threshold (64 KiB per piece, per rank for all_to_all): float64.
 LARGE = 140_000
-# Pieces past the single-copy threshold where ranks fit the cores (2 ranks here) and
-# below the one from which a root in place splits (_select.ROOTED_SPLIT_MIN_BYTES).
-UNSPLIT = 16_000
 SMALL = 3
 
 
@@ -1266,17 +1263,16 @@ def pipelined_copies(rounds: int) -> list[str]:
 
 
 def single_copy_broadcasts() -> list[str]:
-    """Broadcasts that go single-copy at one-shot sizes (ranks fitting the cores, from
-    _select.BROADCAST_SINGLE_MIN_BYTES): the root writes each reader's part while the
-    reader reads the others. Every root, sizes at the threshold and odd byte counts
-    (parts of unequal length), the lane beside a rank on the general path (a strided
-    array), async calls; then a count that differs on one rank: the same MismatchError
-    on every rank. Returns the paths seen and the verdict."""
+    """Broadcasts that go single-copy (just past the one-shot sizes at 2 ranks): the root
+    writes each reader's part while the reader reads the others. Every root, odd byte
+    counts (parts of unequal length), the lane beside a rank on the general path (a
+    strided array), async calls; then a count that differs on one rank: the same
+    MismatchError on every rank. Returns the paths seen and the verdict."""
     r, n = dist.get_rank(), dist.get_world_size()
     pg = dist.group.WORLD
     seen = []
-    for dtype, count in ((np.float32, 16384), (np.float32, 16385), (np.int8, 65539),
-                         (np.float64, 40_001)):
+    for dtype, count in ((np.float32, 262_145), (np.int8, 1_048_579),
+                         (np.float64, 131_075)):
         for root in range(n):
             want = (_value(root, 7, count) * 3).astype(dtype)
             got = want.copy() if r == root else np.zeros(count, dtype)
@@ -1292,7 +1288,7 @@ def single_copy_broadcasts() -> list[str]:
             got = want.copy() if r == root else np.zeros(count, dtype)
             dist.broadcast(got, src=root, async_op=True).wait()
             np.testing.assert_array_equal(got, want, f"async broadcast of {count} from {root}")
-    mine = np.zeros(20_000 if r == 0 else 20_001, np.float32)
+    mine = np.zeros(300_000 if r == 0 else 300_001, np.float32)
     try:
         dist.broadcast(mine, src=0)
         verdict = "no error"
@@ -1418,31 +1414,36 @@ def list_forms_run_programs() -> tuple[int, int]:
     return counts[0], counts[1]
 
 
-def single_copy_programs(count: int) -> tuple[int, int]:
+def single_copy_programs(count: int) -> tuple[int, int, int]:
     """broadcast and all_gather_into_tensor of ``count`` float64 a rank, past the one-shot
     sizes: in the lane (contiguous arrays; all_gather apart and in place; sync and
     async), then on the general path (strided arrays), every result checked. Returns
     how many calls ran their registered cma schedule's program from its entry (the
-    lane's: Round.program with the exposure its own) and how many after the general
+    lane's: Round.program with the exposure its own), after the lane's compiled entry
+    alone (an async call past ``ASYNC_INLINE_MAX_BYTES`` exposed) and after the general
     path's entry (Round.program given no entry)."""
     from meshcast.paths import single_copy
 
     r, n = dist.get_rank(), dist.get_world_size()
     arena = dist.group.WORLD.arena
-    counts = [0, 0]
-    run, go_on = arena.compiled_program, single_copy.run_program
+    counts = [0, 0, 0]
+    run, rooted, go_on = arena.compiled_program, arena.compiled_rooted, single_copy.run_program
 
     def counted(seq: int, entry: Any, *args: Any) -> Any:
         if type(entry) is tuple and entry[2] is None and args[-1] == 0:
             counts[0] += 1  # (a run from the start, its exposure the program's own)
         return run(seq, entry, *args)
 
+    def entered_alone(*args: Any) -> Any:
+        counts[1] += 1  # (the lane's compiled entry alone: the worker runs the rest)
+        return rooted(*args)
+
     def after_entry(group: Any, seq: int, what: object, program: Any, entry: Any,
                     *args: Any) -> bool:
-        counts[1] += entry is None  # (the general path's: the entry was its own)
+        counts[2] += entry is None  # (the general path's: the entry was its own)
         return go_on(group, seq, what, program, entry, *args)
 
-    arena.compiled_program = counted
+    arena.compiled_program, arena.compiled_rooted = counted, entered_alone
     single_copy.run_program = after_entry
     for general in (False, True):
         for run_async in (False, True):
@@ -1468,8 +1469,9 @@ def single_copy_programs(count: int) -> tuple[int, int]:
                 for q in range(n):
                     np.testing.assert_array_equal(whole[q], _value(q, 4, count),
                                                   f"all_gather piece {q}")
-    arena.compiled_program, single_copy.run_program = run, go_on
-    return counts[0], counts[1]
+    arena.compiled_program, arena.compiled_rooted = run, rooted
+    single_copy.run_program = go_on
+    return counts[0], counts[1], counts[2]
 
 
 def single_copy_folds(count: int) -> tuple[int, int, int]:

@@ -39,16 +39,14 @@ def path_count(label: str, n: int) -> int:
     """A float32 count past the one-shot sizes, where the single-copy path takes over at
     world size ``n`` (algorithms/_select.fast_path), as small as that allows: past the
     one-shot rule (1 MiB per rank, 2 MiB of reading for the whole call), pieces of at
-    least 64 KiB, a gathered array of at least 256 KiB (all_gather), 2 MiB for
-    all_reduce; all_to_all's input past the one-shot work with 64 KiB for each peer."""
+    least 64 KiB, 2 MiB for all_reduce; all_to_all's input past the one-shot work with
+    64 KiB for each peer."""
     if label == "all_reduce":
         return 600_000
-    if label in ("broadcast", "reduce", "gather"):
+    if label in ("broadcast", "reduce", "gather", "all_gather", "all_gather_into_tensor"):
         return 600_000 // n
     if label in ("scatter", "reduce_scatter", "reduce_scatter_tensor"):
         return 300_000 // n
-    if label in ("all_gather", "all_gather_into_tensor"):
-        return 40_000
     return max(_table.ONESHOT_WORK_BYTES // n // n, _table.SINGLE_COPY_MIN_BYTES) // 4 + 1000
 
 

@@ -8,7 +8,7 @@ Where it lives:
 * the path a call takes with no algorithm named: ``algorithms/_select.py``
   (``fast_path("all_to_all", ...)``, its thresholds beside it):
   one-shot while the input, with its split-size header, fits ``all_to_all_direct_limit``
-  (under 64 KiB for each peer); single-copy from 64 KiB for each peer; otherwise the
+  (the 1 MiB region, and 2 MiB / ``n``); past it single-copy; otherwise the
   schedules;
 * the engine: ``transport/arena.py`` (the group's signal words, fingerprints,
   one-shot regions and slots; its compiled round in ``transport/_tiny.c``),

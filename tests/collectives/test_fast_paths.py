@@ -92,7 +92,7 @@ def test_uneven_all_to_all_takes_the_lane(n):
 @pytest.mark.parametrize("uneven_refused", [False, True])
 def test_all_to_all_past_one_shot_takes_the_lane_and_mixes_with_the_general_path(
         n, uneven_refused, single_copy):
-    out = spawn_world(bodies.all_to_all_past_one_shot, n, timeout=120, base=20_000,
+    out = spawn_world(bodies.all_to_all_past_one_shot, n, timeout=120, base=bodies.LARGE,
                       uneven_refused=uneven_refused)
     paths = 6 if uneven_refused else 7
     assert all(seen == ["all_to_all/cma"] * paths + ["mismatch: True"] for seen in out), out
@@ -118,9 +118,7 @@ def test_lanes_past_one_shot_mix_with_the_general_path(n, single_copy):
 
 @pytest.mark.parametrize("kind", ["gather", "scatter"])
 @pytest.mark.parametrize("n, compiled, base", [
-    (2, "1", bodies.LARGE), (3, "1", bodies.LARGE), (3, "0", bodies.LARGE),
-    # (pieces below _select.ROOTED_SPLIT_MIN_BYTES: a root in place copies nothing)
-    (2, "1", bodies.UNSPLIT), (2, "0", bodies.UNSPLIT)])
+    (2, "1", bodies.LARGE), (3, "1", bodies.LARGE), (3, "0", bodies.LARGE)])
 def test_rooted_past_one_shot_takes_the_lane_and_mixes_with_the_general_path(
         kind, n, compiled, base, single_copy):
     """With the compiled entry and copies (transport/_tiny.c) and with Python's."""
@@ -195,15 +193,15 @@ def test_list_forms_run_their_collectives_programs(n):
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_single_copy_calls_run_their_programs(n, single_copy):
-    # broadcast (every root) and all_gather_into_tensor (apart, in place) of 110 000
-    # float64 a rank, sync and async: the lane's calls (contiguous arrays: each
-    # collective twice, and all_gather in place also beside the strided ones) run
-    # their cma schedule's program from the exposure on, the general path's (strided
-    # arrays) after the general path's own entry. (880 KB: single-copy at 2 and 3 ranks,
-    # and within ASYNC_INLINE_MAX_BYTES exposed, so that async calls run whole inline)
-    out = spawn_world(bodies.single_copy_programs, n, timeout=120, count=110_000)
-    lane, general = 2 * (n + 2) + 2, 2 * (n + 1)
-    assert all(tuple(c) == (lane, general) for c in out), out
+    # broadcast (every root) and all_gather_into_tensor (apart, in place) of 140 000
+    # float64 a rank (past one-shot at 2 and 3 ranks), sync and async: the lane's calls
+    # (contiguous arrays: each collective, and all_gather in place also beside the
+    # strided ones) run their cma schedule's program, the synchronous ones from the
+    # exposure on, the async ones (past ASYNC_INLINE_MAX_BYTES exposed) after their
+    # compiled entry; the general path's (strided arrays) after its own entry
+    out = spawn_world(bodies.single_copy_programs, n, timeout=120, count=140_000)
+    lane, general = n + 3, 2 * (n + 1)
+    assert all(tuple(c) == (lane, lane, general) for c in out), out
 
 
 @pytest.mark.parametrize("n", [2, 3])
@@ -240,7 +238,7 @@ def test_async_calls_through_the_lane(n):
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_async_calls_past_one_shot_take_the_lane(n, single_copy):
-    out = spawn_world(bodies.async_past_one_shot, n, timeout=120, base=70_000)
+    out = spawn_world(bodies.async_past_one_shot, n, timeout=120, base=bodies.LARGE)
     rounds = 3 + n  # in at once (inline, then on the worker), each rank late, rank 0 first
     assert all(seen == ["all_reduce/cma"] * (rounds - 1) + ["all_reduce/cma", "mismatch: True"]
                for seen in out), out
@@ -253,7 +251,7 @@ def test_list_and_split_forms_meet_the_tensor_forms(n):
 
 
 @pytest.mark.parametrize("compiled", ["1", "0"])
-def test_single_copy_broadcast_at_one_shot_sizes(single_copy, compiled):
+def test_single_copy_broadcast_past_one_shot_at_odd_sizes(single_copy, compiled):
     """With the compiled copies (transport/_tiny.c's reads, which also write) and with
     Python's."""
     out = spawn_world(bodies.single_copy_broadcasts, 2, timeout=120,

@@ -249,4 +249,5 @@ def test_a_rooted_root_in_place_splits_from_its_threshold():
     edge = sel.ROOTED_SPLIT_MIN_BYTES
     assert not sel.rooted_split(edge - 1)
     assert sel.rooted_split(edge)
-    assert sel.ROOTED_SINGLE_MIN_BYTES[0] < edge  # (so that both sides run single-copy)
+    # (so that both sides can run single-copy: past one-shot, with small regions)
+    assert sel.SINGLE_COPY_MIN_BYTES < edge

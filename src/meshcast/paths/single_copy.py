@@ -423,7 +423,7 @@ def gather(arena: Arena, root: int, mine: np.ndarray, outs: list[np.ndarray] | N
     (see ProcessGroup.gather)."""
     # Every rank writes its own piece into the root's, all at once, where the root
     # reading them one after the other made single-copy lose to one-shot up to 1 MiB
-    # pieces (_select.ROOTED_SINGLE_MIN_BYTES): pieces back to back are exposed as one
+    # pieces (stop 49): pieces back to back are exposed as one
     # buffer (the word 1), pieces apart as a table of where each lies. Only a root
     # without one-shot regions for a table (MESHCAST_SLOT_BYTES=0) reads every piece.
     table = None
