@@ -19,11 +19,13 @@ def boundaries(caps: table.HostCaps) -> list[int]:
     """Every per-rank size (bytes) where some fast-path rule may flip, for any kind."""
     n = caps.size
     edges = {caps.oneshot_bytes, table.ONESHOT_WORK_BYTES // n, table.SINGLE_COPY_MIN_BYTES,
-             table.ALL_REDUCE_SINGLE_MIN_BYTES,
+             table.ALL_REDUCE_SINGLE_MIN_BYTES, table.ALL_GATHER_SINGLE_MIN_BYTES // n,
              table.direct_bytes(caps, n), table.direct_bytes(caps, 1) // n,
              table.all_to_all_direct_limit(caps, split_head(n)) // n,
              table.SINGLE_COPY_MIN_BYTES * n // n, table.ONESHOT_WORK_BYTES // n // n,
-             table.SYMMETRIC_MIN_BYTES // n, table.SYMMETRIC_ALL_REDUCE_MIN_BYTES}
+             table.SYMMETRIC_MIN_BYTES // n, table.SYMMETRIC_ALL_REDUCE_MIN_BYTES,
+             *table.ROOTED_SINGLE_MIN_BYTES, table.BROADCAST_SINGLE_MIN_BYTES,
+             *table.ALL_TO_ALL_SINGLE_MIN_BYTES}
     sizes = {0, 4}
     for e in edges:
         for d in (-4, 0, 4):

@@ -8,8 +8,8 @@ Where it lives:
 * the path a call takes with no algorithm named: ``algorithms/_select.py``
   (``fast_path("all_to_all", ...)``, its thresholds beside it):
   one-shot while the input, with its split-size header, fits ``all_to_all_direct_limit``
-  (the 1 MiB region, and 2 MiB / ``n``); past it single-copy; otherwise the
-  schedules;
+  (under ``ALL_TO_ALL_SINGLE_MIN_BYTES`` for each peer: 128 KiB, 64 KiB where ranks
+  outnumber cores); single-copy past it; otherwise the schedules;
 * the engine: ``transport/arena.py`` (the group's signal words, fingerprints,
   one-shot regions and slots; its compiled round in ``transport/_tiny.c``),
   ``transport/shm.py`` (the rings the p2p schedules send through) and

@@ -8,7 +8,8 @@ Where it lives:
 * the path a call takes with no algorithm named: ``algorithms/_select.py``
   (``fast_path("gather", ...)``, its thresholds beside it):
   one-shot while a piece fits ``direct_bytes`` (the 1 MiB region, and 2 MiB / ``n`` for
-  the root's reading); past it, single-copy from 64 KiB pieces (every rank
+  the root's reading) and is smaller than ``ROOTED_SINGLE_MIN_BYTES`` (256 KiB, 512 KiB
+  where ranks outnumber cores); past either, single-copy from 64 KiB pieces (every rank
   writes its own piece into the root's list: one buffer when it lies back to back, else
   through a table of where each piece lies; a root in place reads part of each from
   ``ROOTED_SPLIT_MIN_BYTES``; the lane runs it compiled for NumPy calls); otherwise

@@ -7,8 +7,9 @@ Where it lives:
   run under that name (``last_algorithm``);
 * the path a call takes with no algorithm named: ``algorithms/_select.py``
   (``fast_path("scatter", ...)``, its thresholds beside it):
-  one-shot while the root's pieces together fit its 1 MiB region; past it, single-copy
-  from 64 KiB pieces (each rank reads its piece from the root's
+  one-shot while the root's pieces together fit its 1 MiB region and a piece is smaller
+  than ``ROOTED_SINGLE_MIN_BYTES`` (256 KiB, 512 KiB where ranks outnumber cores); past
+  either, single-copy from 64 KiB pieces (each rank reads its piece from the root's
   list; a root in place writes part of each from ``ROOTED_SPLIT_MIN_BYTES``; the lane
   runs it compiled for NumPy calls); otherwise the schedules;
 * the engine: ``transport/arena.py`` (the group's signal words, fingerprints,

@@ -395,35 +395,41 @@ ONESHOT_WORK_BYTES = 2 << 20
 # owner's buffer into the reader's (process_vm_readv), if a piece is this large.
 SINGLE_COPY_MIN_BYTES = 64 << 10
 
-# broadcast, all_gather, gather, scatter and all_to_all run one-shot wherever it fits
-# (its region, ONESHOT_WORK_BYTES), single-copy only past it. Earlier stops (41-50)
-# started single-copy inside the one-shot sizes (broadcast and rooted pieces from
-# 64 KiB, all_gather from 128 KiB gathered, all_to_all from 64 KiB a piece), when
-# one-shot copied in and out one after the other (stop 46: a 1 MiB broadcast 80 us
-# one-shot, 24 single-copy). Since its readers copy as the stager goes (_tiny.c's
-# pipelined copies) and its programs run compiled, one-shot is the faster wherever it
-# runs. Stop 70, AMD EPYC VM, 2 ranks, meshcast one-shot (MESHCAST_CMA_BYTES=0) /
-# single-copy (the old rule) / MPICH 5.0.2, us; hot (benchmarks/versus_mpi.py, by
-# piece): broadcast 64 KiB 1.7 / 5.0-5.7 / 7.5-8.1, 256 KiB 4.8 / 11.0-11.4 / 19-20,
-# 1 MiB 17.8-18.6 / 35.4-35.8 / 69-72; all_gather 64 KiB 5.5 / 8.4-9.0 / 9.5-13.3,
-# 1 MiB 60-62 / 91-92 / 95-98; gather 64 KiB 2.4-2.5 / 8.0-8.5 / 7.8-8.1, 1 MiB
-# 37-39 / 68-69 / 79; scatter 64 KiB 2.3 / 8.1-8.7 / 8.4-8.9, 512 KiB 12.8 / 32.8-33.6
-# / 35-36; all_to_all 64 KiB 3.6 / 7.6-8.3 / 8.8-9.7, 256 KiB 13.7 / 22.9-23.9 /
-# 24-25. Cold (`meshcast bench -n 2 --op gather,scatter,broadcast,all_gather,all_to_all
-# -b 64K -e 2M -f 2 --iters 30 --rounds 3 --compare mpi`, the bench's sizes,
-# out-of-place): broadcast 1 MiB 24.7 / 41.9 / 75.1; all_gather 1 MiB 34.4 / 51.4 /
-# 50.8; gather 128 KiB 5.5 / 14.2 / 13.5, 2 MiB 42.9 / 76.7 / 94.4; scatter 1 MiB
-# 19.8 / 38.9 / 46.7; all_to_all 512 KiB 16.5 / 27.7 / 27.7. 4 ranks on 2 cores, hot:
-# all_gather 64-256 KiB 24-78 / 51-148, all_to_all 64 KiB 30.6 / 48.6 (broadcast,
-# gather and scatter already ran one-shot there). Past one-shot (the arena schedules
-# otherwise) single-copy stays far ahead: broadcast 2 MiB 75 against 103, scatter
-# 2 MiB 73 against 106, all_to_all 1 MiB 52 against 98.
+# Stop 70 (AMD EPYC VM, 2 ranks) moved single-copy's start inside the one-shot sizes up
+# for broadcast (BROADCAST_SINGLE_MIN_BYTES), all_gather (ALL_GATHER_SINGLE_MIN_BYTES),
+# gather and scatter (ROOTED_SINGLE_MIN_BYTES) and all_to_all
+# (ALL_TO_ALL_SINGLE_MIN_BYTES): since one-shot's readers copy as the stager goes and its
+# programs run compiled, one-shot is the faster at the old thresholds, hot or not; it
+# loses only once its two copies leave the caches (the bench's windows spread over
+# 32 MiB, so each call's data comes from memory). Each new line is where one-shot stops
+# winning there. Us, one-shot / single-copy, out-of-place (the bench's sizes):
+# `meshcast bench -n 2 -b 32K -e 4M -f 2 --iters 30 --rounds 3` (windows within the
+# L3): broadcast 64 KiB 2.9 / 5.2, 256 KiB 7.9 / 14.0, 1 MiB 22.8 / 28.4; all_gather
+# 256 KiB 11.2 / 17.6, 2 MiB 62 / 72; gather 1 MiB 19.5 / 26.5; scatter 1 MiB 20.0 /
+# 26.0; all_to_all 512 KiB 17.5 / 24.2. `-b 8 -e 32M` (from memory): broadcast 256 KiB
+# 13.9-15.1 / 13.3-13.5, 1 MiB 54-59 / 43-44; all_gather 131072 9.8 / 12.0, 512 KiB
+# 33.6 / 31.1, 1 MiB 80 / 64; all_to_all 262144 19.3 / 15.5; gather 1 MiB 46 / 42;
+# scatter 512 KiB 20.8 / 16.3. Hot (benchmarks/versus_mpi.py, by piece, with MPICH
+# 5.0.2): broadcast 64 KiB 1.7 / 5.0 / 7.5, 1 MiB 17.8 / 35.4 / 69; gather 64 KiB
+# 2.4 / 8.0 / 7.8 (the gap to MPICH the stop 69 note named); scatter 64 KiB 2.3 / 8.1 /
+# 8.4; all_to_all 64 KiB 3.6 / 7.6 / 8.8. 4 ranks on 2 cores, hot: all_gather
+# 64-256 KiB pieces 24-78 / 51-148.
 
 # all_reduce reads the peers' data for its share, then the reduced shares: two single
 # copies instead of the arena's copy in, reduce and copy out. Past the one-shot sizes
 # (`meshcast bench --algo arena` beside the default, 2 ranks, same run: see the note in
 # benchmarks/README.md).
 ALL_REDUCE_SINGLE_MIN_BYTES = 2 << 20
+
+# all_gather leaves one-shot for single-copy once the gathered array reaches this (and a
+# piece SINGLE_COPY_MIN_BYTES). Since the lane's single-copy entry is compiled too (the
+# reads were already), single-copy wins at 128 KiB gathered: 2 ranks, one job with
+# MPICH's Allgather, best of 5 x 30-100 calls, us, one-shot / single-copy / MPICH: one
+# window 13.7-14.1 / 9.6-9.8 / 15-16.3, 64 windows 17.1-19.5 / 13.0-15.2 / 13.6-16.0.
+# (At 64 KiB, 32 KiB pieces, single-copy wins with hot buffers only: 10.3 / 7.2 / 10.4,
+# 64 windows 10.9 / 10.1 / 9.7.)
+# (stop 70: from 512 KiB gathered, see above)
+ALL_GATHER_SINGLE_MIN_BYTES = 512 << 10
 
 # Where the one-shot path runs (one synchronisation, a copy in), it beats the symmetric
 # broadcast (two synchronisations, no copies), which therefore starts where the one-shot
@@ -456,6 +462,61 @@ ASYNC_INLINE_MAX_BYTES = 1 << 20
 # ring, 143 single-copy; 64 KiB 105 / 164; 8 ranks 215 / 410 and 288 / 441).
 BATCH_SINGLE_MIN_BYTES = (32 << 10, 256 << 10)  # (ranks fit the cores, outnumber them)
 
+# gather and scatter go single-copy from this piece size where the kernel allows it
+# (ranks fit the cores, outnumber them), one-shot sizes included: every rank writes its
+# piece straight into the root's list (gather) or reads it straight from the root's
+# pieces (scatter), one copy, where one-shot copies every piece into a region and out
+# again; the root copies its own piece meanwhile, or, in place, moves a part of every
+# other rank's (paths/single_copy.SPLIT). Since the lane runs that compiled (stop 47:
+# the root's pieces exposed as a table by the compiled entry, one compiled call for the
+# copies; 2 ranks, 64 KiB pieces, hot: gather 40 -> 7.3 us, scatter 25.6 -> 7.4),
+# single-copy wins from 256 KiB pieces where ranks fit the cores. `meshcast bench -n 2
+# --op gather,scatter --iters 100` (cold), two runs each, us, one-shot -> single-copy,
+# out-of-place / in-place, by piece (half the bench's size): 64 KiB gather 10.6-10.8 ->
+# 9.6-11.3 / 6.8 -> 10.0-11.4, scatter 11.2-11.5 -> 11.2-13.4 / 6.7-6.8 -> 11.5-12.2;
+# 128 KiB gather 19.4-20.1 -> 12.3-15.5 / 9.1-9.3 -> 11.5-13.7, scatter 21.4-21.6 ->
+# 12.3-14.7 / 9.5-9.8 -> 13.1-13.9; 256 KiB gather 37.3-38.0 -> 19.7-25.1 / 19.3-20.1
+# -> 16.4-18.7, scatter 40.9-41.9 -> 22.3-24.4 / 17.6-17.8 -> 14.0-16.9. Hot, 2 ranks
+# against MPICH's Gather/Scatter (/tmp/s47/allcmp.py), us, single-copy / MPICH: 256 KiB
+# pieces gather 12.5 / 16.7, scatter 12.3 / 18.1; 512 KiB 21.2 / 56.6, 21.6 / 30.8 (at
+# 64 and 128 KiB pieces single-copy won hot, 5.6-6.1 / 6.3-6.5 and 7.7-7.8 / 9.3-10.7,
+# but lost the bench's in-place rows above). Where ranks outnumber the cores the bench's scatter (3
+# and 4 ranks) kept one-shot ahead to 512 KiB, so the old line stays there; the older
+# figures below are of the Python single-copy body. Lane calls, cold rotating
+# windows, two runs, us, one-shot / single-copy: scatter, 2 ranks 128 KiB 24.7-24.8 /
+# 26.9-27.9, 256 KiB 46.9-47.4 / 36.6-39.2, 512 KiB 98-102 / 62-72; 4 ranks on 2 cores
+# 128 KiB 65-95 / 117-165, 256 KiB 203-212 / 134-141; gather, 2 ranks (the root's list
+# back to back) 128 KiB 28 / 47, 256 KiB 65.5 / 59-60, 512 KiB 186-190 / 118-119
+# (/tmp/s41/gs_cold2.py, stop 41). Since one-shot copies overlap (a gather root and a
+# scatter's or broadcast's readers copy as the stager goes, _tiny.c's pipelined copies)
+# and a gather root's own piece skips its region (stop 45), one-shot wins to 512 KiB:
+# `meshcast bench --op gather,scatter` (cold), the bench's size (n pieces), us,
+# out-of-place and in-place, single-copy -> one-shot: 2 ranks, 512 KiB gather 48-53 /
+# 52 -> 33-35 / 19-20, scatter 34 / 32-40 -> 29-37 / 18; 1 MiB gather 71 / 63-66 ->
+# 66-71 / 39-47, scatter 47-52 / 45-46 -> 53-67 / 42-50; 4 ranks, 1 MiB gather 205-219
+# / 231-360 -> 142-215 / 114-146, scatter 173-204 / 126-294 -> 165-182 / 120-137; 2 MiB
+# gather 290-349 / 236-504 -> 436-492 / 222-257. Hot, 2 ranks, the root's list of
+# separate arrays, us: 256 KiB pieces gather 42-49 -> 27-28, scatter 32-33 -> 22-23
+# (MPICH 20-22); 512 KiB gather 52-57 -> 48-49, scatter 48-49 -> 54.
+# Stop 50 (Intel Xeon VM, 2 cores): single-copy from 64 KiB pieces where ranks fit the
+# cores, once a root in place no longer splits small pieces (ROOTED_SPLIT_MIN_BYTES;
+# the split was most of what lost the in-place rows above) nor spends 3 us finding out
+# that it is in place. Hot, 2 ranks, one job with MPICH (benchmarks/versus_mpi.py), us,
+# one-shot -> single-copy (MPICH): 64 KiB gather 7.3-8.0 -> 6.6 (6.1-6.5), scatter
+# 8.5-8.8 -> 6.6 (6.4-6.9); 128 KiB gather 12.1-13.0 -> 9.2 (9.6-10.4), scatter
+# 10.8-11.2 -> 9.0 (9.9-10.7); the root in place (/tmp/s50/inpl.py) 64 KiB 7.2-7.6 ->
+# 6.4-6.6, 128 KiB 8.9-9.6 -> 8.8-9.1. Cold (`meshcast bench -n 2 --op gather,scatter -e
+# 32M --iters 30 --compare mpi`: every call a window not touched since the start), the
+# bench's 128 KiB and 256 KiB rows (64 and 128 KiB pieces), out-of-place: gather 17.6 ->
+# 16.3 (MPICH 21.0), 36.9 -> 26.9 (43.0); scatter 18.1 -> 16.4 (22.9), 34.7 -> 28.1
+# (44.3). Left worse: the cold in-place rows, 8.5-12.2 -> 14.0-15.3 and 15.5-17.4 ->
+# 19.7-27 (a kernel copy between windows just mapped in costs 3x a user copy, and a
+# root in place has none of its own to overlap it with; MPICH has no in-place row
+# there). Stop 49 (AMD EPYC VM, hot) had gather at 128-255 KiB pieces faster one-shot,
+# 16.6-18.2 against 19.3-25 us, and scatter faster single-copy, 19.5-19.9 against 22.8.
+# (stop 70: from 256 KiB pieces where ranks fit the cores, see above)
+ROOTED_SINGLE_MIN_BYTES = (256 << 10, 512 << 10)  # (ranks fit the cores, outnumber them)
+
 # A single-copy gather's or scatter's root in place (its own piece is its input or
 # output, so it has nothing of its own to copy) moves a part of every other rank's piece
 # itself from this piece size (paths/single_copy.SPLIT), as a broadcast splits: below,
@@ -472,6 +533,29 @@ BATCH_SINGLE_MIN_BYTES = (32 << 10, 256 << 10)  # (ranks fit the cores, outnumbe
 # 17.9-19.9, 1 MiB 39-48 -> 30-38); at 128 KiB the split (~10 us less 3) still only ties.
 ROOTED_SPLIT_MIN_BYTES = 256 << 10
 
+# A broadcast goes single-copy from this size where the kernel allows it and the ranks
+# fit the cores, one-shot sizes included: the root writes each reader's part while the
+# reader reads the others (one compiled call with the closing round), where one-shot
+# copies it all in, then out. Where ranks outnumber the cores, one-shot as far as it
+# runs: its root awaits nobody, where single-copy waits for every rank twice. One job
+# with MPICH's Bcast (stop 46, /tmp/s46/sc.py and lat_mpi.py), us, one-shot /
+# single-copy / MPICH; 2 ranks, hot loop (best of 5 x 300 calls): 16 KiB 2.7 / 4.4-4.6 /
+# 3.4-3.6, 32 KiB 4.3 / 5.0-5.2 / 4.3, 64 KiB 7.5-7.8 / 5.5-6.1 / 5.5-6.2, 128 KiB
+# 9.1-9.3 / 6.7-6.9 / 8.1-8.5, 256 KiB 17.5 / 9.2-9.5 / 12.5-13.1, 512 KiB 36 /
+# 14.8-15.0 / 20-28, 1 MiB 80 / 23.6 / 38-46; synchronized starts (median of 400): 16
+# KiB 3.9 / 3.9-4.0 / 2.9-3.1, 32 KiB 5.7 / 4.2-4.6 / 3.4-3.7, 64 KiB 8.6 / 5.0-5.2 /
+# 4.7-4.9, 128 KiB 15.0-15.5 / 6.0 / 6.9-7.2, 512 KiB 36 / 14.5-15.4 / 28-30. 4 ranks on
+# 2 cores, hot (100 calls): 64 KiB 19 / 43-61, 256 KiB 40-41 / 65-69, 512 KiB 69-76 /
+# 81-84; 3 ranks 64 KiB 20-22 / 36-42, 256 KiB 35-44 / 52-57.
+# (stop 70: from 256 KiB, see above)
+BROADCAST_SINGLE_MIN_BYTES = 256 << 10
+
+# all_to_all stages its input one-shot while each piece is under this (and its region
+# and the one-shot work allow), ranks fitting the cores / outnumbering them: see
+# all_to_all_direct_limit (stop 70 moved the first from 64 KiB, see above; the second
+# stays where stop 44 measured it).
+ALL_TO_ALL_SINGLE_MIN_BYTES = (128 << 10, 64 << 10)
+
 # A one-shot scatter's root stages the other ranks' pieces and copies its own straight
 # into place after the entry, once its piece is this large (below, one staging copy of
 # every piece and the compiled combine cost less than a second call), where Python
@@ -487,9 +571,11 @@ def oneshot(caps: HostCaps, nbytes: int) -> bool:
 
 
 def oneshot_broadcast(caps: HostCaps, nbytes: int) -> bool:
-    """:func:`oneshot` for a broadcast of ``nbytes`` (one-shot wherever it fits: see
-    :data:`SINGLE_COPY_MIN_BYTES`)."""
-    return oneshot(caps, nbytes)
+    """:func:`oneshot` for a broadcast of ``nbytes``: not from
+    :data:`BROADCAST_SINGLE_MIN_BYTES` where single-copy runs and the ranks fit the
+    cores."""
+    return oneshot(caps, nbytes) and not (caps.single_copy and not caps.crowded
+                                          and nbytes >= BROADCAST_SINGLE_MIN_BYTES)
 
 
 def symmetric_broadcast(caps: HostCaps, nbytes: int) -> bool:
@@ -500,9 +586,11 @@ def symmetric_broadcast(caps: HostCaps, nbytes: int) -> bool:
 
 
 def oneshot_all_gather(caps: HostCaps, piece: int) -> bool:
-    """:func:`oneshot` for all_gather's ``piece`` bytes per rank (one-shot wherever it
-    fits: see :data:`SINGLE_COPY_MIN_BYTES`)."""
-    return oneshot(caps, piece)
+    """:func:`oneshot` for all_gather's ``piece`` bytes per rank: not once the gathered
+    array is large enough for single-copy, which reads each piece once where one-shot
+    copies it twice."""
+    return oneshot(caps, piece) and not (piece * caps.size >= ALL_GATHER_SINGLE_MIN_BYTES
+                                         and single_copy(caps, piece))
 
 
 def single_copy(caps: HostCaps, nbytes: int) -> bool:
@@ -518,16 +606,22 @@ def all_reduce_single_copy(caps: HostCaps, nbytes: int) -> bool:
 
 def scatter_oneshot(caps: HostCaps, total: int, largest: int) -> bool:
     """Whether a scatter of ``total`` bytes whose largest piece holds ``largest`` goes
-    one-shot: the root's region holds it all (one-shot wherever it fits: see
-    :data:`SINGLE_COPY_MIN_BYTES`)."""
-    return total <= direct_bytes(caps, 1)
+    one-shot: the root's region holds it all, and single-copy does not start earlier
+    (:data:`ROOTED_SINGLE_MIN_BYTES`)."""
+    return total <= direct_bytes(caps, 1) and not _rooted_single_copy(caps, largest)
 
 
 def gather_oneshot(caps: HostCaps, largest: int) -> bool:
     """Whether a gather whose largest piece holds ``largest`` bytes goes one-shot: every
-    piece fits a region and the root's reading (one-shot wherever it fits: see
-    :data:`SINGLE_COPY_MIN_BYTES`)."""
-    return largest <= direct_bytes(caps, caps.size)
+    piece fits a region and the root's reading, and single-copy does not start
+    earlier (:data:`ROOTED_SINGLE_MIN_BYTES`)."""
+    return largest <= direct_bytes(caps, caps.size) and not _rooted_single_copy(caps, largest)
+
+
+def _rooted_single_copy(caps: HostCaps, largest: int) -> bool:
+    """Whether a gather or scatter whose largest piece holds ``largest`` bytes goes
+    single-copy even where one-shot could run (:data:`ROOTED_SINGLE_MIN_BYTES`)."""
+    return caps.single_copy and largest >= ROOTED_SINGLE_MIN_BYTES[caps.crowded]
 
 
 def rooted_split(piece: int) -> bool:
@@ -545,11 +639,23 @@ def direct_bytes(caps: HostCaps, readers: int) -> int:
 def all_to_all_direct_limit(caps: HostCaps, header: int) -> int:
     """The largest input (bytes) an all_to_all rank stages for the one-shot path
     (``header``: the split-size header in front of it): as far as its region and the
-    one-shot work allow (one-shot wherever it fits: see :data:`SINGLE_COPY_MIN_BYTES`).
-    Past it the call goes single-copy. Every rank applies it to its own input (splits
-    may be uneven), and a rank's input past it means single-copy fits, so the two
-    rules leave no gap."""
-    return direct_bytes(caps, caps.size) - header
+    one-shot work allow, and, where single-copy runs, short of
+    :data:`ALL_TO_ALL_SINGLE_MIN_BYTES` a piece. Past it the call goes
+    single-copy. Every rank applies it to its own input (splits may be uneven), and
+    a rank's input past it means single-copy fits, so the two rules leave no gap.
+
+    One-shot copies every piece twice (in, out), single-copy once; since the lane's
+    single-copy all_to_all is compiled too (entry, then reads and closing round), it
+    is the faster from that rule on. One job, MPICH's Alltoall alternating with
+    meshcast's (windows of a larger buffer, best of 5 x 50 calls, us), 2 ranks, input
+    128 / 256 / 512 KiB: one-shot 13-16 / 35 / 72, single-copy 12-13 / 26-29 /
+    46-51, MPICH 9.5-12.4 / 23-27 / 43-47; 4 ranks on 2 cores, 256 KiB: one-shot
+    116-122, single-copy 100-101, MPICH 95-112. (Single-copy used to start only past
+    the one-shot regions, 1 MiB at 2 ranks, when its entry was Python.)"""
+    limit = direct_bytes(caps, caps.size) - header
+    if caps.single_copy:
+        limit = min(limit, ALL_TO_ALL_SINGLE_MIN_BYTES[caps.crowded] * caps.size - 1)
+    return limit
 
 
 def all_to_all_single_copy(caps: HostCaps, largest: int, header: int) -> bool:
@@ -629,8 +735,10 @@ def fast_path(kind: str, caps: HostCaps, piece: int, *, symmetric: bool = False,
     raise ValueError(f"no collective {kind!r}")
 
 
-__all__ = ["ALL_REDUCE_SINGLE_MIN_BYTES", "ASYNC_INLINE_MAX_BYTES",
-           "ONESHOT_WORK_BYTES", "ROOTED_SPLIT_MIN_BYTES",
+__all__ = ["ALL_GATHER_SINGLE_MIN_BYTES", "ALL_REDUCE_SINGLE_MIN_BYTES",
+           "ALL_TO_ALL_SINGLE_MIN_BYTES", "ASYNC_INLINE_MAX_BYTES",
+           "BROADCAST_SINGLE_MIN_BYTES",
+           "ONESHOT_WORK_BYTES", "ROOTED_SINGLE_MIN_BYTES", "ROOTED_SPLIT_MIN_BYTES",
            "SINGLE_COPY_MIN_BYTES",
            "SYMMETRIC_ALL_REDUCE_MIN_BYTES", "SYMMETRIC_MIN_BYTES", "TABLE", "Choice", "HostCaps",
            "Rule", "algorithm_name", "all_reduce_single_copy", "all_to_all_direct_limit",

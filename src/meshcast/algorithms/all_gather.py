@@ -244,7 +244,8 @@ def oneshot(plan: Plan) -> Iterator[Round]:
 def cma(plan: Plan) -> Iterator[Round]:
     """Single-copy all-gather (run as a program: paths/single_copy.CopyPrograms; ``_select.oneshot_all_gather``).
 
-    Taken past the one-shot sizes, with pieces of ``SINGLE_COPY_MIN_BYTES``.
+    Taken from ``_select.ALL_GATHER_SINGLE_MIN_BYTES`` gathered, with pieces of
+    ``SINGLE_COPY_MIN_BYTES``.
 
     Steps: 1 round: ``Expose`` my piece and ``Enter``; copy my own piece into
     place (unless it is there, in place) and ``Get`` every other piece from its
