@@ -10,7 +10,7 @@ Where it lives:
   (``fast_path("all_gather", ...)``, its thresholds beside it):
   the symmetric path on a ``meshcast.empty`` output from SYMMETRIC_MIN_BYTES (512 KiB
   gathered); one-shot under the one-shot rule, but not once the gathered array reaches
-  ALL_GATHER_SINGLE_MIN_BYTES (512 KiB) where single-copy may run; single-copy from
+  ALL_GATHER_SINGLE_MIN_BYTES (256 KiB) where single-copy may run; single-copy from
   64 KiB pieces; otherwise the schedules;
 * the engine: ``transport/arena.py`` (the group's signal words, fingerprints,
   one-shot regions and slots; its compiled round in ``transport/_tiny.c``),

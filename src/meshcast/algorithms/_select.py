@@ -407,8 +407,8 @@ SINGLE_COPY_MIN_BYTES = 64 << 10
 # L3): broadcast 64 KiB 2.9 / 5.2, 256 KiB 7.9 / 14.0, 1 MiB 22.8 / 28.4; all_gather
 # 256 KiB 11.2 / 17.6, 2 MiB 62 / 72; gather 1 MiB 19.5 / 26.5; scatter 1 MiB 20.0 /
 # 26.0; all_to_all 512 KiB 17.5 / 24.2. `-b 8 -e 32M` (from memory): broadcast 256 KiB
-# 13.9-15.1 / 13.3-13.5, 1 MiB 54-59 / 43-44; all_gather 131072 9.8 / 12.0, 512 KiB
-# 33.6 / 31.1, 1 MiB 80 / 64; all_to_all 262144 19.3 / 15.5; gather 1 MiB 46 / 42;
+# 13.9-15.1 / 13.3-13.5, 1 MiB 54-59 / 43-44; all_gather 128 KiB 9.8 / 12.0, 512 KiB
+# 33.6 / 31.1, 1 MiB 80 / 64; all_to_all 256 KiB 19.3 / 15.5; gather 1 MiB 46 / 42;
 # scatter 512 KiB 20.8 / 16.3. Hot (benchmarks/versus_mpi.py, by piece, with MPICH
 # 5.0.2): broadcast 64 KiB 1.7 / 5.0 / 7.5, 1 MiB 17.8 / 35.4 / 69; gather 64 KiB
 # 2.4 / 8.0 / 7.8 (the gap to MPICH the stop 69 note named); scatter 64 KiB 2.3 / 8.1 /
@@ -428,8 +428,10 @@ ALL_REDUCE_SINGLE_MIN_BYTES = 2 << 20
 # window 13.7-14.1 / 9.6-9.8 / 15-16.3, 64 windows 17.1-19.5 / 13.0-15.2 / 13.6-16.0.
 # (At 64 KiB, 32 KiB pieces, single-copy wins with hot buffers only: 10.3 / 7.2 / 10.4,
 # 64 windows 10.9 / 10.1 / 9.7.)
-# (stop 70: from 512 KiB gathered, see above)
-ALL_GATHER_SINGLE_MIN_BYTES = 512 << 10
+# (stop 70: from 256 KiB gathered, see above; at 256 KiB, the bench from memory ran
+# one-shot in place at 11.8-12.3 us against 10.1-11.3, within the L3 9.7-10.8 against
+# 11.6-12.0: a tie, left to single-copy)
+ALL_GATHER_SINGLE_MIN_BYTES = 256 << 10
 
 # Where the one-shot path runs (one synchronisation, a copy in), it beats the symmetric
 # broadcast (two synchronisations, no copies), which therefore starts where the one-shot
