@@ -5,9 +5,10 @@ numbers and returns the paths it saw, so a test can prove the path it meant ran.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -1414,17 +1415,15 @@ def list_forms_run_programs() -> tuple[int, int]:
     return counts[0], counts[1]
 
 
-def single_copy_programs(count: int) -> tuple[int, int, int]:
-    """broadcast and all_gather_into_tensor of ``count`` float64 a rank, past the one-shot
-    sizes: in the lane (contiguous arrays; all_gather apart and in place; sync and
-    async), then on the general path (strided arrays), every result checked. Returns
-    how many calls ran their registered cma schedule's program from its entry (the
-    lane's: Round.program with the exposure its own), after the lane's compiled entry
-    alone (an async call past ``ASYNC_INLINE_MAX_BYTES`` exposed) and after the general
-    path's entry (Round.program given no entry)."""
+@contextlib.contextmanager
+def _counting_copy_programs() -> Iterator[list[int]]:
+    """Counts, while in the block, the world group's single-copy calls that run their
+    cma schedule's program: [from its entry (the lane's: Round.program with the
+    exposure its own), after the lane's compiled entry alone (an async call past
+    ``ASYNC_INLINE_MAX_BYTES`` exposed: its copies on the worker thread), after the
+    general path's entry (Round.program given no entry)]."""
     from meshcast.paths import single_copy
 
-    r, n = dist.get_rank(), dist.get_world_size()
     arena = dist.group.WORLD.arena
     counts = [0, 0, 0]
     run, rooted, go_on = arena.compiled_program, arena.compiled_rooted, single_copy.run_program
@@ -1445,32 +1444,47 @@ def single_copy_programs(count: int) -> tuple[int, int, int]:
 
     arena.compiled_program, arena.compiled_rooted = counted, entered_alone
     single_copy.run_program = after_entry
-    for general in (False, True):
-        for run_async in (False, True):
-            for root in range(n):
-                want = _value(root, 2, count)
-                buf = np.repeat(want, 2)[::2] if general else want.copy()
-                if r != root:
-                    buf[...] = 0
-                work = dist.broadcast(buf, src=root, async_op=run_async)
-                if work is not None:
-                    work.wait()
-                np.testing.assert_array_equal(buf, want, f"broadcast from {root}")
-            whole = np.zeros((n, count))
-            mine = _value(r, 4, count)
-            inp = np.repeat(mine, 2)[::2] if general else mine
-            for target in (inp, None):  # apart, then in place (the lane's other program)
-                if target is None:
-                    whole[r] = mine
-                    target = whole[r]
-                work = dist.all_gather_into_tensor(whole, target, async_op=run_async)
-                if work is not None:
-                    work.wait()
-                for q in range(n):
-                    np.testing.assert_array_equal(whole[q], _value(q, 4, count),
-                                                  f"all_gather piece {q}")
-    arena.compiled_program, arena.compiled_rooted = run, rooted
-    single_copy.run_program = go_on
+    try:
+        yield counts
+    finally:
+        arena.compiled_program, arena.compiled_rooted = run, rooted
+        single_copy.run_program = go_on
+
+
+def single_copy_programs(count: int) -> tuple[int, int, int]:
+    """broadcast and all_gather_into_tensor of ``count`` float64 a rank, past the one-shot
+    sizes: in the lane (contiguous arrays; all_gather apart and in place; sync and
+    async), then on the general path (strided arrays), every result checked. Returns
+    how many calls ran their registered cma schedule's program from its entry (the
+    lane's: Round.program with the exposure its own), after the lane's compiled entry
+    alone (an async call past ``ASYNC_INLINE_MAX_BYTES`` exposed) and after the general
+    path's entry (Round.program given no entry)."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    with _counting_copy_programs() as counts:
+        for general in (False, True):
+            for run_async in (False, True):
+                for root in range(n):
+                    want = _value(root, 2, count)
+                    buf = np.repeat(want, 2)[::2] if general else want.copy()
+                    if r != root:
+                        buf[...] = 0
+                    work = dist.broadcast(buf, src=root, async_op=run_async)
+                    if work is not None:
+                        work.wait()
+                    np.testing.assert_array_equal(buf, want, f"broadcast from {root}")
+                whole = np.zeros((n, count))
+                mine = _value(r, 4, count)
+                inp = np.repeat(mine, 2)[::2] if general else mine
+                for target in (inp, None):  # apart, then in place (the lane's other program)
+                    if target is None:
+                        whole[r] = mine
+                        target = whole[r]
+                    work = dist.all_gather_into_tensor(whole, target, async_op=run_async)
+                    if work is not None:
+                        work.wait()
+                    for q in range(n):
+                        np.testing.assert_array_equal(whole[q], _value(q, 4, count),
+                                                      f"all_gather piece {q}")
     return counts[0], counts[1], counts[2]
 
 
@@ -1484,26 +1498,7 @@ def single_copy_folds(count: int) -> tuple[int, int, int]:
     (the lane's: Round.program with the exposure its own), after the lane's compiled
     entry (an async call past ``ASYNC_INLINE_MAX_BYTES`` exposed: its copies on the
     worker thread), and after the general path's entry."""
-    from meshcast.paths import single_copy
-
     r, n = dist.get_rank(), dist.get_world_size()
-    arena = dist.group.WORLD.arena
-    counts = [0, 0, 0]
-    run, rooted, go_on = arena.compiled_program, arena.compiled_rooted, single_copy.run_program
-
-    def counted(seq: int, entry: Any, *args: Any) -> Any:
-        if type(entry) is tuple and entry[2] is None and args[-1] == 0:
-            counts[0] += 1  # (a run from the start, its exposure the program's own)
-        return run(seq, entry, *args)
-
-    def entered_alone(*args: Any) -> Any:
-        counts[1] += 1  # (the lane's compiled entry alone: the worker runs the rest)
-        return rooted(*args)
-
-    def after_entry(group: Any, seq: int, what: object, program: Any, entry: Any,
-                    *args: Any) -> bool:
-        counts[2] += entry is None  # (the general path's: the entry was its own)
-        return go_on(group, seq, what, program, entry, *args)
 
     def folded(values: list[np.ndarray], op: str) -> np.ndarray:
         acc = values[0].copy()
@@ -1512,9 +1507,7 @@ def single_copy_folds(count: int) -> tuple[int, int, int]:
         return acc / n if op == "avg" else acc
 
     ops = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "max": dist.ReduceOp.MAX}
-    arena.compiled_program, arena.compiled_rooted = counted, entered_alone
-    single_copy.run_program = after_entry
-    try:
+    with _counting_copy_programs() as counts:
         for general in (False, True):
             shaped = (lambda a: np.repeat(a, 2)[::2]) if general else (lambda a: a.copy())
             for run_async in (False, True):
@@ -1552,9 +1545,6 @@ def single_copy_folds(count: int) -> tuple[int, int, int]:
                         work.wait()
                     np.testing.assert_array_equal(buf, folded(values, "sum") if r == root
                                                   else values[r], f"reduce to {root}")
-    finally:
-        arena.compiled_program, arena.compiled_rooted = run, rooted
-        single_copy.run_program = go_on
     return counts[0], counts[1], counts[2]
 
 
