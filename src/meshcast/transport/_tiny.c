@@ -1329,10 +1329,10 @@ static int exposed_copy(Round *self, Py_ssize_t q, int parity, Py_ssize_t offset
  * bounce buffer, my own read where it lies (my exposed buffer is my memory). In place
  * (my operand is out itself: all_reduce, a reduce root), it is read through out
  * (fold_over) where it is the first or second operand, else copied first, as is one
- * that overlaps out otherwise. Each chunk lands at its source's offset within a page, so no copy runs at
- * a short distance (_copy.h). 0; 4 where a rank's bytes lie outside what it exposed
- * (nothing read); -1 with an exception, the GIL held (no kernel, no memory, no pids, a
- * refused copy). */
+ * that overlaps out otherwise. Each chunk lands at its source's offset within a page,
+ * so no copy runs at a short distance (_copy.h). 0; 4 where a rank's bytes lie outside
+ * what it exposed (nothing read); -1 with an exception, the GIL held (no kernel, no
+ * memory, no pids, a refused copy). */
 static int exposed_fold(Round *self, const int64_t *set, int parity, Py_ssize_t offset,
                         char *out, Py_ssize_t nbytes, long kernel, Gil *g) {
     Py_ssize_t k = (Py_ssize_t)set[0];
