@@ -115,11 +115,11 @@ class ProcessGroup(GroupRanks):
         # What the fast paths' table (algorithms/_select.py) decides by.
         self.caps = _fast.HostCaps(self._size, arena.small_bytes if self._size > 1 else 0,
                                    transport.cma_min_bytes > 0, _wait.spec().oversubscribed)
-        self.lane = TinyCallLane(self)  # the cached lane for tiny synchronous calls
         # what each collective's call (calls.py) uses of the group, bound once
         self._calls = calls.Machinery(self, next=self._next, what=self._what, run=self._run,
                                       submit=self._submit, region=self._region,
                                       in_place=self._in_place)
+        self.lane = TinyCallLane(self, self._calls.programs, self._calls.copies)  # tiny calls
 
     def __repr__(self) -> str:
         return f"<ProcessGroup {self.group_name} rank {self._rank}/{self._size}>"

@@ -89,7 +89,8 @@ class _P2PWhat:
 class TinyCallLane:
     """A group's tiny-call lane (one per :class:`~meshcast.group.ProcessGroup`)."""
 
-    def __init__(self, group: GroupView) -> None:
+    def __init__(self, group: GroupView, programs: Programs,
+                 copies: single_copy.CopyPrograms) -> None:
         self.group = group
         self.plans: dict[tuple, tuple | bool] = {}
         self._last_address: tuple[np.ndarray | None, int] = (None, 0)
@@ -126,9 +127,10 @@ class TinyCallLane:
         # make_batch): False until made, None when there is none or a tracer records
         # this lane's calls (it counts the messages in Python)
         self.batch: Any = False
-        # The packed one-shot programs the compiled interpreter runs (see _program)
-        self._programs: Programs | None = None
-        self._copy_programs: single_copy.CopyPrograms | None = None
+        # The group's one-shot and single-copy programs (the general path's caches: a
+        # call shape is flattened once, whichever path meets it first; see _program)
+        self._programs = programs
+        self._copy_programs = copies
 
     # ------------------------------------------------------------------ calls
 
@@ -538,10 +540,7 @@ class TinyCallLane:
         compiled interpreter, or Python's) with its rooted entry (every rank's
         fingerprint tail ``tail``, no root, the program's own exposure), or None where
         its schedule does not flatten (the general path then runs it)."""
-        programs = self._copy_programs
-        if programs is None:
-            programs = self._copy_programs = single_copy.CopyPrograms(self.group)
-        copy = programs.get(kind, dtype, root, n_in, n_out, counts, in_place, op)
+        copy = self._copy_programs.get(kind, dtype, root, n_in, n_out, counts, in_place, op)
         return None if copy is None else (copy, ((tail,) * self.group._size, -1, None))
 
     def _async_single(self, enter: Callable[[int], tuple[int | None, Callable[[], None]]],
@@ -1883,10 +1882,7 @@ class TinyCallLane:
         list forms; ``_program.as_pieces``)."""
         if self.group.arena.compiled_program is None:
             return None
-        programs = self._programs
-        if programs is None:
-            programs = self._programs = Programs(self.group)
-        return programs.get(kind, dtype, root, n_in, n_out, counts, listed).packed
+        return self._programs.get(kind, dtype, root, n_in, n_out, counts, listed).packed
 
     def _fits(self, nbytes: int) -> bool:
         return _fast.oneshot(self.group.caps, nbytes)
