@@ -398,11 +398,16 @@ def all_to_all(m: Machinery, out_flat: np.ndarray, in_flat: np.ndarray,
     out = out_flat.reshape(-1).view(np.uint8)
     head = oneshot.split_head(n)
     limit = _fast.all_to_all_direct_limit(m.caps, head)
-    layout, staged, offsets, at = oneshot.all_to_all(m.group, fp.seq, out, mine, send, recv,
-                                                     isz, limit)
+    layout, staged, offsets, at, alike = oneshot.all_to_all(m.group, fp.seq, out, mine, send,
+                                                            recv, isz, limit)
+    # Where every rank splits evenly the same way, the registered cma schedule's program
+    # (flattened on that presumption, which its EXPECTs check again); else the body.
     single = SingleCopy(exposing(mine), lambda counts: _fast.all_to_all_single_copy(
         m.caps, max(counts) * isz, head),
-                        single_copy.read_pieces(out, mine, at, offsets, m.rank, n))
+                        single_copy.read_pieces(out, mine, at, offsets, m.rank, n),
+                        program=lambda _: m.copies.bound(
+                            "all_to_all", in_flat.dtype, -1, in_flat, out_flat)
+                        if alike[0] else None)
     return m.submit("all_to_all", fp,
                     lambda c: m.plan("all_to_all", in_flat.dtype, input=in_flat,
                                      output=out_flat, counts=send, recv_counts=recv),

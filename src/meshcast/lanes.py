@@ -50,7 +50,6 @@ from .buffers import SUPPORTED, as_buffer
 from .errors import InvalidUsage
 from .paths import GroupView, single_copy
 from .paths.oneshot import Programs, pack_split_header, split_head, split_header
-from .topology import rotation
 from .transport.shm import KIND_P2P
 from .work import P2PWork, Work
 
@@ -381,7 +380,8 @@ class TinyCallLane:
                                async_op, average)
 
     def _single_call(self, kind: str, tail: bytes, exposed: np.ndarray,
-                     rest: Callable[[int, bool], None], async_op: bool) -> Any:
+                     rest: Callable[[int, bool], None], async_op: bool,
+                     header: bytes | None = None) -> Any:
         """A single-copy call (``kind``) as the group's next: its entry, ``exposed``'s memory
         exposed (the compiled entry, which waits no longer than the spin time, where
         built), then ``rest(seq, agreed)``, ``agreed`` whether every rank's fingerprint is
@@ -389,7 +389,8 @@ class TinyCallLane:
         state (seq, deadline, name) the arena's. Synchronous: all inline; True. With
         ``async_op``: :meth:`_async_single`'s Work. False/None (nothing done): a
         synchronous call while async work is queued, or an async one where nothing was
-        compiled: the general path."""
+        compiled: the general path. ``header``: bytes staged at the start of my one-shot
+        region before the entry (all_to_all's split header)."""
         group = self.group
         arena = group.arena
         fast = arena.compiled_rooted
@@ -398,7 +399,7 @@ class TinyCallLane:
 
         def enter(seq: int) -> tuple[int, Callable[[], None]]:
             """The compiled entry of call ``seq``: its status, and the rest of the call."""
-            status = fast(seq, (tail,) * group._size, None, arena.spin_ns, exposed)
+            status = fast(seq, (tail,) * group._size, header, arena.spin_ns, exposed)
 
             def finish() -> None:
                 deadline = time.monotonic() + group.timeout
@@ -416,6 +417,9 @@ class TinyCallLane:
         try:
             seq = next(group._seq)
             if fast is None:
+                if header is not None:
+                    arena.settle()  # (a one-sided round's readers may still be in my region)
+                    memoryview(arena.small[group._rank][seq & 1])[:len(header)] = header
                 arena.expose(seq, self._address(exposed), exposed.nbytes, 0)
                 rest(seq, arena.packed_enter(seq, _SEQ.pack(seq) + tail, what,
                                              time.monotonic() + group.timeout))
@@ -430,7 +434,7 @@ class TinyCallLane:
     def _copy_call(self, kind: str, tail: bytes, program: tuple, inp: np.ndarray | None,
                    out: np.ndarray, exposed: np.ndarray,
                    differ: Callable[[GroupView, int], None], async_op: bool,
-                   average: bool = False) -> Any:
+                   average: bool = False, header: bytes | None = None) -> Any:
         """A single-copy call (``kind``) as the group's next, run as its registered
         ``cma`` schedule's program (``program``: the paths.single_copy.CopyProgram and
         its rooted entry) on ``inp`` and ``out``: one compiled call exposes
@@ -441,13 +445,17 @@ class TinyCallLane:
         ``_select.ASYNC_INLINE_MAX_BYTES`` exposed, only the entry runs in the caller
         and the copies on the worker thread (overlapping the caller's work), as the
         program's records after the entry. ``average``: ``out`` is divided by the group's
-        size once the program ran (AVG), unless the call was handed over."""
+        size once the program ran (AVG), unless the call was handed over. ``header``:
+        what the program stages before its entry (all_to_all's split header), for an
+        entry that runs without it (:meth:`_single_call`'s). ``differ`` also goes on
+        where a peer's bytes are not what the program presumed (all_to_all's headers:
+        another rank's split sizes differ)."""
         group = self.group
         arena = group.arena
         copy, entry = program
         if copy.packed is None:  # (no compiled interpreter: Python's executor)
             return self._python_copy(kind, tail, copy, inp, out, exposed, differ, async_op,
-                                     average)
+                                     average, header)
         if not async_op:  # inline, as all_reduce: no closures, no Work
             fifo = group.fifo
             if not fifo.enter_inline():  # queued async work goes first: the general path
@@ -473,7 +481,7 @@ class TinyCallLane:
                 got = arena.compiled_program(seq, entry, arena.spin_ns, copy.packed, inp, out,
                                              copy.kernel, 0)
             else:  # the entry alone: the worker runs the rest
-                status = arena.compiled_rooted(seq, entry[0], None, arena.spin_ns, exposed)
+                status = arena.compiled_rooted(seq, entry[0], header, arena.spin_ns, exposed)
                 got = copy.entered * 8 + status if status else -1
 
             def finish() -> None:
@@ -489,7 +497,7 @@ class TinyCallLane:
     def _python_copy(self, kind: str, tail: bytes, copy: Any, inp: np.ndarray | None,
                      out: np.ndarray, exposed: np.ndarray,
                      differ: Callable[[GroupView, int], None], async_op: bool,
-                     average: bool) -> Any:
+                     average: bool, header: bytes | None) -> Any:
         """:meth:`_copy_call` without the compiled interpreter: the entry through
         :meth:`_single_call`, exposing ``exposed``, then the program's records after it
         in Python's executor (paths.single_copy.run_program)."""
@@ -501,11 +509,11 @@ class TinyCallLane:
                 differ(group, seq)  # (raises, or the general path finished the call)
                 return
             group.last_algorithm = _SINGLE[kind]
-            single_copy.run_program(group, seq, what, copy, None, inp, out, None)
-            if average:
+            if single_copy.run_program(group, seq, what, copy, None, inp, out, None,
+                                       unpresumed=lambda: differ(group, seq)) and average:
                 ops.finish_average(out, group._size)
 
-        return self._single_call(kind, tail, exposed, rest, async_op)
+        return self._single_call(kind, tail, exposed, rest, async_op, header)
 
     def _copy_rest(self, kind: str, seq: int, tail: bytes, copy: Any, entry: tuple,
                    inp: np.ndarray | None, out: np.ndarray, got: int,
@@ -530,7 +538,8 @@ class TinyCallLane:
             return False
 
         return single_copy.run_program(group, seq, what, copy, entry, inp, out,
-                                       None if got < 0 else got, agree)
+                                       None if got < 0 else got, agree,
+                                       lambda: differ(group, seq))
 
     def _copy_program(self, kind: str, tail: bytes, dtype: np.dtype, root: int,
                       n_in: int | None, n_out: int | None,
@@ -904,13 +913,17 @@ class TinyCallLane:
         split sizes), at any size: the lane does what the general path does up to
         the entry, in the same bytes (split header, staged input, exposed buffer,
         fingerprint). When every rank agrees on a one-shot call it finishes it here,
-        and past the one-shot sizes on a single-copy one (:meth:`_all_to_all_reads`);
-        otherwise (other ranks' uneven splits, a mismatch, no compiled helper) it
-        hands the entered call over to the general path."""
+        and past the one-shot sizes on a single-copy one (its ``cma`` program,
+        :meth:`_copy_call`); otherwise (other ranks' uneven splits, a mismatch, no
+        compiled helper) it hands the entered call over to the general path."""
         plan = self._pair_plan("all_to_all", out, inp, self._all_to_all_plan, disjoint=True)
         if not plan or not out.flags.writeable:
             return False
-        _, header, _, _, _, _, _, tails, single, program = plan
+        tail, header, _, _, _, _, _, tails, single, program = plan
+        if program is None and single is not None and single[0].packed is None:
+            return self._copy_call("all_to_all", tail, single, inp, out, inp,  # (Python's)
+                                   self._all_to_all_hand_over(out, inp, plan), False,
+                                   header=header)
         group = self.group
         fifo = group.fifo
         if not fifo.enter_inline():  # queued async work goes first: the general path
@@ -918,7 +931,6 @@ class TinyCallLane:
         try:
             seq = next(group._seq)
             arena = group.arena
-            fast = arena.compiled_rooted
             if program is not None:
                 # One compiled call, the registered schedule: header and input staged
                 # (as the general path stages them), the entry, every header checked
@@ -937,14 +949,19 @@ class TinyCallLane:
                     return False
                 else:  # Python finishes the entry and decides, from what is published
                     self._all_to_all_finish(seq, out, inp, plan, status & 7, (entry, status))
-            elif fast is not None and single is not None:
-                # Single-copy: the entry (my split header staged, my input exposed, every
-                # header checked against mine), then my reads and the closing round.
-                status = fast(seq, tails, header, arena.spin_ns, inp, len(header))
-                if status == 0:
-                    self._all_to_all_reads(seq, out, inp, single)
-                else:
-                    self._all_to_all_finish(seq, out, inp, plan, status)
+            elif single is not None:
+                # Past the one-shot sizes, one compiled call: the registered cma schedule
+                # (header staged, input exposed, the entry, every header checked against
+                # mine, my piece of every rank's input read, the closing round); where
+                # it stops, _copy_rest goes on. (Written out, not _copy_call: its frame
+                # and the hand-over built for every call cost 3% of a 384 KiB call.)
+                copy, entry = single
+                got = arena.compiled_program(seq, entry, arena.spin_ns, copy.packed, inp,
+                                             out, -1, 0)
+                group.last_algorithm = "all_to_all/cma"
+                if got:
+                    self._copy_rest("all_to_all", seq, tail, copy, entry, inp, out, got,
+                                    self._all_to_all_hand_over(out, inp, plan))
             else:
                 self._all_to_all_python(seq, out, inp, plan)
         except BaseException as exc:
@@ -960,38 +977,47 @@ class TinyCallLane:
         is done and its Work finished; otherwise the worker thread finishes it (the
         rest of the entry, then what :meth:`all_to_all` would do) ahead of the calls
         queued behind it (as :meth:`_start`). ``then``: run once ``out`` holds the
-        result, before the Work completes. Past the one-shot sizes, the single-copy
-        reads run here too once every rank is in, up to _select.ASYNC_INLINE_MAX_BYTES
-        of input (larger ones on the worker thread). None (nothing done): no compiled
-        helper, an input too large to stage that does not go single-copy, or the group
-        busy: the general path."""
+        result, before the Work completes. Past the one-shot sizes, its single-copy
+        program (:meth:`_copy_call`): inline once every rank is in, up to
+        _select.ASYNC_INLINE_MAX_BYTES of input (larger ones on the worker thread).
+        None (nothing done): no compiled helper, an input too large to stage that does
+        not go single-copy, or the group busy: the general path."""
         plan = self._pair_plan("all_to_all", out, inp, self._all_to_all_plan, disjoint=True)
         if not plan or not out.flags.writeable:
             return None
-        _, header, _, _, _, _, _, tails, single, program = plan
+        tail, header, _, _, _, _, _, tails, single, program = plan
         group = self.group
         arena = group.arena
-        fast = arena.compiled_rooted
-        nbytes = inp.nbytes
-        if fast is None or (program is None and single is None):
-            return None
+        if (program is None and single is None) or (single is not None
+                                                     and single[0].packed is None):
+            return None  # (Python's entry and executor: the general path)
         fifo = group.fifo
         if not fifo.enter_inline():
             return None
         what = self._whats["all_to_all"]
         try:
             seq = next(group._seq)
-            if single is not None:  # reads inline as _select.ASYNC_INLINE_MAX_BYTES says
-                status = fast(seq, tails, header, arena.spin_ns, inp, len(header))
-                if status == 0 and nbytes > _fast.ASYNC_INLINE_MAX_BYTES:
-                    def read() -> None:
-                        self._all_to_all_reads(seq, out, inp, single)
-                        if then is not None:
+            if single is not None:  # its cma program, as all_to_all runs it
+                copy, entry = single
+                if inp.nbytes <= _fast.ASYNC_INLINE_MAX_BYTES:
+                    got = arena.compiled_program(seq, entry, arena.spin_ns, copy.packed, inp,
+                                                 out, -1, 0)
+                else:  # the entry alone: the worker copies, overlapping the caller's work
+                    status = arena.compiled_rooted(seq, tails, header, arena.spin_ns, inp)
+                    got = copy.entered * 8 + status if status else -1
+                group.last_algorithm = "all_to_all/cma"
+                if got:
+                    def rest() -> None:
+                        # (every rank in: the records after the entry in one C call, and
+                        # only where they stop, _copy_rest's frames; they cost 2% at 4 MiB)
+                        left = got if got > 0 else single_copy.run_after_entry(
+                            group, seq, what, copy, inp, out)
+                        if left:
+                            self._copy_rest("all_to_all", seq, tail, copy, entry, inp, out,
+                                            left, self._all_to_all_hand_over(out, inp, plan))
+                        if then is not None:  # (handed over too: the general path finished)
                             then()
-                    return fifo.hand_over(read, Work(what))  # type: ignore[arg-type]
-                if status == 0:
-                    self._all_to_all_reads(seq, out, inp, single)
-                resume = None
+                    return fifo.hand_over(rest, Work(what))  # type: ignore[arg-type]
             else:
                 prog, entry = program
                 if group.transport.cma_min_bytes > 0:
@@ -1001,16 +1027,17 @@ class TinyCallLane:
                 if status == 5:  # refused, nothing done: the general path explains
                     self._refused(seq)
                     return None
+                resume = None
                 if status:  # (the interpreter's: the record to resume from, then this)
                     resume = (entry, status)
                     status &= 7
                 group.last_algorithm = "all_to_all/oneshot"
-            if status != 0:
-                def finish() -> None:
-                    self._all_to_all_finish(seq, out, inp, plan, status, resume)
-                    if then is not None:
-                        then()
-                return fifo.hand_over(finish, Work(what))  # type: ignore[arg-type]
+                if status != 0:
+                    def finish() -> None:
+                        self._all_to_all_finish(seq, out, inp, plan, status, resume)
+                        if then is not None:
+                            then()
+                    return fifo.hand_over(finish, Work(what))  # type: ignore[arg-type]
         except BaseException as exc:
             fifo.leave_inline(exc)
             raise
@@ -1122,15 +1149,19 @@ class TinyCallLane:
         group._seq = itertools.count(seq)
         group.fifo.leave_inline(None)
 
-    def _all_to_all_reads(self, seq: int, out: np.ndarray, inp: np.ndarray,
-                          reads: tuple[tuple[int, int, int, int], ...]) -> None:
-        """all_to_all ``seq`` past the one-shot sizes, after a compiled entry where every
-        rank agreed and split alike: the general path's single-copy body
-        (paths.single_copy.read_pieces), from the plan's ``reads``, and its closing
-        round (one compiled call)."""
-        group = self.group
-        group.last_algorithm = "all_to_all/cma"
-        single_copy.run_reads(group, seq, self._whats["all_to_all"], out, inp, reads)
+    def _all_to_all_hand_over(self, out: np.ndarray, inp: np.ndarray, plan: tuple
+                              ) -> Callable[[GroupView, int], None]:
+        """The single-copy all_to_all's ``differ`` (:meth:`_copy_call`): the entered call
+        goes on from its entry on the general path, which reads every rank's split
+        header (another rank's splits or count differ: a legal uneven call; or the
+        MismatchError)."""
+        split = [inp.size // self.group._size] * self.group._size
+
+        def hand_over(group: GroupView, seq: int) -> None:
+            group.all_to_all(out.reshape(-1), inp.reshape(-1), split, split, plan[6],
+                             _nothing, entered=(seq, group.arena.compare_entered(seq, True)))
+
+        return hand_over
 
     def _all_to_all_python(self, seq: int, out: np.ndarray, inp: np.ndarray, plan: tuple
                            ) -> None:
@@ -1173,9 +1204,9 @@ class TinyCallLane:
         """all_to_all after the entry: one-shot when every rank agreed and splits alike
         (its split header is mine) and the input was staged (``resume``: (entry, status)
         of the program that staged it, whose records after the entry then copy the
-        pieces out), single-copy (the plan's reads) past the one-shot sizes, else the
-        general path from the entry on."""
-        _, header, headers, _, limit, pieces, dtype_name, _, single, program = plan
+        pieces out), else the general path from the entry on. (Past the one-shot sizes a
+        single-copy call runs its program: :meth:`all_to_all`.)"""
+        _, header, headers, _, limit, pieces, dtype_name, _, _, program = plan
         group = self.group
         me, n = group._rank, group._size
         mine = inp.reshape(-1).view(np.uint8)
@@ -1193,8 +1224,6 @@ class TinyCallLane:
             for q, src in enumerate(pieces[seq & 1]):
                 dst[q * p:(q + 1) * p] = mine[me * p:(me + 1) * p] if q == me else src
             group.last_algorithm = "all_to_all/oneshot"
-        elif uniform and single is not None:  # (past the limit: all_to_all_single_copy)
-            self._all_to_all_reads(seq, out, inp, single)
         else:
             counts = [inp.size] * n if agreed else group.arena.compare_entered(seq, True)
             split = [inp.size // n] * n
@@ -2089,9 +2118,9 @@ class TinyCallLane:
         pieces = [[small[q][parity][head + me * p:head + (me + 1) * p] for q in range(n)]
                   for parity in (0, 1)]
         limit = _fast.all_to_all_direct_limit(group.caps, head)
-        # Past the limit, when the call goes single-copy: my reads, piece by piece (q,
-        # offset in q's input, bytes, offset in my output), my own piece first.
-        single = (tuple((q, me * p, p, q * p) for q in rotation(me, n))
+        # Past the limit, when the call goes single-copy: the registered cma schedule's
+        # program, flattened presuming every rank's split header is mine, as below.
+        single = (self._copy_program("all_to_all", tail, dtype, -1, inp.size, inp.size)
                   if _fast.all_to_all_single_copy(group.caps, inp.nbytes, head) else None)
         # Up to the limit, with the compiled interpreter: the registered one-shot
         # schedule's program, flattened presuming every rank's split header is mine
@@ -2309,7 +2338,7 @@ def _copy_piece(parity: int, out: np.ndarray, regions: tuple, lo: int) -> None:
 _ONESHOT = {kind: f"{kind}/oneshot" for kind in (
     "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "barrier")}
 _SINGLE = {kind: f"{kind}/cma"
-           for kind in ("broadcast", "all_gather", "all_reduce", "reduce_scatter")}
+           for kind in ("broadcast", "all_gather", "all_reduce", "reduce_scatter", "all_to_all")}
 
 
 def _reduce(arr: np.ndarray, regions: list[np.ndarray], kernel: Any, average: bool) -> None:

@@ -1005,10 +1005,11 @@ def all_to_all_past_one_shot(base: int, uneven_refused: bool) -> list[str]:
     """all_to_all_single past the one-shot sizes (``base`` elements a piece), with the
     group's general all_to_all made to fail: equal splits through the lane's compiled
     single-copy form, synchronous and async (inline and on the worker), both parities,
-    float64 and int32; then uneven splits with one rank's input too large to stage
+    float64 and int32; the list form async (inline and on the worker); then uneven splits with one rank's input too large to stage
     (the uneven lane reads single-copy too), synchronous and async; with ``uneven_refused`` last the same with one split size
     disagreeing (the same MismatchError on every rank). Else, with the general path
-    back: rank 0 on it (a strided input) beside the lane, and last rank 1 passing a
+    back: rank 0 on it (a strided input) beside the lane; from 3 ranks, rank 0's even
+    splits beside two ranks' uneven ones (sync and async); and last rank 1 passing a
     larger input, which every rank must refuse alike. Returns the paths seen and the
     mismatch verdict."""
     r, n = dist.get_rank(), dist.get_world_size()
@@ -1039,6 +1040,16 @@ def all_to_all_past_one_shot(base: int, uneven_refused: bool) -> list[str]:
             # (the last async one too large to read inline: the worker reads)
             table.ASYNC_INLINE_MAX_BYTES = 0 if k == 3 else inline
             even(k, np.float64 if k < 2 else np.int32, bool(k % 2))
+        for inline_max in (inline, 0):  # the list form, async: its pieces out by its Work
+            table.ASYNC_INLINE_MAX_BYTES = inline_max
+            outs = [np.full(base, -1.0) for _ in range(n)]
+            work = dist.all_to_all(outs, [_value(r, d, base) + 9 for d in range(n)],
+                                   async_op=True)
+            work.wait()
+            seen.append(pg.last_algorithm)
+            for s, piece in enumerate(outs):
+                np.testing.assert_array_equal(piece, _value(s, r, base) + 9,
+                                              f"list from {s}, inline max {inline_max}")
         # uneven: rank 0 sends 2 `base` more elements to rank n - 1 than the others send,
         # synchronous and async (read by the worker)
         sent = [3 + d + (2 * base if r == 0 and d == n - 1 else 0) for d in range(n)]
@@ -1068,6 +1079,29 @@ def all_to_all_past_one_shot(base: int, uneven_refused: bool) -> list[str]:
                if key[0] == "all_to_all" and plan and plan[8]]
     assert singles, "the lane never took an all_to_all past the one-shot sizes"
     even(4, np.float64, False, strided=r == 0)
+    for run_async in (False, True) if n >= 3 else ():
+        # Rank 0 splits evenly (the lane's program, flattened presuming every split
+        # header is its own) while ranks 1 and 2 trade unevenly, their totals unchanged
+        # (the same fingerprints): rank 0's program finds rank 1's header other than it
+        # presumed after the entry and hands the call over to the general path, inline
+        # and (async, its entry alone in the caller) on the worker.
+        table.ASYNC_INLINE_MAX_BYTES = 0 if run_async else inline
+        sent, got = [base] * n, [base] * n
+        if r == 1:
+            sent[1], sent[2], got[1] = base + 3, base - 3, base + 3
+        elif r == 2:
+            got[1] = base - 3
+        inp = np.concatenate([_value(r, d, c) for d, c in enumerate(sent)])
+        out = np.zeros(sum(got))
+        alike = r not in (1, 2)
+        work = dist.all_to_all_single(out, inp, None if alike else got, None if alike else sent,
+                                      async_op=run_async)
+        if run_async:
+            work.wait()
+        table.ASYNC_INLINE_MAX_BYTES = inline
+        seen.append(pg.last_algorithm)
+        np.testing.assert_array_equal(out, np.concatenate([_value(s, r, c)
+                                                           for s, c in enumerate(got)]))
     size = n * base + (n if r == 1 else 0)
     return _refused(seen, lambda: dist.all_to_all_single(np.zeros(size), np.ones(size)))
 
@@ -1438,9 +1472,9 @@ def _counting_copy_programs() -> Iterator[list[int]]:
         return rooted(*args)
 
     def after_entry(group: Any, seq: int, what: object, program: Any, entry: Any,
-                    *args: Any) -> bool:
+                    *args: Any, **kw: Any) -> bool:
         counts[2] += entry is None  # (the general path's: the entry was its own)
-        return go_on(group, seq, what, program, entry, *args)
+        return go_on(group, seq, what, program, entry, *args, **kw)
 
     arena.compiled_program, arena.compiled_rooted = counted, entered_alone
     single_copy.run_program = after_entry
@@ -1452,9 +1486,10 @@ def _counting_copy_programs() -> Iterator[list[int]]:
 
 
 def single_copy_programs(count: int) -> tuple[int, int, int]:
-    """broadcast and all_gather_into_tensor of ``count`` float64 a rank, past the one-shot
-    sizes: in the lane (contiguous arrays; all_gather apart and in place; sync and
-    async), then on the general path (strided arrays), every result checked. Returns
+    """broadcast and all_gather_into_tensor of ``count`` float64 a rank, and
+    all_to_all_single of as many with equal splits, past the one-shot sizes: in the lane
+    (contiguous arrays; all_gather apart and in place; sync and async), then on the
+    general path (strided arrays), every result checked. Returns
     how many calls ran their registered cma schedule's program from its entry (the
     lane's: Round.program with the exposure its own), after the lane's compiled entry
     alone (an async call past ``ASYNC_INLINE_MAX_BYTES`` exposed) and after the general
@@ -1485,6 +1520,16 @@ def single_copy_programs(count: int) -> tuple[int, int, int]:
                     for q in range(n):
                         np.testing.assert_array_equal(whole[q], _value(q, 4, count),
                                                       f"all_gather piece {q}")
+                piece = count // n
+                mine = np.concatenate([_value(r, 5 + d, piece) for d in range(n)])
+                got = np.zeros(n * piece)
+                work = dist.all_to_all_single(got, np.repeat(mine, 2)[::2] if general else mine,
+                                              async_op=run_async)
+                if work is not None:
+                    work.wait()
+                for q in range(n):
+                    np.testing.assert_array_equal(got[q * piece:(q + 1) * piece],
+                                                  _value(q, 5 + r, piece), f"all_to_all from {q}")
     return counts[0], counts[1], counts[2]
 
 
@@ -1549,8 +1594,9 @@ def single_copy_folds(count: int) -> tuple[int, int, int]:
 
 
 def python_copy_programs(count: int) -> list[tuple[str, bool]]:
-    """broadcast, all_reduce (AVG), all_gather_into_tensor and reduce_scatter_tensor of
-    ``count`` float64 (past their single-copy thresholds) in the lane (contiguous arrays)
+    """broadcast, all_reduce (AVG), all_gather_into_tensor, reduce_scatter_tensor and
+    all_to_all_single of ``count`` float64 (past their single-copy thresholds) in the
+    lane (contiguous arrays)
     and on the general path (strided ones), sync and async, and reduce on the general
     path, every result checked. Returns, per call, which collective ran a single-copy
     program and whether it was Python's (no packed form)."""
@@ -1560,9 +1606,10 @@ def python_copy_programs(count: int) -> list[tuple[str, bool]]:
     seen: list[tuple[str, bool]] = []
     go_on = single_copy.run_program
 
-    def spied(group: Any, seq: int, what: object, program: Any, *args: Any) -> bool:
+    def spied(group: Any, seq: int, what: object, program: Any, *args: Any, **kw: Any
+              ) -> bool:
         seen.append((str(what).split()[0], program.packed is None))
-        return go_on(group, seq, what, program, *args)
+        return go_on(group, seq, what, program, *args, **kw)
 
     def done(work: Any) -> None:
         if work is not None:
@@ -1592,6 +1639,11 @@ def python_copy_programs(count: int) -> list[tuple[str, bool]]:
                 done(dist.reduce_scatter_tensor(out, shaped(np.full(piece * n, r + 1.0)),
                                                 async_op=run_async))
                 np.testing.assert_array_equal(out, np.full(piece, n * (n + 1) / 2))
+                got = shaped(np.zeros(piece * n))
+                done(dist.all_to_all_single(got, shaped(np.concatenate(
+                    [_value(r, 5 + d, piece) for d in range(n)])), async_op=run_async))
+                np.testing.assert_array_equal(got, np.concatenate(
+                    [_value(q, 5 + r, piece) for q in range(n)]))
                 if general:
                     buf = shaped(_value(r, 3, count))
                     done(dist.reduce(buf, dst=0, async_op=run_async))

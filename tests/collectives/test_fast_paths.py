@@ -94,7 +94,7 @@ def test_all_to_all_past_one_shot_takes_the_lane_and_mixes_with_the_general_path
         n, uneven_refused, single_copy):
     out = spawn_world(bodies.all_to_all_past_one_shot, n, timeout=120, base=bodies.LARGE,
                       uneven_refused=uneven_refused)
-    paths = 6 if uneven_refused else 7
+    paths = 8 if uneven_refused else 9 + 2 * (n >= 3)
     assert all(seen == ["all_to_all/cma"] * paths + ["mismatch: True"] for seen in out), out
 
 
@@ -193,14 +193,15 @@ def test_list_forms_run_their_collectives_programs(n):
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_single_copy_calls_run_their_programs(n, single_copy):
-    # broadcast (every root) and all_gather_into_tensor (apart, in place) of 140 000
-    # float64 a rank (past one-shot at 2 and 3 ranks), sync and async: the lane's calls
-    # (contiguous arrays: each collective, and all_gather in place also beside the
-    # strided ones) run their cma schedule's program, the synchronous ones from the
-    # exposure on, the async ones (past ASYNC_INLINE_MAX_BYTES exposed) after their
-    # compiled entry; the general path's (strided arrays) after its own entry
+    # broadcast (every root), all_gather_into_tensor (apart, in place) and
+    # all_to_all_single (equal splits) of 140 000 float64 a rank (past one-shot at 2 and
+    # 3 ranks), sync and async: the lane's calls (contiguous arrays: each collective,
+    # and all_gather in place also beside the strided ones) run their cma schedule's
+    # program, the synchronous ones from the exposure on, the async ones (past
+    # ASYNC_INLINE_MAX_BYTES exposed) after their compiled entry; the general path's
+    # (strided arrays) after its own entry
     out = spawn_world(bodies.single_copy_programs, n, timeout=120, count=140_000)
-    lane, general = n + 3, 2 * (n + 1)
+    lane, general = n + 4, 2 * (n + 2)
     assert all(tuple(c) == (lane, lane, general) for c in out), out
 
 
@@ -219,13 +220,14 @@ def test_single_copy_folds_run_their_programs(n, single_copy):
 @pytest.mark.parametrize("n", [2, 3])
 def test_without_the_interpreter_single_copy_calls_run_their_programs_in_python(
         n, single_copy):
-    # MESHCAST_COMPILED=0: broadcast, all_reduce, all_gather_into_tensor and
-    # reduce_scatter_tensor in the lane and on the general path, sync and async, and
-    # reduce: every call runs its cma schedule's program in Python's executor after the
-    # entry (the same records the interpreter runs elsewhere), results checked
+    # MESHCAST_COMPILED=0: broadcast, all_reduce, all_gather_into_tensor,
+    # reduce_scatter_tensor and all_to_all_single in the lane and on the general path,
+    # sync and async, and reduce: every call runs its cma schedule's program in Python's
+    # executor after the entry (the same records the interpreter runs elsewhere), results
+    # checked
     out = spawn_world(bodies.python_copy_programs, n, timeout=120, count=600_000,
                       env={"MESHCAST_COMPILED": "0"})
-    kinds = ["broadcast", "all_reduce", "all_gather", "reduce_scatter"]
+    kinds = ["broadcast", "all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
     want = [(k, True) for k in kinds * 2] + [(k, True) for k in kinds + ["reduce"]] * 2
     assert all(seen == want for seen in out), out
 

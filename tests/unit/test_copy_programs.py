@@ -178,3 +178,57 @@ def test_a_copy_outside_an_exposure_or_refused_by_the_kernel_aborts_the_group():
                                 None)
     assert arena.aborts == [("rank 1 failed in broadcast #8: [Errno 1] Operation not "
                              "permitted", False)]
+
+
+def test_an_all_to_all_whose_peer_splits_otherwise_goes_on_another_way():
+    # all_to_all's program presumes every rank's split header is mine (its EXPECTs):
+    # where the interpreter stops at one (status 4), nothing was copied and the call goes
+    # on another way (the lane's: the general path from the entry, with the call's
+    # state the arena's); without that way, or at a copy outside an exposure, it aborts
+    made = single_copy.CopyPrograms(_group(_Arena([]))).get(
+        "all_to_all", np.dtype(np.float32), -1, 37 * 3, 37 * 3)
+    assert made is not None and made.expects and min(made.expects) >= made.entered
+    at = min(made.expects)
+    arena = _Arena([at * 8 + 4])
+    went_on: list = []
+    done = single_copy.run_program(_group(arena), 11, "all_to_all #11", made, ("e",), None,
+                                   None, None, unpresumed=lambda: went_on.append(arena.seq))
+    assert done is False and went_on == [11] and not arena.aborts
+    for stop, unpresumed in ((at, None), (max(made.expects) + 1, lambda: None)):
+        arena = _Arena([stop * 8 + 4])
+        with pytest.raises(MismatchError, match="rank 1 "):
+            single_copy.run_program(_group(arena), 12, "all_to_all #12", made, ("e",), None,
+                                    None, None, unpresumed=unpresumed)
+        assert arena.aborts and arena.aborts[0][1] is True
+
+
+@pytest.mark.parametrize("differs", [False, True])
+def test_pythons_executor_checks_the_split_headers_an_all_to_all_presumes(differs):
+    # Python's executor runs the same EXPECTs: every rank's header mine, it reads my
+    # piece from every rank's exposed input; one header other, nothing is read and the
+    # call goes on another way
+    from meshcast.paths.oneshot import pack_split_header
+
+    n, piece, rank = 3, 1000, 2
+    data = [np.arange(n * piece, dtype=np.float32) + 10_000 * q for q in range(n)]
+    arena = _Exposures(rank, data)
+    header = pack_split_header([piece] * n, [piece] * n)
+    arena.small = [[np.zeros(REGION, np.uint8) for _ in (0, 1)] for _ in range(n)]
+    for q in range(n):
+        arena.small[q][1][:len(header)] = np.frombuffer(header, np.uint8)
+    if differs:
+        arena.small[1][1][8] ^= 1
+    group = _group(arena, n, rank)
+    group._pids = (os.getpid(),) * n
+    made = single_copy.CopyPrograms(group).get("all_to_all", np.dtype(np.float32), -1,
+                                               n * piece, n * piece)
+    assert made is not None and made.packed is None
+    out = np.zeros(n * piece, np.float32)
+    went_on: list = []
+    done = single_copy.run_program(group, 5, "all_to_all #5", made, None, data[rank], out,
+                                   None, unpresumed=lambda: went_on.append(arena.seq))
+    assert done is not differs and went_on == ([5] if differs else [])
+    want = np.zeros_like(out) if differs else np.concatenate(
+        [d[rank * piece:(rank + 1) * piece] for d in data])
+    np.testing.assert_array_equal(out, want)
+    assert not arena.aborts

@@ -360,7 +360,7 @@ def oneshot(plan: Plan) -> Iterator[Round]:
     family="cma",
 )
 def cma(plan: Plan) -> Iterator[Round]:
-    """Single-copy all-to-all (paths/single_copy.read_pieces; ``_select.all_to_all_single_copy``).
+    """Single-copy all-to-all (``_select.all_to_all_single_copy``; paths/single_copy.read_pieces for uneven splits).
 
     Steps: 2 rounds. Round 0: ``Put`` my split header into my one-shot region,
     ``Expose`` my input, ``Enter``, ``Get`` every rank's header. Round 1: copy
@@ -371,6 +371,12 @@ def cma(plan: Plan) -> Iterator[Round]:
 
     Requires: a host that lets members read each other's memory; a one-shot
     region for the header.
+
+    The runtime runs it as a program (paths/single_copy.CopyPrograms) flattened on the
+    presumption that every rank's header is mine (equal splits), as the one-shot
+    schedule's: its header ``Get``s become ``Expect``s, and a header that differs
+    sends the call on from the entry on the general path, whose body reads uneven
+    splits.
     """
     sc, rc, sd, rd = _layout(plan)
     me, n = plan.rank, plan.size

@@ -278,13 +278,15 @@ def scatter(arena: Arena, root: int, me: int, out: np.ndarray, inp: np.ndarray |
 
 def all_to_all(group: GroupView, seq: int, out: np.ndarray, mine: np.ndarray,
                send: Sequence[int], recv: Sequence[int], isz: int, limit: int
-               ) -> tuple[Layout, Staged, list[int], list[int]]:
+               ) -> tuple[Layout, Staged, list[int], list[int], list[bool]]:
     """all_to_all's split header and :class:`Staged` form, for ``mine`` (my input, bytes)
     split by ``send`` and ``out`` (bytes) split by ``recv`` (element counts per rank).
 
-    Returns ``(layout, staged, offsets, at)``: ``offsets[q]`` is where my piece lies in
-    rank q's input (filled by ``layout.check``), ``at[q]`` where q's piece goes in
-    ``out``; the single-copy form reads by them too.
+    Returns ``(layout, staged, offsets, at, alike)``: ``offsets[q]`` is where my piece
+    lies in rank q's input (filled by ``layout.check``), ``at[q]`` where q's piece goes
+    in ``out``; the single-copy body reads by them too. ``alike[0]`` (set by the
+    check): every rank's header is mine, so every rank splits evenly the same way (the
+    single-copy program's presumption).
     """
     arena, n, me = group.arena, group._size, group._rank
     # Split sizes are per rank and not in the fingerprint, so every rank publishes
@@ -301,14 +303,15 @@ def all_to_all(group: GroupView, seq: int, out: np.ndarray, mine: np.ndarray,
     header = pack_split_header(send, recv)
     uniform = len(set(send) | set(recv)) <= 1
     offsets: list[int] = []  # where my piece lies in each rank's input (after the check)
+    alike = [False]
 
     def publish(parity: int) -> None:
         memoryview(arena.small[me][parity])[:layout.size] = header
 
     def check(parity: int) -> None:
         regions = [arena.small[q][parity] for q in range(n)]
-        if uniform and all(memoryview(g)[:layout.size] == header for g in regions):
-            # Everyone splits evenly and the same way: nothing to cross-check.
+        alike[0] = uniform and all(memoryview(g)[:layout.size] == header for g in regions)
+        if alike[0]:  # everyone splits evenly and the same way: nothing to cross-check
             offsets[:] = [sd[me] * isz] * n
             return
         offsets[:] = split_offsets(group, seq, regions, isz)
@@ -328,4 +331,5 @@ def all_to_all(group: GroupView, seq: int, out: np.ndarray, mine: np.ndarray,
             out[rd[q]:rd[q + 1]] = src[at:at + rd[q + 1] - rd[q]]
 
     return (Layout(publish, check),
-            Staged(stage, lambda counts: max(counts) * isz <= limit, read), offsets, rd)
+            Staged(stage, lambda counts: max(counts) * isz <= limit, read), offsets, rd,
+            alike)

@@ -27,8 +27,11 @@ they run their registered ``cma`` schedule as a program (:class:`CopyPrograms`,
 entry, the copies, the folds of the peers' exposed buffers (read in chunks into a
 bounce buffer) and the closing round in one C call; without it, or for an op no
 compiled kernel folds (complex, float16), Python's executor
-(``_execute.BoundProgram``) runs the same records after the entry. gather, scatter
-and all_to_all still run the bodies below.
+(``_execute.BoundProgram``) runs the same records after the entry. all_to_all does
+too where every rank splits evenly the same way (its program is flattened presuming
+every rank's split header is mine and checks it: ``CopyProgram.expects``); its body
+below (:func:`read_pieces`) reads uneven splits. gather and scatter still run the
+bodies below.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ import numpy as np
 from .. import ops
 from ..algorithms import _select as _fast
 from ..algorithms._execute import BoundProgram, pack_program
-from ..algorithms._program import ENTER, WAIT, NotFlat
+from ..algorithms._program import ENTER, EXPECT, WAIT, NotFlat, NotPresumed
 from ..errors import MismatchError
 from ..topology import rotation
 from ..transport import cma
@@ -490,7 +493,8 @@ def _equal_pieces(counts: list[int], arena: Arena) -> bool:
 
 def read_pieces(out: np.ndarray, mine: np.ndarray, at: Sequence[int],
                 offsets: Sequence[int], me: int, n: int) -> Reads:
-    """The body of the single-copy all_to_all into ``out`` (bytes): the piece from
+    """The body of the single-copy all_to_all with uneven splits (even ones run the
+    registered schedule's program) into ``out`` (bytes): the piece from
     rank q goes to ``out[at[q]:at[q + 1]]`` and lies at byte ``offsets[q]`` of q's
     exposed input (of ``mine`` for my own)."""
     return Reads(out, mine, me, lambda: tuple(
@@ -517,6 +521,10 @@ class CopyProgram:
     kernel: the code of its folds (``ops.compiled_kernel``), -1 for a program without.
     steps: Python's form, where there is no packed one.
     op: the reduce op its folds apply (AVG already SUM), or None.
+    expects: its ``EXPECT`` records (all_to_all's, flattened presuming every rank's
+        split header is mine), where the interpreter stops with status 4 when a peer's
+        bytes are not what it presumed: that call goes on another way (see
+        :func:`run_program`).
     """
 
     packed: bytes | None
@@ -525,6 +533,7 @@ class CopyProgram:
     kernel: int = -1
     steps: BoundProgram | None = None
     op: ops.ReduceOp | None = None
+    expects: frozenset[int] = frozenset()
 
 
 class CopyPrograms:
@@ -557,9 +566,9 @@ class CopyPrograms:
         arena = self.group.arena
         made = None
         kernel = -1 if op is None else ops.compiled_kernel(op, dtype)
-        try:
+        try:  # (all_to_all's reads its peers' split headers: presumed to be mine)
             program = flatten_shape(self.group, kind, "cma", dtype, root, n_in, n_out,
-                                    counts, in_place=in_place)
+                                    counts, in_place=in_place, presume=kind == "all_to_all")
         except NotFlat:  # (a shape whose schedule names memory of its own: its body)
             program = None
         if program is not None:
@@ -567,14 +576,15 @@ class CopyPrograms:
             entered = next(i for i, rec in enumerate(records) if rec[0] == ENTER) + 1
             waits = {i + 1: (program.rank_sets[rec[1]], rec[3])
                      for i, rec in enumerate(records) if rec[0] == WAIT}
+            expects = frozenset(i for i, rec in enumerate(records) if rec[0] == EXPECT)
             packed = (None if arena.compiled_program is None or kernel is None
                       else pack_program(program, arena.small_bytes))
             if packed is not None:
-                made = CopyProgram(packed, entered, waits, kernel)
+                made = CopyProgram(packed, entered, waits, kernel, expects=expects)
             else:
                 try:
                     made = CopyProgram(None, entered, waits, steps=BoundProgram(program, arena),
-                                       op=op)
+                                       op=op, expects=expects)
                 except NotImplementedError:
                     made = None
         if len(self._kept) >= self.KEEP:
@@ -605,7 +615,8 @@ class CopyPrograms:
 def run_program(group: GroupView, seq: int, what: object, program: CopyProgram,
                 entry: tuple | None,
                 inp: np.ndarray | None, out: np.ndarray | None, got: int | None,
-                agree: Callable[[int], bool] | None = None) -> bool:
+                agree: Callable[[int], bool] | None = None,
+                unpresumed: Callable[[], None] | None = None) -> bool:
     """Call ``seq`` (named ``what``) as ``program`` on the call's flat ``inp`` and ``out``,
     the interpreter's ``entry`` (a rooted entry: every rank's fingerprint tail, the
     root or -1, no exposure: the program's own; or None); ``got``: what the
@@ -615,29 +626,85 @@ def run_program(group: GroupView, seq: int, what: object, program: CopyProgram,
     rest of a late entry, through ``agree(status)`` (False: the ranks' calls differ
     and ``agree`` handed the call over; this returns False too), or a closing wait. A
     copy outside what its owner exposed (the ranks disagree about the sizes) or one
-    the kernel refused aborts the group and raises. True: the call is done."""
+    the kernel refused aborts the group and raises. Where a peer's bytes are not what
+    an ``EXPECT`` presumed (all_to_all: another rank's split header differs from mine;
+    nothing was copied yet, on every rank alike), ``unpresumed()`` goes on from the
+    entry another way and this returns False (without it, the group aborts and this
+    raises MismatchError). True: the call is done."""
     arena = group.arena
-    run = arena.compiled_program
-    packed, waits = program.packed, program.waits
     me = group.global_ranks[group._rank]
-    if packed is None:  # Python's executor, after the general path's entry
+    if program.packed is None:  # Python's executor, after the general path's entry
         arena.seq, arena.what = seq, what
         arena.deadline = time.monotonic() + group.timeout
         flat = tuple(None if a is None else a.reshape(-1) for a in (inp, out))
         try:  # (the steps address flat arrays)
             program.steps.run_from(program.entered, _Copies(group, seq, what, program.op),
                                    flat)  # type: ignore[union-attr]
+        except NotPresumed as exc:
+            if unpresumed is None:
+                arena.abort(f"rank {me} failed in {what}: {exc}", mismatch=True)
+                raise MismatchError(f"{what}: {exc}") from exc
+            done = None
         except BaseException as exc:
             arena.abort(f"rank {me} failed in {what}: {exc}",
                         mismatch=isinstance(exc, MismatchError))
             raise
-        return True
+        else:
+            done = True
+    else:
+        done = _run_packed(group, seq, what, program, entry, inp, out, got, agree,
+                           unpresumed is not None)
+    if done is None:  # (outside the handlers: its own errors are its own)
+        # the call's state for Python, which the compiled entry leaves as it was
+        arena.seq, arena.what = seq, what
+        arena.deadline = time.monotonic() + group.timeout
+        unpresumed()  # type: ignore[misc]
+        return False
+    return done
+
+
+def run_after_entry(group: GroupView, seq: int, what: object, program: CopyProgram,
+                    inp: np.ndarray | None, out: np.ndarray | None) -> int:
+    """Call ``seq``'s records after its entry (every rank in) in one run of the compiled
+    interpreter: 0, the call is done; else what the interpreter returned, for
+    :func:`run_program` (given it as ``got``) to go on from. (The lane's async
+    all_to_all, whose copies run on the worker thread: run_program's frames cost 2% of a
+    4 MiB call there.)
+
+    Raises:
+        OSError: the kernel refused a copy, after aborting the group.
+    """
+    arena = group.arena
+    try:
+        return arena.compiled_program(seq, None, arena.spin_ns, program.packed, inp, out,
+                                      program.kernel, program.entered)
+    except OSError as exc:
+        arena.abort(f"rank {group.global_ranks[group._rank]} failed in {what}: {exc}")
+        raise
+
+
+def _run_packed(group: GroupView, seq: int, what: object, program: CopyProgram,
+                entry: tuple | None, inp: np.ndarray | None, out: np.ndarray | None,
+                got: int | None, agree: Callable[[int], bool] | None, may_differ: bool
+                ) -> bool | None:
+    """:func:`run_program` through the compiled interpreter: True, done; False, ``agree``
+    handed the call over; None, a peer's bytes were not what an ``EXPECT`` presumed and
+    ``may_differ`` (the caller goes on another way)."""
+    arena = group.arena
+    run = arena.compiled_program
+    packed, waits = program.packed, program.waits
+    me = group.global_ranks[group._rank]
     try:
         if got is None:  # (an entry that ran elsewhere: the records after it, no entry)
             got = run(seq, None, arena.spin_ns, packed, inp, out, program.kernel,
                       program.entered)
         while got:
             status, at = got & 7, got >> 3
+            if status == 4 and at in program.expects:
+                if may_differ:  # (nothing copied on any rank: the caller goes on)
+                    return None
+                raise MismatchError(f"{what}: rank {me} found a peer's bytes other than "
+                                    f"its program presumed")
             if status == 4:
                 raise MismatchError(
                     f"{what}: rank {me} would copy bytes outside what a peer exposed (the "
