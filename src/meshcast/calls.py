@@ -303,9 +303,25 @@ def gather(m: Machinery, out_pieces: Sequence[np.ndarray] | None, in_flat: np.nd
                 at += piece.size
         finish()
 
+    def program(counts: list[int]) -> tuple | None:
+        # The registered cma schedule, as the root exposed its output (its word, after
+        # the entry: whole, or a table of equal pieces apart; split by a root in place on
+        # the lane); a root that reads every piece itself (no region for a table) or a
+        # table of uneven pieces: the body.
+        word = m.arena.exposed(root, fp.seq)[2]
+        if word & ~single_copy.SPLIT not in (1, single_copy.PIECE_TABLE):
+            return None
+        out: Any = None
+        if me == root:
+            whole = span([p.reshape(-1) for p in out_pieces])
+            out = whole if whole is not None else [p.reshape(-1) for p in out_pieces]
+        return m.copies.bound("gather", in_flat.dtype, root, in_flat.reshape(-1), out,
+                              tuple(counts), root_splits=bool(word & single_copy.SPLIT))
+
     return m.submit("gather", fp, make_plan, done, algorithm=algorithm, async_op=async_op,
                     per_rank_counts=True, root_layout=root, staged=staged,
-                    single=SingleCopy(exposure, single_copy.fits(m.caps, isz), move_pieces),
+                    single=SingleCopy(exposure, single_copy.fits(m.caps, isz), move_pieces,
+                                      program=program),
                     entered=entered[1] if entered else None)
 
 
@@ -321,9 +337,15 @@ def scatter(m: Machinery, out_flat: np.ndarray, in_flat: np.ndarray | None, root
     staged = oneshot.scatter(m.arena, root, me, out, inp, isz,
                              lambda total, largest: _fast.scatter_oneshot(m.caps, total, largest),
                              max(expected_counts) * isz if expected_counts else 0)
-    # (the others expose their out: a root in place writes a part of each, rooted_copies)
+    # (the others expose their out: a root in place writes a part of each, splitting: see
+    # algorithms/scatter.py::cma, whose program runs; a root on the lane says so in its
+    # exposure's word)
     single = SingleCopy(exposing(inp if me == root else out), single_copy.fits(m.caps, isz),
-                        single_copy.scatter(m.arena, out, inp, root, isz, me))
+                        None, program=lambda c: m.copies.bound(
+                            "scatter", out_flat.dtype, root, None if in_flat is None
+                            else in_flat.reshape(-1), out_flat.reshape(-1), tuple(c),
+                            root_splits=bool(m.arena.exposed(root, fp.seq)[2]
+                                             & single_copy.SPLIT)))
     return m.submit("scatter", fp,
                     lambda c: m.plan("scatter", out_flat.dtype, root=root, input=in_flat,
                                      output=out_flat, counts=tuple(c)),

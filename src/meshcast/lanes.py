@@ -1328,46 +1328,46 @@ class TinyCallLane:
 
     def _gather_single(self, inp: np.ndarray, outs: list[np.ndarray] | None, plan: tuple,
                        async_op: bool = False) -> Any:
-        """gather where it goes single-copy (``_select.gather_oneshot``): the general
-        path's single-copy gather (paths.single_copy.rooted_copies: every rank writes its
-        piece straight into the root's list, exposed where it lies as a table of pieces;
-        a root in place reads part of each), from the lane's compiled entry on, the
-        copies and their closing round one compiled call. Any disagreement is handed
-        over to the general path after the entry. ``async_op``: see
-        :meth:`_rooted_single`."""
+        """gather where it goes single-copy (``_select.gather_oneshot``): its registered
+        ``cma`` schedule's program (every rank writes its piece straight into the root's
+        list, exposed where it lies as a table of pieces; a root in place reads part of
+        each), from the lane's compiled entry on (:meth:`_rooted_single`). Any
+        disagreement is handed over to the general path after the entry."""
         tails, root, _, at_root = plan[:4]
         group = self.group
         return self._rooted_single(
             "gather", tails, root, outs if at_root else inp, inp, plan[8], inp.nbytes,
             lambda seq, counts: group.gather(outs, inp.reshape(-1), root, inp.dtype.name,
                                              _nothing, entered=(seq, counts)),
-            async_op)
+            (inp, outs if at_root else None), async_op)
 
     def _rooted_single(self, kind: str, tails: tuple[bytes, ...], root: int, exposed: Any,
-                       mine: np.ndarray, copies: tuple[tuple[int, ...], ...], piece: int,
-                       hand_over: Callable[[int, list[int]], None], async_op: bool = False
-                       ) -> Any:
+                       mine: np.ndarray, copies: tuple, piece: int,
+                       hand_over: Callable[[int, list[int]], None], buffers: tuple,
+                       async_op: bool = False) -> Any:
         """The single-copy gather or scatter (``kind``, ``piece`` bytes a rank) as the
         group's next call: the compiled entry with every rank's fingerprint ``tails``,
         exposing ``exposed`` (the root's list of pieces as their table, another rank's
-        array), then my ``copies`` (paths.single_copy.rooted_copies, between ``exposed``
-        and ``mine``) with their closing round. A root in place (``mine`` its own piece
-        of ``exposed``, :func:`_in_place`) with pieces of
-        ``_select.ROOTED_SPLIT_MIN_BYTES`` or more moves a part of every other rank's
-        piece instead, and says so with the word's SPLIT bit. A legal call
-        the lane does not finish (uneven pieces) goes to ``hand_over(seq, counts)`` after
-        the entry. Synchronous: True, or False (nothing done) while async work is
-        queued. With ``async_op``: :meth:`_async_single`'s Work (``piece`` bytes moved),
-        or None (nothing done) where nothing was compiled."""
+        array), then the records after the entry of one of ``copies``, the registered
+        ``cma`` schedule's programs (as is, and with the root splitting:
+        ``Plan.root_splits``), on ``buffers`` (the call's input and output, a root's
+        list as pieces). A root in place (``mine`` its own piece of ``exposed``,
+        :func:`_in_place`) with pieces of ``_select.ROOTED_SPLIT_MIN_BYTES`` or more
+        moves a part of every other rank's piece, and says so with the word's SPLIT
+        bit, which the other ranks read after the entry. A legal call the lane does not
+        finish (uneven pieces) goes to ``hand_over(seq, counts)`` after the entry.
+        Synchronous: True, or False (nothing done) while async work is queued. With
+        ``async_op``: :meth:`_async_single`'s Work (``piece`` bytes moved), or None
+        (nothing done) where nothing was compiled."""
         group = self.group
         arena = group.arena
         fast = arena.compiled_rooted
         what = self._whats[kind]
-        split = (group._rank == root and _fast.rooted_split(piece)
+        at_root = group._rank == root
+        split = (at_root and _fast.rooted_split(piece)
                  and _in_place(mine, exposed[root], arena.compiled_same))
         bits = single_copy.SPLIT if split else 0
-        if split:  # (a root's own list, known only now)
-            copies = single_copy.rooted_copies(kind, piece, root, root, group._size, True)
+        inp, out = buffers
 
         def enter(seq: int) -> tuple[int | None, Callable[[], None]]:
             """The entry of call ``seq``: its status, and the rest of the call."""
@@ -1390,7 +1390,13 @@ class TinyCallLane:
                     hand_over(seq, counts)
                     return
                 group.last_algorithm = f"{kind}/cma"
-                single_copy.run_reads(group, seq, what, exposed, mine, copies, piece)
+                copy = copies[split if at_root else
+                              bool(arena.exposed(root, seq)[2] & single_copy.SPLIT)]
+                left = None
+                if copy.packed is not None:  # (most often all that is left: one C call)
+                    left = single_copy.run_after_entry(group, seq, what, copy, inp, out)
+                if left != 0:
+                    single_copy.run_program(group, seq, what, copy, None, inp, out, left)
 
             return status, finish
 
@@ -1521,13 +1527,12 @@ class TinyCallLane:
 
     def _scatter_single(self, out: np.ndarray, ins: list[np.ndarray] | None, plan: tuple,
                         async_op: bool = False) -> Any:
-        """scatter where it goes single-copy (``_select.scatter_oneshot``): the general
-        path's single-copy scatter (paths.single_copy.rooted_copies: the root exposes its
-        list where it lies, as a table of pieces, and every other rank reads its piece
-        from there; a root in place writes part of each into that rank's out), from the
-        lane's compiled entry on, the copies and their closing round one compiled call.
-        Any disagreement is handed over to the general path after the entry.
-        ``async_op``: see :meth:`_rooted_single`."""
+        """scatter where it goes single-copy (``_select.scatter_oneshot``): its registered
+        ``cma`` schedule's program (the root exposes its list where it lies, as a table
+        of pieces, and every other rank reads its piece from there; a root in place
+        writes part of each into that rank's out), from the lane's compiled entry on
+        (:meth:`_rooted_single`). Any disagreement is handed over to the general path
+        after the entry."""
         tails, root, _, at_root = plan[:4]
         group = self.group
         n = group._size
@@ -1541,7 +1546,8 @@ class TinyCallLane:
                           entered=(seq, counts))
 
         return self._rooted_single("scatter", tails, root, ins if at_root else out, out,
-                                   plan[8], out.nbytes, hand_over, async_op)
+                                   plan[8], out.nbytes, hand_over,
+                                   (ins if at_root else None, out), async_op)
 
     def _scatter_rest(self, seq: int, out: np.ndarray, ins: Any, data: Any, plan: tuple,
                       status: int | None) -> None:
@@ -2141,7 +2147,8 @@ class TinyCallLane:
         list (compiled or :func:`_alike`), where my piece starts in the root's,
         whether I am a scatter's root that copies its own piece straight into place,
         when the call goes single-copy (:meth:`_gather_single`,
-        :meth:`_scatter_single`) instead of one-shot, my copies (else None), and the
+        :meth:`_scatter_single`) instead of one-shot, its cma schedule's programs
+        (paths.single_copy.CopyProgram: as is, and with the root splitting; else None), and the
         one-shot call's packed program (its registered ``oneshot`` schedule, the
         root's side its list of pieces) with its rooted entry (``Round.program``), or
         None without the compiled interpreter."""
@@ -2160,13 +2167,24 @@ class TinyCallLane:
                                    and _fast.single_copy(group.caps, arr.nbytes)
                                    and single_copy.pieces_apart_fit(group.arena))):
             return False
-        copies = (single_copy.rooted_copies(kind, arr.nbytes, root, group._rank, n) if single
-                  else None)
+        at_root = group._rank == root
+        copies = None
+        if single:
+            # its registered cma schedule's programs, the root's side its list of pieces
+            # (exposed as their table by the entry): as is, and with the root moving a
+            # part of every piece itself (a root in place: Plan.root_splits)
+            whole, listed = ((arr.size * n, INPUT if kind == "scatter" else OUTPUT) if at_root
+                             else (None, NO_BUFFER))
+            n_in, n_out = (whole, arr.size) if kind == "scatter" else (arr.size, whole)
+            copies = tuple(self._copy_programs.get(kind, dtype, root, n_in, n_out,
+                                                   (arr.size,) * n, root_splits=splits,
+                                                   listed=listed) for splits in (False, True))
+            if None in copies:  # (a schedule that does not flatten: the general path)
+                return False
         tails = tuple(self._tail(kind, False, dtype=dtype.name, root=root, count=arr.size,
                                  extra=counts_hash((arr.size,) * n) if q == root else 0)
                       for q in range(n))
         alike = self._alike_check()
-        at_root = group._rank == root
         cma = group.transport.cma_min_bytes > 0
         program = None
         if not single:  # its registered schedule, the root's side its list of pieces

@@ -420,6 +420,55 @@ def _single_then_refused(pg: Any, kind: str, seen: list[str], call: Callable[[],
     return seen
 
 
+@contextlib.contextmanager
+def _rooted_runs(root_of: Callable[[], int], piece: int) -> Iterator[dict[int, str]]:
+    """While in the block, what ran each single-copy gather or scatter (``piece`` bytes a
+    rank) after its entry, by sequence number: "program" (its registered cma schedule's,
+    after the lane's entry or the general path's) or "body" (paths/single_copy's Python
+    body), with " split" where that program is the root's splitting one (the root,
+    ``root_of()``, copies some of the others' bytes; another rank less than its piece)."""
+    from meshcast.algorithms import _program as prog
+    from meshcast.paths import single_copy
+
+    runs: dict[int, str] = {}
+    saved = single_copy.run_after_entry, single_copy.run_program, single_copy.finish
+
+    def moved(copy: Any) -> int:
+        """The bytes a program copies from or into the peers' exposed buffers."""
+        if copy.packed is None:
+            records = np.array(copy.steps.program.records, np.int64).reshape(-1, 9)
+        else:
+            words = np.frombuffer(copy.packed, np.int64)
+            records = words[6:6 + 9 * int(words[3])].reshape(-1, 9)
+        exposed = (np.isin(records[:, 0], (prog.GET, prog.WRITE))
+                   & (records[:, 2] == prog.SPACE_CODES["exposed"]))
+        return int(records[exposed, 4].sum())
+
+    def label(group: Any, seq: int, copy: Any) -> None:
+        at_root = group._rank == root_of()
+        split = moved(copy) > 0 if at_root else moved(copy) < piece
+        runs.setdefault(seq, "program split" if split else "program")
+
+    def after_entry(group: Any, seq: int, what: Any, copy: Any, *args: Any) -> Any:
+        label(group, seq, copy)
+        return saved[0](group, seq, what, copy, *args)
+
+    def program(group: Any, seq: int, what: Any, copy: Any, *args: Any, **kw: Any) -> Any:
+        label(group, seq, copy)
+        return saved[1](group, seq, what, copy, *args, **kw)
+
+    def body(group: Any, *args: Any) -> Any:
+        runs.setdefault(group.arena.seq, "body")
+        return saved[2](group, *args)
+
+    single_copy.run_after_entry, single_copy.run_program, single_copy.finish = (
+        after_entry, program, body)
+    try:
+        yield runs
+    finally:
+        single_copy.run_after_entry, single_copy.run_program, single_copy.finish = saved
+
+
 def gather_past_one_shot(base: int) -> list[str]:
     """gather past the one-shot sizes, where the lane runs the single-copy gather: the
     root's pieces back to back and apart (every rank writes its own into them, through
@@ -430,22 +479,26 @@ def gather_past_one_shot(base: int) -> list[str]:
     r, n = dist.get_rank(), dist.get_world_size()
     pg = dist.group.WORLD
     seen = []
-    for k, (together, lane_root, lane_others, in_place) in enumerate(_PAST_ONE_SHOT_CASES):
-        root = k % n
-        mine = _value(r, root, base)
-        if not (lane_root if r == root else lane_others):
-            mine = np.repeat(mine, 2)[::2]  # non-contiguous: the general path
-        outs = None
-        if r == root:
-            outs = list(np.zeros((n, base))) if together else [np.zeros(base) for _ in range(n)]
-            if in_place:
-                outs[root][...] = mine
-                mine = outs[root]
-        dist.gather(mine, outs, dst=root)
-        seen.append(pg.last_algorithm)
-        if r == root:
-            for q, got in enumerate(outs):
-                np.testing.assert_array_equal(got, _value(q, root, base), f"gather {k} from {q}")
+    root = 0
+    with _rooted_runs(lambda: root, base * 8) as runs:
+        for k, (together, lane_root, lane_others, in_place) in enumerate(_PAST_ONE_SHOT_CASES):
+            root = k % n
+            mine = _value(r, root, base)
+            if not (lane_root if r == root else lane_others):
+                mine = np.repeat(mine, 2)[::2]  # non-contiguous: the general path
+            outs = None
+            if r == root:
+                outs = (list(np.zeros((n, base))) if together
+                        else [np.zeros(base) for _ in range(n)])
+                if in_place:
+                    outs[root][...] = mine
+                    mine = outs[root]
+            dist.gather(mine, outs, dst=root)
+            seen.append(f"{pg.last_algorithm} {runs[max(runs)]}")
+            if r == root:
+                for q, got in enumerate(outs):
+                    np.testing.assert_array_equal(got, _value(q, root, base),
+                                                  f"gather {k} from {q}")
     outs = [np.zeros(base) for _ in range(n)] if r == 0 else None
     return _single_then_refused(pg, "gather", seen, lambda: dist.gather(
         np.ones(base + (1 if r == 1 else 0)), outs, dst=0))
@@ -462,19 +515,22 @@ def scatter_past_one_shot(base: int) -> list[str]:
     r, n = dist.get_rank(), dist.get_world_size()
     pg = dist.group.WORLD
     seen = []
-    for k, (together, lane_root, lane_others, in_place) in enumerate(_PAST_ONE_SHOT_CASES):
-        root = k % n
-        ins = None
-        if r == root:
-            ins = [_value(root, q, base) for q in range(n)]
-            if together:
-                ins = list(np.stack(ins))
-        got = np.zeros(base) if (lane_root if r == root else lane_others) else _strided(base)
-        if in_place and r == root:
-            got = ins[root]
-        dist.scatter(got, ins, src=root)
-        seen.append(pg.last_algorithm)
-        np.testing.assert_array_equal(got, _value(root, r, base), f"scatter {k}")
+    root = 0
+    with _rooted_runs(lambda: root, base * 8) as runs:
+        for k, (together, lane_root, lane_others, in_place) in enumerate(_PAST_ONE_SHOT_CASES):
+            root = k % n
+            ins = None
+            if r == root:
+                ins = [_value(root, q, base) for q in range(n)]
+                if together:
+                    ins = list(np.stack(ins))
+            got = (np.zeros(base) if (lane_root if r == root else lane_others)
+                   else _strided(base))
+            if in_place and r == root:
+                got = ins[root]
+            dist.scatter(got, ins, src=root)
+            seen.append(f"{pg.last_algorithm} {runs[max(runs)]}")
+            np.testing.assert_array_equal(got, _value(root, r, base), f"scatter {k}")
     ins = [np.ones(base) for _ in range(n)] if r == 0 else None
     return _single_then_refused(pg, "scatter", seen, lambda: dist.scatter(
         np.zeros(base + (1 if r == 1 else 0)), ins, src=0))

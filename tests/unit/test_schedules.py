@@ -80,6 +80,7 @@ def check(
     counts: list[int] | None = None,
     send: list[list[int]] | None = None,
     in_place: bool = False,
+    root_splits: bool = False,
     slot_bytes: int | None = None,
     segment_bytes: int = 1 << 20,
     order: str = "lockstep",
@@ -115,6 +116,7 @@ def check(
         counts=counts,
         send_counts=send,
         in_place=in_place,
+        root_splits=root_splits,
         segment_bytes=segment_bytes,
         **options,
     )
@@ -261,6 +263,24 @@ def test_in_place(entry):
             counts = [(q + count) % 5 for q in range(size)] if entry.coll in PIECES else None
             check(entry, size, count, root=root, counts=counts, in_place=True,
                   require=entry.qualname not in EQUAL_PIECES_ONLY)
+
+
+SPLITTING = [registry.get("gather", "cma"), registry.get("scatter", "cma")]
+
+
+@pytest.mark.parametrize("entry", SPLITTING, ids=ids(SPLITTING))
+@pytest.mark.parametrize("order", ["lockstep", "random"])
+def test_a_root_in_place_that_splits_moves_part_of_every_piece(entry, order):
+    # plan.root_splits: the root, its own piece in place, moves part q of each rank q's
+    # piece itself while q moves the others (the race checker sees no byte moved twice
+    # or read before it is there); uneven and empty pieces too
+    for size in range(1, 10):
+        for count in (0, 1, size + 2, 29):
+            root = (count + 1) % size
+            counts = [(q + count) % 5 * (q + 1) for q in range(size)]
+            for trial, piece in enumerate((counts, [count] * size)):
+                check(entry, size, count, root=root, counts=piece, in_place=True,
+                      root_splits=True, order=order, seed=trial)
 
 
 SEGMENTED = [

@@ -418,18 +418,20 @@ def _bind_exposed(program: prog.Program, rec: prog.Record, arena: Any) -> BoundS
     op, peer, space, offset, nbytes, buf, at, src_buf, src_at = rec
     size = program.dtype.itemsize
     me = arena.rank
+    # (a program without one exposes a list, as its table: Round.rooted; it only copies
+    # between the peers' exposed buffers and its pieces)
     expose = next((r for r in program.records if r[0] == prog.EXPOSE), None)
-    if expose is None or offset < 0:
-        raise NotImplementedError(f"{program.name}: a step of a peer's exposed buffer in a "
-                                  f"program that exposes none, or before its start")
+    if offset < 0 or expose is None and (peer == me or op == prog.REDUCE_SLOTS):
+        raise NotImplementedError(f"{program.name}: a step of my own exposed buffer in a "
+                                  f"program that exposes none, or before a buffer's start")
 
     def mine(bufs: Buffers, at_byte: int, length: int) -> np.ndarray:
         """Bytes [at_byte, + length) of my exposed buffer (uint8), which must hold them."""
         if not 0 <= at_byte <= expose[4] - length:
             raise ValueError(f"{program.name}: bytes {at_byte}..{at_byte + length} of my "
                              f"exposed buffer, which holds {expose[4]}")
-        start = expose[6] + at_byte
-        return bufs[expose[5]].view(np.uint8)[start:start + length]  # type: ignore[union-attr]
+        start = expose[6] + at_byte  # type: ignore[index]
+        return bufs[expose[5]].view(np.uint8)[start:start + length]  # type: ignore[index,union-attr]
 
     # (copies move bytes: a reader-split broadcast cuts its bytes anywhere)
     if op == prog.GET:

@@ -75,12 +75,19 @@ def split_copy(plan: Plan, data: np.ndarray) -> list[LocalStep]:
     q's copy is cut in P parts; the root writes part q into q while q reads the others
     from the root, so the root's core copies too (broadcast/cma)."""
     n, me, root = plan.size, plan.rank, plan.root
-    bounds = [data.nbytes * k // n for k in range(n + 1)]
     if me == root:
-        return [Write(q, bounds[q], data[bounds[q]:bounds[q + 1]])
-                for q in rotation(me, n)[1:] if bounds[q + 1] > bounds[q]]
-    return [Get(root, bounds[k], data[bounds[k]:bounds[k + 1]], EXPOSED)
-            for k in rotation(me, n)[1:] if bounds[k + 1] > bounds[k]]
+        return [Write(q, lo, data[lo:lo + length])
+                for q in rotation(me, n)[1:] for lo, length in parts(data.nbytes, n, (q,))]
+    return [Get(root, lo, data[lo:lo + length], EXPOSED)
+            for lo, length in parts(data.nbytes, n, rotation(me, n)[1:])]
+
+
+def parts(nbytes: int, n: int, which: Sequence[int]) -> list[tuple[int, int]]:
+    """``(lo, length)`` of each part k in ``which`` of ``nbytes`` cut in ``n`` parts (part k:
+    bytes ``[nbytes * k // n, nbytes * (k + 1) // n)``), empty ones left out: the cut of
+    a reader-split copy (:func:`split_copy`, a gather or scatter root that splits)."""
+    bounds = [nbytes * k // n for k in range(n + 1)]
+    return [(bounds[k], bounds[k + 1] - bounds[k]) for k in which if bounds[k + 1] > bounds[k]]
 
 
 def reduce_all(plan: Plan, dst: np.ndarray, lo: int, space: str,

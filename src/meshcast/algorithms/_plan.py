@@ -290,6 +290,11 @@ class Plan:
             (process_vm_readv; the host allows it).
         symmetric: the call's buffers lie in a symmetric allocation (every rank
             maps every rank's part; ``EXPOSED`` space without system calls).
+        root_splits: gather and scatter, single-copy: the root has no piece of its own
+            to copy (its own piece is in place) and moves a part of every other rank's
+            piece itself, the others the rest, as a broadcast splits (the runtime's
+            choice, ``_select.rooted_split``; every rank learns it after the entry from
+            the root's exposure, ``paths/single_copy.SPLIT``).
         segment_bytes: preferred size of one piece in flight for pipelining.
         scratch: ``scratch(n)`` returns a fresh flat array of ``n`` elements of
             ``dtype`` (contents undefined).
@@ -325,6 +330,7 @@ class Plan:
     region_bytes: int = 0
     single_copy: bool = False
     symmetric: bool = False
+    root_splits: bool = False
     segment_bytes: int = 1 << 20
     scratch: Callable[[int], np.ndarray] = field(default=None, repr=False)  # type: ignore[assignment]
 

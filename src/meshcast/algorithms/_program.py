@@ -264,7 +264,7 @@ def _record(step: Any, locate: _Locator, ranks_index: Callable[[tuple[int, ...]]
 
 
 # the records whose byte ranges as_pieces may cut: moves and folds, element by element
-_CUTTABLE = frozenset((PUT, GET, REDUCE_SLOTS, COPY, REDUCE))
+_CUTTABLE = frozenset((PUT, GET, REDUCE_SLOTS, COPY, REDUCE, WRITE))
 
 
 def as_pieces(program: Program, side: int, count: int) -> Program:
@@ -274,12 +274,14 @@ def as_pieces(program: Program, side: int, count: int) -> Program:
     the pieces back to back, does, with every record that touches that side
     re-addressed to the piece it touches (buffer ``PIECES + i``, bytes from that
     piece's start), and cut at the pieces' edges where it spans several (a Put of
-    three pieces becomes three Puts, each into its place in the region).
+    three pieces becomes three Puts, each into its place in the region). An exposure of
+    that side is left out: a list is exposed as a table of where its pieces lie, which
+    the call's entry writes (``Round.rooted``; peers address it as if the pieces lay
+    back to back).
 
     Raises:
         NotFlat: ``side``'s length is not ``count`` equal pieces of whole elements,
-            or a record that cannot be cut (a message, an exposure, a remote write)
-            touches it.
+            or a record that cannot be cut (a message) touches it.
     """
     total = program.sizes[side]
     itemsize = program.dtype.itemsize
@@ -290,6 +292,8 @@ def as_pieces(program: Program, side: int, count: int) -> Program:
     for rec in program.records:
         op, peer, space, offset, nbytes, buf, at, src_buf, src_at = rec
         starts = [a for b, a in ((buf, at), (src_buf, src_at)) if b == side and nbytes]
+        if op == EXPOSE and buf == side:
+            continue  # (a list is exposed as its table of pieces, by the call's entry)
         if not starts:
             records.append(rec)
             continue
@@ -300,7 +304,8 @@ def as_pieces(program: Program, side: int, count: int) -> Program:
         for a in starts:
             cuts.update(range(piece - a % piece, nbytes, piece))
         edges = sorted(cuts)
-        moves_space = op in (PUT, GET, REDUCE_SLOTS)  # (their region offset moves along)
+        # (their offset in the region or a peer's exposed buffer moves along)
+        moves_space = op in (PUT, GET, REDUCE_SLOTS, WRITE)
         for lo, hi in zip(edges, edges[1:]):
             d, s = (buf, at + lo), (src_buf, src_at + lo)
             if buf == side:

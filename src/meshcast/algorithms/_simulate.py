@@ -886,6 +886,7 @@ def make_plans(
     region_bytes: int = 0,
     single_copy: bool = False,
     symmetric: bool = False,
+    root_splits: bool = False,
 ) -> list[Plan]:
     """Build one plan per rank with garbage-filled outputs and scratch (for tests, CLI, viz).
 
@@ -904,8 +905,8 @@ def make_plans(
             (default: equal splits of each input).
         in_place: output aliases input where the collective allows it
             (all_reduce; all_gather; reduce, gather and scatter on the root).
-        slot_bytes, segment_bytes, region_bytes, single_copy, symmetric: copied
-            into every plan.
+        slot_bytes, segment_bytes, region_bytes, single_copy, symmetric, root_splits:
+            copied into every plan.
     """
     first = next((x for x in inputs or () if x is not None), None)
     dt = np.dtype(dtype if dtype is not None else (first.dtype if first is not None else np.uint8))
@@ -929,6 +930,7 @@ def make_plans(
             region_bytes=region_bytes,
             single_copy=single_copy,
             symmetric=symmetric,
+            root_splits=root_splits,
             scratch=scratch,
             **kw,
         )

@@ -15,8 +15,21 @@ import numpy as np
 
 from .. import topology
 from ._common import copy_steps, displs, others, piece_counts, slot_elems
-from ._onehost import closing, enter, piece_fits
-from ._plan import REGION, Get, LocalStep, Plan, Put, Recv, Round, Send, Signal, Wait, Write
+from ._onehost import closing, enter, parts, piece_fits
+from ._plan import (
+    EXPOSED,
+    REGION,
+    Get,
+    LocalStep,
+    Plan,
+    Put,
+    Recv,
+    Round,
+    Send,
+    Signal,
+    Wait,
+    Write,
+)
 from ._registry import register
 
 
@@ -254,31 +267,44 @@ def oneshot(plan: Plan) -> Iterator[Round]:
     family="cma",
 )
 def cma(plan: Plan) -> Iterator[Round]:
-    """Single-copy gather (paths/single_copy.gather; ``_select.gather_oneshot``, ``single_copy``).
+    """Single-copy gather (``_select.gather_oneshot``, ``single_copy``).
 
     Steps: 1 round: the root ``Expose``s its output (its pieces lie back to
     back), the others their piece, and all ``Enter``; every rank but the root
     ``Write``s its piece into the root's output, all at once; the root copies
     its own; the closing signal and wait.
 
-    Bytes sent per rank: my piece written once; the root copies only its own.
+    With ``plan.root_splits`` (a root whose input is its own piece of the output,
+    in place, so it has nothing of its own to copy): rank q's piece is cut in
+    ``P`` parts; the root ``Get``s part q of each rank q's piece from q's exposed
+    input while q ``Write``s the other parts, so the root's core copies too.
+
+    Bytes sent per rank: my piece written once (with ``root_splits``, all but one
+    ``P``-th of it); the root copies only its own (or one ``P``-th of each other's).
 
     Requires: a host that lets members read each other's memory.
 
     When the root's gather_list pieces do not lie back to back (the plan's
-    output always does), the runtime's root publishes a table of where each lies
-    in its one-shot region instead (``single_copy.piece_table``) and every rank
-    writes its piece there: the same bytes, the same writes. A root whose input is
-    its own piece of the list (in place) has nothing of its own to copy: it says so
-    in its exposure (``single_copy.SPLIT``) and reads part q of rank q's piece while q
-    writes the rest (``single_copy.rooted_copies``), which this schedule leaves out.
+    output always does), the runtime's root exposes a table of where each lies
+    (``single_copy.piece_table``), which addresses them as if back to back: the
+    same bytes, the same copies.
     """
-    me, root = plan.rank, plan.root
-    d = displs(piece_counts(plan))
+    me, root, n, isz = plan.rank, plan.root, plan.size, plan.itemsize
+    counts = piece_counts(plan)
+    d = displs(counts)
     if me == root:
-        moves = copy_steps(plan.output[d[me]:d[me + 1]], plan.input)
         exposed = plan.output
+        out = plan.output.view(np.uint8)
+        moves: list[LocalStep] = (
+            [Get(q, lo, out[d[q] * isz + lo:d[q] * isz + lo + length], EXPOSED)
+             for q in topology.rotation(me, n)[1:]
+             for lo, length in parts(counts[q] * isz, n, (q,))] if plan.root_splits
+            else copy_steps(plan.output[d[me]:d[me + 1]], plan.input))
     else:
-        moves = [Write(root, d[me] * plan.itemsize, plan.input)] if len(plan.input) else []
         exposed = plan.input
+        mine = plan.input.view(np.uint8)
+        moves = ([Write(root, d[me] * isz + lo, mine[lo:lo + length])
+                  for lo, length in parts(mine.nbytes, n, topology.rotation(me, n)[1:])]
+                 if plan.root_splits else
+                 [Write(root, d[me] * isz, plan.input)] if len(plan.input) else [])
     yield Round(then=enter(plan, expose=exposed) + moves + closing(plan))

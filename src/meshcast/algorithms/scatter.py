@@ -10,10 +10,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
+
 from .. import topology
 from ._common import copy_steps, displs, others, piece_counts, slot_elems
-from ._onehost import closing, enter, pieces_fit
-from ._plan import EXPOSED, REGION, Get, LocalStep, Plan, Put, Recv, Round, Send, Signal, Wait
+from ._onehost import closing, enter, parts, pieces_fit
+from ._plan import (
+    EXPOSED,
+    REGION,
+    Get,
+    LocalStep,
+    Plan,
+    Put,
+    Recv,
+    Round,
+    Send,
+    Signal,
+    Wait,
+    Write,
+)
 from ._registry import register
 from .gather import relative_displs, subtree_views
 
@@ -224,27 +239,42 @@ def oneshot(plan: Plan) -> Iterator[Round]:
     family="cma",
 )
 def cma(plan: Plan) -> Iterator[Round]:
-    """Single-copy scatter (paths/single_copy.scatter; ``_select.single_copy``).
+    """Single-copy scatter (``_select.scatter_oneshot``, ``single_copy``).
 
-    Steps: 1 round: the root ``Expose``s its input; every rank ``Enter``s;
-    every other rank ``Get``s its piece straight from the root's input, the root
-    copies its own; the closing signal and wait.
+    Steps: 1 round: the root ``Expose``s its input, the others their output;
+    every rank ``Enter``s; every other rank ``Get``s its piece straight from the
+    root's input, the root copies its own; the closing signal and wait.
 
-    Bytes sent per rank: every rank reads its piece once.
+    With ``plan.root_splits`` (a root whose output is its own piece of the input, in
+    place, so it has nothing of its own to copy): rank q's piece is cut in ``P``
+    parts; the root ``Write``s part q of each rank q's piece into q's exposed output
+    while q ``Get``s the other parts, so the root's core copies too.
+
+    Bytes sent per rank: every rank reads its piece once (with ``root_splits``, all
+    but one ``P``-th of it, which the root writes).
 
     Requires: a host that lets members read each other's memory.
 
-    A root whose output is its own piece of its list (in place) has nothing of its
-    own to copy: it says so in its exposure (``single_copy.SPLIT``) and writes part q
-    of rank q's piece into q's output while q reads the rest
-    (``single_copy.rooted_copies``), which this schedule leaves out.
+    When the root's scatter_list pieces do not lie back to back (the plan's input
+    always does), the runtime's root exposes a table of where each lies
+    (``single_copy.piece_table``), which addresses them as if back to back.
     """
-    me, root = plan.rank, plan.root
-    d = displs(piece_counts(plan))
+    me, root, n, isz = plan.rank, plan.root, plan.size, plan.itemsize
+    counts = piece_counts(plan)
+    d = displs(counts)
     if me == root:
-        steps = enter(plan, expose=plan.input) + copy_steps(plan.output,
-                                                            plan.input[d[me]:d[me + 1]])
+        exposed = plan.input
+        inp = plan.input.view(np.uint8)
+        moves: list[LocalStep] = (
+            [Write(q, lo, inp[d[q] * isz + lo:d[q] * isz + lo + length])
+             for q in topology.rotation(me, n)[1:]
+             for lo, length in parts(counts[q] * isz, n, (q,))] if plan.root_splits
+            else copy_steps(plan.output, plan.input[d[me]:d[me + 1]]))
     else:
-        steps = enter(plan) + ([Get(root, d[me] * plan.itemsize, plan.output, EXPOSED)]
-                               if len(plan.output) else [])
-    yield Round(then=steps + closing(plan))
+        exposed = plan.output
+        out = plan.output.view(np.uint8)
+        moves = ([Get(root, d[me] * isz + lo, out[lo:lo + length], EXPOSED)
+                  for lo, length in parts(out.nbytes, n, topology.rotation(me, n)[1:])]
+                 if plan.root_splits else
+                 [Get(root, d[me] * isz, plan.output, EXPOSED)] if len(plan.output) else [])
+    yield Round(then=enter(plan, expose=exposed) + moves + closing(plan))

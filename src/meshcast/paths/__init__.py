@@ -97,26 +97,33 @@ Job = Callable[[], None]  # what ProcessGroup._run runs in call order
 
 def flatten_shape(group: GroupView, kind: str, family: str, dtype: np.dtype, root: int,
                   n_in: int | None, n_out: int | None, counts: tuple[int, ...] | None,
-                  *, in_place: bool = False, presume: bool = False) -> Program:
+                  *, in_place: bool = False, presume: bool = False,
+                  root_splits: bool = False) -> Program:
     """This rank's registered ``family`` schedule of ``kind`` flattened for one call shape
     (``_program.flatten``, on ``_execute.probe`` arrays): ``n_in``/``n_out`` elements of
     the flat input and output (None where the call has none), per-rank ``counts``;
-    ``in_place``: the input is my piece of the output, where ``counts`` put it;
-    ``presume``: see ``flatten``. The one-shot and single-copy program caches
+    ``in_place``: the smaller of the input and output is my piece of the other, where
+    ``counts`` put it (all_gather's and a gather root's input, a scatter root's output);
+    ``presume``: see ``flatten``; ``root_splits``: see ``Plan``. The one-shot and
+    single-copy program caches
     (paths.oneshot.Programs, paths.single_copy.CopyPrograms) both flatten here.
 
     Raises:
         NotFlat: as ``flatten`` does.
     """
-    out = probe(n_out, dtype)
-    if in_place and out is not None and counts is not None:
-        lo = sum(counts[:group._rank])
-        inp = out[lo:lo + counts[group._rank]]
+    if in_place and n_in is not None and n_out is not None and counts is not None:
+        lo, c = sum(counts[:group._rank]), counts[group._rank]
+        if n_in > n_out:  # (a scatter root's output)
+            inp = probe(n_in, dtype)
+            out = inp[lo:lo + c]  # type: ignore[index]
+        else:
+            out = probe(n_out, dtype)
+            inp = out[lo:lo + c]  # type: ignore[index]
     else:
-        inp = probe(n_in, dtype)
+        inp, out = probe(n_in, dtype), probe(n_out, dtype)
     plan = Plan(coll=kind, rank=group._rank, size=group._size, dtype=dtype, root=root,
                 input=inp, output=out, counts=counts, region_bytes=group.arena.small_bytes,
-                single_copy=family == "cma")
+                single_copy=family == "cma", root_splits=root_splits)
     entry = registry.get(kind, family)
     return flatten(entry.fn, plan, entry.qualname, presume=presume)
 

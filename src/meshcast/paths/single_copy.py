@@ -47,7 +47,17 @@ import numpy as np
 from .. import ops
 from ..algorithms import _select as _fast
 from ..algorithms._execute import BoundProgram, pack_program
-from ..algorithms._program import ENTER, EXPECT, WAIT, NotFlat, NotPresumed
+from ..algorithms._program import (
+    ENTER,
+    EXPECT,
+    INPUT,
+    NO_BUFFER,
+    OUTPUT,
+    WAIT,
+    NotFlat,
+    NotPresumed,
+    as_pieces,
+)
 from ..errors import MismatchError
 from ..topology import rotation
 from ..transport import cma
@@ -327,12 +337,30 @@ def finish(group: GroupView, body: Body, phases: int, counts: list[int], what: o
 def _exposed_address(group: GroupView, seq: int, what: object, q: int, offset: int,
                      length: int, verb: str) -> int:
     """The address of bytes ``[offset, offset + length)`` of the buffer rank q exposed for
-    call ``seq``.
+    call ``seq``; of its pieces as if laid end to end where it exposed a table of them
+    (:func:`piece_table`), the bytes in one piece (as the compiled interpreter finds them).
 
     Raises:
         MismatchError: those bytes lie outside it (the ranks disagree about the sizes).
     """
-    address, nbytes, _ = group.arena.exposed(q, seq)
+    arena = group.arena
+    address, nbytes, word = arena.exposed(q, seq)
+    if word & ~SPLIT == PIECE_TABLE:  # (address, nbytes: the table's, in q's region)
+        region, left = arena.small[q][seq & 1], offset
+        for entry in range(address, address + nbytes - _PIECE.size + 1, _PIECE.size):
+            at, held = _PIECE.unpack_from(region, entry)
+            if left < held or left == held and length == 0:
+                if length <= held - left:
+                    return at + left
+                break
+            left -= held
+        else:
+            if left == 0 and length == 0:
+                return 0
+        raise MismatchError(
+            f"{what}: rank {group.global_ranks[group._rank]} would {verb} bytes "
+            f"{offset}..{offset + length} of rank {group.global_ranks[q]}'s pieces, which "
+            f"do not hold them in one piece (the ranks disagree about the sizes)")
     if offset + length > nbytes:
         raise MismatchError(
             f"{what}: rank {group.global_ranks[group._rank]} would {verb} bytes "
@@ -369,51 +397,11 @@ class _Copies:
 # ------------------------------------------------------------------ bodies
 
 
-def _parts(nbytes: int, n: int, which: Sequence[int],
-           copy: Callable[[int, int, int], tuple[int, ...]]) -> tuple[tuple[int, ...], ...]:
-    """``copy(k, lo, length)`` for each part k in ``which`` of ``nbytes`` cut in ``n``
-    parts (part k is ``[lo, lo + length)``), empty parts left out: a reader-split copy,
-    where the root moves part q of reader q's bytes and q the others."""
-    bounds = [nbytes * k // n for k in range(n + 1)]
-    return tuple(copy(k, bounds[k], bounds[k + 1] - bounds[k]) for k in which
-                 if bounds[k + 1] > bounds[k])
-
-
-def rooted_copies(kind: str, piece: int, root: int, me: int, n: int, split: bool = False
-                  ) -> tuple[tuple[int, ...], ...]:
-    """My copies (a :class:`Reads` list, ``piece_bytes`` = ``piece``) in the single-copy
-    gather or scatter (``kind``) of ``piece`` bytes a rank.
-
-    The root (``dest`` its n pieces, ``mine`` its gather input or scatter out) copies
-    its own piece between the two while every other rank (``dest`` its array, which
-    it exposes) moves its whole piece straight into (gather) or out of (scatter) the
-    root's exposed pieces. ``split`` (a root whose array is its own piece, which it
-    exposes with :data:`SPLIT`): the root moves part q of rank q's piece itself while
-    q moves the other parts, as a broadcast splits. Another rank's list holds both,
-    run as the root's word says."""
-    # Not split otherwise: the root's own copy keeps its core busy, and a share of the
-    # others' on top made it the slowest (2 ranks, one job with MPICH, root moving none /
-    # a quarter / half of the other's piece, us: scatter 256 KiB 12.3 / 12.1 / 13.8,
-    # 1 MiB 74 / 90 / 145; gather 1 MiB 61 / 100 / 143).
-    root_writes = WRITE if kind == "scatter" else 0  # (the others the other way)
-    if me == root:
-        if split:
-            return _parts(piece, n, rotation(me, n)[1:], lambda q, lo, length: (
-                q, lo, length, lo, root_writes, q))
-        return ((me, 0, piece, 0, root_writes, me),) if piece else ()
-    if not piece:
-        return ()
-    at, flags = me * piece, root_writes ^ WRITE  # (at: my piece among the root's)
-    return ((root, -1 - at, piece, 0, flags | UNLESS_SPLIT),) + _parts(
-        piece, n, rotation(me, n)[1:], lambda _, lo, length: (
-            root, -1 - (at + lo), length, lo, flags | IF_SPLIT))
-
-
 def pieces_apart_fit(arena: Arena) -> bool:
     """Whether a root's table of pieces fits its one-shot region: then every root of a
-    single-copy gather or scatter of equal pieces exposes them in place (as one buffer
-    or a table) and every rank copies by piece (:func:`rooted_copies`); the same on
-    every rank, as the regions are."""
+    single-copy gather or scatter on the lane exposes its list in place, as that table,
+    and every rank runs the registered schedule's program; the same on every rank, as
+    the regions are."""
     return arena.n * PIECE_BYTES <= arena.small_bytes
 
 
@@ -423,7 +411,9 @@ def gather(arena: Arena, root: int, mine: np.ndarray, outs: list[np.ndarray] | N
     """The single-copy gather's exposure, body and, on a root whose pieces lie apart, the
     writer of its piece table (:func:`piece_table`, to run before the entry): the
     root's pieces ``outs`` (None elsewhere), ``whole`` when they lie back to back
-    (see ProcessGroup.gather)."""
+    (see ProcessGroup.gather). The body runs where the registered schedule's program
+    does not (calls.gather): a root's uneven pieces apart, or a root without one-shot
+    regions for their table, which reads every piece itself."""
     # Every rank writes its own piece into the root's, all at once, where the root
     # reading them one after the other made single-copy lose to one-shot up to 1 MiB
     # pieces (stop 49): pieces back to back are exposed as one
@@ -438,57 +428,18 @@ def gather(arena: Arena, root: int, mine: np.ndarray, outs: list[np.ndarray] | N
         exposure = exposing(mine)
 
     def move_pieces(counts: list[int], peers: Peers) -> None:
-        if _equal_pieces(counts, arena):  # as the lane runs it (compiled there)
-            piece = counts[0] * isz
-            Reads(outs if me == root else mine, mine, me,  # type: ignore[arg-type]
-                  lambda: rooted_copies("gather", piece, root, me, arena.n), piece)(counts,
-                                                                                     peers)
+        # (the root's part: every other rank runs the program, which writes its piece
+        # into the root's table, or, where the root exposed none, leaves it to the root)
+        if me != root:
             return
         word = arena.exposed(root, arena.seq)[2]
-        if me == root:
-            for q, out in enumerate(outs or ()):
-                if q == me:
-                    out[:] = mine
-                elif word == 0:
-                    peers.read(q, out)
-        elif word & ~SPLIT == PIECE_TABLE:
-            peers.write_piece(root, me, mine)
-        elif word == 1:
-            peers.write(root, mine, sum(counts[:me]) * isz)
+        for q, out in enumerate(outs or ()):
+            if q == me:
+                out[:] = mine
+            elif word == 0:
+                peers.read(q, out)
 
     return exposure, move_pieces, table
-
-
-def scatter(arena: Arena, out: np.ndarray, inp: np.ndarray | None, root: int, isz: int,
-            me: int) -> Body:
-    """The body of the single-copy scatter: my piece of the root's ``inp`` (bytes; None
-    but on the root) into ``out`` (bytes), from the buffer the root exposed, or from
-    where its table of pieces says (a root on the lane whose list lies apart in memory
-    publishes one: see ``TinyCallLane._scatter_single``)."""
-
-    def read_piece(counts: list[int], peers: Peers) -> None:
-        if _equal_pieces(counts, arena):  # as the lane runs it (compiled there)
-            piece = counts[0] * isz
-            dest = (out if inp is None else
-                    [inp[q * piece:(q + 1) * piece] for q in range(arena.n)])
-            Reads(dest, out, me, lambda: rooted_copies("scatter", piece, root, me, arena.n),
-                  piece)(counts, peers)
-            return
-        lo = sum(counts[:me]) * isz
-        if inp is not None:
-            out[:] = inp[lo:lo + out.nbytes]
-        else:
-            peers.read(root, out, lo)
-
-    return read_piece
-
-
-def _equal_pieces(counts: list[int], arena: Arena) -> bool:
-    """Whether a single-copy gather or scatter runs the lane's copies (:func:`rooted_copies`,
-    by piece), the same on every rank: equal pieces, and the root's table of them fits
-    its region (:func:`pieces_apart_fit`). Otherwise each rank moves its piece from or
-    into where the root's buffer holds it, by offset."""
-    return all(c == counts[0] for c in counts) and pieces_apart_fit(arena)
 
 
 def read_pieces(out: np.ndarray, mine: np.ndarray, at: Sequence[int],
@@ -553,12 +504,16 @@ class CopyPrograms:
 
     def get(self, kind: str, dtype: np.dtype, root: int, n_in: int | None, n_out: int | None,
             counts: tuple[int, ...] | None = None, in_place: bool = False,
-            op: ops.ReduceOp | None = None) -> CopyProgram | None:
+            op: ops.ReduceOp | None = None, root_splits: bool = False,
+            listed: int = NO_BUFFER) -> CopyProgram | None:
         """The program of a call of this shape (``n_in``/``n_out``: element counts of the
-        flat input and output, None where there is none; ``in_place``: the input is my
-        piece of the output, where its counts put it; ``op``: a reduction's, AVG
-        already SUM)."""
-        key = (kind, dtype, root, n_in, n_out, counts, in_place, op)
+        flat input and output, None where there is none; ``in_place``: the smaller is my
+        piece of the other, where its counts put it; ``op``: a reduction's, AVG
+        already SUM; ``root_splits``: a gather's or scatter's root moves part of every
+        piece, see ``Plan``; ``listed``: the side (``_program.INPUT`` or ``OUTPUT``)
+        given as a list of the group's size of pieces, a gather or scatter root's,
+        which the entry exposes as their table: ``_program.as_pieces``)."""
+        key = (kind, dtype, root, n_in, n_out, counts, in_place, op, root_splits, listed)
         try:
             return self._kept[key]
         except KeyError:
@@ -568,7 +523,10 @@ class CopyPrograms:
         kernel = -1 if op is None else ops.compiled_kernel(op, dtype)
         try:  # (all_to_all's reads its peers' split headers: presumed to be mine)
             program = flatten_shape(self.group, kind, "cma", dtype, root, n_in, n_out,
-                                    counts, in_place=in_place, presume=kind == "all_to_all")
+                                    counts, in_place=in_place, presume=kind == "all_to_all",
+                                    root_splits=root_splits)
+            if listed != NO_BUFFER:
+                program = as_pieces(program, listed, self.group._size)
         except NotFlat:  # (a shape whose schedule names memory of its own: its body)
             program = None
         if program is not None:
@@ -592,23 +550,36 @@ class CopyPrograms:
         self._kept[key] = made
         return made
 
-    def bound(self, kind: str, dtype: np.dtype, root: int, inp: np.ndarray | None,
-              out: np.ndarray | None, counts: tuple[int, ...] | None = None,
-              op: ops.ReduceOp | None = None
-              ) -> tuple[CopyProgram, np.ndarray | None, np.ndarray | None] | None:
-        """The general path's call on its flat ``inp`` and ``out``: its program (see
-        :meth:`get`; for all_gather, in place where ``inp`` is my piece of ``out``) and
-        those buffers, C-contiguous; None where there is no program or a buffer is not
-        C-contiguous. (Where a reduction's output overlaps its input, the program does
-        not change: the interpreter reads my operand before it writes over it.)"""
-        if any(a is not None and not a.flags.c_contiguous for a in (inp, out)):
-            return None
-        in_place = (kind == "all_gather" and inp is not None and out is not None
-                    and counts is not None and inp.size > 0 and np.may_share_memory(inp, out)
-                    and inp.__array_interface__["data"][0] == out[
+    def bound(self, kind: str, dtype: np.dtype, root: int, inp: np.ndarray | list | None,
+              out: np.ndarray | list | None, counts: tuple[int, ...] | None = None,
+              op: ops.ReduceOp | None = None, root_splits: bool = False
+              ) -> tuple[CopyProgram, np.ndarray | list | None, np.ndarray | list | None] | None:
+        """The general path's call on its flat ``inp`` and ``out`` (one of them may be a
+        list of the group's size of equal pieces: a gather or scatter root's, exposed as
+        their table): its program (see :meth:`get`; for all_gather, in place where ``inp``
+        is my piece of ``out``) and those buffers, C-contiguous; None where there is no
+        program or a buffer is not C-contiguous. (Where a reduction's output overlaps its
+        input, the program does not change: the interpreter reads my operand before it
+        writes over it.)"""
+        listed, sizes = NO_BUFFER, []
+        for side, a in ((INPUT, inp), (OUTPUT, out)):
+            if type(a) is list:
+                if (listed != NO_BUFFER or len(a) != self.group._size
+                        or any(p.size != a[0].size or not p.flags.c_contiguous for p in a)):
+                    return None
+                listed = side
+                sizes.append(a[0].size * len(a))
+            elif a is not None and not a.flags.c_contiguous:
+                return None
+            else:
+                sizes.append(None if a is None else a.size)
+        in_place = (kind == "all_gather" and listed == NO_BUFFER and inp is not None
+                    and out is not None and counts is not None and inp.size > 0
+                    and np.may_share_memory(inp, out)
+                    and inp.__array_interface__["data"][0] == out[  # type: ignore[union-attr]
                         sum(counts[:self.group._rank]):].__array_interface__["data"][0])
-        copy = self.get(kind, dtype, root, None if inp is None else inp.size,
-                        None if out is None else out.size, counts, in_place, op)
+        copy = self.get(kind, dtype, root, sizes[0], sizes[1], counts, in_place, op,
+                        root_splits, listed)
         return None if copy is None else (copy, inp, out)
 
 
@@ -636,8 +607,11 @@ def run_program(group: GroupView, seq: int, what: object, program: CopyProgram,
     if program.packed is None:  # Python's executor, after the general path's entry
         arena.seq, arena.what = seq, what
         arena.deadline = time.monotonic() + group.timeout
-        flat = tuple(None if a is None else a.reshape(-1) for a in (inp, out))
-        try:  # (the steps address flat arrays)
+        # (the steps address flat arrays, a listed side's pieces after the two)
+        flat = tuple(None if a is None or type(a) is list else a.reshape(-1)
+                     for a in (inp, out)) + tuple(
+            p.reshape(-1) for a in (inp, out) if type(a) is list for p in a)
+        try:
             program.steps.run_from(program.entered, _Copies(group, seq, what, program.op),
                                    flat)  # type: ignore[union-attr]
         except NotPresumed as exc:

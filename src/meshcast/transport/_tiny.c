@@ -875,12 +875,36 @@ static int piece_at(Round *s, Py_ssize_t q, int parity, Py_ssize_t i, Py_ssize_t
 /* Where bytes [offset, offset + length) of rank q's exposure lie: at offset of the
  * buffer it exposed, or, for a negative offset -1 - p, at position p of its pieces
  * of piece_bytes each laid end to end (piece p / piece_bytes, wherever piece_at finds
- * it; the bytes must not cross the piece's end). 1 with *from set, 0 if not there. */
+ * it; the bytes must not cross the piece's end). A rank that exposed a table of pieces
+ * (meta PIECE_TABLE: a list of buffers apart in memory) exposed them as if laid end to
+ * end: offset is walked through their lengths, and the bytes must lie in one piece
+ * (as a program's copies do, each cut at the pieces' edges). 1 with *from set, 0 if
+ * not there. */
 static int exposed_at(Round *s, Py_ssize_t q, int parity, Py_ssize_t offset, Py_ssize_t length,
                       Py_ssize_t piece_bytes, uint64_t *from) {
     if (offset >= 0) {
         uint64_t address, nbytes;
         exposed(s, q, parity, &address, &nbytes);
+        if ((exposed_meta(s, q, parity) & ~(uint64_t)SPLIT) == PIECE_TABLE) {
+            if (address > (uint64_t)s->small_bytes || nbytes > (uint64_t)s->small_bytes - address)
+                return 0;
+            const char *table = region(s, q, parity) + address;
+            uint64_t left = (uint64_t)offset;
+            for (uint64_t e = 0; e + 16 <= nbytes; e += 16) {
+                uint64_t at, held;
+                memcpy(&at, table + e, 8);
+                memcpy(&held, table + e + 8, 8);
+                if (left < held || (left == held && length == 0)) {
+                    if ((uint64_t)length > held - left)
+                        return 0;
+                    *from = at + left;
+                    return 1;
+                }
+                left -= held;
+            }
+            *from = 0; /* (nothing to copy at the end of the last piece) */
+            return length == 0 && left == 0;
+        }
         if ((uint64_t)offset + (uint64_t)length > nbytes)
             return 0;
         *from = address + (uint64_t)offset;
