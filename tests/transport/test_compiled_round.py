@@ -208,6 +208,42 @@ def test_reads_copy_from_exposed_buffers_then_signal():
 
 
 @built
+def test_a_table_of_pieces_is_read_as_if_they_lay_back_to_back():
+    """A rank that exposed a table of pieces apart in memory (meta PIECE_TABLE, the table
+    in its one-shot region: a gather or scatter root's list) is addressed as if its
+    pieces lay end to end (the offsets a program's copies use): a copy inside one piece
+    reads there, empty pieces included; one across a piece's edge or past the last is
+    refused before anything moves."""
+    from meshcast.paths.single_copy import PIECE_TABLE, SPLIT
+
+    m = _Mapping(2)
+    rounds = [_tiny.Round(m.address, 2, r, m.ranks_off, m.fp_off, m.small_off, SMALL, FP, 0,
+                          m) for r in range(2)]
+    pieces = [np.arange(10, 16, dtype=np.uint8), np.zeros(0, np.uint8),
+              np.arange(50, 60, dtype=np.uint8)]
+    seq = 5
+    table = b"".join(struct.pack("<QQ", p.ctypes.data if p.nbytes else 0, p.nbytes)
+                     for p in pieces)
+    at_table = 16  # (anywhere in the owner's region of the call's parity)
+    region = m.small_off + (1 * 2 + (seq & 1)) * SMALL
+    m.mm[region + at_table:region + at_table + len(table)] = table
+    at = m.fp_off + (seq & 1) * 64 + 1 * 2 * 64 + FP
+    pids = (os.getpid(), os.getpid())
+    mine = np.zeros(1, np.uint8)
+    for bits in (0, SPLIT):  # (a splitting root's table reads alike)
+        m.mm[at:at + 24] = struct.pack("<QQQ", at_table, len(table), PIECE_TABLE | bits)
+        dest = np.zeros(8, np.uint8)
+        # bytes 2..5 of the first piece, then the second piece's whole (6.. of the span)
+        assert rounds[0].reads(seq, pids, dest, mine, ((1, 2, 4, 0), (1, 6, 0, 4),
+                                                       (1, 9, 4, 4)), 1, 0) == 2
+        assert dest.tolist() == [12, 13, 14, 15, 53, 54, 55, 56]
+        for bad in ((1, 4, 4, 0), (1, 12, 6, 0), (1, 16, 1, 0)):  # an edge, past the end
+            dest[:] = 0
+            assert rounds[0].reads(seq, pids, dest, mine, (bad,), 1, 0) == 4, bad
+            assert not dest.any()
+
+
+@built
 def test_alike_agrees_with_the_lanes_python_check():
     """alike(): a gather/scatter root's list qualifies for the lane exactly when the
     Python check (lanes._alike) says so, for every way a list can differ."""

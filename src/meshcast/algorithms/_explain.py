@@ -39,7 +39,7 @@ _FAST_WHERE = {
 # single-copy calls that run as programs (paths/single_copy.py's CopyPrograms, which
 # lanes.py and calls.py use for these; the others run their bodies)
 _CMA_PROGRAMS = ("broadcast", "all_gather", "all_reduce", "reduce", "reduce_scatter",
-                 "all_to_all")
+                 "all_to_all", "gather", "scatter")
 _CMA_PROGRAM_CODE = (
     "algorithms/{coll}.py::cma, run as a program (flattened and packed by "
     "paths/single_copy.py's CopyPrograms, run by transport/_tiny.c's interpreter, "

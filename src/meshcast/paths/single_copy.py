@@ -30,8 +30,11 @@ compiled kernel folds (complex, float16), Python's executor
 (``_execute.BoundProgram``) runs the same records after the entry. all_to_all does
 too where every rank splits evenly the same way (its program is flattened presuming
 every rank's split header is mine and checks it: ``CopyProgram.expects``); its body
-below (:func:`read_pieces`) reads uneven splits. gather and scatter still run the
-bodies below.
+below (:func:`read_pieces`) reads uneven splits. gather and scatter run theirs too: a
+root's list of pieces is exposed as their table (:func:`piece_table`), which the
+interpreter addresses as if the pieces lay back to back, and a root in place splits
+(:data:`SPLIT`); gather's body below serves only a root whose uneven pieces lie apart,
+or one without a region for their table.
 """
 
 from __future__ import annotations
@@ -70,18 +73,10 @@ if TYPE_CHECKING:
 
 
 class Peers(NamedTuple):
-    """Copies between this rank and the buffers the peers exposed (see :class:`SingleCopy`):
-    ``read(q, dest, offset, piece_bytes=0)``, ``write(q, src, offset, piece_bytes=0)``,
-    and ``write_piece(q, i, src)``, which writes ``src`` into piece ``i`` of the table of
-    pieces rank q published (:func:`piece_table`). A negative ``offset`` ``-1 - p`` is
-    position ``p`` of q's pieces of ``piece_bytes`` each laid end to end: where its
-    table says each lies, or at ``p`` of a buffer exposed whole (as the compiled reads
-    do); the bytes must not cross a piece's end."""
+    """Copies from the buffers the peers exposed (see :class:`SingleCopy`):
+    ``read(q, dest, offset)``."""
 
-    read: Callable[..., None]
-    write: Callable[..., None]
-    write_piece: Callable[..., None]
-    word: Callable[[int], int]  # the word rank q exposed its buffer with
+    read: Callable[[int, np.ndarray, int], None]
 
 
 # One entry of a piece table (piece_table): the piece's address and bytes.
@@ -92,8 +87,8 @@ PIECE_BYTES = _PIECE.size
 PIECE_TABLE = 2
 #: A bit of the exposure word: this gather or scatter root moves a part of every other
 #: rank's piece itself (it has no piece of its own to copy: its out is its own piece),
-#: and the entries of a :class:`Reads` list marked :data:`IF_SPLIT` run instead of those
-#: marked :data:`UNLESS_SPLIT`.
+#: and every other rank runs the schedule's program that leaves those parts to it
+#: (``Plan.root_splits``).
 SPLIT = 4
 
 
@@ -123,11 +118,11 @@ Body = Callable[[list[int], Peers], None]
 class SingleCopy:
     """The single-copy form of a collective: every rank exposes one buffer of its own
     (address, bytes, and a word of its choice; see Arena.expose) before entering, and
-    after the entry, if ``fits(counts)`` (rank-invariant), ``body(counts, peers)`` moves
-    what this rank needs with ``peers.read(q, dest, offset)``: ``dest.nbytes`` bytes at
-    ``offset`` in rank q's exposed buffer, straight into ``dest`` (one copy, where the
-    arena needs two), or ``peers.write(q, src, offset)``, the other way. Nobody
-    returns before every rank finished.
+    after the entry, if ``fits(counts)`` (rank-invariant), the registered schedule's
+    program runs (``program(counts)``), or where there is none ``body(counts, peers)``
+    moves what this rank needs with ``peers.read(q, dest, offset)``: ``dest.nbytes``
+    bytes at ``offset`` in rank q's exposed buffer, straight into ``dest`` (one copy,
+    where the arena needs two). Nobody returns before every rank finished.
     """
 
     expose: tuple[int, int, int]
@@ -139,55 +134,36 @@ class SingleCopy:
     program: Callable[[list[int]], tuple | None] | None = None
 
 
-#: Bits of the fifth field of a :class:`Reads` entry: it writes instead of reading; it
-#: runs only if its rank exposed with / without :data:`SPLIT`.
-WRITE, IF_SPLIT, UNLESS_SPLIT = 1, 2, 4
-
-
 class Reads:
-    """A :class:`SingleCopy` body of copies given as data: ``(q, offset, length, at)``
+    """A :class:`SingleCopy` body of reads given as data: ``(q, offset, length, at)``
     copies ``length`` bytes at ``offset`` of rank q's exposed buffer (of ``mine`` when q
-    is this rank) into ``dest[at:at + length]``; ``(q, offset, length, at, WRITE)`` the
-    other way, ``dest[at:at + length]`` into q's exposed buffer (``mine``) at
-    ``offset``; :data:`IF_SPLIT` / :data:`UNLESS_SPLIT` in that fifth field: only if q
-    exposed with / without :data:`SPLIT`; a sixth field ``k`` names which of ``dest``'s
-    buffers (``dest`` a list of them: a gather or scatter root's pieces); a negative
-    ``offset`` is a position in q's pieces of ``piece_bytes`` each (see :class:`Peers`);
-    in list order. Being data, not code, it runs in the compiled helper when that was
-    built (Arena.compiled_reads, one C call for the copies and the closing round);
-    calling it runs the same copies in Python, which also explains any disagreement
-    about the sizes. Every buffer is bytes (uint8) when Python runs it."""
+    is this rank) into ``dest[at:at + length]``, in list order (an all_to_all of uneven
+    splits, whose offsets are known only after the entry). Being data, not code, it
+    runs in the compiled helper when that was built (Arena.compiled_reads, one C call
+    for the reads and the closing round); calling it runs the same reads in Python,
+    which also explains any disagreement about the sizes. Every buffer is bytes (uint8)
+    when Python runs it."""
 
-    __slots__ = ("dest", "mine", "me", "_reads", "piece_bytes")
+    __slots__ = ("dest", "mine", "me", "_reads")
 
-    def __init__(self, dest: np.ndarray | Sequence[np.ndarray], mine: np.ndarray, me: int,
-                 reads: Callable[[], tuple[tuple[int, ...], ...]], piece_bytes: int = 0
-                 ) -> None:
+    def __init__(self, dest: np.ndarray, mine: np.ndarray, me: int,
+                 reads: Callable[[], tuple[tuple[int, int, int, int], ...]]) -> None:
         self.dest, self.mine, self.me, self._reads = dest, mine, me, reads
-        self.piece_bytes = piece_bytes
 
     @property
-    def reads(self) -> tuple[tuple[int, ...], ...]:
+    def reads(self) -> tuple[tuple[int, int, int, int], ...]:
         """The list, built when the call runs (all_to_all's offsets are known only then)."""
         return self._reads()
 
     def __call__(self, _: list[int], peers: Peers) -> None:
-        dests = self.dest if isinstance(self.dest, (list, tuple)) else (self.dest,)
-        mine, piece_bytes = self.mine, self.piece_bytes
-        for q, offset, length, at, *more in self.reads:
-            flags, k = (more + [0, 0])[:2]
-            write = flags & WRITE
-            if flags & (IF_SPLIT | UNLESS_SPLIT) and not flags & (
-                    IF_SPLIT if q != self.me and peers.word(q) & SPLIT else UNLESS_SPLIT):
-                continue
-            local = dests[k][at:at + length]
+        dest, mine = self.dest, self.mine
+        for q, offset, length, at in self.reads:
+            local = dest[at:at + length]
             if local.nbytes != length:
                 raise ValueError(f"a copy of {length} bytes at {at} of a buffer of "
-                                 f"{dests[k].nbytes}")
+                                 f"{dest.nbytes}")
             if q != self.me:
-                (peers.write if write else peers.read)(q, local, offset, piece_bytes)
-            elif write:
-                mine[offset:offset + length] = local
+                peers.read(q, local, offset)
             else:
                 local[...] = mine[offset:offset + length]
 
@@ -233,35 +209,31 @@ def run(group: GroupView, body: Body | None, phases: int, counts: list[int], wha
     if fast is not None and phases == 1 and type(body) is Reads:
         try:
             status = fast(arena.seq, group._pids, body.dest, body.mine, body.reads, 1,
-                          arena.spin_ns, body.piece_bytes)
+                          arena.spin_ns)
         except OSError:
             status = None  # Python's reads below raise with the whole story
     finish(group, body, phases, counts, what, status)
 
 
-def run_reads(group: GroupView, seq: int, what: object, dest: np.ndarray | list[np.ndarray],
-              mine: np.ndarray, reads: tuple[tuple[int, ...], ...], piece_bytes: int = 0
-              ) -> None:
+def run_reads(group: GroupView, seq: int, what: object, dest: np.ndarray, mine: np.ndarray,
+              reads: tuple[tuple[int, int, int, int], ...]) -> None:
     """A :class:`Reads` body (``reads`` into ``dest``, from the peers' exposed buffers and
-    from ``mine``: any C-contiguous arrays, or for ``dest`` a list of them, the offsets in
-    bytes, negative ones positions in pieces of ``piece_bytes``) and its closing round,
+    from ``mine``: any C-contiguous arrays, the offsets in bytes) and its closing round,
     as :func:`run` runs it, for call ``seq`` (named ``what``) after a compiled entry: the
     compiled reads on the arrays as they are, and only when those do not finish (a late
     reader, an abort, a size disagreement) or where nothing was compiled, the call's
-    state for Python, which reads, waits or explains (:func:`finish`). The lanes'
-    single-copy all_gather and all_to_all: a Python frame and byte views fewer than
-    :func:`run`, a fifth of a tiny call's cost."""
+    state for Python, which reads, waits or explains (:func:`finish`). The uneven
+    all_to_all's lane: a Python frame and byte views fewer than :func:`run`."""
     arena = group.arena
     fast = arena.compiled_reads
     try:
         status = None if fast is None else fast(seq, group._pids, dest, mine, reads, 1,
-                                                arena.spin_ns, piece_bytes)
+                                                arena.spin_ns)
     except OSError:
         status = None  # Python's reads raise with the whole story
     if status != 0:
         arena.seq, arena.deadline, arena.what = seq, time.monotonic() + group.timeout, what
-        dests = ([_bytes(d) for d in dest] if isinstance(dest, list) else _bytes(dest))
-        finish(group, Reads(dests, _bytes(mine), group._rank, lambda: reads, piece_bytes), 1,
+        finish(group, Reads(_bytes(dest), _bytes(mine), group._rank, lambda: reads), 1,
                [], what, status)
 
 
@@ -286,46 +258,13 @@ def finish(group: GroupView, body: Body, phases: int, counts: list[int], what: o
     if status == 3:
         arena.check_abort()
 
-    def at(q: int, offset: int, length: int, verb: str, piece_bytes: int = 0) -> int:
-        """The address of bytes ``[offset, offset + length)`` of rank q's buffer, or, for a
-        negative offset, of position ``-1 - offset`` in its pieces (see Peers)."""
-        if offset < 0:
-            i, within = divmod(-1 - offset, piece_bytes or 1)
-            if not piece_bytes or within + length > piece_bytes:
-                raise ValueError(f"{what}: {length} bytes at {within} of a piece of "
-                                 f"{piece_bytes}")
-            return piece(q, i, piece_bytes, verb) + within
-        return _exposed_address(group, seq, what, q, offset, length, verb)
-
-    def piece(q: int, i: int, nbytes: int, verb: str) -> int:
-        """The address of rank q's piece ``i``, which must hold ``nbytes``."""
-        at_table, table_bytes, word = arena.exposed(q, seq)
-        if word & ~SPLIT != PIECE_TABLE:
-            return at(q, i * nbytes, nbytes, verb)
-        address, held = ((0, -1) if (i + 1) * _PIECE.size > table_bytes else
-                         _PIECE.unpack_from(arena.small[q][seq & 1], at_table + i * _PIECE.size))
-        if held != nbytes:
-            raise MismatchError(
-                f"{what}: rank {group.global_ranks[group._rank]} would {verb} {nbytes} "
-                f"bytes of piece {i} of rank {group.global_ranks[q]}, which holds {held} "
-                f"(the ranks disagree about the sizes)")
-        return address
-
-    def read(q: int, dest: np.ndarray, offset: int = 0, piece_bytes: int = 0) -> None:
+    def read(q: int, dest: np.ndarray, offset: int = 0) -> None:
         if dest.nbytes:
-            cma.read(pids[q], at(q, offset, dest.nbytes, "read", piece_bytes), dest)
-
-    def write(q: int, src: np.ndarray, offset: int = 0, piece_bytes: int = 0) -> None:
-        if src.nbytes:
-            cma.write(pids[q], at(q, offset, src.nbytes, "write", piece_bytes), src)
-
-    def write_piece(q: int, i: int, src: np.ndarray) -> None:
-        address = piece(q, i, src.nbytes, "write")  # (checked even when src is empty)
-        if src.nbytes:
-            cma.write(pids[q], address, src)
+            cma.read(pids[q], _exposed_address(group, seq, what, q, offset, dest.nbytes,
+                                               "read"), dest)
 
     try:
-        body(counts, Peers(read, write, write_piece, lambda q: arena.exposed(q, seq)[2]))
+        body(counts, Peers(read))
     except BaseException as exc:
         arena.abort(f"rank {group.global_ranks[group._rank]} failed in {what}: {exc}",
                     mismatch=isinstance(exc, MismatchError))

@@ -686,11 +686,9 @@ static PyObject *Round_oneshot(Round *self, PyObject *const *args, Py_ssize_t na
  * each piece's address and bytes lie (two uint64 an entry). */
 #define PIECE_TABLE 2
 /* A bit of the meta word: this root moves a part of every other rank's piece itself
- * (paths/single_copy.py's SPLIT: a root with no piece of its own to copy), and the
- * reads list's entries marked IF_SPLIT run instead of those marked UNLESS_SPLIT. */
+ * (paths/single_copy.py's SPLIT: a root with no piece of its own to copy), and the other
+ * ranks run the programs that leave those parts to it (Python picks them). */
 #define SPLIT 4
-#define IF_SPLIT 2
-#define UNLESS_SPLIT 4
 
 /* The table of pieces (paths/single_copy.py's piece_table) of a list of C-contiguous
  * buffers: each one's address and bytes (two uint64), as bytes to stage at the start of
@@ -789,7 +787,7 @@ static PyObject *Round_rooted(Round *self, PyObject *const *args, Py_ssize_t nar
     if (exposing && PyTuple_Check(args[4]) && PyTuple_GET_SIZE(args[4]) == 2
             && PyList_Check(PyTuple_GET_ITEM(args[4], 0))) {
         /* (pieces, bits): a list of buffers apart in memory (a gather or scatter root's
-         * pieces): their table (see piece_at) is staged in my region, where nothing else
+         * pieces): their table (see exposed_at) is staged in my region, where nothing else
          * is, and exposed with the word PIECE_TABLE | bits (SPLIT) */
         uint64_t bits = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(args[4], 1));
         if (PyErr_Occurred())
@@ -837,51 +835,22 @@ static uint64_t exposed_meta(Round *s, Py_ssize_t r, int parity) {
     return meta;
 }
 
-/* One copy of a reads list, resolved before any byte moves. */
+/* One read of a reads list, resolved before any byte moves. */
 typedef struct {
     Py_ssize_t q;      /* the other side: a rank, or this rank (mine) */
-    char *local;       /* in one of dest's buffers */
+    char *local;       /* in dest */
     uint64_t remote;   /* the address on q's side (in mine when q is this rank) */
     Py_ssize_t length;
-    int write;         /* 1: local -> remote; 0: remote -> local */
 } Read;
 
-/* Where piece i of rank q's exposure lies: at i * length in its buffer, or where the
- * entry i of its table says (meta PIECE_TABLE), which must hold length bytes. 1 with
- * *from set, or 0 when the piece is not there. */
-static int piece_at(Round *s, Py_ssize_t q, int parity, Py_ssize_t i, Py_ssize_t length,
-                    uint64_t *from) {
-    uint64_t address, nbytes;
-    exposed(s, q, parity, &address, &nbytes);
-    uint64_t entry = (uint64_t)i * 16;
-    if ((exposed_meta(s, q, parity) & ~(uint64_t)SPLIT) == PIECE_TABLE) {
-        if (entry + 16 > nbytes || address > (uint64_t)s->small_bytes ||
-                entry + 16 > (uint64_t)s->small_bytes - address)
-            return 0;
-        uint64_t at, held;
-        memcpy(&at, region(s, q, parity) + address + entry, 8);
-        memcpy(&held, region(s, q, parity) + address + entry + 8, 8);
-        if (held != (uint64_t)length)
-            return 0;
-        *from = at;
-        return 1;
-    }
-    if ((uint64_t)(i + 1) * (uint64_t)length > nbytes)
-        return 0;
-    *from = address + (uint64_t)i * (uint64_t)length;
-    return 1;
-}
-
 /* Where bytes [offset, offset + length) of rank q's exposure lie: at offset of the
- * buffer it exposed, or, for a negative offset -1 - p, at position p of its pieces
- * of piece_bytes each laid end to end (piece p / piece_bytes, wherever piece_at finds
- * it; the bytes must not cross the piece's end). A rank that exposed a table of pieces
- * (meta PIECE_TABLE: a list of buffers apart in memory) exposed them as if laid end to
- * end: offset is walked through their lengths, and the bytes must lie in one piece
- * (as a program's copies do, each cut at the pieces' edges). 1 with *from set, 0 if
- * not there. */
+ * buffer it exposed. A rank that exposed a table of pieces (meta PIECE_TABLE: a list of
+ * buffers apart in memory, a gather or scatter root's) exposed them as if laid end to
+ * end: offset is walked through their lengths, and the bytes must lie in one piece (as
+ * a program's copies do, each cut at the pieces' edges). 1 with *from set, 0 if not
+ * there. */
 static int exposed_at(Round *s, Py_ssize_t q, int parity, Py_ssize_t offset, Py_ssize_t length,
-                      Py_ssize_t piece_bytes, uint64_t *from) {
+                      uint64_t *from) {
     if (offset >= 0) {
         uint64_t address, nbytes;
         exposed(s, q, parity, &address, &nbytes);
@@ -910,74 +879,49 @@ static int exposed_at(Round *s, Py_ssize_t q, int parity, Py_ssize_t offset, Py_
         *from = address + (uint64_t)offset;
         return 1;
     }
-    Py_ssize_t p = -1 - offset, within;
-    if (piece_bytes <= 0)
-        return 0;
-    within = p % piece_bytes;
-    if (within + length > piece_bytes || !piece_at(s, q, parity, p / piece_bytes, piece_bytes,
-                                                   from))
-        return 0;
-    *from += (uint64_t)within;
-    return 1;
+    return 0;
 }
 
-/* reads(seq, pids, dest, mine, reads, phase, spin_ns[, piece_bytes]) -> status
+/* reads(seq, pids, dest, mine, reads, phase, spin_ns) -> status
  *
- * dest: a C-contiguous buffer, or a tuple or list of them (a gather root's pieces, a
- * scatter root's). reads: a tuple of (q, offset, length, at[, flags[, k]]) (k: which of
- * dest's buffers, 0 by default): copy length bytes at byte offset of rank q's exposed
- * buffer into dest[k][at:at + length]; with flags bit 1 (write) the other way,
- * dest[k][at:at + length] into q's exposed buffer at offset (a single-copy broadcast's
- * root writes part of each reader's while the reader reads the others). IF_SPLIT /
- * UNLESS_SPLIT: only if q exposed with / without the word's SPLIT bit (a gather or
- * scatter root with no piece of its own to copy moves part of each rank's piece
- * itself, the others the rest). q this rank: the same with the buffer
- * mine instead of an exposed one (a memmove). A negative offset -1 - p of another rank
- * lies at position p of its pieces laid end to end, piece_bytes each (see exposed_at: a
- * gather or scatter root's list, apart in memory or not). Then signal phase and wait
- * for everyone's, as run() does. Status: 0 done; 2 done but someone is not there yet
- * (Python waits); 3 the group was aborted (nothing read); 4 a copy lies outside what its
- * owner exposed or outside its buffer here (nothing copied: Python's reads explain the
- * disagreement). A failed process_vm_readv raises OSError, as cma.read does.
+ * dest: a C-contiguous buffer. reads: a tuple of (q, offset, length, at): copy length
+ * bytes at byte offset of rank q's exposed buffer into dest[at:at + length] (q this
+ * rank: the same from the buffer mine, a memmove); an uneven all_to_all's pieces, whose
+ * offsets only its entry tells. Then signal phase and wait for everyone's, as run()
+ * does. Status: 0 done; 2 done but someone is not there yet (Python waits); 3 the group
+ * was aborted (nothing read); 4 a copy lies outside what its owner exposed or outside
+ * its buffer here (nothing copied: Python's reads explain the disagreement). A failed
+ * process_vm_readv raises OSError, as cma.read does.
  */
 static PyObject *Round_reads(Round *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7 && nargs != 8) {
-        PyErr_SetString(PyExc_TypeError,
-                        "reads(seq, pids, dest, mine, reads, phase, spin_ns[, piece_bytes])");
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "reads(seq, pids, dest, mine, reads, phase, spin_ns)");
         return NULL;
     }
     unsigned long long seq = PyLong_AsUnsignedLongLong(args[0]);
     long phase = PyLong_AsLong(args[5]);
     unsigned long long spin_ns = PyLong_AsUnsignedLongLong(args[6]);
-    Py_ssize_t piece_bytes = nargs == 8 ? PyLong_AsSsize_t(args[7]) : 0;
     if (PyErr_Occurred())
         return NULL;
-    PyObject *pids = args[1], *list = args[4], *dests = args[2];
+    PyObject *pids = args[1], *list = args[4];
     if (!PyTuple_Check(pids) || PyTuple_GET_SIZE(pids) != self->n || !PyTuple_Check(list)) {
         PyErr_SetString(PyExc_ValueError, "pids: a tuple of one pid per rank; reads: a tuple");
         return NULL;
     }
     if (__atomic_load_n((uint32_t *)self->base, __ATOMIC_ACQUIRE))
         return PyLong_FromLong(3);
-    int many = PyTuple_Check(dests) || PyList_Check(dests);
-    Py_ssize_t held = 0, kinds = many ? PySequence_Fast_GET_SIZE(dests) : 1;
     Py_ssize_t count = PyTuple_GET_SIZE(list);
-    Py_buffer mine = {0}, stack[STAGE_HELD], *dest = stack;
+    Py_buffer mine = {0}, dest = {0};
     Read *todo = PyMem_Malloc(sizeof(Read) * (size_t)(count ? count : 1));
     pid_t *pid = PyMem_Malloc(sizeof(pid_t) * (size_t)self->n);
     int status = 0, parity = (int)(seq & 1);
     PyObject *result = NULL;
-    if (kinds > STAGE_HELD)
-        dest = PyMem_Malloc(sizeof(Py_buffer) * (size_t)kinds);
-    if (todo == NULL || pid == NULL || dest == NULL) {
+    if (todo == NULL || pid == NULL) {
         PyErr_NoMemory();
         goto fail;
     }
-    for (; held < kinds; held++) {
-        PyObject *d = many ? PySequence_Fast_GET_ITEM(dests, held) : dests;
-        if (PyObject_GetBuffer(d, &dest[held], PyBUF_C_CONTIGUOUS) < 0)
-            goto fail;
-    }
+    if (PyObject_GetBuffer(args[2], &dest, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+        goto fail;
     if (PyObject_GetBuffer(args[3], &mine, PyBUF_C_CONTIGUOUS) < 0)
         goto fail;
     for (Py_ssize_t r = 0; r < self->n; r++) {
@@ -986,38 +930,18 @@ static PyObject *Round_reads(Round *self, PyObject *const *args, Py_ssize_t narg
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *t = PyTuple_GET_ITEM(list, i);
         Read *rd = &todo[i];
-        Py_ssize_t arity = PyTuple_Check(t) ? PyTuple_GET_SIZE(t) : 0;
-        if (arity < 4 || arity > 6) {
-            PyErr_SetString(PyExc_ValueError, "a copy is (q, offset, length, at[, write[, k]])");
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 4) {
+            PyErr_SetString(PyExc_ValueError, "a read is (q, offset, length, at)");
             goto fail;
         }
-        long flags = arity >= 5 ? PyLong_AsLong(PyTuple_GET_ITEM(t, 4)) : 0;
-        rd->write = (int)(flags & 1);
         rd->q = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 0));
         Py_ssize_t offset = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 1));
         rd->length = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 2));
         Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 3));
-        Py_ssize_t k = arity == 6 ? PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 5)) : 0;
         if (PyErr_Occurred())
             goto fail;
-        if (rd->q < 0 || rd->q >= self->n || k < 0 || k >= kinds) {
-            PyErr_SetString(PyExc_ValueError, "a copy names no rank, or no buffer of dest");
-            goto fail;
-        }
-        if (flags & (IF_SPLIT | UNLESS_SPLIT)) { /* as q's exposure says */
-            int split = rd->q != self->rank && (exposed_meta(self, rd->q, parity) & SPLIT);
-            if (!(flags & (split ? IF_SPLIT : UNLESS_SPLIT))) {
-                rd->length = 0;
-                rd->q = self->rank; /* (nothing to move) */
-                rd->local = NULL;
-                continue;
-            }
-        }
-        Py_buffer *local = &dest[k];
-        /* the side written into must be writable (an error of the caller's, not a
-         * disagreement between ranks) */
-        if ((rd->write ? rd->q == self->rank && mine.readonly : local->readonly)) {
-            PyErr_SetString(PyExc_ValueError, "a copy into a read-only buffer");
+        if (rd->q < 0 || rd->q >= self->n) {
+            PyErr_SetString(PyExc_ValueError, "a read names no rank");
             goto fail;
         }
         int there;
@@ -1025,14 +949,13 @@ static PyObject *Round_reads(Round *self, PyObject *const *args, Py_ssize_t narg
             there = offset >= 0 && offset + rd->length <= mine.len;
             rd->remote = (uint64_t)(uintptr_t)mine.buf + (uint64_t)offset;
         } else {
-            there = exposed_at(self, rd->q, parity, offset, rd->length, piece_bytes,
-                               &rd->remote);
+            there = exposed_at(self, rd->q, parity, offset, rd->length, &rd->remote);
         }
-        if (!there || rd->length < 0 || at < 0 || at + rd->length > local->len) {
+        if (!there || rd->length < 0 || at < 0 || at + rd->length > dest.len) {
             status = 4;
             goto done;
         }
-        rd->local = (char *)local->buf + at;
+        rd->local = (char *)dest.buf + at;
     }
     int err = 0;
     Py_BEGIN_ALLOW_THREADS
@@ -1042,14 +965,10 @@ static PyObject *Round_reads(Round *self, PyObject *const *args, Py_ssize_t narg
         if (rd->length == 0)
             continue;
         if (rd->q == self->rank) {
-            if (rd->write)
-                move_bytes(remote, rd->local, (size_t)rd->length);
-            else
-                move_bytes(rd->local, remote, (size_t)rd->length);
+            move_bytes(rd->local, remote, (size_t)rd->length);
             continue;
         }
-        err = copy_across(pid[rd->q], rd->local, (uintptr_t)remote, (size_t)rd->length,
-                          rd->write);
+        err = copy_across(pid[rd->q], rd->local, (uintptr_t)remote, (size_t)rd->length, 0);
     }
     Py_END_ALLOW_THREADS
     if (err) {
@@ -1071,10 +990,8 @@ fail:
     PyMem_Free(pid);
     if (mine.obj != NULL)
         PyBuffer_Release(&mine);
-    for (Py_ssize_t h = 0; h < held; h++)
-        PyBuffer_Release(&dest[h]);
-    if (dest != stack)
-        PyMem_Free(dest);
+    if (dest.obj != NULL)
+        PyBuffer_Release(&dest);
     return result;
 }
 
@@ -1302,7 +1219,7 @@ static inline void gil_hold(Gil *g) {
 static int exposed_copy(Round *self, Py_ssize_t q, int parity, Py_ssize_t offset, char *local,
                         Py_ssize_t nbytes, int write, Gil *g) {
     uint64_t remote;
-    if (q < 0 || q >= self->n || !exposed_at(self, q, parity, offset, nbytes, 0, &remote))
+    if (q < 0 || q >= self->n || !exposed_at(self, q, parity, offset, nbytes, &remote))
         return 4;
     if (q == self->rank) { /* (my own exposed buffer: plain memory) */
         char *mine = (char *)(uintptr_t)remote;
@@ -1376,7 +1293,7 @@ static int exposed_fold(Round *self, const int64_t *set, int parity, Py_ssize_t 
     }
     for (Py_ssize_t j = 0; j < k; j++) {
         Py_ssize_t q = (Py_ssize_t)set[1 + j];
-        if (q < 0 || q >= self->n || !exposed_at(self, q, parity, offset, nbytes, 0, &from[j])) {
+        if (q < 0 || q >= self->n || !exposed_at(self, q, parity, offset, nbytes, &from[j])) {
             got = 4;
             goto out;
         }
@@ -1970,9 +1887,8 @@ static PyMethodDef Round_methods[] = {
     {"alike", (PyCFunction)(void (*)(void))Round_alike, METH_FASTCALL,
      "alike(pieces, like, writable) -> bool: a list of n arrays like like (see the source)."},
     {"reads", (PyCFunction)(void (*)(void))Round_reads, METH_FASTCALL,
-     "reads(seq, pids, dest, mine, reads, phase, spin_ns[, piece_bytes]) -> status: single-copy "
-     "reads from (and writes into) the peers' exposed buffers, then a round (see single copy in "
-     "the source)."},
+     "reads(seq, pids, dest, mine, reads, phase, spin_ns) -> status: single-copy reads from the "
+     "peers' exposed buffers, then a round (see single copy in the source)."},
     {NULL, NULL, 0, NULL},
 };
 
