@@ -142,12 +142,12 @@ def test_size_says_what_runs_and_where():
     assert "runs      all_reduce/oneshot" in text and "transport/arena.py" in text
     assert "all_reduce/arena" in explain("all_reduce", 3 << 19, 2)  # between the fast paths
     assert "all_reduce/cma" in explain("all_reduce", 2 << 20, 2)
-    # these single-copy calls run as programs; gather's, scatter's, all_to_all's not yet
-    for coll in ("broadcast", "all_gather", "all_reduce", "reduce", "reduce_scatter"):
+    # every single-copy call runs its cma schedule as a program
+    for coll in ("broadcast", "all_gather", "all_reduce", "reduce", "reduce_scatter",
+                 "all_to_all", "gather", "scatter"):
         said = explain(coll, 8 << 20, 2)
         assert f"{coll}/cma" in said and f"{coll}.py::cma, run as a program" in said, said
         assert "tests/unit/test_copy_programs.py" in said, said
-    assert "paths/single_copy.py (bodies" in explain("gather", 8 << 20, 2)
     assert "all_reduce/cma" not in explain("all_reduce", 2 << 20, 2, cma=False)
     assert "all_reduce/eager" in explain("all_reduce", 8, 4, hosts=2)
     assert "algorithms/eager.py::all_reduce" in explain("all_reduce", 8, 4, hosts=2)

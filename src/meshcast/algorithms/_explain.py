@@ -27,27 +27,23 @@ _FAST_WHERE = {
                 "broadcast's and reduce's entries one-sided)",
                 "transport/arena.py: one-shot regions, one signal",
                 "tests/collectives/test_{coll}.py, test_fast_paths.py"),
-    "cma": ("paths/single_copy.py (bodies, Reads, and their runner; picked by calls.py and "
-            "lanes.py)",
-            "transport/cma.py (process_vm_readv) + transport/arena.py (entry, closing round)",
-            "tests/collectives/test_{coll}.py, test_fast_paths.py"),
+    "cma": ("algorithms/{coll}.py::cma, run as a program (flattened and packed by "
+            "paths/single_copy.py's CopyPrograms, run by transport/_tiny.c's interpreter, "
+            "Round.program: exposure, entry, copies, folds of the peers' exposed buffers "
+            "and closing round in one call; paths/single_copy.run_program where it stops; "
+            "without the compiled helper, or for an op no kernel folds, "
+            "algorithms/_execute.py's BoundProgram after the entry; paths/single_copy.py's "
+            "bodies only for an all_to_all of uneven splits and a gather root's uneven "
+            "pieces apart), picked by calls.py and lanes.py",
+            "transport/_tiny.c (process_vm_readv/writev in the interpreter) + "
+            "transport/arena.py (the entry, the closing round)",
+            "tests/collectives/test_{coll}.py, test_fast_paths.py, "
+            "tests/transport/test_compiled_programs.py (the interpreter), "
+            "tests/unit/test_copy_programs.py (where it stops)"),
     "symmetric": ("paths/symmetric.py (picked by calls.py) and symmetric.py (the allocations)",
                   "symmetric.py: the peers' arrays mapped in this process",
                   "tests/collectives/test_{coll}.py, test_symmetric.py"),
 }
-
-# single-copy calls that run as programs (paths/single_copy.py's CopyPrograms, which
-# lanes.py and calls.py use for these; the others run their bodies)
-_CMA_PROGRAMS = ("broadcast", "all_gather", "all_reduce", "reduce", "reduce_scatter",
-                 "all_to_all", "gather", "scatter")
-_CMA_PROGRAM_CODE = (
-    "algorithms/{coll}.py::cma, run as a program (flattened and packed by "
-    "paths/single_copy.py's CopyPrograms, run by transport/_tiny.c's interpreter, "
-    "Round.program: exposure, entry, copies, folds of the peers' exposed buffers "
-    "and closing round in one call; "
-    "paths/single_copy.run_program where it stops; without the compiled helper, "
-    "or for an op no kernel folds, algorithms/_execute.py's BoundProgram after the "
-    "entry), picked by calls.py and lanes.py")
 
 # one-shot calls whose layout only the entry reveals: not programs yet
 _STAGED = ("gather", "scatter", "all_to_all")
@@ -78,12 +74,6 @@ def explain(coll: str, nbytes: int, n: int, hosts: int = 1, cma: bool = True) ->
         code, engine, tests = _FAST_WHERE[fast]
         if fast == "oneshot" and coll in _STAGED:
             code = _STAGED_CODE
-        elif fast == "cma" and coll in _CMA_PROGRAMS:
-            code = _CMA_PROGRAM_CODE
-            engine = ("transport/_tiny.c (process_vm_readv/writev in the interpreter) + "
-                      "transport/arena.py (the entry, the closing round)")
-            tests += (", tests/transport/test_compiled_programs.py (the interpreter), "
-                      "tests/unit/test_copy_programs.py (where it stops)")
         elif fast == "oneshot":
             tests += (", tests/unit/test_programs.py (the program is its generator), "
                       "tests/transport/test_compiled_programs.py (the interpreter)")
