@@ -45,10 +45,14 @@ _FAST_WHERE = {
                   "tests/collectives/test_{coll}.py, test_symmetric.py"),
 }
 
-# one-shot calls whose layout only the entry reveals: not programs yet
+# one-shot calls whose layout only the entry reveals: programs on the lane, whose rooted
+# entry presumes it (and hands the call over where it differs), Staged on the general path
 _STAGED = ("gather", "scatter", "all_to_all")
-_STAGED_CODE = ("paths/oneshot.py's Staged (picked by calls.py, run by group.py's _submit) and "
-                "lanes.py (the tiny-call lane, compiled in transport/_tiny.c)")
+_STAGED_CODE = ("algorithms/{coll}.py::oneshot, run as a program by lanes.py (the tiny-call "
+                "lane: the general path's entry and the program in one call of "
+                "transport/_tiny.c's interpreter, Round.program); on the general path "
+                "paths/oneshot.py's Staged (picked by calls.py, run by group.py's _submit), "
+                "since only the entry tells every rank's layout")
 
 
 def explain(coll: str, nbytes: int, n: int, hosts: int = 1, cma: bool = True) -> str:
