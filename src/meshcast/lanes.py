@@ -486,8 +486,12 @@ class TinyCallLane:
 
             def finish() -> None:
                 group.last_algorithm = _SINGLE[kind]
-                if (not got or self._copy_rest(kind, seq, tail, copy, entry, inp, out, got,
-                                               differ)) and average:
+                # (every rank in: the records after the entry in one C call, and only where
+                # they stop, _copy_rest's frames, as all_to_all_async does)
+                left = got if got >= 0 else single_copy.run_after_entry(
+                    group, seq, self._whats[kind], copy, inp, out)
+                if (not left or self._copy_rest(kind, seq, tail, copy, entry, inp, out, left,
+                                                differ)) and average:
                     ops.finish_average(out, group._size)
 
             return max(got, 0), finish
