@@ -580,9 +580,9 @@ def run_after_entry(group: GroupView, seq: int, what: object, program: CopyProgr
                     inp: np.ndarray | None, out: np.ndarray | None) -> int:
     """Call ``seq``'s records after its entry (every rank in) in one run of the compiled
     interpreter: 0, the call is done; else what the interpreter returned, for
-    :func:`run_program` (given it as ``got``) to go on from. (The lane's async
-    all_to_all, whose copies run on the worker thread: run_program's frames cost 2% of a
-    4 MiB call there.)
+    :func:`run_program` (given it as ``got``) to go on from. (The lane's single-copy
+    gather and scatter after their entry, and its async calls whose copies run on the
+    worker thread: run_program's frames cost 2% of a 4 MiB all_to_all there.)
 
     Raises:
         OSError: the kernel refused a copy, after aborting the group.
