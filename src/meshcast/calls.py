@@ -279,11 +279,14 @@ def gather(m: Machinery, out_pieces: Sequence[np.ndarray] | None, in_flat: np.nd
                 extra=counts_hash(expected_counts), seq=entered[0] if entered else None)
     isz, me = in_flat.dtype.itemsize, m.rank
     mine = in_flat.reshape(-1).view(np.uint8)
-    outs = [p.reshape(-1).view(np.uint8) for p in out_pieces] if out_pieces else None
+    flats = [p.reshape(-1) for p in out_pieces] if out_pieces else None
+    outs = [p.view(np.uint8) for p in flats] if flats else None
+    # the root's pieces as one array where they lie back to back (exposed whole)
+    whole = span(flats) if flats and me == root else None
     staged = oneshot.gather(m.arena, root, me, mine, outs, isz,
                             lambda largest: _fast.gather_oneshot(m.caps, largest))
     exposure, move_pieces, table = single_copy.gather(
-        m.arena, root, mine, outs, span(outs) if outs and me == root else None, isz, me)
+        m.arena, root, mine, outs, None if whole is None else whole.view(np.uint8), isz, me)
     if table is not None:  # the root's piece table goes where it stages nothing: its region
         staged = dataclasses.replace(staged, stage=table)
     # The schedules gather into one flat array, spread into the pieces afterwards.
@@ -313,8 +316,7 @@ def gather(m: Machinery, out_pieces: Sequence[np.ndarray] | None, in_flat: np.nd
             return None
         out: Any = None
         if me == root:
-            whole = span([p.reshape(-1) for p in out_pieces])
-            out = whole if whole is not None else [p.reshape(-1) for p in out_pieces]
+            out = whole if whole is not None else flats
         return m.copies.bound("gather", in_flat.dtype, root, in_flat.reshape(-1), out,
                               tuple(counts), root_splits=bool(word & single_copy.SPLIT))
 
@@ -344,8 +346,7 @@ def scatter(m: Machinery, out_flat: np.ndarray, in_flat: np.ndarray | None, root
                         None, program=lambda c: m.copies.bound(
                             "scatter", out_flat.dtype, root, None if in_flat is None
                             else in_flat.reshape(-1), out_flat.reshape(-1), tuple(c),
-                            root_splits=bool(m.arena.exposed(root, fp.seq)[2]
-                                             & single_copy.SPLIT)))
+                            root_splits=single_copy.root_splits(m.arena, root, fp.seq)))
     return m.submit("scatter", fp,
                     lambda c: m.plan("scatter", out_flat.dtype, root=root, input=in_flat,
                                      output=out_flat, counts=tuple(c)),

@@ -196,7 +196,7 @@ class ProcessGroup(GroupRanks):
                 return
             if use_single and single.fits(counts):
                 self.last_algorithm = f"{kind}/cma"
-                single_copy.run(self, single.body, single.phases, counts, what, single.program)
+                single_copy.run(self, single, counts, what)
                 finish(None)
                 return
             plan = make_plan(counts)

@@ -1394,8 +1394,7 @@ class TinyCallLane:
                     hand_over(seq, counts)
                     return
                 group.last_algorithm = f"{kind}/cma"
-                copy = copies[split if at_root else
-                              bool(arena.exposed(root, seq)[2] & single_copy.SPLIT)]
+                copy = copies[split if at_root else single_copy.root_splits(arena, root, seq)]
                 left = None
                 if copy.packed is not None:  # (most often all that is left: one C call)
                     left = single_copy.run_after_entry(group, seq, what, copy, inp, out)

@@ -92,6 +92,13 @@ PIECE_TABLE = 2
 SPLIT = 4
 
 
+def root_splits(arena: Arena, root: int, seq: int) -> bool:
+    """Whether the root of a single-copy gather or scatter ``seq`` said in its exposure that
+    it splits (:data:`SPLIT`), which every other rank reads after the entry to run the
+    program that leaves those parts to it (``Plan.root_splits``)."""
+    return bool(arena.exposed(root, seq)[2] & SPLIT)
+
+
 def piece_table(arena: Arena, pieces: Sequence[np.ndarray], bits: int = 0
                 ) -> tuple[tuple[int, int, int], Callable[[int], None]]:
     """A rank's exposure of several buffers apart in memory (a gather or scatter root's
@@ -128,7 +135,6 @@ class SingleCopy:
     expose: tuple[int, int, int]
     fits: Callable[[list[int]], bool]
     body: Body | None  # None: the program runs (a collective whose cma schedule runs)
-    phases: int = 1  # the body's own barriers (signal/wait of phases 1..) plus the last one
     # program(counts): the call's registered cma schedule as a program for these counts,
     # with its buffers (CopyPrograms.bound), run in place of body; None: body runs
     program: Callable[[list[int]], tuple | None] | None = None
@@ -181,13 +187,12 @@ def fits(caps: HostCaps, itemsize: int) -> Callable[[list[int]], bool]:
     return lambda counts: _fast.single_copy(caps, max(counts) * itemsize)
 
 
-def run(group: GroupView, body: Body | None, phases: int, counts: list[int], what: object,
-        program: Callable[[list[int]], tuple | None] | None = None) -> None:
-    """Run ``body`` of a :class:`SingleCopy` (reads straight from the peers' exposed
-    buffers; its own barriers use phases 1 .. ``phases - 1``), then wait until every
-    rank is done reading before anyone may return and reuse its buffer. Where
-    ``program(counts)`` gives the call's program and buffers (:meth:`CopyPrograms.bound`),
-    the program's records after its entry run instead (:func:`run_program`).
+def run(group: GroupView, single: SingleCopy, counts: list[int], what: object) -> None:
+    """Run the :class:`SingleCopy` ``single`` after the entry: where ``single.program(counts)``
+    gives the call's program and buffers (:meth:`CopyPrograms.bound`), the program's
+    records after its entry (:func:`run_program`); else its body (reads straight from
+    the peers' exposed buffers), then wait until every rank is done reading before
+    anyone may return and reuse its buffer.
 
     Raises:
         RuntimeError: there is neither (a schedule that does not flatten, or buffers
@@ -195,6 +200,7 @@ def run(group: GroupView, body: Body | None, phases: int, counts: list[int], wha
             every rank raises.
     """
     arena = group.arena
+    body, program = single.body, single.program
     made = None if program is None else program(counts)
     if made is not None:
         group.last_compiled = made[0].packed is not None  # (for the trace)
@@ -206,13 +212,13 @@ def run(group: GroupView, body: Body | None, phases: int, counts: list[int], wha
         raise RuntimeError(message)
     fast = arena.compiled_reads
     status = None
-    if fast is not None and phases == 1 and type(body) is Reads:
+    if fast is not None and type(body) is Reads:
         try:
             status = fast(arena.seq, group._pids, body.dest, body.mine, body.reads, 1,
                           arena.spin_ns)
         except OSError:
             status = None  # Python's reads below raise with the whole story
-    finish(group, body, phases, counts, what, status)
+    finish(group, body, counts, what, status)
 
 
 def run_reads(group: GroupView, seq: int, what: object, dest: np.ndarray, mine: np.ndarray,
@@ -233,8 +239,8 @@ def run_reads(group: GroupView, seq: int, what: object, dest: np.ndarray, mine: 
         status = None  # Python's reads raise with the whole story
     if status != 0:
         arena.seq, arena.deadline, arena.what = seq, time.monotonic() + group.timeout, what
-        finish(group, Reads(_bytes(dest), _bytes(mine), group._rank, lambda: reads), 1,
-               [], what, status)
+        finish(group, Reads(_bytes(dest), _bytes(mine), group._rank, lambda: reads), [], what,
+               status)
 
 
 def _bytes(arr: np.ndarray) -> np.ndarray:
@@ -242,7 +248,7 @@ def _bytes(arr: np.ndarray) -> np.ndarray:
     return arr.reshape(-1).view(np.uint8)
 
 
-def finish(group: GroupView, body: Body, phases: int, counts: list[int], what: object,
+def finish(group: GroupView, body: Body, counts: list[int], what: object,
            status: int | None) -> None:
     """:func:`run` after the compiled reads returned ``status`` (None: they did not run,
     or raised): done (0), the closing round waited out (2), or ``body`` in Python, which
@@ -269,8 +275,8 @@ def finish(group: GroupView, body: Body, phases: int, counts: list[int], what: o
         arena.abort(f"rank {group.global_ranks[group._rank]} failed in {what}: {exc}",
                     mismatch=isinstance(exc, MismatchError))
         raise
-    arena.signal(phases)
-    arena.wait(range(group._size), phases)
+    arena.signal(1)
+    arena.wait(range(group._size), 1)
 
 
 def _exposed_address(group: GroupView, seq: int, what: object, q: int, offset: int,
