@@ -33,6 +33,7 @@ from . import ops
 from ._fingerprint import counts_hash
 from .algorithms import _select as _fast
 from .algorithms._plan import Plan
+from .algorithms._program import INPUT, OUTPUT
 from .buffers import Buffer, span, store_back, working_copy
 from .paths import oneshot, single_copy
 from .paths import symmetric as symmetric_path
@@ -139,11 +140,14 @@ def broadcast(m: Machinery, buf: Buffer, root: int, algorithm: str | None, async
     small = algorithm is None and _fast.oneshot_broadcast(m.caps, buf.nbytes)
     region = (m.region(buf.flat, algorithm, 0) if _fast.symmetric_broadcast(m.caps, buf.nbytes)
               else None)
-    if region is not None:
+    # (bytes: the reader-split copy cuts them anywhere)
+    program = None if region is None else symmetric_path.program(
+        m.copies, "broadcast", np.dtype(np.uint8), None, buf.flat.nbytes, OUTPUT, root=root)
+    if region is not None and program is not None:
         parts = region.views(buf.flat.nbytes, np.dtype(np.uint8))
-        body = symmetric_path.broadcast(m.group, parts, root)
-        return m.in_place("broadcast", region, body, async_op, dtype=buf.dtype_name,
-                          root=root, count=buf.count)
+        return m.in_place("broadcast", region, symmetric_path.call(
+            m.group, program, None, parts, buf.finish), async_op, dtype=buf.dtype_name,
+            root=root, count=buf.count)
     fp = m.next("broadcast", algorithm, small, dtype=buf.dtype_name, root=root, count=buf.count)
     if small:
         what = m.what("broadcast", fp.seq)
@@ -177,11 +181,13 @@ def all_reduce(m: Machinery, buf: Buffer, op: ops.ReduceOp, algorithm: str | Non
     if not upcast:
         region = m.region(work_arr, algorithm,
                           _fast.SYMMETRIC_ALL_REDUCE_MIN_BYTES if small else 0)
-    if region is not None:
+    program = None if region is None else symmetric_path.program(
+        m.copies, "all_reduce", work_arr.dtype, None, work_arr.size, OUTPUT, op=sched_op)
+    if region is not None and program is not None:
         parts = region.views(work_arr.nbytes, work_arr.dtype)
-        body = symmetric_path.all_reduce(m.group, parts, sched_op, op is ops.ReduceOp.AVG)
-        return m.in_place("all_reduce", region, body, async_op, dtype=buf.dtype_name,
-                          op=op.name, count=buf.count)
+        return m.in_place("all_reduce", region, symmetric_path.call(
+            m.group, program, None, parts, lambda: finish(None)), async_op,
+            dtype=buf.dtype_name, op=op.name, count=buf.count)
     fp = m.next("all_reduce", algorithm, small, dtype=buf.dtype_name, op=op.name,
                 count=buf.count)
     if small:
@@ -244,11 +250,13 @@ def all_gather(m: Machinery, out_flat: np.ndarray, in_flat: np.ndarray, counts: 
     region = None
     if len(set(counts)) == 1:
         region = m.region(out_flat, algorithm, _fast.SYMMETRIC_MIN_BYTES)
-    if region is not None:
+    program = None if region is None else symmetric_path.program(
+        m.copies, "all_gather", in_flat.dtype, in_flat.size, out_flat.size, OUTPUT)
+    if region is not None and program is not None:
         parts = region.views(out_flat.nbytes, out_flat.dtype)
-        body = symmetric_path.all_gather(m.group, parts, in_flat, counts[0])
-        return m.in_place("all_gather", region, body, async_op, dtype=dtype_name,
-                          count=in_flat.size)
+        return m.in_place("all_gather", region, symmetric_path.call(
+            m.group, program, in_flat.reshape(-1), parts, finish), async_op,
+            dtype=dtype_name, count=in_flat.size)
     small = (algorithm is None
              and _fast.oneshot_all_gather(m.caps, max(counts, default=0) * itemsize))
     # a lane hands a call over (entered) only past the one-shot sizes
@@ -370,13 +378,14 @@ def reduce_scatter(m: Machinery, out_buf: Buffer, in_flat: np.ndarray, counts: S
     region = None
     if len(set(counts)) == 1 and not in_upcast:
         region = m.region(in_work, algorithm, _fast.SYMMETRIC_MIN_BYTES)
-    if region is not None:
-        c = counts[0]
-        lo = m.rank * c
-        srcs = [p[lo:lo + c] for p in region.views(in_work.nbytes, in_work.dtype)]
-        body = symmetric_path.reduce_scatter(m.group, srcs, out_work, sched_op, done)
-        return m.in_place("reduce_scatter", region, body, async_op, dtype=out_buf.dtype_name,
-                          op=op.name, count=out_buf.count)
+    program = None if region is None else symmetric_path.program(
+        m.copies, "reduce_scatter", in_work.dtype, in_work.size, out_work.size, INPUT,
+        op=sched_op)
+    if region is not None and program is not None:
+        parts = region.views(in_work.nbytes, in_work.dtype)
+        return m.in_place("reduce_scatter", region, symmetric_path.call(
+            m.group, program, parts, out_work.reshape(-1), lambda: done(None)), async_op,
+            dtype=out_buf.dtype_name, op=op.name, count=out_buf.count)
     small = _oneshot(m, in_work.nbytes, algorithm)
     fp = m.next("reduce_scatter", algorithm, small, seq=entered[0] if entered else None,
                 dtype=out_buf.dtype_name, op=op.name, count=out_buf.count,

@@ -30,20 +30,14 @@ caller writes the array again nobody still reads or writes it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from . import ops
-from .topology import share
 from .transport.segment import Segment
 
 _PAGE = 4096
-# Elements reduced per step: the P operands and the result of one chunk stay
-# in L2 (2 MiB per core here) between the reduce and the copies out.
-CHUNK_BYTES = 256 << 10
 
 
 @dataclass
@@ -131,34 +125,3 @@ class SymmetricHeap:
         for alloc in self.allocations:
             alloc.segment.close()
         self.allocations.clear()
-
-
-def all_reduce_share(parts: Sequence[np.ndarray], rank: int, op: ops.ReduceOp,
-                     average: bool) -> None:
-    """Reduce my share of every rank's part and write the result into all parts.
-
-    Args:
-        parts: every rank's 1-D array, in group-rank order (same dtype, size).
-        rank: my group rank (decides the share).
-        op: the reduction; operands are combined in rank order, so the result is
-            the same bits whichever rank computes it.
-        average: divide the sum by the group size (ReduceOp.AVG).
-    """
-    n = len(parts)
-    count = parts[0].size
-    lo, hi = share(count, parts[0].dtype.itemsize, rank, n)
-    if hi <= lo:
-        return
-    step = max(1, CHUNK_BYTES // parts[0].dtype.itemsize)
-    # Reducing into my own part saves one copy, but only ranks 0 and 1 may: the
-    # first kernel call reads parts 0 and 1 together, later ones read the others.
-    tmp = None if rank <= 1 else np.empty(min(step, hi - lo), parts[0].dtype)
-    for c0 in range(lo, hi, step):
-        c1 = min(c0 + step, hi)
-        dst = parts[rank][c0:c1] if tmp is None else tmp[:c1 - c0]
-        ops.reduce_many(op, dst, [p[c0:c1] for p in parts])
-        if average:
-            ops.finish_average(dst, n)
-        for r, p in enumerate(parts):
-            if r != rank or tmp is not None:
-                p[c0:c1] = dst

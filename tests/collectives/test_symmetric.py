@@ -13,10 +13,14 @@ from . import symmetric_bodies as bodies
 pytestmark = pytest.mark.timeout(180)
 
 
+# The symmetric calls run their schedules as programs: in the compiled interpreter, and
+# without it (MESHCAST_COMPILED=0) in Python's executor, which must give the same bytes.
+@pytest.mark.parametrize("compiled", ["1", "0"])
 @pytest.mark.parametrize("n", [1, 2, 3, 5])
-def test_every_dtype_op_count_and_root_matches_numpy(n):
+def test_every_dtype_op_count_and_root_matches_numpy(n, compiled):
     counts = [0, 1, 3, 17, 1000, 70_001]
-    out = spawn_world(bodies.all_reduce_and_broadcast, n, timeout=150, counts=counts)
+    out = spawn_world(bodies.all_reduce_and_broadcast, n, timeout=150, counts=counts,
+                      env={"MESHCAST_COMPILED": compiled})
     if n > 1:
         assert set(out[0]) >= {"all_reduce/symmetric", "broadcast/symmetric"}, out[0]
 
@@ -64,10 +68,11 @@ def test_torch_dtypes_give_tensors_on_the_same_memory():
     spawn_world(bodies.torch_tensors, 2, timeout=90)
 
 
+@pytest.mark.parametrize("compiled", ["1", "0"])
 @pytest.mark.parametrize("n", [2, 3, 4])
-def test_all_gather_and_reduce_scatter_on_symmetric_buffers(n):
+def test_all_gather_and_reduce_scatter_on_symmetric_buffers(n, compiled):
     out = spawn_world(bodies.gather_and_scatter_reduce, n, timeout=120,
-                      counts=[0, 1, 5, 1000, 40_000])
+                      counts=[0, 1, 5, 1000, 40_000], env={"MESHCAST_COMPILED": compiled})
     assert {"all_gather/symmetric", "reduce_scatter/symmetric"} <= set(out[0]), out[0]
 
 

@@ -109,3 +109,22 @@ def rank_never_arrives(late: int, sleep: float, algorithm: str | None = None) ->
     except MeshcastError as exc:  # the first to time out aborts the group for the rest
         return "failed: " + "\n".join([str(exc), *getattr(exc, "__notes__", [])])
     return "completed"
+
+
+def symmetric_calls() -> list:
+    """A symmetric all_reduce whose fold the compiled kernels have (float32), one they
+    lack (complex64: Python's executor runs the program) and a symmetric all_gather;
+    returns ``last_algorithm`` after each."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    log: list = []
+    for dtype in (np.float32, np.complex64):
+        x = dist.empty(1 << 18, dtype)  # (past the one-shot sizes: the symmetric path)
+        x[:] = r + 1
+        dist.all_reduce(x)
+        assert (x == n * (n + 1) // 2).all()
+        _ran(log, "all_reduce")
+    out = dist.empty(n * (1 << 17), np.float32)
+    dist.all_gather_into_tensor(out, np.full(1 << 17, r, np.float32))
+    assert (out.reshape(n, -1) == np.arange(n, dtype=np.float32)[:, None]).all()
+    _ran(log, "all_gather")
+    return log

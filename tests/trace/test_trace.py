@@ -143,6 +143,21 @@ def test_a_rank_that_never_arrives_shows_in_the_trace_and_the_error(tmp_path, al
         assert late[1]["begin"] > max(t.calls[-1]["end"] for t in traces[:2])
 
 
+def test_symmetric_calls_are_traced_as_the_programs_they_ran(tmp_path):
+    out = spawn_world(bodies.symmetric_calls, 3, timeout=90,
+                      env={"MESHCAST_TRACE": str(tmp_path)})
+    for t, log in zip(read_dir(str(tmp_path)), out):
+        # (meshcast.empty's own agreement is a call of the group too: left out)
+        colls = [(c["kind"], c["algorithm"], c["family"], c["compiled"]) for c in t.calls
+                 if (c["algorithm"] or "").endswith("/symmetric")]
+        assert [c[:2] for c in colls] == [tuple(e) for e in log]
+        # float32 folds in the interpreter; complex64 has no compiled kernel: Python's
+        # executor ran the same program; the all_gather only copies
+        assert colls == [("all_reduce", "all_reduce/symmetric", "symmetric", True),
+                         ("all_reduce", "all_reduce/symmetric", "symmetric", False),
+                         ("all_gather", "all_gather/symmetric", "symmetric", True)], colls
+
+
 def test_a_rank_stopped_inside_a_call_is_written_with_no_end(tmp_path):
     # Rank 1 waits in a recv nobody sends; rank 0 fails; `meshcast run` stops rank 1
     # with SIGTERM, and its trace must still show the recv it was stuck in.

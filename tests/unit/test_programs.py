@@ -372,3 +372,102 @@ def test_a_bound_all_to_all_program_checks_its_presumption_in_python():
     outs, errors = _bound_all_to_all(data, True)
     assert all(isinstance(e, prog.NotPresumed) for e in errors), errors
     assert not any(o.any() for o in outs)
+
+
+# The symmetric schedules run as programs over every rank's part of a symmetric
+# allocation (paths/symmetric.py): the side that lies in it, and the other side's length
+SYMMETRIC = {"broadcast": prog.OUTPUT, "all_reduce": prog.OUTPUT, "all_gather": prog.OUTPUT,
+             "reduce_scatter": prog.INPUT}
+
+
+class _NoArena:
+    """What binding a mapped program asks of an arena: its rank, and no compiler (the
+    entry and the closing round are the group's; here every rank runs in turn)."""
+
+    _compiled = None
+    small_bytes = 0
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+
+    def signal(self, phase: int) -> None:
+        pass
+
+    def wait(self, ranks: object, phase: int) -> None:
+        pass
+
+
+@pytest.mark.parametrize("coll", sorted(SYMMETRIC))
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8])
+def test_a_symmetric_program_over_every_ranks_part_gives_numpys_result(coll, n):
+    # Each rank's program, made by as_mapped, runs after the entry on Python's executor
+    # with every rank's part as its buffers, rank after rank: within a symmetric call's
+    # one phase no rank reads what another writes (the simulator's race checker holds
+    # the generators to that), so the turns give what running together gives.
+    # (a broadcast moves bytes, cut anywhere among readers, as the runtime runs it)
+    side, dtype = SYMMETRIC[coll], np.dtype(np.uint8 if coll == "broadcast" else np.float32)
+    checked = 0
+    # (400_003 elements: all_reduce's share spans several chunks of SYMMETRIC_CHUNK_BYTES)
+    for count in (0, 1, 37, 400_003 if n <= 3 else 5):
+        for root in range(n) if coll == "broadcast" else [-1]:
+            per = count * n if coll in ("all_gather", "reduce_scatter") else count
+            data = [reference.rank_input(r, per if coll != "all_gather" else count, dtype)
+                    for r in range(n)]
+            parts = [np.array(d) if side == prog.INPUT or coll != "all_gather"
+                     else np.zeros(per, dtype) for d in data]
+            others = [np.zeros(count, dtype) if coll == "reduce_scatter" else
+                      data[r] if coll == "all_gather" else None for r in range(n)]
+            label = f"{coll} n={n} count={count} root={root}"
+            for r in range(n):
+                plan = Plan(coll=coll, rank=r, size=n, dtype=dtype, root=root,
+                            op=ReduceOp.SUM if coll in REDUCING else None,
+                            input=None if coll in ("broadcast", "all_reduce")
+                            else np.empty(per if side == prog.INPUT else count, dtype),
+                            output=np.empty(per if side == prog.OUTPUT else count, dtype),
+                            counts=(count,) * n if coll in PIECES else None, symmetric=True)
+                entry = registry.get(coll, "symmetric")
+                program = prog.as_mapped(prog.flatten(entry.fn, plan, entry.qualname), side,
+                                         n, r)
+                assert program.mapped and program.listed == (side, n), label
+                assert not any(rec[0] in (prog.EXPOSE, prog.GET, prog.WRITE)
+                               for rec in program.records), label
+                entered = [rec[0] for rec in program.records].index(prog.ENTER) + 1
+                assert all(rec[0] == prog.ROUND for rec in program.records[:entered - 1]), label
+                bufs = [None, None] + parts
+                bufs[1 - side] = others[r]
+                bufs[side] = None  # (its parts stand for it)
+                BoundProgram(program, _NoArena(r)).run_from(
+                    entered, SimpleNamespace(op=ReduceOp.SUM, parity=0), tuple(bufs))
+            if coll == "broadcast":
+                want = [data[root]] * n
+            elif coll == "all_reduce":
+                want = reference.all_reduce(data, ReduceOp.SUM)
+            elif coll == "all_gather":
+                want = [np.concatenate(data)] * n
+            else:
+                want = [reference.all_reduce(data, ReduceOp.SUM)[r][r * count:(r + 1) * count]
+                        for r in range(n)]
+            got = others if coll == "reduce_scatter" else parts
+            for r in range(n):
+                assert got[r].tobytes() == want[r].tobytes(), f"{label} rank {r}"
+                checked += 1
+    assert checked, "vacuous: no result compared"
+
+
+def test_as_mapped_makes_a_peers_exposed_buffer_its_part():
+    # all_reduce at 3 ranks, rank 1: its share folded from every part into its own
+    # part, then copied into each other part; no exposure, nothing through the kernel
+    plan = Plan(coll="all_reduce", rank=1, size=3, dtype=np.dtype(np.float32),
+                op=ReduceOp.SUM, output=np.empty(48, np.float32), symmetric=True)
+    entry = registry.get("all_reduce", "symmetric")
+    flat = prog.flatten(entry.fn, plan, entry.qualname)
+    program = prog.as_mapped(flat, prog.OUTPUT, 3, 1)
+    fold = next(rec for rec in program.records if rec[0] == prog.REDUCE_SLOTS)
+    copies = [rec for rec in program.records if rec[0] == prog.COPY]
+    assert fold[2] == prog.SPACE_CODES["exposed"] and fold[5] == prog.PIECES + 1, fold
+    assert {(rec[5], rec[6], rec[7], rec[8]) for rec in copies} == {
+        (prog.PIECES + q, fold[3], prog.PIECES + 1, fold[6]) for q in (0, 2)}, copies
+    assert [program.buffer_bytes(b) for b in (prog.OUTPUT, prog.PIECES, prog.PIECES + 2)] == [
+        192, 192, 192]
+    with pytest.raises(prog.NotFlat):  # the side it exposes is its output, not its input
+        prog.as_mapped(flat, prog.INPUT, 3, 1)

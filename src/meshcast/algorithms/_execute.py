@@ -250,6 +250,9 @@ WRITES_INPUT, PUTS_ASCEND = 1, 2
 # single-copy program's closing round): its entry must then be the general path's,
 # phase 0 (a rooted entry), so that those phases come after it.
 SIGNALS = 4
+# ... and its listed side's pieces are every rank's whole part of a symmetric allocation,
+# mapped here (_program.as_mapped): its folds of exposed buffers read those parts.
+MAPPED = 8
 
 
 def probe(count: int | None, dtype: np.dtype) -> np.ndarray | None:
@@ -275,7 +278,7 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
     The form is int64 words: a header (the input's and output's byte sizes, the flags
     :data:`WRITES_INPUT` and :data:`PUTS_ASCEND`, the number of records, the side given as a list of
     pieces or -1, and their number: ``Program.listed``; the flags also say
-    :data:`SIGNALS`), the records as they are, then
+    :data:`SIGNALS` and :data:`MAPPED`), the records as they are, then
     the rank sets, each its length then its ranks, a ``REDUCE_SLOTS`` record's peer
     (and a one-sided ``ENTER``'s, whose set is one rank or none) becoming where its
     set starts, then the program's constants, a :data:`~._program.CONSTANT` record's
@@ -343,7 +346,8 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
             rec = (op, starts[ranks], *rec[2:])
         records.append(rec)
     flags = (writes_input * WRITES_INPUT | (PUTS_ASCEND if puts_end >= 0 else 0)
-             | (SIGNALS if any(rec[0] in (prog.SIGNAL, prog.WAIT) for rec in records) else 0))
+             | (SIGNALS if any(rec[0] in (prog.SIGNAL, prog.WAIT) for rec in records) else 0)
+             | (MAPPED if program.mapped else 0))
     base = 8 * (PROGRAM_HEADER + len(records) * RECORD_WORDS + len(sets))
     for i in constants:  # (their place in the form: after everything else)
         rec = records[i]
@@ -470,6 +474,36 @@ def _bind_exposed(program: prog.Program, rec: prog.Record, arena: Any) -> BoundS
                               f"fold of bytes that are not whole elements")
 
 
+def _bind_mapped_fold(program: prog.Program, rec: prog.Record) -> BoundStep:
+    """A fold of a symmetric program (``_program.as_mapped``): the same elements of every
+    listed rank's part (buffers ``PIECES + q``, all mapped here), reduced in the ranks'
+    order into the call's buffer, where they lie."""
+    op, peer, space, offset, nbytes, buf, at, src_buf, src_at = rec
+    size = program.dtype.itemsize
+    if (offset | nbytes | at) % size:
+        raise NotImplementedError(f"{program.name}: a fold of bytes that are not whole "
+                                  f"elements")
+    ranks = program.rank_sets[peer]
+    lo, hi, olo, ohi = at // size, (at + nbytes) // size, offset // size, (offset + nbytes) // size
+
+    def fold(ctx: Any, bufs: Buffers) -> None:
+        dst = bufs[buf][lo:hi]  # type: ignore[index]
+        operands = [bufs[prog.PIECES + q][olo:ohi] for q in ranks]  # type: ignore[index]
+        # reduce_many writes into its first two operands only where they are dst itself:
+        # an operand that overlaps dst otherwise (mine, in place) is read before dst is
+        # written, through a copy
+        if any(np.shares_memory(dst, a) and not (j < 2 and prog._address(a) == prog._address(dst))
+               for j, a in enumerate(operands)):
+            tmp = np.empty_like(dst)
+            ops.reduce_many(ctx.op, tmp, operands)
+            dst[...] = tmp
+        elif len(operands) == 1:
+            dst[...] = operands[0]
+        else:
+            ops.reduce_many(ctx.op, dst, operands)
+    return fold
+
+
 def _spaces(arena: Any, space: int, peer: int) -> tuple[np.ndarray, np.ndarray]:
     """Rank ``peer``'s memory of ``space`` for parity 0 and 1 (a slot has no parity)."""
     if space == prog.SPACE_CODES["slot"]:
@@ -505,6 +539,8 @@ def _bind(program: prog.Program, rec: prog.Record, arena: Any) -> BoundStep:
     op, peer, space, offset, nbytes, buf, at, src_buf, src_at = rec
     if buf == prog.CONSTANT:
         return _bind_constant(program, rec, arena)
+    if space == _EXPOSED and program.mapped and op == prog.REDUCE_SLOTS:
+        return _bind_mapped_fold(program, rec) if nbytes else lambda ctx, bufs: None
     if space == _EXPOSED and op != prog.EXPOSE:
         return (_bind_exposed(program, rec, arena) if nbytes
                 else lambda ctx, bufs: None)  # (an empty piece: nothing to move)

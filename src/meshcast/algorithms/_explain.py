@@ -40,8 +40,13 @@ _FAST_WHERE = {
             "tests/collectives/test_{coll}.py, test_fast_paths.py, "
             "tests/transport/test_compiled_programs.py (the interpreter), "
             "tests/unit/test_copy_programs.py (where it stops)"),
-    "symmetric": ("paths/symmetric.py (picked by calls.py) and symmetric.py (the allocations)",
-                  "symmetric.py: the peers' arrays mapped in this process",
+    "symmetric": ("algorithms/{coll}.py::symmetric, run as a program whose side in the "
+                  "allocation is every rank's part of it (algorithms/_program.py's as_mapped; "
+                  "transport/_tiny.c's interpreter after the group's entry, or "
+                  "algorithms/_execute.py's BoundProgram without it; paths/symmetric.py, "
+                  "picked by calls.py)",
+                  "symmetric.py: the peers' parts mapped in this process (plain copies and "
+                  "folds where they lie) + transport/arena.py (the entry, the closing round)",
                   "tests/collectives/test_{coll}.py, test_symmetric.py"),
 }
 

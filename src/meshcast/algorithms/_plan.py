@@ -86,8 +86,12 @@ once per call shape into programs (``_program``) that the executor's
 ``BoundProgram`` runs on each call's arrays, or the compiled interpreter
 (transport/_tiny.c, ``Round.program``) where it is built. The tiny-call lane
 runs gather's, scatter's and all_to_all's one-shot schedules as programs too
-(all_to_all's flattened on a presumption it checks: ``Expect``); the single-copy
-and symmetric schedules still run as paths/*.py (issue 13 item 3).
+(all_to_all's flattened on a presumption it checks: ``Expect``). The single-copy
+schedules run as programs too (paths/single_copy.py: the interpreter copies from and
+into the buffers the peers exposed), and so do the symmetric ones
+(paths/symmetric.py: ``_program.as_mapped`` makes a peer's exposed buffer its part
+of the allocation, mapped here). What is left as Python bodies: an all_to_all of
+uneven splits and a gather root's uneven pieces apart (paths/single_copy.py).
 """
 
 from __future__ import annotations

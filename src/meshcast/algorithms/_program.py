@@ -119,6 +119,9 @@ class Program:
             0)``: both sides are one array.
         constants: the bytes records address as :data:`CONSTANT` (each array
             8-byte aligned).
+        mapped: the listed side's pieces are every rank's whole buffer of that side,
+            mapped here (a symmetric allocation's parts, :func:`as_mapped`), not one
+            buffer cut in ``count``.
     """
 
     name: str
@@ -128,6 +131,7 @@ class Program:
     sizes: tuple[int, int]
     listed: tuple[int, int] = (NO_BUFFER, 0)
     constants: bytes = b""
+    mapped: bool = False
 
     @property
     def rounds(self) -> int:
@@ -138,7 +142,7 @@ class Program:
         if buf < PIECES:
             return self.sizes[buf]
         side, count = self.listed
-        return self.sizes[side] // count
+        return self.sizes[side] if self.mapped else self.sizes[side] // count
 
 
 def _address(a: np.ndarray) -> int:
@@ -318,6 +322,53 @@ def as_pieces(program: Program, side: int, count: int) -> Program:
                    program.sizes, (side, count), program.constants)
 
 
+def as_mapped(program: Program, side: int, count: int, me: int) -> Program:
+    """``program`` (a ``symmetric`` schedule's, flattened for rank ``me``) for calls
+    whose ``side`` (:data:`INPUT` or :data:`OUTPUT`) lies in a symmetric allocation
+    mapped by every rank (meshcast/symmetric.py): the call gives that side as the list
+    of the ``count`` ranks' parts of it, in rank order (buffer ``PIECES + q``: rank q's,
+    mine among them), and what the schedule exposes is that side, so a peer's exposed
+    buffer is its part, here in my memory. A ``GET`` from a peer's exposed buffer and a
+    ``WRITE`` into it become ``COPY`` records between parts; a fold of the exposed
+    buffers (``REDUCE_SLOTS`` of space exposed) stays, its operands the parts (the
+    executors resolve them: ``Program.mapped``); the ``EXPOSE`` goes (nothing is
+    published: the allocation is the exposure, and the call's fingerprint names it).
+
+    Raises:
+        NotFlat: ``side`` is not what the schedule exposes, or a step the mapping
+            cannot carry (a message, a copy of my own exposed buffer's bytes that the
+            side does not hold) touches it.
+    """
+    exposed = [rec for rec in program.records if rec[0] == EXPOSE]
+    if (side not in (INPUT, OUTPUT) or len(exposed) != 1
+            or exposed[0][4] != program.sizes[side]
+            or exposed[0][4] and (exposed[0][5] != side or exposed[0][6] != 0)):
+        raise NotFlat("a symmetric program exposes its mapped side, whole, once")
+    mine = PIECES + me
+
+    def place(buf: int, at: int) -> tuple[int, int]:
+        return (mine, at) if buf == side else (buf, at)
+
+    records: list[Record] = []
+    for rec in program.records:
+        op, peer, space, offset, nbytes, buf, at, src_buf, src_at = rec
+        if op == EXPOSE:
+            continue
+        if op in (SEND, RECV) and side in (buf, src_buf):
+            raise NotFlat("a message of a side given as mapped parts")
+        if op == GET and space == SPACE_CODES[EXPOSED]:
+            rec = (COPY, -1, -1, 0, nbytes, *place(buf, at), PIECES + peer, offset)
+        elif op == WRITE:
+            rec = (COPY, -1, -1, 0, nbytes, PIECES + peer, offset, *place(src_buf, src_at))
+        else:
+            rec = (op, peer, space, offset, nbytes, *place(buf, at), *place(src_buf, src_at))
+        if rec[0] == COPY and rec[4] == 0:
+            continue  # (an empty piece)
+        records.append(rec)
+    return Program(program.name, program.dtype, tuple(records), program.rank_sets,
+                   program.sizes, (side, count), program.constants, mapped=True)
+
+
 def constant(program: Program, at: int, nbytes: int) -> np.ndarray:
     """The program's constant bytes ``[at, at + nbytes)``, read-only."""
     return np.frombuffer(program.constants, np.uint8, nbytes, at)
@@ -382,4 +433,4 @@ def expand(program: Program, buffers: tuple[np.ndarray | None, ...]) -> list[Rou
 
 
 __all__ = ["CONSTANT", "INPUT", "NO_BUFFER", "NotFlat", "NotPresumed", "OUTPUT", "PIECES",
-           "Program", "Record", "SPACE_CODES", "as_pieces", "constant", "expand", "flatten"]
+           "Program", "Record", "SPACE_CODES", "as_mapped", "as_pieces", "constant", "expand", "flatten"]

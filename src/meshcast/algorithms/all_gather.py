@@ -272,11 +272,13 @@ def cma(plan: Plan) -> Iterator[Round]:
     family="symmetric",
 )
 def symmetric(plan: Plan) -> Iterator[Round]:
-    """Symmetric all-gather (paths/symmetric.all_gather).
+    """Symmetric all-gather (run as a program: paths/symmetric.py).
 
     Steps: 1 round: ``Enter`` (every rank's output is its part of one symmetric
     allocation); copy my piece into my own output and ``Write`` it into every
-    other rank's; the closing signal and wait. Nothing is staged.
+    other rank's; the closing signal and wait. Nothing is staged. (The copy comes
+    after the entry, as every step of a symmetric program does: the group's entry
+    runs first, then the records after it; nobody reads my part meanwhile.)
 
     Bytes sent per rank: my piece written ``P-1`` times.
 
@@ -286,5 +288,5 @@ def symmetric(plan: Plan) -> Iterator[Round]:
     mine = out[d[me]:d[me + 1]]
     spread = [Write(q, d[me] * plan.itemsize, mine)
               for q in topology.rotation(me, plan.size)[1:] if len(mine)]
-    yield Round(then=copy_steps(mine, plan.input) + enter(plan, expose=out) + spread
+    yield Round(then=enter(plan, expose=out) + copy_steps(mine, plan.input) + spread
                 + closing(plan))

@@ -349,20 +349,31 @@ def cma(plan: Plan) -> Iterator[Round]:
     family="symmetric",
 )
 def symmetric(plan: Plan) -> Iterator[Round]:
-    """Symmetric all-reduce (paths/symmetric.all_reduce; ``symmetric.all_reduce_share``).
+    """Symmetric all-reduce (run as a program: paths/symmetric.py).
 
     Steps: 1 round: ``Enter`` (every rank's buffer is its part of one symmetric
-    allocation, mapped by all: its exposure); ``ReduceSlots`` my cache-line
-    aligned share of every part, in rank order, into my own part; ``Write`` it
-    into every other part; the closing signal and wait.
+    allocation, mapped by all: its exposure); for each chunk of
+    :data:`SYMMETRIC_CHUNK_BYTES` of my cache-line aligned share, ``ReduceSlots``
+    it from every part, in rank order, into my own part, then ``Write`` it into
+    every other part while it is in the cache; the closing signal and wait.
 
     Bytes sent per rank: ``P S/P`` read, ``(P-1) S/P`` written; nothing staged.
 
     Requires: the buffer in a symmetric allocation (``meshcast.empty``).
     """
-    out, n, me = plan.output, plan.size, plan.rank
-    lo, hi = topology.share(len(out), plan.itemsize, me, n)
-    spread = [Write(q, lo * plan.itemsize, out[lo:hi])
-              for q in topology.rotation(me, n)[1:] if hi > lo]
-    yield Round(then=copy_steps(out, plan.input) + enter(plan, expose=out)
-                + reduce_all(plan, out[lo:hi], lo, EXPOSED) + spread + closing(plan))
+    out, n, me, size = plan.output, plan.size, plan.rank, plan.itemsize
+    lo, hi = topology.share(len(out), size, me, n)
+    step = max(1, SYMMETRIC_CHUNK_BYTES // size)
+    chunks: list[LocalStep] = []
+    for c0 in range(lo, hi, step):
+        chunk = out[c0:min(c0 + step, hi)]
+        chunks += reduce_all(plan, chunk, c0, EXPOSED)
+        chunks += [Write(q, c0 * size, chunk) for q in topology.rotation(me, n)[1:]]
+    yield Round(then=copy_steps(out, plan.input) + enter(plan, expose=out) + chunks
+                + closing(plan))
+
+
+#: Bytes of my share the symmetric all-reduce reduces, then writes into every other
+#: part, at a time: the result is still in the cache (L2: 512 KiB a core here) when it
+#: is copied out, where a whole share of several MiB would be read again from memory.
+SYMMETRIC_CHUNK_BYTES = 256 << 10

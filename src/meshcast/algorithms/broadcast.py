@@ -237,7 +237,7 @@ def cma(plan: Plan) -> Iterator[Round]:
     family="symmetric",
 )
 def symmetric(plan: Plan) -> Iterator[Round]:
-    """Symmetric broadcast (paths/symmetric.broadcast).
+    """Symmetric broadcast (run as a program: paths/symmetric.py).
 
     Steps: the single-copy broadcast's (see broadcast/cma): enter, the root
     writes part ``q`` of reader ``q``'s part while ``q`` copies the others from

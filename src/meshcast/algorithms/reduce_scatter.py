@@ -328,7 +328,7 @@ def cma(plan: Plan) -> Iterator[Round]:
     family="symmetric",
 )
 def symmetric(plan: Plan) -> Iterator[Round]:
-    """Symmetric reduce-scatter (paths/symmetric.reduce_scatter).
+    """Symmetric reduce-scatter (run as a program: paths/symmetric.py).
 
     Steps: the single-copy reduce-scatter's (see reduce_scatter/cma) on the
     parts of a symmetric allocation: enter, reduce my piece of every rank's

@@ -3,9 +3,10 @@
 Which path runs is decided by algorithms/_select.py alone, on every rank
 alike (its rules read only the group and fields the fingerprint compares):
 :func:`~meshcast.algorithms._select.fast_path` and its predicates for the
-fast paths (described as schedules in ``algorithms/<collective>.py``, families
-oneshot/cma/symmetric, but run by these modules until issue 13's one executor),
-then :func:`~meshcast.algorithms._select.select` for the schedules.
+fast paths (registered schedules in ``algorithms/<collective>.py``, families
+oneshot/cma/symmetric, which these modules run as programs: flattened once per
+call shape, then run by the compiled interpreter or Python's executor), then
+:func:`~meshcast.algorithms._select.select` for the schedules.
 :class:`~meshcast.group.ProcessGroup` asks them and runs the pieces these
 modules build through its one call protocol (publish, stage, expose,
 enter, then one path):
@@ -21,7 +22,8 @@ enter, then one path):
   (``_select.single_copy``, ``all_reduce_single_copy``, ``all_to_all_single_copy``).
 * :mod:`.symmetric`: buffers of a symmetric allocation
   (:mod:`meshcast.symmetric`), read and written in place in the peers'
-  parts (``_select.SYMMETRIC_MIN_BYTES``, ``SYMMETRIC_ALL_REDUCE_MIN_BYTES``).
+  parts (``_select.SYMMETRIC_MIN_BYTES``, ``SYMMETRIC_ALL_REDUCE_MIN_BYTES``):
+  the registered ``symmetric`` schedules as programs over every rank's part.
 * :mod:`.schedule`: everything else, a registered algorithm of
   algorithms/ run by the executor (``_select.select``: explicit >
   ``MESHCAST_ALGO`` > ``TABLE``).
@@ -123,7 +125,8 @@ def flatten_shape(group: GroupView, kind: str, family: str, dtype: np.dtype, roo
         inp, out = probe(n_in, dtype), probe(n_out, dtype)
     plan = Plan(coll=kind, rank=group._rank, size=group._size, dtype=dtype, root=root,
                 input=inp, output=out, counts=counts, region_bytes=group.arena.small_bytes,
-                single_copy=family == "cma", root_splits=root_splits)
+                single_copy=family == "cma", symmetric=family == "symmetric",
+                root_splits=root_splits)
     entry = registry.get(kind, family)
     return flatten(entry.fn, plan, entry.qualname, presume=presume)
 

@@ -56,9 +56,11 @@ from ..algorithms._program import (
     INPUT,
     NO_BUFFER,
     OUTPUT,
+    ROUND,
     WAIT,
     NotFlat,
     NotPresumed,
+    as_mapped,
     as_pieces,
 )
 from ..errors import MismatchError
@@ -450,15 +452,18 @@ class CopyPrograms:
     def get(self, kind: str, dtype: np.dtype, root: int, n_in: int | None, n_out: int | None,
             counts: tuple[int, ...] | None = None, in_place: bool = False,
             op: ops.ReduceOp | None = None, root_splits: bool = False,
-            listed: int = NO_BUFFER) -> CopyProgram | None:
+            listed: int = NO_BUFFER, mapped: int = NO_BUFFER) -> CopyProgram | None:
         """The program of a call of this shape (``n_in``/``n_out``: element counts of the
         flat input and output, None where there is none; ``in_place``: the smaller is my
         piece of the other, where its counts put it; ``op``: a reduction's, AVG
         already SUM; ``root_splits``: a gather's or scatter's root moves part of every
         piece, see ``Plan``; ``listed``: the side (``_program.INPUT`` or ``OUTPUT``)
         given as a list of the group's size of pieces, a gather or scatter root's,
-        which the entry exposes as their table: ``_program.as_pieces``)."""
-        key = (kind, dtype, root, n_in, n_out, counts, in_place, op, root_splits, listed)
+        which the entry exposes as their table: ``_program.as_pieces``; ``mapped``: the
+        side that lies in a symmetric allocation, given as every rank's part of it: the
+        registered ``symmetric`` schedule, ``_program.as_mapped``, paths/symmetric.py)."""
+        key = (kind, dtype, root, n_in, n_out, counts, in_place, op, root_splits, listed,
+               mapped)
         try:
             return self._kept[key]
         except KeyError:
@@ -467,11 +472,18 @@ class CopyPrograms:
         made = None
         kernel = -1 if op is None else ops.compiled_kernel(op, dtype)
         try:  # (all_to_all's reads its peers' split headers: presumed to be mine)
-            program = flatten_shape(self.group, kind, "cma", dtype, root, n_in, n_out,
-                                    counts, in_place=in_place, presume=kind == "all_to_all",
+            program = flatten_shape(self.group, kind, "cma" if mapped == NO_BUFFER
+                                    else "symmetric", dtype, root, n_in, n_out, counts,
+                                    in_place=in_place, presume=kind == "all_to_all",
                                     root_splits=root_splits)
             if listed != NO_BUFFER:
                 program = as_pieces(program, listed, self.group._size)
+            if mapped != NO_BUFFER:
+                program = as_mapped(program, mapped, self.group._size, self.group._rank)
+                if any(rec[0] not in (ROUND, ENTER) for rec in program.records[
+                        :[rec[0] for rec in program.records].index(ENTER)]):
+                    # (the group's entry runs in Python, the records after it here)
+                    raise NotFlat(f"{kind}/symmetric has steps before its entry")
         except NotFlat:  # (a shape whose schedule names memory of its own: its body)
             program = None
         if program is not None:

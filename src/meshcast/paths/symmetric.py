@@ -8,110 +8,79 @@ same place on every rank, and it is large enough
 where the one-shot path would take it, any size otherwise). The region is
 part of the fingerprint, so ranks that disagree get a MismatchError.
 
-Protocol (:func:`job`, see meshcast/symmetric.py for the signal words):
-enter (``(s, 0)``: my input is in my part), run the body (each rank writes
-only the bytes of its share, in every part), signal ``(s, 1)`` (my share is
-written everywhere and I read nothing more), and wait for everyone's
-``(s, 1)`` before returning, so the caller may write the array again.
+What runs is the collective's registered ``symmetric`` schedule
+(algorithms/<collective>.py), flattened once per call shape into a program
+whose side in the allocation is every rank's part of it, all mapped here
+(``_program.as_mapped``: a peer's "exposed buffer" is its part, so its copies
+are plain ``memmove``\\ s and its folds read the parts where they lie). The
+group's entry (``(s, 0)``: my input is in my part) runs in Python; the records
+after it, the closing round's signal ``(s, 1)`` (my share is written everywhere
+and I read nothing more) and wait included, run in one call of the compiled
+interpreter, or in Python's executor without it (``single_copy.run_program``,
+which also waits where the interpreter's spin ends). So a rank returns once
+everyone is done with the parts, and its caller may write the array again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import ops
-from ..symmetric import all_reduce_share
-from ..topology import rotation
+from .single_copy import CopyProgram, run_program
 
 if TYPE_CHECKING:
     from .._fingerprint import Fingerprint
     from . import GroupView, Job
+    from .single_copy import CopyPrograms
 
 
-def job(group: GroupView, fp: Fingerprint, what: str, body: Callable[[], None]) -> Job:
-    """Enter, run ``body`` (direct reads/writes of the peers' parts), signal phase 1 and
-    wait until every rank is done with its share."""
+def job(group: GroupView, fp: Fingerprint, what: str, run: Callable[[int, str], None]
+        ) -> Job:
+    """Enter call ``fp`` (the general path's entry), then ``run(seq, what)`` its program
+    (see :func:`call`), whose own closing round keeps every rank in until nobody reads
+    or writes the parts any more."""
     arena = group.arena
 
-    def run() -> None:
+    def symmetric_call() -> None:
         arena.enter(fp, what, group._deadline())
-        try:
-            body()
-        except BaseException as exc:
-            arena.abort(f"rank {group.global_ranks[group._rank]} failed in {what}: {exc}")
-            raise
-        arena.signal(1)
-        arena.wait(range(group._size), 1)
+        group.last_algorithm = f"{fp.kind}/symmetric"
+        run(fp.seq, what)
 
-    return run
+    return symmetric_call
 
 
-def broadcast(group: GroupView, parts: list[np.ndarray], root: int) -> Callable[[], None]:
-    """Every rank copies straight from the root's part (bytes) into its own; only the
-    root must wait for the readers before its caller may change the data."""
-    n, me = group._size, group._rank
-    nbytes = parts[root].nbytes
-    bounds = [nbytes * k // n for k in range(n + 1)]
+def call(group: GroupView, program: CopyProgram, inp: np.ndarray | list[np.ndarray] | None,
+         out: np.ndarray | list[np.ndarray] | None, finish: Callable[[], None]
+         ) -> Callable[[int, str], None]:
+    """The part of a symmetric call after its entry: ``program`` (:func:`program`) on the
+    call's flat ``inp`` and ``out``, the side in the allocation given as every rank's part
+    of it, then ``finish()``. A copy or fold outside the parts (the ranks disagree about
+    the sizes: the fingerprint compares them, so only a bug) aborts the group."""
 
-    def copy() -> None:
-        # As on the single-copy path: reader q's copy is split in n parts, the
-        # root copies part q into it while q copies the others, so the root's
-        # core works too (2 ranks: each side copies half).
-        group.last_algorithm = "broadcast/symmetric"
-        src = parts[root]
-        if me == root:
-            for q in rotation(me, n)[1:]:
-                parts[q][bounds[q]:bounds[q + 1]] = src[bounds[q]:bounds[q + 1]]
-            return
-        for k in rotation(me, n)[1:]:  # every part but mine (part `root` included)
-            parts[me][bounds[k]:bounds[k + 1]] = src[bounds[k]:bounds[k + 1]]
+    def after_entry(seq: int, what: str) -> None:
+        group.last_compiled = program.packed is not None  # (for the trace)
+        run_program(group, seq, what, program, None, inp, out, None)
+        finish()
 
-    return copy
+    return after_entry
 
 
-def all_reduce(group: GroupView, parts: list[np.ndarray], op: ops.ReduceOp, average: bool
-               ) -> Callable[[], None]:
-    """Each rank reduces its share of every part and writes it into every part."""
-
-    def reduce_share() -> None:
-        group.last_algorithm = "all_reduce/symmetric"
-        all_reduce_share(parts, group._rank, op, average)
-
-    return reduce_share
-
-
-def all_gather(group: GroupView, parts: list[np.ndarray], piece: np.ndarray, count: int
-               ) -> Callable[[], None]:
-    """Each rank writes its ``piece`` (``count`` elements, as every rank's) straight into
-    every rank's output: one copy per piece and destination, nothing staged."""
-    lo = group._rank * count
-
-    def scatter_piece() -> None:
-        group.last_algorithm = "all_gather/symmetric"
-        for part in parts:
-            part[lo:lo + count] = piece
-
-    return scatter_piece
+def program(copies: CopyPrograms, kind: str, dtype: np.dtype, n_in: int | None,
+            n_out: int | None, side: int, root: int = -1,
+            op: ops.ReduceOp | None = None) -> CopyProgram | None:
+    """The registered ``symmetric`` schedule of ``kind`` for a call of ``n_in``/``n_out``
+    elements of ``dtype`` (None: no such side) whose ``side`` (``INPUT`` or ``OUTPUT``)
+    lies in the allocation, as a program (``CopyPrograms.get``, kept per shape); None
+    where it does not flatten (the call then takes its ordinary path, alike on every
+    rank: only the shape decides)."""
+    counts = None
+    if kind in ("all_gather", "reduce_scatter"):
+        piece = (n_in if kind == "all_gather" else n_out) or 0
+        counts = (piece,) * copies.group._size
+    return copies.get(kind, dtype, root, n_in, n_out, counts, op=op, mapped=side)
 
 
-def reduce_scatter(group: GroupView, srcs: Sequence[np.ndarray], out: np.ndarray,
-                   op: ops.ReduceOp, finish: Callable[[Any], None]) -> Callable[[], None]:
-    """Each rank reduces its piece straight from every rank's input (``srcs``: my piece
-    of every rank's part) into ``out``; ``finish(None)`` after."""
-
-    def reduce_piece() -> None:
-        group.last_algorithm = "reduce_scatter/symmetric"
-        mine = srcs[group._rank]
-        if group._rank > 1 and np.shares_memory(out, mine):
-            # reduce_many may not write into a later operand: go through a copy
-            tmp = np.empty_like(out)
-            ops.reduce_many(op, tmp, srcs)
-            out[:] = tmp
-        else:
-            ops.reduce_many(op, out, srcs)
-        finish(None)
-
-    return reduce_piece
+__all__ = ["call", "job", "program"]

@@ -1137,7 +1137,8 @@ static PyObject *Round_alike(Round *self, PyObject *const *args, Py_ssize_t narg
  * record's peer being where its set starts there, then the constants (a record whose
  * buf is CONSTANT_BUFFER names them by their byte offset from the form's start). A side given as pieces (torch's list
  * forms, _program.as_pieces) is a list or tuple of that many buffers of equal length,
- * which the records address as buffers 2, 3, ... Every offset and size was checked
+ * which the records address as buffers 2, 3, ... (MAPPED: that many buffers each of the
+ * side's length, every rank's part of it). Every offset and size was checked
  * against the buffers and the region when it was packed; a call checks its buffers'
  * sizes against the header.
  */
@@ -1148,6 +1149,9 @@ enum { P_ROUND, P_SEND, P_RECV, P_PUT, P_GET, P_REDUCE_SLOTS, P_ENTER, P_EXPOSE,
 #define WRITES_INPUT 1 /* header flags (word 2): a step writes the call's input */
 #define PUTS_ASCEND 2  /* my region's PUTs lie in ascending order, none overlapping */
 #define SIGNALS 4      /* SIGNAL or WAIT records of phases after the entry's: phase 0 only */
+#define MAPPED 8       /* the pieces are every rank's whole buffer of the listed side, mapped
+                        * here (a symmetric allocation's parts, _program.as_mapped): a fold
+                        * of the exposed space reads rank q's as piece q, in my memory */
 #define BUFS_HELD 18 /* call buffers (input, output, pieces) bound from the stack */
 #define REGION_SPACE 1 /* _program.SPACE_CODES["region"] */
 #define EXPOSED_SPACE 2 /* _program.SPACE_CODES["exposed"] */
@@ -1260,6 +1264,13 @@ static int exposed_copy(Round *self, Py_ssize_t q, int parity, Py_ssize_t offset
  * chunk of 32 or 64 KiB was 10-40% slower than Python's 256 KiB chunks, 128 KiB 5-10%
  * faster, 256 KiB to 1 MiB 15-25% faster, alike. */
 #define FOLD_BYTES (1 << 20)
+
+/* The parts of a symmetric allocation a MAPPED program's fold reads (rank q's at
+ * parts[q], each bytes long): every rank maps them all, so no exposure, no system call. */
+typedef struct {
+    char *const *parts;
+    Py_ssize_t bytes;
+} Mapped;
 #define FOLD_MIN (64 << 10)
 #define FOLD_MAX (512 << 10)
 #define PAGE 4096
@@ -1267,7 +1278,8 @@ static int exposed_copy(Round *self, Py_ssize_t q, int parity, Py_ssize_t offset
 /* A REDUCE_SLOTS of the exposed space: out = bytes [offset, offset + nbytes) of the
  * buffer every rank of set (its length, then its ranks) exposed, folded in the set's
  * order with kernel, a chunk at a time (FOLD_BYTES): a peer's chunk read into the
- * bounce buffer, my own read where it lies (my exposed buffer is my memory). In place
+ * bounce buffer, my own read where it lies (my exposed buffer is my memory); with
+ * mapped (a symmetric allocation's parts), every rank's read where it lies. In place
  * (my operand is out itself: all_reduce, a reduce root), it is read through out
  * (fold_over) where it is the first or second operand, else copied first, as is one
  * that overlaps out otherwise. Each chunk lands at its source's offset within a page,
@@ -1275,11 +1287,12 @@ static int exposed_copy(Round *self, Py_ssize_t q, int parity, Py_ssize_t offset
  * what it exposed (nothing read); -1 with an exception, the GIL held (no kernel, no
  * memory, no pids, a refused copy). */
 static int exposed_fold(Round *self, const int64_t *set, int parity, Py_ssize_t offset,
-                        char *out, Py_ssize_t nbytes, long kernel, Gil *g) {
+                        char *out, Py_ssize_t nbytes, long kernel, const Mapped *mapped,
+                        Gil *g) {
     Py_ssize_t k = (Py_ssize_t)set[0];
     uint64_t held[SET_HELD], *from = held;
     char *srcs_held[SET_HELD], **srcs = srcs_held;
-    if (k == 1) /* (one operand: a copy of it) */
+    if (k == 1 && mapped == NULL) /* (one operand: a copy of it) */
         return exposed_copy(self, (Py_ssize_t)set[1], parity, offset, out, nbytes, 0, g);
     if (k > SET_HELD) {
         from = PyMem_RawMalloc(sizeof(uint64_t) * (size_t)k);
@@ -1293,7 +1306,17 @@ static int exposed_fold(Round *self, const int64_t *set, int parity, Py_ssize_t 
     }
     for (Py_ssize_t j = 0; j < k; j++) {
         Py_ssize_t q = (Py_ssize_t)set[1 + j];
-        if (q < 0 || q >= self->n || !exposed_at(self, q, parity, offset, nbytes, &from[j])) {
+        if (q < 0 || q >= self->n) {
+            got = 4;
+            goto out;
+        }
+        if (mapped != NULL) { /* (rank q's part, in my memory) */
+            if (offset < 0 || nbytes > mapped->bytes || offset > mapped->bytes - nbytes) {
+                got = 4;
+                goto out;
+            }
+            from[j] = (uint64_t)(uintptr_t)(mapped->parts[q] + offset);
+        } else if (!exposed_at(self, q, parity, offset, nbytes, &from[j])) {
             got = 4;
             goto out;
         }
@@ -1303,7 +1326,7 @@ static int exposed_fold(Round *self, const int64_t *set, int parity, Py_ssize_t 
         PyErr_SetString(PyExc_ValueError, "a program folds, but no kernel was given");
         goto out;
     }
-    if (self->pids == NULL) {
+    if (self->pids == NULL && mapped == NULL) {
         gil_hold(g);
         PyErr_SetString(PyExc_ValueError, "program: a fold across processes, but no pids set");
         goto out;
@@ -1336,7 +1359,7 @@ static int exposed_fold(Round *self, const int64_t *set, int parity, Py_ssize_t 
             uint64_t at = from[j] + (uint64_t)done;
             char *bounced = self->bounce + slot * (size_t)j + (from[j] & (PAGE - 1));
             char *mine = (char *)(uintptr_t)at;
-            if (q != self->rank)
+            if (q != self->rank && mapped == NULL)
                 err = copy_across(self->pids[q], bounced, (uintptr_t)at, (size_t)len, 0);
             else if (mine == o && j < 2 && own < 0)
                 own = j; /* (read through out: fold_over) */
@@ -1467,8 +1490,11 @@ static int records(Round *self, const int64_t *prog, Py_ssize_t from, Py_ssize_t
             break;
         case P_REDUCE_SLOTS: {
             const int64_t *set = sets + rec[1];
-            if (rec[2] == EXPOSED_SPACE) { /* the peers' exposed buffers (single copy) */
-                got = exposed_fold(self, set, parity, (Py_ssize_t)rec[3], mem, nbytes, kernel, g);
+            if (rec[2] == EXPOSED_SPACE) { /* the peers' exposed buffers (single copy), or
+                                            * their parts of a symmetric allocation */
+                Mapped parts = {bufs + 2, (Py_ssize_t)prog[prog[4]]};
+                got = exposed_fold(self, set, parity, (Py_ssize_t)rec[3], mem, nbytes, kernel,
+                                   prog[2] & MAPPED ? &parts : NULL, g);
                 goto copied;
             }
             Py_ssize_t k = (Py_ssize_t)set[0];
@@ -1552,7 +1578,7 @@ static int bind_buffers(const int64_t *prog, PyObject *inp, PyObject *out, Py_bu
             for (Py_ssize_t i = 0; i < count; i++) {
                 if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(obj, i), &views[2 + i], flags) < 0)
                     return -1;
-                if (views[2 + i].len * count != prog[b]) {
+                if (views[2 + i].len * ((prog[2] & MAPPED) ? 1 : count) != prog[b]) {
                     PyErr_SetString(PyExc_ValueError, "program: a piece of another size than "
                                                       "the program's");
                     return -1;
