@@ -1294,11 +1294,18 @@ static int exposed_fold(Round *self, const int64_t *set, int parity, Py_ssize_t 
     char *srcs_held[SET_HELD], **srcs = srcs_held;
     if (k == 1 && mapped == NULL) /* (one operand: a copy of it) */
         return exposed_copy(self, (Py_ssize_t)set[1], parity, offset, out, nbytes, 0, g);
+    if (k == 1) { /* (the same, from a part) */
+        if (set[1] < 0 || set[1] >= self->n || offset < 0 || nbytes > mapped->bytes
+                || offset > mapped->bytes - nbytes)
+            return 4;
+        move_bytes(out, mapped->parts[set[1]] + offset, (size_t)nbytes);
+        return 0;
+    }
     if (k > SET_HELD) {
         from = PyMem_RawMalloc(sizeof(uint64_t) * (size_t)k);
         srcs = PyMem_RawMalloc(sizeof(char *) * (size_t)k);
     }
-    int got = -1;
+    int got = -1, bounced_any = mapped == NULL; /* (mapped: an operand copied first) */
     if (from == NULL || srcs == NULL) {
         gil_hold(g);
         PyErr_NoMemory();
@@ -1316,6 +1323,9 @@ static int exposed_fold(Round *self, const int64_t *set, int parity, Py_ssize_t 
                 goto out;
             }
             from[j] = (uint64_t)(uintptr_t)(mapped->parts[q] + offset);
+            char *at = mapped->parts[q] + offset;
+            if (at < out + nbytes && out < at + nbytes && !(at == out && j < 2))
+                bounced_any = 1; /* (it overlaps out: see fold_over) */
         } else if (!exposed_at(self, q, parity, offset, nbytes, &from[j])) {
             got = 4;
             goto out;
@@ -1334,7 +1344,9 @@ static int exposed_fold(Round *self, const int64_t *set, int parity, Py_ssize_t 
     int type = (int)(kernel / 8), op = (int)(kernel % 8), size = type_size[type];
     Py_ssize_t chunk = FOLD_BYTES / k / PAGE * PAGE; /* (whole pages: whole elements) */
     chunk = chunk < FOLD_MIN ? FOLD_MIN : chunk > FOLD_MAX ? FOLD_MAX : chunk;
-    size_t slot = (size_t)chunk + PAGE, need = slot * (size_t)k;
+    if (!bounced_any) /* (every part read where it lies: one pass, nothing to bounce) */
+        chunk = nbytes;
+    size_t slot = bounced_any ? (size_t)chunk + PAGE : 0, need = slot * (size_t)k;
     if (self->bounce_bytes < need) {
         if (self->bounce != NULL)
             munmap(self->bounce, self->bounce_bytes);
@@ -1357,7 +1369,7 @@ static int exposed_fold(Round *self, const int64_t *set, int parity, Py_ssize_t 
         for (Py_ssize_t j = 0; j < k && !err; j++) {
             Py_ssize_t q = (Py_ssize_t)set[1 + j];
             uint64_t at = from[j] + (uint64_t)done;
-            char *bounced = self->bounce + slot * (size_t)j + (from[j] & (PAGE - 1));
+            char *bounced = slot ? self->bounce + slot * (size_t)j + (from[j] & (PAGE - 1)) : NULL;
             char *mine = (char *)(uintptr_t)at;
             if (q != self->rank && mapped == NULL)
                 err = copy_across(self->pids[q], bounced, (uintptr_t)at, (size_t)len, 0);
