@@ -276,3 +276,39 @@ def test_rounds_keep_each_calls_best_time_and_worst_check() -> None:
     assert [r["time_us"] for r in merged.records] == [3.0]
     merged = cli._best_of(merged, LibraryRun("meshcast", [rec(9.0, 2)]))
     assert [(r["time_us"], r["wrong"]) for r in merged.records] == [(3.0, 2)]
+
+
+def test_warm_up_runs_every_window_the_timed_loop_uses() -> None:
+    # A timed call must never be the first on its buffers: 5 warm-up calls over 20
+    # rotated windows left 15 first uses in the timed loop (meshcast's 8 B rows read
+    # 1.5x slow there). One rank, a fake library: record what runs before the barrier.
+    from meshcast.bench.sweep import Prepared, SweepSpec, run_sweep
+
+    class Fake:
+        library, rank, size = "fake", 0, 1
+
+        def __init__(self) -> None:
+            self.log: list = []
+
+        def barrier(self) -> None:
+            self.log.append("barrier")
+
+        def allreduce_scalar(self, value: float, how: str) -> float:
+            return value
+
+        def prepare(self, call):
+            address = call.send.__array_interface__["data"][0]
+            return Prepared(lambda: self.log.append(address), call.recv)
+
+        def algorithm(self) -> str:
+            return ""
+
+    comm = Fake()
+    spec = SweepSpec(ops=("all_reduce",), sizes=(8, 64), warmup=2, iters=6, check=False,
+                     placements=("out-of-place",))
+    assert len(list(run_sweep(comm, spec))) == 2
+    # each size: its warm-up, a barrier, its 6 timed calls
+    b0, b1 = [i for i, e in enumerate(comm.log) if e == "barrier"]
+    for warm, timed in ((comm.log[:b0], comm.log[b0 + 1:b0 + 7]),
+                        (comm.log[b0 + 7:b1], comm.log[b1 + 1:])):
+        assert len(timed) == 6 and set(timed) <= set(warm), (warm, timed)

@@ -14,8 +14,12 @@ figures of different libraries differ only by the library:
   ``k`` uses the window at offset ``window x (k mod steps)``, so a size
   smaller than the buffers is not served from cache just because the same
   bytes were sent a moment ago (``--no-rotate`` turns this off).
-* Per size and placement: ``warmup`` calls, a barrier, ``iters`` timed calls;
-  each rank's mean is combined over ranks (max by default, see ``average``).
+* Per size and placement: ``warmup`` calls, at least one on each window the
+  timed loop uses (no timed call is the first on its buffers: a library that
+  prepares something per buffer, as meshcast's lane does, would otherwise pay
+  it inside the first size's timed loop; 8 B rows read 1.5x too slow with 5
+  warm-up calls over 20 windows), a barrier, ``iters`` timed calls; each rank's
+  mean is combined over ranks (max by default, see ``average``).
 * Check: after the timed loop the data are written afresh, one call is made
   and every rank counts the elements that differ from the closed-form result
   (:mod:`.collectives`); the counts are summed over ranks (``#wrong``).
@@ -57,7 +61,8 @@ class SweepSpec:
         dtype: NumPy dtype name.
         redop: reduce op for the collectives that reduce.
         root: root rank for the rooted collectives.
-        warmup: untimed calls per size and placement.
+        warmup: untimed calls per size and placement (at least one per window the
+            timed loop uses, whatever this says).
         iters: timed calls per size and placement.
         check: run the data check (``#wrong``).
         average: how per-rank times are combined, one of :data:`AVERAGES`.
@@ -218,7 +223,7 @@ def _one(comm: Comm, spec: SweepSpec, coll: Collective, size: int, counts: Count
     except Unsupported as exc:
         return record(spec, coll, size, counts, n, placement, comm.library, None, None,
                       note=str(exc))
-    for k in range(spec.warmup):
+    for k in range(max(spec.warmup, len(prepared) if spec.iters else 0)):
         prepared[k % len(prepared)].run()
     comm.barrier()
     t0 = time.perf_counter()
