@@ -224,9 +224,9 @@ class ProcessGroup(GroupRanks):
             return None
         return self.symmetric.find(flat)
 
-    def _in_place(self, kind: str, region: symmetric.Region, body: Callable[[int, str], None],
+    def _in_place(self, kind: str, region: symmetric.Region, body: Callable[..., None],
                   async_op: bool, **fields: Any) -> Work | None:
-        """Enter, then ``body(seq, what)`` on the symmetric ``region`` (paths/symmetric.py)."""
+        """``body(fp, what)`` on the symmetric ``region`` (paths/symmetric.py)."""
         fp = Fingerprint(next(self._seq), kind, path=SYMMETRIC_PATH,
                          extra=symmetric_extra(*region.key), **fields)
         what = self._what(kind, fp.seq)

@@ -171,6 +171,43 @@ def hammer(rounds: int) -> None:
         assert (x == k).all()
 
 
+def late_ranks(sleep: float) -> None:
+    """Each symmetric collective with one rank late (in turn): the others' compiled entry
+    stops in its spin, Python waits for the late one, and the program goes on."""
+    import time
+
+    r, n = dist.get_rank(), dist.get_world_size()
+    _fast.SYMMETRIC_MIN_BYTES = 0
+    count = 1 << 19  # (2 MiB a piece: a broadcast of one is past the one-shot sizes)
+    x = dist.empty(count * n, np.float32)
+    pg = dist.group.WORLD
+    for late in range(n):
+        x[:] = r + 1
+        if r == late:
+            time.sleep(sleep)
+        dist.all_reduce(x)
+        assert (x == n * (n + 1) // 2).all(), (late, x[:4])
+        assert pg.last_algorithm == "all_reduce/symmetric"
+        piece = x[late * count:(late + 1) * count]
+        piece[:] = late if r == late else -1
+        if r == late:
+            time.sleep(sleep)
+        dist.broadcast(piece, src=late)
+        assert (piece == late).all(), (late, piece[:4])
+        assert pg.last_algorithm == "broadcast/symmetric"
+        if r == (late + 1) % n:
+            time.sleep(sleep)
+        dist.all_gather_into_tensor(x, np.full(count, r, np.float32))
+        assert (x.reshape(n, -1) == np.arange(n, dtype=np.float32)[:, None]).all()
+        assert pg.last_algorithm == "all_gather/symmetric"
+        out = np.zeros(count, np.float32)
+        if r == late:
+            time.sleep(sleep)
+        dist.reduce_scatter_tensor(out, x)
+        assert (out == n * r).all(), (late, out[:4])
+        assert pg.last_algorithm == "reduce_scatter/symmetric"
+
+
 def gather_and_scatter_reduce(counts: list[int]) -> list[str]:
     """all_gather_into_tensor into a symmetric output and reduce_scatter_tensor from a
     symmetric input, out of place and in place, against NumPy."""

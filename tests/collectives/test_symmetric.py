@@ -35,6 +35,12 @@ def test_subgroup_and_non_member():
     assert out == [False, True, False, True]
 
 
+@pytest.mark.parametrize("compiled", ["1", "0"])
+def test_a_late_rank_is_waited_for(compiled):
+    spawn_world(bodies.late_ranks, 3, timeout=90, sleep=0.05,
+                env={"MESHCAST_COMPILED": compiled})
+
+
 def test_no_stale_reads_or_writes_across_back_to_back_calls():
     spawn_world(bodies.hammer, 3, timeout=90, rounds=200)
 

@@ -31,41 +31,67 @@ import numpy as np
 from .. import ops
 from .single_copy import CopyProgram, run_program
 
+_SEQ_BYTES = 8  # the packed fingerprint's first field, the call's sequence number
+
 if TYPE_CHECKING:
     from .._fingerprint import Fingerprint
     from . import GroupView, Job
     from .single_copy import CopyPrograms
 
 
-def job(group: GroupView, fp: Fingerprint, what: str, run: Callable[[int, str], None]
-        ) -> Job:
-    """Enter call ``fp`` (the general path's entry), then ``run(seq, what)`` its program
-    (see :func:`call`), whose own closing round keeps every rank in until nobody reads
-    or writes the parts any more."""
-    arena = group.arena
+def job(group: GroupView, fp: Fingerprint, what: str,
+        run: Callable[[Fingerprint, str], None]) -> Job:
+    """Call ``fp`` (named ``what``): ``run(fp, what)`` (see :func:`call`) enters it and
+    runs its program, whose own closing round keeps every rank in until nobody reads or
+    writes the parts any more."""
 
     def symmetric_call() -> None:
-        arena.enter(fp, what, group._deadline())
         group.last_algorithm = f"{fp.kind}/symmetric"
-        run(fp.seq, what)
+        run(fp, what)
 
     return symmetric_call
 
 
 def call(group: GroupView, program: CopyProgram, inp: np.ndarray | list[np.ndarray] | None,
          out: np.ndarray | list[np.ndarray] | None, finish: Callable[[], None]
-         ) -> Callable[[int, str], None]:
-    """The part of a symmetric call after its entry: ``program`` (:func:`program`) on the
-    call's flat ``inp`` and ``out``, the side in the allocation given as every rank's part
-    of it, then ``finish()``. A copy or fold outside the parts (the ranks disagree about
-    the sizes: the fingerprint compares them, so only a bug) aborts the group."""
+         ) -> Callable[[Fingerprint, str], None]:
+    """A symmetric call: ``program`` (:func:`program`) on the call's flat ``inp`` and
+    ``out``, the side in the allocation given as every rank's part of it, then
+    ``finish()``. With the compiled interpreter, one call of it enters (every rank's
+    fingerprint must be mine: a symmetric call's names its region, the same on every
+    rank) and runs the records; where it stops, :func:`~.single_copy.run_program` goes
+    on in Python (a late rank; fingerprints that differ raise the MismatchError
+    :meth:`Arena.enter` raises). Without it, :meth:`Arena.enter`, then Python's
+    executor. A copy or fold outside the parts (the ranks disagree about the sizes: the
+    fingerprint compares them, so only a bug) aborts the group."""
+    arena = group.arena
+    others = group._size
 
-    def after_entry(seq: int, what: str) -> None:
+    def run(fp: Fingerprint, what: str) -> None:
         group.last_compiled = program.packed is not None  # (for the trace)
-        run_program(group, seq, what, program, None, inp, out, None)
+        seq = fp.seq
+        if program.packed is None:
+            arena.enter(fp, what, group._deadline())
+            run_program(group, seq, what, program, None, inp, out, None)
+            finish()
+            return
+        packed = fp.pack()
+        entry = ((packed[_SEQ_BYTES:],) * others, -1, None)
+        got = arena.compiled_program(seq, entry, arena.spin_ns, program.packed, inp, out,
+                                     program.kernel, 0)
+        if got:
+            deadline = group._deadline()
+
+            def agree(status: int) -> bool:
+                if not arena.finish_entry(seq, packed, what, deadline, status):
+                    arena.compare_entered(seq, False)  # (raises what enter raises)
+                    raise AssertionError(f"{what}: fingerprints differ, yet compare alike")
+                return True
+
+            run_program(group, seq, what, program, entry, inp, out, got, agree)
         finish()
 
-    return after_entry
+    return run
 
 
 def program(copies: CopyPrograms, kind: str, dtype: np.dtype, n_in: int | None,

@@ -1621,7 +1621,8 @@ static int bind_buffers(const int64_t *prog, PyObject *inp, PyObject *out, Py_bu
 /* Whether every piece of prog's listed side (bufs 2 ...) looks like the other side's
  * buffer (looks_like: type, length, shape, dtype), as a gather's or scatter's pieces
  * must look like the array of the rank's own (torch's list forms; the interpreter
- * itself checks lengths only). 1 where no side is listed or the other is None. */
+ * itself checks lengths only). 1 where no side is listed or the other is None. (A
+ * MAPPED program's pieces are every rank's part of its side: not asked.) */
 static int pieces_look_alike(const int64_t *prog, const Py_buffer *views, Py_ssize_t nb) {
     Py_ssize_t side = (Py_ssize_t)prog[4];
     if (side < 0 || views[1 - side].obj == NULL)
@@ -1779,7 +1780,7 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
     PipedGet gets_held[STAGE_HELD], *gets = gets_held;
     Py_ssize_t ngets = 0, piped_end = 0;
     if (bind_buffers(prog, args[4], args[5], views, bufs, nb) < 0
-            || (tails != NULL && !pieces_look_alike(prog, views, nb))) {
+            || (tails != NULL && !(prog[2] & MAPPED) && !pieces_look_alike(prog, views, nb))) {
         if (tails == NULL)
             goto fail;
         PyErr_Clear(); /* a rooted call the interpreter does not take: nothing done */
