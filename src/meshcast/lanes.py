@@ -49,6 +49,7 @@ from .algorithms._program import INPUT, NO_BUFFER, OUTPUT
 from .buffers import SUPPORTED, as_buffer
 from .errors import InvalidUsage
 from .paths import GroupView, single_copy
+from .paths import symmetric as symmetric_path
 from .paths.oneshot import Programs, pack_split_header, split_head, split_header
 from .transport.shm import KIND_P2P
 from .work import P2PWork, Work
@@ -130,6 +131,8 @@ class TinyCallLane:
         # call shape is flattened once, whichever path meets it first; see _program)
         self._programs = programs
         self._copy_programs = copies
+        self._symmetric_calls = symmetric_path.InlineCalls(group, copies,
+                                                           self._whats["all_reduce"])
 
     # ------------------------------------------------------------------ calls
 
@@ -144,10 +147,12 @@ class TinyCallLane:
             self._last_all_reduce = (arr.dtype, arr.shape, op, plan)
         flags = arr.flags  # (_writable, inline: this is the hottest call)
         if not (plan and flags.c_contiguous and flags.writeable):
-            return False
-        if self.group.symmetric.allocations and self._symmetric(
-                arr, _fast.SYMMETRIC_ALL_REDUCE_MIN_BYTES):
-            return False
+            # (a bool: the tracer tells a call the lane did not take by False)
+            return (bool(self.group.symmetric.allocations) and flags.c_contiguous
+                    and flags.writeable and self._symmetric_all_reduce(arr)
+                    and self._symmetric_calls.all_reduce(arr, op))
+        if self.group.symmetric.allocations and self._symmetric_all_reduce(arr):
+            return self._symmetric_calls.all_reduce(arr, op)
         tail, views, kernel, average, code, prog = plan
         if views is None:
             return self._all_reduce_single(arr, tail, average, prog)
@@ -186,9 +191,11 @@ class TinyCallLane:
         plan = self._plan(("all_reduce", arr.dtype, arr.shape, op), self._all_reduce_plan,
                           arr, op)
         flags = arr.flags
-        if not (plan and flags.c_contiguous and flags.writeable) or (
-                self.group.symmetric.allocations
-                and self._symmetric(arr, _fast.SYMMETRIC_ALL_REDUCE_MIN_BYTES)):
+        if not (flags.c_contiguous and flags.writeable):
+            return None
+        if self.group.symmetric.allocations and self._symmetric_all_reduce(arr):
+            return self._symmetric_async(arr, op)
+        if not plan:
             return None
         tail, views, kernel, average, code, prog = plan
         if views is None:
@@ -197,6 +204,41 @@ class TinyCallLane:
             return self._start("all_reduce", tail, arr, arr, code, average, _ignore, prog=prog)
         return self._start("all_reduce", tail, arr, None, None, False, _reduce_parity, arr,
                            views, kernel, average)
+
+    def _symmetric_async(self, arr: np.ndarray, op: Any) -> Work | None:
+        """An async all_reduce on a symmetric array (see paths.symmetric.InlineCalls), as
+        :meth:`_copy_call`'s async calls: the whole program in the caller up to
+        ``_select.ASYNC_INLINE_MAX_BYTES``, else the entry alone there and the records
+        after it on the worker thread. None: the general path."""
+        plan = self._symmetric_calls.plan(arr, op)
+        if plan is None:
+            return None
+        program, parts, entry, average = plan
+        group = self.group
+        arena = group.arena
+        what = self._whats["all_reduce"]
+        whole = arr.nbytes <= _fast.ASYNC_INLINE_MAX_BYTES
+
+        def enter(seq: int) -> tuple[int, Callable[[], None]]:
+            if whole:
+                got = arena.compiled_program(seq, entry, arena.spin_ns, program.packed, None,
+                                             parts, program.kernel, 0)
+            else:  # the entry alone: the worker runs the rest
+                status = arena.compiled_rooted(seq, entry[0], None, arena.spin_ns, None)
+                got = program.entered * 8 + status if status else -1
+
+            def finish() -> None:
+                group.last_algorithm = "all_reduce/symmetric"
+                left = got if got >= 0 else single_copy.run_after_entry(
+                    group, seq, what, program, None, parts)
+                if left:
+                    symmetric_path.go_on(group, seq, what, program, entry, None, parts, left)
+                if average:
+                    ops.finish_average(arr, group._size)
+
+            return max(got, 0), finish
+
+        return self._async_single(enter, what, arr.nbytes)
 
     def broadcast_async(self, arr: np.ndarray, src: int) -> Work | None:
         """:meth:`ProcessGroup.broadcast` with ``async_op=True`` (see :meth:`_start`)."""
@@ -1897,6 +1939,13 @@ class TinyCallLane:
         small = self.group.arena.small
         return [[small[r][p][:like.nbytes].view(like.dtype).reshape(like.shape)
                  for r in range(self.group.size())] for p in (0, 1)]
+
+    def _symmetric_all_reduce(self, arr: np.ndarray) -> bool:
+        """Whether an all_reduce of ``arr`` takes the symmetric path: the general path's
+        rule (calls.all_reduce: from SYMMETRIC_ALL_REDUCE_MIN_BYTES where one-shot would
+        take it, at any size past; never where MESHCAST_ALGO names all_reduce)."""
+        return "all_reduce" not in self.group.tuned and self._symmetric(
+            arr, _fast.SYMMETRIC_ALL_REDUCE_MIN_BYTES if self._fits(arr.nbytes) else 0)
 
     def _symmetric(self, arr: np.ndarray, least: int | None = None) -> bool:
         """Whether ``arr`` is large enough for the symmetric path (``least`` bytes, the

@@ -114,7 +114,7 @@ class SymmetricHeap:
         """The region ``flat`` occupies, if it lies entirely in my part of an allocation."""
         if not self.allocations or flat.nbytes == 0 or not flat.flags.c_contiguous:
             return None
-        address = flat.ctypes.data
+        address = flat.__array_interface__["data"][0]  # (ctypes.data costs a microsecond)
         for alloc in self.allocations:
             start, end = alloc.my_range
             if start <= address and address + flat.nbytes <= end:

@@ -80,6 +80,17 @@ def shapes_slices_and_async() -> None:
     g = [np.zeros_like(f) for _ in range(n)]
     dist.all_gather(g, f)
     assert all(x.tobytes() == f.tobytes() for x in g)
+    # async on the lane: inline up to ASYNC_INLINE_MAX_BYTES, else the entry in the
+    # caller and the program's records on the worker; AVG divides after either
+    pg = dist.group.WORLD
+    for count in (1 << 16, 1 << 19):  # 256 KiB, 2 MiB of float32
+        a = dist.empty(count, np.float32)
+        a[:] = np.arange(count, dtype=np.float32) % 7 + r
+        w = dist.all_reduce(a, op=ReduceOp.AVG, async_op=True)
+        w.wait()
+        want = np.arange(count, dtype=np.float32) % 7 + (n - 1) / 2
+        assert np.allclose(a, want), (count, a[:4], want[:4])
+        assert pg.last_algorithm == "all_reduce/symmetric", pg.last_algorithm
     # other collectives accept symmetric arrays (they just take their ordinary path)
     out = dist.empty(n * 4, np.int32)
     dist.all_gather_into_tensor(out, np.full(4, r, np.int32))

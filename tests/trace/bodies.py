@@ -112,9 +112,10 @@ def rank_never_arrives(late: int, sleep: float, algorithm: str | None = None) ->
 
 
 def symmetric_calls() -> list:
-    """A symmetric all_reduce whose fold the compiled kernels have (float32), one they
-    lack (complex64: Python's executor runs the program) and a symmetric all_gather;
-    returns ``last_algorithm`` after each."""
+    """A symmetric all_reduce whose fold the compiled kernels have (float32: the lane),
+    one they lack (complex64: the general path, Python's executor runs the program), a
+    symmetric all_gather (the general path) and an async all_reduce (the lane); returns
+    ``last_algorithm`` after each."""
     r, n = dist.get_rank(), dist.get_world_size()
     log: list = []
     for dtype in (np.float32, np.complex64):
@@ -127,4 +128,9 @@ def symmetric_calls() -> list:
     dist.all_gather_into_tensor(out, np.full(1 << 17, r, np.float32))
     assert (out.reshape(n, -1) == np.arange(n, dtype=np.float32)[:, None]).all()
     _ran(log, "all_gather")
+    y = dist.empty(1 << 19, np.float32)  # 2 MiB, async: the copies on the worker
+    y[:] = r
+    dist.all_reduce(y, async_op=True).wait()
+    assert (y == n * (n - 1) // 2).all()
+    _ran(log, "all_reduce")
     return log

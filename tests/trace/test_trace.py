@@ -148,14 +148,17 @@ def test_symmetric_calls_are_traced_as_the_programs_they_ran(tmp_path):
                       env={"MESHCAST_TRACE": str(tmp_path)})
     for t, log in zip(read_dir(str(tmp_path)), out):
         # (meshcast.empty's own agreement is a call of the group too: left out)
-        colls = [(c["kind"], c["algorithm"], c["family"], c["compiled"]) for c in t.calls
-                 if (c["algorithm"] or "").endswith("/symmetric")]
+        colls = [(c["kind"], c["algorithm"], c["family"], c["compiled"], c["lane"],
+                  c["async"]) for c in t.calls if (c["algorithm"] or "").endswith("/symmetric")]
         assert [c[:2] for c in colls] == [tuple(e) for e in log]
-        # float32 folds in the interpreter; complex64 has no compiled kernel: Python's
-        # executor ran the same program; the all_gather only copies
-        assert colls == [("all_reduce", "all_reduce/symmetric", "symmetric", True),
-                         ("all_reduce", "all_reduce/symmetric", "symmetric", False),
-                         ("all_gather", "all_gather/symmetric", "symmetric", True)], colls
+        # float32 folds in the interpreter, on the lane; complex64 has no compiled kernel:
+        # the general path, Python's executor ran the same program; the all_gather only
+        # copies (the general path); the async all_reduce: the lane's
+        assert colls == [
+            ("all_reduce", "all_reduce/symmetric", "symmetric", True, True, False),
+            ("all_reduce", "all_reduce/symmetric", "symmetric", False, False, False),
+            ("all_gather", "all_gather/symmetric", "symmetric", True, False, False),
+            ("all_reduce", "all_reduce/symmetric", "symmetric", True, True, True)], colls
 
 
 def test_a_rank_stopped_inside_a_call_is_written_with_no_end(tmp_path):

@@ -435,14 +435,18 @@ ALL_GATHER_SINGLE_MIN_BYTES = 256 << 10
 
 # Where the one-shot path runs (one synchronisation, a copy in), it beats the symmetric
 # broadcast (two synchronisations, no copies), which therefore starts where the one-shot
-# path ends. The symmetric all_reduce wins from 512 KiB (`meshcast bench --symmetric`, 2
-# ranks, same run: 59.5 vs 79.2 us at 512 KiB, 85.6 vs 206 us at 1 MiB; a tie at
-# 256 KiB), and all_gather / reduce_scatter, whose symmetric forms save a copy of every
+# path ends. The symmetric all_reduce, a program the lane runs in one compiled call
+# (paths/symmetric.InlineCalls, stop 72), wins from 64 KiB (hot, one job each, MAX;
+# one-shot / symmetric us: 2 ranks 16 KiB 3.9-5.1 / 4.4-5.2, 32 KiB 6.9-7.3 /
+# 5.6-5.7, 64 KiB 10.4-10.8 / 6.1-6.2, 128 KiB 12.5-18.1 / 5.6-6.9; 4 ranks 32 KiB
+# 18.0-20.9 / 16.7-21.8, 64 KiB 31-42 / 23-34; 8 ranks 32 KiB 57-58 / 55-58, 64 KiB
+# 82-88 / 57-63). (Before, through the general path, from 512 KiB: 59.5 vs 79.2 us at
+# 512 KiB, a tie at 256 KiB.) all_gather / reduce_scatter, whose symmetric forms save a copy of every
 # piece, from 512 KiB (gathered array, scattered input): below it the one-shot lane's
 # compiled round costs less than the symmetric path's entry (2 ranks, same run:
 # all_gather 31.5 vs 20.1 us at 128 KiB, a tie from 256 KiB; reduce_scatter 34.4 vs
 # 14.4 us at 128 KiB, 33.5 vs 25.0 at 256 KiB, 36.9 vs 45.7 at 512 KiB).
-SYMMETRIC_ALL_REDUCE_MIN_BYTES = 512 << 10
+SYMMETRIC_ALL_REDUCE_MIN_BYTES = 64 << 10
 SYMMETRIC_MIN_BYTES = 512 << 10
 
 # An async single-copy call whose ranks are all in at once runs inline up to this many
