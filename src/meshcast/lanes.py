@@ -131,8 +131,7 @@ class TinyCallLane:
         # call shape is flattened once, whichever path meets it first; see _program)
         self._programs = programs
         self._copy_programs = copies
-        self._symmetric_calls = symmetric_path.InlineCalls(group, copies,
-                                                           self._whats["all_reduce"])
+        self._symmetric_calls = symmetric_path.InlineCalls(group, copies, self._whats)
 
     # ------------------------------------------------------------------ calls
 
@@ -150,9 +149,9 @@ class TinyCallLane:
             # (a bool: the tracer tells a call the lane did not take by False)
             return (bool(self.group.symmetric.allocations) and flags.c_contiguous
                     and flags.writeable and self._symmetric_all_reduce(arr)
-                    and self._symmetric_calls.all_reduce(arr, op))
+                    and self._symmetric_calls.call("all_reduce", arr, None, op))
         if self.group.symmetric.allocations and self._symmetric_all_reduce(arr):
-            return self._symmetric_calls.all_reduce(arr, op)
+            return self._symmetric_calls.call("all_reduce", arr, None, op)
         tail, views, kernel, average, code, prog = plan
         if views is None:
             return self._all_reduce_single(arr, tail, average, prog)
@@ -210,10 +209,10 @@ class TinyCallLane:
         :meth:`_copy_call`'s async calls: the whole program in the caller up to
         ``_select.ASYNC_INLINE_MAX_BYTES``, else the entry alone there and the records
         after it on the worker thread. None: the general path."""
-        plan = self._symmetric_calls.plan(arr, op)
+        plan = self._symmetric_calls.plan("all_reduce", arr, op)
         if plan is None:
             return None
-        program, parts, entry, average = plan
+        program, parts, entry, average, _ = plan
         group = self.group
         arena = group.arena
         what = self._whats["all_reduce"]
@@ -248,6 +247,8 @@ class TinyCallLane:
         if not (plan and flags.c_contiguous and flags.writeable):
             return None
         tail, views, root, prog = plan
+        if self.group.symmetric.allocations and self._symmetric_broadcast(arr):
+            return None  # (the general path's symmetric call)
         if views is None:
             return self._broadcast_single(arr, tail, prog, async_op=True)
         if prog is None:  # no compiled interpreter: the general path
@@ -298,7 +299,7 @@ class TinyCallLane:
         """reduce_scatter_tensor with ``async_op=True`` (see :meth:`_start`)."""
         plan = self._pair_plan("reduce_scatter", out, inp, self._reduce_scatter_plan, op)
         if not plan or not out.flags.writeable or (
-                self.group.symmetric.allocations and self._symmetric(inp)):
+                self.group.symmetric.allocations and self._symmetric(inp, _fast.SYMMETRIC_REDUCE_SCATTER_MIN_BYTES)):
             return None
         tail, views, pieces, kernel, average, code, prog = plan
         if views is None:
@@ -680,6 +681,8 @@ class TinyCallLane:
         if not (plan and flags.c_contiguous and flags.writeable):
             return False
         tail, views, root, prog = plan
+        if self.group.symmetric.allocations and self._symmetric_broadcast(arr):
+            return self._symmetric_calls.call("broadcast", arr, None, root=root)
         if views is None:
             return self._broadcast_single(arr, tail, prog)
         group = self.group
@@ -716,10 +719,8 @@ class TinyCallLane:
         ``program`` (and its entry) through :meth:`_copy_call` (None: the general path).
         The ranks can only disagree illegally (the count and the root are in the
         fingerprint): the entry raises that."""
-        group = self.group
-        if program is None or (_fast.symmetric_broadcast(group.caps, arr.nbytes)
-                               and self._symmetric(arr, 0)):
-            return None if async_op else False  # the symmetric path, or the general one
+        if program is None:
+            return None if async_op else False
         return self._copy_call("broadcast", tail, program, None, arr, arr, _entry_differs,
                                async_op)
 
@@ -730,7 +731,7 @@ class TinyCallLane:
             return False
         group = self.group
         if group.symmetric.allocations and self._symmetric(out):
-            return False
+            return self._symmetric_calls.call("all_gather", out, inp.reshape(-1))
         tail, views, prog = plan
         if views is None:
             return self._all_gather_single(out, inp, tail, prog)
@@ -839,8 +840,8 @@ class TinyCallLane:
         if not plan or not out.flags.writeable:
             return False
         group = self.group
-        if group.symmetric.allocations and self._symmetric(inp):
-            return False
+        if group.symmetric.allocations and self._symmetric(inp, _fast.SYMMETRIC_REDUCE_SCATTER_MIN_BYTES):
+            return self._symmetric_calls.call("reduce_scatter", inp, out.reshape(-1), op)
         tail, views, pieces, kernel, average, code, prog = plan
         if views is None:
             return self._reduce_scatter_single(out.reshape(-1), inp.reshape(-1), tail, kernel,
@@ -1946,6 +1947,12 @@ class TinyCallLane:
         take it, at any size past; never where MESHCAST_ALGO names all_reduce)."""
         return "all_reduce" not in self.group.tuned and self._symmetric(
             arr, _fast.SYMMETRIC_ALL_REDUCE_MIN_BYTES if self._fits(arr.nbytes) else 0)
+
+    def _symmetric_broadcast(self, arr: np.ndarray) -> bool:
+        """Whether a broadcast of ``arr`` takes the symmetric path (calls.broadcast's
+        rule: ``_select.symmetric_broadcast``)."""
+        return (_fast.symmetric_broadcast(self.group.caps, arr.nbytes)
+                and self._symmetric(arr, 0))
 
     def _symmetric(self, arr: np.ndarray, least: int | None = None) -> bool:
         """Whether ``arr`` is large enough for the symmetric path (``least`` bytes, the

@@ -114,7 +114,7 @@ def rank_never_arrives(late: int, sleep: float, algorithm: str | None = None) ->
 def symmetric_calls() -> list:
     """A symmetric all_reduce whose fold the compiled kernels have (float32: the lane),
     one they lack (complex64: the general path, Python's executor runs the program), a
-    symmetric all_gather (the general path) and an async all_reduce (the lane); returns
+    symmetric all_gather (the lane) and an async all_reduce (the lane); returns
     ``last_algorithm`` after each."""
     r, n = dist.get_rank(), dist.get_world_size()
     log: list = []

@@ -153,11 +153,11 @@ def test_symmetric_calls_are_traced_as_the_programs_they_ran(tmp_path):
         assert [c[:2] for c in colls] == [tuple(e) for e in log]
         # float32 folds in the interpreter, on the lane; complex64 has no compiled kernel:
         # the general path, Python's executor ran the same program; the all_gather only
-        # copies (the general path); the async all_reduce: the lane's
+        # copies (the lane); the async all_reduce: the lane's
         assert colls == [
             ("all_reduce", "all_reduce/symmetric", "symmetric", True, True, False),
             ("all_reduce", "all_reduce/symmetric", "symmetric", False, False, False),
-            ("all_gather", "all_gather/symmetric", "symmetric", True, False, False),
+            ("all_gather", "all_gather/symmetric", "symmetric", True, True, False),
             ("all_reduce", "all_reduce/symmetric", "symmetric", True, True, True)], colls
 
 

@@ -449,6 +449,16 @@ ALL_GATHER_SINGLE_MIN_BYTES = 256 << 10
 SYMMETRIC_ALL_REDUCE_MIN_BYTES = 64 << 10
 SYMMETRIC_MIN_BYTES = 512 << 10
 
+# The symmetric broadcast and reduce_scatter on the lane (stop 72; hot, one job per rank
+# count, one-shot or single-copy / symmetric us). broadcast: 2 ranks 128 KiB 5.1 / 5.9,
+# 256 KiB 14.0 / 6.7, 1 MiB 41.1 / 13.5; 4 ranks 128 KiB 22.4 / 23.4, 256 KiB 32.5 /
+# 27.0; 8 ranks 128 KiB 54.5 / 62.9, 256 KiB 80.2 / 71.3. reduce_scatter (its input):
+# 2 ranks 128 KiB 6.0 / 6.6, 256 KiB 15.3 / 8.1; 4 ranks 128 KiB 27.6 / 24.6, 256 KiB
+# 37.9 / 30.3; 8 ranks 256 KiB 96.5 / 84.3. (all_gather keeps SYMMETRIC_MIN_BYTES: at 8
+# ranks 256 KiB gathered ran 66.3 / 75.4, 512 KiB 249 / 88.)
+SYMMETRIC_BROADCAST_MIN_BYTES = 256 << 10
+SYMMETRIC_REDUCE_SCATTER_MIN_BYTES = 256 << 10
+
 # An async single-copy call whose ranks are all in at once runs inline up to this many
 # bytes exposed a rank; a larger one goes to the group's worker thread, whose copies may
 # overlap the caller's work (DDP's buckets, FSDP's prefetch).
@@ -586,9 +596,8 @@ def oneshot_broadcast(caps: HostCaps, nbytes: int) -> bool:
 
 def symmetric_broadcast(caps: HostCaps, nbytes: int) -> bool:
     """Whether a broadcast of ``nbytes`` on a symmetric allocation takes the symmetric
-    path: where one-shot ends (see :data:`SYMMETRIC_MIN_BYTES`; single-copy, which
-    starts inside the one-shot sizes, is the faster there)."""
-    return not oneshot(caps, nbytes)
+    path (:data:`SYMMETRIC_BROADCAST_MIN_BYTES`; below, one-shot is the faster)."""
+    return caps.size > 1 and nbytes >= SYMMETRIC_BROADCAST_MIN_BYTES
 
 
 def oneshot_all_gather(caps: HostCaps, piece: int) -> bool:
@@ -700,10 +709,10 @@ def fast_path(kind: str, caps: HostCaps, piece: int, *, symmetric: bool = False,
     if kind == "barrier":
         return "oneshot" if oneshot(caps, 0) else None
     if kind == "broadcast":
-        if oneshot_broadcast(caps, piece):
-            return "oneshot"
         if symmetric and symmetric_broadcast(caps, piece):
             return "symmetric"
+        if oneshot_broadcast(caps, piece):
+            return "oneshot"
         return "cma" if single_copy(caps, piece) else None
     if kind == "all_reduce":
         if symmetric and (piece >= SYMMETRIC_ALL_REDUCE_MIN_BYTES or not oneshot(caps, piece)):
@@ -729,7 +738,7 @@ def fast_path(kind: str, caps: HostCaps, piece: int, *, symmetric: bool = False,
             return "oneshot"
         return "cma" if single_copy(caps, piece) else None
     if kind == "reduce_scatter":
-        if symmetric and piece * n >= SYMMETRIC_MIN_BYTES:
+        if symmetric and piece * n >= SYMMETRIC_REDUCE_SCATTER_MIN_BYTES:
             return "symmetric"
         if oneshot(caps, piece * n):
             return "oneshot"
@@ -746,7 +755,8 @@ __all__ = ["ALL_GATHER_SINGLE_MIN_BYTES", "ALL_REDUCE_SINGLE_MIN_BYTES",
            "BROADCAST_SINGLE_MIN_BYTES",
            "ONESHOT_WORK_BYTES", "ROOTED_SINGLE_MIN_BYTES", "ROOTED_SPLIT_MIN_BYTES",
            "SINGLE_COPY_MIN_BYTES",
-           "SYMMETRIC_ALL_REDUCE_MIN_BYTES", "SYMMETRIC_MIN_BYTES", "TABLE", "Choice", "HostCaps",
+           "SYMMETRIC_ALL_REDUCE_MIN_BYTES", "SYMMETRIC_BROADCAST_MIN_BYTES",
+           "SYMMETRIC_MIN_BYTES", "SYMMETRIC_REDUCE_SCATTER_MIN_BYTES", "TABLE", "Choice", "HostCaps",
            "Rule", "algorithm_name", "all_reduce_single_copy", "all_to_all_direct_limit",
            "all_to_all_single_copy", "decide", "direct_bytes", "fast_path", "message_bytes",
            "oneshot", "oneshot_all_gather", "oneshot_broadcast", "parse_tune", "select", "single_copy",

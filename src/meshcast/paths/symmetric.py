@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import ops
 from .._fingerprint import SYMMETRIC_PATH, Fingerprint, symmetric_extra
-from ..algorithms._program import OUTPUT
+from ..algorithms._program import INPUT, OUTPUT
 from ..errors import InvalidUsage
 from .single_copy import CopyProgram, run_program
 
@@ -111,36 +111,44 @@ def go_on(group: GroupView, seq: int, what: object, program: CopyProgram, entry:
 
 
 class InlineCalls:
-    """The tiny-call lane's symmetric calls (meshcast/lanes.py): a synchronous all_reduce
-    on a symmetric array, its plan (the program, every rank's part, the rooted entry)
-    made once per array place, size, dtype and op, then one compiled call, with no
-    Fingerprint, closure or Work of the general path's (which costs a symmetric call
-    of 512 KiB a third of its time). Only with the compiled interpreter; anything else
-    goes on the general path, whose fingerprint is the same."""
+    """The tiny-call lane's symmetric calls (meshcast/lanes.py): a synchronous
+    all_reduce, broadcast, all_gather_into_tensor or reduce_scatter_tensor (and an
+    async all_reduce) whose array in the allocation (``arr``) the lane found, its plan
+    (the program, every rank's part, the rooted entry) made once per kind, place,
+    size, dtype, op and root, then one compiled call, with none of the general path's
+    Fingerprint, closures or Work (which cost a symmetric all_reduce of 512 KiB half
+    its time). Only with the compiled interpreter; anything else goes on the general
+    path, whose fingerprint is the same."""
 
-    def __init__(self, group: GroupView, copies: CopyPrograms, what: object) -> None:
-        self.group, self.copies, self.what = group, copies, what
+    def __init__(self, group: GroupView, copies: CopyPrograms, whats: dict[str, object]
+                 ) -> None:
+        self.group, self.copies, self.whats = group, copies, whats
         self._plans: dict[tuple, tuple | None] = {}
 
-    def plan(self, arr: np.ndarray, op: ops.ReduceOp) -> tuple | None:
-        """(program, parts, rooted entry, average) of a symmetric all_reduce on ``arr``'s
-        place with ``op``, made on first use; None: not one the lane runs."""
-        key = (arr.__array_interface__["data"][0], arr.nbytes, arr.dtype, op)
+    def plan(self, kind: str, arr: np.ndarray, op: ops.ReduceOp | None = None,
+             root: int = -1) -> tuple | None:
+        """(program, parts, rooted entry, average, side) of a symmetric ``kind`` on
+        ``arr``'s place (with ``op``; a broadcast from group rank ``root``), made on
+        first use; None: not one the lane runs."""
+        key = (kind, arr.__array_interface__["data"][0], arr.nbytes, arr.dtype, op, root)
         plan = self._plans.get(key, False)
         if plan is False:
             if len(self._plans) >= 64:
                 self._plans.clear()
-            plan = self._plans[key] = self._all_reduce_plan(arr, op)
+            plan = self._plans[key] = self._plan(kind, arr, op, root)
         return plan
 
-    def all_reduce(self, arr: np.ndarray, op: ops.ReduceOp) -> bool:
-        """``arr`` (C-contiguous, writable, in a symmetric allocation, large enough: the
-        lane checked) all-reduced in place with ``op``; False where the general path
-        takes it (no plan here, or async work queued ahead)."""
-        plan = self.plan(arr, op)
+    def call(self, kind: str, arr: np.ndarray, other: np.ndarray | None,
+             op: ops.ReduceOp | None = None, root: int = -1) -> bool:
+        """Call ``kind`` on ``arr`` (C-contiguous, writable where written, in a symmetric
+        allocation, large enough: the lane checked) and ``other``, the call's flat array
+        outside the allocation (all_gather's input, reduce_scatter's output; None); False
+        where the general path takes it (no plan here, or async work queued ahead)."""
+        plan = self.plan(kind, arr, op, root)
         if plan is None:
             return False
-        program, parts, entry, average = plan
+        program, parts, entry, average, side = plan
+        inp, out = (parts, other) if side == INPUT else (other, parts)
         group = self.group
         fifo = group.fifo
         if not fifo.enter_inline():  # queued async work goes first: the general path
@@ -148,43 +156,62 @@ class InlineCalls:
         try:
             arena = group.arena
             seq = next(group._seq)
-            got = arena.compiled_program(seq, entry, arena.spin_ns, program.packed, None,
-                                         parts, program.kernel, 0)
-            group.last_algorithm = "all_reduce/symmetric"
+            got = arena.compiled_program(seq, entry, arena.spin_ns, program.packed, inp, out,
+                                         program.kernel, 0)
+            group.last_algorithm = _NAMES[kind]
             if got:
-                go_on(group, seq, self.what, program, entry, None, parts, got)
+                go_on(group, seq, self.whats[kind], program, entry, inp, out, got)
             if average:
-                ops.finish_average(arr, group._size)
+                ops.finish_average(other if side == INPUT else parts[group._rank],
+                                   group._size)
         except BaseException as exc:
             fifo.leave_inline(exc)
             raise
         fifo.leave_inline(None)
         return True
 
-    def _all_reduce_plan(self, arr: np.ndarray, op: ops.ReduceOp) -> tuple | None:
-        """(program, parts, rooted entry, average) of a symmetric all_reduce on ``arr``'s
-        place, or None: not one the lane runs (a dtype reduced in float32, a region
-        the rule refuses, no compiled program)."""
+    def _plan(self, kind: str, arr: np.ndarray, op: ops.ReduceOp | None, root: int
+              ) -> tuple | None:
         group = self.group
-        dtype = arr.dtype
-        if dtype.name in ("float16", "bfloat16") or not dtype.isnative:
-            return None
+        dtype, n = arr.dtype, group._size
+        reduces = kind in ("all_reduce", "reduce_scatter")
+        if not dtype.isnative or reduces and dtype.name in ("float16", "bfloat16"):
+            return None  # (reduced in float32: the general path's working copy)
         region = group.symmetric.find(arr.reshape(-1))
-        try:
-            op = ops.validate(op, dtype, caller="all_reduce")
-        except InvalidUsage:  # (the general path raises it, naming the rank)
+        if region is None or kind in ("all_gather", "reduce_scatter") and arr.size % n:
             return None
-        if region is None:
-            return None
-        sched = ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op
-        made = program(self.copies, "all_reduce", dtype, None, arr.size, OUTPUT, op=sched)
+        fields: dict = {"dtype": dtype.name, "count": arr.size}
+        sched = None
+        if reduces:
+            try:
+                op = ops.validate(op, dtype, caller=kind)
+            except InvalidUsage:  # (the general path raises it, naming the rank)
+                return None
+            fields["op"] = op.name
+            sched = ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op
+        side, moved = OUTPUT, dtype
+        if kind == "all_reduce":
+            made = program(self.copies, kind, dtype, None, arr.size, OUTPUT, op=sched)
+        elif kind == "broadcast":  # (bytes: the reader-split copy cuts them anywhere)
+            moved = np.dtype(np.uint8)
+            made = program(self.copies, kind, moved, None, arr.nbytes, OUTPUT, root=root)
+            fields["root"] = root
+        elif kind == "all_gather":
+            fields["count"] = arr.size // n
+            made = program(self.copies, kind, dtype, arr.size // n, arr.size, OUTPUT)
+        else:
+            side, fields["count"] = INPUT, arr.size // n
+            made = program(self.copies, kind, dtype, arr.size, arr.size // n, INPUT, op=sched)
         if made is None or made.packed is None:
             return None
-        tail = Fingerprint(0, "all_reduce", dtype=dtype.name, op=op.name, count=arr.size,
-                           path=SYMMETRIC_PATH, extra=symmetric_extra(*region.key)
-                           ).pack()[_SEQ_BYTES:]
-        return (made, region.views(arr.nbytes, dtype), ((tail,) * group._size, -1, None),
-                op is ops.ReduceOp.AVG)
+        tail = Fingerprint(0, kind, path=SYMMETRIC_PATH, extra=symmetric_extra(*region.key),
+                           **fields).pack()[_SEQ_BYTES:]
+        return (made, region.views(arr.nbytes, moved), ((tail,) * n, -1, None),
+                op is ops.ReduceOp.AVG, side)
+
+
+_NAMES = {kind: f"{kind}/symmetric"
+          for kind in ("all_reduce", "broadcast", "all_gather", "reduce_scatter")}
 
 
 def program(copies: CopyPrograms, kind: str, dtype: np.dtype, n_in: int | None,
