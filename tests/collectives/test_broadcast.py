@@ -7,12 +7,12 @@ Where it lives:
   run under that name (``last_algorithm``);
 * the path a call takes with no algorithm named: ``algorithms/_select.py``
   (``fast_path("broadcast", ...)``, its thresholds beside it):
-  one-shot while the buffer fits the 1 MiB one-shot region and ``n`` x its bytes stay
-  within ONESHOT_WORK_BYTES (2 MiB), but single-copy from BROADCAST_SINGLE_MIN_BYTES
-  (256 KiB) where the ranks fit the cores (the root writes each reader's part while the
-  reader reads the others); past one-shot the symmetric path on ``meshcast.empty``
-  buffers, else single-copy from SINGLE_COPY_MIN_BYTES (64 KiB); otherwise the
-  schedules;
+  the symmetric path on ``meshcast.empty`` buffers from SYMMETRIC_BROADCAST_MIN_BYTES
+  (256 KiB); one-shot while the buffer fits the 1 MiB one-shot region and ``n`` x its
+  bytes stay within ONESHOT_WORK_BYTES (2 MiB), but single-copy from
+  BROADCAST_SINGLE_MIN_BYTES (256 KiB) where the ranks fit the cores (the root writes
+  each reader's part while the reader reads the others), else single-copy from
+  SINGLE_COPY_MIN_BYTES (64 KiB); otherwise the schedules;
 * the engine: ``transport/arena.py`` (the group's signal words, fingerprints,
   one-shot regions and slots; its compiled round in ``transport/_tiny.c``),
   ``transport/shm.py`` (the rings the p2p schedules send through) and

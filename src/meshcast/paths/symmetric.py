@@ -3,10 +3,13 @@
 Which calls come here: the "symmetric" answer of
 :func:`meshcast.algorithms._select.fast_path`: the call's buffer lies in a
 symmetric allocation (:mod:`meshcast.symmetric`, ``meshcast.empty``) at the
-same place on every rank, and it is large enough
-(``_select.SYMMETRIC_MIN_BYTES``; all_reduce: ``SYMMETRIC_ALL_REDUCE_MIN_BYTES``
-where the one-shot path would take it, any size otherwise). The region is
-part of the fingerprint, so ranks that disagree get a MismatchError.
+same place on every rank, and it is large enough (``_select``'s
+``SYMMETRIC_ALL_REDUCE_MIN_BYTES`` where the one-shot path would take it, any size
+otherwise; ``SYMMETRIC_BROADCAST_MIN_BYTES``, ``SYMMETRIC_REDUCE_SCATTER_MIN_BYTES``;
+all_gather ``SYMMETRIC_MIN_BYTES``). The region is part of the fingerprint, so
+ranks that disagree get a MismatchError. The tiny-call lane runs the synchronous
+calls (and an async all_reduce) itself (:class:`InlineCalls`); the general path's
+(:func:`job`, :func:`call`) runs the same program with the same fingerprint.
 
 What runs is the collective's registered ``symmetric`` schedule
 (algorithms/<collective>.py), flattened once per call shape into a program
