@@ -377,7 +377,7 @@ def reduce_scatter(m: Machinery, out_buf: Buffer, in_flat: np.ndarray, counts: S
 
     region = None
     if len(set(counts)) == 1 and not in_upcast:
-        region = m.region(in_work, algorithm, _fast.SYMMETRIC_REDUCE_SCATTER_MIN_BYTES)
+        region = m.region(in_work, algorithm, _fast.SYMMETRIC_MIN_BYTES)
     program = None if region is None else symmetric_path.program(
         m.copies, "reduce_scatter", in_work.dtype, in_work.size, out_work.size, INPUT,
         op=sched_op)

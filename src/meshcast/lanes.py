@@ -299,7 +299,7 @@ class TinyCallLane:
         """reduce_scatter_tensor with ``async_op=True`` (see :meth:`_start`)."""
         plan = self._pair_plan("reduce_scatter", out, inp, self._reduce_scatter_plan, op)
         if not plan or not out.flags.writeable or (
-                self.group.symmetric.allocations and self._symmetric(inp, _fast.SYMMETRIC_REDUCE_SCATTER_MIN_BYTES)):
+                self.group.symmetric.allocations and self._symmetric(inp)):
             return None
         tail, views, pieces, kernel, average, code, prog = plan
         if views is None:
@@ -840,7 +840,7 @@ class TinyCallLane:
         if not plan or not out.flags.writeable:
             return False
         group = self.group
-        if group.symmetric.allocations and self._symmetric(inp, _fast.SYMMETRIC_REDUCE_SCATTER_MIN_BYTES):
+        if group.symmetric.allocations and self._symmetric(inp):
             return self._symmetric_calls.call("reduce_scatter", inp, out.reshape(-1), op)
         tail, views, pieces, kernel, average, code, prog = plan
         if views is None:

@@ -188,7 +188,7 @@ def late_ranks(sleep: float) -> None:
     import time
 
     r, n = dist.get_rank(), dist.get_world_size()
-    _fast.SYMMETRIC_MIN_BYTES = _fast.SYMMETRIC_REDUCE_SCATTER_MIN_BYTES = 0
+    _fast.SYMMETRIC_MIN_BYTES = 0
     count = 1 << 19  # (2 MiB a piece: a broadcast of one is past the one-shot sizes)
     x = dist.empty(count * n, np.float32)
     pg = dist.group.WORLD
@@ -224,7 +224,7 @@ def gather_and_scatter_reduce(counts: list[int]) -> list[str]:
     symmetric input, out of place and in place, against NumPy."""
     r, n = dist.get_rank(), dist.get_world_size()
     pg = dist.group.WORLD
-    _fast.SYMMETRIC_MIN_BYTES = _fast.SYMMETRIC_REDUCE_SCATTER_MIN_BYTES = 0
+    _fast.SYMMETRIC_MIN_BYTES = 0
     seen = set()
     for name in ("int32", "float32", "float64", "complex64", "bool"):
         dtype = np.dtype(name)

@@ -24,7 +24,7 @@ def boundaries(caps: table.HostCaps) -> list[int]:
              table.all_to_all_direct_limit(caps, split_head(n)) // n,
              table.SINGLE_COPY_MIN_BYTES * n // n, table.ONESHOT_WORK_BYTES // n // n,
              table.SYMMETRIC_MIN_BYTES // n, table.SYMMETRIC_ALL_REDUCE_MIN_BYTES,
-             table.SYMMETRIC_BROADCAST_MIN_BYTES, table.SYMMETRIC_REDUCE_SCATTER_MIN_BYTES // n,
+             table.SYMMETRIC_BROADCAST_MIN_BYTES,
              *table.ROOTED_SINGLE_MIN_BYTES, table.BROADCAST_SINGLE_MIN_BYTES,
              *table.ALL_TO_ALL_SINGLE_MIN_BYTES}
     sizes = {0, 4}

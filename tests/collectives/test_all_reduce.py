@@ -8,7 +8,7 @@ Where it lives:
 * the path a call takes with no algorithm named: ``algorithms/_select.py``
   (``fast_path("all_reduce", ...)``, its thresholds beside it):
   the symmetric path on ``meshcast.empty`` buffers from SYMMETRIC_ALL_REDUCE_MIN_BYTES
-  (64 KiB) or past one-shot; one-shot while the buffer fits the 1 MiB region and ``n``
+  (128 KiB) or past one-shot; one-shot while the buffer fits the 1 MiB region and ``n``
   x its bytes stay within 2 MiB; single-copy from ALL_REDUCE_SINGLE_MIN_BYTES (2 MiB);
   in between, the schedules (``decide``: the arena schedule first);
 * the engine: ``transport/arena.py`` (the group's signal words, fingerprints,

@@ -8,8 +8,7 @@ Where it lives:
   run under that name (``last_algorithm``);
 * the path a call takes with no algorithm named: ``algorithms/_select.py``
   (``fast_path("reduce_scatter", ...)``, its thresholds beside it):
-  the symmetric path on a ``meshcast.empty`` input from
-  SYMMETRIC_REDUCE_SCATTER_MIN_BYTES (256 KiB);
+  the symmetric path on a ``meshcast.empty`` input from SYMMETRIC_MIN_BYTES (512 KiB);
   one-shot while the whole input passes the one-shot rule; single-copy from 64 KiB
   output pieces; otherwise the schedules;
 * the engine: ``transport/arena.py`` (the group's signal words, fingerprints,

@@ -436,28 +436,32 @@ ALL_GATHER_SINGLE_MIN_BYTES = 256 << 10
 # Where the one-shot path runs (one synchronisation, a copy in), it beats the symmetric
 # broadcast (two synchronisations, no copies), which therefore starts where the one-shot
 # path ends. The symmetric all_reduce, a program the lane runs in one compiled call
-# (paths/symmetric.InlineCalls, stop 72), wins from 64 KiB (hot, one job each, MAX;
-# one-shot / symmetric us: 2 ranks 16 KiB 3.9-5.1 / 4.4-5.2, 32 KiB 6.9-7.3 /
-# 5.6-5.7, 64 KiB 10.4-10.8 / 6.1-6.2, 128 KiB 12.5-18.1 / 5.6-6.9; 4 ranks 32 KiB
-# 18.0-20.9 / 16.7-21.8, 64 KiB 31-42 / 23-34; 8 ranks 32 KiB 57-58 / 55-58, 64 KiB
-# 82-88 / 57-63). (Before, through the general path, from 512 KiB: 59.5 vs 79.2 us at
-# 512 KiB, a tie at 256 KiB.) all_gather / reduce_scatter, whose symmetric forms save a copy of every
+# (paths/symmetric.InlineCalls, stop 72), wins from 64 KiB with hot buffers (one job
+# each; one-shot / symmetric us: 2 ranks 32 KiB 5.2-7.3 / 4.4-5.7, 64 KiB 8.3-10.8 /
+# 5.1-6.2, 128 KiB 12.5-18.1 / 5.6-6.9; 4 ranks 64 KiB 20-42 / 17-34; 8 ranks 64 KiB
+# 82-88 / 57-63) but from 128 KiB in the bench's rotated (cold) windows, where the
+# symmetric fold reads every peer's window from memory and one-shot's regions stay
+# cached (`meshcast bench --symmetric --compare meshcast`, symmetric / plain busbw:
+# 2 ranks 64 KiB 0.97, 128 KiB 1.44; 4 ranks 64 KiB 0.33-0.74, 128 KiB 1.20-1.22).
+# (Before, through the general path, from 512 KiB: 59.5 vs 79.2 us at 512 KiB, a tie
+# at 256 KiB.) all_gather / reduce_scatter, whose symmetric forms save a copy of every
 # piece, from 512 KiB (gathered array, scattered input): below it the one-shot lane's
 # compiled round costs less than the symmetric path's entry (2 ranks, same run:
 # all_gather 31.5 vs 20.1 us at 128 KiB, a tie from 256 KiB; reduce_scatter 34.4 vs
 # 14.4 us at 128 KiB, 33.5 vs 25.0 at 256 KiB, 36.9 vs 45.7 at 512 KiB).
-SYMMETRIC_ALL_REDUCE_MIN_BYTES = 64 << 10
+SYMMETRIC_ALL_REDUCE_MIN_BYTES = 128 << 10
+# (Measured again on the lane, stop 72: at 256 KiB, all_gather at 8 ranks ran 66 / 75
+# us hot, and reduce_scatter 2 ranks in the cold bench 0.87x plain; from 512 KiB both
+# win at 2, 4 and 8 ranks, hot and cold.)
 SYMMETRIC_MIN_BYTES = 512 << 10
 
-# The symmetric broadcast and reduce_scatter on the lane (stop 72; hot, one job per rank
-# count, one-shot or single-copy / symmetric us). broadcast: 2 ranks 128 KiB 5.1 / 5.9,
-# 256 KiB 14.0 / 6.7, 1 MiB 41.1 / 13.5; 4 ranks 128 KiB 22.4 / 23.4, 256 KiB 32.5 /
-# 27.0; 8 ranks 128 KiB 54.5 / 62.9, 256 KiB 80.2 / 71.3. reduce_scatter (its input):
-# 2 ranks 128 KiB 6.0 / 6.6, 256 KiB 15.3 / 8.1; 4 ranks 128 KiB 27.6 / 24.6, 256 KiB
-# 37.9 / 30.3; 8 ranks 256 KiB 96.5 / 84.3. (all_gather keeps SYMMETRIC_MIN_BYTES: at 8
-# ranks 256 KiB gathered ran 66.3 / 75.4, 512 KiB 249 / 88.)
+# The symmetric broadcast on the lane (stop 72; one-shot or single-copy / symmetric us,
+# hot, one job per rank count): 2 ranks 128 KiB 4.3-5.1 / 4.6-5.9, 256 KiB 12.3-14.0 /
+# 5.3-6.7, 1 MiB 41.1 / 13.5; 4 ranks 128 KiB 15.7-22.4 / 15.2-23.4, 256 KiB 24.8-32.5
+# / 18.6-27.0; 8 ranks 128 KiB 54.5 / 62.9, 256 KiB 80.2 / 71.3. In the bench's cold
+# windows, symmetric / plain busbw at 256 KiB: 2 ranks 2.56, 4 ranks 0.93-1.17. (It
+# started where one-shot ends: 1 MiB at 2 ranks.)
 SYMMETRIC_BROADCAST_MIN_BYTES = 256 << 10
-SYMMETRIC_REDUCE_SCATTER_MIN_BYTES = 256 << 10
 
 # An async single-copy call whose ranks are all in at once runs inline up to this many
 # bytes exposed a rank; a larger one goes to the group's worker thread, whose copies may
@@ -738,7 +742,7 @@ def fast_path(kind: str, caps: HostCaps, piece: int, *, symmetric: bool = False,
             return "oneshot"
         return "cma" if single_copy(caps, piece) else None
     if kind == "reduce_scatter":
-        if symmetric and piece * n >= SYMMETRIC_REDUCE_SCATTER_MIN_BYTES:
+        if symmetric and piece * n >= SYMMETRIC_MIN_BYTES:
             return "symmetric"
         if oneshot(caps, piece * n):
             return "oneshot"
@@ -756,7 +760,7 @@ __all__ = ["ALL_GATHER_SINGLE_MIN_BYTES", "ALL_REDUCE_SINGLE_MIN_BYTES",
            "ONESHOT_WORK_BYTES", "ROOTED_SINGLE_MIN_BYTES", "ROOTED_SPLIT_MIN_BYTES",
            "SINGLE_COPY_MIN_BYTES",
            "SYMMETRIC_ALL_REDUCE_MIN_BYTES", "SYMMETRIC_BROADCAST_MIN_BYTES",
-           "SYMMETRIC_MIN_BYTES", "SYMMETRIC_REDUCE_SCATTER_MIN_BYTES", "TABLE", "Choice", "HostCaps",
+           "SYMMETRIC_MIN_BYTES", "TABLE", "Choice", "HostCaps",
            "Rule", "algorithm_name", "all_reduce_single_copy", "all_to_all_direct_limit",
            "all_to_all_single_copy", "decide", "direct_bytes", "fast_path", "message_bytes",
            "oneshot", "oneshot_all_gather", "oneshot_broadcast", "parse_tune", "select", "single_copy",

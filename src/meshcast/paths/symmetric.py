@@ -5,8 +5,8 @@ Which calls come here: the "symmetric" answer of
 symmetric allocation (:mod:`meshcast.symmetric`, ``meshcast.empty``) at the
 same place on every rank, and it is large enough (``_select``'s
 ``SYMMETRIC_ALL_REDUCE_MIN_BYTES`` where the one-shot path would take it, any size
-otherwise; ``SYMMETRIC_BROADCAST_MIN_BYTES``, ``SYMMETRIC_REDUCE_SCATTER_MIN_BYTES``;
-all_gather ``SYMMETRIC_MIN_BYTES``). The region is part of the fingerprint, so
+otherwise; ``SYMMETRIC_BROADCAST_MIN_BYTES``; all_gather and reduce_scatter
+``SYMMETRIC_MIN_BYTES``). The region is part of the fingerprint, so
 ranks that disagree get a MismatchError. The tiny-call lane runs the synchronous
 calls (and an async all_reduce) itself (:class:`InlineCalls`); the general path's
 (:func:`job`, :func:`call`) runs the same program with the same fingerprint.
@@ -123,6 +123,11 @@ class InlineCalls:
     its time). Only with the compiled interpreter; anything else goes on the general
     path, whose fingerprint is the same."""
 
+    #: Plans kept: one per array place a program calls on (a model's gradient buckets, a
+    #: benchmark's rotated windows: 20 a size), each a few small objects. (64, emptied
+    #: when full, made the bench rebuild plans inside its timed loops.)
+    KEEP = 1024
+
     def __init__(self, group: GroupView, copies: CopyPrograms, whats: dict[str, object]
                  ) -> None:
         self.group, self.copies, self.whats = group, copies, whats
@@ -136,8 +141,8 @@ class InlineCalls:
         key = (kind, arr.__array_interface__["data"][0], arr.nbytes, arr.dtype, op, root)
         plan = self._plans.get(key, False)
         if plan is False:
-            if len(self._plans) >= 64:
-                self._plans.clear()
+            if len(self._plans) >= self.KEEP:  # (the oldest goes: a dict keeps their order)
+                del self._plans[next(iter(self._plans))]
             plan = self._plans[key] = self._plan(kind, arr, op, root)
         return plan
 
