@@ -471,3 +471,25 @@ def test_as_mapped_makes_a_peers_exposed_buffer_its_part():
         192, 192, 192]
     with pytest.raises(prog.NotFlat):  # the side it exposes is its output, not its input
         prog.as_mapped(flat, prog.INPUT, 3, 1)
+
+
+def test_the_lanes_symmetric_plans_drop_the_oldest_when_full():
+    # one plan per array place (a model's buckets, a benchmark's rotated windows): when
+    # KEEP are kept, the oldest goes, not all of them (emptying the cache made the bench
+    # rebuild plans inside its timed loops)
+    from meshcast.paths.symmetric import InlineCalls
+
+    calls = InlineCalls(None, None, {})  # type: ignore[arg-type]
+    calls.KEEP = 3
+    made = []
+    calls._plan = lambda kind, arr, op, root: made.append(arr.size) or arr.size  # type: ignore[method-assign]
+    base = np.zeros(64, np.float32)
+    views = [base[k * 8:(k + 1) * 8] for k in range(4)]
+    for v in views:
+        assert calls.plan("all_reduce", v) == 8
+    assert len(made) == 4 and len(calls._plans) == 3
+    for v in views[1:]:  # still kept: no plan made again
+        calls.plan("all_reduce", v)
+    assert len(made) == 4
+    calls.plan("all_reduce", views[0])  # the oldest went
+    assert len(made) == 5
