@@ -459,8 +459,10 @@ SYMMETRIC_MIN_BYTES = 512 << 10
 # hot, one job per rank count): 2 ranks 128 KiB 4.3-5.1 / 4.6-5.9, 256 KiB 12.3-14.0 /
 # 5.3-6.7, 1 MiB 41.1 / 13.5; 4 ranks 128 KiB 15.7-22.4 / 15.2-23.4, 256 KiB 24.8-32.5
 # / 18.6-27.0; 8 ranks 128 KiB 54.5 / 62.9, 256 KiB 80.2 / 71.3. In the bench's cold
-# windows, symmetric / plain busbw at 256 KiB: 2 ranks 2.56, 4 ranks 0.93-1.17. (It
-# started where one-shot ends: 1 MiB at 2 ranks.)
+# windows, symmetric / plain busbw at 256 KiB: 2 ranks 2.56, 4 ranks 0.93-1.17; against
+# the old rule (symmetric where one-shot ends), time new / old: 2 ranks 256 KiB-1 MiB
+# 0.36-0.41, but 4 ranks on 2 cores 256 KiB 1.12, 512 KiB 1.25, 8 ranks 256 KiB 1.72: so
+# where the ranks outnumber the cores the old rule stays (symmetric_broadcast).
 SYMMETRIC_BROADCAST_MIN_BYTES = 256 << 10
 
 # An async single-copy call whose ranks are all in at once runs inline up to this many
@@ -600,7 +602,10 @@ def oneshot_broadcast(caps: HostCaps, nbytes: int) -> bool:
 
 def symmetric_broadcast(caps: HostCaps, nbytes: int) -> bool:
     """Whether a broadcast of ``nbytes`` on a symmetric allocation takes the symmetric
-    path (:data:`SYMMETRIC_BROADCAST_MIN_BYTES`; below, one-shot is the faster)."""
+    path: from :data:`SYMMETRIC_BROADCAST_MIN_BYTES` where the ranks fit the cores,
+    where one-shot ends where they outnumber them (below, one-shot is the faster)."""
+    if caps.crowded:
+        return not oneshot(caps, nbytes)
     return caps.size > 1 and nbytes >= SYMMETRIC_BROADCAST_MIN_BYTES
 
 
