@@ -72,7 +72,7 @@ def call(group: GroupView, program: CopyProgram, inp: np.ndarray | list[np.ndarr
     executor. A copy or fold outside the parts (the ranks disagree about the sizes: the
     fingerprint compares them, so only a bug) aborts the group."""
     arena = group.arena
-    others = group._size
+    size = group._size
 
     def run(fp: Fingerprint, what: str) -> None:
         group.last_compiled = program.packed is not None  # (for the trace)
@@ -83,7 +83,7 @@ def call(group: GroupView, program: CopyProgram, inp: np.ndarray | list[np.ndarr
             finish()
             return
         packed = fp.pack()
-        entry = ((packed[_SEQ_BYTES:],) * others, -1, None)
+        entry = ((packed[_SEQ_BYTES:],) * size, -1, None)
         got = arena.compiled_program(seq, entry, arena.spin_ns, program.packed, inp, out,
                                      program.kernel, 0)
         if got:
