@@ -193,7 +193,7 @@ class TinyCallLane:
         if not (flags.c_contiguous and flags.writeable):
             return None
         if self.group.symmetric.allocations and self._symmetric_all_reduce(arr):
-            return self._symmetric_async(arr, op)
+            return self._symmetric_async("all_reduce", arr, None, op)
         if not plan:
             return None
         tail, views, kernel, average, code, prog = plan
@@ -204,36 +204,39 @@ class TinyCallLane:
         return self._start("all_reduce", tail, arr, None, None, False, _reduce_parity, arr,
                            views, kernel, average)
 
-    def _symmetric_async(self, arr: np.ndarray, op: Any) -> Work | None:
-        """An async all_reduce on a symmetric array (see paths.symmetric.InlineCalls), as
+    def _symmetric_async(self, kind: str, arr: np.ndarray, other: np.ndarray | None,
+                         op: Any = None, root: int = -1) -> Work | None:
+        """An async ``kind`` on a symmetric array ``arr`` (and ``other``, its flat array
+        outside the allocation: see paths.symmetric.InlineCalls.call), as
         :meth:`_copy_call`'s async calls: the whole program in the caller up to
         ``_select.ASYNC_INLINE_MAX_BYTES``, else the entry alone there and the records
         after it on the worker thread. None: the general path."""
-        plan = self._symmetric_calls.plan("all_reduce", arr, op)
+        plan = self._symmetric_calls.plan(kind, arr, op, root)
         if plan is None:
             return None
-        program, parts, entry, average, _ = plan
+        program, parts, entry, average, side = plan
+        inp, out = (parts, other) if side == INPUT else (other, parts)
         group = self.group
         arena = group.arena
-        what = self._whats["all_reduce"]
+        what = self._whats[kind]
         whole = arr.nbytes <= _fast.ASYNC_INLINE_MAX_BYTES
 
         def enter(seq: int) -> tuple[int, Callable[[], None]]:
             if whole:
-                got = arena.compiled_program(seq, entry, arena.spin_ns, program.packed, None,
-                                             parts, program.kernel, 0)
+                got = arena.compiled_program(seq, entry, arena.spin_ns, program.packed, inp,
+                                             out, program.kernel, 0)
             else:  # the entry alone: the worker runs the rest
                 status = arena.compiled_rooted(seq, entry[0], None, arena.spin_ns, None)
                 got = program.entered * 8 + status if status else -1
 
             def finish() -> None:
-                group.last_algorithm = "all_reduce/symmetric"
+                group.last_algorithm = f"{kind}/symmetric"
                 left = got if got >= 0 else single_copy.run_after_entry(
-                    group, seq, what, program, None, parts)
+                    group, seq, what, program, inp, out)
                 if left:
-                    symmetric_path.go_on(group, seq, what, program, entry, None, parts, left)
+                    symmetric_path.go_on(group, seq, what, program, entry, inp, out, left)
                 if average:
-                    ops.finish_average(arr, group._size)
+                    ops.finish_average(other if side == INPUT else arr, group._size)
 
             return max(got, 0), finish
 
@@ -248,7 +251,7 @@ class TinyCallLane:
             return None
         tail, views, root, prog = plan
         if self.group.symmetric.allocations and self._symmetric_broadcast(arr):
-            return None  # (the general path's symmetric call)
+            return self._symmetric_async("broadcast", arr, None, root=root)
         if views is None:
             return self._broadcast_single(arr, tail, prog, async_op=True)
         if prog is None:  # no compiled interpreter: the general path
@@ -284,9 +287,10 @@ class TinyCallLane:
     def all_gather_async(self, out: np.ndarray, inp: np.ndarray) -> Work | None:
         """all_gather_into_tensor with ``async_op=True`` (see :meth:`_start`)."""
         plan = self._pair_plan("all_gather", out, inp, self._all_gather_plan)
-        if not plan or not out.flags.writeable or (
-                self.group.symmetric.allocations and self._symmetric(out)):
+        if not plan or not out.flags.writeable:
             return None
+        if self.group.symmetric.allocations and self._symmetric(out):
+            return self._symmetric_async("all_gather", out, inp.reshape(-1))
         tail, views, prog = plan
         if views is None:
             return self._all_gather_single(out, inp, tail, prog, async_op=True)
@@ -298,9 +302,10 @@ class TinyCallLane:
     def reduce_scatter_async(self, out: np.ndarray, inp: np.ndarray, op: Any) -> Work | None:
         """reduce_scatter_tensor with ``async_op=True`` (see :meth:`_start`)."""
         plan = self._pair_plan("reduce_scatter", out, inp, self._reduce_scatter_plan, op)
-        if not plan or not out.flags.writeable or (
-                self.group.symmetric.allocations and self._symmetric(inp)):
+        if not plan or not out.flags.writeable:
             return None
+        if self.group.symmetric.allocations and self._symmetric(inp):
+            return self._symmetric_async("reduce_scatter", inp, out.reshape(-1), op)
         tail, views, pieces, kernel, average, code, prog = plan
         if views is None:
             return self._reduce_scatter_single(out.reshape(-1), inp.reshape(-1), tail, kernel,

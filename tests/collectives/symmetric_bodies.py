@@ -91,6 +91,24 @@ def shapes_slices_and_async() -> None:
         want = np.arange(count, dtype=np.float32) % 7 + (n - 1) / 2
         assert np.allclose(a, want), (count, a[:4], want[:4])
         assert pg.last_algorithm == "all_reduce/symmetric", pg.last_algorithm
+    # the other symmetric collectives async, inline (1 MiB) and on the worker (4 MiB)
+    for count in (1 << 18, 1 << 20):
+        a = dist.empty(count, np.float32)
+        a[:] = r
+        dist.broadcast(a, src=n - 1, async_op=True).wait()
+        assert (a == n - 1).all()
+        assert pg.last_algorithm == "broadcast/symmetric", pg.last_algorithm
+        piece = np.full(count // n, r, np.float32)
+        dist.all_gather_into_tensor(a[:count // n * n], piece, async_op=True).wait()
+        got = a[:count // n * n].reshape(n, -1)
+        assert (got == np.arange(n, dtype=np.float32)[:, None]).all()
+        assert pg.last_algorithm == "all_gather/symmetric", pg.last_algorithm
+        a[:] = r + 1
+        out = np.zeros(count // n, np.float32)
+        dist.reduce_scatter_tensor(out, a[:count // n * n], op=ReduceOp.AVG,
+                                   async_op=True).wait()
+        assert np.allclose(out, (n + 1) / 2), out[:4]
+        assert pg.last_algorithm == "reduce_scatter/symmetric", pg.last_algorithm
     # other collectives accept symmetric arrays (they just take their ordinary path)
     out = dist.empty(n * 4, np.int32)
     dist.all_gather_into_tensor(out, np.full(4, r, np.int32))

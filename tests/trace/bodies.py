@@ -114,7 +114,7 @@ def rank_never_arrives(late: int, sleep: float, algorithm: str | None = None) ->
 def symmetric_calls() -> list:
     """A symmetric all_reduce whose fold the compiled kernels have (float32: the lane),
     one they lack (complex64: the general path, Python's executor runs the program), a
-    symmetric all_gather (the lane) and an async all_reduce (the lane); returns
+    symmetric all_gather (the lane) and an async all_reduce and all_gather (the lane); returns
     ``last_algorithm`` after each."""
     r, n = dist.get_rank(), dist.get_world_size()
     log: list = []
@@ -133,4 +133,7 @@ def symmetric_calls() -> list:
     dist.all_reduce(y, async_op=True).wait()
     assert (y == n * (n - 1) // 2).all()
     _ran(log, "all_reduce")
+    dist.all_gather_into_tensor(out, np.full(1 << 17, r, np.float32), async_op=True).wait()
+    assert (out.reshape(n, -1) == np.arange(n, dtype=np.float32)[:, None]).all()
+    _ran(log, "all_gather")
     return log

@@ -158,7 +158,8 @@ def test_symmetric_calls_are_traced_as_the_programs_they_ran(tmp_path):
             ("all_reduce", "all_reduce/symmetric", "symmetric", True, True, False),
             ("all_reduce", "all_reduce/symmetric", "symmetric", False, False, False),
             ("all_gather", "all_gather/symmetric", "symmetric", True, True, False),
-            ("all_reduce", "all_reduce/symmetric", "symmetric", True, True, True)], colls
+            ("all_reduce", "all_reduce/symmetric", "symmetric", True, True, True),
+            ("all_gather", "all_gather/symmetric", "symmetric", True, True, True)], colls
 
 
 def test_a_rank_stopped_inside_a_call_is_written_with_no_end(tmp_path):

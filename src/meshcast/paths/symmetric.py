@@ -8,7 +8,7 @@ same place on every rank, and it is large enough (``_select``'s
 otherwise; ``SYMMETRIC_BROADCAST_MIN_BYTES``; all_gather and reduce_scatter
 ``SYMMETRIC_MIN_BYTES``). The region is part of the fingerprint, so
 ranks that disagree get a MismatchError. The tiny-call lane runs the synchronous
-calls (and an async all_reduce) itself (:class:`InlineCalls`); the general path's
+calls and their async forms itself (:class:`InlineCalls`, lanes.py); the general path's
 (:func:`job`, :func:`call`) runs the same program with the same fingerprint.
 
 What runs is the collective's registered ``symmetric`` schedule
@@ -115,8 +115,9 @@ def go_on(group: GroupView, seq: int, what: object, program: CopyProgram, entry:
 
 class InlineCalls:
     """The tiny-call lane's symmetric calls (meshcast/lanes.py): a synchronous
-    all_reduce, broadcast, all_gather_into_tensor or reduce_scatter_tensor (and an
-    async all_reduce) whose array in the allocation (``arr``) the lane found, its plan
+    all_reduce, broadcast, all_gather_into_tensor or reduce_scatter_tensor (the async
+    ones: ``TinyCallLane._symmetric_async``, on these plans) whose array in the
+    allocation (``arr``) the lane found, its plan
     (the program, every rank's part, the rooted entry) made once per kind, place,
     size, dtype, op and root, then one compiled call, with none of the general path's
     Fingerprint, closures or Work (which cost a symmetric all_reduce of 512 KiB half
