@@ -211,11 +211,10 @@ class TinyCallLane:
         :meth:`_copy_call`'s async calls: the whole program in the caller up to
         ``_select.ASYNC_INLINE_MAX_BYTES``, else the entry alone there and the records
         after it on the worker thread. None: the general path."""
-        plan = self._symmetric_calls.plan(kind, arr, op, root)
-        if plan is None:
+        bound = self._symmetric_calls.bound(kind, arr, other, op, root)
+        if bound is None:
             return None
-        program, parts, entry, average, side = plan
-        inp, out = (parts, other) if side == INPUT else (other, parts)
+        program, inp, out, entry, averaged = bound
         group = self.group
         arena = group.arena
         what = self._whats[kind]
@@ -235,8 +234,8 @@ class TinyCallLane:
                     group, seq, what, program, inp, out)
                 if left:
                     symmetric_path.go_on(group, seq, what, program, entry, inp, out, left)
-                if average:
-                    ops.finish_average(other if side == INPUT else arr, group._size)
+                if averaged is not None:
+                    ops.finish_average(averaged, group._size)
 
             return max(got, 0), finish
 

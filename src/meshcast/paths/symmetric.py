@@ -147,17 +147,28 @@ class InlineCalls:
             plan = self._plans[key] = self._plan(kind, arr, op, root)
         return plan
 
+    def bound(self, kind: str, arr: np.ndarray, other: np.ndarray | None,
+              op: ops.ReduceOp | None = None, root: int = -1) -> tuple | None:
+        """(program, inp, out, rooted entry, the array AVG divides or None) of ``kind`` on
+        ``arr`` and ``other`` (see :meth:`call`), or None: not one the lane runs."""
+        plan = self.plan(kind, arr, op, root)
+        if plan is None:
+            return None
+        program, parts, entry, average, side = plan
+        if side == INPUT:
+            return program, parts, other, entry, other if average else None
+        return program, other, parts, entry, arr if average else None
+
     def call(self, kind: str, arr: np.ndarray, other: np.ndarray | None,
              op: ops.ReduceOp | None = None, root: int = -1) -> bool:
         """Call ``kind`` on ``arr`` (C-contiguous, writable where written, in a symmetric
         allocation, large enough: the lane checked) and ``other``, the call's flat array
         outside the allocation (all_gather's input, reduce_scatter's output; None); False
         where the general path takes it (no plan here, or async work queued ahead)."""
-        plan = self.plan(kind, arr, op, root)
-        if plan is None:
+        bound = self.bound(kind, arr, other, op, root)
+        if bound is None:
             return False
-        program, parts, entry, average, side = plan
-        inp, out = (parts, other) if side == INPUT else (other, parts)
+        program, inp, out, entry, averaged = bound
         group = self.group
         fifo = group.fifo
         if not fifo.enter_inline():  # queued async work goes first: the general path
@@ -170,9 +181,8 @@ class InlineCalls:
             group.last_algorithm = _NAMES[kind]
             if got:
                 go_on(group, seq, self.whats[kind], program, entry, inp, out, got)
-            if average:
-                ops.finish_average(other if side == INPUT else parts[group._rank],
-                                   group._size)
+            if averaged is not None:
+                ops.finish_average(averaged, group._size)
         except BaseException as exc:
             fifo.leave_inline(exc)
             raise
