@@ -145,13 +145,12 @@ class TinyCallLane:
                               arr, op)
             self._last_all_reduce = (arr.dtype, arr.shape, op, plan)
         flags = arr.flags  # (_writable, inline: this is the hottest call)
-        if not (plan and flags.c_contiguous and flags.writeable):
-            # (a bool: the tracer tells a call the lane did not take by False)
-            return (bool(self.group.symmetric.allocations) and flags.c_contiguous
-                    and flags.writeable and self._symmetric_all_reduce(arr)
-                    and self._symmetric_calls.call("all_reduce", arr, None, op))
+        if not (flags.c_contiguous and flags.writeable):
+            return False
         if self.group.symmetric.allocations and self._symmetric_all_reduce(arr):
             return self._symmetric_calls.call("all_reduce", arr, None, op)
+        if not plan:
+            return False
         tail, views, kernel, average, code, prog = plan
         if views is None:
             return self._all_reduce_single(arr, tail, average, prog)
@@ -233,7 +232,7 @@ class TinyCallLane:
                 left = got if got >= 0 else single_copy.run_after_entry(
                     group, seq, what, program, inp, out)
                 if left:
-                    symmetric_path.go_on(group, seq, what, program, entry, inp, out, left)
+                    single_copy.run_rest(group, seq, what, program, entry, inp, out, left)
                 if averaged is not None:
                     ops.finish_average(averaged, group._size)
 
@@ -581,16 +580,8 @@ class TinyCallLane:
             arena.abort(f"{what}: the interpreter refused buffers the lane took")
             raise AssertionError(f"{what}: the interpreter refused its buffers")
 
-        def agree(status: int) -> bool:
-            if arena.finish_entry(seq, _SEQ.pack(seq) + tail, what,
-                                  time.monotonic() + group.timeout, status):
-                return True
-            differ(group, seq)
-            return False
-
-        return single_copy.run_program(group, seq, what, copy, entry, inp, out,
-                                       None if got < 0 else got, agree,
-                                       lambda: differ(group, seq))
+        return single_copy.run_rest(group, seq, what, copy, entry, inp, out,
+                                    None if got < 0 else got, differ)
 
     def _copy_program(self, kind: str, tail: bytes, dtype: np.dtype, root: int,
                       n_in: int | None, n_out: int | None,

@@ -68,6 +68,8 @@ from ..topology import rotation
 from ..transport import cma
 from . import flatten_shape
 
+_SEQ = struct.Struct("<Q")  # a packed fingerprint's first field, the call's number
+
 if TYPE_CHECKING:
     from ..algorithms._select import HostCaps
     from ..transport.arena import Arena
@@ -592,6 +594,33 @@ def run_program(group: GroupView, seq: int, what: object, program: CopyProgram,
         unpresumed()  # type: ignore[misc]
         return False
     return done
+
+
+def run_rest(group: GroupView, seq: int, what: object, program: CopyProgram, entry: tuple,
+             inp: np.ndarray | list | None, out: np.ndarray | list | None, got: int | None,
+             differ: Callable[[GroupView, int], None] | None = None) -> bool:
+    """The rest of call ``seq``, which the compiled interpreter ran from its start with
+    the rooted ``entry`` (every rank's fingerprint tail, the root or -1, the exposure)
+    and which returned ``got`` (None: only the entry ran, and finished):
+    :func:`run_program` goes on in Python. Where the ranks' fingerprints differ,
+    ``differ(group, seq)`` raises the MismatchError or hands the entered call over
+    (then this returns False); without ``differ``, the MismatchError
+    :meth:`Arena.enter` raises. (The lane's single-copy calls; the symmetric calls,
+    the lane's and the general path's.)"""
+    arena = group.arena
+    packed = _SEQ.pack(seq) + entry[0][group._rank]
+
+    def agree(status: int) -> bool:
+        if arena.finish_entry(seq, packed, what, time.monotonic() + group.timeout, status):
+            return True
+        if differ is None:
+            arena.compare_entered(seq, False)  # (raises what enter raises)
+            raise AssertionError(f"{what}: fingerprints differ, yet compare alike")
+        differ(group, seq)
+        return False
+
+    return run_program(group, seq, what, program, entry, inp, out, got, agree,
+                       None if differ is None else lambda: differ(group, seq))
 
 
 def run_after_entry(group: GroupView, seq: int, what: object, program: CopyProgram,

@@ -26,7 +26,6 @@ everyone is done with the parts, and its caller may write the array again.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -36,10 +35,9 @@ from .. import ops
 from .._fingerprint import SYMMETRIC_PATH, Fingerprint, symmetric_extra
 from ..algorithms._program import INPUT, OUTPUT
 from ..errors import InvalidUsage
-from .single_copy import CopyProgram, run_program
+from .single_copy import CopyProgram, run_program, run_rest
 
-_SEQ = struct.Struct("<Q")  # the packed fingerprint's first field, the call's number
-_SEQ_BYTES = _SEQ.size
+_SEQ_BYTES = 8  # the packed fingerprint's first field, the call's number (uint64)
 
 if TYPE_CHECKING:
     from . import GroupView, Job
@@ -66,7 +64,7 @@ def call(group: GroupView, program: CopyProgram, inp: np.ndarray | list[np.ndarr
     ``out``, the side in the allocation given as every rank's part of it, then
     ``finish()``. With the compiled interpreter, one call of it enters (every rank's
     fingerprint must be mine: a symmetric call's names its region, the same on every
-    rank) and runs the records; where it stops, :func:`~.single_copy.run_program` goes
+    rank) and runs the records; where it stops, :func:`~.single_copy.run_rest` goes
     on in Python (a late rank; fingerprints that differ raise the MismatchError
     :meth:`Arena.enter` raises). Without it, :meth:`Arena.enter`, then Python's
     executor. A copy or fold outside the parts (the ranks disagree about the sizes: the
@@ -87,30 +85,10 @@ def call(group: GroupView, program: CopyProgram, inp: np.ndarray | list[np.ndarr
         got = arena.compiled_program(seq, entry, arena.spin_ns, program.packed, inp, out,
                                      program.kernel, 0)
         if got:
-            go_on(group, seq, what, program, entry, inp, out, got)
+            run_rest(group, seq, what, program, entry, inp, out, got)
         finish()
 
     return run
-
-
-def go_on(group: GroupView, seq: int, what: object, program: CopyProgram, entry: tuple,
-          inp: np.ndarray | list[np.ndarray] | None, out: np.ndarray | list[np.ndarray] | None,
-          got: int) -> None:
-    """Call ``seq`` where the compiled interpreter, run from the start with the rooted
-    ``entry``, returned ``got``: :func:`~.single_copy.run_program` goes on (a late rank:
-    the entry's wait; fingerprints that differ: the MismatchError :meth:`Arena.enter`
-    raises)."""
-    arena = group.arena
-    packed = _SEQ.pack(seq) + entry[0][group._rank]
-    deadline = group._deadline()
-
-    def agree(status: int) -> bool:
-        if not arena.finish_entry(seq, packed, what, deadline, status):
-            arena.compare_entered(seq, False)  # (raises what enter raises)
-            raise AssertionError(f"{what}: fingerprints differ, yet compare alike")
-        return True
-
-    run_program(group, seq, what, program, entry, inp, out, got, agree)
 
 
 class InlineCalls:
@@ -180,7 +158,7 @@ class InlineCalls:
                                          program.kernel, 0)
             group.last_algorithm = _NAMES[kind]
             if got:
-                go_on(group, seq, self.whats[kind], program, entry, inp, out, got)
+                run_rest(group, seq, self.whats[kind], program, entry, inp, out, got)
             if averaged is not None:
                 ops.finish_average(averaged, group._size)
         except BaseException as exc:
@@ -248,4 +226,4 @@ def program(copies: CopyPrograms, kind: str, dtype: np.dtype, n_in: int | None,
     return copies.get(kind, dtype, root, n_in, n_out, counts, op=op, mapped=side)
 
 
-__all__ = ["InlineCalls", "call", "go_on", "job", "program"]
+__all__ = ["InlineCalls", "call", "job", "program"]
