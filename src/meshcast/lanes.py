@@ -46,7 +46,7 @@ from . import _wait, ops, uneven_all_to_all
 from ._fingerprint import Fingerprint, counts_hash, path_digest
 from .algorithms import _select as _fast
 from .algorithms._program import INPUT, NO_BUFFER, OUTPUT
-from .buffers import SUPPORTED, as_buffer
+from .buffers import SUPPORTED, Staging, as_buffer
 from .errors import InvalidUsage
 from .paths import GroupView, single_copy
 from .paths import symmetric as symmetric_path
@@ -132,6 +132,7 @@ class TinyCallLane:
         self._programs = programs
         self._copy_programs = copies
         self._symmetric_calls = symmetric_path.InlineCalls(group, copies, self._whats)
+        self._staging = Staging()  # (synchronous list calls' concatenations)
 
     # ------------------------------------------------------------------ calls
 
@@ -586,12 +587,14 @@ class TinyCallLane:
     def _copy_program(self, kind: str, tail: bytes, dtype: np.dtype, root: int,
                       n_in: int | None, n_out: int | None,
                       counts: tuple[int, ...] | None = None, in_place: bool = False,
-                      op: ops.ReduceOp | None = None) -> tuple | None:
+                      op: ops.ReduceOp | None = None, listed: int = NO_BUFFER) -> tuple | None:
         """A single-copy call's program (paths.single_copy.CopyPrograms: packed for the
-        compiled interpreter, or Python's) with its rooted entry (every rank's
-        fingerprint tail ``tail``, no root, the program's own exposure), or None where
-        its schedule does not flatten (the general path then runs it)."""
-        copy = self._copy_programs.get(kind, dtype, root, n_in, n_out, counts, in_place, op)
+        compiled interpreter, or Python's; ``listed``: the side given as a list of
+        pieces) with its rooted entry (every rank's fingerprint tail ``tail``, no root,
+        the program's own exposure), or None where its schedule does not flatten (the
+        general path then runs it)."""
+        copy = self._copy_programs.get(kind, dtype, root, n_in, n_out, counts, in_place, op,
+                                       listed=listed)
         return None if copy is None else (copy, ((tail,) * self.group._size, -1, None))
 
     def _async_single(self, enter: Callable[[int], tuple[int | None, Callable[[], None]]],
@@ -758,14 +761,18 @@ class TinyCallLane:
         """:meth:`ProcessGroup.all_gather` of ``inp`` into the list ``outs`` (torch's
         all_gather), every piece shaped like ``inp``: the one-shot all_gather of
         :meth:`all_gather` (the same fingerprint and regions, so a rank calling
-        all_gather_into_tensor meets it), each rank's region copied into its own piece."""
+        all_gather_into_tensor meets it), each rank's region copied into its own piece;
+        past the one-shot sizes, its single-copy program, each peer's piece read
+        straight into its own output (:meth:`_all_gather_list_single`)."""
         plan = self._plan(("all_gather_list", inp.dtype, inp.shape), self._all_gather_list_plan,
                           inp)
         if not plan or not inp.flags.c_contiguous:
             return False
-        tail, alike, prog = plan
+        tail, alike, prog, single = plan
         if not alike(outs, inp, True):
             return False
+        if prog is None and single is not None:
+            return self._all_gather_list_single(outs, inp, tail, single, False)
         group = self.group
         fifo = group.fifo
         if prog is not None:  # all_gather's program, its output the list's pieces
@@ -786,22 +793,44 @@ class TinyCallLane:
             fifo.leave_inline(None)
             group.last_algorithm = "all_gather/oneshot"
             return True
+        if not _fast.oneshot_all_gather(group.caps, inp.nbytes):
+            return False  # (a single-copy schedule that does not flatten: the group's path)
         # No compiled interpreter: the round, then every region into its piece
         self._run("all_gather", tail, inp, _copy_each, group.arena.small, outs)
         return True
 
     def all_gather_list_async(self, outs: Any, inp: np.ndarray) -> Work | None:
-        """:meth:`all_gather_list` with ``async_op=True`` (see :meth:`_start`); None: the
-        general path."""
+        """:meth:`all_gather_list` with ``async_op=True`` (see :meth:`_start` and
+        :meth:`_copy_call`); None: the general path."""
         plan = self._plan(("all_gather_list", inp.dtype, inp.shape), self._all_gather_list_plan,
                           inp)
         if not plan or not inp.flags.c_contiguous:
             return None
-        tail, alike, prog = plan
-        if prog is None or not alike(outs, inp, True):  # (no compiled interpreter)
+        tail, alike, prog, single = plan
+        if not alike(outs, inp, True):
+            return None
+        if single is not None:
+            return self._all_gather_list_single(outs, inp, tail, single, True)
+        if prog is None:  # (no compiled interpreter)
             return None
         return self._start("all_gather", tail, inp, outs, -1, False, _ignore, prog=prog,
                            per_rank_counts=True)
+
+    def _all_gather_list_single(self, outs: list, inp: np.ndarray, tail: bytes,
+                                program: tuple, async_op: bool) -> Any:
+        """all_gather into a list past the one-shot sizes: the ``cma`` program whose output
+        is the list's pieces, through :meth:`_copy_call`. Ranks that disagree (another
+        rank's piece of another size) are handed over after the entry to the general
+        path, which gathers into one array and copies it into the pieces."""
+        n = self.group._size
+
+        def hand_over(group: GroupView, seq: int) -> None:
+            counts = group.arena.compare_entered(seq, True)
+            flat = np.empty(inp.size * n, inp.dtype)
+            group.all_gather(flat, inp.reshape(-1), [inp.size] * n, inp.dtype.name,
+                             lambda: _copy_each_piece(flat, outs), entered=(seq, counts))
+
+        return self._copy_call("all_gather", tail, program, inp, outs, inp, hand_over, async_op)
 
     def _all_gather_single(self, out: np.ndarray, inp: np.ndarray, tail: bytes,
                            programs: tuple | None, async_op: bool = False) -> Any:
@@ -873,16 +902,21 @@ class TinyCallLane:
         """:meth:`ProcessGroup.reduce_scatter` of the list ``pieces`` (torch's
         reduce_scatter), every piece shaped like ``out``: the one-shot reduce_scatter of
         :meth:`reduce_scatter` (the same fingerprint and regions), the pieces staged one
-        after the other as the tensor form's input is. One-shot sizes with the compiled
-        helper only; False: the general path."""
+        after the other as the tensor form's input is; past the one-shot sizes, the
+        tensor form's call on the pieces' concatenation, in a staging array the group
+        keeps. With the compiled helper only; False: the general path."""
         plan = self._plan(("reduce_scatter_list", out.dtype, out.shape, op),
                           self._reduce_scatter_list_plan, out, op)
         flags = out.flags
         if not (plan and flags.c_contiguous and flags.writeable):
             return False
-        (tail, _, regions, kernel, average, code, prog), alike = plan
+        (tail, views, regions, kernel, average, code, prog), alike = plan
         if not alike(pieces, out, False):
             return False
+        if views is None:  # (one copy of the pieces, where the general path made two)
+            whole = np.concatenate(pieces, out=self._staging.get(
+                "input", out.dtype, (len(pieces) * out.shape[0], *out.shape[1:])))
+            return self.reduce_scatter(out, whole, op)
         group = self.group
         fifo = group.fifo
         if prog is not None:  # reduce_scatter's program, its input the list's pieces
@@ -912,6 +946,7 @@ class TinyCallLane:
         self._run("reduce_scatter", tail, pieces, _reduce_parity, out.reshape(-1), regions,
                   kernel, average)
         return True
+
     def reduce_scatter_list_async(self, out: np.ndarray, pieces: Any, op: Any) -> Work | None:
         """:meth:`reduce_scatter_list` with ``async_op=True`` (see :meth:`_start`); None:
         the general path."""
@@ -920,8 +955,8 @@ class TinyCallLane:
         flags = out.flags
         if not (plan and flags.c_contiguous and flags.writeable):
             return None
-        (tail, _, regions, kernel, average, code, prog), alike = plan
-        if not alike(pieces, out, False):
+        (tail, views, regions, kernel, average, code, prog), alike = plan
+        if views is None or not alike(pieces, out, False):  # (past one-shot: the group's)
             return None
         if prog is not None:
             return self._start("reduce_scatter", tail, pieces, out, code, average, _ignore,
@@ -1138,12 +1173,12 @@ class TinyCallLane:
         """torch's all_to_all of lists: the :meth:`all_to_all` of the pieces'
         concatenation when every piece is alike, else (pieces of different lengths along
         dim 0, MoE's token exchange) its :meth:`all_to_all_split` (a copy in and a copy
-        out, which for small pieces cost far less than the general path's checks; the
-        same fingerprint and bytes as all_to_all_single, so the forms meet). False,
-        nothing done: the general path."""
-        staged = self._list_staged(outs, ins)
+        out, into staging arrays the group keeps, which cost far less than the general
+        path's checks; the same fingerprint and bytes as all_to_all_single, so the forms
+        meet). False, nothing done: the general path."""
+        staged = self._list_staged(outs, ins, self._staging)
         if staged is None:
-            uneven = _uneven_staged(outs, ins, self.group._size)
+            uneven = _uneven_staged(outs, ins, self.group._size, self._staging)
             if uneven is None or not self.all_to_all_split(*uneven):
                 return False
             _pieces_out(uneven[0], outs)
@@ -1168,10 +1203,12 @@ class TinyCallLane:
         out = staged[0]
         return self.all_to_all_async(*staged, lambda: _rows_out(out, outs))
 
-    def _list_staged(self, outs: Any, ins: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    def _list_staged(self, outs: Any, ins: Any, staging: Staging | None = None
+                     ) -> tuple[np.ndarray, np.ndarray] | None:
         """(output, input) of the all_to_all that an all_to_all of lists is, when every
         piece of both lists is a NumPy array alike (same shape and dtype, contiguous,
-        the outputs writable): the input the pieces' concatenation; else None."""
+        the outputs writable): the input the pieces' concatenation, both in ``staging``
+        (a synchronous call's) or fresh; else None."""
         if type(ins) is not list or not ins:
             return None
         like = ins[0]
@@ -1180,8 +1217,12 @@ class TinyCallLane:
         alike = self._alike_check()
         if not (alike(ins, like, False) and alike(outs, like, True)):
             return None
-        inp = np.concatenate(ins)
-        return np.empty_like(inp), inp
+        if staging is None:
+            inp = np.concatenate(ins)
+            return np.empty_like(inp), inp
+        shape = (len(ins) * like.shape[0], *like.shape[1:])
+        inp = np.concatenate(ins, out=staging.get("input", like.dtype, shape))
+        return staging.get("output", like.dtype, shape), inp
 
     def _refused(self, seq: int) -> None:
         """Call ``seq``, which the compiled interpreter refused (status 5: buffers it cannot
@@ -2100,18 +2141,27 @@ class TinyCallLane:
         return False
 
     def _all_gather_list_plan(self, inp: np.ndarray) -> tuple | bool:
-        """(fingerprint tail, the check of the list, packed program or None) in the
-        one-shot range; False elsewhere (single-copy and the schedules take lists
-        through the group). The program is all_gather's, its output the list's pieces."""
+        """(fingerprint tail, the check of the list, packed program or None, None) in the
+        one-shot range; where the single-copy path takes over, (tail, the check, None, its
+        single-copy program with its entry, or None: the general path); False elsewhere
+        (the schedules take lists through the group). The programs are all_gather's, its
+        output the list's pieces, with all_gather_into_tensor's fingerprint: a rank
+        passing a list meets one passing a tensor."""
         group = self.group
         dtype, n = inp.dtype, group.size()
-        if (dtype.name not in _MOVE_DTYPES or not dtype.isnative or n < 2
-                or not _fast.oneshot_all_gather(group.caps, inp.nbytes)):
+        if dtype.name not in _MOVE_DTYPES or not dtype.isnative or n < 2:
             return False
-        alike = self._alike_check()
-        return self._tail("all_gather", dtype=dtype.name, count=inp.size,
-                          extra=counts_hash((inp.size,) * n)), alike, self._program(
-            "all_gather", dtype, inp.size, inp.size * n, (inp.size,) * n, listed=OUTPUT)
+        fields = dict(dtype=dtype.name, count=inp.size, extra=counts_hash((inp.size,) * n))
+        if _fast.oneshot_all_gather(group.caps, inp.nbytes):
+            return self._tail("all_gather", **fields), self._alike_check(), self._program(
+                "all_gather", dtype, inp.size, inp.size * n, (inp.size,) * n,
+                listed=OUTPUT), None
+        if _fast.single_copy(group.caps, inp.nbytes):
+            tail = self._tail("all_gather", False, **fields)
+            return tail, self._alike_check(), None, self._copy_program(
+                "all_gather", tail, dtype, -1, inp.size, inp.size * n, (inp.size,) * n,
+                listed=OUTPUT)
+        return False
 
     def _reduce_scatter_plan(self, out: np.ndarray, inp: np.ndarray, op: Any,
                              listed: int = NO_BUFFER) -> tuple | bool:
@@ -2148,16 +2198,14 @@ class TinyCallLane:
                 code, prog)
 
     def _reduce_scatter_list_plan(self, out: np.ndarray, op: Any) -> tuple | bool:
-        """(the tensor form's one-shot plan, the check of the list), with the compiled
-        helper only; False elsewhere."""
+        """(the tensor form's plan, the check of the list), with the compiled helper only;
+        False elsewhere. Past the one-shot sizes, the plan's views are None."""
         group = self.group
         n = group.size()
         if n < 2 or group.arena.compiled_oneshot is None:
             return False
         plan = self._reduce_scatter_plan(out, np.empty(out.size * n, out.dtype), op, INPUT)
-        if not plan or plan[1] is None:  # (past one-shot: the general path)
-            return False
-        return plan, self._alike_check()
+        return plan and (plan, self._alike_check())
 
     def _all_to_all_plan(self, out: np.ndarray, inp: np.ndarray) -> tuple | bool:
         group = self.group
@@ -2383,6 +2431,13 @@ def _concatenate(parity: int, views: list, out: np.ndarray) -> None:
     np.concatenate(views[parity], out=out)
 
 
+def _copy_each_piece(flat: np.ndarray, outs: list[np.ndarray]) -> None:
+    """Consecutive equal pieces of ``flat`` into ``outs`` (an all_gather into a list that
+    the general path gathered into one array)."""
+    for piece, part in zip(outs, np.split(flat, len(outs))):
+        np.copyto(piece, part.reshape(piece.shape))
+
+
 def _copy_each(parity: int, small: list, outs: list[np.ndarray],
                mine: np.ndarray | None = None, me: int = -1) -> None:
     """Every rank's region into its own piece (all_gather into a list); a gather's root
@@ -2446,12 +2501,13 @@ def _writable(arr: np.ndarray) -> bool:
     return flags.c_contiguous and flags.writeable
 
 
-def _uneven_staged(outs: Any, ins: Any, n: int
+def _uneven_staged(outs: Any, ins: Any, n: int, staging: Staging | None = None
                    ) -> tuple[np.ndarray, np.ndarray, list[int], list[int]] | None:
     """(output, input, output rows, input rows) of the all_to_all_single that an
     all_to_all of lists of pieces of different lengths along dim 0 is, when every piece
     of both lists is a C-contiguous NumPy array of one dtype and one shape past dim 0
-    (the outputs writable): the input the pieces' concatenation; else None."""
+    (the outputs writable): the input the pieces' concatenation, both in ``staging`` (a
+    synchronous call's) or fresh; else None."""
     if type(ins) is not list or type(outs) is not list or len(ins) != n or len(outs) != n:
         return None
     like = ins[0]
@@ -2465,8 +2521,11 @@ def _uneven_staged(outs: Any, ins: Any, n: int
                     writable and not p.flags.writeable):
                 return None
     out_rows = [p.shape[0] for p in outs]
-    return (np.empty((sum(out_rows), *rest), dtype), np.concatenate(ins), out_rows,
-            [p.shape[0] for p in ins])
+    in_rows = [p.shape[0] for p in ins]
+    if staging is None:
+        return np.empty((sum(out_rows), *rest), dtype), np.concatenate(ins), out_rows, in_rows
+    inp = np.concatenate(ins, out=staging.get("input", dtype, (sum(in_rows), *rest)))
+    return staging.get("output", dtype, (sum(out_rows), *rest)), inp, out_rows, in_rows
 
 
 def _pieces_out(out: np.ndarray, outs: list[np.ndarray]) -> None:

@@ -695,6 +695,109 @@ def all_gather_list_beside_the_rest() -> list[str]:
     return seen
 
 
+def all_gather_list_past_one_shot(base: int) -> list[str]:
+    """torch's all_gather into a list of ``base`` float64 a piece (past the one-shot
+    sizes), with the group's all_gather made to fail: every rank on a list; lists beside
+    all_gather_into_tensor on odd ranks; each rank late in turn; my own piece the input
+    (in place); where the compiled entry is built, async, inline and on the worker
+    thread (without it, async single-copy calls take the group's path). Then, with the group's path
+    back, rank 0 on it (a strided piece) beside the others' lists, and last rank 1
+    passing another size: the same MismatchError from every rank. Every result checked;
+    returns the paths seen and the verdict."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    seen: list[str] = []
+
+    def round_of(case: str, late: int | None = None) -> None:
+        if r == late:
+            time.sleep(0.05)
+        mine = _value(r, 7, base)
+        if case == "tensor" and r % 2:
+            whole = np.zeros((n, base))
+            dist.all_gather_into_tensor(whole, mine)
+            got = list(whole)
+        else:
+            got = [np.zeros(base) for _ in range(n)]
+            if case == "strided" and r == 0:
+                got[-1] = _strided(base)
+            if case == "in place":
+                got[r][:] = mine
+                mine = got[r]
+            if case == "async":
+                dist.all_gather(got, mine, async_op=True).wait()
+            else:
+                dist.all_gather(got, mine)
+        seen.append(pg.last_algorithm)
+        for q in range(n):
+            np.testing.assert_array_equal(got[q], _value(q, 7, base), f"{case}: piece {q}")
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the general path ran")
+
+    pg.all_gather = refuse  # an instance attribute
+    inline = table.ASYNC_INLINE_MAX_BYTES
+    try:
+        for case in ("list", "tensor", "in place"):
+            round_of(case)
+        for late in range(n):
+            round_of("list", late)
+        for most in (1 << 40, 0) if pg.arena.compiled_rooted is not None else ():
+            table.ASYNC_INLINE_MAX_BYTES = most  # inline when all are in, then the worker
+            round_of("async")
+            round_of("async", n - 1)
+    finally:
+        table.ASYNC_INLINE_MAX_BYTES = inline
+        del pg.all_gather
+    round_of("strided")
+    size = base + (1 if r == 1 else 0)
+    try:
+        dist.all_gather([np.zeros(size) for _ in range(n)], np.ones(size))
+        seen.append("no MismatchError")
+    except dist.MismatchError as exc:
+        seen.append(f"mismatch: {'count' in str(exc) or 'layout' in str(exc)}")
+    return seen
+
+
+def list_forms_staged(base: int) -> list[str]:
+    """reduce_scatter of a list past the one-shot sizes and all_to_all of lists (equal
+    pieces, then MoE's uneven rows), synchronous, which the lane runs on the pieces'
+    concatenation in staging arrays it keeps: sizes that grow, shrink and grow again,
+    so that a call reads a staging array an earlier, larger call left, with the
+    group's reduce_scatter and all_to_all made to fail. Every result checked; returns
+    the paths seen."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    seen: list[str] = []
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the general path ran")
+
+    pg.reduce_scatter = pg.all_to_all = refuse  # instance attributes
+    try:
+        for k, count in enumerate((base, 2 * base, base, 2 * base)):
+            pieces = [_value(r, d, count) + k for d in range(n)]
+            out = np.zeros(count)
+            dist.reduce_scatter(out, pieces)
+            want = np.add.reduce([_value(q, r, count) + k for q in range(n)])
+            np.testing.assert_allclose(out, want, rtol=1e-12, err_msg=f"reduce_scatter {k}")
+            seen.append(pg.last_algorithm)
+            outs = [np.zeros((count, 1)) for _ in range(n)]
+            dist.all_to_all(outs, [(_value(r, d, count) + k)[:, None] for d in range(n)])
+            for q in range(n):
+                np.testing.assert_array_equal(outs[q][:, 0], _value(q, r, count) + k,
+                                              f"all_to_all {k} from {q}")
+            seen.append(pg.last_algorithm)
+        for k in range(3):  # rows rank q sends rank d: q + d + k + 1, so every call differs
+            outs = [np.zeros((q + r + k + 1, 3)) for q in range(n)]
+            ins = [np.full((r + d + k + 1, 3), 100.0 * r + d + k) for d in range(n)]
+            dist.all_to_all(outs, ins)
+            for q in range(n):
+                assert (outs[q] == 100.0 * q + r + k).all(), (k, q, outs[q][:2])
+    finally:
+        del pg.reduce_scatter, pg.all_to_all
+    return seen
+
+
 def want_rs(r: int, n: int) -> np.ndarray:
     """Rank r's piece of the reduce_scatter of ``arange(2n) + q`` over ranks q."""
     return n * np.arange(2 * r, 2 * r + 2, dtype=np.float32) + n * (n - 1) / 2

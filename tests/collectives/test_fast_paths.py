@@ -186,6 +186,28 @@ def test_all_gather_into_a_list_meets_the_other_forms(n):
     assert all(seen == ["all_gather/oneshot"] * 2 for seen in out), out
 
 
+@pytest.mark.parametrize("n, compiled", [(2, "1"), (3, "1"), (2, "0")])
+def test_all_gather_into_a_list_past_one_shot_takes_the_lane(n, compiled, single_copy):
+    # 140 000 float64 a piece: the lane runs all_gather's cma program into the list's
+    # pieces, sync and (compiled) async, beside all_gather_into_tensor, late ranks and in place,
+    # with the group's all_gather refusing; a strided piece goes to the group's path
+    # beside the lane's lists; a size that differs raises everywhere
+    out = spawn_world(bodies.all_gather_list_past_one_shot, n, timeout=120, base=140_000,
+                      env={"MESHCAST_COMPILED": compiled})
+    want = ["all_gather/cma"] * (3 + n + (4 if compiled == "1" else 0) + 1) + ["mismatch: True"]
+    assert all(seen == want for seen in out), out
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_list_forms_past_one_shot_run_on_staged_concatenations(n, single_copy):
+    # 140 000 and 280 000 float64 a piece, in turn: the lane's reduce_scatter of a list
+    # and all_to_all of lists run on their pieces' concatenation in staging arrays it
+    # keeps (reused by smaller calls), and its uneven all_to_all of lists too; the
+    # group's forms refuse
+    out = spawn_world(bodies.list_forms_staged, n, timeout=120, base=140_000)
+    assert all(seen == ["reduce_scatter/cma", "all_to_all/cma"] * 4 for seen in out), out
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_list_forms_run_their_collectives_programs(n):
     # all_gather into a list and reduce_scatter of a list: 3 calls each, every one a
