@@ -7,6 +7,10 @@ setup(
         # optional: without it a group's FIFO claims the idle group in Python (_fifo.py)
         Extension("meshcast._claim", ["src/meshcast/_claim.c"],
                   extra_compile_args=["-O3", "-std=gnu11"], optional=True),
+        # optional: without it, float16 and bfloat16 reductions convert their working
+        # copies with NumPy (buffers.py), several times slower
+        Extension("meshcast._halves", ["src/meshcast/_halves.c"],
+                  extra_compile_args=["-O3", "-std=gnu11"], optional=True),
         # optional: without a C compiler meshcast installs and runs in pure Python
         # (the tiny calls' arena round then stays in transport/arena.py).
         Extension("meshcast.transport._tiny", ["src/meshcast/transport/_tiny.c"],

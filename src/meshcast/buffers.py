@@ -14,6 +14,7 @@ round-to-nearest-even (:func:`bf16_to_f32`, :func:`f32_to_bf16`).
 from __future__ import annotations
 
 import ctypes
+import importlib
 import math
 import sys
 from collections.abc import Sequence
@@ -22,6 +23,11 @@ from typing import Any
 import numpy as np
 
 from .errors import usage
+
+try:  # the compiled conversions (meshcast/_halves.c), optional like every helper
+    _halves: Any = importlib.import_module("meshcast._halves")
+except ImportError:  # pragma: no cover - without a C compiler
+    _halves = None
 
 SUPPORTED = (
     "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
@@ -162,6 +168,11 @@ def _from_tensor(t: Any, *, name: str, caller: str, rank: int | None) -> Buffer:
 
 def working_copy(flat: np.ndarray, dtype_name: str, work_dtype: np.dtype) -> np.ndarray:
     """Return ``flat`` converted to ``work_dtype`` (float32 for bf16/fp16 reductions)."""
+    if _halves is not None and work_dtype == np.float32 and flat.flags.c_contiguous \
+            and dtype_name in ("bfloat16", "float16"):
+        work = np.empty(flat.size, np.float32)
+        _halves.convert(flat, work, dtype_name, True)
+        return work
     if dtype_name == "bfloat16":
         return bf16_to_f32(flat)
     return flat.astype(work_dtype)
@@ -169,7 +180,11 @@ def working_copy(flat: np.ndarray, dtype_name: str, work_dtype: np.dtype) -> np.
 
 def store_back(dst: np.ndarray, work: np.ndarray, dtype_name: str) -> None:
     """Write a working (upcast) result into ``dst`` in the user's dtype."""
-    if dtype_name == "bfloat16":
+    if _halves is not None and work.dtype == np.float32 and dtype_name in (
+            "bfloat16", "float16") and dst.flags.c_contiguous and work.flags.c_contiguous \
+            and dst.size == work.size:
+        _halves.convert(work, dst, dtype_name, False)
+    elif dtype_name == "bfloat16":
         dst[...] = f32_to_bf16(work)
     else:
         np.copyto(dst, work, casting="unsafe")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from meshcast import buffers
 from meshcast.buffers import as_buffer
 
 
@@ -84,3 +85,75 @@ def test_noncontiguous_torch_tensor_is_staged_and_written_back(dtype):
     assert (base == 0).all()
     buf.finish()
     assert torch.equal(t, values)
+
+
+def _float32_patterns() -> np.ndarray:
+    """Random float32 bit patterns (NaNs, infinities, subnormals among them) plus the
+    edges of both roundings: halfway cases, the largest finite values, the smallest
+    subnormals, signed zeros."""
+    rng = np.random.default_rng(7)
+    edges = np.array([0x7F800000, 0xFF800000, 0x7FC00000, 0x7F800001, 0xFFFFFFFF, 0x7F7FFFFF,
+                      0x00000001, 0x80000000, 0x3F808000, 0x3F818000, 0x3F807FFF, 0x33000000,
+                      0x33000001, 0x477FF000, 0x477FEFFF, 0x387FC000], np.uint32)
+    return np.concatenate([rng.integers(0, 1 << 32, 1 << 18, dtype=np.uint64).astype(np.uint32),
+                           edges]).view(np.float32)
+
+
+@pytest.mark.skipif(buffers._halves is None, reason="built without the compiled conversions")
+@pytest.mark.parametrize("count", [0, 1, 7, 8, 9, 1 << 16])
+def test_compiled_half_conversions_are_numpys_bit_for_bit(count):
+    # bfloat16 and float16 to float32 (every bit pattern) and back (random patterns and
+    # the rounding edges), at lengths around the 8-wide loop: what buffers' NumPy
+    # conversions give; a NaN stays a NaN of its sign (float16 payloads may differ)
+    halves = np.arange(1 << 16, dtype=np.uint16)[:count]
+    wide = np.empty(count, np.float32)
+    buffers._halves.convert(halves, wide, "bfloat16", True)
+    assert np.array_equal(wide.view(np.uint32), buffers.bf16_to_f32(halves).view(np.uint32))
+    buffers._halves.convert(halves.view(np.float16), wide, "float16", True)
+    want = halves.view(np.float16).astype(np.float32)
+    nan = np.isnan(want)
+    assert np.array_equal(wide[~nan].view(np.uint32), want[~nan].view(np.uint32))
+    assert np.isnan(wide[nan]).all()
+    singles = _float32_patterns()[:count] if count < (1 << 16) else _float32_patterns()
+    narrow = np.empty(singles.size, np.uint16)
+    buffers._halves.convert(singles, narrow, "bfloat16", False)
+    assert np.array_equal(narrow, buffers.f32_to_bf16(singles))
+    buffers._halves.convert(singles, narrow.view(np.float16), "float16", False)
+    with np.errstate(all="ignore"):
+        want16 = singles.astype(np.float16)
+    got16 = narrow.view(np.float16)
+    nan = np.isnan(want16)
+    assert np.array_equal(got16[~nan].view(np.uint16), want16[~nan].view(np.uint16))
+    assert np.isnan(got16[nan]).all()
+    assert (np.signbit(got16[nan]) == np.signbit(want16[nan])).all()
+
+
+@pytest.mark.skipif(buffers._halves is None, reason="built without the compiled conversions")
+def test_compiled_half_conversions_refuse_mismatched_buffers():
+    with pytest.raises(ValueError, match="as many elements"):
+        buffers._halves.convert(np.zeros(4, np.uint16), np.zeros(3, np.float32), "bfloat16",
+                                True)
+    with pytest.raises(ValueError, match="kind"):
+        buffers._halves.convert(np.zeros(4, np.uint16), np.zeros(4, np.float32), "int16", True)
+
+
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+@pytest.mark.parametrize("compiled", [True, False])
+def test_working_copies_round_trip_with_or_without_the_compiled_conversions(
+        dtype_name, compiled, monkeypatch):
+    if compiled and buffers._halves is None:
+        pytest.skip("built without the compiled conversions")
+    if not compiled:
+        monkeypatch.setattr(buffers, "_halves", None)
+    singles = _float32_patterns()
+    singles = singles[np.isfinite(singles)]
+    halves = np.empty(singles.size, np.uint16 if dtype_name == "bfloat16" else np.float16)
+    with np.errstate(over="ignore"):  # (float32 values past float16's range: infinities)
+        buffers.store_back(halves, singles, dtype_name)
+        want = (buffers.f32_to_bf16(singles) if dtype_name == "bfloat16"
+                else singles.astype(np.float16))
+    assert np.array_equal(halves.view(np.uint16), want.view(np.uint16))
+    wide = buffers.working_copy(halves, dtype_name, np.dtype(np.float32))
+    back = np.empty_like(halves)
+    buffers.store_back(back, wide, dtype_name)
+    assert np.array_equal(back.view(np.uint16), halves.view(np.uint16))
