@@ -7,7 +7,8 @@ nothing per collective: its method for a collective resolves the algorithm
 group's :class:`Machinery`. A function here then, for its collective:
 
 * makes the arrays the call runs on: float32 working copies for float16 and
-  bfloat16 reductions, staging where the schedules want one flat array;
+  bfloat16 reductions (not for a float16 SUM or PRODUCT that goes one-shot or
+  single-copy: :func:`_native`), staging where the schedules want one flat array;
 * picks the path, as algorithms/_select.py says (every rule reads only the
   group and fingerprint fields, so every rank picks alike): in place in a
   symmetric allocation, one-shot, or the group's call protocol
@@ -104,9 +105,24 @@ def _oneshot(m: Machinery, nbytes: int, algorithm: str | None) -> bool:
     return algorithm is None and _fast.oneshot(m.caps, nbytes)
 
 
-def _working(buf_flat: np.ndarray, dtype_name: str, op: Any) -> tuple[np.ndarray, bool]:
-    """The array the reduction runs on (float32 for float16/bfloat16)."""
-    if dtype_name in ("float16", "bfloat16"):
+def _native(m: Machinery, dtype_name: str, op: Any, algorithm: str | None, fits: bool) -> bool:
+    """Whether a float16 reduction runs on its own data, without a float32 working copy:
+    SUM and PRODUCT where ``fits``, the call takes the one-shot or the single-copy path
+    (every rule read only the group and fingerprint fields: every rank decides alike).
+    Their programs fold every rank's operand at once, widened to float32 in rank order
+    and rounded once, in the compiled kernels as in ops.reduce_many: the working copy's
+    result, with half the bytes and no copy to make or round back. The schedules fold
+    partial sums that travel between ranks (rounded at every step), and AVG divides
+    after the fold (rounded twice): those keep the working copy."""
+    return (dtype_name == "float16" and op in (ops.ReduceOp.SUM, ops.ReduceOp.PRODUCT)
+            and algorithm is None and m.size > 1 and fits)
+
+
+def _working(buf_flat: np.ndarray, dtype_name: str, op: Any, native: bool = False
+             ) -> tuple[np.ndarray, bool]:
+    """The array the reduction runs on (float32 for float16/bfloat16, unless ``native``:
+    see :func:`_native`)."""
+    if dtype_name in ("float16", "bfloat16") and not native:
         work_dtype = ops.working_dtype(np.dtype(np.float16), op)
         if dtype_name == "bfloat16" or work_dtype != buf_flat.dtype:
             return working_copy(buf_flat, dtype_name, work_dtype), True
@@ -170,7 +186,9 @@ def broadcast(m: Machinery, buf: Buffer, root: int, algorithm: str | None, async
 
 def all_reduce(m: Machinery, buf: Buffer, op: ops.ReduceOp, algorithm: str | None,
                async_op: bool) -> Work | None:
-    work_arr, upcast = _working(buf.flat, buf.dtype_name, op)
+    work_arr, upcast = _working(buf.flat, buf.dtype_name, op, _native(
+        m, buf.dtype_name, op, algorithm, _fast.oneshot(m.caps, buf.nbytes)
+        or _fast.all_reduce_single_copy(m.caps, buf.nbytes)))
     sched_op = ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op  # the finish divides
 
     def finish(plan: Plan | None) -> None:
@@ -208,7 +226,9 @@ def all_reduce(m: Machinery, buf: Buffer, op: ops.ReduceOp, algorithm: str | Non
 
 def reduce(m: Machinery, buf: Buffer, op: ops.ReduceOp, root: int, algorithm: str | None,
            async_op: bool) -> Work | None:
-    work_arr, upcast = _working(buf.flat, buf.dtype_name, op)
+    work_arr, upcast = _working(buf.flat, buf.dtype_name, op, _native(
+        m, buf.dtype_name, op, algorithm, _fast.oneshot(m.caps, buf.nbytes)
+        or _fast.single_copy(m.caps, buf.nbytes)))
     # The schedules reduce into a separate output; the one-shot and single-copy
     # paths straight into the root's own array (no fresh pages to fault in).
     out = np.empty_like(work_arr) if m.rank == root else None
@@ -367,8 +387,10 @@ def reduce_scatter(m: Machinery, out_buf: Buffer, in_flat: np.ndarray, counts: S
                    op: ops.ReduceOp, finish: Callable[[], None], algorithm: str | None,
                    async_op: bool, entered: Entered | None) -> Work | None:
     counts = tuple(int(c) for c in counts)
-    in_work, in_upcast = _working(in_flat, out_buf.dtype_name, op)
-    out_work, upcast = _working(out_buf.flat, out_buf.dtype_name, op)
+    native = _native(m, out_buf.dtype_name, op, algorithm, _fast.oneshot(m.caps, in_flat.nbytes)
+                     or single_copy.fits(m.caps, in_flat.itemsize)(list(counts)))
+    in_work, in_upcast = _working(in_flat, out_buf.dtype_name, op, native)
+    out_work, upcast = _working(out_buf.flat, out_buf.dtype_name, op, native)
     sched_op = ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op
 
     def done(plan: Plan | None) -> None:

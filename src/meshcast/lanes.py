@@ -58,6 +58,14 @@ _MOVED_MAX = 256  # finished p2p Works a lane keeps (see TinyCallLane.moved)
 _SEQ = struct.Struct("<Q")  # the fingerprint's first field (see _fingerprint._STRUCT)
 _PLANS_MAX = 64
 _MOVE_DTYPES = ops.FAST_DTYPES | {"float16"}  # dtypes moved without any conversion
+_FOLD_DTYPES = _MOVE_DTYPES  # dtypes the lane reduces (float16: see _folds_here)
+
+
+def _folds_here(dtype: np.dtype, op: ops.ReduceOp) -> bool:
+    """Whether the lane reduces ``dtype`` with ``op``: float16 only with SUM and PRODUCT,
+    which the programs fold in float32 and round once, the general path's result
+    (calls._native); AVG, MIN and MAX go there (a float32 working copy, or NumPy)."""
+    return dtype != np.float16 or op in (ops.ReduceOp.SUM, ops.ReduceOp.PRODUCT)
 
 
 class _What:
@@ -2048,16 +2056,15 @@ class TinyCallLane:
         range; for all_reduce where the single-copy path takes over, (tail, None, op,
         AVG?, None)."""
         dtype, group = arr.dtype, self.group
-        # float16 needs a float32 working copy. (Symmetric arrays take the one-shot
-        # path too at the sizes that fit it.)
+        # (Symmetric arrays take the one-shot path too at the sizes that fit it.)
         oneshot = self._fits(arr.nbytes)
         single = (kind == "all_reduce" and not oneshot
                   and _fast.all_reduce_single_copy(group.caps, arr.nbytes))
-        if (root is None or dtype.name not in ops.FAST_DTYPES or not dtype.isnative
+        if (root is None or dtype.name not in _FOLD_DTYPES or not dtype.isnative
                 or not (oneshot or single)):
             return False
         rop = self._valid_op(op, dtype, kind)
-        if rop is None:
+        if rop is None or not _folds_here(dtype, rop):
             return False
         tail = self._tail(kind, oneshot, dtype=dtype.name, op=rop.name, root=root,
                           count=arr.size)
@@ -2068,6 +2075,8 @@ class TinyCallLane:
         code = ops.compiled_kernel(sched_op, dtype)
         prog = (self._program(kind, dtype, arr.size, arr.size)
                 if kind == "all_reduce" and code is not None else None)
+        if kind == "all_reduce" and prog is None and dtype == np.float16:
+            return False  # (the lane's NumPy combine would round at every step)
         return (tail, self._views(arr), ops.kernel(sched_op, dtype), rop is ops.ReduceOp.AVG,
                 code, prog)
 
@@ -2092,6 +2101,8 @@ class TinyCallLane:
         prog = (None if code is None else
                 self._program("reduce", arr.dtype, arr.size, arr.size if at_root else None,
                               root=root))  # type: ignore[arg-type]
+        if prog is None and arr.dtype == np.float16:
+            return False  # (the lane's NumPy combine would round at every step)
         return tail, views, kernel, average, code, root, prog
 
     def _broadcast_plan(self, arr: np.ndarray, src: int) -> tuple | bool:
@@ -2173,11 +2184,11 @@ class TinyCallLane:
         dtype, n, me = inp.dtype, group.size(), group.rank()
         oneshot = self._fits(inp.nbytes)
         single = not oneshot and n > 1 and _fast.single_copy(group.caps, out.nbytes)
-        if (dtype.name not in ops.FAST_DTYPES or not dtype.isnative or out.dtype != dtype
+        if (dtype.name not in _FOLD_DTYPES or not dtype.isnative or out.dtype != dtype
                 or inp.size != out.size * n or not (oneshot or single)):
             return False
         rop = self._valid_op(op, dtype, "reduce_scatter")
-        if rop is None:
+        if rop is None or not _folds_here(dtype, rop):
             return False
         tail = self._tail("reduce_scatter", oneshot, dtype=dtype.name, op=rop.name,
                           count=out.size, extra=counts_hash((out.size,) * n))
@@ -2194,6 +2205,8 @@ class TinyCallLane:
         code = ops.compiled_kernel(sched_op, dtype)
         prog = (None if code is None
                 else self._program("reduce_scatter", dtype, inp.size, c, (c,) * n, listed=listed))
+        if prog is None and dtype == np.float16:
+            return False  # (the lane's NumPy combine would round at every step)
         return (tail, views, pieces, ops.kernel(sched_op, dtype), rop is ops.ReduceOp.AVG,
                 code, prog)
 

@@ -239,6 +239,16 @@ def reduce_many(op: ReduceOp, dst: np.ndarray, srcs: Sequence[np.ndarray]) -> No
     if len(srcs) == 1:
         np.copyto(dst, srcs[0])
         return
+    if dst.dtype == np.float16 and op in _WIDENED:
+        # what a float32 working copy gives (working_dtype), as the compiled kernel does:
+        # each operand widened, folded in float32 in this order, rounded back once
+        fn = kernel(op, np.dtype(np.float32))
+        acc = np.asarray(srcs[0], np.float32).copy()
+        for src in srcs[1:]:
+            fn(acc, np.asarray(src, np.float32), out=acc)
+        with np.errstate(over="ignore"):  # (past float16's range: infinity, as IEEE says)
+            np.copyto(dst, acc, casting="unsafe")
+        return
     fn = kernel(op, dst.dtype)
     fn(srcs[0], srcs[1], out=dst)
     for src in srcs[2:]:
@@ -279,7 +289,11 @@ def finish_average(buf: np.ndarray, n: int) -> None:
 # _mpi_rows.c): code = type * 8 + op, only where the result is bitwise NumPy's.
 _C_TYPES = {name: i for i, name in enumerate(
     ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32",
-     "float64", "bool"))}
+     "float64", "bool", "float16"))}
+# The reductions a float32 working copy carries for float16 (working_dtype): its
+# compiled kernels fold those in float32 and round once (transport/_fold.h), as
+# reduce_many does; float16 MIN and MAX stay with NumPy.
+_WIDENED = (ReduceOp.SUM, ReduceOp.AVG, ReduceOp.PRODUCT)
 _C_OPS = {op: i for i, op in enumerate(
     (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.BAND, ReduceOp.BOR,
      ReduceOp.BXOR))}
@@ -320,7 +334,7 @@ def _numpy_picks_as_compiled(dtype: np.dtype) -> bool:
 
 def compiled_kernel(op: ReduceOp, dtype: np.dtype) -> int | None:
     """The compiled helpers' fold code for ``op`` (AVG already turned into SUM) on
-    ``dtype``, or None where NumPy folds (complex, float16, AVG, PREMUL_SUM,
+    ``dtype``, or None where NumPy folds (complex, float16 MIN/MAX, AVG, PREMUL_SUM,
     and float MIN/MAX where this NumPy picks NaNs or zeros otherwise than the kernels:
     :func:`_numpy_picks_as_compiled`): a fold with this code gives bitwise
     :func:`reduce_many`'s result."""
@@ -329,6 +343,7 @@ def compiled_kernel(op: ReduceOp, dtype: np.dtype) -> int | None:
     except KeyError:  # (a dtype's name costs ~3 us: looked up once per op and dtype)
         t, o = _C_TYPES.get(dtype.name), _C_OPS.get(op)
         code = None if t is None or o is None or (
+            dtype == np.float16 and op not in _WIDENED) or (
             dtype.kind == "f" and o in _C_FLOAT_ORDER and not _numpy_picks_as_compiled(dtype)
         ) else t * 8 + o
         if len(_KERNEL_OF) < 1024:

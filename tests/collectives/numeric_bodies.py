@@ -148,6 +148,51 @@ def float16_sums() -> None:
                        f"{label} reduce_scatter_tensor/{algorithm}")
 
 
+def float16_without_working_copies(counts: list[int]) -> list[int]:
+    """float16 SUM (and PRODUCT) through all_reduce, reduce, reduce_scatter_tensor and
+    reduce_scatter at each of ``counts`` elements (one-shot and single-copy sizes), where
+    the calls fold the float16 data itself (the lane's programs, calls._native): the same
+    bits as a float32 accumulator rounded once, which the data tells from float16
+    arithmetic; and an all_reduce with rank 0 on the general path (a strided array)
+    beside the others on the lane. Returns, per count, how many float32 working copies
+    the calls made."""
+    from meshcast import calls
+
+    made = [0]
+    real = calls.working_copy
+
+    def counted(*args: Any) -> Any:
+        made[0] += 1
+        return real(*args)
+
+    calls.working_copy = counted
+    r, n = dist.get_rank(), dist.get_world_size()
+    seen = []
+    try:
+        for count in counts:
+            made[0] = 0
+            data = _fp16_data(n, count)
+            full = data.astype(np.float64).sum(0).astype(np.float16)
+            step = data[0].copy()
+            for q in range(1, n):
+                step += data[q]
+            assert (step != full).sum() > count // 5, "data cannot tell fp16 from fp32 sums"
+            _reductions(data, full, ReduceOp.SUM, f"fp16 native count={count}")
+            # rank 0 on the general path (a strided array) beside the others' lanes
+            x = np.repeat(data[r], 2)[::2] if r == 0 else data[r].copy()
+            dist.all_reduce(x)
+            _check(np.ascontiguousarray(x), full, f"fp16 native count={count} mixed paths")
+            factors = (data / 1024).astype(np.float16)  # (2, and multiples of 1/4096)
+            product = factors.astype(np.float32).prod(0, dtype=np.float32)
+            x = factors[r].copy()
+            dist.all_reduce(x, op=ReduceOp.PRODUCT)
+            _check(x, product.astype(np.float16), f"fp16 native count={count} PRODUCT")
+            seen.append(made[0])
+    finally:
+        calls.working_copy = real
+    return seen
+
+
 # ------------------------------------------------------------- integer AVG
 
 def _truncated_average(data: np.ndarray) -> np.ndarray:

@@ -22,9 +22,11 @@
 #define MESHCAST_FOLD_H
 
 #include <stdint.h>
+#include <string.h>
 
 enum { OP_SUM, OP_PROD, OP_MIN, OP_MAX, OP_BAND, OP_BOR, OP_BXOR, N_OPS };
-enum { T_I8, T_U8, T_I16, T_U16, T_I32, T_U32, T_I64, T_U64, T_F32, T_F64, T_BOOL, N_TYPES };
+enum { T_I8, T_U8, T_I16, T_U16, T_I32, T_U32, T_I64, T_U64, T_F32, T_F64, T_BOOL, T_F16, T_BF16,
+       N_TYPES };
 
 #define FOLD(T, F)                                                       \
     do {                                                                 \
@@ -99,7 +101,7 @@ ORDER_PICKS(double, min_f64, <)
     }                                                                    \
     return -1
 
-static const int type_size[N_TYPES] = {1, 1, 2, 2, 4, 4, 8, 8, 4, 8, 1};
+static const int type_size[N_TYPES] = {1, 1, 2, 2, 4, 4, 8, 8, 4, 8, 1, 2, 2};
 
 /* The body of a fold function: out[0:count] = source 0 op source 1 op ... (see above). */
 #define FOLD_SWITCH(type, op)                                            \
@@ -124,5 +126,149 @@ static const int type_size[N_TYPES] = {1, 1, 2, 2, 4, 4, 8, 8, 4, 8, 1};
 #else
 #define FOLD_CLONES
 #endif
+
+/* float16 and bfloat16 (T_F16, T_BF16), SUM and PRODUCT only (ops.compiled_kernel gives
+ * no other code; the programs check it). A half reduction's result is its float32
+ * working copy's, rounded once (ops.working_dtype, meshcast/_halves.c): every operand
+ * widened to float32 and folded there in the same rank order, one float32 operation
+ * an element, then rounded to the half type, to nearest even (bfloat16's NaN as
+ * buffers.f32_to_bf16 makes it). So the fold runs a block of HALF_BLOCK elements at a
+ * time through a float32 accumulator on the stack, reading every operand's block
+ * before it writes out's (out may be one of them: own, as fold_over's). Half the
+ * bytes of the working copy's fold, and no copy to make or round back. */
+#define HALF_BLOCK 512
+
+static inline float bf16_widen(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t bf16_narrow(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16, nan = (u >> 16) | 0x40u;
+    return (uint16_t)((u & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded);
+}
+
+#if defined(__FLT16_MAX__)
+#define HAVE_FLOAT16 1
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+/* 8 at a time with F16C (the compiler leaves _Float16 conversions scalar); the rest,
+ * and CPUs without it, through _Float16: both round to nearest even. */
+__attribute__((target("avx,f16c"), unused)) static Py_ssize_t f16_widen_f16c(const uint16_t *s,
+                                                                     float *d, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+    return i;
+}
+
+__attribute__((target("avx,f16c"), unused)) static Py_ssize_t f16_narrow_f16c(const float *s,
+                                                                      uint16_t *d, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(d + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+    return i;
+}
+/* acc[0:n] op= s[0:n] widened, 8 at a time; returns how many it did (a multiple of 8) */
+__attribute__((target("avx,f16c"), unused)) static Py_ssize_t f16_fold_f16c(const uint16_t *s,
+                                                                           float *acc,
+                                                                           Py_ssize_t n,
+                                                                           int op) {
+    Py_ssize_t i = 0;
+    if (op == OP_SUM)
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_cvtph_ps(
+                _mm_loadu_si128((const __m128i *)(s + i)))));
+    else
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(acc + i, _mm256_mul_ps(_mm256_loadu_ps(acc + i), _mm256_cvtph_ps(
+                _mm_loadu_si128((const __m128i *)(s + i)))));
+    return i;
+}
+#define F16C_DONE(fn, s, d, n) (__builtin_cpu_supports("f16c") ? fn(s, d, n) : 0)
+#define F16C_FOLDED(s, acc, n, op) (__builtin_cpu_supports("f16c") ? f16_fold_f16c(s, acc, n, op) : 0)
+#else
+#define F16C_DONE(fn, s, d, n) 0
+#define F16C_FOLDED(s, acc, n, op) 0
+#endif
+#else
+#define HAVE_FLOAT16 0
+#endif
+
+/* d[0:n] = src[0:n] as float32 (type T_F16 or T_BF16) */
+__attribute__((unused)) static void half_widen(int type, const uint16_t *s, float *d, Py_ssize_t n) {
+    if (type == T_BF16) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            d[i] = bf16_widen(s[i]);
+        return;
+    }
+#if HAVE_FLOAT16
+    for (Py_ssize_t i = F16C_DONE(f16_widen_f16c, s, d, n); i < n; i++) {
+        _Float16 h;
+        memcpy(&h, &s[i], 2);
+        d[i] = (float)h;
+    }
+#endif
+}
+
+__attribute__((unused)) static void half_narrow(int type, const float *s, uint16_t *d, Py_ssize_t n) {
+    if (type == T_BF16) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            d[i] = bf16_narrow(s[i]);
+        return;
+    }
+#if HAVE_FLOAT16
+    for (Py_ssize_t i = F16C_DONE(f16_narrow_f16c, s, d, n); i < n; i++) {
+        _Float16 h = (_Float16)s[i];
+        memcpy(&d[i], &h, 2);
+    }
+#endif
+}
+
+/* out[0:count] = source 0 op source 1 op ... (see above), source own (-1: none) being
+ * out itself. 0, or -1 where there is no such kernel. */
+FOLD_CLONES __attribute__((unused))
+static int fold_halves(char *const *srcs, Py_ssize_t nsrc, Py_ssize_t own, int type, int op,
+                       char *out, Py_ssize_t count) {
+    if ((op != OP_SUM && op != OP_PROD) || (type == T_F16 && !HAVE_FLOAT16))
+        return -1;
+    float acc[HALF_BLOCK], next[HALF_BLOCK];
+    uint16_t *o = (uint16_t *)out;
+    for (Py_ssize_t at = 0; at < count; at += HALF_BLOCK) {
+        Py_ssize_t m = count - at < HALF_BLOCK ? count - at : HALF_BLOCK;
+        for (Py_ssize_t r = 0; r < nsrc; r++) {
+            const uint16_t *s = (r == own ? o : (const uint16_t *)srcs[r]) + at;
+            if (r == 0) {
+                half_widen(type, s, acc, m);
+                continue;
+            }
+            Py_ssize_t i = 0;
+            if (type == T_BF16) { /* (widened in the loop: a shift the compiler vectorizes) */
+                if (op == OP_SUM)
+                    for (; i < m; i++)
+                        acc[i] += bf16_widen(s[i]);
+                else
+                    for (; i < m; i++)
+                        acc[i] *= bf16_widen(s[i]);
+                continue;
+            }
+            i = F16C_FOLDED(s, acc, m, op);
+            half_widen(type, s + i, next, m - i);
+            if (op == OP_SUM)
+                for (Py_ssize_t j = 0; j < m - i; j++)
+                    acc[i + j] += next[j];
+            else
+                for (Py_ssize_t j = 0; j < m - i; j++)
+                    acc[i + j] *= next[j];
+        }
+        half_narrow(type, acc, o + at, m);
+    }
+    return 0;
+}
 
 #endif

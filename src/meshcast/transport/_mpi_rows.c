@@ -600,9 +600,9 @@ static int combine_ok(Rows *self, Py_ssize_t n, Py_ssize_t len, long code, Py_ss
     } else if (code == COPY_ROW) {
         if (row < 0 || row >= n)
             bad = "no such row";
-    } else if (code < 0 || code / 8 >= N_TYPES || code % 8 >= N_OPS || n < 2 ||
+    } else if (code < 0 || code / 8 >= T_F16 || code % 8 >= N_OPS || n < 2 ||
                len % type_size[code / 8] != 0) {
-        bad = "no such combine kernel for this size";
+        bad = "no such combine kernel for this size"; /* (nor for halves: working copies) */
     }
     if (bad == NULL && (at < 0 || piece > room - at))
         bad = "at and out beyond a row's payload";

@@ -1165,6 +1165,8 @@ enum { P_ROUND, P_SEND, P_RECV, P_PUT, P_GET, P_REDUCE_SLOTS, P_ENTER, P_EXPOSE,
 FOLD_CLONES
 static int fold_sources(char *const *srcs, Py_ssize_t nsrc, int type, int op, char *out,
                         Py_ssize_t count) {
+    if (type >= T_F16)
+        return fold_halves(srcs, nsrc, -1, type, op, out, count);
     FOLD_SWITCH(type, op);
 }
 
@@ -1193,6 +1195,8 @@ static int fold_sources(char *const *srcs, Py_ssize_t nsrc, int type, int op, ch
 FOLD_CLONES
 static int fold_over(char *const *srcs, Py_ssize_t nsrc, Py_ssize_t own, int type, int op,
                      char *out, Py_ssize_t count) {
+    if (type >= T_F16)
+        return fold_halves(srcs, nsrc, own, type, op, out, count);
     FOLD_SWITCH(type, op);
 }
 
@@ -1745,7 +1749,8 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_ValueError, "program: a bad fingerprint, program or start");
         return NULL;
     }
-    if (kernel >= 0 && (kernel / 8 >= N_TYPES || kernel % 8 >= N_OPS)) {
+    if (kernel >= 0 && (kernel / 8 >= N_TYPES || kernel % 8 >= N_OPS
+                        || (kernel / 8 >= T_F16 && kernel % 8 > OP_PROD))) {
         PyErr_SetString(PyExc_ValueError, "program: no such kernel");
         return NULL;
     }
