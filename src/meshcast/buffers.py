@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from .errors import usage
+from .ops import bf16_to_f32, f32_to_bf16
 
 try:  # the compiled conversions (meshcast/_halves.c), optional like every helper
     _halves: Any = importlib.import_module("meshcast._halves")
@@ -188,21 +189,6 @@ def store_back(dst: np.ndarray, work: np.ndarray, dtype_name: str) -> None:
         dst[...] = f32_to_bf16(work)
     else:
         np.copyto(dst, work, casting="unsafe")
-
-
-def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
-    """bfloat16 bit patterns (uint16) -> float32 values (exact)."""
-    return (bits.astype(np.uint32) << 16).view(np.float32)
-
-
-def f32_to_bf16(values: np.ndarray) -> np.ndarray:
-    """float32 -> bfloat16 bit patterns with round-to-nearest-even; NaN stays NaN."""
-    u = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
-    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    nan = np.isnan(values)
-    if nan.any():
-        rounded[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
-    return rounded
 
 
 def span(flats: Sequence[np.ndarray]) -> np.ndarray | None:

@@ -106,22 +106,26 @@ def _oneshot(m: Machinery, nbytes: int, algorithm: str | None) -> bool:
 
 
 def _native(m: Machinery, dtype_name: str, op: Any, algorithm: str | None, fits: bool) -> bool:
-    """Whether a float16 reduction runs on its own data, without a float32 working copy:
-    SUM and PRODUCT where ``fits``, the call takes the one-shot or the single-copy path
-    (every rule read only the group and fingerprint fields: every rank decides alike).
+    """Whether a float16 or bfloat16 reduction runs on its own data, without a float32
+    working copy: SUM and PRODUCT where ``fits``, the call takes the one-shot or the
+    single-copy path (every rule read only the group and fingerprint fields: every
+    rank decides alike).
     Their programs fold every rank's operand at once, widened to float32 in rank order
     and rounded once, in the compiled kernels as in ops.reduce_many: the working copy's
     result, with half the bytes and no copy to make or round back. The schedules fold
     partial sums that travel between ranks (rounded at every step), and AVG divides
     after the fold (rounded twice): those keep the working copy."""
-    return (dtype_name == "float16" and op in (ops.ReduceOp.SUM, ops.ReduceOp.PRODUCT)
+    return (dtype_name in ("float16", "bfloat16")
+            and op in (ops.ReduceOp.SUM, ops.ReduceOp.PRODUCT)
             and algorithm is None and m.size > 1 and fits)
 
 
 def _working(buf_flat: np.ndarray, dtype_name: str, op: Any, native: bool = False
              ) -> tuple[np.ndarray, bool]:
     """The array the reduction runs on (float32 for float16/bfloat16, unless ``native``:
-    see :func:`_native`)."""
+    see :func:`_native`; bfloat16 then as ops.BFLOAT16)."""
+    if native and dtype_name == "bfloat16":
+        return buf_flat.view(ops.BFLOAT16), False
     if dtype_name in ("float16", "bfloat16") and not native:
         work_dtype = ops.working_dtype(np.dtype(np.float16), op)
         if dtype_name == "bfloat16" or work_dtype != buf_flat.dtype:

@@ -226,6 +226,21 @@ def reduce_into(op: ReduceOp, dst: np.ndarray, src: np.ndarray) -> None:
     kernel(op, dst.dtype)(dst, src, out=dst)
 
 
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns (uint16) -> float32 values (exact)."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16(values: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns with round-to-nearest-even; NaN stays NaN."""
+    u = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(values)
+    if nan.any():
+        rounded[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
+    return rounded
+
+
 def reduce_many(op: ReduceOp, dst: np.ndarray, srcs: Sequence[np.ndarray]) -> None:
     """``dst = op(...op(op(srcs[0], srcs[1]), srcs[2])..., srcs[-1])``, left to right.
 
@@ -239,15 +254,25 @@ def reduce_many(op: ReduceOp, dst: np.ndarray, srcs: Sequence[np.ndarray]) -> No
     if len(srcs) == 1:
         np.copyto(dst, srcs[0])
         return
-    if dst.dtype == np.float16 and op in _WIDENED:
+    if (dst.dtype == np.float16 or dst.dtype == BFLOAT16) and op in _WIDENED:
         # what a float32 working copy gives (working_dtype), as the compiled kernel does:
         # each operand widened, folded in float32 in this order, rounded back once
+        brain = dst.dtype == BFLOAT16
+
+        def widened(a: np.ndarray) -> np.ndarray:
+            flat = np.ascontiguousarray(a).reshape(-1)
+            return bf16_to_f32(flat.view(np.uint16)) if brain else flat.astype(np.float32)
+
         fn = kernel(op, np.dtype(np.float32))
-        acc = np.asarray(srcs[0], np.float32).copy()
+        acc = widened(srcs[0])
         for src in srcs[1:]:
-            fn(acc, np.asarray(src, np.float32), out=acc)
-        with np.errstate(over="ignore"):  # (past float16's range: infinity, as IEEE says)
-            np.copyto(dst, acc, casting="unsafe")
+            fn(acc, widened(src), out=acc)
+        flat_dst = dst.reshape(-1)
+        if brain:
+            flat_dst.view(np.uint16)[...] = f32_to_bf16(acc)
+        else:
+            with np.errstate(over="ignore"):  # (past float16's range: infinity, as IEEE says)
+                np.copyto(flat_dst, acc, casting="unsafe")
         return
     fn = kernel(op, dst.dtype)
     fn(srcs[0], srcs[1], out=dst)
@@ -289,11 +314,15 @@ def finish_average(buf: np.ndarray, n: int) -> None:
 # _mpi_rows.c): code = type * 8 + op, only where the result is bitwise NumPy's.
 _C_TYPES = {name: i for i, name in enumerate(
     ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32",
-     "float64", "bool", "float16"))}
-# The reductions a float32 working copy carries for float16 (working_dtype): its
-# compiled kernels fold those in float32 and round once (transport/_fold.h), as
-# reduce_many does; float16 MIN and MAX stay with NumPy.
+     "float64", "bool", "float16", "void16"))}  # (void16: BFLOAT16)
+# The reductions a float32 working copy carries for float16 and bfloat16
+# (working_dtype): their compiled kernels fold those in float32 and round once
+# (transport/_fold.h), as reduce_many does; MIN and MAX stay with NumPy.
 _WIDENED = (ReduceOp.SUM, ReduceOp.AVG, ReduceOp.PRODUCT)
+#: bfloat16 data (NumPy has none) where a reduction folds it as such (calls._native):
+#: its bit patterns seen as a 2-byte void dtype, which no ufunc takes for an integer and
+#: no cache confuses with uint16, the carrier of bfloat16 elsewhere (buffers.py).
+BFLOAT16 = np.dtype("V2")
 _C_OPS = {op: i for i, op in enumerate(
     (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.BAND, ReduceOp.BOR,
      ReduceOp.BXOR))}
@@ -343,7 +372,7 @@ def compiled_kernel(op: ReduceOp, dtype: np.dtype) -> int | None:
     except KeyError:  # (a dtype's name costs ~3 us: looked up once per op and dtype)
         t, o = _C_TYPES.get(dtype.name), _C_OPS.get(op)
         code = None if t is None or o is None or (
-            dtype == np.float16 and op not in _WIDENED) or (
+            dtype.name in ("float16", "void16") and op not in _WIDENED) or (
             dtype.kind == "f" and o in _C_FLOAT_ORDER and not _numpy_picks_as_compiled(dtype)
         ) else t * 8 + o
         if len(_KERNEL_OF) < 1024:
@@ -352,8 +381,11 @@ def compiled_kernel(op: ReduceOp, dtype: np.dtype) -> int | None:
 
 
 __all__ = [
+    "BFLOAT16",
     "ReduceOp",
+    "bf16_to_f32",
     "compiled_kernel",
+    "f32_to_bf16",
     "finish_average",
     "is_commutative",
     "kernel",

@@ -148,14 +148,14 @@ def float16_sums() -> None:
                        f"{label} reduce_scatter_tensor/{algorithm}")
 
 
-def float16_without_working_copies(counts: list[int]) -> list[int]:
-    """float16 SUM (and PRODUCT) through all_reduce, reduce, reduce_scatter_tensor and
-    reduce_scatter at each of ``counts`` elements (one-shot and single-copy sizes), where
-    the calls fold the float16 data itself (the lane's programs, calls._native): the same
-    bits as a float32 accumulator rounded once, which the data tells from float16
-    arithmetic; and an all_reduce with rank 0 on the general path (a strided array)
-    beside the others on the lane. Returns, per count, how many float32 working copies
-    the calls made."""
+def halves_without_working_copies(counts: list[int], dtype: str = "float16") -> list[int]:
+    """float16 (NumPy) or bfloat16 (torch) SUM and PRODUCT through all_reduce, reduce,
+    reduce_scatter_tensor and reduce_scatter at each of ``counts`` elements (one-shot and
+    single-copy sizes), where the calls fold the half data itself (the lane's programs,
+    calls._native): the same bits as a float32 accumulator rounded once, which the data
+    tells from half arithmetic; and an all_reduce with rank 0 on the general path (a
+    strided array) beside the others (float16 on the lane). Returns, per count, how
+    many float32 working copies the calls made."""
     from meshcast import calls
 
     made = [0]
@@ -165,28 +165,44 @@ def float16_without_working_copies(counts: list[int]) -> list[int]:
         made[0] += 1
         return real(*args)
 
+    if dtype == "bfloat16":
+        import torch
+
+        def halves(a: np.ndarray) -> Any:
+            return torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
+    else:
+        def halves(a: np.ndarray) -> Any:
+            return a.astype(np.float16)
+
     calls.working_copy = counted
     r, n = dist.get_rank(), dist.get_world_size()
     seen = []
     try:
         for count in counts:
             made[0] = 0
-            data = _fp16_data(n, count)
-            full = data.astype(np.float64).sum(0).astype(np.float16)
-            step = data[0].copy()
+            # multiples of 1/4 below 2^13 (exact in bfloat16 too: 2048 and 0.25-1.5 need
+            # 3 significant bits); their sums are exact in float32
+            wide = _fp16_data(n, count).astype(np.float32)
+            if dtype == "bfloat16":  # (bfloat16's spacing at 2048 is 16: larger steps)
+                wide = np.where(wide == 2048, wide, wide * 8)
+            data = halves(wide)
+            full = halves(wide.sum(0, dtype=np.float64).astype(np.float32))
+            step = data[0].clone() if dtype == "bfloat16" else data[0].copy()
             for q in range(1, n):
                 step += data[q]
-            assert (step != full).sum() > count // 5, "data cannot tell fp16 from fp32 sums"
-            _reductions(data, full, ReduceOp.SUM, f"fp16 native count={count}")
-            # rank 0 on the general path (a strided array) beside the others' lanes
-            x = np.repeat(data[r], 2)[::2] if r == 0 else data[r].copy()
+            differ = (step != full).sum()
+            assert int(differ) > count // 5, f"data cannot tell {dtype} from float32 sums"
+            _reductions(data, full, ReduceOp.SUM, f"{dtype} native count={count}")
+            # rank 0 on the general path (a strided array) beside the others
+            x = _fresh(data[r]) if r else halves(np.repeat(wide[r], 2))[::2]
             dist.all_reduce(x)
-            _check(np.ascontiguousarray(x), full, f"fp16 native count={count} mixed paths")
-            factors = (data / 1024).astype(np.float16)  # (2, and multiples of 1/4096)
-            product = factors.astype(np.float32).prod(0, dtype=np.float32)
-            x = factors[r].copy()
+            _check(x.contiguous() if dtype == "bfloat16" else np.ascontiguousarray(x), full,
+                   f"{dtype} native count={count} mixed paths")
+            factors = wide / 1024  # (2, and multiples of 1/4096)
+            product = halves(factors.prod(0, dtype=np.float32))
+            x = halves(factors[r])
             dist.all_reduce(x, op=ReduceOp.PRODUCT)
-            _check(x, product.astype(np.float16), f"fp16 native count={count} PRODUCT")
+            _check(x, product, f"{dtype} native count={count} PRODUCT")
             seen.append(made[0])
     finally:
         calls.working_copy = real

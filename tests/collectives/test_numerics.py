@@ -22,13 +22,16 @@ def test_float16_sums_over_many_ranks_accumulate_in_float32():
     spawn_world(bodies.float16_sums, 5, timeout=90)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("compiled", ["1", "0"])
-def test_float16_sums_fold_the_data_itself_on_one_shot_and_single_copy(compiled):
+def test_half_sums_fold_the_data_itself_on_one_shot_and_single_copy(dtype, compiled):
     # 3 ranks: 192 elements (one-shot) and 1.2 M (2.4 MB: single-copy); the compiled
-    # kernels and, without them, Python's executor fold the float16 data in float32
-    # and round once, with no working copy
-    out = spawn_world(bodies.float16_without_working_copies, 3, timeout=90,
-                      counts=[bodies.SMALL * 3, 1_200_000],
+    # kernels and, without them, Python's executor fold the half data in float32 and
+    # round once, with no working copy
+    if dtype == "bfloat16":
+        pytest.importorskip("torch")
+    out = spawn_world(bodies.halves_without_working_copies, 3, timeout=90,
+                      counts=[bodies.SMALL * 3, 1_200_000], dtype=dtype,
                       env={"MESHCAST_COMPILED": compiled})
     assert out == [[0, 0]] * 3, out
 

@@ -152,10 +152,67 @@ static inline uint16_t bf16_narrow(float f) {
     return (uint16_t)((u & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded);
 }
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HALVES_X86 1
+#include <immintrin.h>
+/* bfloat16 8 at a time with AVX2 (the compiler's loops over bf16_widen and bf16_narrow
+ * took 105 us to fold two operands of 512 Ki elements, float16's F16C loops 55) */
+__attribute__((target("avx2"), unused)) static inline __m256 bf16_widen8(const uint16_t *s) {
+    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)s));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+__attribute__((target("avx2"), unused)) static Py_ssize_t bf16_widen_avx2(const uint16_t *s,
+                                                                          float *d,
+                                                                          Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(d + i, bf16_widen8(s + i));
+    return i;
+}
+
+__attribute__((target("avx2"), unused)) static Py_ssize_t bf16_fold_avx2(const uint16_t *s,
+                                                                         float *acc,
+                                                                         Py_ssize_t n, int op) {
+    Py_ssize_t i = 0;
+    if (op == OP_SUM)
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), bf16_widen8(s + i)));
+    else
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(acc + i, _mm256_mul_ps(_mm256_loadu_ps(acc + i), bf16_widen8(s + i)));
+    return i;
+}
+
+/* bf16_narrow's rounding and NaN, 8 at a time */
+__attribute__((target("avx2"), unused)) static Py_ssize_t bf16_narrow_avx2(const float *s,
+                                                                           uint16_t *d,
+                                                                           Py_ssize_t n) {
+    const __m256i one = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7FFF);
+    const __m256i magnitude = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
+    const __m256i quiet = _mm256_set1_epi32(0x40);
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i u = _mm256_castps_si256(_mm256_loadu_ps(s + i));
+        __m256i top = _mm256_srli_epi32(u, 16);
+        __m256i rounded = _mm256_srli_epi32(
+            _mm256_add_epi32(_mm256_add_epi32(u, half), _mm256_and_si256(top, one)), 16);
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, magnitude), inf);
+        __m256i r = _mm256_blendv_epi8(rounded, _mm256_or_si256(top, quiet), nan);
+        __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xD8);
+        _mm_storeu_si128((__m128i *)(d + i), _mm256_castsi256_si128(packed));
+    }
+    return i;
+}
+#define AVX2_DONE(fn, ...) (__builtin_cpu_supports("avx2") ? fn(__VA_ARGS__) : 0)
+#else
+#define HALVES_X86 0
+#define AVX2_DONE(fn, ...) 0
+#endif
+
 #if defined(__FLT16_MAX__)
 #define HAVE_FLOAT16 1
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#include <immintrin.h>
+#if HALVES_X86
 /* 8 at a time with F16C (the compiler leaves _Float16 conversions scalar); the rest,
  * and CPUs without it, through _Float16: both round to nearest even. */
 __attribute__((target("avx,f16c"), unused)) static Py_ssize_t f16_widen_f16c(const uint16_t *s,
@@ -191,19 +248,22 @@ __attribute__((target("avx,f16c"), unused)) static Py_ssize_t f16_fold_f16c(cons
     return i;
 }
 #define F16C_DONE(fn, s, d, n) (__builtin_cpu_supports("f16c") ? fn(s, d, n) : 0)
-#define F16C_FOLDED(s, acc, n, op) (__builtin_cpu_supports("f16c") ? f16_fold_f16c(s, acc, n, op) : 0)
+#define F16C_FOLDED(s, acc, n, op)                                       \
+    (__builtin_cpu_supports("f16c") ? f16_fold_f16c(s, acc, n, op) : 0)
 #else
 #define F16C_DONE(fn, s, d, n) 0
 #define F16C_FOLDED(s, acc, n, op) 0
 #endif
 #else
 #define HAVE_FLOAT16 0
+#define F16C_DONE(fn, s, d, n) 0
+#define F16C_FOLDED(s, acc, n, op) 0
 #endif
 
 /* d[0:n] = src[0:n] as float32 (type T_F16 or T_BF16) */
-__attribute__((unused)) static void half_widen(int type, const uint16_t *s, float *d, Py_ssize_t n) {
+__attribute__((unused, always_inline)) static inline void half_widen(int type, const uint16_t *s, float *d, Py_ssize_t n) {
     if (type == T_BF16) {
-        for (Py_ssize_t i = 0; i < n; i++)
+        for (Py_ssize_t i = AVX2_DONE(bf16_widen_avx2, s, d, n); i < n; i++)
             d[i] = bf16_widen(s[i]);
         return;
     }
@@ -216,9 +276,9 @@ __attribute__((unused)) static void half_widen(int type, const uint16_t *s, floa
 #endif
 }
 
-__attribute__((unused)) static void half_narrow(int type, const float *s, uint16_t *d, Py_ssize_t n) {
+__attribute__((unused, always_inline)) static inline void half_narrow(int type, const float *s, uint16_t *d, Py_ssize_t n) {
     if (type == T_BF16) {
-        for (Py_ssize_t i = 0; i < n; i++)
+        for (Py_ssize_t i = AVX2_DONE(bf16_narrow_avx2, s, d, n); i < n; i++)
             d[i] = bf16_narrow(s[i]);
         return;
     }
@@ -248,7 +308,8 @@ static int fold_halves(char *const *srcs, Py_ssize_t nsrc, Py_ssize_t own, int t
                 continue;
             }
             Py_ssize_t i = 0;
-            if (type == T_BF16) { /* (widened in the loop: a shift the compiler vectorizes) */
+            if (type == T_BF16) {
+                i = AVX2_DONE(bf16_fold_avx2, s, acc, m, op);
                 if (op == OP_SUM)
                     for (; i < m; i++)
                         acc[i] += bf16_widen(s[i]);
