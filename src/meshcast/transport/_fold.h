@@ -292,7 +292,7 @@ __attribute__((unused, always_inline)) static inline void half_narrow(int type, 
 
 /* out[0:count] = source 0 op source 1 op ... (see above), source own (-1: none) being
  * out itself. 0, or -1 where there is no such kernel. */
-FOLD_CLONES __attribute__((unused))
+FOLD_CLONES __attribute__((unused, noinline))
 static int fold_halves(char *const *srcs, Py_ssize_t nsrc, Py_ssize_t own, int type, int op,
                        char *out, Py_ssize_t count) {
     if ((op != OP_SUM && op != OP_PROD) || (type == T_F16 && !HAVE_FLOAT16))

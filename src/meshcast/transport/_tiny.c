@@ -1165,7 +1165,7 @@ enum { P_ROUND, P_SEND, P_RECV, P_PUT, P_GET, P_REDUCE_SLOTS, P_ENTER, P_EXPOSE,
 FOLD_CLONES
 static int fold_sources(char *const *srcs, Py_ssize_t nsrc, int type, int op, char *out,
                         Py_ssize_t count) {
-    if (type >= T_F16)
+    if (__builtin_expect(type >= T_F16, 0))
         return fold_halves(srcs, nsrc, -1, type, op, out, count);
     FOLD_SWITCH(type, op);
 }
@@ -1195,7 +1195,7 @@ static int fold_sources(char *const *srcs, Py_ssize_t nsrc, int type, int op, ch
 FOLD_CLONES
 static int fold_over(char *const *srcs, Py_ssize_t nsrc, Py_ssize_t own, int type, int op,
                      char *out, Py_ssize_t count) {
-    if (type >= T_F16)
+    if (__builtin_expect(type >= T_F16, 0))
         return fold_halves(srcs, nsrc, own, type, op, out, count);
     FOLD_SWITCH(type, op);
 }
