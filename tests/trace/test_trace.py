@@ -185,3 +185,14 @@ def test_a_rank_stopped_inside_a_call_is_written_with_no_end(tmp_path):
     stuck = traces[1].calls[-1]
     assert (stuck["kind"], stuck["peer"], stuck["end"]) == ("recv", 0, None), traces[1].calls
     assert traces[0].calls[-1]["kind"] == "all_reduce"
+
+
+def test_half_precision_sums_are_traced_as_compiled_folds():
+    # float16 and bfloat16 SUM and PRODUCT fold in the compiled kernels (widened to
+    # float32, rounded once); their MIN and MAX do not
+    from meshcast.trace.recorder import _folds_compiled
+
+    for dtype in ("float16", "bfloat16"):
+        assert _folds_compiled("SUM", dtype) and _folds_compiled("PRODUCT", dtype), dtype
+        assert not _folds_compiled("MAX", dtype), dtype
+    assert not _folds_compiled("SUM", "complex64") and _folds_compiled("SUM", "float32")

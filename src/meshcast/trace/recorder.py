@@ -189,7 +189,7 @@ def _folds_compiled(op: str | None, dtype: str | None) -> bool:
         return True
     try:
         rop = ops.ReduceOp[op]
-        dt = np.dtype(dtype)
+        dt = ops.BFLOAT16 if dtype == "bfloat16" else np.dtype(dtype)
     except (KeyError, TypeError):
         return False
     combine = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
