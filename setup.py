@@ -10,7 +10,8 @@ setup(
         # optional: without it, float16 and bfloat16 reductions convert their working
         # copies with NumPy (buffers.py), several times slower
         Extension("meshcast._halves", ["src/meshcast/_halves.c"],
-                  extra_compile_args=["-O3", "-std=gnu11"], optional=True),
+                  depends=["src/meshcast/transport/_fold.h"],
+                  extra_compile_args=["-O3", "-std=gnu11", "-ffp-contract=off"], optional=True),
         # optional: without a C compiler meshcast installs and runs in pure Python
         # (the tiny calls' arena round then stays in transport/arena.py).
         Extension("meshcast.transport._tiny", ["src/meshcast/transport/_tiny.c"],

@@ -5,7 +5,8 @@
  * were integer expressions over temporaries, and its float16 casts are slow where
  * they go element by element: 512 Ki elements took 1.5 ms bfloat16 -> float32, 3.1 ms
  * float32 -> bfloat16, 0.6 / 0.8 ms for float16 (this machine, NumPy 2.4), most of a
- * 1 MiB bfloat16 all_reduce's 5.7 ms. These loops run at memory speed.
+ * 1 MiB bfloat16 all_reduce's 5.7 ms. These loops (the compiled folds' own) run at
+ * memory speed.
  *
  * The results are NumPy's bit for bit: bfloat16 -> float32 is exact; float32 ->
  * bfloat16 rounds to nearest even, and a NaN keeps its sign and top mantissa bits
@@ -19,73 +20,15 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define CLONES
-#endif
+/* The conversions of the compiled folds (transport/_fold.h: half_widen, half_narrow),
+ * vectorized where the CPU allows (AVX2, F16C), whole arrays at a time here. */
+#define FOLD_SOURCE(r) (srcs[(r)])
+#define FOLD_SOURCES (nsrc)
+#include "transport/_fold.h"
 
 /* Past this many elements the GIL is given up while converting (below, taking it
  * back costs more than the loop). */
 #define NOGIL_ELEMENTS 16384
-
-CLONES static void bf16_widen(const uint16_t *src, float *dst, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)src[i] << 16;
-        memcpy(&dst[i], &u, 4);
-    }
-}
-
-CLONES static void bf16_narrow(const float *src, uint16_t *dst, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &src[i], 4);
-        uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-        uint32_t nan = (u >> 16) | 0x40u;
-        dst[i] = (uint16_t)((u & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded);
-    }
-}
-
-#if defined(__FLT16_MAX__)
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#include <immintrin.h>
-/* 8 at a time with F16C where the CPU has it (the compiler leaves _Float16 loops
- * scalar: 124 us for 512 Ki elements against 31 for bfloat16's). */
-__attribute__((target("avx,f16c"))) static Py_ssize_t f16_widen_f16c(const _Float16 *src,
-                                                                     float *dst, Py_ssize_t n) {
-    Py_ssize_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
-    return i;
-}
-
-__attribute__((target("avx,f16c"))) static Py_ssize_t f16_narrow_f16c(const float *src,
-                                                                      _Float16 *dst,
-                                                                      Py_ssize_t n) {
-    Py_ssize_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(dst + i),
-                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
-    return i;
-}
-#define F16C_FIRST(fn, ...) (__builtin_cpu_supports("f16c") ? fn(__VA_ARGS__) : 0)
-#else
-#define F16C_FIRST(fn, ...) 0
-#endif
-
-static void f16_widen(const _Float16 *src, float *dst, Py_ssize_t n) {
-    for (Py_ssize_t i = F16C_FIRST(f16_widen_f16c, src, dst, n); i < n; i++)
-        dst[i] = (float)src[i];
-}
-
-static void f16_narrow(const float *src, _Float16 *dst, Py_ssize_t n) {
-    for (Py_ssize_t i = F16C_FIRST(f16_narrow_f16c, src, dst, n); i < n; i++)
-        dst[i] = (_Float16)src[i];
-}
-#define HAVE_F16 1
-#else
-#define HAVE_F16 0
-#endif
 
 /* convert(src, dst, kind, widen): src's elements into dst, both C-contiguous buffers
  * of as many elements; kind "bfloat16" or "float16" names the half side, which is src
@@ -105,7 +48,7 @@ static PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nar
         PyErr_Format(PyExc_ValueError, "convert: kind bfloat16 or float16, not %s", kind);
         return NULL;
     }
-    if (!bf16 && !HAVE_F16) {
+    if (!bf16 && !HAVE_FLOAT16) {
         PyErr_SetString(PyExc_NotImplementedError, "convert: no _Float16 in this build");
         return NULL;
     }
@@ -126,16 +69,11 @@ static PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nar
     }
     Py_ssize_t n = half / 2;
     PyThreadState *ts = n >= NOGIL_ELEMENTS ? PyEval_SaveThread() : NULL;
-    if (bf16 && widen)
-        bf16_widen((const uint16_t *)s.buf, (float *)d.buf, n);
-    else if (bf16)
-        bf16_narrow((const float *)s.buf, (uint16_t *)d.buf, n);
-#if HAVE_F16
-    else if (widen)
-        f16_widen((const _Float16 *)s.buf, (float *)d.buf, n);
+    int type = bf16 ? T_BF16 : T_F16;
+    if (widen)
+        half_widen(type, (const uint16_t *)s.buf, (float *)d.buf, n);
     else
-        f16_narrow((const float *)s.buf, (_Float16 *)d.buf, n);
-#endif
+        half_narrow(type, (const float *)s.buf, (uint16_t *)d.buf, n);
     if (ts != NULL)
         PyEval_RestoreThread(ts);
     PyBuffer_Release(&s);

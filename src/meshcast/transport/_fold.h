@@ -261,7 +261,8 @@ __attribute__((target("avx,f16c"), unused)) static Py_ssize_t f16_fold_f16c(cons
 #endif
 
 /* d[0:n] = src[0:n] as float32 (type T_F16 or T_BF16) */
-__attribute__((unused, always_inline)) static inline void half_widen(int type, const uint16_t *s, float *d, Py_ssize_t n) {
+__attribute__((unused, always_inline)) static inline void half_widen(int type, const uint16_t *s,
+                                                                    float *d, Py_ssize_t n) {
     if (type == T_BF16) {
         for (Py_ssize_t i = AVX2_DONE(bf16_widen_avx2, s, d, n); i < n; i++)
             d[i] = bf16_widen(s[i]);
@@ -276,7 +277,8 @@ __attribute__((unused, always_inline)) static inline void half_widen(int type, c
 #endif
 }
 
-__attribute__((unused, always_inline)) static inline void half_narrow(int type, const float *s, uint16_t *d, Py_ssize_t n) {
+__attribute__((unused, always_inline)) static inline void half_narrow(int type, const float *s,
+                                                                     uint16_t *d, Py_ssize_t n) {
     if (type == T_BF16) {
         for (Py_ssize_t i = AVX2_DONE(bf16_narrow_avx2, s, d, n); i < n; i++)
             d[i] = bf16_narrow(s[i]);
