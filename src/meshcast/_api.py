@@ -23,7 +23,7 @@ from .buffers import Buffer, as_buffer, span
 from .errors import InvalidUsage, usage
 from .group import ProcessGroup
 from .lanes import TAGS, TinyCallLane
-from .ops import ReduceOp
+from .ops import BFLOAT16, ReduceOp
 from .spanning import HostSpanningGroup
 from .spanning_lane import AcrossHostsLane
 from .work import Work
@@ -155,12 +155,20 @@ def _root(pg: ProcessGroup, global_root: int | None, group_root: int | None, *, 
 
 def _torch_view(t: Any) -> np.ndarray | None:
     """A torch CPU tensor's memory seen as an ndarray, for the tiny-call lane (which
-    works on ndarrays in place), or None: not a plain tensor, or one NumPy cannot view
-    (bfloat16, on another device, requiring grad, with a conjugate/negative bit); the
-    general path takes those. Only asked once the ndarray check failed."""
+    works on ndarrays in place; a bfloat16 tensor's as ops.BFLOAT16), or None: not a
+    plain tensor, or one NumPy cannot view (on another device, requiring grad, with a
+    conjugate/negative bit); the general path takes those. Only asked once the ndarray
+    check failed."""
     torch = sys.modules.get("torch")
-    if torch is None or type(t) is not torch.Tensor or t.dtype is torch.bfloat16:
-        return None  # (bfloat16's refusal raised: an exception cost 5 us a call)
+    if torch is None or type(t) is not torch.Tensor:
+        return None
+    if t.dtype is torch.bfloat16:  # (NumPy has none: its bits as ops.BFLOAT16)
+        if t.requires_grad or t.device.type != "cpu" or t.is_neg():
+            return None  # (as t.numpy() refuses a tensor that requires grad)
+        try:
+            return t.view(torch.int16).numpy().view(BFLOAT16)
+        except (TypeError, RuntimeError):
+            return None
     try:
         return t.numpy()
     except (TypeError, RuntimeError):

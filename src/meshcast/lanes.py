@@ -57,15 +57,23 @@ from .work import P2PWork, Work
 _MOVED_MAX = 256  # finished p2p Works a lane keeps (see TinyCallLane.moved)
 _SEQ = struct.Struct("<Q")  # the fingerprint's first field (see _fingerprint._STRUCT)
 _PLANS_MAX = 64
-_MOVE_DTYPES = ops.FAST_DTYPES | {"float16"}  # dtypes moved without any conversion
-_FOLD_DTYPES = _MOVE_DTYPES  # dtypes the lane reduces (float16: see _folds_here)
+# dtypes moved without any conversion (by ops.dtype_name: bfloat16 is ops.BFLOAT16, which
+# _api._torch_view makes of a bfloat16 tensor)
+_MOVE_DTYPES = ops.FAST_DTYPES | {"float16", "bfloat16"}
+_FOLD_DTYPES = _MOVE_DTYPES  # dtypes the lane reduces (float16, bfloat16: see _folds_here)
+
+
+def _half(dtype: np.dtype) -> bool:
+    """Whether ``dtype`` is float16 or bfloat16 (ops.BFLOAT16)."""
+    return dtype == np.float16 or dtype == ops.BFLOAT16
 
 
 def _folds_here(dtype: np.dtype, op: ops.ReduceOp) -> bool:
-    """Whether the lane reduces ``dtype`` with ``op``: float16 only with SUM and PRODUCT,
-    which the programs fold in float32 and round once, the general path's result
-    (calls._native); AVG, MIN and MAX go there (a float32 working copy, or NumPy)."""
-    return dtype != np.float16 or op in (ops.ReduceOp.SUM, ops.ReduceOp.PRODUCT)
+    """Whether the lane reduces ``dtype`` with ``op``: float16 and bfloat16 only with SUM
+    and PRODUCT, which the programs fold in float32 and round once, the general path's
+    result (calls._native); AVG, MIN and MAX go there (a float32 working copy, or
+    NumPy)."""
+    return not _half(dtype) or op in (ops.ReduceOp.SUM, ops.ReduceOp.PRODUCT)
 
 
 class _What:
@@ -835,7 +843,7 @@ class TinyCallLane:
         def hand_over(group: GroupView, seq: int) -> None:
             counts = group.arena.compare_entered(seq, True)
             flat = np.empty(inp.size * n, inp.dtype)
-            group.all_gather(flat, inp.reshape(-1), [inp.size] * n, inp.dtype.name,
+            group.all_gather(flat, inp.reshape(-1), [inp.size] * n, ops.dtype_name(inp.dtype),
                              lambda: _copy_each_piece(flat, outs), entered=(seq, counts))
 
         return self._copy_call("all_gather", tail, program, inp, outs, inp, hand_over, async_op)
@@ -860,7 +868,7 @@ class TinyCallLane:
 
         def hand_over(group: GroupView, seq: int) -> None:
             counts = arena.compare_entered(seq, True)
-            group.all_gather(flat_out, inp.reshape(-1), [inp.size] * n, inp.dtype.name,
+            group.all_gather(flat_out, inp.reshape(-1), [inp.size] * n, ops.dtype_name(inp.dtype),
                              _nothing, entered=(seq, counts))
 
         return self._copy_call("all_gather", tail, programs[in_place], inp, out, inp,
@@ -1172,10 +1180,10 @@ class TinyCallLane:
     def _uneven_build(self, out: np.ndarray, inp: np.ndarray, out_splits: Any,
                       in_splits: Any) -> uneven_all_to_all.UnevenPlan | bool:
         dtype = inp.dtype
-        if dtype.name not in _MOVE_DTYPES or not dtype.isnative:
+        if ops.dtype_name(dtype) not in _MOVE_DTYPES or not dtype.isnative:
             return False
         return uneven_all_to_all.plan(self.group, out, inp, out_splits, in_splits, self._tail(
-            "all_to_all", False, dtype=dtype.name, count=inp.size))
+            "all_to_all", False, dtype=ops.dtype_name(dtype), count=inp.size))
 
     def all_to_all_list(self, outs: Any, ins: Any) -> bool:
         """torch's all_to_all of lists: the :meth:`all_to_all` of the pieces'
@@ -1428,7 +1436,7 @@ class TinyCallLane:
         group = self.group
         return self._rooted_single(
             "gather", tails, root, outs if at_root else inp, inp, plan[8], inp.nbytes,
-            lambda seq, counts: group.gather(outs, inp.reshape(-1), root, inp.dtype.name,
+            lambda seq, counts: group.gather(outs, inp.reshape(-1), root, ops.dtype_name(inp.dtype),
                                              _nothing, entered=(seq, counts)),
             (inp, outs if at_root else None), async_op)
 
@@ -1516,7 +1524,7 @@ class TinyCallLane:
         counts = arena.rooted_entry(
             seq, tails, self._whats["gather"], group.timeout, data, entry, status, root, *use)
         if counts and max(counts) * inp.dtype.itemsize > limit:
-            group.gather(None, inp.reshape(-1), root, inp.dtype.name, _nothing,
+            group.gather(None, inp.reshape(-1), root, ops.dtype_name(inp.dtype), _nothing,
                          entered=(seq, counts))
         else:
             group.last_algorithm = "gather/oneshot"
@@ -1631,7 +1639,7 @@ class TinyCallLane:
             # (not on the root, whose pieces are all alike: the entry checked the counts)
             whole = (np.concatenate([p.reshape(-1) for p in ins])  # type: ignore[union-attr]
                      if at_root else None)
-            group.scatter(out.reshape(-1), whole, root, out.dtype.name, _nothing,
+            group.scatter(out.reshape(-1), whole, root, ops.dtype_name(out.dtype), _nothing,
                           expected_counts=[out.size] * n if at_root else None,
                           entered=(seq, counts))
 
@@ -1666,7 +1674,7 @@ class TinyCallLane:
         if counts:  # a legal uneven scatter
             isz = out.dtype.itemsize
             if sum(counts) * isz > limit:
-                group.scatter(out.reshape(-1), None, root, out.dtype.name, _nothing,
+                group.scatter(out.reshape(-1), None, root, ops.dtype_name(out.dtype), _nothing,
                               entered=(seq, counts))
                 return
             _copy_piece(seq & 1, out, arena.small[root], sum(counts[:group._rank]) * isz)
@@ -2060,13 +2068,13 @@ class TinyCallLane:
         oneshot = self._fits(arr.nbytes)
         single = (kind == "all_reduce" and not oneshot
                   and _fast.all_reduce_single_copy(group.caps, arr.nbytes))
-        if (root is None or dtype.name not in _FOLD_DTYPES or not dtype.isnative
+        if (root is None or ops.dtype_name(dtype) not in _FOLD_DTYPES or not dtype.isnative
                 or not (oneshot or single)):
             return False
         rop = self._valid_op(op, dtype, kind)
         if rop is None or not _folds_here(dtype, rop):
             return False
-        tail = self._tail(kind, oneshot, dtype=dtype.name, op=rop.name, root=root,
+        tail = self._tail(kind, oneshot, dtype=ops.dtype_name(dtype), op=rop.name, root=root,
                           count=arr.size)
         sched_op = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
         if single:
@@ -2075,7 +2083,7 @@ class TinyCallLane:
         code = ops.compiled_kernel(sched_op, dtype)
         prog = (self._program(kind, dtype, arr.size, arr.size)
                 if kind == "all_reduce" and code is not None else None)
-        if kind == "all_reduce" and prog is None and dtype == np.float16:
+        if kind == "all_reduce" and prog is None and _half(dtype):
             return False  # (the lane's NumPy combine would round at every step)
         return (tail, self._views(arr), ops.kernel(sched_op, dtype), rop is ops.ReduceOp.AVG,
                 code, prog)
@@ -2101,7 +2109,7 @@ class TinyCallLane:
         prog = (None if code is None else
                 self._program("reduce", arr.dtype, arr.size, arr.size if at_root else None,
                               root=root))  # type: ignore[arg-type]
-        if prog is None and arr.dtype == np.float16:
+        if prog is None and _half(arr.dtype):
             return False  # (the lane's NumPy combine would round at every step)
         return tail, views, kernel, average, code, root, prog
 
@@ -2113,9 +2121,9 @@ class TinyCallLane:
         dtype = arr.dtype
         group = self.group
         root = group._group_rank_of.get(src)
-        if root is None or dtype.name not in _MOVE_DTYPES or not dtype.isnative:
+        if root is None or ops.dtype_name(dtype) not in _MOVE_DTYPES or not dtype.isnative:
             return False
-        fields = dict(dtype=dtype.name, root=root, count=arr.size)
+        fields = dict(dtype=ops.dtype_name(dtype), root=root, count=arr.size)
         path = _fast.fast_path("broadcast", group.caps, arr.nbytes)
         if path == "oneshot":
             return (self._tail("broadcast", **fields), self._views(arr), root,
@@ -2133,10 +2141,11 @@ class TinyCallLane:
         output, or None); False elsewhere (the schedules)."""
         group = self.group
         dtype, n = inp.dtype, group.size()
-        if (dtype.name not in _MOVE_DTYPES or not dtype.isnative or out.dtype != dtype
+        if (ops.dtype_name(dtype) not in _MOVE_DTYPES or not dtype.isnative or out.dtype != dtype
                 or out.size != inp.size * n or n < 2):
             return False
-        fields = dict(dtype=dtype.name, count=inp.size, extra=counts_hash((inp.size,) * n))
+        fields = dict(dtype=ops.dtype_name(dtype), count=inp.size,
+                      extra=counts_hash((inp.size,) * n))
         if _fast.oneshot_all_gather(group.caps, inp.nbytes):
             return (self._tail("all_gather", **fields), self._views(inp.reshape(-1)),
                     self._program("all_gather", dtype, inp.size, out.size, (inp.size,) * n))
@@ -2160,9 +2169,10 @@ class TinyCallLane:
         passing a list meets one passing a tensor."""
         group = self.group
         dtype, n = inp.dtype, group.size()
-        if dtype.name not in _MOVE_DTYPES or not dtype.isnative or n < 2:
+        if ops.dtype_name(dtype) not in _MOVE_DTYPES or not dtype.isnative or n < 2:
             return False
-        fields = dict(dtype=dtype.name, count=inp.size, extra=counts_hash((inp.size,) * n))
+        fields = dict(dtype=ops.dtype_name(dtype), count=inp.size,
+                      extra=counts_hash((inp.size,) * n))
         if _fast.oneshot_all_gather(group.caps, inp.nbytes):
             return self._tail("all_gather", **fields), self._alike_check(), self._program(
                 "all_gather", dtype, inp.size, inp.size * n, (inp.size,) * n,
@@ -2184,13 +2194,13 @@ class TinyCallLane:
         dtype, n, me = inp.dtype, group.size(), group.rank()
         oneshot = self._fits(inp.nbytes)
         single = not oneshot and n > 1 and _fast.single_copy(group.caps, out.nbytes)
-        if (dtype.name not in _FOLD_DTYPES or not dtype.isnative or out.dtype != dtype
+        if (ops.dtype_name(dtype) not in _FOLD_DTYPES or not dtype.isnative or out.dtype != dtype
                 or inp.size != out.size * n or not (oneshot or single)):
             return False
         rop = self._valid_op(op, dtype, "reduce_scatter")
         if rop is None or not _folds_here(dtype, rop):
             return False
-        tail = self._tail("reduce_scatter", oneshot, dtype=dtype.name, op=rop.name,
+        tail = self._tail("reduce_scatter", oneshot, dtype=ops.dtype_name(dtype), op=rop.name,
                           count=out.size, extra=counts_hash((out.size,) * n))
         if single:  # its program (reduce_scatter/cma), or None: the body
             sched = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
@@ -2205,7 +2215,7 @@ class TinyCallLane:
         code = ops.compiled_kernel(sched_op, dtype)
         prog = (None if code is None
                 else self._program("reduce_scatter", dtype, inp.size, c, (c,) * n, listed=listed))
-        if prog is None and dtype == np.float16:
+        if prog is None and _half(dtype):
             return False  # (the lane's NumPy combine would round at every step)
         return (tail, views, pieces, ops.kernel(sched_op, dtype), rop is ops.ReduceOp.AVG,
                 code, prog)
@@ -2223,12 +2233,12 @@ class TinyCallLane:
     def _all_to_all_plan(self, out: np.ndarray, inp: np.ndarray) -> tuple | bool:
         group = self.group
         dtype, n, me = inp.dtype, group.size(), group.rank()
-        if (n < 2 or dtype.name not in _MOVE_DTYPES or not dtype.isnative
+        if (n < 2 or ops.dtype_name(dtype) not in _MOVE_DTYPES or not dtype.isnative
                 or out.dtype != dtype or not inp.shape or not out.shape
                 or inp.shape[0] % n or out.shape[0] % n or out.size != inp.size):
             return False
         c = inp.size // n
-        tail = self._tail("all_to_all", False, dtype=dtype.name, count=inp.size)
+        tail = self._tail("all_to_all", False, dtype=ops.dtype_name(dtype), count=inp.size)
         layout = split_header(n)
         header = pack_split_header([c] * n, [c] * n)
         head, p = split_head(n), c * dtype.itemsize
@@ -2251,7 +2261,7 @@ class TinyCallLane:
         packed = self._program("all_to_all", dtype, inp.size, inp.size) \
             if inp.nbytes <= limit else None
         program = None if packed is None else (packed, (tails, -1, None))
-        return (tail, header, headers, head, limit, pieces, dtype.name, tails, single,
+        return (tail, header, headers, head, limit, pieces, ops.dtype_name(dtype), tails, single,
                 program)
 
     def _rooted_plan(self, arr: np.ndarray, root_rank: int | None, kind: str
@@ -2277,7 +2287,7 @@ class TinyCallLane:
         # (the same rule, _select.single_copy, so that a root on the general path agrees).
         single = not (_fast.gather_oneshot(group.caps, arr.nbytes) if kind == "gather" else
                       _fast.scatter_oneshot(group.caps, arr.nbytes * n, arr.nbytes))
-        if (root is None or n < 2 or dtype.name not in _MOVE_DTYPES or not dtype.isnative
+        if (root is None or n < 2 or ops.dtype_name(dtype) not in _MOVE_DTYPES or not dtype.isnative
                 or single and not (group.transport.cma_min_bytes > 0
                                    and _fast.single_copy(group.caps, arr.nbytes)
                                    and single_copy.pieces_apart_fit(group.arena))):
@@ -2296,7 +2306,8 @@ class TinyCallLane:
                                                    listed=listed) for splits in (False, True))
             if None in copies:  # (a schedule that does not flatten: the general path)
                 return False
-        tails = tuple(self._tail(kind, False, dtype=dtype.name, root=root, count=arr.size,
+        tails = tuple(self._tail(kind, False, dtype=ops.dtype_name(dtype), root=root,
+                                 count=arr.size,
                                  extra=counts_hash((arr.size,) * n) if q == root else 0)
                       for q in range(n))
         alike = self._alike_check()
@@ -2505,7 +2516,7 @@ def _p2p_dtype(dtype: np.dtype) -> bool:
     (remembered: numpy builds ``dtype.name`` anew on every access)."""
     ok = _P2P_DTYPES.get(dtype)
     if ok is None:
-        ok = _P2P_DTYPES[dtype] = dtype.isnative and dtype.name in SUPPORTED
+        ok = _P2P_DTYPES[dtype] = dtype.isnative and ops.dtype_name(dtype) in SUPPORTED
     return ok
 
 

@@ -116,14 +116,21 @@ _BITWISE = (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR)
 
 
 def _kind(dtype: DTypeLike) -> str:
-    """NumPy kind letter of ``dtype``; ``"bfloat16"`` counts as a float."""
-    if isinstance(dtype, str) and dtype == "bfloat16":
+    """NumPy kind letter of ``dtype``; bfloat16 (``"bfloat16"``, :data:`BFLOAT16`) counts
+    as a float."""
+    if isinstance(dtype, str) and dtype == "bfloat16" or dtype is BFLOAT16:
         return "f"
     return np.dtype(dtype).kind
 
 
 def _dtype_name(dtype: DTypeLike) -> str:
-    return dtype if isinstance(dtype, str) else np.dtype(dtype).name
+    return dtype if isinstance(dtype, str) else dtype_name(np.dtype(dtype))
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """``dtype``'s name as fingerprints and errors give it: ``"bfloat16"`` for
+    :data:`BFLOAT16`, else NumPy's."""
+    return "bfloat16" if dtype.kind == "V" and dtype == BFLOAT16 else dtype.name
 
 
 def validate(op: Any, dtype: DTypeLike, *, caller: str, rank: int | None = None) -> ReduceOp:
@@ -314,15 +321,16 @@ def finish_average(buf: np.ndarray, n: int) -> None:
 # _mpi_rows.c): code = type * 8 + op, only where the result is bitwise NumPy's.
 _C_TYPES = {name: i for i, name in enumerate(
     ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32",
-     "float64", "bool", "float16", "void16"))}  # (void16: BFLOAT16)
+     "float64", "bool", "float16", "bfloat16"))}  # (bfloat16: BFLOAT16)
 # The reductions a float32 working copy carries for float16 and bfloat16
 # (working_dtype): their compiled kernels fold those in float32 and round once
 # (transport/_fold.h), as reduce_many does; MIN and MAX stay with NumPy.
 _WIDENED = (ReduceOp.SUM, ReduceOp.AVG, ReduceOp.PRODUCT)
-#: bfloat16 data (NumPy has none) where a reduction folds it as such (calls._native):
-#: its bit patterns seen as a 2-byte void dtype, which no ufunc takes for an integer and
-#: no cache confuses with uint16, the carrier of bfloat16 elsewhere (buffers.py).
-BFLOAT16 = np.dtype("V2")
+#: bfloat16 data (NumPy has none) where a reduction folds it as such (calls._native) or
+#: the tiny-call lane takes it: its bit patterns as a one-field record, which no ufunc
+#: takes for an integer and no cache confuses with uint16 (the carrier of bfloat16
+#: elsewhere, buffers.py) or with a plain 2-byte void a user might pass.
+BFLOAT16 = np.dtype([("bfloat16", np.uint16)])
 _C_OPS = {op: i for i, op in enumerate(
     (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.BAND, ReduceOp.BOR,
      ReduceOp.BXOR))}
@@ -370,9 +378,10 @@ def compiled_kernel(op: ReduceOp, dtype: np.dtype) -> int | None:
     try:
         return _KERNEL_OF[op, dtype]
     except KeyError:  # (a dtype's name costs ~3 us: looked up once per op and dtype)
-        t, o = _C_TYPES.get(dtype.name), _C_OPS.get(op)
+        name = dtype_name(dtype)
+        t, o = _C_TYPES.get(name), _C_OPS.get(op)
         code = None if t is None or o is None or (
-            dtype.name in ("float16", "void16") and op not in _WIDENED) or (
+            name in ("float16", "bfloat16") and op not in _WIDENED) or (
             dtype.kind == "f" and o in _C_FLOAT_ORDER and not _numpy_picks_as_compiled(dtype)
         ) else t * 8 + o
         if len(_KERNEL_OF) < 1024:
@@ -385,6 +394,7 @@ __all__ = [
     "ReduceOp",
     "bf16_to_f32",
     "compiled_kernel",
+    "dtype_name",
     "f32_to_bf16",
     "finish_average",
     "is_commutative",

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from . import ops
 from .algorithms import _select as _fast
 from .paths import GroupView, single_copy
 from .paths.oneshot import pack_split_header, split_head, split_offsets
@@ -98,7 +99,8 @@ def plan(group: GroupView, out: np.ndarray, inp: np.ndarray, out_splits: Any, in
     head = split_head(n)
     return UnevenPlan((tail,) * n, header, head - len(header), head,
                       _fast.all_to_all_direct_limit(group.caps, head), send, recv, isz,
-                      dtype.name, tuple(x * isz for x in itertools.accumulate(recv, initial=0)))
+                      ops.dtype_name(dtype),
+                      tuple(x * isz for x in itertools.accumulate(recv, initial=0)))
 
 
 def _enter(group: GroupView, seq: int, inp: np.ndarray, p: UnevenPlan) -> int:

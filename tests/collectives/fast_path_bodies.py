@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 import meshcast as dist
-from meshcast import _world
+from meshcast import ReduceOp, _world
 from meshcast.algorithms import _select as table
 
 # A piece this large leaves the one-shot range at every world size tested and reaches
@@ -795,6 +795,85 @@ def list_forms_staged(base: int) -> list[str]:
                 assert (outs[q] == 100.0 * q + r + k).all(), (k, q, outs[q][:2])
     finally:
         del pg.reduce_scatter, pg.all_to_all
+    return seen
+
+
+def torch_bfloat16_on_the_lane(counts: list[int]) -> list[str]:
+    """bfloat16 torch tensors take the tiny-call lane (their bits as ops.BFLOAT16) at each
+    of ``counts`` elements: all_reduce SUM and PRODUCT, broadcast, all_gather_into_tensor,
+    reduce_scatter_tensor, all_to_all_single and a send/recv, with the group's forms made
+    to fail, each checked against torch's float32 arithmetic rounded once; then, with
+    them back, rank 0 on the general path (a tensor that requires grad, detached after)
+    beside the others' lanes, and an AVG, which the lane leaves to the general path.
+    Returns the paths seen."""
+    import torch
+
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    seen: list[str] = []
+
+    def values(q: int, count: int) -> torch.Tensor:
+        # multiples of 1/8 below 32: sums of a few are exact in float32, not in bfloat16
+        k = torch.arange(count, dtype=torch.float32)
+        return ((k * 7 + q * 13) % 256 / 8 + q).to(torch.bfloat16)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the general path ran")
+
+    kinds = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all")
+    for kind in kinds:
+        setattr(pg, kind, refuse)  # instance attributes
+    try:
+        for count in counts:
+            every = [values(q, count) for q in range(n)]
+            want = torch.stack([v.float() for v in every]).sum(0).to(torch.bfloat16)
+            x = every[r].clone()
+            dist.all_reduce(x)
+            assert torch.equal(x, want), ("all_reduce", count)
+            seen.append(pg.last_algorithm)
+            small = [(v / 16 + 1).to(torch.bfloat16) for v in every]
+            product = torch.stack([v.float() for v in small]).prod(0).to(torch.bfloat16)
+            x = small[r].clone()
+            dist.all_reduce(x, op=ReduceOp.PRODUCT)
+            assert torch.equal(x, product), ("PRODUCT", count)
+            x = every[r].clone() if r == n - 1 else torch.zeros(count, dtype=torch.bfloat16)
+            dist.broadcast(x, src=n - 1)
+            assert torch.equal(x, every[n - 1]), ("broadcast", count)
+            whole = torch.zeros(n * count, dtype=torch.bfloat16)
+            dist.all_gather_into_tensor(whole, every[r])
+            assert torch.equal(whole, torch.cat(every)), ("all_gather", count)
+            piece = count // n
+            out = torch.zeros(piece, dtype=torch.bfloat16)
+            dist.reduce_scatter_tensor(out, every[r][:piece * n].clone())
+            assert torch.equal(out, want[r * piece:(r + 1) * piece]), ("reduce_scatter", count)
+            got = torch.zeros(piece * n, dtype=torch.bfloat16)
+            dist.all_to_all_single(got, every[r][:piece * n].clone())
+            assert torch.equal(got, torch.cat([every[q][r * piece:(r + 1) * piece]
+                                               for q in range(n)])), ("all_to_all", count)
+            if r < 2:
+                if r == 0:
+                    dist.send(every[0], dst=1)
+                else:
+                    x = torch.zeros(count, dtype=torch.bfloat16)
+                    dist.recv(x, src=0)
+                    assert torch.equal(x, every[0]), ("recv", count)
+    finally:
+        for kind in kinds:
+            delattr(pg, kind)
+    for count in counts:
+        every = [values(q, count) for q in range(n)]
+        want = torch.stack([v.float() for v in every]).sum(0).to(torch.bfloat16)
+        x = every[r].clone().requires_grad_(r == 0)
+        with torch.no_grad():
+            dist.all_reduce(x)
+        assert torch.equal(x.detach(), want), ("mixed all_reduce", count)
+        whole = torch.zeros(n * count, dtype=torch.bfloat16)
+        dist.all_gather_into_tensor(whole, every[r].clone().requires_grad_(r == 0))
+        assert torch.equal(whole, torch.cat(every)), ("mixed all_gather", count)
+        x = every[r].clone()
+        dist.all_reduce(x, op=ReduceOp.AVG)
+        mean = (torch.stack([v.float() for v in every]).sum(0) / n).to(torch.bfloat16)
+        assert torch.equal(x, mean), ("AVG", count)
     return seen
 
 

@@ -209,6 +209,16 @@ def test_list_forms_past_one_shot_run_on_staged_concatenations(n, single_copy):
 
 
 @pytest.mark.parametrize("n", [2, 3])
+def test_bfloat16_tensors_take_the_lane(n, single_copy):
+    # 64 (one-shot) and 1 100 000 elements (2.2 MB: single-copy): every call on the lane,
+    # its results torch's float32 arithmetic rounded once; beside the general path
+    pytest.importorskip("torch")
+    out = spawn_world(bodies.torch_bfloat16_on_the_lane, n, timeout=120,
+                      counts=[64, 1_100_000])
+    assert all(seen == ["all_reduce/oneshot", "all_reduce/cma"] for seen in out), out
+
+
+@pytest.mark.parametrize("n", [2, 3])
 def test_list_forms_run_their_collectives_programs(n):
     # all_gather into a list and reduce_scatter of a list: 3 calls each, every one a
     # program of the interpreter (the listed side's pieces its buffers), no combine

@@ -172,12 +172,13 @@ class InlineCalls:
         group = self.group
         dtype, n = arr.dtype, group._size
         reduces = kind in ("all_reduce", "reduce_scatter")
-        if not dtype.isnative or reduces and dtype.name in ("float16", "bfloat16"):
-            return None  # (reduced in float32: the general path's working copy)
+        name = ops.dtype_name(dtype)
+        if not dtype.isnative or reduces and name in ("float16", "bfloat16"):
+            return None  # (reduced on the general path: calls._native)
         region = group.symmetric.find(arr.reshape(-1))
         if region is None or kind in ("all_gather", "reduce_scatter") and arr.size % n:
             return None
-        fields: dict = {"dtype": dtype.name, "count": arr.size}
+        fields: dict = {"dtype": name, "count": arr.size}
         sched = None
         if reduces:
             try:
