@@ -7,8 +7,8 @@ nothing per collective: its method for a collective resolves the algorithm
 group's :class:`Machinery`. A function here then, for its collective:
 
 * makes the arrays the call runs on: float32 working copies for float16 and
-  bfloat16 reductions (not for a float16 SUM or PRODUCT that goes one-shot or
-  single-copy: :func:`_native`), staging where the schedules want one flat array;
+  bfloat16 reductions (not for a SUM or PRODUCT that goes one-shot or single-copy:
+  :func:`_native`), staging where the schedules want one flat array;
 * picks the path, as algorithms/_select.py says (every rule reads only the
   group and fingerprint fields, so every rank picks alike): in place in a
   symmetric allocation, one-shot, or the group's call protocol
@@ -109,12 +109,12 @@ def _native(m: Machinery, dtype_name: str, op: Any, algorithm: str | None, fits:
     """Whether a float16 or bfloat16 reduction runs on its own data, without a float32
     working copy: SUM and PRODUCT where ``fits``, the call takes the one-shot or the
     single-copy path (every rule read only the group and fingerprint fields: every
-    rank decides alike).
-    Their programs fold every rank's operand at once, widened to float32 in rank order
-    and rounded once, in the compiled kernels as in ops.reduce_many: the working copy's
-    result, with half the bytes and no copy to make or round back. The schedules fold
-    partial sums that travel between ranks (rounded at every step), and AVG divides
-    after the fold (rounded twice): those keep the working copy."""
+    rank decides alike). Their programs fold every rank's operand at once, widened to
+    float32 in rank order and rounded once, in the compiled kernels as in
+    ops.reduce_many: the working copy's result, with half the bytes and no copy to make
+    or round back. The schedules fold partial sums that travel between ranks (rounded
+    at every step), and AVG divides after the fold (rounded twice): those keep the
+    working copy."""
     return (dtype_name in ("float16", "bfloat16")
             and op in (ops.ReduceOp.SUM, ops.ReduceOp.PRODUCT)
             and algorithm is None and m.size > 1 and fits)

@@ -118,7 +118,8 @@ _BITWISE = (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR)
 def _kind(dtype: DTypeLike) -> str:
     """NumPy kind letter of ``dtype``; bfloat16 (``"bfloat16"``, :data:`BFLOAT16`) counts
     as a float."""
-    if isinstance(dtype, str) and dtype == "bfloat16" or dtype is BFLOAT16:
+    if (isinstance(dtype, str) and dtype == "bfloat16"
+            or isinstance(dtype, np.dtype) and dtype == BFLOAT16):
         return "f"
     return np.dtype(dtype).kind
 
@@ -274,12 +275,11 @@ def reduce_many(op: ReduceOp, dst: np.ndarray, srcs: Sequence[np.ndarray]) -> No
         acc = widened(srcs[0])
         for src in srcs[1:]:
             fn(acc, widened(src), out=acc)
-        flat_dst = dst.reshape(-1)
         if brain:
-            flat_dst.view(np.uint16)[...] = f32_to_bf16(acc)
+            dst.view(np.uint16)[...] = f32_to_bf16(acc).reshape(dst.shape)
         else:
             with np.errstate(over="ignore"):  # (past float16's range: infinity, as IEEE says)
-                np.copyto(flat_dst, acc, casting="unsafe")
+                np.copyto(dst, acc.reshape(dst.shape), casting="unsafe")
         return
     fn = kernel(op, dst.dtype)
     fn(srcs[0], srcs[1], out=dst)
