@@ -231,27 +231,26 @@ class Staging:
     writes its staging after it returns. What is kept lives as long as the group.
     """
 
-    __slots__ = ("_kept", "_views")
+    __slots__ = ("_kept",)
 
     def __init__(self) -> None:
-        self._kept: dict[str, np.ndarray] = {}
-        # per role, the last array handed out and its (dtype, shape): a program repeats
-        # its calls, and the same array object lets the lane's plan check by identity
-        self._views: dict[str, tuple[np.dtype, tuple[int, ...], np.ndarray]] = {}
+        # per role: the array grown to the largest call, and the last view handed out
+        # with its (dtype, shape); a program repeats its calls, and the same array
+        # object lets the lane's plan check by identity
+        self._kept: dict[str, tuple[np.ndarray, np.dtype, tuple[int, ...], np.ndarray]] = {}
 
     def get(self, role: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         """A C-contiguous array of ``dtype`` and ``shape`` for ``role``, whose contents are
         left from an earlier call (the caller overwrites them)."""
-        last = self._views.get(role)
-        if last is not None and last[0] is dtype and last[1] == shape:
-            return last[2]
+        kept = self._kept.get(role)
+        if kept is not None and kept[1] is dtype and kept[2] == shape:
+            return kept[3]
         nbytes = math.prod(shape) * dtype.itemsize
-        held = self._kept.get(role)
+        held = None if kept is None else kept[0]
         if held is None or held.nbytes < nbytes:
             # (rounded up to 64 KiB, so that calls whose sizes vary a little, as MoE's
             # token exchange does, grow it a few times, not every call)
             held = np.empty(-(-max(nbytes, 1) // 65536) * 65536, np.uint8)
-            self._kept[role] = held
         view = held[:nbytes].view(dtype).reshape(shape)
-        self._views[role] = (dtype, shape, view)
+        self._kept[role] = (held, dtype, shape, view)
         return view

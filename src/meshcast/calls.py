@@ -105,19 +105,27 @@ def _oneshot(m: Machinery, nbytes: int, algorithm: str | None) -> bool:
     return algorithm is None and _fast.oneshot(m.caps, nbytes)
 
 
-def _native(m: Machinery, dtype_name: str, op: Any, algorithm: str | None, fits: bool) -> bool:
+def _native(m: Machinery, kind: str, dtype_name: str, op: Any, algorithm: str | None,
+            nbytes: int, largest: int | None = None) -> bool:
     """Whether a float16 or bfloat16 reduction runs on its own data, without a float32
-    working copy: SUM and PRODUCT where ``fits``, the call takes the one-shot or the
-    single-copy path (every rule read only the group and fingerprint fields: every
-    rank decides alike). Their programs fold every rank's operand at once, widened to
-    float32 in rank order and rounded once, in the compiled kernels as in
-    ops.reduce_many: the working copy's result, with half the bytes and no copy to make
-    or round back. The schedules fold partial sums that travel between ranks (rounded
-    at every step), and AVG divides after the fold (rounded twice): those keep the
-    working copy."""
-    return (dtype_name in ("float16", "bfloat16")
-            and op in (ops.ReduceOp.SUM, ops.ReduceOp.PRODUCT)
-            and algorithm is None and m.size > 1 and fits)
+    working copy: SUM and PRODUCT where the call (``kind``, of ``nbytes`` per rank;
+    ``largest``: reduce_scatter's largest piece) takes the one-shot or the single-copy
+    path (every rule reads only the group and fingerprint fields: every rank decides
+    alike). Their programs fold every rank's operand at once, widened to float32 in
+    rank order and rounded once, in the compiled kernels as in ops.reduce_many: the
+    working copy's result, with half the bytes and no copy to make or round back. The
+    schedules fold partial sums that travel between ranks (rounded at every step), and
+    AVG divides after the fold (rounded twice): those keep the working copy. (Every
+    other dtype returns at the first test.)"""
+    if (dtype_name not in ("float16", "bfloat16")
+            or op not in (ops.ReduceOp.SUM, ops.ReduceOp.PRODUCT)
+            or algorithm is not None or m.size < 2):
+        return False
+    if _fast.oneshot(m.caps, nbytes):
+        return True
+    if kind == "all_reduce":
+        return _fast.all_reduce_single_copy(m.caps, nbytes)
+    return _fast.single_copy(m.caps, nbytes if largest is None else largest)
 
 
 def _working(buf_flat: np.ndarray, dtype_name: str, op: Any, native: bool = False
@@ -191,8 +199,7 @@ def broadcast(m: Machinery, buf: Buffer, root: int, algorithm: str | None, async
 def all_reduce(m: Machinery, buf: Buffer, op: ops.ReduceOp, algorithm: str | None,
                async_op: bool) -> Work | None:
     work_arr, upcast = _working(buf.flat, buf.dtype_name, op, _native(
-        m, buf.dtype_name, op, algorithm, _fast.oneshot(m.caps, buf.nbytes)
-        or _fast.all_reduce_single_copy(m.caps, buf.nbytes)))
+        m, "all_reduce", buf.dtype_name, op, algorithm, buf.nbytes))
     sched_op = ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op  # the finish divides
 
     def finish(plan: Plan | None) -> None:
@@ -231,8 +238,7 @@ def all_reduce(m: Machinery, buf: Buffer, op: ops.ReduceOp, algorithm: str | Non
 def reduce(m: Machinery, buf: Buffer, op: ops.ReduceOp, root: int, algorithm: str | None,
            async_op: bool) -> Work | None:
     work_arr, upcast = _working(buf.flat, buf.dtype_name, op, _native(
-        m, buf.dtype_name, op, algorithm, _fast.oneshot(m.caps, buf.nbytes)
-        or _fast.single_copy(m.caps, buf.nbytes)))
+        m, "reduce", buf.dtype_name, op, algorithm, buf.nbytes))
     # The schedules reduce into a separate output; the one-shot and single-copy
     # paths straight into the root's own array (no fresh pages to fault in).
     out = np.empty_like(work_arr) if m.rank == root else None
@@ -391,8 +397,8 @@ def reduce_scatter(m: Machinery, out_buf: Buffer, in_flat: np.ndarray, counts: S
                    op: ops.ReduceOp, finish: Callable[[], None], algorithm: str | None,
                    async_op: bool, entered: Entered | None) -> Work | None:
     counts = tuple(int(c) for c in counts)
-    native = _native(m, out_buf.dtype_name, op, algorithm, _fast.oneshot(m.caps, in_flat.nbytes)
-                     or single_copy.fits(m.caps, in_flat.itemsize)(list(counts)))
+    native = _native(m, "reduce_scatter", out_buf.dtype_name, op, algorithm, in_flat.nbytes,
+                     max(counts, default=0) * in_flat.itemsize)
     in_work, in_upcast = _working(in_flat, out_buf.dtype_name, op, native)
     out_work, upcast = _working(out_buf.flat, out_buf.dtype_name, op, native)
     sched_op = ops.ReduceOp.SUM if op is ops.ReduceOp.AVG else op

@@ -57,10 +57,10 @@ from .work import P2PWork, Work
 _MOVED_MAX = 256  # finished p2p Works a lane keeps (see TinyCallLane.moved)
 _SEQ = struct.Struct("<Q")  # the fingerprint's first field (see _fingerprint._STRUCT)
 _PLANS_MAX = 64
-# dtypes moved without any conversion (by ops.dtype_name: bfloat16 is ops.BFLOAT16, which
-# _api._torch_view makes of a bfloat16 tensor)
+# dtypes moved without any conversion, and reduced (float16 and bfloat16 as _folds_here
+# says), by ops.dtype_name: bfloat16 is ops.BFLOAT16, which _api._torch_view makes of a
+# bfloat16 tensor
 _MOVE_DTYPES = ops.FAST_DTYPES | {"float16", "bfloat16"}
-_FOLD_DTYPES = _MOVE_DTYPES  # dtypes the lane reduces (float16, bfloat16: see _folds_here)
 
 
 def _half(dtype: np.dtype) -> bool:
@@ -868,8 +868,8 @@ class TinyCallLane:
 
         def hand_over(group: GroupView, seq: int) -> None:
             counts = arena.compare_entered(seq, True)
-            group.all_gather(flat_out, inp.reshape(-1), [inp.size] * n, ops.dtype_name(inp.dtype),
-                             _nothing, entered=(seq, counts))
+            group.all_gather(flat_out, inp.reshape(-1), [inp.size] * n,
+                             ops.dtype_name(inp.dtype), _nothing, entered=(seq, counts))
 
         return self._copy_call("all_gather", tail, programs[in_place], inp, out, inp,
                                hand_over, async_op)
@@ -1179,11 +1179,11 @@ class TinyCallLane:
 
     def _uneven_build(self, out: np.ndarray, inp: np.ndarray, out_splits: Any,
                       in_splits: Any) -> uneven_all_to_all.UnevenPlan | bool:
-        dtype = inp.dtype
-        if ops.dtype_name(dtype) not in _MOVE_DTYPES or not dtype.isnative:
+        dtype, name = inp.dtype, ops.dtype_name(inp.dtype)
+        if name not in _MOVE_DTYPES or not dtype.isnative:
             return False
         return uneven_all_to_all.plan(self.group, out, inp, out_splits, in_splits, self._tail(
-            "all_to_all", False, dtype=ops.dtype_name(dtype), count=inp.size))
+            "all_to_all", False, dtype=name, count=inp.size))
 
     def all_to_all_list(self, outs: Any, ins: Any) -> bool:
         """torch's all_to_all of lists: the :meth:`all_to_all` of the pieces'
@@ -1436,8 +1436,9 @@ class TinyCallLane:
         group = self.group
         return self._rooted_single(
             "gather", tails, root, outs if at_root else inp, inp, plan[8], inp.nbytes,
-            lambda seq, counts: group.gather(outs, inp.reshape(-1), root, ops.dtype_name(inp.dtype),
-                                             _nothing, entered=(seq, counts)),
+            lambda seq, counts: group.gather(outs, inp.reshape(-1), root,
+                                             ops.dtype_name(inp.dtype), _nothing,
+                                             entered=(seq, counts)),
             (inp, outs if at_root else None), async_op)
 
     def _rooted_single(self, kind: str, tails: tuple[bytes, ...], root: int, exposed: Any,
@@ -2064,17 +2065,18 @@ class TinyCallLane:
         range; for all_reduce where the single-copy path takes over, (tail, None, op,
         AVG?, None)."""
         dtype, group = arr.dtype, self.group
+        name = ops.dtype_name(dtype)
         # (Symmetric arrays take the one-shot path too at the sizes that fit it.)
         oneshot = self._fits(arr.nbytes)
         single = (kind == "all_reduce" and not oneshot
                   and _fast.all_reduce_single_copy(group.caps, arr.nbytes))
-        if (root is None or ops.dtype_name(dtype) not in _FOLD_DTYPES or not dtype.isnative
+        if (root is None or name not in _MOVE_DTYPES or not dtype.isnative
                 or not (oneshot or single)):
             return False
         rop = self._valid_op(op, dtype, kind)
         if rop is None or not _folds_here(dtype, rop):
             return False
-        tail = self._tail(kind, oneshot, dtype=ops.dtype_name(dtype), op=rop.name, root=root,
+        tail = self._tail(kind, oneshot, dtype=name, op=rop.name, root=root,
                           count=arr.size)
         sched_op = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
         if single:
@@ -2119,11 +2121,12 @@ class TinyCallLane:
         where the single-copy path takes over (broadcast/cma: the root writes each
         reader's part, the reader reads the others); False elsewhere (the schedules)."""
         dtype = arr.dtype
+        name = ops.dtype_name(dtype)
         group = self.group
         root = group._group_rank_of.get(src)
-        if root is None or ops.dtype_name(dtype) not in _MOVE_DTYPES or not dtype.isnative:
+        if root is None or name not in _MOVE_DTYPES or not dtype.isnative:
             return False
-        fields = dict(dtype=ops.dtype_name(dtype), root=root, count=arr.size)
+        fields = dict(dtype=name, root=root, count=arr.size)
         path = _fast.fast_path("broadcast", group.caps, arr.nbytes)
         if path == "oneshot":
             return (self._tail("broadcast", **fields), self._views(arr), root,
@@ -2141,10 +2144,11 @@ class TinyCallLane:
         output, or None); False elsewhere (the schedules)."""
         group = self.group
         dtype, n = inp.dtype, group.size()
-        if (ops.dtype_name(dtype) not in _MOVE_DTYPES or not dtype.isnative or out.dtype != dtype
+        name = ops.dtype_name(dtype)
+        if (name not in _MOVE_DTYPES or not dtype.isnative or out.dtype != dtype
                 or out.size != inp.size * n or n < 2):
             return False
-        fields = dict(dtype=ops.dtype_name(dtype), count=inp.size,
+        fields = dict(dtype=name, count=inp.size,
                       extra=counts_hash((inp.size,) * n))
         if _fast.oneshot_all_gather(group.caps, inp.nbytes):
             return (self._tail("all_gather", **fields), self._views(inp.reshape(-1)),
@@ -2169,9 +2173,10 @@ class TinyCallLane:
         passing a list meets one passing a tensor."""
         group = self.group
         dtype, n = inp.dtype, group.size()
-        if ops.dtype_name(dtype) not in _MOVE_DTYPES or not dtype.isnative or n < 2:
+        name = ops.dtype_name(dtype)
+        if name not in _MOVE_DTYPES or not dtype.isnative or n < 2:
             return False
-        fields = dict(dtype=ops.dtype_name(dtype), count=inp.size,
+        fields = dict(dtype=name, count=inp.size,
                       extra=counts_hash((inp.size,) * n))
         if _fast.oneshot_all_gather(group.caps, inp.nbytes):
             return self._tail("all_gather", **fields), self._alike_check(), self._program(
@@ -2192,15 +2197,16 @@ class TinyCallLane:
         takes the input as one array per rank."""
         group = self.group
         dtype, n, me = inp.dtype, group.size(), group.rank()
+        name = ops.dtype_name(dtype)
         oneshot = self._fits(inp.nbytes)
         single = not oneshot and n > 1 and _fast.single_copy(group.caps, out.nbytes)
-        if (ops.dtype_name(dtype) not in _FOLD_DTYPES or not dtype.isnative or out.dtype != dtype
+        if (name not in _MOVE_DTYPES or not dtype.isnative or out.dtype != dtype
                 or inp.size != out.size * n or not (oneshot or single)):
             return False
         rop = self._valid_op(op, dtype, "reduce_scatter")
         if rop is None or not _folds_here(dtype, rop):
             return False
-        tail = self._tail("reduce_scatter", oneshot, dtype=ops.dtype_name(dtype), op=rop.name,
+        tail = self._tail("reduce_scatter", oneshot, dtype=name, op=rop.name,
                           count=out.size, extra=counts_hash((out.size,) * n))
         if single:  # its program (reduce_scatter/cma), or None: the body
             sched = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
@@ -2233,12 +2239,13 @@ class TinyCallLane:
     def _all_to_all_plan(self, out: np.ndarray, inp: np.ndarray) -> tuple | bool:
         group = self.group
         dtype, n, me = inp.dtype, group.size(), group.rank()
-        if (n < 2 or ops.dtype_name(dtype) not in _MOVE_DTYPES or not dtype.isnative
+        name = ops.dtype_name(dtype)
+        if (n < 2 or name not in _MOVE_DTYPES or not dtype.isnative
                 or out.dtype != dtype or not inp.shape or not out.shape
                 or inp.shape[0] % n or out.shape[0] % n or out.size != inp.size):
             return False
         c = inp.size // n
-        tail = self._tail("all_to_all", False, dtype=ops.dtype_name(dtype), count=inp.size)
+        tail = self._tail("all_to_all", False, dtype=name, count=inp.size)
         layout = split_header(n)
         header = pack_split_header([c] * n, [c] * n)
         head, p = split_head(n), c * dtype.itemsize
@@ -2261,7 +2268,7 @@ class TinyCallLane:
         packed = self._program("all_to_all", dtype, inp.size, inp.size) \
             if inp.nbytes <= limit else None
         program = None if packed is None else (packed, (tails, -1, None))
-        return (tail, header, headers, head, limit, pieces, ops.dtype_name(dtype), tails, single,
+        return (tail, header, headers, head, limit, pieces, name, tails, single,
                 program)
 
     def _rooted_plan(self, arr: np.ndarray, root_rank: int | None, kind: str
@@ -2279,6 +2286,7 @@ class TinyCallLane:
         None without the compiled interpreter."""
         group = self.group
         dtype, n = arr.dtype, group.size()
+        name = ops.dtype_name(dtype)
         root = group._group_rank_of.get(group.global_ranks[0] if root_rank is None
                                         else root_rank)
         readers = n if kind == "gather" else 1  # whose pieces one region holds
@@ -2287,7 +2295,7 @@ class TinyCallLane:
         # (the same rule, _select.single_copy, so that a root on the general path agrees).
         single = not (_fast.gather_oneshot(group.caps, arr.nbytes) if kind == "gather" else
                       _fast.scatter_oneshot(group.caps, arr.nbytes * n, arr.nbytes))
-        if (root is None or n < 2 or ops.dtype_name(dtype) not in _MOVE_DTYPES or not dtype.isnative
+        if (root is None or n < 2 or name not in _MOVE_DTYPES or not dtype.isnative
                 or single and not (group.transport.cma_min_bytes > 0
                                    and _fast.single_copy(group.caps, arr.nbytes)
                                    and single_copy.pieces_apart_fit(group.arena))):
@@ -2306,7 +2314,7 @@ class TinyCallLane:
                                                    listed=listed) for splits in (False, True))
             if None in copies:  # (a schedule that does not flatten: the general path)
                 return False
-        tails = tuple(self._tail(kind, False, dtype=ops.dtype_name(dtype), root=root,
+        tails = tuple(self._tail(kind, False, dtype=name, root=root,
                                  count=arr.size,
                                  extra=counts_hash((arr.size,) * n) if q == root else 0)
                       for q in range(n))
