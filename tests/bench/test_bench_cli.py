@@ -119,6 +119,8 @@ def test_check_finds_a_misplaced_block() -> None:
     (["-d", "bfloat16"], "no bfloat16"),
     (["--algo", "nosuch"], "none of all_reduce has it"),
     (["--compare", "nccl"], "unknown peer"),
+    (["--paired"], "--paired pairs meshcast with the --compare libraries"),
+    (["--paired", "--compare", "mpi", "--symmetric"], "not with --symmetric"),
 ])
 def test_bad_flags_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
                           ) -> None:
@@ -312,3 +314,83 @@ def test_warm_up_runs_every_window_the_timed_loop_uses() -> None:
     for warm, timed in ((comm.log[:b0], comm.log[b0 + 1:b0 + 7]),
                         (comm.log[b0 + 7:b1], comm.log[b1 + 1:])):
         assert len(timed) == 6 and set(timed) <= set(warm), (warm, timed)
+
+
+# -- paired runs ------------------------------------------------------------------------
+
+
+class _Scripted:
+    """A one-rank fake library whose timed blocks take the times it is given, in order."""
+
+    rank, size = 0, 1
+
+    def __init__(self, library: str, log: list, times: list[float], has: bool = True) -> None:
+        self.library, self.log, self.times, self.has = library, log, list(times), has
+
+    def barrier(self) -> None:
+        self.log.append(("barrier", self.library))
+
+    def allreduce_scalar(self, value: float, how: str) -> float:
+        return self.times.pop(0)  # the block's time, combined over ranks
+
+    def prepare(self, call):
+        from meshcast.bench.sweep import Prepared, Unsupported
+
+        if not self.has:
+            raise Unsupported(f"{self.library} has no {call.op}")
+        return Prepared(lambda: self.log.append(("call", self.library)), call.recv)
+
+    def algorithm(self) -> str:
+        return f"{self.library}/algo"
+
+
+def test_paired_sweep_alternates_blocks_and_keeps_each_librarys_best() -> None:
+    from meshcast.bench.sweep import run_paired_sweep
+
+    log: list = []
+    a = _Scripted("a", log, [5.0, 3.0, 4.0])
+    b = _Scripted("b", log, [2.0, 6.0, 1.0])
+    c = _Scripted("c", log, [], has=False)
+    spec = SweepSpec(ops=("all_reduce",), sizes=(64,), warmup=2, iters=3, check=False,
+                     placements=("in-place",))
+    recs = list(run_paired_sweep([a, c, b], spec, blocks=3))
+    assert [(r["library"], r["time_us"]) for r in recs] == [("a", 3e6), ("c", None), ("b", 1e6)]
+    assert recs[1]["note"] == "c has no all_reduce" and recs[0]["algorithm"] == "a/algo"
+    # both warm up before the first block; then blocks a b, b a, a b (3 calls each)
+    first = log.index(("barrier", "a"))
+    assert {e[1] for e in log[:first]} == {"a", "b"} and all(e[0] == "call" for e in log[:first])
+    blocks = [e[1] for e in log[first:] if e[0] == "barrier"]
+    assert blocks == ["a", "b", "b", "a", "a", "b"]
+    assert log[-3:] == [("call", "b")] * 3
+
+
+@pytest.mark.skipif(not _peer(), reason="neither mpi4py with mpiexec nor torch is installed")
+def test_paired_run_measures_both_libraries_in_one_job(tmp_path: Path) -> None:
+    peer = _peer()
+    proc, lines = _bench(tmp_path, "--op", "all_reduce,all_gather,gather,sendrecv", "-b", "8",
+                         "-e", "256K", "-f", "64", "--compare", peer, "--paired", "--rounds", "2")
+    meta, results = lines[0], lines[1:]
+    assert meta["paired"] and meta["rounds"] == 2 and "--paired" in meta["command"]
+    assert not meta["libraries"][peer]["error"], meta["libraries"][peer]
+    for lib in ("meshcast", peer):
+        ran = [r for r in results if r["library"] == lib and r["time_us"] is not None]
+        assert {r["op"] for r in ran} == {"all_reduce", "all_gather", "gather", "sendrecv"}, lib
+        assert {r["requested_size"] for r in ran if r["op"] == "gather"} == {8, 512, 32768}, lib
+        assert all(r["wrong"] == 0 for r in ran), [r for r in ran if r["wrong"]]
+    assert "paired: one job" in proc.stdout and f"{peer} time" in proc.stdout
+
+
+@pytest.mark.skipif(bool(unavailable("gloo")), reason="torch is not installed")
+def test_paired_run_with_gloo_meets_through_files() -> None:
+    # Without MPI the paired job is N processes: meshcast's and Gloo's file rendezvous.
+    from meshcast.bench.peers import run_paired
+
+    spec = SweepSpec(ops=("all_reduce", "broadcast"), sizes=(1024,), warmup=1, iters=2)
+    runs = run_paired(["meshcast", "gloo"], spec, 2, blocks=2, timeout=60)
+    assert [r.library for r in runs] == ["meshcast", "gloo"]
+    for run in runs:
+        assert not run.error, run.error
+        ran = [r for r in run.records if r["time_us"] is not None]
+        assert {r["op"] for r in ran} == {"all_reduce", "broadcast"}
+        assert all(r["wrong"] == 0 for r in ran)
+    assert runs[1].meta["versions"]["torch"] and runs[0].meta["versions"]["meshcast"]

@@ -137,9 +137,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--report", default="", metavar="DIR",
                    help="write a results page DIR/README.md with tables, plots and machine "
                         "description (data in DIR/results/)")
-    g.add_argument("--rounds", type=int, default=1, metavar="K",
+    g.add_argument("--rounds", type=int, default=None, metavar="K",
                    help="run every library's sweep K times, libraries taking turns, and keep "
-                        "each call's best time (steadier ratios on a busy machine; default 1)")
+                        "each call's best time (steadier ratios on a busy machine; default 1); "
+                        "with --paired: K timed blocks per library at each call (default 3)")
+    g.add_argument("--paired", action="store_true",
+                   help="run meshcast and the --compare libraries in one job, on the same "
+                        "buffers: at each call their timed blocks alternate (A B, B A, ...) "
+                        "and each keeps its best, so both see the machine in the same state "
+                        "(separate launches may not: large copies here run 1.5-2x apart from "
+                        "one launch to the next); not with --symmetric or --hosts")
     g.add_argument("--timeout", type=float, default=300.0,
                    help="stop a library's ranks after this many seconds without a result "
                         "(with --hosts: for its whole sweep, read when the job ends; default 300)")
@@ -314,8 +321,18 @@ def spec_from_args(ns: argparse.Namespace) -> tuple[SweepSpec, list[str]]:
     step = _size(ns.stepbytes, "-i") if ns.stepbytes is not None else None
     if not 0 <= ns.root < ns.nproc:
         raise UsageError(f"-r {ns.root}: the root must be a rank in [0, {ns.nproc})")
+    paired = getattr(ns, "paired", False)
+    if ns.rounds is None:
+        ns.rounds = 3 if paired else 1
     if ns.rounds < 1:
         raise UsageError(f"--rounds must be >= 1, got {ns.rounds}")
+    if paired:
+        if not ns.compare:
+            raise UsageError("--paired pairs meshcast with the --compare libraries: name one "
+                             "(--compare mpi, gloo or both)")
+        if ns.symmetric or getattr(ns, "hosts", None) or getattr(ns, "launched", False):
+            raise UsageError("--paired runs every library on the same plain buffers, on this "
+                             "machine: not with --symmetric, --hosts or --launched")
     if ns.warmup < 0 or ns.iters < 1:
         raise UsageError("-w must be >= 0 and --iters >= 1")
     if getattr(ns, "plot", ""):
@@ -385,6 +402,8 @@ def command_line(ns: argparse.Namespace, spec: SweepSpec) -> str:
         parts.append("--symmetric")
     if ns.compare:
         parts.append(f"--compare {ns.compare}")
+    if getattr(ns, "paired", False):
+        parts.append("--paired")
     if ns.rounds > 1:
         parts.append(f"--rounds {ns.rounds}")
     return " ".join(parts)
@@ -450,7 +469,8 @@ def run(ns: argparse.Namespace, spec: SweepSpec, libraries: list[str], notes: li
     mem = machine.copy_bandwidth().to_dict()
     mem_gbps = mem["large_gbps"]
     out = sys.stdout
-    head = report.header(spec, n, mem, libraries, ns.rounds, where=_where(ns))
+    paired = getattr(ns, "paired", False)
+    head = report.header(spec, n, mem, libraries, ns.rounds, where=_where(ns), paired=paired)
     if shape is not None:
         from .hosts import LAUNCH_TEXT, LIBRARIES, passed_knobs
 
@@ -461,8 +481,11 @@ def run(ns: argparse.Namespace, spec: SweepSpec, libraries: list[str], notes: li
     head += [f"# note: {x}" for x in notes]
     print("\n".join(head), file=out, flush=True)
 
-    progress = Progress(spec.units() * len(libraries) * ns.rounds)
-    if shape is None:
+    progress = Progress(spec.units() * len(libraries) * (1 if paired else ns.rounds))
+    if paired:
+        by_lib = _run_paired(ns, spec, libraries, progress)
+        hosts_meta = None
+    elif shape is None:
         by_lib = _run_here(ns, spec, libraries, progress)
         hosts_meta = None
     else:
@@ -482,6 +505,7 @@ def run(ns: argparse.Namespace, spec: SweepSpec, libraries: list[str], notes: li
     total_wrong = sum(r["wrong"] or 0 for r in records)
 
     meta = {"kind": "meta", "command": command_line(ns, spec), "nranks": n, "rounds": ns.rounds,
+            "paired": paired,
             "spec": json.loads(spec.to_json()), "machine": host, "memory_copy": mem,
             "libraries": {r.library: {"versions": r.meta.get("versions", {}),
                                       "skipped": r.skipped, "error": r.error,
@@ -652,6 +676,18 @@ def _run_here(ns: argparse.Namespace, spec: SweepSpec, libraries: list[str],
             progress.skip(spec.units() - (progress.done - before))
             by_lib[lib] = result if prev is None else _best_of(prev, result)
     return by_lib
+
+
+def _run_paired(ns: argparse.Namespace, spec: SweepSpec, libraries: list[str],
+                progress: Any) -> dict[str, LibraryRun]:
+    """Every library's sweep in one job, their timed blocks alternating at each call."""
+    from .peers import run_paired
+
+    progress.begin(f"[{'+'.join(libraries)}] starting {ns.nproc} ranks (paired)")
+    runs = run_paired(libraries, spec, ns.nproc, blocks=ns.rounds, timeout=ns.timeout,
+                      on_record=lambda rec: progress.advance(rec, rec["library"]))
+    progress.skip(spec.units() * len(libraries) - progress.done)
+    return {r.library: r for r in runs}
 
 
 def _run_on_hosts(ns: argparse.Namespace, spec: SweepSpec, libraries: list[str],

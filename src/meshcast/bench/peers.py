@@ -2,7 +2,7 @@
 
 Every library runs the same :mod:`.sweep` in its own worker processes,
 started fresh for each library so none inherits another's threads, memory or
-warm caches: meshcast and Gloo as ``N`` ``python -m`` processes meeting
+warm caches (``--paired`` instead runs them all in one job, :func:`run_paired`): meshcast and Gloo as ``N`` ``python -m`` processes meeting
 through a file in a temporary directory, MPI as one ``mpiexec -n N``. Rank 0
 (for MPI: the mpiexec process, which forwards rank 0's stdout) prints
 records; this module reads them as they come (for the progress bar), watches
@@ -26,7 +26,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -147,6 +147,68 @@ def run_library(library: str, spec: SweepSpec, n: int, *, timeout: float = 300.0
             world.stop()
     result.seconds = time.monotonic() - start
     return result
+
+
+def run_paired(libraries: Sequence[str], spec: SweepSpec, n: int, *, blocks: int,
+               timeout: float = 300.0,
+               on_record: Callable[[dict[str, Any]], None] | None = None) -> list[LibraryRun]:
+    """Run ``spec`` once for all ``libraries`` in one job (:mod:`.paired_worker`).
+
+    Its ranks hold every library, and the sweep alternates their timed blocks at
+    each call (:func:`.sweep.run_paired_sweep`). Under ``mpiexec`` when MPI is one
+    of them, else as ``n`` processes meeting through files. Never raises for the
+    libraries' own failures: a library that cannot run here is skipped, and a
+    failure of the job is every library's ``error``.
+
+    Args:
+        libraries: meshcast first, then peers from :data:`LIBRARIES` (not
+            meshcast-symmetric: its buffers would not be the peers').
+        spec: the sweep.
+        n: number of ranks.
+        blocks: timed blocks per library at each call (each keeps its fastest).
+        timeout: seconds without a new record after which the job is stopped.
+        on_record: called with each result record as it arrives.
+
+    Returns:
+        One :class:`LibraryRun` per library, in ``libraries``' order.
+    """
+    runs = {lib: LibraryRun(lib, skipped=unavailable(lib)) for lib in libraries}
+    live = [lib for lib in libraries if not runs[lib].skipped]
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="meshcast-bench-paired-") as tmp:
+        args = ["-m", "meshcast.bench.paired_worker", "--spec", spec.to_json(),
+                "--libraries", ",".join(live), "--blocks", str(blocks),
+                "--gloo-init", os.path.join(tmp, "gloo-store")]
+        if "mpi" in live:
+            argvs = [[_mpiexec() or "mpiexec", "-n", str(n), sys.executable, *args]]
+        else:
+            argvs = [[sys.executable, *args, "--rank", str(r), "--world-size", str(n),
+                      "--init", os.path.join(tmp, "store")] for r in range(n)]
+        env: dict[str, str] = {}
+        for lib in live:
+            env.update(_environment(lib, n))
+        if "mpi" in live:
+            env.pop("MESHCAST_BENCH_PARENT", None)
+        world = _World(argvs, env, tmp, launcher="mpiexec" if "mpi" in live else "")
+        try:
+            for rec in world.records(timeout):
+                run = runs.get(rec.get("library", ""))
+                if run is None:
+                    continue
+                if rec.get("kind") == "meta":
+                    run.meta = rec
+                    continue
+                run.records.append(rec)
+                if on_record is not None:
+                    on_record(rec)
+        except BenchError as exc:
+            for lib in live:
+                runs[lib].error = str(exc)
+        finally:
+            world.stop()
+    for lib in live:
+        runs[lib].seconds = time.monotonic() - start
+    return [runs[lib] for lib in libraries]
 
 
 class _World:

@@ -68,11 +68,17 @@ def _pct(busbw: float | None, mem_gbps: float | None) -> str:
 
 
 def header(spec: SweepSpec, n: int, mem: dict[str, Any] | None, libraries: Sequence[str],
-           rounds: int = 1, where: str = "on this machine") -> list[str]:
+           rounds: int = 1, where: str = "on this machine", paired: bool = False) -> list[str]:
     """The lines that say what was measured and how (printed once, before the tables).
 
-    ``where`` says where the ranks ran ("on this machine", "on 2 hosts x 2 ranks ...").
+    ``where`` says where the ranks ran ("on this machine", "on 2 hosts x 2 ranks ...");
+    ``paired``: the libraries ran in one job, their timed blocks alternating.
     """
+    if paired:
+        how = (f"; paired: one job, the libraries' timed blocks alternating at each call, "
+               f"best of {rounds} blocks each")
+    else:
+        how = f"; best of {rounds} rounds, libraries taking turns" if rounds > 1 else ""
     sizes = (f"{human_bytes(spec.sizes[0])} .. {human_bytes(spec.sizes[-1])} "
              f"({len(spec.sizes)} sizes)" if spec.sizes else "none")
     lines = [
@@ -82,7 +88,7 @@ def header(spec: SweepSpec, n: int, mem: dict[str, Any] | None, libraries: Seque
         f" | check {'on' if spec.check else 'off'} | rotate {'on' if spec.rotate else 'off'}",
         f"# time: {_AVERAGE_TEXT[spec.average]} of {spec.iters} back-to-back calls, in us "
         f"(nccl-tests -a {_AVERAGE_FLAG[spec.average]})"
-        + (f"; best of {rounds} rounds, libraries taking turns" if rounds > 1 else ""),
+        + how,
         "# algbw = S / time, busbw = algbw x factor, GB/s = 1e9 B/s (nccl-tests' definitions);"
         " S and factor per collective below",
     ]

@@ -23,6 +23,13 @@ figures of different libraries differ only by the library:
 * Check: after the timed loop the data are written afresh, one call is made
   and every rank counts the elements that differ from the closed-form result
   (:mod:`.collectives`); the counts are summed over ranks (``#wrong``).
+* Paired (``meshcast bench --paired``, :func:`run_paired_sweep`): the compared
+  libraries share one job's ranks and buffers; at each call every library warms
+  up, then timed blocks alternate between them (A B, B A, ...) and each keeps its
+  fastest. This machine's speed drifts between states over seconds (large copies
+  1.5-2x apart from one launch to the next), so libraries measured one launch
+  after the other can differ by the machine's state alone; blocks a moment apart
+  see the same state.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -206,44 +213,121 @@ def run_sweep(comm: Comm, spec: SweepSpec) -> Iterator[dict[str, Any]]:
 def _one(comm: Comm, spec: SweepSpec, coll: Collective, size: int, counts: Counts,
          send_buf: np.ndarray, recv_buf: np.ndarray, root: int, inplace: bool
          ) -> dict[str, Any]:
-    n, rank = comm.size, comm.rank
+    n = comm.size
     placement = "in-place" if inplace else "out-of-place"
+    prepared = _prepare(comm, spec, coll, counts, send_buf, recv_buf, root, inplace)
+    if isinstance(prepared, str):
+        return record(spec, coll, size, counts, n, placement, comm.library, None, None,
+                      note=prepared)
+    _warm_up(spec, prepared)
+    seconds, algorithm = _timed(comm, spec, prepared)
+    wrong = _check(comm, spec, coll, counts, send_buf, recv_buf, root, inplace, prepared[0])
+    return record(spec, coll, size, counts, n, placement, comm.library, seconds, wrong,
+                  algorithm=algorithm)
+
+
+def _prepare(comm: Comm, spec: SweepSpec, coll: Collective, counts: Counts,
+             send_buf: np.ndarray, recv_buf: np.ndarray, root: int, inplace: bool
+             ) -> list[Prepared] | str:
+    """One prepared call per window the timed loop uses, or why the library has none."""
+    if inplace and not coll.inplace:
+        return "no in-place form (nccl-tests does not check one either)"
     window = counts.window
     steps = max(1, send_buf.size // window) if window and spec.rotate else 1
-    if inplace and not coll.inplace:
-        return record(spec, coll, size, counts, n, placement, comm.library, None, None,
-                      note="no in-place form (nccl-tests does not check one either)")
     prepared: list[Prepared] = []
     try:
         for k in range(min(steps, max(1, spec.iters))):
-            send, recv, base = _views(coll, counts, send_buf, recv_buf, window * k, rank, inplace)
+            send, recv, base = _views(coll, counts, send_buf, recv_buf, window * k, comm.rank,
+                                      inplace)
             prepared.append(comm.prepare(Call(coll.name, send, recv, base, counts, root,
                                               spec.redop, inplace,
                                               spec.algorithms.get(coll.name))))
     except Unsupported as exc:
-        return record(spec, coll, size, counts, n, placement, comm.library, None, None,
-                      note=str(exc))
+        return str(exc)
+    return prepared
+
+
+def _warm_up(spec: SweepSpec, prepared: list[Prepared]) -> None:
     for k in range(max(spec.warmup, len(prepared) if spec.iters else 0)):
         prepared[k % len(prepared)].run()
+
+
+def _timed(comm: Comm, spec: SweepSpec, prepared: list[Prepared]) -> tuple[float, str]:
+    """A barrier, then ``iters`` calls: (their mean time combined over ranks, algorithm)."""
     comm.barrier()
     t0 = time.perf_counter()
     for k in range(spec.iters):
         prepared[k % len(prepared)].run()
     mean = (time.perf_counter() - t0) / max(1, spec.iters)
     algorithm = comm.algorithm()  # before the scalar all-reduce below replaces it
-    seconds = comm.allreduce_scalar(mean, spec.average)
-    wrong: int | None = None
-    if spec.check:
-        first = prepared[0]
-        send, recv, _ = _views(coll, counts, send_buf, recv_buf, 0, rank, inplace)
-        fill_inputs(coll.name, rank, n, root, counts, spec.redop, send, recv, inplace)
-        comm.barrier()  # nobody's data may be rewritten while a peer still reads it
-        first.run()
-        mine = count_wrong(coll.name, rank, n, root, counts, spec.redop, first.result)
-        wrong = int(comm.allreduce_scalar(float(mine), "sum"))
-        comm.barrier()
-    return record(spec, coll, size, counts, n, placement, comm.library, seconds, wrong,
-                  algorithm=algorithm)
+    return comm.allreduce_scalar(mean, spec.average), algorithm
+
+
+def _check(comm: Comm, spec: SweepSpec, coll: Collective, counts: Counts,
+           send_buf: np.ndarray, recv_buf: np.ndarray, root: int, inplace: bool,
+           first: Prepared) -> int | None:
+    """The data check (``#wrong`` summed over ranks), or None when it is off."""
+    if not spec.check:
+        return None
+    n, rank = comm.size, comm.rank
+    send, recv, _ = _views(coll, counts, send_buf, recv_buf, 0, rank, inplace)
+    fill_inputs(coll.name, rank, n, root, counts, spec.redop, send, recv, inplace)
+    comm.barrier()  # nobody's data may be rewritten while a peer still reads it
+    first.run()
+    mine = count_wrong(coll.name, rank, n, root, counts, spec.redop, first.result)
+    wrong = int(comm.allreduce_scalar(float(mine), "sum"))
+    comm.barrier()
+    return wrong
+
+
+def run_paired_sweep(comms: Sequence[Comm], spec: SweepSpec, blocks: int
+                     ) -> Iterator[dict[str, Any]]:
+    """The sweep of every library in ``comms`` (the same ranks), paired call by call.
+
+    At each (op, size, placement) every library prepares its calls on the same
+    buffers and warms up; then ``blocks`` timed blocks per library follow, the
+    libraries alternating (A B, B A, A B, ...), so that each pair of blocks meets the
+    machine in the same state; each library keeps its fastest block, and each
+    result is checked. Yields one record per library per call, in ``comms``' order.
+    """
+    first = comms[0]
+    n = first.size
+    dtype = np.dtype(spec.dtype)
+    maxcount = max(spec.sizes) // dtype.itemsize if spec.sizes else 0
+    send_buf, recv_buf = np.ones(maxcount, dtype), np.ones(maxcount, dtype)
+    for op in spec.ops:
+        coll = COLLECTIVES[op]
+        root = spec.root if coll.rooted else -1
+        for size in spec.sizes:
+            counts = coll.counts(size // dtype.itemsize, dtype.itemsize, n)
+            for placement in spec.placements:
+                inplace = placement == "in-place"
+                ready: dict[int, list[Prepared]] = {}
+                notes: dict[int, str] = {}
+                for i, comm in enumerate(comms):
+                    p = _prepare(comm, spec, coll, counts, send_buf, recv_buf, root, inplace)
+                    if isinstance(p, str):
+                        notes[i] = p
+                    else:
+                        ready[i] = p
+                for p in ready.values():
+                    _warm_up(spec, p)
+                best: dict[int, float] = {}
+                algorithm: dict[int, str] = {}
+                order = list(ready)
+                for b in range(max(1, blocks)):
+                    for i in order if b % 2 == 0 else order[::-1]:
+                        seconds, algorithm[i] = _timed(comms[i], spec, ready[i])
+                        best[i] = min(seconds, best.get(i, seconds))
+                for i, comm in enumerate(comms):
+                    if i in notes:
+                        yield record(spec, coll, size, counts, n, placement, comm.library,
+                                     None, None, note=notes[i])
+                        continue
+                    wrong = _check(comm, spec, coll, counts, send_buf, recv_buf, root,
+                                   inplace, ready[i][0])
+                    yield record(spec, coll, size, counts, n, placement, comm.library,
+                                 best[i], wrong, algorithm=algorithm[i])
 
 
 def emit(rec: dict[str, Any]) -> None:
