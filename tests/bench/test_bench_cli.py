@@ -378,6 +378,10 @@ def test_paired_run_measures_both_libraries_in_one_job(tmp_path: Path) -> None:
         assert {r["requested_size"] for r in ran if r["op"] == "gather"} == {8, 512, 32768}, lib
         assert all(r["wrong"] == 0 for r in ran), [r for r in ran if r["wrong"]]
     assert "paired: one job" in proc.stdout and f"{peer} time" in proc.stdout
+    spec = SweepSpec.from_json(json.dumps(meta["spec"]))
+    page.write_report(str(tmp_path / "page"), meta, results, spec, ["meshcast", peer])
+    assert "their timed blocks alternated (2 per library)" in (
+        tmp_path / "page" / "README.md").read_text()
 
 
 @pytest.mark.skipif(bool(unavailable("gloo")), reason="torch is not installed")

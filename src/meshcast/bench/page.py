@@ -228,8 +228,7 @@ def write_report(directory: str, meta: Record, records: Sequence[Record], spec: 
            "(`meshcast/bench/sweep.py`): per size and placement "
            f"{spec.warmup} warm-up calls, a barrier, {spec.iters} timed calls; the time is "
            "the largest of the ranks' mean times"
-           + (f"; the whole sweep ran {meta.get('rounds', 1)} times, the libraries taking "
-              "turns, and each call keeps its best time" if meta.get("rounds", 1) > 1 else "")
+           + _rounds_text(meta)
            + ". Buffers move through a buffer of the "
            "largest size every iteration as in nccl-tests, so small sizes are not served "
            "from a cache warmed by the previous call. After the timed loop, every size is "
@@ -266,3 +265,16 @@ def write_report(directory: str, meta: Record, records: Sequence[Record], spec: 
         f.write("\n".join(md))
     written.insert(0, readme)
     return written
+
+
+def _rounds_text(meta: dict[str, Any]) -> str:
+    """How the libraries took turns (``--rounds``, ``--paired``), for the Method section."""
+    rounds = meta.get("rounds", 1)
+    if meta.get("paired"):
+        return (f"; all libraries ran in one job on the same buffers, and at each size "
+                f"their timed blocks alternated ({rounds} per library), each library "
+                f"keeping its best")
+    if rounds > 1:
+        return (f"; the whole sweep ran {rounds} times, the libraries taking turns, and "
+                f"each call keeps its best time")
+    return ""
