@@ -431,6 +431,18 @@ ALL_REDUCE_SINGLE_MIN_BYTES = 2 << 20
 # (stop 70: from 256 KiB gathered, see above; at 256 KiB, the bench from memory ran
 # one-shot in place at 11.8-12.3 us against 10.1-11.3, within the L3 9.7-10.8 against
 # 11.6-12.0: a tie, left to single-copy)
+# (stop 74: both lines stay, and the figures that moved them back and forth are the
+# machine's two states. This VM's two cores trade a cache line in ~100 ns or ~530 ns,
+# switching every few minutes (a line ping-pong between two processes tells which; a
+# 64 KiB copy written by one core and read by the other takes 1.8 or 4.2 us). One-shot
+# copies through a region the other core has just written, so the far state doubles
+# its cost; single-copy reads the owner's buffer once. 64 KiB pieces at 2 ranks, us,
+# one-shot / single-copy, state measured before and after each run: all_to_all, cold
+# (`meshcast bench --paired`, MPICH 7.1-9.0) near 5.9-6.0 / 7.0, far 13.2-13.5 / 7.1;
+# hot (benchmarks/versus_mpi.py, MPICH 8.7-9.7) near 3.6 / 7.45, far 6.2-6.3 / 8.1-8.2;
+# all_gather cold near 5.5-6.2 / 6.4-6.7, far 8.9-9.9 / 6.9-9.1; hot near 5.4 / 8.25,
+# far 8.4-9.3 / 9.0. Single-copy wins only cold and far, one-shot the three others,
+# hot by up to 2x: the hot case is a training loop's.)
 ALL_GATHER_SINGLE_MIN_BYTES = 256 << 10
 
 # Where the one-shot path runs (one synchronisation, a copy in), it beats the symmetric
@@ -575,7 +587,7 @@ BROADCAST_SINGLE_MIN_BYTES = 256 << 10
 # all_to_all stages its input one-shot while each piece is under this (and its region
 # and the one-shot work allow), ranks fitting the cores / outnumbering them: see
 # all_to_all_direct_limit (stop 70 moved the first from 64 KiB, see above; the second
-# stays where stop 44 measured it).
+# stays where stop 44 measured it; stop 74 kept both, see ALL_GATHER_SINGLE_MIN_BYTES).
 ALL_TO_ALL_SINGLE_MIN_BYTES = (128 << 10, 64 << 10)
 
 # A one-shot scatter's root stages the other ranks' pieces and copies its own straight
