@@ -919,8 +919,10 @@ class TinyCallLane:
         reduce_scatter), every piece shaped like ``out``: the one-shot reduce_scatter of
         :meth:`reduce_scatter` (the same fingerprint and regions), the pieces staged one
         after the other as the tensor form's input is; past the one-shot sizes, the
-        tensor form's call on the pieces' concatenation, in a staging array the group
-        keeps. With the compiled helper only; False: the general path."""
+        single-copy program that reads the pieces where they lie
+        (:meth:`_reduce_scatter_list_single`), or, where that program does not flatten,
+        the tensor form's call on the pieces' concatenation, in a staging array the
+        group keeps. With the compiled helper only; False: the general path."""
         plan = self._plan(("reduce_scatter_list", out.dtype, out.shape, op),
                           self._reduce_scatter_list_plan, out, op)
         flags = out.flags
@@ -929,7 +931,11 @@ class TinyCallLane:
         (tail, views, regions, kernel, average, code, prog), alike = plan
         if not alike(pieces, out, False):
             return False
-        if views is None:  # (one copy of the pieces, where the general path made two)
+        if views is None:
+            if prog is not None and prog[0].packed is not None:
+                return self._reduce_scatter_list_single(out, pieces, tail, kernel, average,
+                                                        prog)
+            # (one copy of the pieces, where the general path made two)
             whole = np.concatenate(pieces, out=self._staging.get(
                 "input", out.dtype, (len(pieces) * out.shape[0], *out.shape[1:])))
             return self.reduce_scatter(out, whole, op)
@@ -979,6 +985,39 @@ class TinyCallLane:
                                prog=prog, per_rank_counts=True)
         return self._start("reduce_scatter", tail, pieces, None, None, False, _reduce_parity,
                            out.reshape(-1), regions, kernel, average)
+
+    def _reduce_scatter_list_single(self, out: np.ndarray, pieces: list, tail: bytes,
+                                    op: ops.ReduceOp, average: bool, program: tuple) -> bool:
+        """reduce_scatter of a list past the one-shot sizes, with no concatenation: the
+        compiled entry exposes the table of where the pieces lie (as a scatter root's),
+        then the records after it of the ``cma`` program whose input is the pieces
+        (``_program.as_pieces``): every rank reads its share of every other rank's list
+        where that piece lies. Ranks that disagree are handed over after the entry to
+        the general path, on the pieces' concatenation. True, or False (nothing done)
+        while async work is queued."""
+        group = self.group
+        arena, n = group.arena, group._size
+        copy, entry = program
+        tails, what = entry[0], self._whats["reduce_scatter"]
+
+        def run(seq: int) -> None:
+            status = arena.compiled_rooted(seq, tails, None, arena.spin_ns, (pieces, 0))
+            counts = [] if status == 0 else arena.rooted_entry(
+                seq, tails, what, group.timeout, None, None, status, -1, _ignore)
+            if counts:
+                buf = as_buffer(out, name="output", caller="reduce_scatter", rank=None)
+                group.reduce_scatter(buf, np.concatenate([p.reshape(-1) for p in pieces]),
+                                     [out.size] * n, ops.ReduceOp.AVG if average else op,
+                                     _nothing, entered=(seq, counts))
+                return
+            group.last_algorithm = "reduce_scatter/cma"
+            left = single_copy.run_after_entry(group, seq, what, copy, pieces, out)
+            if left != 0:
+                single_copy.run_program(group, seq, what, copy, None, pieces, out, left)
+            if average:
+                ops.finish_average(out, n)
+
+        return self._inline(run)
 
     def _reduce_scatter_single(self, out: np.ndarray, inp: np.ndarray, tail: bytes,
                                op: ops.ReduceOp, average: bool, program: tuple | None,
@@ -2210,9 +2249,8 @@ class TinyCallLane:
                           count=out.size, extra=counts_hash((out.size,) * n))
         if single:  # its program (reduce_scatter/cma), or None: the body
             sched = ops.ReduceOp.SUM if rop is ops.ReduceOp.AVG else rop
-            prog = (None if listed != NO_BUFFER else self._copy_program(
-                "reduce_scatter", tail, dtype, -1, inp.size, out.size, (out.size,) * n,
-                op=sched))
+            prog = self._copy_program("reduce_scatter", tail, dtype, -1, inp.size, out.size,
+                                      (out.size,) * n, op=sched, listed=listed)
             return tail, None, None, sched, rop is ops.ReduceOp.AVG, None, prog
         views = self._views(inp.reshape(-1))
         c = out.size

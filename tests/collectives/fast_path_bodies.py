@@ -758,13 +758,66 @@ def all_gather_list_past_one_shot(base: int) -> list[str]:
     return seen
 
 
+def reduce_scatter_list_single(base: int) -> list[str]:
+    """reduce_scatter of a list past the one-shot sizes (``base`` float64 a piece) runs
+    the ``cma`` program whose input is the list's pieces, with nothing concatenated
+    (the lane's staging holds no input): with the group's reduce_scatter made to fail,
+    SUM over separate arrays and over slices of one, AVG, each rank late in turn; then,
+    with the group's path back, rank 0 on it (a strided piece) beside the others'
+    lists; last, rank 1 passing another size: the same MismatchError from every rank.
+    Every result checked; returns the paths seen and the verdict."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    seen: list[str] = []
+
+    def round_of(case: str, late: int | None = None, op: Any = dist.ReduceOp.SUM) -> None:
+        if r == late:
+            time.sleep(0.05)
+        if case == "slices":
+            pieces = list(np.concatenate([_value(r, d, base) for d in range(n)]).reshape(n, base))
+        else:
+            pieces = [_value(r, d, base) for d in range(n)]
+        if case == "strided" and r == 0:
+            pieces[-1] = _strided(base)
+            pieces[-1][:] = _value(r, n - 1, base)
+        out = np.zeros(base)
+        dist.reduce_scatter(out, pieces, op=op)
+        want = np.add.reduce([_value(q, r, base) for q in range(n)])
+        if op is dist.ReduceOp.AVG:
+            want = want / n
+        np.testing.assert_allclose(out, want, rtol=1e-12, err_msg=case)
+        seen.append(pg.last_algorithm if case != "strided" or r else "general")
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the general path ran")
+
+    pg.reduce_scatter = refuse  # an instance attribute
+    try:
+        round_of("list")
+        round_of("slices")
+        round_of("list", op=dist.ReduceOp.AVG)
+        for late in range(n):
+            round_of("list", late)
+    finally:
+        del pg.reduce_scatter
+    assert "input" not in pg.lane._staging._kept, "the pieces were concatenated"
+    round_of("strided")
+    size = base + (1 if r == 1 else 0)
+    try:
+        dist.reduce_scatter(np.zeros(size), [np.ones(size) for _ in range(n)])
+        seen.append("no MismatchError")
+    except dist.MismatchError as exc:
+        seen.append(f"mismatch: {'count' in str(exc) or 'layout' in str(exc)}")
+    return seen
+
+
 def list_forms_staged(base: int) -> list[str]:
-    """reduce_scatter of a list past the one-shot sizes and all_to_all of lists (equal
-    pieces, then MoE's uneven rows), synchronous, which the lane runs on the pieces'
-    concatenation in staging arrays it keeps: sizes that grow, shrink and grow again,
-    so that a call reads a staging array an earlier, larger call left, with the
-    group's reduce_scatter and all_to_all made to fail. Every result checked; returns
-    the paths seen."""
+    """all_to_all of lists (equal pieces, then MoE's uneven rows), synchronous, which the
+    lane runs on the pieces' concatenation in staging arrays it keeps, and reduce_scatter
+    of a list past the one-shot sizes (its pieces read where they lie): sizes that grow,
+    shrink and grow again, so that a call reads a staging array an earlier, larger call
+    left, with the group's reduce_scatter and all_to_all made to fail. Every result
+    checked; returns the paths seen."""
     r, n = dist.get_rank(), dist.get_world_size()
     pg = dist.group.WORLD
     seen: list[str] = []

@@ -199,10 +199,21 @@ def test_all_gather_into_a_list_past_one_shot_takes_the_lane(n, compiled, single
 
 
 @pytest.mark.parametrize("n", [2, 3])
+def test_reduce_scatter_of_a_list_past_one_shot_reads_the_pieces_where_they_lie(
+        n, single_copy):
+    # 140 000 float64 a piece: the cma program with the list as its input (its pieces
+    # exposed as a table), no concatenation; late ranks, AVG, slices of one array; a
+    # rank on the general path beside the lists; a size mismatch raises everywhere
+    out = spawn_world(bodies.reduce_scatter_list_single, n, timeout=120, base=140_000)
+    want = ["reduce_scatter/cma"] * (3 + n)
+    assert all(seen[:-2] == want and seen[-1] == "mismatch: True" for seen in out), out
+
+
+@pytest.mark.parametrize("n", [2, 3])
 def test_list_forms_past_one_shot_run_on_staged_concatenations(n, single_copy):
-    # 140 000 and 280 000 float64 a piece, in turn: the lane's reduce_scatter of a list
-    # and all_to_all of lists run on their pieces' concatenation in staging arrays it
-    # keeps (reused by smaller calls), and its uneven all_to_all of lists too; the
+    # 140 000 and 280 000 float64 a piece, in turn: the lane's all_to_all of lists runs
+    # on its pieces' concatenation in staging arrays it keeps (reused by smaller calls),
+    # and its uneven all_to_all of lists too; reduce_scatter of a list beside them; the
     # group's forms refuse
     out = spawn_world(bodies.list_forms_staged, n, timeout=120, base=140_000)
     assert all(seen == ["reduce_scatter/cma", "all_to_all/cma"] * 4 for seen in out), out
