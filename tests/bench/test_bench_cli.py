@@ -380,8 +380,9 @@ def test_paired_run_measures_both_libraries_in_one_job(tmp_path: Path) -> None:
     assert "paired: one job" in proc.stdout and f"{peer} time" in proc.stdout
     spec = SweepSpec.from_json(json.dumps(meta["spec"]))
     page.write_report(str(tmp_path / "page"), meta, results, spec, ["meshcast", peer])
-    assert "their timed blocks alternated (2 per library)" in (
-        tmp_path / "page" / "README.md").read_text()
+    text = (tmp_path / "page" / "README.md").read_text()
+    assert "their timed blocks alternated (2 per library)" in text
+    assert "every library in the same processes" in text and "started fresh" not in text
 
 
 @pytest.mark.skipif(bool(unavailable("gloo")), reason="torch is not installed")

@@ -163,6 +163,12 @@ def _where(meta: Record) -> str:
 def _who(meta: Record, n: int) -> str:
     """The Method section's first sentences: where the ranks ran and how each library started."""
     hosts = meta.get("hosts")
+    if not hosts and meta.get("paired"):
+        return (f"{n} ranks on this one machine, every library in the same processes "
+                "(under `mpiexec` when MPICH is compared): meshcast through its "
+                "torch.distributed-style API on its shared-memory engine; "
+                "torch.distributed's Gloo backend over TCP on the loopback interface; "
+                "MPICH through mpi4py's buffer methods.")
     if not hosts:
         return (f"{n} ranks on this one machine, each library started fresh in its own "
                 "processes: meshcast through its torch.distributed-style API on its "
