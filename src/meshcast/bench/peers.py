@@ -133,18 +133,7 @@ def run_library(library: str, spec: SweepSpec, n: int, *, timeout: float = 300.0
     with tempfile.TemporaryDirectory(prefix=f"meshcast-bench-{library}-") as tmp:
         world = _World(_commands(library, spec, n, tmp), _environment(library, n), tmp,
                        launcher="mpiexec" if library == "mpi" else "")
-        try:
-            for rec in world.records(timeout):
-                if rec.get("kind") == "meta":
-                    result.meta = rec
-                    continue
-                result.records.append(rec)
-                if on_record is not None:
-                    on_record(rec)
-        except BenchError as exc:
-            result.error = str(exc)
-        finally:
-            world.stop()
+        _collect(world, timeout, {library: result}, on_record)
     result.seconds = time.monotonic() - start
     return result
 
@@ -190,25 +179,33 @@ def run_paired(libraries: Sequence[str], spec: SweepSpec, n: int, *, blocks: int
         if "mpi" in live:
             env.pop("MESHCAST_BENCH_PARENT", None)
         world = _World(argvs, env, tmp, launcher="mpiexec" if "mpi" in live else "")
-        try:
-            for rec in world.records(timeout):
-                run = runs.get(rec.get("library", ""))
-                if run is None:
-                    continue
-                if rec.get("kind") == "meta":
-                    run.meta = rec
-                    continue
-                run.records.append(rec)
-                if on_record is not None:
-                    on_record(rec)
-        except BenchError as exc:
-            for lib in live:
-                runs[lib].error = str(exc)
-        finally:
-            world.stop()
+        _collect(world, timeout, {lib: runs[lib] for lib in live}, on_record)
     for lib in live:
         runs[lib].seconds = time.monotonic() - start
     return [runs[lib] for lib in libraries]
+
+
+def _collect(world: _World, timeout: float, runs: dict[str, LibraryRun],
+             on_record: Callable[[dict[str, Any]], None] | None) -> None:
+    """Read ``world``'s records into the run of the library each names (its ``meta``
+    record too) until the world ends, then stop it; a failure or a stall is every
+    run's ``error``."""
+    try:
+        for rec in world.records(timeout):
+            run = runs.get(rec.get("library", ""))
+            if run is None:
+                continue
+            if rec.get("kind") == "meta":
+                run.meta = rec
+                continue
+            run.records.append(rec)
+            if on_record is not None:
+                on_record(rec)
+    except BenchError as exc:
+        for run in runs.values():
+            run.error = str(exc)
+    finally:
+        world.stop()
 
 
 class _World:

@@ -200,14 +200,20 @@ def run_sweep(comm: Comm, spec: SweepSpec) -> Iterator[dict[str, Any]]:
     allocate = getattr(comm, "allocate", None)  # a library may place its buffers itself
     send_buf = allocate(maxcount, dtype) if allocate else np.ones(maxcount, dtype)
     recv_buf = allocate(maxcount, dtype) if allocate else np.ones(maxcount, dtype)
+    for coll, size, counts, root, inplace in _calls(spec, n):
+        yield _one(comm, spec, coll, size, counts, send_buf, recv_buf, root, inplace)
+
+
+def _calls(spec: SweepSpec, n: int) -> Iterator[tuple[Collective, int, Counts, int, bool]]:
+    """Every call of the sweep, in order: (collective, size, counts, root, in place?)."""
+    dtype = np.dtype(spec.dtype)
     for op in spec.ops:
         coll = COLLECTIVES[op]
         root = spec.root if coll.rooted else -1
         for size in spec.sizes:
             counts = coll.counts(size // dtype.itemsize, dtype.itemsize, n)
             for placement in spec.placements:
-                inplace = placement == "in-place"
-                yield _one(comm, spec, coll, size, counts, send_buf, recv_buf, root, inplace)
+                yield coll, size, counts, root, placement == "in-place"
 
 
 def _one(comm: Comm, spec: SweepSpec, coll: Collective, size: int, counts: Counts,
@@ -295,39 +301,34 @@ def run_paired_sweep(comms: Sequence[Comm], spec: SweepSpec, blocks: int
     dtype = np.dtype(spec.dtype)
     maxcount = max(spec.sizes) // dtype.itemsize if spec.sizes else 0
     send_buf, recv_buf = np.ones(maxcount, dtype), np.ones(maxcount, dtype)
-    for op in spec.ops:
-        coll = COLLECTIVES[op]
-        root = spec.root if coll.rooted else -1
-        for size in spec.sizes:
-            counts = coll.counts(size // dtype.itemsize, dtype.itemsize, n)
-            for placement in spec.placements:
-                inplace = placement == "in-place"
-                ready: dict[int, list[Prepared]] = {}
-                notes: dict[int, str] = {}
-                for i, comm in enumerate(comms):
-                    p = _prepare(comm, spec, coll, counts, send_buf, recv_buf, root, inplace)
-                    if isinstance(p, str):
-                        notes[i] = p
-                    else:
-                        ready[i] = p
-                for p in ready.values():
-                    _warm_up(spec, p)
-                best: dict[int, float] = {}
-                algorithm: dict[int, str] = {}
-                order = list(ready)
-                for b in range(max(1, blocks)):
-                    for i in order if b % 2 == 0 else order[::-1]:
-                        seconds, algorithm[i] = _timed(comms[i], spec, ready[i])
-                        best[i] = min(seconds, best.get(i, seconds))
-                for i, comm in enumerate(comms):
-                    if i in notes:
-                        yield record(spec, coll, size, counts, n, placement, comm.library,
-                                     None, None, note=notes[i])
-                        continue
-                    wrong = _check(comm, spec, coll, counts, send_buf, recv_buf, root,
-                                   inplace, ready[i][0])
-                    yield record(spec, coll, size, counts, n, placement, comm.library,
-                                 best[i], wrong, algorithm=algorithm[i])
+    for coll, size, counts, root, inplace in _calls(spec, n):
+        placement = "in-place" if inplace else "out-of-place"
+        ready: dict[int, list[Prepared]] = {}
+        notes: dict[int, str] = {}
+        for i, comm in enumerate(comms):
+            p = _prepare(comm, spec, coll, counts, send_buf, recv_buf, root, inplace)
+            if isinstance(p, str):
+                notes[i] = p
+            else:
+                ready[i] = p
+        for p in ready.values():
+            _warm_up(spec, p)
+        best: dict[int, float] = {}
+        algorithm: dict[int, str] = {}
+        order = list(ready)
+        for b in range(max(1, blocks)):
+            for i in order if b % 2 == 0 else order[::-1]:
+                seconds, algorithm[i] = _timed(comms[i], spec, ready[i])
+                best[i] = min(seconds, best.get(i, seconds))
+        for i, comm in enumerate(comms):
+            if i in notes:
+                yield record(spec, coll, size, counts, n, placement, comm.library, None, None,
+                             note=notes[i])
+                continue
+            wrong = _check(comm, spec, coll, counts, send_buf, recv_buf, root, inplace,
+                           ready[i][0])
+            yield record(spec, coll, size, counts, n, placement, comm.library, best[i], wrong,
+                         algorithm=algorithm[i])
 
 
 def emit(rec: dict[str, Any]) -> None:
