@@ -10,7 +10,7 @@ turns: per turn a few warm-up calls, then the timed loop, 5 times; two turns eac
 call's time is the slowest rank's mean over its loop, and each library keeps its best.
 The same arrays serve every call (hot buffers: the case of a training loop, and the
 one `meshcast bench`, which moves through a larger buffer, does not show). Values are
-zeros so that repeated reductions stay finite.
+zeros so that repeated reductions stay finite, written into every page (see calls).
 
 A size is bytes per rank: the array of all_reduce, broadcast and reduce, each rank's
 piece of all_gather, gather and scatter, each rank's output of reduce_scatter, and
@@ -39,13 +39,19 @@ LATENCY_ONLY = ("barrier", "sendrecv")  # (sendrecv: a blocking round trip of ra
 
 def calls(op: str, nbytes: int, comm: MPI.Intracomm) -> tuple[Callable[[], object],
                                                               Callable[[], object]]:
-    """(meshcast's call, MPI's call) of ``op`` on ``nbytes`` a rank, on float32 zeros."""
+    """(meshcast's call, MPI's call) of ``op`` on ``nbytes`` a rank, on float32 zeros.
+
+    The zeros are written (``np.full``), not ``np.zeros``' untouched pages: those all map
+    the kernel's one zero page, so an input no call writes (all_gather's, all_to_all's,
+    reduce_scatter's, a scatter root's) would be read from one cached 4 KiB page at any
+    size (all_to_all of 64 KiB pieces at 2 ranks ran one-shot in 6.2 us where 13 on
+    written pages, stop 74)."""
     r, n = comm.Get_rank(), comm.Get_size()
     e = max(nbytes // 4, 1)
-    x = np.zeros(e, np.float32)
-    many = np.zeros(e * n, np.float32)
-    many_out = np.zeros(e * n, np.float32)
-    pieces = [np.zeros(e, np.float32) for _ in range(n)]
+    x = np.full(e, 0.0, np.float32)
+    many = np.full(e * n, 0.0, np.float32)
+    many_out = np.full(e * n, 0.0, np.float32)
+    pieces = [np.full(e, 0.0, np.float32) for _ in range(n)]
     at_root = r == 0
     if op == "all_reduce":
         return lambda: dist.all_reduce(x), lambda: comm.Allreduce(MPI.IN_PLACE, x)
