@@ -102,9 +102,19 @@ def reduce_all(plan: Plan, dst: np.ndarray, lo: int, space: str,
 
 def split_head(n: int) -> int:
     """Bytes of all_to_all's split header in front of the staged data of a one-shot region
-    (``3 n`` int64: offsets of my pieces, send counts, receive counts), padded so the data
-    stays 16-byte aligned (paths/oneshot.split_header is its layout)."""
-    return (24 * n + 15) // 16 * 16
+    (``3 n`` int64: offsets of my pieces, send counts, receive counts), padded to a page
+    (paths/oneshot.split_header is its layout).
+
+    Why a page: the string move that copies the input in (transport/_copy.h) slows down
+    where its destination lies 1-63 bytes past its source modulo 4 KiB, and the header
+    used to end there for the commonest sources: 48 bytes at 2 ranks, past a NumPy
+    array's 16 (page + 16) and a torch tensor's 0. Copying 128 KiB into a region the other
+    core had read took 2.5 us at such a distance against 1.3 (the cores trading a cache
+    line in ~100 ns), and 16.4 against 3.0 (~500 ns); a 2-rank all_to_all of 128 KiB ran
+    12.3 us against 6.3 (stop 74, /tmp/s74/dist.c, a2a4.py). A page-aligned start meets
+    the same page offset as the region's other data (an all_reduce's, at 0): only sources
+    1-63 bytes short of a page end still fall in that window."""
+    return (24 * n + 4095) // 4096 * 4096
 
 
 def publish_header(send: Sequence[int], recv: Sequence[int], send_displs: Sequence[int]
