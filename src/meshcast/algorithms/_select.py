@@ -435,14 +435,15 @@ ALL_REDUCE_SINGLE_MIN_BYTES = 2 << 20
 # machine's two states. This VM's two cores trade a cache line in ~100 ns or ~530 ns,
 # switching every few minutes (a line ping-pong between two processes tells which; a
 # 64 KiB copy written by one core and read by the other takes 1.8 or 4.2 us). One-shot
-# copies through a region the other core has just written, so the far state doubles
-# its cost; single-copy reads the owner's buffer once. 64 KiB pieces at 2 ranks, us,
-# one-shot / single-copy, state measured before and after each run: all_to_all, cold
-# (`meshcast bench --paired`, MPICH 7.1-9.0) near 5.9-6.0 / 7.0, far 13.2-13.5 / 7.1;
-# hot (benchmarks/versus_mpi.py, MPICH 8.7-9.7) near 3.6 / 7.45, far 6.2-6.3 / 8.1-8.2;
-# all_gather cold near 5.5-6.2 / 6.4-6.7, far 8.9-9.9 / 6.9-9.1; hot near 5.4 / 8.25,
-# far 8.4-9.3 / 9.0. Single-copy wins only cold and far, one-shot the three others,
-# hot by up to 2x: the hot case is a training loop's.)
+# copies through a region the other core has just used, so the far state costs it
+# most; single-copy reads the owner's buffer once. 64 KiB pieces at 2 ranks, us,
+# one-shot / single-copy / MPICH, state measured before and after each run, cold
+# (`meshcast bench --paired`): all_gather near 5.5-6.2 / 6.4-6.7 / 5.7-7.5, far
+# 8.9-9.9 / 6.9-9.1 / 7.1-9.9; all_to_all near 5.9-6.0 / 7.0 / 7.1-7.8, far 7.9 / 7.1
+# / 8.1-9.4 (one-shot 13.2-13.5 there before its staged input moved to a page of its
+# own, _onehost.split_head). Hot (benchmarks/versus_mpi.py), far, one-shot / MPICH:
+# all_gather 8.4 / 13.2, all_to_all 6.4 / 9.9. So single-copy would win only
+# all_gather's cold rows in the far state, and by less than one-shot wins elsewhere.)
 ALL_GATHER_SINGLE_MIN_BYTES = 256 << 10
 
 # Where the one-shot path runs (one synchronisation, a copy in), it beats the symmetric
