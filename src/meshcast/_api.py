@@ -718,7 +718,8 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: GroupLi
     """Gather ``input_tensor`` from every rank, concatenated in rank order, into ``output_tensor``.
 
     ``output_tensor`` holds ``world_size`` times the input's elements (shape
-    ``(ws*N, ...)`` or ``(ws, N, ...)``).
+    ``(ws*N, ...)`` or ``(ws, N, ...)``). :func:`all_gather_single` is the same call
+    under torch 2.13's name for it.
     """
     if (async_op is False or async_op is True) and algorithm is None:
         out = output_tensor if type(output_tensor) is np.ndarray else _torch_view(output_tensor)
@@ -902,7 +903,8 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM,  # no
 
     ``op`` as in :func:`all_reduce`: ``ReduceOp.AVG`` on integers truncates
     toward zero (the integer sum divided by the group size, e.g. -7 over 2
-    ranks gives -3).
+    ranks gives -3). :func:`reduce_scatter_single` is the same call under torch
+    2.13's name for it.
     """
     if (async_op is False or async_op is True) and algorithm is None:
         out = output if type(output) is np.ndarray else _torch_view(output)
@@ -935,6 +937,13 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM,  # no
                              algorithm=algorithm, async_op=async_op)
     return _finish(work, async_op)
 
+
+
+# torch 2.13 renamed the two tensor forms (torch.distributed.all_gather_single and
+# reduce_scatter_single; the old names warn there). Here both names are the same
+# function object: no second frame on a tiny call, no warning either way.
+all_gather_single = all_gather_into_tensor
+reduce_scatter_single = reduce_scatter_tensor
 
 def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any],
                group: GroupLike = None, async_op: bool = False, *,

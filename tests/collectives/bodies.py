@@ -438,6 +438,13 @@ def array_kinds() -> None:
     o = np.zeros((n, 2, 2), np.int32)
     dist.all_gather_into_tensor(o, x)
     assert all((o[q] == q).all() for q in range(n))
+    # torch 2.13's names for the two (all_gather_single, reduce_scatter_single)
+    o[...] = -1
+    dist.all_gather_single(o, x)
+    assert all((o[q] == q).all() for q in range(n))
+    piece = np.zeros((2, 2), np.int32)
+    dist.reduce_scatter_single(piece, o + r)
+    assert (piece == n * r + total).all(), piece
     # float16 accumulates in float32: 2048 + 1 + 1 ... is exact in fp32, not in fp16
     h = np.array([2048.0 if r == 0 else 1.0], np.float16)
     dist.all_reduce(h)

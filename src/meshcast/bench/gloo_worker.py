@@ -82,9 +82,12 @@ class GlooComm:
         if call.op == "reduce":
             return Prepared(lambda: d.reduce(recv, dst=root, op=rop), call.recv)
         if call.op == "all_gather":
-            return Prepared(lambda: d.all_gather_into_tensor(recv, send), call.recv)
+            # (torch 2.13's names where they exist: the old ones warn there)
+            gather = getattr(d, "all_gather_single", None) or d.all_gather_into_tensor
+            return Prepared(lambda: gather(recv, send), call.recv)
         if call.op == "reduce_scatter":
-            return Prepared(lambda: d.reduce_scatter_tensor(recv, send, op=rop), call.recv)
+            scatter = getattr(d, "reduce_scatter_single", None) or d.reduce_scatter_tensor
+            return Prepared(lambda: scatter(recv, send, op=rop), call.recv)
         if call.op == "gather":
             parts = [recv[r * c:(r + 1) * c] for r in range(n)] if self.rank == root else None
             return Prepared(lambda: d.gather(send, parts, dst=root), call.recv)
