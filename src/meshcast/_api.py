@@ -12,6 +12,7 @@ take group ranks.
 from __future__ import annotations
 
 import datetime
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -500,6 +501,126 @@ def new_group(ranks: Sequence[int] | None = None, timeout: Any = None, backend: 
         return GroupMember.NON_GROUP_MEMBER
     name = group_desc or f"group{gid}{ranks}"
     return w.make_group(gid, [int(r) for r in ranks], name, timeout=seconds)
+
+
+def new_subgroups(group_size: int | None = None, group: GroupLike = None, timeout: Any = None,
+                  backend: str | None = None, pg_options: Any = None,
+                  group_desc: str | None = None) -> tuple[Any, list[Any]]:
+    """Split ``group``'s ranks into subgroups of ``group_size`` consecutive ranks, as
+    torch.distributed's ``new_subgroups`` does. Every rank of the world must call it,
+    with the same arguments (it calls :func:`new_group` once per subgroup).
+
+    Args:
+        group_size (int, optional): ranks per subgroup; it must divide the group's
+            size. Default: the number of the group's ranks on each host, which must be
+            the same on every host (torch's default, the GPUs per node, has no meaning
+            on CPUs; a host's ranks are what share memory here).
+        group (ProcessGroup, optional): the ranks to split, in their group order
+            (default: the world).
+        timeout, backend, pg_options, group_desc: as for :func:`new_group`.
+
+    Returns:
+        (the subgroup that holds this rank, every subgroup made, in order); on this
+        rank, the subgroups it is not in are ``GroupMember.NON_GROUP_MEMBER``.
+
+    Raises:
+        InvalidUsage: ``group_size`` not a positive integer, larger than the group or
+            not dividing its size; no ``group_size`` while the hosts hold different
+            numbers of the group's ranks; ``group`` a group this rank is not in. Raised
+            before any subgroup is made.
+    """
+    caller = "new_subgroups"
+    w = _world_or_raise(caller)
+    pg = _resolve(group, caller)
+    if pg is None:
+        raise usage(caller, "'group' is a group this rank is not in: every rank calls "
+                            "new_subgroups with a group it belongs to", w.rank)
+    ranks = list(pg.global_ranks)
+    if group_size is None:
+        per_host: dict[str, int] = {}
+        for r in ranks:
+            per_host[w.host_of[r]] = per_host.get(w.host_of[r], 0) + 1
+        if len(set(per_host.values())) != 1:
+            raise usage(caller, f"the hosts hold {sorted(per_host.values())} of the group's "
+                                f"ranks, not equally many: pass 'group_size'", w.rank)
+        group_size = next(iter(per_host.values()))
+    if (not isinstance(group_size, (int, np.integer)) or isinstance(group_size, bool)
+            or group_size <= 0):
+        raise usage(caller, f"'group_size' must be a positive integer, got {group_size!r}",
+                    w.rank)
+    if group_size > len(ranks) or len(ranks) % group_size:
+        raise usage(caller, f"'group_size'={group_size} must divide the group's size "
+                            f"({len(ranks)})", w.rank)
+    return new_subgroups_by_enumeration(
+        [ranks[i:i + group_size] for i in range(0, len(ranks), group_size)],
+        timeout=timeout, backend=backend, pg_options=pg_options, group_desc=group_desc)
+
+
+def new_subgroups_by_enumeration(ranks_per_subgroup_list: Sequence[Sequence[int]],
+                                 timeout: Any = None, backend: str | None = None,
+                                 pg_options: Any = None, group_desc: str | None = None
+                                 ) -> tuple[Any, list[Any]]:
+    """One subgroup per list of global ranks, as torch.distributed's
+    ``new_subgroups_by_enumeration`` does. Every rank of the world must call it, with
+    the same lists (it calls :func:`new_group` once per list, in order).
+
+    Args:
+        ranks_per_subgroup_list (list[list[int]]): the subgroups' global ranks; no rank
+            in two of them. Ranks in none get ``None`` as their subgroup.
+        timeout, backend, pg_options, group_desc: as for :func:`new_group`.
+
+    Returns:
+        (the subgroup that holds this rank, or None; every subgroup made, in order).
+
+    Raises:
+        InvalidUsage: no lists, a rank in two of them, or what :func:`new_group` raises
+            for a list; raised before any subgroup is made.
+    """
+    caller = "new_subgroups_by_enumeration"
+    w = _world_or_raise(caller)
+    if not ranks_per_subgroup_list:
+        raise usage(caller, "'ranks_per_subgroup_list' is empty", w.rank)
+    lists = [list(ranks) for ranks in ranks_per_subgroup_list]
+    owner: dict[Any, list[int]] = {}
+    for ranks in lists:
+        for r in ranks:
+            if r in owner:
+                raise usage(caller, f"rank {r} is in two subgroups, {owner[r]} and {ranks}",
+                            w.rank)
+            owner[r] = ranks
+    for ranks in lists:  # (new_group's own checks, before any group is made)
+        bad = [r for r in ranks if not isinstance(r, (int, np.integer)) or not 0 <= r < w.size]
+        if bad:
+            raise usage(caller, f"{ranks} holds {bad[0]!r}, not a rank of a world of {w.size}",
+                        w.rank)
+    subgroups = [new_group(ranks, timeout=timeout, backend=backend, pg_options=pg_options,
+                           group_desc=group_desc) for ranks in lists]
+    mine = next((g for g, ranks in zip(subgroups, lists) if w.rank in ranks), None)
+    return mine, subgroups
+
+
+def get_node_local_rank(fallback_rank: int | None = None) -> int:
+    """This process's rank among the processes on its node, from its launcher's
+    environment, as torch.distributed's ``get_node_local_rank`` reads ``LOCAL_RANK``;
+    here also under ``mpiexec`` (MPICH's, Open MPI's, Intel MPI's variables) and
+    ``srun`` (``SLURM_LOCALID``), as :func:`launch_env` finds it. Needs no process group.
+
+    Args:
+        fallback_rank (int, optional): what to return when the environment does not say.
+
+    Raises:
+        RuntimeError: the environment does not say and no ``fallback_rank`` was given.
+    """
+    if "LOCAL_RANK" in os.environ:  # (as torch reads it, whatever else is set)
+        return int(os.environ["LOCAL_RANK"])
+    found = launch_env()
+    if found.launcher != "none" and found.local_rank is not None:  # ("none": no launcher)
+        return int(found.local_rank)
+    if fallback_rank is not None:
+        return int(fallback_rank)
+    raise RuntimeError("get_node_local_rank: no launcher variable gives this process's "
+                       "local rank (LOCAL_RANK, MPI_LOCALRANKID, OMPI_COMM_WORLD_LOCAL_RANK, "
+                       "SLURM_LOCALID); pass fallback_rank to run without one")
 
 
 # ------------------------------------------------------------- collectives

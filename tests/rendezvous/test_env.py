@@ -205,3 +205,15 @@ def test_launch_env_is_frozen():
     env = detect_launch_env()
     with pytest.raises(AttributeError):
         env.rank = 3  # type: ignore[misc]
+
+
+def test_node_local_rank_from_any_launcher(clean_env):
+    import meshcast
+
+    assert meshcast.get_node_local_rank(fallback_rank=5) == 5  # no launcher
+    with pytest.raises(RuntimeError, match="fallback_rank"):
+        meshcast.get_node_local_rank()
+    setenv(clean_env, PMI_RANK=1, PMI_SIZE=3, PMI_FD=7, MPI_LOCALRANKID=2, MPI_LOCALNRANKS=3)
+    assert meshcast.get_node_local_rank() == 2  # MPICH's mpiexec
+    setenv(clean_env, LOCAL_RANK=1)  # torch's variable first, as torch reads it
+    assert meshcast.get_node_local_rank(fallback_rank=5) == 1

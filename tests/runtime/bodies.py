@@ -328,6 +328,53 @@ def group_timeout(seconds: float) -> float | None:
     return waited
 
 
+def subgroup_helpers() -> dict:
+    """new_subgroups (the default: the ranks of a host, all of them here; pairs),
+    new_subgroups_by_enumeration (evens and odds but the last rank, which is in none),
+    each subgroup's all_reduce, the InvalidUsage of bad arguments (raised before any
+    group is made, so that the next new_group still meets on every rank), and
+    get_node_local_rank."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    out: dict[str, Any] = {}
+    mine, made = dist.new_subgroups()
+    out["default"] = (len(made), dist.get_process_group_ranks(mine))
+    if n % 2 == 0:
+        pair, pairs = dist.new_subgroups(2)
+        x = np.array([float(r)])
+        dist.all_reduce(x, group=pair)
+        out["pairs"] = (dist.get_process_group_ranks(pair), float(x[0]), len(pairs),
+                        sum(g is dist.GroupMember.NON_GROUP_MEMBER for g in pairs))
+    lists = [ranks for ranks in ([q for q in range(n - 1) if q % 2 == 0],
+                                 [q for q in range(n - 1) if q % 2]) if ranks]
+    if lists:
+        sub, subs = dist.new_subgroups_by_enumeration(lists)
+        out["enum_made"] = len(subs)
+        if sub is not None:
+            y = np.array([1.0 + r])
+            dist.all_reduce(y, group=sub)
+            out["enum"] = (dist.get_process_group_ranks(sub), float(y[0]))
+        else:
+            out["enum"] = None
+    errors = []
+    for bad in (lambda: dist.new_subgroups(0), lambda: dist.new_subgroups(n + 1),
+                lambda: dist.new_subgroups(True),
+                lambda: dist.new_subgroups_by_enumeration([[0], [0]]),
+                lambda: dist.new_subgroups_by_enumeration([]),
+                lambda: dist.new_subgroups_by_enumeration([[0], [n]])):
+        try:
+            bad()
+            errors.append("no error")
+        except dist.InvalidUsage as exc:
+            errors.append(str(exc).split(":")[0].strip())
+    out["errors"] = errors
+    after = dist.new_group(list(range(n)))
+    z = np.array([1.0])
+    dist.all_reduce(z, group=after)
+    out["after"] = float(z[0])
+    out["local"] = dist.get_node_local_rank(fallback_rank=-1)
+    return out
+
+
 def subgroups() -> dict:
     r, n = dist.get_rank(), dist.get_world_size()
     evens = dist.new_group([q for q in range(n) if q % 2 == 0])

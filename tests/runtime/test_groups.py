@@ -19,6 +19,26 @@ def test_subgroups_and_non_members(n):
         assert info == {"group_rank": mine.index(r), "group_size": len(mine), "ranks": mine}
 
 
+@pytest.mark.parametrize("n", [1, 3, 4])
+def test_new_subgroups_and_by_enumeration(n):
+    out = spawn_world(bodies.subgroup_helpers, n, timeout=60)
+    for r, info in enumerate(out):
+        assert info["default"] == (1, list(range(n))), info  # one host: all its ranks
+        if n % 2 == 0:
+            pair = [r - r % 2, r - r % 2 + 1]
+            assert info["pairs"] == (pair, float(sum(pair)), n // 2, n // 2 - 1), info
+        if n > 1:
+            evens, odds = [q for q in range(n - 1) if q % 2 == 0], [q for q in range(n - 1) if q % 2]
+            assert info["enum_made"] == len([g for g in (evens, odds) if g])
+            want = None if r == n - 1 else (
+                (evens, float(sum(q + 1 for q in evens))) if r % 2 == 0
+                else (odds, float(sum(q + 1 for q in odds))))
+            assert info["enum"] == want, (r, info)
+        assert info["errors"] == ["new_subgroups"] * 3 + ["new_subgroups_by_enumeration"] * 3
+        assert info["after"] == float(n)
+        assert info["local"] == -1, info  # (spawned with no launcher: the fallback)
+
+
 def test_async_op_returns_at_once():
     posted = spawn_world(bodies.async_overlap, 2, timeout=60)
     assert max(posted) < 0.05
