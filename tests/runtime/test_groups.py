@@ -28,7 +28,8 @@ def test_new_subgroups_and_by_enumeration(n):
             pair = [r - r % 2, r - r % 2 + 1]
             assert info["pairs"] == (pair, float(sum(pair)), n // 2, n // 2 - 1), info
         if n > 1:
-            evens, odds = [q for q in range(n - 1) if q % 2 == 0], [q for q in range(n - 1) if q % 2]
+            evens = [q for q in range(n - 1) if q % 2 == 0]
+            odds = [q for q in range(n - 1) if q % 2]
             assert info["enum_made"] == len([g for g in (evens, odds) if g])
             want = None if r == n - 1 else (
                 (evens, float(sum(q + 1 for q in evens))) if r % 2 == 0

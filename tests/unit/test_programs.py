@@ -331,7 +331,8 @@ def _bound_all_to_all(data: list[np.ndarray], differs: bool
     header says it sends rank 0 another count. Every rank's output and error."""
     n, count = len(data), len(data[0]) // len(data)
     plans = make_plans("all_to_all", n, data, dtype=data[0].dtype, **host_options("oneshot"))
-    regions = [[np.zeros(2 << 12, np.uint8) for _ in range(2)] for _ in range(n)]  # (a page of header)
+    # (two pages: all_to_all's split header takes one, _onehost.split_head)
+    regions = [[np.zeros(2 << 12, np.uint8) for _ in range(2)] for _ in range(n)]
     barrier = threading.Barrier(n)
     outs = [np.zeros(count * n, data[0].dtype) for _ in range(n)]
     errors: list[BaseException | None] = [None] * n

@@ -2,8 +2,9 @@
 
 Every library runs the same :mod:`.sweep` in its own worker processes,
 started fresh for each library so none inherits another's threads, memory or
-warm caches (``--paired`` instead runs them all in one job, :func:`run_paired`): meshcast and Gloo as ``N`` ``python -m`` processes meeting
-through a file in a temporary directory, MPI as one ``mpiexec -n N``. Rank 0
+warm caches (``--paired`` instead runs them all in one job, :func:`run_paired`):
+meshcast and Gloo as ``N`` ``python -m`` processes meeting through a file in a
+temporary directory, MPI as one ``mpiexec -n N``. Rank 0
 (for MPI: the mpiexec process, which forwards rank 0's stdout) prints
 records; this module reads them as they come (for the progress bar), watches
 every process, and on the first failure (or ``timeout`` seconds without a
