@@ -487,20 +487,25 @@ def new_group(ranks: Sequence[int] | None = None, timeout: Any = None, backend: 
     caller = "new_group"
     w = _world_or_raise(caller)
     seconds = None if timeout is None else _timeout_seconds(timeout, caller)
-    if ranks is None:
-        ranks = list(range(w.size))
-    ranks = list(ranks)
-    for r in ranks:
-        if not isinstance(r, (int, np.integer)) or not 0 <= r < w.size:
-            raise usage(caller, f"'ranks' holds {r!r}, not a rank of a world of {w.size}", w.rank)
-    if len(set(ranks)) != len(ranks):
-        raise usage(caller, f"'ranks' holds duplicates: {ranks}", w.rank)
+    ranks = _group_ranks(list(range(w.size)) if ranks is None else ranks, w, caller)
     gid = w.next_group_id
     w.next_group_id += 1
     if w.rank not in ranks:
         return GroupMember.NON_GROUP_MEMBER
     name = group_desc or f"group{gid}{ranks}"
     return w.make_group(gid, [int(r) for r in ranks], name, timeout=seconds)
+
+
+def _group_ranks(ranks: Sequence[int], w: _world.World, caller: str,
+                 what: str = "'ranks'") -> list[int]:
+    """``ranks`` as a list, checked as a group's members (``what`` names them)."""
+    ranks = list(ranks)
+    for r in ranks:
+        if not isinstance(r, (int, np.integer)) or not 0 <= r < w.size:
+            raise usage(caller, f"{what} holds {r!r}, not a rank of a world of {w.size}", w.rank)
+    if len(set(ranks)) != len(ranks):
+        raise usage(caller, f"{what} holds duplicates: {ranks}", w.rank)
+    return ranks
 
 
 def new_subgroups(group_size: int | None = None, group: GroupLike = None, timeout: Any = None,
@@ -580,19 +585,16 @@ def new_subgroups_by_enumeration(ranks_per_subgroup_list: Sequence[Sequence[int]
     w = _world_or_raise(caller)
     if not ranks_per_subgroup_list:
         raise usage(caller, "'ranks_per_subgroup_list' is empty", w.rank)
-    lists = [list(ranks) for ranks in ranks_per_subgroup_list]
-    owner: dict[Any, list[int]] = {}
+    # (new_group's checks of every list, then the overlaps, before any group is made)
+    lists = [_group_ranks(ranks, w, caller, str(list(ranks)))
+             for ranks in ranks_per_subgroup_list]
+    owner: dict[int, list[int]] = {}
     for ranks in lists:
         for r in ranks:
             if r in owner:
                 raise usage(caller, f"rank {r} is in two subgroups, {owner[r]} and {ranks}",
                             w.rank)
             owner[r] = ranks
-    for ranks in lists:  # (new_group's own checks, before any group is made)
-        bad = [r for r in ranks if not isinstance(r, (int, np.integer)) or not 0 <= r < w.size]
-        if bad:
-            raise usage(caller, f"{ranks} holds {bad[0]!r}, not a rank of a world of {w.size}",
-                        w.rank)
     subgroups = [new_group(ranks, timeout=timeout, backend=backend, pg_options=pg_options,
                            group_desc=group_desc) for ranks in lists]
     mine = next((g for g, ranks in zip(subgroups, lists) if w.rank in ranks), None)

@@ -1005,10 +1005,9 @@ class TinyCallLane:
             counts = [] if status == 0 else arena.rooted_entry(
                 seq, tails, what, group.timeout, None, None, status, -1, _ignore)
             if counts:
-                buf = as_buffer(out, name="output", caller="reduce_scatter", rank=None)
-                group.reduce_scatter(buf, np.concatenate([p.reshape(-1) for p in pieces]),
-                                     [out.size] * n, ops.ReduceOp.AVG if average else op,
-                                     _nothing, entered=(seq, counts))
+                _reduce_scatter_entered(group, seq, counts, out,
+                                        np.concatenate([p.reshape(-1) for p in pieces]), op,
+                                        average, "reduce_scatter")
                 return
             group.last_algorithm = "reduce_scatter/cma"
             left = single_copy.run_after_entry(group, seq, what, copy, pieces, out)
@@ -1028,14 +1027,11 @@ class TinyCallLane:
         group = self.group
         if program is None:
             return None if async_op else False
-        arena, n = group.arena, group._size
-        c = out.size
+        arena = group.arena
 
         def hand_over(group: GroupView, seq: int) -> None:
-            counts = arena.compare_entered(seq, True)
-            buf = as_buffer(out, name="output", caller="reduce_scatter_tensor", rank=None)
-            group.reduce_scatter(buf, inp, [c] * n, ops.ReduceOp.AVG if average else op,
-                                 _nothing, entered=(seq, counts))
+            _reduce_scatter_entered(group, seq, arena.compare_entered(seq, True), out, inp,
+                                    op, average, "reduce_scatter_tensor")
 
         return self._copy_call("reduce_scatter", tail, program, inp, out, inp, hand_over,
                                async_op, average)
@@ -2569,6 +2565,18 @@ def _p2p_dtype(dtype: np.dtype) -> bool:
 def _writable(arr: np.ndarray) -> bool:
     flags = arr.flags
     return flags.c_contiguous and flags.writeable
+
+
+def _reduce_scatter_entered(group: GroupView, seq: int, counts: list[int], out: np.ndarray,
+                            inp: np.ndarray, op: ops.ReduceOp, average: bool, caller: str
+                            ) -> None:
+    """A lane's reduce_scatter ``seq`` (``caller``'s), entered, handed over to the general
+    path (every rank's ``counts`` from its entry): ``inp`` flat, ``op`` as the lane folds
+    it (AVG as SUM, ``average`` saying so)."""
+    buf = as_buffer(out, name="output", caller=caller, rank=None)
+    group.reduce_scatter(buf, inp, [out.size] * group._size,
+                         ops.ReduceOp.AVG if average else op, _nothing,
+                         entered=(seq, counts))
 
 
 def _uneven_staged(outs: Any, ins: Any, n: int, staging: Staging | None = None

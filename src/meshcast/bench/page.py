@@ -163,17 +163,14 @@ def _where(meta: Record) -> str:
 def _who(meta: Record, n: int) -> str:
     """The Method section's first sentences: where the ranks ran and how each library started."""
     hosts = meta.get("hosts")
-    if not hosts and meta.get("paired"):
-        return (f"{n} ranks on this one machine, every library in the same processes "
-                "(under `mpiexec` when MPICH is compared): meshcast through its "
+    if not hosts:
+        how = ("every library in the same processes (under `mpiexec` when MPICH is compared)"
+               if meta.get("paired") else "each library started fresh in its own processes")
+        return (f"{n} ranks on this one machine, {how}: meshcast through its "
                 "torch.distributed-style API on its shared-memory engine; "
                 "torch.distributed's Gloo backend over TCP on the loopback interface; "
-                "MPICH through mpi4py's buffer methods.")
-    if not hosts:
-        return (f"{n} ranks on this one machine, each library started fresh in its own "
-                "processes: meshcast through its torch.distributed-style API on its "
-                "shared-memory engine; torch.distributed's Gloo backend over TCP on the "
-                "loopback interface; MPICH through mpi4py's buffer methods under `mpiexec`.")
+                "MPICH through mpi4py's buffer methods"
+                + ("." if meta.get("paired") else " under `mpiexec`."))
     if not hosts.get("emulated"):
         return (f"{n} ranks started by the user's launcher across the hosts, one library "
                 "per run, each connecting through the launcher's environment.")

@@ -194,14 +194,21 @@ def run_sweep(comm: Comm, spec: SweepSpec) -> Iterator[dict[str, Any]]:
     over-rank reductions), so a caller prints them on rank 0 only.
     """
     n = comm.size
-    dtype = np.dtype(spec.dtype)
-    maxcount = max(spec.sizes) // dtype.itemsize if spec.sizes else 0
-    # Every send/recv count of every collective is <= count = size // typesize.
-    allocate = getattr(comm, "allocate", None)  # a library may place its buffers itself
-    send_buf = allocate(maxcount, dtype) if allocate else np.ones(maxcount, dtype)
-    recv_buf = allocate(maxcount, dtype) if allocate else np.ones(maxcount, dtype)
+    # a library may place its buffers itself
+    send_buf, recv_buf = _buffers(spec, getattr(comm, "allocate", None))
     for coll, size, counts, root, inplace in _calls(spec, n):
         yield _one(comm, spec, coll, size, counts, send_buf, recv_buf, root, inplace)
+
+
+def _buffers(spec: SweepSpec, allocate: Callable[[int, np.dtype], np.ndarray] | None = None
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """The sweep's send and receive buffers, each of the largest size (every send/recv
+    count of every collective is <= count = size // typesize), from ``allocate`` or
+    ``np.ones``."""
+    dtype = np.dtype(spec.dtype)
+    maxcount = max(spec.sizes) // dtype.itemsize if spec.sizes else 0
+    make = allocate or np.ones
+    return make(maxcount, dtype), make(maxcount, dtype)
 
 
 def _calls(spec: SweepSpec, n: int) -> Iterator[tuple[Collective, int, Counts, int, bool]]:
@@ -296,11 +303,8 @@ def run_paired_sweep(comms: Sequence[Comm], spec: SweepSpec, blocks: int
     machine in the same state; each library keeps its fastest block, and each
     result is checked. Yields one record per library per call, in ``comms``' order.
     """
-    first = comms[0]
-    n = first.size
-    dtype = np.dtype(spec.dtype)
-    maxcount = max(spec.sizes) // dtype.itemsize if spec.sizes else 0
-    send_buf, recv_buf = np.ones(maxcount, dtype), np.ones(maxcount, dtype)
+    n = comms[0].size
+    send_buf, recv_buf = _buffers(spec)
     for coll, size, counts, root, inplace in _calls(spec, n):
         placement = "in-place" if inplace else "out-of-place"
         ready: dict[int, list[Prepared]] = {}
