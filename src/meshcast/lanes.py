@@ -45,7 +45,7 @@ import numpy as np
 from . import _wait, ops, uneven_all_to_all
 from ._fingerprint import Fingerprint, counts_hash, path_digest
 from .algorithms import _select as _fast
-from .algorithms._program import INPUT, NO_BUFFER, OUTPUT
+from .algorithms._program import BOTH, INPUT, NO_BUFFER, OUTPUT
 from .buffers import SUPPORTED, Staging, as_buffer
 from .errors import InvalidUsage
 from .paths import GroupView, single_copy
@@ -114,6 +114,7 @@ class TinyCallLane:
         self._last_broadcast: tuple = (None, None, None, False)
         self._last_reduce: tuple = (None, None, None, None, False)
         self._alike: Callable[[Any, np.ndarray, bool], bool] | None = None  # _alike_check
+        self._last_listed: tuple = (None, None, False)  # (dtype, shape, plan): all_to_all's
         self._last_pair: dict[str, tuple] = {kind: (None,) * 7 + (False, False) for kind in (
             "all_gather", "reduce_scatter", "all_to_all", "all_to_all_uneven")}
         self._last_rooted: dict[str, tuple] = {kind: (None, None, None, False)
@@ -1221,12 +1222,17 @@ class TinyCallLane:
             "all_to_all", False, dtype=name, count=inp.size))
 
     def all_to_all_list(self, outs: Any, ins: Any) -> bool:
-        """torch's all_to_all of lists: the :meth:`all_to_all` of the pieces'
-        concatenation when every piece is alike, else (pieces of different lengths along
+        """torch's all_to_all of lists: where every piece is alike, the registered
+        schedules' programs with both sides given as the lists
+        (:meth:`_all_to_all_listed`), or, where those do not run, the :meth:`all_to_all`
+        of the pieces' concatenation; else (pieces of different lengths along
         dim 0, MoE's token exchange) its :meth:`all_to_all_split` (a copy in and a copy
         out, into staging arrays the group keeps, which cost far less than the general
         path's checks; the same fingerprint and bytes as all_to_all_single, so the forms
         meet). False, nothing done: the general path."""
+        listed = self._all_to_all_listed(outs, ins)
+        if listed is not None:
+            return listed
         staged = self._list_staged(outs, ins, self._staging)
         if staged is None:
             uneven = _uneven_staged(outs, ins, self.group._size, self._staging)
@@ -1238,6 +1244,136 @@ class TinyCallLane:
             return False
         _rows_out(staged[0], outs)
         return True
+
+    def _all_to_all_listed(self, outs: Any, ins: Any) -> bool | None:
+        """An all_to_all of two lists of pieces all alike (NumPy arrays, C-contiguous, the
+        outputs writable, none overlapping an input) with no staging copies: the
+        registered ``oneshot`` schedule's program (or, past the one-shot sizes, its
+        ``cma`` one) with both sides given as the lists (``_program.as_pieces``, BOTH),
+        in one compiled call, as :meth:`all_to_all` runs the tensor form (the same
+        fingerprint, header and region layout: a rank passing a list meets one passing
+        a tensor). The entry exposes the table of my input pieces (a general path
+        taking over reads them where they lie). Ranks that disagree (another rank's
+        uneven splits, a mismatch) are handed over after the entry to the general
+        path, on the pieces' concatenation. True, done; False, nothing done (the
+        general path); None, not this path (no compiled interpreter, other pieces)."""
+        if type(ins) is not list or type(outs) is not list or not ins:
+            return None
+        like = ins[0]
+        if type(like) is not np.ndarray or not like.shape:
+            return None
+        last = self._last_listed
+        if last[0] is like.dtype and last[1] == like.shape:
+            plan = last[2]
+        else:
+            plan = self._plan(("all_to_all_listed", like.dtype, like.shape),
+                              self._all_to_all_listed_plan, like)
+            self._last_listed = (like.dtype, like.shape, plan)
+        if not plan:
+            return None
+        alike = self._alike_check()
+        if not (alike(ins, like, False) and alike(outs, like, True)):
+            return None
+        flat, prog, table_at, single = plan
+        group = self.group
+        fifo = group.fifo
+        if not fifo.enter_inline():  # queued async work goes first: the general path
+            return False
+        try:
+            seq = next(group._seq)
+            arena = group.arena
+            exposure = (ins, 0, table_at) if table_at >= 0 else None
+            if single is None:
+                entry = (flat[7], -1, exposure)
+                status = arena.compiled_program(seq, entry, arena.spin_ns, prog, ins, outs,
+                                                -1, 0)
+                if status == 5:  # (pieces in place: the general path stages them)
+                    self._refused(seq)
+                    return False
+                group.last_algorithm = "all_to_all/oneshot"
+                if status:
+                    self._all_to_all_listed_rest(seq, outs, ins, flat, prog, entry, status)
+            else:
+                copy = single
+                entry = (flat[7], -1, exposure)
+                got = arena.compiled_program(seq, entry, arena.spin_ns, copy.packed, ins,
+                                             outs, -1, 0)
+                if got == 5:
+                    self._refused(seq)
+                    return False
+                group.last_algorithm = "all_to_all/cma"
+                if got:
+                    self._copy_rest("all_to_all", seq, flat[0], copy, entry, ins, outs, got,
+                                    lambda group, seq: self._all_to_all_listed_general(
+                                        seq, outs, ins, flat[6],
+                                        group.arena.compare_entered(seq, True)))
+        except BaseException as exc:
+            fifo.leave_inline(exc)
+            raise
+        fifo.leave_inline(None)
+        return True
+
+    def _all_to_all_listed_plan(self, like: np.ndarray) -> tuple | bool:
+        """(the tensor form's plan (:meth:`_all_to_all_plan`), the one-shot program with
+        both sides listed or None, where my region holds the table of my input pieces
+        (-1: no table, nothing is exposed), the single-copy program with both sides
+        listed or None); False: the lists go the staged way (no compiled interpreter,
+        a program that does not flatten, no room in the region for the table)."""
+        group = self.group
+        n = group.size()
+        if "all_to_all" in group.tuned:  # (MESHCAST_ALGO names schedules)
+            return False
+        shape = (n * like.shape[0], *like.shape[1:])
+        whole = np.broadcast_to(np.empty(1, like.dtype), shape)  # (a shape, no memory)
+        flat = self._all_to_all_plan(whole, whole)
+        if not flat or group.arena.compiled_program is None:
+            return False
+        head, single, program = flat[3], flat[8], flat[9]
+        size, nbytes = whole.size, whole.nbytes
+        exposing = group.transport.cma_min_bytes > 0
+        if program is not None:  # one-shot: the table past my staged input
+            prog = self._program("all_to_all", like.dtype, size, size, listed=BOTH)
+            table_at = -(-(head + nbytes) // 64) * 64 if exposing else -1
+            copy = None
+        elif single is not None and exposing:  # single-copy: the table past my header
+            copy = self._copy_programs.get("all_to_all", like.dtype, -1, size, size,
+                                           listed=BOTH)
+            prog, table_at = None, head
+            if copy is None or copy.packed is None:
+                return False
+        else:
+            return False
+        if (copy is None and prog is None) or table_at + 16 * n > group.arena.small_bytes:
+            return False
+        return flat, prog, table_at, copy
+
+    def _all_to_all_listed_rest(self, seq: int, outs: list, ins: list, flat: tuple,
+                                prog: bytes, entry: tuple, got: int) -> None:
+        """:meth:`_all_to_all_listed`'s one-shot call after its compiled entry returned
+        ``got`` (the record to resume from, and why): the rest of the entry in Python;
+        then, every rank agreeing on equal splits (its split header is mine), the
+        program's records after the entry; else the general path from the entry on."""
+        group = self.group
+        agreed = group.arena.finish_entry(seq, _SEQ.pack(seq) + flat[0],
+                                          self._whats["all_to_all"],
+                                          time.monotonic() + group.timeout, got & 7)
+        if agreed and all(h == flat[1] for h in flat[2][seq & 1]):
+            _resume_program(seq & 1, group.arena, seq, entry, prog, ins, outs, got)
+            return
+        self._all_to_all_listed_general(
+            seq, outs, ins, flat[6],
+            [sum(p.size for p in ins)] * group._size if agreed
+            else group.arena.compare_entered(seq, True))
+
+    def _all_to_all_listed_general(self, seq: int, outs: list, ins: list, dtype_name: str,
+                                   counts: list) -> None:
+        """The general path's all_to_all from the entry of call ``seq`` on (ranks that
+        disagree), on the concatenation of ``ins``; its result into ``outs``."""
+        inp = np.concatenate(ins)
+        out = np.empty_like(inp)
+        split = [inp.size // self.group._size] * self.group._size
+        self.group.all_to_all(out.reshape(-1), inp.reshape(-1), split, split, dtype_name,
+                              lambda: _rows_out(out, outs), entered=(seq, counts))
 
     def all_to_all_list_async(self, outs: Any, ins: Any) -> Work | None:
         """:meth:`all_to_all_list` with ``async_op=True``: the :meth:`all_to_all_async` (or

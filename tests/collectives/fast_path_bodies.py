@@ -812,12 +812,12 @@ def reduce_scatter_list_single(base: int) -> list[str]:
 
 
 def list_forms_staged(base: int) -> list[str]:
-    """all_to_all of lists (equal pieces, then MoE's uneven rows), synchronous, which the
-    lane runs on the pieces' concatenation in staging arrays it keeps, and reduce_scatter
-    of a list past the one-shot sizes (its pieces read where they lie): sizes that grow,
-    shrink and grow again, so that a call reads a staging array an earlier, larger call
-    left, with the group's reduce_scatter and all_to_all made to fail. Every result
-    checked; returns the paths seen."""
+    """all_to_all of lists (equal pieces, read and written where they lie; then MoE's
+    uneven rows, which the lane runs on the pieces' concatenation in staging arrays it
+    keeps), synchronous, and reduce_scatter of a list past the one-shot sizes (its
+    pieces read where they lie): sizes that grow, shrink and grow again, so that a call
+    reads a staging array an earlier, larger call left, with the group's reduce_scatter
+    and all_to_all made to fail. Every result checked; returns the paths seen."""
     r, n = dist.get_rank(), dist.get_world_size()
     pg = dist.group.WORLD
     seen: list[str] = []
@@ -848,6 +848,81 @@ def list_forms_staged(base: int) -> list[str]:
                 assert (outs[q] == 100.0 * q + r + k).all(), (k, q, outs[q][:2])
     finally:
         del pg.reduce_scatter, pg.all_to_all
+    return seen
+
+
+def all_to_all_lists_where_they_lie(counts: list[int]) -> list[str]:
+    """all_to_all of two lists of pieces all alike, ``counts`` float64 rows a piece in
+    turn (one-shot, then single-copy), runs the registered programs with both sides
+    given as the lists: nothing is concatenated (the lane's staging holds no array),
+    with the group's all_to_all made to fail. At each size: 2-D pieces, slices of one
+    array, each rank late in turn, and rank 0 passing one tensor (all_to_all_single)
+    beside the others' lists. Then, with the group's path back: the lists in place
+    (outputs the inputs), rank 1 splitting unevenly (a legal call: the others' lists
+    are handed over after the entry), and rank 1 passing another size (the same
+    MismatchError everywhere). Every result checked; returns the paths seen and the
+    verdict."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    seen: list[str] = []
+
+    def check(outs: list[np.ndarray], count: int, case: str) -> None:
+        for q in range(n):
+            np.testing.assert_array_equal(outs[q].reshape(-1)[:count], _value(q, r, count),
+                                          f"{case}: {count} from {q}")
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the general path ran")
+
+    pg.all_to_all = refuse  # an instance attribute
+    try:
+        for count in counts:
+            for late in (None, *range(n)):
+                if r == late:
+                    time.sleep(0.05)
+                outs = [np.zeros(count) for _ in range(n)]
+                dist.all_to_all(outs, [_value(r, d, count) for d in range(n)])
+                check(outs, count, f"late {late}")
+                seen.append(pg.last_algorithm)
+            outs = [np.zeros((count, 1)) for _ in range(n)]  # 2-D pieces
+            dist.all_to_all(outs, [_value(r, d, count)[:, None] for d in range(n)])
+            check(outs, count, "2-D")
+            whole = np.concatenate([_value(r, d, count) for d in range(n)])
+            got = np.zeros(n * count)
+            if r == 0:  # one tensor beside the others' lists
+                dist.all_to_all_single(got, whole)
+                check(list(got.reshape(n, count)), count, "tensor")
+            else:  # slices of one array
+                outs = list(got.reshape(n, count))
+                dist.all_to_all(outs, list(whole.reshape(n, count)))
+                check(outs, count, "slices")
+            seen.append(pg.last_algorithm)
+    finally:
+        del pg.all_to_all
+    kept = pg.lane._staging._kept
+    assert not kept, f"the pieces were concatenated: {list(kept)}"
+    count = counts[-1]
+    pieces = [_value(r, d, count) for d in range(n)]
+    dist.all_to_all(pieces, pieces)  # in place
+    check(pieces, count, "in place")
+    for count in counts:  # rank 1 keeps 3 more elements for itself
+        mine = [count + (3 if r == 1 and d == 1 else 0) for d in range(n)]
+        ins = [_value(r, d, c) for d, c in enumerate(mine)]
+        if r == 1:
+            got = np.zeros(sum(mine))
+            dist.all_to_all_single(got, np.concatenate(ins), mine, mine)
+            outs = np.split(got, np.cumsum(mine)[:-1])
+        else:
+            outs = [np.zeros(count) for _ in range(n)]
+            dist.all_to_all(outs, ins)
+        for q in range(n):
+            np.testing.assert_array_equal(outs[q], _value(q, r, mine[q]), f"uneven from {q}")
+    size = counts[-1] + (1 if r == 1 else 0)
+    try:
+        dist.all_to_all([np.zeros(size) for _ in range(n)], [np.ones(size) for _ in range(n)])
+        seen.append("no MismatchError")
+    except dist.MismatchError as exc:
+        seen.append(f"mismatch: {'expects' in str(exc)}")
     return seen
 
 

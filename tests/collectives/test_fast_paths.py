@@ -210,10 +210,21 @@ def test_reduce_scatter_of_a_list_past_one_shot_reads_the_pieces_where_they_lie(
 
 
 @pytest.mark.parametrize("n", [2, 3])
+def test_all_to_all_of_lists_reads_and_writes_the_pieces_where_they_lie(n, single_copy):
+    # 5 float64 a piece (one-shot) and 140 000 (single-copy): the programs with both
+    # sides the lists, late ranks, a tensor beside lists; in place, an uneven rank and
+    # a size mismatch beside them
+    out = spawn_world(bodies.all_to_all_lists_where_they_lie, n, timeout=120,
+                      counts=[5, 140_000])
+    want = ["all_to_all/oneshot"] * (n + 2) + ["all_to_all/cma"] * (n + 2)
+    assert all(seen[:-1] == want and seen[-1] == "mismatch: True" for seen in out), out
+
+
+@pytest.mark.parametrize("n", [2, 3])
 def test_list_forms_past_one_shot_run_on_staged_concatenations(n, single_copy):
-    # 140 000 and 280 000 float64 a piece, in turn: the lane's all_to_all of lists runs
-    # on its pieces' concatenation in staging arrays it keeps (reused by smaller calls),
-    # and its uneven all_to_all of lists too; reduce_scatter of a list beside them; the
+    # 140 000 and 280 000 float64 a piece, in turn: the lane's uneven all_to_all of lists
+    # runs on its pieces' concatenation in staging arrays it keeps (reused by smaller
+    # calls); the all_to_all of equal lists and reduce_scatter of a list beside it; the
     # group's forms refuse
     out = spawn_world(bodies.list_forms_staged, n, timeout=120, base=140_000)
     assert all(seen == ["reduce_scatter/cma", "all_to_all/cma"] * 4 for seen in out), out

@@ -277,7 +277,7 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
 
     The form is int64 words: a header (the input's and output's byte sizes, the flags
     :data:`WRITES_INPUT` and :data:`PUTS_ASCEND`, the number of records, the side given as a list of
-    pieces or -1, and their number: ``Program.listed``; the flags also say
+    pieces (``_program.BOTH``: both) or -1, and their number: ``Program.listed``; the flags also say
     :data:`SIGNALS` and :data:`MAPPED`), the records as they are, then
     the rank sets, each its length then its ranks, a ``REDUCE_SLOTS`` record's peer
     (and a one-sided ``ENTER``'s, whose set is one rank or none) becoming where its
@@ -296,7 +296,7 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
     puts_end = 0  # where my region's PUTs so far end, -1 once one goes back
     sizes = program.sizes
     side, count = program.listed
-    buffers = prog.PIECES + count
+    buffers = program.buffers
     if (sum(1 for rec in program.records if rec[0] == prog.ENTER) > 1
             or sum(1 for rec in program.records if rec[0] == prog.EXPOSE) > 1):
         return None
@@ -328,13 +328,14 @@ def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
         touched = (((buf, at), (src_buf, src_at)) if two else
                    ((src_buf, src_at),) if op == prog.WRITE else ((buf, at),))
         if op not in _NO_BUFFER_OPS and nbytes and buf != prog.CONSTANT and not all(
-                prog.INPUT <= b < buffers and b != side  # (a listed side: its pieces only)
+                prog.INPUT <= b < buffers and not program.is_listed(b)  # (its pieces only)
                 and 0 <= a <= program.buffer_bytes(b) - nbytes for b, a in touched):
             return None
         if op == prog.PUT and nbytes:
             puts_end = offset + nbytes if 0 <= puts_end <= offset else -1
         if op in (prog.GET, prog.COPY, prog.REDUCE_SLOTS) and nbytes and (
-                buf == prog.INPUT or buf >= prog.PIECES and side == prog.INPUT):
+                buf == prog.INPUT or side in (prog.INPUT, prog.BOTH)
+                and prog.PIECES <= buf < prog.PIECES + count):
             writes_input = 1
         if op == prog.ENTER and peer >= 0 and len(program.rank_sets[peer]) > 1:
             return None  # a one-sided round awaits one rank or none in the interpreter

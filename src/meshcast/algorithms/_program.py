@@ -88,6 +88,7 @@ SPACES = {code: name for name, code in SPACE_CODES.items()}
 NO_BUFFER, INPUT, OUTPUT = -1, 0, 1
 CONSTANT = -2  # the program's own bytes (Program.constants), never written
 PIECES = 2  # buffer index of the first piece of a side given as a list (as_pieces)
+BOTH = 2  # Program.listed's side where both are lists: the input's pieces, then the output's
 
 Record = tuple[int, int, int, int, int, int, int, int, int]
 
@@ -115,8 +116,10 @@ class Program:
         sizes: bytes of the input and of the output it was flattened for.
         listed: (side, count): the side (:data:`INPUT` or :data:`OUTPUT`) that calls
             give as a list of ``count`` arrays of equal length, which the records
-            address as buffers ``PIECES + i`` (see :func:`as_pieces`); ``(NO_BUFFER,
-            0)``: both sides are one array.
+            address as buffers ``PIECES + i`` (see :func:`as_pieces`); :data:`BOTH`:
+            both sides are such lists, the input's pieces ``PIECES + i``, the output's
+            ``PIECES + count + i`` (torch's all_to_all of lists); ``(NO_BUFFER, 0)``:
+            both sides are one array.
         constants: the bytes records address as :data:`CONSTANT` (each array
             8-byte aligned).
         mapped: the listed side's pieces are every rank's whole buffer of that side,
@@ -142,7 +145,22 @@ class Program:
         if buf < PIECES:
             return self.sizes[buf]
         side, count = self.listed
+        if side == BOTH:
+            side = INPUT if buf < PIECES + count else OUTPUT
         return self.sizes[side] if self.mapped else self.sizes[side] // count
+
+    @property
+    def buffers(self) -> int:
+        """How many call buffers the records address: the input, the output, then the
+        pieces of each listed side."""
+        side, count = self.listed
+        return PIECES + (2 * count if side == BOTH else count)
+
+    def is_listed(self, buf: int) -> bool:
+        """Whether call buffer ``buf`` is a side the call gives as a list (the records
+        address its pieces instead)."""
+        side = self.listed[0]
+        return buf in (INPUT, OUTPUT) and side in (buf, BOTH)
 
 
 def _address(a: np.ndarray) -> int:
@@ -272,52 +290,57 @@ _CUTTABLE = frozenset((PUT, GET, REDUCE_SLOTS, COPY, REDUCE, WRITE))
 
 
 def as_pieces(program: Program, side: int, count: int) -> Program:
-    """``program`` for calls that give ``side`` (:data:`INPUT` or :data:`OUTPUT`) as a
-    list of ``count`` arrays of equal length (torch's list forms: all_gather into a
-    list, reduce_scatter of a list, a gather root's list): what the schedule, run on
-    the pieces back to back, does, with every record that touches that side
-    re-addressed to the piece it touches (buffer ``PIECES + i``, bytes from that
-    piece's start), and cut at the pieces' edges where it spans several (a Put of
-    three pieces becomes three Puts, each into its place in the region). An exposure of
-    that side is left out: a list is exposed as a table of where its pieces lie, which
-    the call's entry writes (``Round.rooted``; peers address it as if the pieces lay
-    back to back).
+    """``program`` for calls that give ``side`` (:data:`INPUT`, :data:`OUTPUT` or
+    :data:`BOTH`) as a list of ``count`` arrays of equal length (torch's list forms:
+    all_gather into a list, reduce_scatter of a list, a gather root's list; both sides:
+    all_to_all of lists): what the schedule, run on the pieces back to back, does, with
+    every record that touches a listed side re-addressed to the piece it touches
+    (buffer ``PIECES + i``, the output's after the input's where both are listed, bytes
+    from that piece's start), and cut at the pieces' edges where it spans several (a Put
+    of three pieces becomes three Puts, each into its place in the region). An exposure
+    of a listed side is left out: a list is exposed as a table of where its pieces lie,
+    which the call's entry writes (``Round.rooted``, or a program's rooted entry; peers
+    address it as if the pieces lay back to back).
 
     Raises:
-        NotFlat: ``side``'s length is not ``count`` equal pieces of whole elements,
+        NotFlat: a listed side's length is not ``count`` equal pieces of whole elements,
             or a record that cannot be cut (a message) touches it.
     """
-    total = program.sizes[side]
+    sides = (INPUT, OUTPUT) if side == BOTH else (side,)
     itemsize = program.dtype.itemsize
-    if side not in (INPUT, OUTPUT) or count < 1 or total % (count * itemsize):
-        raise NotFlat(f"{total} bytes are not {count} pieces of whole {program.dtype} elements")
-    piece = total // count
+    if side not in (INPUT, OUTPUT, BOTH) or count < 1 or any(
+            program.sizes[s] % (count * itemsize) for s in sides):
+        raise NotFlat(f"{[program.sizes[s] for s in sides if s in (INPUT, OUTPUT)]} bytes are "
+                      f"not {count} pieces of whole {program.dtype} elements")
+    piece = {s: program.sizes[s] // count for s in sides}
+    first = {s: PIECES + (count if side == BOTH and s == OUTPUT else 0) for s in sides}
+
+    def place(buf: int, at: int) -> tuple[int, int]:
+        if buf not in piece:
+            return buf, at
+        return first[buf] + at // piece[buf], at % piece[buf]
+
     records: list[Record] = []
     for rec in program.records:
         op, peer, space, offset, nbytes, buf, at, src_buf, src_at = rec
-        starts = [a for b, a in ((buf, at), (src_buf, src_at)) if b == side and nbytes]
-        if op == EXPOSE and buf == side:
+        starts = [(b, a) for b, a in ((buf, at), (src_buf, src_at)) if b in piece and nbytes]
+        if op == EXPOSE and buf in piece:
             continue  # (a list is exposed as its table of pieces, by the call's entry)
         if not starts:
             records.append(rec)
             continue
-        if op not in _CUTTABLE or piece == 0:
+        if op not in _CUTTABLE or any(piece[b] == 0 for b, _ in starts):
             raise NotFlat(f"a record with opcode {op} touches a side given as pieces")
         # cut [0, nbytes) wherever either of its byte ranges crosses a piece's edge
         cuts = {0, nbytes}
-        for a in starts:
-            cuts.update(range(piece - a % piece, nbytes, piece))
+        for b, a in starts:
+            cuts.update(range(piece[b] - a % piece[b], nbytes, piece[b]))
         edges = sorted(cuts)
         # (their offset in the region or a peer's exposed buffer moves along)
         moves_space = op in (PUT, GET, REDUCE_SLOTS, WRITE)
         for lo, hi in zip(edges, edges[1:]):
-            d, s = (buf, at + lo), (src_buf, src_at + lo)
-            if buf == side:
-                d = (PIECES + d[1] // piece, d[1] % piece)
-            if src_buf == side:
-                s = (PIECES + s[1] // piece, s[1] % piece)
             records.append((op, peer, space, offset + lo if moves_space else offset, hi - lo,
-                            *d, *s))
+                            *place(buf, at + lo), *place(src_buf, src_at + lo)))
     return Program(program.name, program.dtype, tuple(records), program.rank_sets,
                    program.sizes, (side, count), program.constants)
 
@@ -432,5 +455,5 @@ def expand(program: Program, buffers: tuple[np.ndarray | None, ...]) -> list[Rou
     return [Round(*comms, then=then) for comms, then in rounds]
 
 
-__all__ = ["CONSTANT", "INPUT", "NO_BUFFER", "NotFlat", "NotPresumed", "OUTPUT", "PIECES",
+__all__ = ["BOTH", "CONSTANT", "INPUT", "NO_BUFFER", "NotFlat", "NotPresumed", "OUTPUT", "PIECES",
            "Program", "Record", "SPACE_CODES", "as_mapped", "as_pieces", "constant", "expand", "flatten"]

@@ -690,10 +690,24 @@ static PyObject *Round_oneshot(Round *self, PyObject *const *args, Py_ssize_t na
  * ranks run the programs that leave those parts to it (Python picks them). */
 #define SPLIT 4
 
-/* The table of pieces (paths/single_copy.py's piece_table) of a list of C-contiguous
- * buffers: each one's address and bytes (two uint64), as bytes to stage at the start of
- * my one-shot region; NULL with an exception if one is not a buffer or the table does
- * not fit the region. The caller keeps the buffers alive for the call. */
+/* Writes the table of pieces (paths/single_copy.py's piece_table) of a list of
+ * C-contiguous buffers at to: each one's address and bytes (two uint64), 16 bytes a
+ * piece. -1 with an exception if one is not such a buffer. */
+static int write_piece_table(PyObject *pieces, char *to) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(pieces); i++) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(PyList_GET_ITEM(pieces, i), &view, PyBUF_C_CONTIGUOUS) < 0)
+            return -1;
+        uint64_t entry[2] = {view.len ? (uint64_t)(uintptr_t)view.buf : 0, (uint64_t)view.len};
+        memcpy(to + i * 16, entry, 16);
+        PyBuffer_Release(&view);
+    }
+    return 0;
+}
+
+/* The table of pieces of a list (write_piece_table), as bytes to stage at the start of
+ * my one-shot region; NULL with an exception if a piece is not a buffer or the table
+ * does not fit the region. The caller keeps the buffers alive for the call. */
 static PyObject *piece_table(Round *self, PyObject *pieces) {
     Py_ssize_t k = PyList_GET_SIZE(pieces);
     if (k * 16 > self->small_bytes) {
@@ -701,19 +715,8 @@ static PyObject *piece_table(Round *self, PyObject *pieces) {
         return NULL;
     }
     PyObject *table = PyBytes_FromStringAndSize(NULL, k * 16);
-    if (table == NULL)
-        return NULL;
-    char *at = PyBytes_AS_STRING(table);
-    for (Py_ssize_t i = 0; i < k; i++) {
-        Py_buffer view;
-        if (PyObject_GetBuffer(PyList_GET_ITEM(pieces, i), &view, PyBUF_C_CONTIGUOUS) < 0) {
-            Py_DECREF(table);
-            return NULL;
-        }
-        uint64_t entry[2] = {view.len ? (uint64_t)(uintptr_t)view.buf : 0, (uint64_t)view.len};
-        memcpy(at + i * 16, entry, 16);
-        PyBuffer_Release(&view);
-    }
+    if (table != NULL && write_piece_table(pieces, PyBytes_AS_STRING(table)) < 0)
+        Py_CLEAR(table);
     return table;
 }
 
@@ -1132,7 +1135,8 @@ static PyObject *Round_alike(Round *self, PyObject *const *args, Py_ssize_t narg
  *
  * The packed form (int64, made once per program): a header of PROGRAM_HEADER words
  * (the input's and output's byte sizes, its flags WRITES_INPUT and PUTS_ASCEND, the
- * number of records, the side given as a list of pieces or -1, their number), then the
+ * number of records, the side given as a list of pieces or -1 (LISTED_BOTH: both sides),
+ * their number), then the
  * records, then the rank sets (each its length, then its ranks), a REDUCE_SLOTS
  * record's peer being where its set starts there, then the constants (a record whose
  * buf is CONSTANT_BUFFER names them by their byte offset from the form's start). A side given as pieces (torch's list
@@ -1153,6 +1157,7 @@ enum { P_ROUND, P_SEND, P_RECV, P_PUT, P_GET, P_REDUCE_SLOTS, P_ENTER, P_EXPOSE,
                         * here (a symmetric allocation's parts, _program.as_mapped): a fold
                         * of the exposed space reads rank q's as piece q, in my memory */
 #define BUFS_HELD 18 /* call buffers (input, output, pieces) bound from the stack */
+#define LISTED_BOTH 2 /* header word 4 (_program.BOTH): both sides are lists of pieces */
 #define REGION_SPACE 1 /* _program.SPACE_CODES["region"] */
 #define EXPOSED_SPACE 2 /* _program.SPACE_CODES["exposed"] */
 #define CONSTANT_BUFFER (-2) /* _program.CONSTANT: the packed form's own bytes at `at` */
@@ -1574,17 +1579,19 @@ static inline int run_records(Round *self, const int64_t *prog, Py_ssize_t from,
     return ran;
 }
 
-/* The call buffers of prog: inp and out into bufs[0] and bufs[1] (NULL: None, or the
- * side given as pieces), each piece of that side into bufs[2 + i]; views holds what
- * was got (obj NULL where nothing was), nb of them. -1 with an exception. */
+/* The call buffers of prog: inp and out into bufs[0] and bufs[1] (NULL: None, or a
+ * side given as pieces), each piece of the listed side into bufs[2 + i] (LISTED_BOTH:
+ * the input's there, the output's after them); views holds what was got (obj NULL
+ * where nothing was), nb of them. -1 with an exception. */
 static int bind_buffers(const int64_t *prog, PyObject *inp, PyObject *out, Py_buffer *views,
                         char **bufs, Py_ssize_t nb) {
-    Py_ssize_t side = (Py_ssize_t)prog[4];
+    Py_ssize_t side = (Py_ssize_t)prog[4], count = (Py_ssize_t)prog[5];
+    (void)nb;
     for (int b = 0; b < 2; b++) {
         PyObject *obj = b == 0 ? inp : out;
         int flags = PyBUF_C_CONTIGUOUS | (b == 1 || (prog[2] & WRITES_INPUT) ? PyBUF_WRITABLE : 0);
-        if (b == side) {
-            Py_ssize_t count = nb - 2;
+        if (b == side || side == LISTED_BOTH) {
+            Py_ssize_t first = 2 + (side == LISTED_BOTH && b == 1 ? count : 0);
             if (!(PyList_Check(obj) || PyTuple_Check(obj))
                     || PySequence_Fast_GET_SIZE(obj) != count) {
                 PyErr_Format(PyExc_ValueError, "program: the %s is a list or tuple of %zd "
@@ -1592,14 +1599,15 @@ static int bind_buffers(const int64_t *prog, PyObject *inp, PyObject *out, Py_bu
                 return -1;
             }
             for (Py_ssize_t i = 0; i < count; i++) {
-                if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(obj, i), &views[2 + i], flags) < 0)
+                Py_buffer *view = &views[first + i];
+                if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(obj, i), view, flags) < 0)
                     return -1;
-                if (views[2 + i].len * ((prog[2] & MAPPED) ? 1 : count) != prog[b]) {
+                if (view->len * ((prog[2] & MAPPED) ? 1 : count) != prog[b]) {
                     PyErr_SetString(PyExc_ValueError, "program: a piece of another size than "
                                                       "the program's");
                     return -1;
                 }
-                bufs[2 + i] = views[2 + i].buf;
+                bufs[first + i] = view->buf;
             }
             continue;
         }
@@ -1625,23 +1633,43 @@ static int bind_buffers(const int64_t *prog, PyObject *inp, PyObject *out, Py_bu
 /* Whether every piece of prog's listed side (bufs 2 ...) looks like the other side's
  * buffer (looks_like: type, length, shape, dtype), as a gather's or scatter's pieces
  * must look like the array of the rank's own (torch's list forms; the interpreter
- * itself checks lengths only). 1 where no side is listed or the other is None. (A
+ * itself checks lengths only); with both sides listed (all_to_all of lists), every
+ * piece like the input's first. 1 where no side is listed or the other is None. (A
  * MAPPED program's pieces are every rank's part of its side: not asked.) */
 static int pieces_look_alike(const int64_t *prog, const Py_buffer *views, Py_ssize_t nb) {
     Py_ssize_t side = (Py_ssize_t)prog[4];
-    if (side < 0 || views[1 - side].obj == NULL)
+    if (side < 0 || (side != LISTED_BOTH && views[1 - side].obj == NULL))
         return 1;
-    const Py_buffer *like = &views[1 - side];
+    const Py_buffer *like = side == LISTED_BOTH ? &views[2] : &views[1 - side];
     PyObject *like_dtype = PyObject_GetAttr(like->obj, dtype_name);
     if (like_dtype == NULL) {
         PyErr_Clear();
         return 0;
     }
     int alike = 1;
-    for (Py_ssize_t i = 2; i < nb && alike; i++)
+    for (Py_ssize_t i = side == LISTED_BOTH ? 3 : 2; i < nb && alike; i++)
         alike = looks_like(&views[i], like, like_dtype);
     Py_DECREF(like_dtype);
     return alike;
+}
+
+/* Whether no output piece of a program with both sides listed (bufs 2 + count ...)
+ * overlaps an input piece (bufs 2 ...): its peers read my input pieces, and my own
+ * piece is copied, while I write my output pieces (an all_to_all of lists in place
+ * goes to the general path, which stages the input first). 1 for any other program. */
+static int sides_apart(const int64_t *prog, const Py_buffer *views) {
+    if (prog[4] != LISTED_BOTH)
+        return 1;
+    Py_ssize_t count = (Py_ssize_t)prog[5];
+    for (Py_ssize_t o = 2 + count; o < 2 + 2 * count; o++) {
+        const char *lo = views[o].buf, *hi = lo + views[o].len;
+        for (Py_ssize_t i = 2; i < 2 + count; i++) {
+            const char *ilo = views[i].buf;
+            if (views[o].len && views[i].len && ilo < hi && lo < ilo + views[i].len)
+                return 0;
+        }
+    }
+    return 1;
 }
 
 /* program(seq, packed, spin_ns, prog, inp, out, kernel, start[, what]) -> 0, or
@@ -1702,6 +1730,7 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
     char *packed, *raw, with_seq[LINE];
     Py_ssize_t packed_len, raw_len;
     PyObject *tails = NULL; /* a rooted entry's (see above) */
+    PyObject *table = NULL; /* the list whose table of pieces the entry stages (borrowed) */
     Py_ssize_t root = -1;
     uint64_t exposure[3] = {0, 0, 0};
     int exposing = 0;
@@ -1722,8 +1751,31 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
                                               "of the group");
             return NULL;
         }
-        if ((exposing = exposure_words(PyTuple_GET_ITEM(entry, 2), exposure)) < 0
-                || pack(self, seq, PyTuple_GET_ITEM(tails, self->rank), with_seq) < 0)
+        PyObject *exposes = PyTuple_GET_ITEM(entry, 2);
+        if (PyTuple_Check(exposes) && PyTuple_GET_SIZE(exposes) == 3
+                && PyList_Check(PyTuple_GET_ITEM(exposes, 0))) {
+            /* (pieces, bits, at): a list's table of pieces, staged at byte at of my
+             * region (past what the program stages there) once the region is mine */
+            uint64_t bits = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(exposes, 1));
+            Py_ssize_t table_at = PyLong_AsSsize_t(PyTuple_GET_ITEM(exposes, 2));
+            if (PyErr_Occurred())
+                return NULL;
+            table = PyTuple_GET_ITEM(exposes, 0);
+            Py_ssize_t table_len = PyList_GET_SIZE(table) * 16;
+            if ((bits & ~(uint64_t)SPLIT) || table_at < 0 || table_at % 8
+                    || table_at > self->small_bytes || table_len > self->small_bytes - table_at) {
+                PyErr_SetString(PyExc_ValueError, "program: a table of pieces is (pieces, bits "
+                                                  "SPLIT or 0, an 8-aligned offset in the region)");
+                return NULL;
+            }
+            exposure[0] = (uint64_t)table_at;
+            exposure[1] = (uint64_t)table_len;
+            exposure[2] = PIECE_TABLE | bits;
+            exposing = 1;
+        } else if ((exposing = exposure_words(exposes, exposure)) < 0) {
+            return NULL;
+        }
+        if (pack(self, seq, PyTuple_GET_ITEM(tails, self->rank), with_seq) < 0)
             return NULL;
         packed = with_seq;
         packed_len = self->fp_size;
@@ -1759,11 +1811,12 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
                                           "(tails, root, exposure), whose phase is 0");
         return NULL;
     }
-    if (!(prog[4] == -1 ? prog[5] == 0 : (prog[4] == 0 || prog[4] == 1) && prog[5] > 0)) {
+    if (!(prog[4] == -1 ? prog[5] == 0 : (prog[4] >= 0 && prog[4] <= LISTED_BOTH) && prog[5] > 0)
+            || (prog[4] == LISTED_BOTH && (prog[2] & MAPPED))) {
         PyErr_SetString(PyExc_ValueError, "program: a bad side of pieces");
         return NULL;
     }
-    Py_ssize_t nb = 2 + (Py_ssize_t)prog[5];
+    Py_ssize_t nb = 2 + (Py_ssize_t)prog[5] * (prog[4] == LISTED_BOTH ? 2 : 1);
     Py_buffer views_held[BUFS_HELD], *views = views_held;
     char *bufs_held[BUFS_HELD], **bufs = bufs_held;
     if (nb > BUFS_HELD) {
@@ -1785,9 +1838,13 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
     PipedGet gets_held[STAGE_HELD], *gets = gets_held;
     Py_ssize_t ngets = 0, piped_end = 0;
     if (bind_buffers(prog, args[4], args[5], views, bufs, nb) < 0
-            || (tails != NULL && !(prog[2] & MAPPED) && !pieces_look_alike(prog, views, nb))) {
-        if (tails == NULL)
+            || (tails != NULL && !(prog[2] & MAPPED) && !pieces_look_alike(prog, views, nb))
+            || !sides_apart(prog, views)) {
+        if (tails == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "program: output pieces overlap input pieces");
             goto fail;
+        }
         PyErr_Clear(); /* a rooted call the interpreter does not take: nothing done */
         status = 5;
         goto done;
@@ -1860,6 +1917,10 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
             at = start;
             goto done;
         }
+        /* (the region is mine from here: nobody reads this parity's bytes any more) */
+        if (table != NULL && write_piece_table(table, region(self, self->rank, (int)(seq & 1))
+                                               + exposure[0]) < 0)
+            goto fail;
     }
     Py_ssize_t stopped = 0;
     int ran = run_records(self, prog, start, at, bufs, seq, kernel, spin_ns, &stopped);
