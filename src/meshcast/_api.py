@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _world, config, ops
+from . import _world, barrier_monitor, config, ops
 from .buffers import Buffer, as_buffer, span
 from .errors import InvalidUsage, usage
 from .group import ProcessGroup
@@ -652,6 +652,42 @@ def barrier(group: GroupLike = None, async_op: bool = False, device_ids: Any = N
         return None
     algorithm = _check_algorithm(algorithm, "barrier", caller, pg)
     return _finish(pg.barrier(algorithm=algorithm, async_op=async_op), async_op)
+
+
+def monitored_barrier(group: GroupLike = None, timeout: Any = None,
+                      wait_all_ranks: bool = False) -> None:
+    """A barrier that names the ranks that did not reach it, as torch.distributed's
+    ``monitored_barrier`` (there, Gloo's only): every rank but the group's first
+    reports to that rank, which waits for each of them up to ``timeout`` and raises
+    naming those that did not come; the other ranks then raise the same message. The
+    ranks meet through the job's rendezvous store, not the data path, so a rank stuck
+    in an earlier collective, or a lost host, is named instead of hanging this call.
+    A debugging aid: each call costs a few store round trips.
+
+    Args:
+        group (ProcessGroup, optional): the default group if None.
+        timeout (float or datetime.timedelta, optional): how long the group's first
+            rank waits for the others; default: the group's timeout.
+        wait_all_ranks (bool): name every rank that did not arrive in time; by default
+            the first one (in group order), as soon as its wait ran out (fail fast).
+
+    Raises:
+        CommTimeout: a rank did not arrive in time (``waiting_on`` lists the ranks the
+            message names), or the group's first rank gave no verdict.
+        InvalidUsage: a bad ``timeout`` or ``wait_all_ranks``.
+    """
+    caller = "monitored_barrier"
+    w = _world_or_raise(caller)
+    pg = _resolve(group, caller)
+    if pg is None:
+        return None
+    seconds = pg.timeout if timeout is None else _timeout_seconds(timeout, caller)
+    if not isinstance(wait_all_ranks, bool):
+        raise usage(caller, f"'wait_all_ranks' must be a bool, got {wait_all_ranks!r}", w.rank)
+    call = getattr(pg, "monitored_calls", 0) + 1  # (every member numbers them alike)
+    pg.monitored_calls = call
+    barrier_monitor.run(pg, w.store, call, seconds, wait_all_ranks)
+    return None
 
 
 def broadcast(tensor: Any, src: int | None = None, group: GroupLike = None,

@@ -328,6 +328,56 @@ def group_timeout(seconds: float) -> float | None:
     return waited
 
 
+def monitored_barriers() -> dict:
+    """monitored_barrier: three that pass, on the world and on a subgroup of the ranks
+    but rank 0 (its first rank the monitor), their keys gone after; then rank 1 (and,
+    with wait_all_ranks, rank 2) arriving 1.5 s after a 0.4 s timeout, fail fast and
+    then naming every late rank; then the monitor itself late; bad arguments; last an
+    all_reduce, which the failures left working. Returns what each step saw."""
+    from meshcast import _world
+
+    r, n = dist.get_rank(), dist.get_world_size()
+    seen: dict = {}
+    for _ in range(3):
+        dist.monitored_barrier()
+    sub = dist.new_group(list(range(1, n))) if n > 1 else None
+    if sub is not None and r > 0:
+        dist.monitored_barrier(sub, timeout=30)
+    dist.barrier()
+    store = _world.current.store
+    world_id = _world.current.default_group.group_id
+    keys = [f"arrived/{q}" for q in range(1, n)] + ["verdict", "read"]
+    seen["keys left"] = [k for k in keys if store.check([f"meshcast/monitored_barrier/"
+                                                         f"{world_id}/3/{k}"])]
+
+    def late(ranks: set[int], wait_all: bool, sleep: float = 1.5, timeout: float = 0.4
+             ) -> tuple | None:
+        dist.barrier()  # (the late ones of the call before came late here too)
+        if r in ranks:
+            time.sleep(sleep)
+        try:
+            dist.monitored_barrier(timeout=timeout, wait_all_ranks=wait_all)
+        except dist.CommTimeout as exc:
+            return str(exc), exc.waiting_on
+        return None
+
+    if n > 1:
+        seen["fail fast"] = late({1, 2}, False)
+        seen["wait all"] = late({1, 2}, True)
+        seen["monitor late"] = late({0}, False, sleep=3.0, timeout=0.2)
+        dist.barrier()  # (the monitor's own verdict came after the others gave up)
+    for bad in ({"timeout": -1}, {"wait_all_ranks": 1}):
+        try:
+            dist.monitored_barrier(**bad)
+            seen[str(bad)] = "accepted"
+        except dist.InvalidUsage as exc:
+            seen[str(bad)] = "monitored_barrier" in str(exc)
+    x = np.full(3, r + 1.0)
+    dist.all_reduce(x)
+    seen["all_reduce"] = x.tolist()
+    return seen
+
+
 def subgroup_helpers() -> dict:
     """new_subgroups (the default: the ranks of a host, all of them here; pairs),
     new_subgroups_by_enumeration (evens and odds but the last rank, which is in none),

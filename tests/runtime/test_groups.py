@@ -19,6 +19,27 @@ def test_subgroups_and_non_members(n):
         assert info == {"group_rank": mine.index(r), "group_size": len(mine), "ranks": mine}
 
 
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_monitored_barrier_names_the_ranks_that_did_not_come(n):
+    out = spawn_world(bodies.monitored_barriers, n, timeout=60)
+    for r, seen in enumerate(out):
+        assert seen["keys left"] == [], seen
+        assert seen["{'timeout': -1}"] is True and seen["{'wait_all_ranks': 1}"] is True, seen
+        assert seen["all_reduce"] == [n * (n + 1) / 2] * 3, seen
+        if n == 1:
+            continue
+        late = [1, 2][:n - 1]
+        message, named = seen["fail fast"]
+        assert named == (1,) and "rank(s) [1] did not reach it within 0.4 s" in message, seen
+        message, named = seen["wait all"]
+        assert named == tuple(late) and f"rank(s) {late} did not" in message, seen
+        if r == 0:  # the monitor, late itself, finds everyone there
+            assert seen["monitor late"] is None, seen
+        else:
+            message, named = seen["monitor late"]
+            assert named == (0,) and "rank 0, which monitors it, gave no verdict" in message
+
+
 @pytest.mark.parametrize("n", [1, 3, 4])
 def test_new_subgroups_and_by_enumeration(n):
     out = spawn_world(bodies.subgroup_helpers, n, timeout=60)
