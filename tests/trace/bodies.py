@@ -70,6 +70,10 @@ def every_path() -> dict:
     dist.all_gather(pieces, np.full(3, float(r)))  # torch's list form, through the lane too
     assert all((p == q).all() for q, p in enumerate(pieces))
     _ran(log, "all_gather")
+    outs = [np.zeros(2, np.float32) for _ in range(n)]
+    dist.all_to_all(outs, [np.full(2, r * n + q, np.float32) for q in range(n)])  # lists
+    assert all((p == q * n + r).all() for q, p in enumerate(outs))
+    _ran(log, "all_to_all")
     # the lane again, with a fold the compiled kernels have (float32 MAX) and one they
     # lack (complex64 SUM: NumPy's)
     for dtype, op in ((np.float32, dist.ReduceOp.MAX), (np.complex64, dist.ReduceOp.SUM)):

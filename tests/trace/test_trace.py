@@ -44,15 +44,18 @@ def test_the_trace_says_what_ran_on_every_rank(n, tmp_path):
             assert first["lane"] is True and first["compiled"] is True
             folds = [(c["dtype"], c["lane"], c["compiled"]) for c in colls[-3:-1]]
             assert folds == [("float32", True, True), ("complex64", True, False)], folds
-            late = colls[-6]  # async_op=True, started by the lane: recorded as async
+            late = colls[-7]  # async_op=True, started by the lane: recorded as async
             assert (late["kind"], late["lane"], late["async"], late["count"]) == (
                 "all_reduce", True, True, 5), late
-            split = colls[-5]  # all_to_all_single with split sizes, async: by its kind
+            split = colls[-6]  # all_to_all_single with split sizes, async: by its kind
             assert (split["kind"], split["lane"], split["async"], split["count"]) == (
                 "all_to_all", True, True, n), split
-            listed = colls[-4]  # all_gather into a list, recorded as the all_gather it is
+            listed = colls[-5]  # all_gather into a list, recorded as the all_gather it is
             assert (listed["kind"], listed["lane"], listed["count"], listed["dtype"]) == (
                 "all_gather", True, 3, "float64"), listed
+            lists = colls[-4]  # all_to_all of lists, its pieces where they lie
+            assert (lists["kind"], lists["lane"], lists["count"], lists["algorithm"]) == (
+                "all_to_all", True, 2 * n, "all_to_all/oneshot"), lists
         ring = colls[2]
         assert ring["algorithm"] == "all_reduce/ring" and ring["family"] == "schedule"
         if n > 1:  # a ring all_reduce: reduce-scatter then all-gather, n - 1 rounds each

@@ -79,6 +79,8 @@ _LANE_ARGS: dict[str, tuple[int | None, int | None, int | None, int | None]] = {
     "reduce_scatter_async": (1, None, 2, None),
     "reduce_scatter_list": (1, None, 2, None),
     "all_to_all_split": (1, None, None, None),
+    "all_to_all_list": (1, None, None, None),
+    "all_to_all_list_async": (1, None, None, None),
     "all_to_all_async": (1, None, None, None),
     "all_to_all_split_async": (1, None, None, None),
     "reduce": (0, 2, 1, None),
@@ -105,9 +107,9 @@ _P2P_KIND = {"send": "send", "isend": "send", "post_send": "send",
 _LANE_ASYNC = {"all_reduce_async", "broadcast_async", "all_gather_async",
                "reduce_scatter_async", "reduce_async", "barrier_async", "all_to_all_async",
                "all_to_all_split_async", "gather_async", "scatter_async",
-               "all_gather_list_async", "reduce_scatter_list_async"}
+               "all_gather_list_async", "reduce_scatter_list_async", "all_to_all_list_async"}
 _LANE_KIND = {"all_gather_list": "all_gather", "reduce_scatter_list": "reduce_scatter",
-              "all_to_all_split": "all_to_all",
+              "all_to_all_split": "all_to_all", "all_to_all_list": "all_to_all",
               **{name: name.removesuffix("_async").removesuffix("_split").removesuffix("_list")
                  for name in _LANE_ASYNC}}
 # last_algorithm's name -> family (anything else is a registered schedule)
