@@ -1257,22 +1257,8 @@ class TinyCallLane:
         uneven splits, a mismatch) are handed over after the entry to the general
         path, on the pieces' concatenation. True, done; False, nothing done (the
         general path); None, not this path (no compiled interpreter, other pieces)."""
-        if type(ins) is not list or type(outs) is not list or not ins:
-            return None
-        like = ins[0]
-        if type(like) is not np.ndarray or not like.shape:
-            return None
-        last = self._last_listed
-        if last[0] is like.dtype and last[1] == like.shape:
-            plan = last[2]
-        else:
-            plan = self._plan(("all_to_all_listed", like.dtype, like.shape),
-                              self._all_to_all_listed_plan, like)
-            self._last_listed = (like.dtype, like.shape, plan)
-        if not plan:
-            return None
-        alike = self._alike_check()
-        if not (alike(ins, like, False) and alike(outs, like, True)):
+        plan = self._listed_plan(outs, ins)
+        if plan is None:
             return None
         flat, prog, table_at, single = plan
         group = self.group
@@ -1312,6 +1298,63 @@ class TinyCallLane:
             raise
         fifo.leave_inline(None)
         return True
+
+    def _listed_plan(self, outs: Any, ins: Any) -> tuple | None:
+        """:meth:`_all_to_all_listed_plan` for two lists of pieces all like the first
+        input piece (a NumPy array: the compiled check), or None."""
+        if type(ins) is not list or type(outs) is not list or not ins:
+            return None
+        like = ins[0]
+        if type(like) is not np.ndarray or not like.shape:
+            return None
+        last = self._last_listed
+        if last[0] is like.dtype and last[1] == like.shape:
+            plan = last[2]
+        else:
+            plan = self._plan(("all_to_all_listed", like.dtype, like.shape),
+                              self._all_to_all_listed_plan, like)
+            self._last_listed = (like.dtype, like.shape, plan)
+        if not plan:
+            return None
+        alike = self._alike_check()
+        if not (alike(ins, like, False) and alike(outs, like, True)):
+            return None
+        return plan
+
+    def _all_to_all_listed_async(self, outs: list, ins: list) -> Work | None:
+        """:meth:`_all_to_all_listed` with ``async_op=True`` past the one-shot sizes,
+        through :meth:`_async_single`: the single-copy program inline up to
+        _select.ASYNC_INLINE_MAX_BYTES a rank, past that wholly on the worker thread
+        (its copies overlapping the caller's work). None, nothing done: not this path
+        (one-shot sizes, whose staging copies cost less than the check of the pieces'
+        overlap that an async call makes first, 2 us at 8 KiB; pieces overlapping an
+        input), which the staged way takes."""
+        plan = self._listed_plan(outs, ins)
+        if plan is None or plan[3] is None or not _lists_apart(outs, ins):
+            return None  # (one-shot sizes: the staged way costs less than the check above)
+        flat, _, table_at, single = plan
+        group = self.group
+        arena = group.arena
+        entry = (flat[7], -1, (ins, 0, table_at))
+        nbytes = ins[0].nbytes * len(ins)
+
+        def single_rest(seq: int, got: int) -> None:
+            group.last_algorithm = "all_to_all/cma"
+            if got:
+                self._copy_rest("all_to_all", seq, flat[0], single, entry, ins, outs, got,
+                                lambda group, seq: self._all_to_all_listed_general(
+                                    seq, outs, ins, flat[6],
+                                    group.arena.compare_entered(seq, True)))
+
+        def enter(seq: int) -> tuple[int, Callable[[], None]]:
+            if nbytes > _fast.ASYNC_INLINE_MAX_BYTES:  # the whole call on the worker
+                return 1, lambda: single_rest(seq, arena.compiled_program(
+                    seq, entry, arena.spin_ns, single.packed, ins, outs, -1, 0))
+            got = arena.compiled_program(seq, entry, arena.spin_ns, single.packed, ins, outs,
+                                         -1, 0)
+            return got, lambda: single_rest(seq, got)
+
+        return self._async_single(enter, self._whats["all_to_all"], nbytes)
 
     def _all_to_all_listed_plan(self, like: np.ndarray) -> tuple | bool:
         """(the tensor form's plan (:meth:`_all_to_all_plan`), the one-shot program with
@@ -1376,10 +1419,14 @@ class TinyCallLane:
                               lambda: _rows_out(out, outs), entered=(seq, counts))
 
     def all_to_all_list_async(self, outs: Any, ins: Any) -> Work | None:
-        """:meth:`all_to_all_list` with ``async_op=True``: the :meth:`all_to_all_async` (or
+        """:meth:`all_to_all_list` with ``async_op=True``: where every piece is alike,
+        :meth:`_all_to_all_listed_async`; else the :meth:`all_to_all_async` (or
         :meth:`all_to_all_split_async`) of the pieces' concatenation, copied out into
         ``outs`` once it is done (here, or by the worker thread that finishes it). None,
         nothing done: the general path."""
+        work = self._all_to_all_listed_async(outs, ins)
+        if work is not None:
+            return work
         staged = self._list_staged(outs, ins)
         if staged is None:
             uneven = _uneven_staged(outs, ins, self.group._size)
@@ -2740,6 +2787,19 @@ def _uneven_staged(outs: Any, ins: Any, n: int, staging: Staging | None = None
         return np.empty((sum(out_rows), *rest), dtype), np.concatenate(ins), out_rows, in_rows
     inp = np.concatenate(ins, out=staging.get("input", dtype, (sum(in_rows), *rest)))
     return staging.get("output", dtype, (sum(out_rows), *rest)), inp, out_rows, in_rows
+
+
+def _lists_apart(outs: list[np.ndarray], ins: list[np.ndarray]) -> bool:
+    """Whether no piece of ``outs`` overlaps a piece of ``ins`` (the compiled interpreter
+    refuses such lists, status 5: an async call asks first)."""
+    spans = sorted((p.__array_interface__["data"][0], p.nbytes, side)
+                   for side, pieces in ((0, ins), (1, outs)) for p in pieces if p.nbytes)
+    ends = [0, 0]  # the furthest end of the inputs, of the outputs, seen so far
+    for start, nbytes, side in spans:
+        if start < ends[1 - side]:
+            return False
+        ends[side] = max(ends[side], start + nbytes)
+    return True
 
 
 def _pieces_out(out: np.ndarray, outs: list[np.ndarray]) -> None:

@@ -857,7 +857,8 @@ def all_to_all_lists_where_they_lie(counts: list[int]) -> list[str]:
     given as the lists: nothing is concatenated (the lane's staging holds no array),
     with the group's all_to_all made to fail. At each size: 2-D pieces, slices of one
     array, each rank late in turn, and rank 0 passing one tensor (all_to_all_single)
-    beside the others' lists. Then, with the group's path back: the lists in place
+    beside the others' lists. Then two async calls outstanding at each size (past
+    one-shot, with the staged way made to fail). Then, with the group's path back: the lists in place
     (outputs the inputs), rank 1 splitting unevenly (a legal call: the others' lists
     are handed over after the entry), and rank 1 passing another size (the same
     MismatchError everywhere). Every result checked; returns the paths seen and the
@@ -866,15 +867,15 @@ def all_to_all_lists_where_they_lie(counts: list[int]) -> list[str]:
     pg = dist.group.WORLD
     seen: list[str] = []
 
-    def check(outs: list[np.ndarray], count: int, case: str) -> None:
+    def check(outs: list[np.ndarray], count: int, case: str, k: int = 0) -> None:
         for q in range(n):
-            np.testing.assert_array_equal(outs[q].reshape(-1)[:count], _value(q, r, count),
-                                          f"{case}: {count} from {q}")
+            np.testing.assert_array_equal(outs[q].reshape(-1)[:count],
+                                          _value(q, r, count) + k, f"{case}: {count} from {q}")
 
     def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("the general path ran")
+        raise AssertionError("the general path or the staged way ran")
 
-    pg.all_to_all = refuse  # an instance attribute
+    pg.all_to_all = pg.lane._list_staged = refuse  # instance attributes
     try:
         for count in counts:
             for late in (None, *range(n)):
@@ -898,7 +899,22 @@ def all_to_all_lists_where_they_lie(counts: list[int]) -> list[str]:
                 check(outs, count, "slices")
             seen.append(pg.last_algorithm)
     finally:
-        del pg.all_to_all
+        del pg.all_to_all, pg.lane._list_staged
+    for count in counts:  # async, rank 0 late: two calls outstanding, then both waited for
+        if count == counts[-1]:  # (past one-shot: the pieces where they lie)
+            pg.lane._list_staged = refuse
+        try:
+            if r == 0:
+                time.sleep(0.05)
+            pairs = [([np.zeros(count) for _ in range(n)],
+                      [_value(r, d, count) + k for d in range(n)]) for k in (0, 1)]
+            works = [dist.all_to_all(o, i, async_op=True) for o, i in pairs]
+            for work in works:
+                work.wait()
+            for k, (o, _) in enumerate(pairs):
+                check(o, count, f"async {k}", k)
+        finally:
+            pg.lane.__dict__.pop("_list_staged", None)
     kept = pg.lane._staging._kept
     assert not kept, f"the pieces were concatenated: {list(kept)}"
     count = counts[-1]
