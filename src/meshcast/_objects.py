@@ -1,10 +1,16 @@
 """Object collectives: picklable Python objects over the array collectives.
 
 Each object is pickled into bytes, the sizes travel first (one int64 per
-object), then the bytes (uneven pieces are fine: meshcast's gather,
-all_gather and scatter accept them). Unpickling runs only on data that came
-from ranks of this job, which proved the job secret at rendezvous; still,
-as with torch.distributed, never feed these functions untrusted objects.
+object), then the bytes. Objects of different sizes make uneven pieces, which
+only the general path takes (a few tens of microseconds in Python); so where
+every rank knows every size (all_gather_object, gather_object) or the root
+says how long a piece is (scatter_object_list), the pieces are padded to the
+longest when that costs little (:func:`_pad_fits`), and the calls stay on the
+tiny-call lane: gather_object of small objects 72 -> 5 us at 2 ranks. The root
+goes to the array calls as a global rank (the lane takes those only).
+Unpickling runs only on data that came from ranks of this job, which proved
+the job secret at rendezvous; still, as with torch.distributed, never feed
+these functions untrusted objects.
 """
 
 from __future__ import annotations
@@ -32,6 +38,32 @@ def _load(raw: np.ndarray) -> Any:
     return pickle.loads(raw.tobytes())  # noqa: S301 - peers are authenticated ranks of the job
 
 
+# Padding the pieces to the longest may add at most this many bytes beyond twice the
+# exact ones; past that (one object much larger than the others) the uneven form runs.
+PAD_SLACK_BYTES = 64 << 10
+
+
+def _pad_fits(sizes: list[int]) -> bool:
+    """Whether pieces of ``sizes`` bytes may travel padded to the longest."""
+    return max(sizes) * len(sizes) <= 2 * sum(sizes) + PAD_SLACK_BYTES
+
+
+def _padded(blob: np.ndarray, length: int) -> np.ndarray:
+    """``blob`` followed by zeros, ``length`` bytes (``blob`` itself when it is that long)."""
+    if blob.size == length:
+        return blob
+    out = np.zeros(length, np.uint8)
+    out[:blob.size] = blob
+    return out
+
+
+def _all_sizes(blob: np.ndarray, n: int, group: Any) -> list[int]:
+    """Every rank's blob size, on every rank (one tiny all_gather)."""
+    sizes = np.zeros(n, np.int64)
+    _api.all_gather_into_tensor(sizes, np.array([blob.size], np.int64), group=group)
+    return sizes.tolist()
+
+
 def _need_list(value: Any, name: str, caller: str) -> list:
     if not isinstance(value, list):
         raise usage(caller, f"'{name}' must be a list, got {type(value).__name__}",
@@ -53,12 +85,13 @@ def broadcast_object_list(object_list: list[Any], src: int | None = None, group:
         return
     root = _api._root(pg, src, group_src, name="src", caller=caller)
     me = pg.rank() == root
+    src = pg.global_rank(root)
     blobs = ([_dump(o, f"object_list[{i}]", caller) for i, o in enumerate(object_list)]
              if me else [])
     sizes = np.array([b.size for b in blobs] if me else [0] * len(object_list), np.int64)
-    _api.broadcast(sizes, group=group, group_src=root)
+    _api.broadcast(sizes, src, group=group)
     data = np.concatenate(blobs) if me and blobs else np.empty(int(sizes.sum()), np.uint8)
-    _api.broadcast(data, group=group, group_src=root)
+    _api.broadcast(data, src, group=group)
     if not me:
         off = 0
         for i, n in enumerate(sizes.tolist()):
@@ -78,10 +111,15 @@ def all_gather_object(object_list: list[Any], obj: Any, group: Any = None) -> No
         raise usage(caller, f"'object_list' must have {n} entries (one per rank), got "
                             f"{len(object_list)}", _api._rank())
     blob = _dump(obj, "obj", caller)
-    sizes = [np.zeros(1, np.int64) for _ in range(n)]
-    _api.all_gather(sizes, np.array([blob.size], np.int64), group=group)
-    pieces = [np.empty(int(s[0]), np.uint8) for s in sizes]
-    _api.all_gather(pieces, blob, group=group)
+    sizes = _all_sizes(blob, n, group)
+    top = max(sizes)
+    if top * n != sum(sizes) and _pad_fits(sizes):  # (uneven: padded to the longest)
+        pieces = [np.empty(top, np.uint8) for _ in sizes]
+        _api.all_gather(pieces, _padded(blob, top), group=group)
+        pieces = [p[:size] for p, size in zip(pieces, sizes)]
+    else:
+        pieces = [np.empty(size, np.uint8) for size in sizes]
+        _api.all_gather(pieces, blob, group=group)
     for i, p in enumerate(pieces):
         object_list[i] = _load(p)
 
@@ -102,13 +140,18 @@ def gather_object(obj: Any, object_gather_list: list[Any] | None = None, dst: in
             raise usage(caller, f"'object_gather_list' must have {n} entries on dst, got "
                                 f"{len(object_gather_list)}", _api._rank())
     blob = _dump(obj, "obj", caller)
-    sizes = [np.zeros(1, np.int64) for _ in range(n)] if me else None
-    _api.gather(np.array([blob.size], np.int64), sizes, group=group, group_dst=root)
-    pieces = [np.empty(int(s[0]), np.uint8) for s in sizes] if me else None
-    _api.gather(blob, pieces, group=group, group_dst=root)
+    sizes = _all_sizes(blob, n, group)
+    dst = pg.global_rank(root)
+    if _pad_fits(sizes):
+        top = max(sizes)
+        pieces = [np.empty(top, np.uint8) for _ in range(n)] if me else None
+        _api.gather(_padded(blob, top), pieces, dst, group=group)
+    else:
+        pieces = [np.empty(size, np.uint8) for size in sizes] if me else None
+        _api.gather(blob, pieces, dst, group=group)
     if me:
-        for i, p in enumerate(pieces):
-            object_gather_list[i] = _load(p)
+        for i, (p, size) in enumerate(zip(pieces, sizes)):
+            object_gather_list[i] = _load(p[:size])
 
 
 def scatter_object_list(scatter_object_output_list: list[Any],
@@ -135,11 +178,28 @@ def scatter_object_list(scatter_object_output_list: list[Any],
             raise usage(caller, f"'scatter_object_input_list' must have {n} entries on src, "
                                 f"got {len(ins)}", _api._rank())
         blobs = [_dump(o, f"scatter_object_input_list[{i}]", caller) for i, o in enumerate(ins)]
+    src = pg.global_rank(root)
+    # the root says how long every piece is (-1: uneven pieces, their sizes scattered)
+    length = np.array([max(b.size for b in blobs) if me and _pad_fits(
+        [b.size for b in blobs]) else -1], np.int64)
+    _api.broadcast(length, src, group=group)
+    top = int(length[0])
+    if top >= 0:  # each piece its size (8 bytes), then its bytes padded to the longest
+        piece = np.empty(8 + top, np.uint8)
+        rows = None
+        if me:  # (the pieces: the rows of one array)
+            rows = np.zeros((n, 8 + top), np.uint8)
+            rows[:, :8] = np.array([b.size for b in blobs], np.int64)[:, None].view(np.uint8)
+            for row, b in zip(rows, blobs):
+                row[8:8 + b.size] = b
+        _api.scatter(piece, None if rows is None else list(rows), src, group=group)
+        out[0] = _load(piece[8:8 + int(piece[:8].view(np.int64)[0])])
+        return
     size = np.zeros(1, np.int64)
-    _api.scatter(size, [np.array([b.size], np.int64) for b in blobs] if me else None,
-                 group=group, group_src=root)
+    _api.scatter(size, [np.array([b.size], np.int64) for b in blobs] if me else None, src,
+                 group=group)
     data = np.empty(int(size[0]), np.uint8)
-    _api.scatter(data, blobs, group=group, group_src=root)
+    _api.scatter(data, blobs, src, group=group)
     out[0] = _load(data)
 
 
@@ -152,12 +212,11 @@ def send_object_list(object_list: list[Any], dst: int | None = None, group: Any 
     if pg is None:
         return
     # Checked here so that the error names this function, not the send inside it.
-    _api._peer(pg, dst, group_dst, "dst", caller)
+    dst = pg.global_rank(_api._peer(pg, dst, group_dst, "dst", caller))
     blobs = [_dump(o, f"object_list[{i}]", caller) for i, o in enumerate(object_list)]
     sizes = np.array([b.size for b in blobs], np.int64)
-    _api.send(sizes, dst, group=group, group_dst=group_dst)
-    _api.send(np.concatenate(blobs) if blobs else np.empty(0, np.uint8), dst, group=group,
-              group_dst=group_dst)
+    _api.send(sizes, dst, group=group)
+    _api.send(np.concatenate(blobs) if blobs else np.empty(0, np.uint8), dst, group=group)
 
 
 def recv_object_list(object_list: list[Any], src: int | None = None, group: Any = None,
@@ -174,9 +233,9 @@ def recv_object_list(object_list: list[Any], src: int | None = None, group: Any 
     if pg is None:
         return -1  # as recv: a rank outside the group receives nothing
     if src is not None or group_src is not None:
-        _api._peer(pg, src, group_src, "src", caller)
+        src = pg.global_rank(_api._peer(pg, src, group_src, "src", caller))
     sizes = np.zeros(len(object_list), np.int64)
-    sender = _api.recv(sizes, src, group=group, group_src=group_src)
+    sender = _api.recv(sizes, src, group=group)
     data = np.empty(int(sizes.sum()), np.uint8)
     _api.recv(data, sender, group=group)
     off = 0

@@ -654,6 +654,64 @@ def objects() -> None:
     dist.barrier()
 
 
+def object_paths() -> None:
+    """The object collectives on the tiny-call lane: objects of different sizes padded to
+    the longest, the root given as a group rank (on a group whose ranks run backwards),
+    with the groups' own array calls made to fail; then one object far larger than the
+    others (past PAD_SLACK_BYTES), whose uneven pieces take the general path; last,
+    send/recv_object_list between group ranks."""
+    from meshcast import _objects
+
+    r, n = dist.get_rank(), dist.get_world_size()
+    backwards = dist.new_group(list(range(n - 1, -1, -1)))
+
+    def obj(q: int, big: bool = False) -> dict:
+        size = _objects.PAD_SLACK_BYTES + 1000 if big and q == n - 1 else q * 37
+        return {"from": q, "pad": "x" * size}
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the general path ran")
+
+    for big in (False, True):
+        for group in (None, backwards):
+            pg = dist.group.WORLD if group is None else backwards
+            kinds = ("all_gather", "gather", "scatter", "broadcast")
+            if not big:
+                for kind in kinds:
+                    setattr(pg, kind, refuse)  # instance attributes
+            try:
+                every = [None] * n
+                dist.all_gather_object(every, obj(r, big), group=group)
+                want = [obj(q, big) for q in range(n)]  # (in group order)
+                assert every == (want if group is None else want[::-1]), (big, group)
+                got = [None] * n
+                root = 0 if group is None else n - 1  # (global; group rank 0 of backwards)
+                dist.gather_object(obj(r, big), got if r == root else None, group=group,
+                                   group_dst=0)
+                if r == root:
+                    assert got == (want if group is None else want[::-1]), (big, group)
+                out = [None]
+                pieces = [obj(q, big) for q in range(n)]  # (in group order)
+                dist.scatter_object_list(out, pieces if r == root else None, group=group,
+                                         group_src=0)
+                assert out[0] == pieces[r if group is None else n - 1 - r], (big, group)
+                box = [obj(root), "tail"] if r == root else [None, None]
+                dist.broadcast_object_list(box, group=group, group_src=0)
+                assert box == [obj(root), "tail"], (big, group)
+            finally:
+                for kind in kinds:
+                    pg.__dict__.pop(kind, None)
+    # send/recv_object_list with group ranks: group rank 0 of backwards (global n - 1)
+    # to its group rank 1 (global n - 2)
+    if r == n - 1:
+        dist.send_object_list([obj(r), "tail"], group=backwards, group_dst=1)
+    elif r == n - 2:
+        box = [None, None]
+        assert dist.recv_object_list(box, group=backwards, group_src=0) == n - 1
+        assert box == [obj(n - 1), "tail"], box
+    dist.barrier()
+
+
 def numpy_bfloat16() -> None:
     """NumPy bfloat16 (ml_dtypes): reductions accumulate in float32, layouts written back."""
     import ml_dtypes
