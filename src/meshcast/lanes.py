@@ -1268,31 +1268,22 @@ class TinyCallLane:
         try:
             seq = next(group._seq)
             arena = group.arena
-            exposure = (ins, 0, table_at) if table_at >= 0 else None
+            entry = (flat[7], -1, (ins, 0, table_at) if table_at >= 0 else None)
+            got = arena.compiled_program(seq, entry, arena.spin_ns,
+                                         prog if single is None else single.packed, ins, outs,
+                                         -1, 0)
+            if got == 5:  # (pieces overlapping an input: the general path stages them)
+                self._refused(seq)
+                return False
             if single is None:
-                entry = (flat[7], -1, exposure)
-                status = arena.compiled_program(seq, entry, arena.spin_ns, prog, ins, outs,
-                                                -1, 0)
-                if status == 5:  # (pieces in place: the general path stages them)
-                    self._refused(seq)
-                    return False
                 group.last_algorithm = "all_to_all/oneshot"
-                if status:
-                    self._all_to_all_listed_rest(seq, outs, ins, flat, prog, entry, status)
+                if got:
+                    self._all_to_all_listed_rest(seq, outs, ins, flat, prog, entry, got)
             else:
-                copy = single
-                entry = (flat[7], -1, exposure)
-                got = arena.compiled_program(seq, entry, arena.spin_ns, copy.packed, ins,
-                                             outs, -1, 0)
-                if got == 5:
-                    self._refused(seq)
-                    return False
                 group.last_algorithm = "all_to_all/cma"
                 if got:
-                    self._copy_rest("all_to_all", seq, flat[0], copy, entry, ins, outs, got,
-                                    lambda group, seq: self._all_to_all_listed_general(
-                                        seq, outs, ins, flat[6],
-                                        group.arena.compare_entered(seq, True)))
+                    self._copy_rest("all_to_all", seq, flat[0], single, entry, ins, outs, got,
+                                    self._listed_hand_over(outs, ins, flat))
         except BaseException as exc:
             fifo.leave_inline(exc)
             raise
@@ -1342,9 +1333,7 @@ class TinyCallLane:
             group.last_algorithm = "all_to_all/cma"
             if got:
                 self._copy_rest("all_to_all", seq, flat[0], single, entry, ins, outs, got,
-                                lambda group, seq: self._all_to_all_listed_general(
-                                    seq, outs, ins, flat[6],
-                                    group.arena.compare_entered(seq, True)))
+                                self._listed_hand_over(outs, ins, flat))
 
         def enter(seq: int) -> tuple[int, Callable[[], None]]:
             if nbytes > _fast.ASYNC_INLINE_MAX_BYTES:  # the whole call on the worker
@@ -1407,6 +1396,13 @@ class TinyCallLane:
             seq, outs, ins, flat[6],
             [sum(p.size for p in ins)] * group._size if agreed
             else group.arena.compare_entered(seq, True))
+
+    def _listed_hand_over(self, outs: list, ins: list, flat: tuple
+                          ) -> Callable[[GroupView, int], None]:
+        """The single-copy listed call's ``differ`` (:meth:`_copy_call`): the entered call
+        goes on from its entry on the general path (:meth:`_all_to_all_listed_general`)."""
+        return lambda group, seq: self._all_to_all_listed_general(
+            seq, outs, ins, flat[6], group.arena.compare_entered(seq, True))
 
     def _all_to_all_listed_general(self, seq: int, outs: list, ins: list, dtype_name: str,
                                    counts: list) -> None:
