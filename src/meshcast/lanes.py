@@ -164,7 +164,8 @@ class TinyCallLane:
             self._last_all_reduce = (arr.dtype, arr.shape, op, plan)
         flags = arr.flags  # (_writable, inline: this is the hottest call)
         if not (flags.c_contiguous and flags.writeable):
-            return False
+            return bool(plan) and flags.writeable and self._through_copy(self.all_reduce, arr,
+                                                                         op)
         if self.group.symmetric.allocations and self._symmetric_all_reduce(arr):
             return self._symmetric_calls.call("all_reduce", arr, None, op)
         if not plan:
@@ -197,6 +198,39 @@ class TinyCallLane:
         # No compiled fold for this op (complex; or no compiled helper): the round,
         # then NumPy's fold
         self._run("all_reduce", tail, arr, _reduce_parity, arr, views, kernel, average)
+        return True
+
+    @staticmethod
+    def _through_copy(call: Callable[..., bool], arr: np.ndarray, *args: Any) -> bool:
+        """An in-place call (``call(arr, *args)``: all_reduce, broadcast, reduce) on a
+        writable array that is not C-contiguous (a column, a transposed view): made on a
+        C-contiguous copy, whose result is copied back, the copies the general path
+        makes, without its frames (8 B all_reduce of a column, 2 ranks: 7.5 -> 1.5 us).
+        False, nothing done: the general path."""
+        tmp = np.ascontiguousarray(arr)
+        if not call(tmp, *args):
+            return False
+        arr[...] = tmp
+        return True
+
+    def _pair_through_copy(self, kind: str, call: Callable[..., bool], out: np.ndarray,
+                           inp: np.ndarray, *args: Any) -> bool:
+        """A call on ``out`` and ``inp`` (all_gather, reduce_scatter, all_to_all) of a shape
+        the lane takes on arrays it cannot (one not C-contiguous, or, for all_to_all,
+        the two overlapping: in place): made on C-contiguous copies, the output's
+        copied back, as the general path copies them. False, nothing done (refused for
+        another reason: the general path)."""
+        if not (self._last_pair[kind][8] and out.flags.writeable):
+            return False  # (the shape's plan is False: not the lane's call)
+        apart = not np.may_share_memory(inp, out)
+        if out.flags.c_contiguous and inp.flags.c_contiguous and apart:
+            return False
+        src = inp if inp.flags.c_contiguous and apart else np.array(inp, order="C")
+        dst = out if out.flags.c_contiguous else np.empty(out.shape, out.dtype)
+        if not call(dst, src, *args):
+            return False
+        if dst is not out:
+            out[...] = dst
         return True
 
     # ------------------------------------------------------------ async calls
@@ -650,7 +684,8 @@ class TinyCallLane:
             self._last_reduce = (arr.dtype, arr.shape, op, dst, plan)
         flags = arr.flags
         if not (plan and flags.c_contiguous and flags.writeable):
-            return False
+            return bool(plan) and flags.writeable and self._through_copy(self.reduce, arr, op,
+                                                                         dst)
         tail, views, kernel, average, code, root, prog = plan
         group = self.group
         at_root = group._rank == root
@@ -694,7 +729,8 @@ class TinyCallLane:
             self._last_broadcast = (arr.dtype, arr.shape, src, plan)
         flags = arr.flags
         if not (plan and flags.c_contiguous and flags.writeable):
-            return False
+            return bool(plan) and flags.writeable and self._through_copy(self.broadcast, arr,
+                                                                         src)
         tail, views, root, prog = plan
         if self.group.symmetric.allocations and self._symmetric_broadcast(arr):
             return self._symmetric_calls.call("broadcast", arr, None, root=root)
@@ -743,7 +779,7 @@ class TinyCallLane:
         """:meth:`ProcessGroup.all_gather` of ``inp`` into ``out`` (all_gather_into_tensor)."""
         plan = self._pair_plan("all_gather", out, inp, self._all_gather_plan)
         if not plan or not out.flags.writeable:
-            return False
+            return self._pair_through_copy("all_gather", self.all_gather, out, inp)
         group = self.group
         if group.symmetric.allocations and self._symmetric(out):
             return self._symmetric_calls.call("all_gather", out, inp.reshape(-1))
@@ -879,7 +915,7 @@ class TinyCallLane:
         """:meth:`ProcessGroup.reduce_scatter` of ``inp`` into ``out`` (reduce_scatter_tensor)."""
         plan = self._pair_plan("reduce_scatter", out, inp, self._reduce_scatter_plan, op)
         if not plan or not out.flags.writeable:
-            return False
+            return self._pair_through_copy("reduce_scatter", self.reduce_scatter, out, inp, op)
         group = self.group
         if group.symmetric.allocations and self._symmetric(inp):
             return self._symmetric_calls.call("reduce_scatter", inp, out.reshape(-1), op)
@@ -1047,7 +1083,7 @@ class TinyCallLane:
         compiled helper) it hands the entered call over to the general path."""
         plan = self._pair_plan("all_to_all", out, inp, self._all_to_all_plan, disjoint=True)
         if not plan or not out.flags.writeable:
-            return False
+            return self._pair_through_copy("all_to_all", self.all_to_all, out, inp)
         tail, header, _, _, _, _, _, tails, single, program = plan
         if program is None and single is not None and single[0].packed is None:
             return self._copy_call("all_to_all", tail, single, inp, out, inp,  # (Python's)

@@ -11,6 +11,7 @@ import numpy as np
 import meshcast as dist
 from meshcast import ReduceOp
 from meshcast import ops as ops_mod
+from meshcast.testing.paths import general_path
 
 
 def _catch(fn, exc_type):
@@ -120,8 +121,8 @@ def _mismatch_call(kind: str, variant: int, count: int, group: dist.ProcessGroup
     me, n = dist.get_rank(group), dist.get_world_size(group)
     root = dist.get_global_rank(group, variant)
     def zeros(k: int, dtype: Any = np.float32) -> np.ndarray:
-        # strided: not contiguous, so the group's own path (its one-shot programs)
-        return np.zeros(2 * k, dtype)[::2] if strided else np.zeros(k, dtype)
+        # strided: a view the lane declines, so the group's own path (its one-shot programs)
+        return general_path(np.zeros(2 * k, dtype)[::2]) if strided else np.zeros(k, dtype)
 
     x = zeros(count)
 
@@ -534,16 +535,16 @@ def torch_lane() -> list:
     dist.all_to_all_single(a2a_out, torch.arange(n, dtype=torch.int32) + r * n)
     assert (a2a_out.numpy() == np.arange(n) * n + r).all()
     expect.append(("all_to_all", True))
-    # what NumPy cannot view goes the general way, with the same results
     v = torch.zeros(4, 4).t()
     v.fill_(r + 1)
-    dist.all_reduce(v)  # non-contiguous: the lane declines, the general path writes back
+    dist.all_reduce(v)  # non-contiguous: the lane, through a contiguous copy written back
     assert (v.numpy() == n * (n + 1) / 2).all()
-    expect.append(("all_reduce", False))
+    expect.append(("all_reduce", True))
     bf = torch.full((3,), float(r + 1), dtype=torch.bfloat16)
     dist.all_reduce(bf)  # bfloat16 takes the lane too (its bits as ops.BFLOAT16)
     assert bf.float().tolist() == [n * (n + 1) / 2] * 3
     expect.append(("all_reduce", True))
+    # what NumPy cannot view goes the general way, with the same results
     g = torch.ones(3, requires_grad=True)
     dist.all_reduce(g)
     assert (g.detach().numpy() == n).all()
@@ -738,29 +739,29 @@ def tiny_call_paths() -> bool:
     r, n = dist.get_rank(), dist.get_world_size()
     pg = dist.group.WORLD
     total = n * (n - 1) // 2
-    for k in range(3):  # rank 0: the tiny lane; others: staged (non-contiguous) buffers
+    for k in range(3):  # rank 0: the tiny lane; others: the general path (strided views)
         base = np.zeros(8, np.int64)
-        x = base[:4] if r == 0 else base[::2]
+        x = base[:4] if r == 0 else general_path(base[::2])
         x[:] = r + k
         dist.all_reduce(x)
         assert (x == total + n * k).all(), x
-        y = base[:4] if r != 0 else base[::2]
+        y = base[:4] if r != 0 else general_path(base[::2])
         y[:] = r
         dist.broadcast(y, src=n - 1)
         assert (y == n - 1).all(), y
     for root in range(n):  # reduce: rank 0 on the lane, the others on the general path
         base = np.zeros(8, np.float64)
-        z = base[:4] if r == 0 else base[::2]
+        z = base[:4] if r == 0 else general_path(base[::2])
         z[:] = r + 1
         dist.reduce(z, dst=root, op=ReduceOp.PRODUCT)
         want = float(np.prod(np.arange(1, n + 1))) if r == root else r + 1
         assert (z == want).all(), (root, z)
     # all_gather_into_tensor / reduce_scatter_tensor: rank 0 on the lane, the others
-    # with non-contiguous (staged) inputs on the general path; then in place.
+    # with strided inputs on the general path; then in place.
     for k in range(3):
         src = np.zeros((3, 2), np.int32)
         src[:, 0] = r + k
-        inp = src[:, 0] if r != 0 else src[:, 0].copy()
+        inp = general_path(src[:, 0]) if r != 0 else src[:, 0].copy()
         out = np.zeros(3 * n, np.int32)
         dist.all_gather_into_tensor(out, inp)
         assert (out.reshape(n, 3) == (np.arange(n) + k)[:, None]).all(), out
@@ -768,7 +769,7 @@ def tiny_call_paths() -> bool:
         strided = np.zeros(4 * n)
         strided[::2] = full
         piece = np.zeros(2)
-        dist.reduce_scatter_tensor(piece, full if r == 0 else strided[::2],
+        dist.reduce_scatter_tensor(piece, full if r == 0 else general_path(strided[::2]),
                                    op=ReduceOp.AVG if k == 1 else ReduceOp.SUM)
         expected = np.arange(2 * r, 2 * r + 2) * (n * (n + 1) / 2)
         assert np.allclose(piece, expected / (n if k == 1 else 1)), (k, piece)
@@ -776,8 +777,11 @@ def tiny_call_paths() -> bool:
         whole[4 * r:4 * r + 4] = r + 10
         dist.all_gather_into_tensor(whole, whole[4 * r:4 * r + 4])  # in place
         assert (whole.reshape(n, 4) == (np.arange(n) + 10)[:, None]).all()
-    assert {key[0] for key in pg.lane.plans} >= {"all_reduce", "broadcast", "all_gather",
-                                                  "reduce_scatter", "reduce"}, pg.lane.plans.keys()
+    # (what each rank called on the lane: rank 0 all but broadcast, the others broadcast
+    # and the in-place all_gather)
+    lane_made = ({"all_reduce", "all_gather", "reduce_scatter", "reduce"} if r == 0
+                 else {"broadcast", "all_gather"})
+    assert {key[0] for key in pg.lane.plans} >= lane_made, pg.lane.plans.keys()
     assert any(plan for key, plan in pg.lane.plans.items() if key[0] == "reduce") or r != 0
     # Call order: a tiny synchronous call queues behind pending async work.
     big = np.full(300_000, r, np.float64)
@@ -871,14 +875,14 @@ def combine_kernels() -> bool:
                     ops_mod.finish_average(want, n)
                 for general in (False, True):  # odd ranks: strided arrays, general path
                     base = np.zeros(2 * count, dtype)
-                    x = base[::2] if general and r % 2 else base[:count]
+                    x = general_path(base[::2]) if general and r % 2 else base[:count]
                     x[...] = every[r]
                     with np.errstate(all="ignore"):
                         dist.all_reduce(x, op=op)
                     assert x.tobytes() == want.tobytes(), (name, count, op, general, x[:4],
                                                            want[:4])
                     root = checked % n
-                    y = base[::2] if general and r % 2 else base[:count]
+                    y = general_path(base[::2]) if general and r % 2 else base[:count]
                     y[...] = every[r]
                     with np.errstate(all="ignore"):
                         dist.reduce(y, dst=root, op=op)

@@ -16,6 +16,7 @@ import numpy as np
 import meshcast as dist
 from meshcast import ReduceOp, _world
 from meshcast.algorithms import _select as table
+from meshcast.testing.paths import general_path
 
 # A piece this large leaves the one-shot range at every world size tested and reaches
 # the single-copy threshold (64 KiB per piece, per rank for all_to_all): float64.
@@ -29,8 +30,9 @@ def _value(src: int, dst: int, count: int) -> np.ndarray:
 
 
 def _strided(count: int) -> np.ndarray:
-    """A non-contiguous writable float64 array of ``count`` elements."""
-    return np.zeros(2 * count)[::2]
+    """A non-contiguous writable float64 array of ``count`` elements, which the tiny-call
+    lane declines: a call given it runs on the general path."""
+    return general_path(np.zeros(2 * count)[::2])
 
 
 def _gather_then_scatter(root: int, sizes: list[int], make: Callable[[int], np.ndarray]
@@ -169,7 +171,7 @@ def large_all_reduces() -> list[str]:
         np.testing.assert_array_equal(x, want, f"{dtype} {op}")
     strided = np.zeros(2 * count)
     strided[::2] = data(r, "float64")
-    view = strided[::2]
+    view = general_path(strided[::2])
     dist.all_reduce(view)
     seen.append(pg.last_algorithm)
     np.testing.assert_array_equal(view, sum(data(q, "float64") for q in range(n)) if n == 2
@@ -196,7 +198,7 @@ def large_all_reduces() -> list[str]:
                                           f"reduce to {root}, {dtype} {op}")
     # rank 0 on the tiny-call lane's entry (contiguous), the others on the general path
     strided[::2] = data(r, "float64")
-    mixed = strided[::2].copy() if r == 0 else strided[::2]
+    mixed = strided[::2].copy() if r == 0 else general_path(strided[::2])
     dist.all_reduce(mixed, op=dist.ReduceOp.MIN)
     seen.append(pg.last_algorithm)
     np.testing.assert_array_equal(mixed, np.minimum.reduce([data(q, "float64")
@@ -327,7 +329,7 @@ def rooted_lane(base: int) -> list[str]:
         c = 3 + k % 2
         mine = _value(r, root, c)
         if not lane:
-            mine = np.repeat(mine, 2)[::2]  # non-contiguous: the general path
+            mine = general_path(np.repeat(mine, 2)[::2])  # non-contiguous: the general path
         outs = [np.zeros(c) if lane else _strided(c) for _ in range(n)] if r == root else None
         dist.gather(mine, outs, dst=None if root == 0 and k % 3 == 0 else root)
         seen.append(pg.last_algorithm)
@@ -366,7 +368,7 @@ def lanes_past_one_shot(base: int) -> list[str]:
     pg = dist.group.WORLD
     seen = []
     mine = _value(r, 0, base)
-    inp = mine if r == 0 else np.repeat(mine, 2)[::2]
+    inp = mine if r == 0 else general_path(np.repeat(mine, 2)[::2])
     whole = np.zeros((n, base))
     dist.all_gather_into_tensor(whole, inp)
     seen.append(pg.last_algorithm)
@@ -383,7 +385,7 @@ def lanes_past_one_shot(base: int) -> list[str]:
     full = [np.concatenate([_value(q, d, base) for d in range(n)]) for q in range(n)]
     for op, reduce in ((dist.ReduceOp.SUM, np.add.reduce), (dist.ReduceOp.MAX, np.maximum.reduce),
                        (dist.ReduceOp.AVG, lambda a: np.add.reduce(a) / n)):
-        inp = full[r] if r == 0 else np.repeat(full[r], 2)[::2]
+        inp = full[r] if r == 0 else general_path(np.repeat(full[r], 2)[::2])
         piece = np.zeros(base)
         dist.reduce_scatter_tensor(piece, inp, op=op)
         seen.append(pg.last_algorithm)
@@ -485,7 +487,7 @@ def gather_past_one_shot(base: int) -> list[str]:
             root = k % n
             mine = _value(r, root, base)
             if not (lane_root if r == root else lane_others):
-                mine = np.repeat(mine, 2)[::2]  # non-contiguous: the general path
+                mine = general_path(np.repeat(mine, 2)[::2])  # non-contiguous: the general path
             outs = None
             if r == root:
                 outs = (list(np.zeros((n, base))) if together
@@ -582,7 +584,7 @@ def random_mix(calls: int, seed: int) -> int:
         def arr(values: np.ndarray, general: bool = general) -> np.ndarray:
             if not general:
                 return np.array(values, dtype=np.float64)
-            a = np.zeros(2 * len(values))[::2]
+            a = general_path(np.zeros(2 * len(values))[::2])
             a[...] = values
             return a
 
@@ -942,6 +944,76 @@ def all_to_all_lists_where_they_lie(counts: list[int]) -> list[str]:
     return seen
 
 
+def strided_arrays_on_the_lane(counts: list[int]) -> list[str]:
+    """Arrays that are not C-contiguous take the tiny-call lane through contiguous copies
+    (the output's written back), with the group's forms made to fail, at ``counts``
+    float64 elements in turn (one-shot, then single-copy): all_reduce of a column,
+    broadcast (and, one-shot, reduce) of strided views from every root, all_gather_into_tensor with
+    a strided input and with a strided output, reduce_scatter_tensor of a strided input,
+    all_to_all_single of a strided input and in place. Every result checked against
+    NumPy; returns the paths seen."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    seen: list[str] = []
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the general path ran")
+
+    def strided(a: np.ndarray) -> np.ndarray:
+        out = np.zeros((a.size, 2))[:, 1]
+        out[...] = a
+        return out
+
+    kinds = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all")
+    for kind in kinds:
+        setattr(pg, kind, refuse)  # instance attributes
+    try:
+        for count in counts:
+            x = strided(_value(r, 0, count))
+            dist.all_reduce(x)
+            np.testing.assert_array_equal(x, np.add.reduce([_value(q, 0, count)
+                                                            for q in range(n)]), "all_reduce")
+            seen.append(pg.last_algorithm)
+            for root in range(n):
+                y = strided(_value(r, 1, count))
+                dist.broadcast(y, src=root)
+                np.testing.assert_array_equal(y, _value(root, 1, count), f"broadcast {root}")
+                if count != counts[0]:
+                    continue  # (reduce past the one-shot sizes is the group's own)
+                z = strided(_value(r, 2, count))
+                dist.reduce(z, dst=root, op=ReduceOp.MAX)
+                np.testing.assert_array_equal(
+                    z, np.maximum.reduce([_value(q, 2, count) for q in range(n)])
+                    if r == root else _value(r, 2, count), f"reduce to {root}")
+            whole = np.zeros(n * count)
+            dist.all_gather_into_tensor(whole, strided(_value(r, 3, count)))
+            np.testing.assert_array_equal(whole, np.concatenate(
+                [_value(q, 3, count) for q in range(n)]), "all_gather, strided input")
+            whole = strided(np.zeros(n * count))
+            dist.all_gather_into_tensor(whole, _value(r, 3, count))
+            np.testing.assert_array_equal(whole, np.concatenate(
+                [_value(q, 3, count) for q in range(n)]), "all_gather, strided output")
+            seen.append(pg.last_algorithm)
+            piece = np.zeros(count)
+            dist.reduce_scatter_tensor(piece, strided(np.concatenate(
+                [_value(r, 4 + d, count) for d in range(n)])))
+            np.testing.assert_array_equal(piece, np.add.reduce(
+                [_value(q, 4 + r, count) for q in range(n)]), "reduce_scatter")
+            seen.append(pg.last_algorithm)
+            mine = np.concatenate([_value(r, 10 + d, count) for d in range(n)])
+            got = np.zeros(n * count)
+            dist.all_to_all_single(got, strided(mine))
+            want = np.concatenate([_value(q, 10 + r, count) for q in range(n)])
+            np.testing.assert_array_equal(got, want, "all_to_all, strided input")
+            dist.all_to_all_single(mine, mine)  # in place
+            np.testing.assert_array_equal(mine, want, "all_to_all in place")
+            seen.append(pg.last_algorithm)
+    finally:
+        for kind in kinds:
+            delattr(pg, kind)
+    return seen
+
+
 def torch_bfloat16_on_the_lane(counts: list[int]) -> list[str]:
     """bfloat16 torch tensors take the tiny-call lane (their bits as ops.BFLOAT16) at each
     of ``counts`` elements: all_reduce SUM and PRODUCT, broadcast, all_gather_into_tensor,
@@ -1045,12 +1117,12 @@ def async_past_one_shot(base: int) -> list[str]:
         if r == late:
             time.sleep(0.05)
         mine = _value(r, 0, base)
-        inp = np.repeat(mine, 2)[::2] if strided else mine
+        inp = general_path(np.repeat(mine, 2)[::2]) if strided else mine
         whole = np.zeros((n, base))
         works = [dist.all_gather_into_tensor(whole, inp, async_op=True)]
         piece = np.zeros(base)
         works.append(dist.reduce_scatter_tensor(
-            piece, np.repeat(full[r], 2)[::2] if strided else full[r].copy(), async_op=True))
+            piece, general_path(np.repeat(full[r], 2)[::2]) if strided else full[r].copy(), async_op=True))
         root = n - 1
         gathered = [np.zeros(base) for _ in range(n)] if r == root else None
         works.append(dist.gather(inp, gathered, dst=root, async_op=True))
@@ -1369,7 +1441,7 @@ def uneven_all_to_all_lane(base: int) -> list[str]:
     # rank 0 passes a strided input (the general path), the others take the lane
     inp = np.concatenate([block(r, d, 1, 3, np.float64) for d in range(n)])
     if r == 0:
-        inp = np.repeat(inp, 2, axis=1)[:, ::2]
+        inp = general_path(np.repeat(inp, 2, axis=1)[:, ::2])
     check(call(1, 3, np.float64, False, inp), 1, 3, np.float64, "lane beside general path")
     # rank 0 expects one row more from rank 1 than rank 1 sends it
     sent = [rows(r, d, 2) for d in range(n)]
@@ -1401,7 +1473,7 @@ def all_to_all_past_one_shot(base: int, uneven_refused: bool) -> list[str]:
     def even(k: int, dtype: type, run_async: bool, strided: bool = False) -> None:
         inp = np.concatenate([_value(r, d, base) + k for d in range(n)]).astype(dtype)
         if strided:
-            inp = np.repeat(inp, 2)[::2]
+            inp = general_path(np.repeat(inp, 2)[::2])
         out = np.full(n * base, -1, dtype)
         work = dist.all_to_all_single(out, inp, async_op=run_async)
         if run_async:
@@ -1561,7 +1633,7 @@ def one_sided_rounds() -> list[str]:
             z = np.full(6, r + 1.0)
             dist.all_reduce(z)
         elif follow == 1:  # the general path (a strided array), staged before the entry
-            z = np.zeros(12)[::2]
+            z = general_path(np.zeros(12)[::2])
             z[...] = r + 1.0
             dist.all_reduce(z)
         elif follow == 2:  # a schedule
@@ -1697,7 +1769,7 @@ def single_copy_broadcasts() -> list[str]:
             seen.append(pg.last_algorithm)
             np.testing.assert_array_equal(got, want, f"broadcast of {count} {dtype} from {root}")
             # one rank on the general path (strided), the others in the lane
-            strided = np.zeros(2 * count, dtype)[::2]
+            strided = general_path(np.zeros(2 * count, dtype)[::2])
             got = strided if r == (root + 1) % n else np.zeros(count, dtype)
             got[...] = want if r == root else 0
             dist.broadcast(got, src=root)
@@ -1882,7 +1954,7 @@ def single_copy_programs(count: int) -> tuple[int, int, int]:
             for run_async in (False, True):
                 for root in range(n):
                     want = _value(root, 2, count)
-                    buf = np.repeat(want, 2)[::2] if general else want.copy()
+                    buf = general_path(np.repeat(want, 2)[::2]) if general else want.copy()
                     if r != root:
                         buf[...] = 0
                     work = dist.broadcast(buf, src=root, async_op=run_async)
@@ -1891,7 +1963,7 @@ def single_copy_programs(count: int) -> tuple[int, int, int]:
                     np.testing.assert_array_equal(buf, want, f"broadcast from {root}")
                 whole = np.zeros((n, count))
                 mine = _value(r, 4, count)
-                inp = np.repeat(mine, 2)[::2] if general else mine
+                inp = general_path(np.repeat(mine, 2)[::2]) if general else mine
                 for target in (inp, None):  # apart, then in place (the lane's other program)
                     if target is None:
                         whole[r] = mine
@@ -1905,7 +1977,7 @@ def single_copy_programs(count: int) -> tuple[int, int, int]:
                 piece = count // n
                 mine = np.concatenate([_value(r, 5 + d, piece) for d in range(n)])
                 got = np.zeros(n * piece)
-                work = dist.all_to_all_single(got, np.repeat(mine, 2)[::2] if general else mine,
+                work = dist.all_to_all_single(got, general_path(np.repeat(mine, 2)[::2]) if general else mine,
                                               async_op=run_async)
                 if work is not None:
                     work.wait()
@@ -1936,7 +2008,7 @@ def single_copy_folds(count: int) -> tuple[int, int, int]:
     ops = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "max": dist.ReduceOp.MAX}
     with _counting_copy_programs() as counts:
         for general in (False, True):
-            shaped = (lambda a: np.repeat(a, 2)[::2]) if general else (lambda a: a.copy())
+            shaped = (lambda a: general_path(np.repeat(a, 2)[::2])) if general else (lambda a: a.copy())
             for run_async in (False, True):
                 for op in ("sum", "avg", "max"):
                     if op == "max":  # int32: twice as many elements, the same bytes
@@ -2000,7 +2072,7 @@ def python_copy_programs(count: int) -> list[tuple[str, bool]]:
     single_copy.run_program = spied
     try:
         for general in (False, True):
-            shaped = (lambda a: np.repeat(a, 2)[::2]) if general else (lambda a: a.copy())
+            shaped = (lambda a: general_path(np.repeat(a, 2)[::2])) if general else (lambda a: a.copy())
             for run_async in (False, True):
                 buf = shaped(_value(r, 0, count))
                 done(dist.broadcast(buf, src=n - 1, async_op=run_async))

@@ -221,6 +221,16 @@ def test_all_to_all_of_lists_reads_and_writes_the_pieces_where_they_lie(n, singl
 
 
 @pytest.mark.parametrize("n", [2, 3])
+def test_strided_arrays_take_the_lane_through_contiguous_copies(n, single_copy):
+    # 3 float64 (one-shot) and 300 000 (single-copy): columns, strided views, a strided
+    # output and an all_to_all in place, with the group's forms made to fail
+    out = spawn_world(bodies.strided_arrays_on_the_lane, n, timeout=120, counts=[3, 300_000])
+    want = [f"{kind}/{path}" for path in ("oneshot", "cma")
+            for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")]
+    assert all(seen == want for seen in out), out
+
+
+@pytest.mark.parametrize("n", [2, 3])
 def test_list_forms_past_one_shot_run_on_staged_concatenations(n, single_copy):
     # 140 000 and 280 000 float64 a piece, in turn: the lane's uneven all_to_all of lists
     # runs on its pieces' concatenation in staging arrays it keeps (reused by smaller

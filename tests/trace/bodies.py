@@ -8,6 +8,7 @@ import numpy as np
 
 import meshcast as dist
 from meshcast.errors import MeshcastError
+from meshcast.testing.paths import general_path
 
 
 def _ran(log: list, kind: str, group=None) -> None:
@@ -23,7 +24,7 @@ def every_path() -> dict:
     x = np.arange(4, dtype=np.float32) + r
     dist.all_reduce(x)  # the tiny lane
     _ran(log, "all_reduce")
-    y = np.ones((3, 5), np.complex128)[:, ::2]  # non-contiguous: the group's own path
+    y = general_path(np.ones((3, 5), np.complex128)[:, ::2])  # the group's own path
     dist.all_reduce(y, op=dist.ReduceOp.PRODUCT)
     _ran(log, "all_reduce")
     z = np.ones(1000, np.int32)
@@ -79,9 +80,9 @@ def every_path() -> dict:
     for dtype, op in ((np.float32, dist.ReduceOp.MAX), (np.complex64, dist.ReduceOp.SUM)):
         dist.all_reduce(np.arange(4, dtype=dtype) * r, op=op)
         _ran(log, "all_reduce")
-    # the group's own one-shot path (non-contiguous) with a fold the kernels have: its
-    # program runs in the compiled interpreter
-    s = np.ones((4, 2), np.int32)[:, 0]
+    # the group's own one-shot path (a view the lane declines) with a fold the kernels
+    # have: its program runs in the compiled interpreter
+    s = general_path(np.ones((4, 2), np.int32)[:, 0])
     dist.all_reduce(s)
     assert (s == n).all()
     _ran(log, "all_reduce")
