@@ -180,8 +180,8 @@ def scatter_object_list(scatter_object_output_list: list[Any],
         blobs = [_dump(o, f"scatter_object_input_list[{i}]", caller) for i, o in enumerate(ins)]
     src = pg.global_rank(root)
     # the root says how long every piece is (-1: uneven pieces, their sizes scattered)
-    length = np.array([max(b.size for b in blobs) if me and _pad_fits(
-        [b.size for b in blobs]) else -1], np.int64)
+    sizes = [b.size for b in blobs] if me else []
+    length = np.array([max(sizes) if me and _pad_fits(sizes) else -1], np.int64)
     _api.broadcast(length, src, group=group)
     top = int(length[0])
     if top >= 0:  # each piece its size (8 bytes), then its bytes padded to the longest
@@ -189,7 +189,7 @@ def scatter_object_list(scatter_object_output_list: list[Any],
         rows = None
         if me:  # (the pieces: the rows of one array)
             rows = np.zeros((n, 8 + top), np.uint8)
-            rows[:, :8] = np.array([b.size for b in blobs], np.int64)[:, None].view(np.uint8)
+            rows[:, :8] = np.array(sizes, np.int64)[:, None].view(np.uint8)
             for row, b in zip(rows, blobs):
                 row[8:8 + b.size] = b
         _api.scatter(piece, None if rows is None else list(rows), src, group=group)

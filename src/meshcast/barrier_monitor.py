@@ -77,15 +77,16 @@ def _await_arrivals(store: Any, base: str, ranks: list[int], timeout: float,
     for r in ranks:
         key = f"{base}/arrived/{r}"
         left = deadline - time.monotonic()
-        try:
-            if left <= 0:
-                raise CommTimeout("")  # (past the deadline: only what is there counts)
-            store.wait([key], left)
-        except CommTimeout:
-            if not store.check([key]):
-                missing.append(r)
-                if not wait_all_ranks:
-                    break
+        if left > 0:  # (past the deadline, only what is there counts)
+            try:
+                store.wait([key], left)
+                continue
+            except CommTimeout:
+                pass
+        if not store.check([key]):
+            missing.append(r)
+            if not wait_all_ranks:
+                break
     return missing
 
 

@@ -1399,19 +1399,16 @@ class TinyCallLane:
         head, single, program = flat[3], flat[8], flat[9]
         size, nbytes = whole.size, whole.nbytes
         exposing = group.transport.cma_min_bytes > 0
+        prog, copy, table_at = None, None, -1
         if program is not None:  # one-shot: the table past my staged input
             prog = self._program("all_to_all", like.dtype, size, size, listed=BOTH)
             table_at = -(-(head + nbytes) // 64) * 64 if exposing else -1
-            copy = None
         elif single is not None and exposing:  # single-copy: the table past my header
             copy = self._copy_programs.get("all_to_all", like.dtype, -1, size, size,
                                            listed=BOTH)
-            prog, table_at = None, head
-            if copy is None or copy.packed is None:
-                return False
-        else:
-            return False
-        if (copy is None and prog is None) or table_at + 16 * n > group.arena.small_bytes:
+            table_at = head
+        if (prog is None and (copy is None or copy.packed is None)
+                or table_at + 16 * n > group.arena.small_bytes):
             return False
         return flat, prog, table_at, copy
 

@@ -1582,11 +1582,10 @@ static inline int run_records(Round *self, const int64_t *prog, Py_ssize_t from,
 /* The call buffers of prog: inp and out into bufs[0] and bufs[1] (NULL: None, or a
  * side given as pieces), each piece of the listed side into bufs[2 + i] (LISTED_BOTH:
  * the input's there, the output's after them); views holds what was got (obj NULL
- * where nothing was), nb of them. -1 with an exception. */
+ * where nothing was). -1 with an exception. */
 static int bind_buffers(const int64_t *prog, PyObject *inp, PyObject *out, Py_buffer *views,
-                        char **bufs, Py_ssize_t nb) {
+                        char **bufs) {
     Py_ssize_t side = (Py_ssize_t)prog[4], count = (Py_ssize_t)prog[5];
-    (void)nb;
     for (int b = 0; b < 2; b++) {
         PyObject *obj = b == 0 ? inp : out;
         int flags = PyBUF_C_CONTIGUOUS | (b == 1 || (prog[2] & WRITES_INPUT) ? PyBUF_WRITABLE : 0);
@@ -1837,7 +1836,7 @@ static PyObject *Round_program(Round *self, PyObject *const *args, Py_ssize_t na
     Py_ssize_t n = (Py_ssize_t)prog[3], at = start;
     PipedGet gets_held[STAGE_HELD], *gets = gets_held;
     Py_ssize_t ngets = 0, piped_end = 0;
-    if (bind_buffers(prog, args[4], args[5], views, bufs, nb) < 0
+    if (bind_buffers(prog, args[4], args[5], views, bufs) < 0
             || (tails != NULL && !(prog[2] & MAPPED) && !pieces_look_alike(prog, views, nb))
             || !sides_apart(prog, views)) {
         if (tails == NULL) {
