@@ -255,17 +255,32 @@ SIGNALS = 4
 MAPPED = 8
 
 
-def probe(count: int | None, dtype: np.dtype) -> np.ndarray | None:
+# Reserved, never-touched address space the probes of calls up to this size are cut
+# from (one mapping per side, so that an input's and an output's probes never share
+# memory): a fresh mapping per probe cost half of flattening a small program (two
+# mmap and munmap calls), which a program whose sizes change from call to call paid on
+# every call. Untouched pages of an anonymous mapping take no memory.
+_PROBE_POOL_BYTES = 1 << 26
+_probe_pools: list[mmap.mmap] = []
+
+
+def probe(count: int | None, dtype: np.dtype, side: int = 0) -> np.ndarray | None:
     """An array of ``count`` elements (None: None) to flatten a schedule on
-    (``_program.flatten``) in place of a call's: its memory is an anonymous mapping of
-    its own that nothing touches (flattening only asks where each step's array lies).
+    (``_program.flatten``) in place of a call's: anonymous memory that nothing touches
+    (flattening only asks where each step's array lies). ``side`` (0 or 1): probes of
+    different sides never share memory, so a call's input and output can be told apart.
     So a large call's probe never goes through malloc, whose dynamic mmap threshold
     would then put the caller's next arrays of that size in the heap, where copies run
     slower (measured: +40% for an 8 MiB single-copy all_gather at 2 ranks after its
     probes came from malloc)."""
     if count is None:
         return None
-    return np.frombuffer(mmap.mmap(-1, max(count * dtype.itemsize, 1)), dtype, count)
+    nbytes = count * dtype.itemsize
+    if nbytes > _PROBE_POOL_BYTES:
+        return np.frombuffer(mmap.mmap(-1, nbytes), dtype, count)
+    if not _probe_pools:
+        _probe_pools.extend(mmap.mmap(-1, _PROBE_POOL_BYTES) for _ in range(2))
+    return np.frombuffer(_probe_pools[side], dtype, count)
 
 
 def pack_program(program: prog.Program, region_bytes: int) -> bytes | None:
@@ -384,12 +399,12 @@ class BoundProgram:
         arena: the group's arena (transport.arena.Arena).
 
     Raises:
-        NotImplementedError: the program has a step this interpreter does not
-            run (messages, bytes that are not whole elements): run the schedule
-            through :func:`execute` instead.
+        NotImplementedError: (from :meth:`bind` or the first run) the program has a
+            step this interpreter does not run (messages, bytes that are not whole
+            elements): run the schedule through :func:`execute` instead.
     """
 
-    __slots__ = ("program", "packed", "folds", "_steps", "_first")
+    __slots__ = ("program", "packed", "folds", "_arena", "_bound")
 
     def __init__(self, program: prog.Program, arena: Any) -> None:
         self.program = program
@@ -399,19 +414,40 @@ class BoundProgram:
         # whether a step folds ranks' data (the interpreter then needs a kernel)
         self.folds = any(rec[0] == prog.REDUCE_SLOTS and len(program.rank_sets[rec[1]]) > 1
                          for rec in program.records)
-        kept = [i for i, rec in enumerate(program.records) if rec[0] != prog.ROUND]
-        self._steps = tuple(_bind(program, program.records[i], arena) for i in kept)
-        # the step of each record (of the next one where a record has none)
-        self._first = [sum(1 for i in kept if i < r) for r in range(len(program.records) + 1)]
+        self._arena = arena
+        # (Python's steps are bound on first use: where the compiled interpreter runs
+        # every call, binding them cost a third of making the program)
+        self._bound: tuple[tuple[BoundStep, ...], list[int]] | None = None
+
+    def bind(self) -> BoundProgram:
+        """Bind Python's steps now (they are bound on first use otherwise); returns self.
+
+        Raises:
+            NotImplementedError: as the class says.
+        """
+        self._bind_steps()
+        return self
+
+    def _bind_steps(self) -> tuple[tuple[BoundStep, ...], list[int]]:
+        """(every record's step but the rounds', the index of each record's step (of the
+        next one where a record has none)), bound once."""
+        if self._bound is None:
+            program = self.program
+            kept = [i for i, rec in enumerate(program.records) if rec[0] != prog.ROUND]
+            steps = tuple(_bind(program, program.records[i], self._arena) for i in kept)
+            first = [sum(1 for i in kept if i < r) for r in range(len(program.records) + 1)]
+            self._bound = (steps, first)
+        return self._bound
 
     def __call__(self, ctx: ProgramContext, buffers: Buffers) -> None:
-        for step in self._steps:
+        for step in self._bind_steps()[0]:
             step(ctx, buffers)
 
     def run_from(self, record: int, ctx: ProgramContext, buffers: Buffers) -> None:
         """The steps of the records from ``record`` on (a single-copy call's after its
         entry, which the general path ran)."""
-        for step in self._steps[self._first[record]:]:
+        steps, first = self._bind_steps()
+        for step in steps[first[record]:]:
             step(ctx, buffers)
 
 

@@ -116,13 +116,13 @@ def flatten_shape(group: GroupView, kind: str, family: str, dtype: np.dtype, roo
     if in_place and n_in is not None and n_out is not None and counts is not None:
         lo, c = sum(counts[:group._rank]), counts[group._rank]
         if n_in > n_out:  # (a scatter root's output)
-            inp = probe(n_in, dtype)
+            inp = probe(n_in, dtype, 0)
             out = inp[lo:lo + c]  # type: ignore[index]
         else:
-            out = probe(n_out, dtype)
+            out = probe(n_out, dtype, 1)
             inp = out[lo:lo + c]  # type: ignore[index]
     else:
-        inp, out = probe(n_in, dtype), probe(n_out, dtype)
+        inp, out = probe(n_in, dtype, 0), probe(n_out, dtype, 1)
     plan = Plan(coll=kind, rank=group._rank, size=group._size, dtype=dtype, root=root,
                 input=inp, output=out, counts=counts, region_bytes=group.arena.small_bytes,
                 single_copy=family == "cma", symmetric=family == "symmetric",

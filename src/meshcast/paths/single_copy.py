@@ -500,7 +500,7 @@ class CopyPrograms:
                 made = CopyProgram(packed, entered, waits, kernel, expects=expects)
             else:
                 try:
-                    made = CopyProgram(None, entered, waits, steps=BoundProgram(program, arena),
+                    made = CopyProgram(None, entered, waits, steps=BoundProgram(program, arena).bind(),
                                        op=op, expects=expects)
                 except NotImplementedError:
                     made = None
