@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -710,6 +711,51 @@ def object_paths() -> None:
         box = [None, None]
         assert dist.recv_object_list(box, group=backwards, group_src=0) == n - 1
         assert box == [obj(n - 1), "tail"], box
+    dist.barrier()
+
+
+def object_sizes_share_plans() -> None:
+    """Object collectives whose pickles grow a little every call (60 sizes) give every
+    object back, and the array calls under them plan once per size class, not once per
+    size (each new plan costs tens of microseconds)."""
+    from meshcast import _objects, _world
+
+    r, n = dist.get_rank(), dist.get_world_size()
+    lane = _world.default_lane
+    built: list[tuple] = []
+    plan = lane._plan
+
+    def counting(key: tuple, *args: object) -> object:
+        if key not in lane.plans:
+            built.append(key)
+        return plan(key, *args)
+
+    lane._plan = counting  # (an instance attribute: the lane's own calls find it)
+    try:
+        sizes = set()
+        for s in range(60):
+            def obj(q: int, s: int = s) -> dict:
+                return {"q": q, "pad": "x" * (100 + 7 * s + q)}
+
+            sizes.add(len(pickle.dumps(obj(r), protocol=pickle.HIGHEST_PROTOCOL)))
+            every = [None] * n
+            dist.all_gather_object(every, obj(r))
+            assert every == [obj(q) for q in range(n)], s
+            got = [None] * n
+            dist.gather_object(obj(r), got if r == 0 else None, dst=0)
+            assert r != 0 or got == [obj(q) for q in range(n)], s
+            out = [None]
+            dist.scatter_object_list(out, [obj(q) for q in range(n)] if r == 0 else None, src=0)
+            assert out[0] == obj(r), s
+            box = [obj(0), s] if r == 0 else [None, None]
+            dist.broadcast_object_list(box, src=0)
+            assert box == [obj(0), s], s
+    finally:
+        del lane._plan
+    classes = {_objects._size_class(z) for z in sizes}
+    assert len(sizes) == 60 and len(classes) < 12, (len(sizes), classes)
+    # (per collective at most a plan per class and one for its sizes; 60 without classes)
+    assert len(built) <= 4 * (len(classes) + 3), (len(built), len(classes), built[:8])
     dist.barrier()
 
 

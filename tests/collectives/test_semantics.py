@@ -259,6 +259,11 @@ def test_object_collectives_of_different_sizes_stay_on_the_lane(n):
     spawn_world(bodies.object_paths, n, timeout=60)
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_object_collectives_of_growing_sizes_share_plans(n):
+    spawn_world(bodies.object_sizes_share_plans, n, timeout=60)
+
+
 @pytest.mark.parametrize("n", [1, 3])
 def test_numpy_bfloat16_through_ml_dtypes(n):
     pytest.importorskip("ml_dtypes")
