@@ -18,7 +18,9 @@ compiled fold for their op (complex) are one round
 scatter and all_to_all run their programs too, their entry the general path's
 (a rooted entry: every rank's own fingerprint, phase 0), since they are
 decided after it; all_to_all's program is flattened presuming every rank's
-split header is mine (equal splits) and checks that it is.
+split header is mine (equal splits) and checks that it is. Uneven splits and a
+gather's or scatter's root whose pieces differ in size have modules of their own
+(uneven_all_to_all.py, uneven_rooted.py).
 
 Rule: the lane runs exactly the one-shot path of the ProcessGroup method it
 stands for (same fingerprint bytes, same data layout, same operand order),
@@ -42,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _wait, ops, uneven_all_to_all
+from . import _wait, ops, uneven_all_to_all, uneven_rooted
 from ._fingerprint import Fingerprint, counts_hash, path_digest
 from .algorithms import _select as _fast
 from .algorithms._program import BOTH, INPUT, NO_BUFFER, OUTPUT
@@ -50,7 +52,7 @@ from .buffers import SUPPORTED, Staging, as_buffer
 from .errors import InvalidUsage
 from .paths import GroupView, single_copy
 from .paths import symmetric as symmetric_path
-from .paths.oneshot import Programs, pack_split_header, split_head, split_header
+from .paths.oneshot import Programs, pack_split_header, resume_program, split_head, split_header
 from .transport.shm import KIND_P2P
 from .work import P2PWork, Work
 
@@ -1423,7 +1425,7 @@ class TinyCallLane:
                                           self._whats["all_to_all"],
                                           time.monotonic() + group.timeout, got & 7)
         if agreed and all(h == flat[1] for h in flat[2][seq & 1]):
-            _resume_program(seq & 1, group.arena, seq, entry, prog, ins, outs, got)
+            resume_program(seq & 1, group.arena, seq, entry, prog, ins, outs, got)
             return
         self._all_to_all_listed_general(
             seq, outs, ins, flat[6],
@@ -1563,7 +1565,7 @@ class TinyCallLane:
         if uniform and nbytes <= limit and resume is not None:
             # Every rank splits evenly with the same sizes and staged its input: the
             # program's records after its entry (its EXPECTs hold then) copy them out.
-            _resume_program(seq & 1, group.arena, seq, resume[0], program[0], inp, out,
+            resume_program(seq & 1, group.arena, seq, resume[0], program[0], inp, out,
                             resume[1])
             group.last_algorithm = "all_to_all/oneshot"
         elif uniform and nbytes <= limit:  # (Python's entry: no compiled helper)
@@ -1617,9 +1619,12 @@ class TinyCallLane:
                     entry = (tails, root, inp)
                 status = arena.compiled_program(seq, entry, arena.spin_ns, prog, inp, outs,
                                                 -1, 0)
-                if status == 5:  # the general path explains, as this call's number
-                    self._refused(seq)
-                    return False
+                if status == 5:  # pieces not like inp: of other sizes (Gatherv), or the
+                    # general path explains, as this call's number
+                    if not (at_root and uneven_rooted.gather(self, seq, inp, outs, root)):
+                        self._refused(seq)
+                        return False
+                    status = 0  # (the root's pieces of other sizes: done there)
             if status == 0:
                 group.last_algorithm = "gather/oneshot"
             else:
@@ -1763,7 +1768,7 @@ class TinyCallLane:
         arena = group.arena
         data: Any = inp
         if status is not None:  # resume the program after its entry
-            use: tuple = (_resume_program, arena, seq, entry, plan[9][0], inp, outs, status)
+            use: tuple = (resume_program, arena, seq, entry, plan[9][0], inp, outs, status)
             data = entry = None
             status &= 7  # (the interpreter's: the record to resume from, then the status)
         else:
@@ -1819,9 +1824,12 @@ class TinyCallLane:
                 prog, data = program
                 status = arena.compiled_program(seq, data, arena.spin_ns, prog, ins, out, -1,
                                                 0, self._whats["scatter"])
-                if status == 5:  # the general path explains, as this call's number
-                    self._refused(seq)
-                    return False
+                if status == 5:  # pieces not like out: of other sizes (Scatterv), or the
+                    # general path explains, as this call's number
+                    if not (at_root and uneven_rooted.scatter(self, seq, out, ins, root)):
+                        self._refused(seq)
+                        return False
+                    status = 0  # (the root's pieces of other sizes: done there)
             if status == 0:
                 group.last_algorithm = "scatter/oneshot"
             else:
@@ -1908,7 +1916,7 @@ class TinyCallLane:
         arena = group.arena
         exposure = None
         if status is not None:  # the program's rooted entry ran (data): resume after it
-            use: tuple = (_resume_program, arena, seq, data, program[0], ins, out, status)
+            use: tuple = (resume_program, arena, seq, data, program[0], ins, out, status)
             data = None
             status &= 7  # (the interpreter's: the record to resume from, then the status)
         else:
@@ -2687,18 +2695,6 @@ def _finish_oneshot(arena: Any, seq: int, tail: bytes, what: object, timeout: fl
     reads the regions."""
     arena.oneshot_rest(seq, tail, what, timeout, data, status)
     combine(seq & 1, *args)
-
-
-def _resume_program(parity: int, arena: Any, seq: int, entry: tuple, prog: bytes, inp: Any,
-                    out: Any, status: int) -> None:
-    """The records after the rooted entry ``entry`` of call ``seq``'s program ``prog``,
-    once Python finished that entry (``status``: what the compiled interpreter returned,
-    the record to resume from and why it stopped) and every rank agreed. The records
-    left hold no round, so anything but 0 is a bug: it raises, never leaves out unwritten."""
-    left = arena.compiled_program(seq, entry, arena.spin_ns, prog, inp, out, -1, status >> 3)
-    if left:
-        raise AssertionError(f"collective #{seq}: the program's records after its entry "
-                             f"returned {left}")
 
 
 def _copy_root(parity: int, arr: np.ndarray, views: list, root: int) -> None:

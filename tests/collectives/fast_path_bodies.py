@@ -2109,3 +2109,89 @@ def python_copy_programs(count: int) -> list[tuple[str, bool]]:
     finally:
         single_copy.run_program = go_on
     return seen
+
+
+def uneven_rooted_on_the_lane() -> list[str]:
+    """gather and scatter whose pieces differ in size (Gatherv, Scatterv) on the tiny-call
+    lane, with the groups' gather and scatter made to fail: every root, on the world and
+    on a group whose ranks run backwards (roots as group ranks), pieces of 0 to 40
+    float64 elements, 2-D pieces, int32, a gather root in place (its input is its piece
+    of the list), the same shape twice (the cached plan); then, with the group's calls
+    back, a rank on the general path beside the lane's, and, last, a root whose pieces do
+    not match what a rank sends (the same MismatchError on every rank). Every result
+    checked; returns the paths seen."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    backwards = dist.new_group(list(range(n - 1, -1, -1)))
+    seen: list[str] = []
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the general path ran")
+
+    def check(group: Any, root: int, sizes: list[int], dtype: Any = np.float64,
+              shape: Callable[[int], tuple] = lambda c: (c,), in_place: bool = False,
+              late: bool = False) -> None:
+        pg = dist.group.WORLD if group is None else backwards
+        me = r if group is None else n - 1 - r  # (my group rank)
+        glob = root if group is None else n - 1 - root  # (the root's global rank)
+
+        def value(q: int, c: int) -> np.ndarray:
+            return (_value(q, root, c) * 8).astype(dtype).reshape(shape(c))
+
+        pieces = [np.zeros(shape(c), dtype) for c in sizes] if me == root else None
+        mine = value(me, sizes[me])
+        if in_place and me == root:
+            pieces[root][...] = mine
+            mine = pieces[root]
+        if late and me == root:
+            time.sleep(0.05)  # (the others wait in their entry: Python finishes it)
+        dist.gather(mine, pieces, dst=glob, group=group)
+        seen.append(pg.last_algorithm)
+        if me == root:
+            for q, got in enumerate(pieces):
+                np.testing.assert_array_equal(got, value(q, sizes[q]), f"gather piece {q}")
+        out = np.zeros(shape(sizes[me]), dtype)
+        src = [value(q, sizes[q]) + 1 for q in range(n)] if me == root else None
+        dist.scatter(out, src, src=glob, group=group)
+        seen.append(pg.last_algorithm)
+        np.testing.assert_array_equal(out, value(me, sizes[me]) + 1, "scatter")
+
+    kinds = ("gather", "scatter")
+    groups = (dist.group.WORLD, backwards)
+    for pg in groups:
+        for kind in kinds:
+            setattr(pg, kind, refuse)  # instance attributes
+    try:
+        for group in (None, backwards):
+            for root in range(n):
+                sizes = [(7 * q + root) % 41 for q in range(n)]
+                sizes[(root + 1) % n] = 0  # (a rank with nothing to send or receive)
+                check(group, root, sizes)
+                check(group, root, sizes, late=root == n - 1)  # (the plan cached)
+        check(None, 0, [2 * q + 2 for q in range(n)], np.int32, lambda c: (c // 2, 2))
+        check(None, n - 1, [q + 3 for q in range(n)], in_place=True)
+    finally:
+        for pg in groups:
+            for kind in kinds:
+                pg.__dict__.pop(kind, None)
+    # a rank on the general path (a piece the lane declines) beside the lane's ranks
+    sizes = [q + 2 for q in range(n)]
+    mine = _value(r, 0, sizes[r])
+    pieces = [np.zeros(c) for c in sizes] if r == 0 else None
+    dist.gather(general_path(mine.copy()) if r == n - 1 else mine, pieces, dst=0)
+    if r == 0:
+        for q, got in enumerate(pieces):
+            np.testing.assert_array_equal(got, _value(q, 0, sizes[q]), "gather beside")
+    out = np.zeros(sizes[r])
+    dist.scatter(general_path(out) if r == n - 1 else out,
+                 [_value(q, 1, c) for q, c in enumerate(sizes)] if r == 0 else None, src=0)
+    np.testing.assert_array_equal(out, _value(r, 1, sizes[r]), "scatter beside")
+    # the root's pieces do not match what the last rank sends: every rank raises (and
+    # the group is unusable after it)
+    pieces = [np.zeros(c + (q == n - 1)) for q, c in enumerate(sizes)] if r == 0 else None
+    try:
+        dist.gather(_value(r, 0, sizes[r]), pieces, dst=0)
+    except dist.MismatchError as exc:
+        seen.append(f"mismatch: {'list sizes on the root' in str(exc)}")
+    else:
+        seen.append("no error")
+    return seen

@@ -364,3 +364,11 @@ def test_pipelined_one_shot_copies(n):
         assert set(seen[:-1]) == {"broadcast/oneshot", "scatter/oneshot", "gather/oneshot"}, seen
     verdicts = {seen[-1] for seen in out}
     assert len(verdicts) == 1 and "ranks disagree" in verdicts.pop(), out
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_gather_and_scatter_of_uneven_pieces_stay_on_the_lane(n):
+    out = spawn_world(bodies.uneven_rooted_on_the_lane, n, timeout=120)
+    calls = 2 * (2 * 2 * n + 2)  # (gather and scatter of every check)
+    want = ["gather/oneshot", "scatter/oneshot"] * (calls // 2) + ["mismatch: True"]
+    assert all(seen == want for seen in out), out

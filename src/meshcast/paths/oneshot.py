@@ -125,6 +125,18 @@ def split_offsets(group: GroupView, seq: int, regions: Sequence[np.ndarray], isz
     return [row[me] * isz for row in table]
 
 
+def resume_program(parity: int, arena: Any, seq: int, entry: tuple, prog: bytes, inp: Any,
+                   out: Any, status: int) -> None:
+    """The records after the rooted entry ``entry`` of call ``seq``'s program ``prog``,
+    once Python finished that entry (``status``: what the compiled interpreter returned,
+    the record to resume from and why it stopped) and every rank agreed. The records
+    left hold no round, so anything but 0 is a bug: it raises, never leaves out unwritten."""
+    left = arena.compiled_program(seq, entry, arena.spin_ns, prog, inp, out, -1, status >> 3)
+    if left:
+        raise AssertionError(f"collective #{seq}: the program's records after its entry "
+                             f"returned {left}")
+
+
 # ------------------------------------------------- decided before the call
 
 
