@@ -56,7 +56,7 @@ from .errors import InvalidUsage, MismatchError
 from .lanes import _alike, _nothing
 
 _SEQ = struct.Struct("<Q")  # the fingerprint's first field (see _fingerprint._STRUCT)
-_PLANS_MAX = 64
+_PLANS_MAX = 1024  # (as the tiny-call lane's: see lanes._PLANS_MAX)
 _MOVE_DTYPES = ops.FAST_DTYPES | {"float16"}  # dtypes a broadcast moves as they are
 _COPY_ROW, _COPY_ALL = -1, -2  # the compiled runner's copies (transport/_mpi_rows.c)
 
@@ -524,7 +524,7 @@ class AcrossHostsLane:
             forced = self.group._forced
             plan = False if key[0] in forced else build(*args)
             if len(self.plans) >= _PLANS_MAX:
-                self.plans.clear()
+                del self.plans[next(iter(self.plans))]
             self.plans[key] = plan
         return plan
 

@@ -14,8 +14,8 @@ the general path, which took 30 us in Python where MPI's Gatherv takes 3:
   size; the root's ``extra`` the digest of all the sizes): its rooted entry agrees in
   one compiled call when every rank does.
 * Its program is the collective's registered ``oneshot`` schedule flattened for those
-  counts, on one array of all the pieces back to back (a staging array of the
-  plan's): gather reads every rank's region into it and the root copies it out into
+  counts, on one array of all the pieces back to back (a staging array made per
+  call): gather reads every rank's region into it and the root copies it out into
   its pieces; scatter copies the pieces into it and stages them in the root's region.
   The pieces take at most the one-shot limit, so the copies cost little.
 * The other ranks need nothing new. Their own plan expects equal pieces, so their
@@ -51,8 +51,7 @@ class RootPlan:
     tails: tuple[bytes, ...]  # every rank's own fingerprint tail, as its general path's
     packed: bytes  # the registered oneshot schedule's program for these counts
     entry: tuple  # its rooted entry (tails, root, exposure)
-    staging: np.ndarray  # every piece back to back
-    bounds: tuple[int, ...]  # where each rank's piece starts in staging, and the end
+    bounds: tuple[int, ...]  # where each rank's piece starts, the pieces back to back
 
 
 def sizes_of(pieces: Any, dtype: np.dtype, n: int, writable: bool) -> tuple[int, ...] | None:
@@ -93,7 +92,7 @@ def plan(lane: TinyCallLane, kind: str, dtype: np.dtype, sizes: tuple[int, ...],
     # TinyCallLane._rooted_plan)
     entry = (tails, root, (0, 0) if group.transport.cma_min_bytes > 0 else None)
     bounds = tuple(sum(sizes[:q]) for q in range(n + 1))
-    return RootPlan(tails, packed, entry, np.empty(whole, dtype), bounds)
+    return RootPlan(tails, packed, entry, bounds)
 
 
 def gather(lane: TinyCallLane, seq: int, inp: np.ndarray, outs: list[np.ndarray], root: int,
@@ -108,7 +107,7 @@ def gather(lane: TinyCallLane, seq: int, inp: np.ndarray, outs: list[np.ndarray]
                       inp.dtype, sizes, root)
     if not made:
         return False
-    staging = made.staging
+    staging = np.empty(made.bounds[-1], inp.dtype)  # (per call: a plan holds no memory)
     ran = _run(lane, seq, "gather", made, inp, staging, root, outs, sizes)
     if ran is None:
         return False
@@ -131,7 +130,7 @@ def scatter(lane: TinyCallLane, seq: int, out: np.ndarray, ins: list[np.ndarray]
                       out.dtype, sizes, root)
     if not made:
         return False
-    staging, bounds = made.staging, made.bounds
+    staging, bounds = np.empty(made.bounds[-1], out.dtype), made.bounds
     for q, piece in enumerate(ins):
         staging[bounds[q]:bounds[q + 1]] = piece.reshape(-1)
     return _run(lane, seq, "scatter", made, staging, out, root, ins, sizes) is not None

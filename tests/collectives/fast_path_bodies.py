@@ -2195,3 +2195,34 @@ def uneven_rooted_on_the_lane() -> list[str]:
     else:
         seen.append("no error")
     return seen
+
+
+def many_shapes_stay_planned(shapes: int) -> list[int]:
+    """A loop over ``shapes`` arrays of different sizes, all-reduced one at a time (a
+    model's parameters, averaged one by one), three times over: every result checked;
+    returns how many plans the lane built in each pass (the first pass builds one per
+    shape; a cache smaller than the working set rebuilds them on every pass)."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    lane = _world.default_lane
+    built: list[tuple] = []
+    plan = lane._plan
+
+    def counting(key: tuple, *args: object) -> object:
+        if key not in lane.plans:
+            built.append(key)
+        return plan(key, *args)
+
+    lane._plan = counting  # (an instance attribute: the lane's own calls find it)
+    per_pass = []
+    try:
+        arrays = [np.zeros(k + 1) for k in range(shapes)]
+        for p in range(3):
+            before = len(built)
+            for k, a in enumerate(arrays):
+                a[...] = r + p + k
+                dist.all_reduce(a)
+                assert (a == sum(q + p + k for q in range(n))).all(), (p, k)
+            per_pass.append(len(built) - before)
+    finally:
+        del lane._plan
+    return per_pass

@@ -372,3 +372,10 @@ def test_gather_and_scatter_of_uneven_pieces_stay_on_the_lane(n):
     calls = 2 * (2 * 2 * n + 2)  # (gather and scatter of every check)
     want = ["gather/oneshot", "scatter/oneshot"] * (calls // 2) + ["mismatch: True"]
     assert all(seen == want for seen in out), out
+
+
+def test_a_working_set_of_many_shapes_stays_planned():
+    # 150 shapes (more than a cache of 64 held, which then rebuilt every plan, 45 us a
+    # call, on every pass of a loop over a model's parameters)
+    out = spawn_world(bodies.many_shapes_stay_planned, 2, timeout=120, shapes=150)
+    assert out == [[150, 0, 0]] * 2, out

@@ -150,7 +150,7 @@ class Programs:
     its own arrays and runs it. The last :data:`KEEP` shapes are kept.
     """
 
-    KEEP = 64
+    KEEP = 1024  # (as the lane's plans: see lanes._PLANS_MAX)
 
     def __init__(self, group: GroupView) -> None:
         self.group = group

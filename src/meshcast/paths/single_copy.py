@@ -445,7 +445,7 @@ class CopyPrograms:
     float16), bound for Python's executor (``packed`` None). None where neither runs
     it (a schedule that does not flatten): the call then runs its Python body."""
 
-    KEEP = 64
+    KEEP = 1024  # (as the lane's plans: see lanes._PLANS_MAX)
 
     def __init__(self, group: GroupView) -> None:
         self.group = group
