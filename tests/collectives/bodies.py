@@ -718,20 +718,11 @@ def object_sizes_share_plans() -> None:
     """Object collectives whose pickles grow a little every call (60 sizes) give every
     object back, and the array calls under them plan once per size class, not once per
     size (each new plan costs tens of microseconds)."""
-    from meshcast import _objects, _world
+    from meshcast import _objects
+    from meshcast.testing.paths import plans_built
 
     r, n = dist.get_rank(), dist.get_world_size()
-    lane = _world.default_lane
-    built: list[tuple] = []
-    plan = lane._plan
-
-    def counting(key: tuple, *args: object) -> object:
-        if key not in lane.plans:
-            built.append(key)
-        return plan(key, *args)
-
-    lane._plan = counting  # (an instance attribute: the lane's own calls find it)
-    try:
+    with plans_built() as built:
         sizes = set()
         for s in range(60):
             def obj(q: int, s: int = s) -> dict:
@@ -750,8 +741,6 @@ def object_sizes_share_plans() -> None:
             box = [obj(0), s] if r == 0 else [None, None]
             dist.broadcast_object_list(box, src=0)
             assert box == [obj(0), s], s
-    finally:
-        del lane._plan
     classes = {_objects._size_class(z) for z in sizes}
     assert len(sizes) == 60 and len(classes) < 12, (len(sizes), classes)
     # (per collective at most a plan per class and one for its sizes; 60 without classes)

@@ -16,7 +16,7 @@ import numpy as np
 import meshcast as dist
 from meshcast import ReduceOp, _world
 from meshcast.algorithms import _select as table
-from meshcast.testing.paths import general_path
+from meshcast.testing.paths import general_path, plans_built
 
 # A piece this large leaves the one-shot range at every world size tested and reaches
 # the single-copy threshold (64 KiB per piece, per rank for all_to_all): float64.
@@ -2203,18 +2203,8 @@ def many_shapes_stay_planned(shapes: int) -> list[int]:
     returns how many plans the lane built in each pass (the first pass builds one per
     shape; a cache smaller than the working set rebuilds them on every pass)."""
     r, n = dist.get_rank(), dist.get_world_size()
-    lane = _world.default_lane
-    built: list[tuple] = []
-    plan = lane._plan
-
-    def counting(key: tuple, *args: object) -> object:
-        if key not in lane.plans:
-            built.append(key)
-        return plan(key, *args)
-
-    lane._plan = counting  # (an instance attribute: the lane's own calls find it)
     per_pass = []
-    try:
+    with plans_built() as built:
         arrays = [np.zeros(k + 1) for k in range(shapes)]
         for p in range(3):
             before = len(built)
@@ -2223,6 +2213,4 @@ def many_shapes_stay_planned(shapes: int) -> list[int]:
                 dist.all_reduce(a)
                 assert (a == sum(q + p + k for q in range(n))).all(), (p, k)
             per_pass.append(len(built) - before)
-    finally:
-        del lane._plan
     return per_pass
