@@ -9,7 +9,7 @@ longest when that costs little (:func:`_pad_fits`), and the calls stay on the
 tiny-call lane: gather_object of small objects 72 -> 5 us at 2 ranks. Lengths
 are padded to their size class (:func:`_size_class`), so that calls whose
 pickles' sizes change a little from call to call reuse the array calls' plans
-(all_gather_object of a growing list: 50 -> 8 us). The root
+(all_gather_object of a growing list: 50 -> 10 us at 2 ranks). The root
 goes to the array calls as a global rank (the lane takes those only).
 Unpickling runs only on data that came from ranks of this job, which proved
 the job secret at rendezvous; still, as with torch.distributed, never feed

@@ -1569,7 +1569,7 @@ class TinyCallLane:
             # Every rank splits evenly with the same sizes and staged its input: the
             # program's records after its entry (its EXPECTs hold then) copy them out.
             resume_program(seq & 1, group.arena, seq, resume[0], program[0], inp, out,
-                            resume[1])
+                           resume[1])
             group.last_algorithm = "all_to_all/oneshot"
         elif uniform and nbytes <= limit:  # (Python's entry: no compiled helper)
             for q, src in enumerate(pieces[seq & 1]):
