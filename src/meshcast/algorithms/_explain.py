@@ -57,7 +57,8 @@ _STAGED_CODE = ("algorithms/{coll}.py::oneshot, run as a program by lanes.py (th
                 "lane: the general path's entry and the program in one call of "
                 "transport/_tiny.c's interpreter, Round.program); on the general path "
                 "paths/oneshot.py's Staged (picked by calls.py, run by group.py's _submit), "
-                "since only the entry tells every rank's layout")
+                "since only the entry tells every rank's layout; uneven pieces on the lane: "
+                "uneven_all_to_all.py, and uneven_rooted.py for a gather or scatter root")
 
 
 def explain(coll: str, nbytes: int, n: int, hosts: int = 1, cma: bool = True) -> str:
