@@ -1097,12 +1097,12 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM,  # no
     return _finish(work, async_op)
 
 
-
 # torch 2.13 renamed the two tensor forms (torch.distributed.all_gather_single and
 # reduce_scatter_single; the old names warn there). Here both names are the same
 # function object: no second frame on a tiny call, no warning either way.
 all_gather_single = all_gather_into_tensor
 reduce_scatter_single = reduce_scatter_tensor
+
 
 def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any],
                group: GroupLike = None, async_op: bool = False, *,

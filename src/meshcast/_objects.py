@@ -5,7 +5,7 @@ object), then the bytes. Objects of different sizes make uneven pieces, which
 only the general path takes (a few tens of microseconds in Python); so where
 every rank knows every size (all_gather_object, gather_object) or the root
 says how long a piece is (scatter_object_list), the pieces are padded to the
-longest when that costs little (:func:`_pad_fits`), and the calls stay on the
+longest when that costs little (:func:`_pad_length`), and the calls stay on the
 tiny-call lane: gather_object of small objects 72 -> 5 us at 2 ranks. Lengths
 are padded to their size class (:func:`_size_class`), so that calls whose
 pickles' sizes change a little from call to call reuse the array calls' plans
@@ -63,9 +63,11 @@ def _size_class(length: int) -> int:
     return -(-length // step) * step
 
 
-def _pad_fits(sizes: list[int]) -> bool:
-    """Whether pieces of ``sizes`` bytes may travel padded to the longest's size class."""
-    return _size_class(max(sizes)) * len(sizes) <= 2 * sum(sizes) + PAD_SLACK_BYTES
+def _pad_length(sizes: list[int]) -> int | None:
+    """The length pieces of ``sizes`` bytes travel padded to (the longest's size class),
+    or None where that would cost too much (they travel uneven)."""
+    length = _size_class(max(sizes))
+    return length if length * len(sizes) <= 2 * sum(sizes) + PAD_SLACK_BYTES else None
 
 
 def _padded(blob: np.ndarray, length: int) -> np.ndarray:
@@ -135,8 +137,8 @@ def all_gather_object(object_list: list[Any], obj: Any, group: Any = None) -> No
                             f"{len(object_list)}", _api._rank())
     blob = _dump(obj, "obj", caller)
     sizes = _all_sizes(blob, n, group)
-    if _pad_fits(sizes):  # (padded to the longest's size class)
-        top = _size_class(max(sizes))
+    top = _pad_length(sizes)
+    if top is not None:
         pieces = [np.empty(top, np.uint8) for _ in sizes]
         _api.all_gather(pieces, _padded(blob, top), group=group)
         pieces = [p[:size] for p, size in zip(pieces, sizes)]
@@ -165,8 +167,8 @@ def gather_object(obj: Any, object_gather_list: list[Any] | None = None, dst: in
     blob = _dump(obj, "obj", caller)
     sizes = _all_sizes(blob, n, group)
     dst = pg.global_rank(root)
-    if _pad_fits(sizes):
-        top = _size_class(max(sizes))
+    top = _pad_length(sizes)
+    if top is not None:
         pieces = [np.empty(top, np.uint8) for _ in range(n)] if me else None
         _api.gather(_padded(blob, top), pieces, dst, group=group)
     else:
@@ -204,7 +206,8 @@ def scatter_object_list(scatter_object_output_list: list[Any],
     src = pg.global_rank(root)
     # the root says how long every piece is (-1: uneven pieces, their sizes scattered)
     sizes = [b.size for b in blobs] if me else []
-    length = np.array([_size_class(max(sizes)) if me and _pad_fits(sizes) else -1], np.int64)
+    padded = _pad_length(sizes) if me else None
+    length = np.array([-1 if padded is None else padded], np.int64)
     _api.broadcast(length, src, group=group)
     top = int(length[0])
     if top >= 0:  # each piece its size (8 bytes), then its bytes padded to their class
